@@ -1,0 +1,61 @@
+"""WSGI application factory: routes, middleware and error handling."""
+from __future__ import annotations
+
+import logging
+
+import falcon
+import peewee as pw
+import redis
+
+import errors
+import openapi
+from auth import TokenAuth
+from config import Config
+from errors import APIError
+from models import bind_database, db
+from resources import meta, switchboard
+
+log = logging.getLogger(__name__)
+
+
+class DatabaseConnection:
+    """One pooled connection per request, returned to the pool when the answer is out."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        db.connect(reuse_if_open=True)
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool) -> None:
+        if not db.is_closed():
+            db.close()
+
+
+class BodyLimit:
+    """Refuse a declared body over the limit before anything reads it."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if req.content_length is not None and req.content_length > self.max_bytes:
+            raise APIError(413, "PAYLOAD_TOO_LARGE", f"Body over {self.max_bytes} bytes.")
+
+
+def create_app(config: Config) -> falcon.App:
+    logging.basicConfig(level=config.log_level.upper())
+    database: pw.Database = bind_database(config.database_url, pool_size=config.db_pool_size)
+    queue_redis = redis.Redis.from_url(config.redis_url, socket_connect_timeout=2, socket_timeout=5)
+
+    app = falcon.App(middleware=[BodyLimit(config.max_body_bytes), DatabaseConnection(), TokenAuth(config.clock)])
+    app.req_options.strip_url_path_trailing_slash = True
+    # JSON only: Falcon would also parse form bodies, which `curl -d` sends by default,
+    # and a JSON text read as a form key fails confusingly later. Answer 415 instead.
+    app.req_options.media_handlers = falcon.media.Handlers({falcon.MEDIA_JSON: falcon.media.JSONHandler()})
+    errors.install(app)
+
+    sb = openapi.SWITCHBOARD
+    app.add_route(f"{sb}/is-clinic-opened", switchboard.IsClinicOpened(config.clock))
+    app.add_route(f"{sb}/is-on-vacation", switchboard.IsOnVacation(config.clock))
+    app.add_route(f"{sb}/has-active-request", switchboard.HasActiveRequest())
+    app.add_route("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url)))
+    app.add_route("/healthz", meta.Healthz(database, queue_redis))
+    return app

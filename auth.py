@@ -1,0 +1,48 @@
+"""Bearer-token authentication and clinic authorization for `/external/v1/clinics/{slug}`.
+
+Check order (DESIGN.md): token (401), clinic exists (404), token covers the clinic and
+the scope (403); the body is validated later, by the resource (400). A resource opts in
+by declaring `scopes = {"POST": "read", ...}`.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Callable
+
+import falcon
+
+from errors import APIError
+from models import ApiToken, Clinic, as_utc
+
+_TOUCH_EVERY = timedelta(minutes=1)  # last_used_at is advisory; spare a write per request
+
+
+def _unauthorized(message: str) -> APIError:
+    return APIError(401, "UNAUTHORIZED", message, headers={"WWW-Authenticate": 'Bearer realm="clinic-api"'})
+
+
+class TokenAuth:
+    def __init__(self, clock: Callable) -> None:
+        self.clock = clock
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict) -> None:
+        scopes: dict[str, str] | None = getattr(resource, "scopes", None)
+        if scopes is None or req.method not in scopes:
+            return  # public resource, or a method Falcon will answer with 405
+        header = req.get_header("Authorization") or ""
+        kind, _, text = header.partition(" ")
+        if kind.lower() != "bearer" or not text.strip():
+            raise _unauthorized("Missing bearer token.")
+        now = self.clock()
+        token = ApiToken.authenticate(text.strip(), now)
+        if token is None:
+            raise _unauthorized("Invalid, expired or revoked token.")
+        clinic = Clinic.get_or_none(Clinic.slug == params.get("clinic_slug"))
+        if clinic is None:
+            raise APIError(404, "CLINIC_NOT_FOUND", "Unknown clinic.")
+        if scopes[req.method] not in token.scope_set or not token.covers(clinic):
+            raise APIError(403, "FORBIDDEN", "The token has no access to this clinic or lacks the scope.")
+        if token.last_used_at is None or as_utc(now) - token.last_used_at > _TOUCH_EVERY:
+            ApiToken.update(last_used_at=as_utc(now)).where(ApiToken.id == token.id).execute()
+        req.context.token = token
+        req.context.clinic = clinic

@@ -1,0 +1,106 @@
+"""Configuration: the one place that reads the environment (12-factor).
+
+Every setting is a field of `Config`; `Config.from_env()` maps environment variables
+onto it. Tests build a `Config` directly, so nothing else may look at `os.environ`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Callable
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _bool(value: str) -> bool:
+    if value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.strip().lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+# env var -> (field name, parser); documented one by one in README.md ("Configuration").
+_ENV: dict[str, tuple[str, Callable[[str], object]]] = {
+    "DATABASE_URL": ("database_url", str),
+    "DB_POOL_SIZE": ("db_pool_size", int),
+    "REDIS_URL": ("redis_url", str),
+    "LOG_LEVEL": ("log_level", str),
+    "SECRET_KEY": ("secret_key", str),
+    "MAX_BODY_BYTES": ("max_body_bytes", int),
+    "PUBLIC_BASE_URL": ("public_base_url", str),
+    "STORAGE_BACKEND": ("storage_backend", str),
+    "STORAGE_DIR": ("storage_dir", str),
+    "STORAGE_SIGNING_KEY": ("storage_signing_key", str),
+    "S3_ENDPOINT_URL": ("s3_endpoint_url", str),
+    "S3_BUCKET": ("s3_bucket", str),
+    "S3_REGION": ("s3_region", str),
+    "S3_ACCESS_KEY_ID": ("s3_access_key_id", str),
+    "S3_SECRET_ACCESS_KEY": ("s3_secret_access_key", str),
+    "TRANSCRIBER": ("transcriber", str),
+    "WHISPER_MODEL": ("whisper_model", str),
+    "WHISPER_THREADS": ("whisper_threads", int),
+    "RECORDING_MAX_BYTES": ("recording_max_bytes", int),
+    "RECORDING_FETCH_TIMEOUT": ("recording_fetch_timeout", float),
+    "RECORDING_URL_LIFETIME_MINUTES": ("recording_url_lifetime_minutes", int),
+    "PROVIDER_MARKER_WORDS": ("provider_marker_words", str),
+    "FETCH_CA_BUNDLE": ("fetch_ca_bundle", str),
+    "UNSAFE_ALLOW_LOOPBACK_FETCH": ("unsafe_allow_loopback_fetch", _bool),
+}
+
+
+@dataclass
+class Config:
+    database_url: str = "sqlite:///var/app.db"
+    db_pool_size: int = 10
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    log_level: str = "INFO"
+    # Encrypts provider passwords at rest (Fernet key derived from it). Must be set in
+    # production; the default only suits the embedded demo.
+    secret_key: str = "insecure-development-key-change-me"
+    max_body_bytes: int = 1_000_000
+    public_base_url: str = "http://127.0.0.1:8000"
+    storage_backend: str = "local"
+    storage_dir: str = "var/storage"
+    storage_signing_key: str = ""
+    s3_endpoint_url: str = ""
+    s3_bucket: str = ""
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str = ""
+    s3_secret_access_key: str = ""
+    transcriber: str = "pywhispercpp"
+    whisper_model: str = "var/models/ggml-tiny.en.bin"
+    whisper_threads: int = 2
+    recording_max_bytes: int = 25 * 1024 * 1024
+    recording_fetch_timeout: float = 30.0
+    recording_url_lifetime_minutes: int = 25
+    provider_marker_words: str = ""
+    fetch_ca_bundle: str = ""
+    # Test-only: lets server-side fetches reach 127.0.0.1 (never private ranges).
+    unsafe_allow_loopback_fetch: bool = False
+    # Not from the environment: the wall clock, replaceable in tests.
+    clock: Callable[[], datetime] = field(default=utcnow, repr=False, compare=False)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> "Config":
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name, (attr, parse) in _ENV.items():
+            if name in env:
+                try:
+                    values[attr] = parse(env[name])
+                except ValueError as exc:
+                    raise ValueError(f"{name}: {exc}") from None
+        return cls(**values)
+
+    def describe(self) -> dict[str, object]:
+        """Settings safe to print (secrets masked)."""
+        secret = {"secret_key", "storage_signing_key", "s3_secret_access_key"}
+        return {
+            f.name: ("***" if f.name in secret and getattr(self, f.name) else getattr(self, f.name))
+            for f in fields(self)
+            if f.name != "clock"
+        }

@@ -1,0 +1,23 @@
+"""Secrets at rest (switchboard platform passwords): Fernet with a key from SECRET_KEY."""
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from cryptography.fernet import Fernet, InvalidToken
+
+__all__ = ["encrypt", "decrypt", "InvalidToken"]
+
+
+def _fernet(secret_key: str) -> Fernet:
+    # Fernet wants 32 url-safe base64 bytes; derive them so operators set any long secret.
+    digest = hashlib.sha256(b"clinic-service/pbx-password\0" + secret_key.encode()).digest()
+    return Fernet(base64.urlsafe_b64encode(digest))
+
+
+def encrypt(plaintext: str, secret_key: str) -> str:
+    return _fernet(secret_key).encrypt(plaintext.encode()).decode()
+
+
+def decrypt(ciphertext: str, secret_key: str) -> str:
+    return _fernet(secret_key).decrypt(ciphertext.encode()).decode()

@@ -1,0 +1,98 @@
+"""One error family, one serializer: every non-2xx body is `{"error", "code"}`.
+
+Falcon's own errors (unknown route, wrong method, malformed JSON, ...) go through the
+same serializer; `DoesNotExist` and `IntegrityError` are mapped here, centrally, and
+anything unexpected becomes a logged 500 `INTERNAL_ERROR` that leaks nothing.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import falcon
+import peewee as pw
+
+log = logging.getLogger(__name__)
+
+# Status -> code for errors raised without an explicit code (Falcon's own included).
+_DEFAULT_CODES = {
+    400: "VALIDATION_FAILED",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "CONFLICT",
+    410: "GONE",
+    411: "LENGTH_REQUIRED",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    429: "TOO_MANY_REQUESTS",
+    503: "SERVICE_UNAVAILABLE",
+}
+
+
+class APIError(falcon.HTTPError):
+    """An API error: HTTP status, stable machine-readable code, human message."""
+
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None, **extra: Any
+    ) -> None:
+        super().__init__(falcon.code_to_http_status(status), title=message, code=code, headers=headers)
+        self.extra = extra
+
+    def to_dict(self, obj_type: type = dict) -> dict[str, Any]:
+        return {"error": self.title, "code": self.code, **self.extra}
+
+
+def validation_failed(message: str) -> APIError:
+    return APIError(400, "VALIDATION_FAILED", message)
+
+
+def _body(req: falcon.Request, ex: falcon.HTTPError) -> dict[str, Any]:
+    if isinstance(ex, APIError):
+        return ex.to_dict()
+    status = ex.status_code
+    code = ex.code if isinstance(ex.code, str) and ex.code else _DEFAULT_CODES.get(
+        status, "INTERNAL_ERROR" if status >= 500 else "ERROR"
+    )
+    # Falcon's titles are the bare status line ("404 Not Found"); say something useful.
+    if ex.description:
+        message = ex.description
+    elif status == 404:
+        message = "No such path."
+    elif status == 405:
+        message = f"Method {req.method} is not allowed here."
+    else:
+        message = ex.title or "Error"
+    return {"error": message, "code": code}
+
+
+def serialize(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError) -> None:
+    """Falcon error serializer: always JSON, whatever the client accepts."""
+    resp.content_type = falcon.MEDIA_JSON
+    resp.text = json.dumps(_body(req, ex))
+
+
+def _not_found(req: falcon.Request, resp: falcon.Response, ex: pw.DoesNotExist, params: dict) -> None:
+    # A model lookup that found nothing; resources raise specific codes where it matters.
+    raise APIError(404, "NOT_FOUND", "No such resource.")
+
+
+def _integrity(req: falcon.Request, resp: falcon.Response, ex: pw.IntegrityError, params: dict) -> None:
+    log.info("integrity error on %s %s: %s", req.method, req.path, type(ex).__name__)
+    raise APIError(409, "CONFLICT", "The request conflicts with existing data.")
+
+
+def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, params: dict) -> None:
+    if isinstance(ex, falcon.HTTPError):
+        raise ex
+    log.exception("unhandled error on %s %s", req.method, req.path)
+    raise APIError(500, "INTERNAL_ERROR", "Internal error; safe to retry.")
+
+
+def install(app: falcon.App) -> None:
+    app.set_error_serializer(serialize)
+    app.add_error_handler(Exception, _unexpected)
+    app.add_error_handler(pw.DoesNotExist, _not_found)
+    app.add_error_handler(pw.IntegrityError, _integrity)

@@ -1,0 +1,185 @@
+"""Operator CLI: migrate, onboard, tokens, demo, model, worker helpers.
+
+    python manage.py migrate
+    python manage.py onboard FILE.json
+    python manage.py token create --name NAME --clinic SLUG [--clinic SLUG ...] --scope read [--scope write] [--expires-in-days N]
+    python manage.py token list
+    python manage.py token revoke TOKEN_ID
+    python manage.py demo [--base-url URL]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+from config import Config
+from migrations import migrate
+from models import ApiToken, ApiTokenClinic, Clinic, bind_database, db, iso_utc, utc_now
+
+DEMO_FILE = Path(__file__).parent / "examples" / "onboarding.json"
+
+
+def cmd_migrate(config: Config, args: argparse.Namespace) -> int:
+    applied = migrate(db.obj)
+    print("applied: " + ", ".join(applied) if applied else "database is up to date", file=sys.stderr)
+    return 0
+
+
+def cmd_onboard(config: Config, args: argparse.Namespace) -> int:
+    from onboarding import OnboardingError, onboard
+
+    try:
+        document = json.loads(Path(args.file).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        summary = onboard(document, secret_key=config.secret_key)
+    except OnboardingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(summary, file=sys.stderr)
+    return 0
+
+
+def cmd_token_create(config: Config, args: argparse.Namespace) -> int:
+    slugs = list(dict.fromkeys(args.clinic))
+    clinics = list(Clinic.select().where(Clinic.slug.in_(slugs)))
+    missing = set(slugs) - {c.slug for c in clinics}
+    if missing:
+        print(f"error: unknown clinic(s): {', '.join(sorted(missing))}", file=sys.stderr)
+        return 2
+    expires = timedelta(days=args.expires_in_days) if args.expires_in_days else None
+    token, text = ApiToken.issue(args.name, clinics, args.scope, expires)
+    print(text)  # the only thing on stdout: scripts capture it
+    print(f"token {token.id} created for {', '.join(slugs)} ({token.scopes}); it is shown only once", file=sys.stderr)
+    return 0
+
+
+def cmd_token_list(config: Config, args: argparse.Namespace) -> int:
+    for token in ApiToken.select().order_by(ApiToken.created_at):
+        slugs = [link.clinic.slug for link in ApiTokenClinic.select().where(ApiTokenClinic.token == token)]
+        state = "revoked" if token.revoked_at else (
+            "expired" if token.expires_at and token.expires_at <= utc_now() else "active")
+        print("\t".join([
+            str(token.id), token.name, ",".join(slugs), token.scopes, state,
+            f"expires={iso_utc(token.expires_at) or 'never'}", f"last_used={iso_utc(token.last_used_at) or 'never'}",
+        ]))
+    return 0
+
+
+def cmd_token_revoke(config: Config, args: argparse.Namespace) -> int:
+    try:
+        token_id = uuid.UUID(args.token_id)
+    except ValueError:
+        print("error: not a token id", file=sys.stderr)
+        return 2
+    updated = ApiToken.update(revoked_at=utc_now()).where(
+        (ApiToken.id == token_id) & ApiToken.revoked_at.is_null()).execute()
+    if not updated and not ApiToken.get_or_none(ApiToken.id == token_id):
+        print("error: no such token", file=sys.stderr)
+        return 2
+    print(f"token {token_id} revoked", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(config: Config, args: argparse.Namespace) -> int:
+    """Onboard the example organization and print a token and a curl line per check."""
+    from onboarding import onboard
+
+    migrate(db.obj)
+    onboard(json.loads(DEMO_FILE.read_text(encoding="utf-8")), secret_key=config.secret_key)
+    clinic = Clinic.get(Clinic.slug == "demo-clinic")
+    _, text = ApiToken.issue("demo-switchboard", [clinic], ["read", "write"], timedelta(days=7))
+    base = f"{args.base_url.rstrip('/')}/external/v1/clinics/{clinic.slug}/switchboard"
+    auth = f"-H 'Authorization: Bearer {text}' -H 'Content-Type: application/json'"
+    print(f"Demo token (read, write; valid 7 days): {text}\n")
+    print(f"curl -sS -X POST {auth} {base}/is-clinic-opened")
+    print(f"curl -sS -X POST {auth} -d '{{}}' {base}/is-on-vacation")
+    print(f"curl -sS -X POST {auth} -d '{{\"callFrom\": \"+420 601 123 456\"}}' {base}/has-active-request")
+    return 0
+
+
+def cmd_worker(config: Config, args: argparse.Namespace) -> int:
+    """An RQ worker with the scheduler (retries with backoff are scheduled jobs)."""
+    from redis import Redis
+    from rq import Queue, Worker
+
+    connection = Redis.from_url(config.redis_url)
+    worker = Worker([Queue(name, connection=connection) for name in args.queues], connection=connection)
+    worker.work(with_scheduler=True)
+    return 0
+
+
+def cmd_wait_ready(config: Config, args: argparse.Namespace) -> int:
+    """Poll a health URL until it answers 200, for at most --timeout seconds."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + args.timeout
+    while True:
+        try:
+            with urllib.request.urlopen(args.url, timeout=2) as resp:
+                if resp.status == 200:
+                    return 0
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            print(f"error: {args.url} not ready after {args.timeout}s", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="manage.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("migrate", help="apply pending schema migrations").set_defaults(func=cmd_migrate)
+    onboard_p = sub.add_parser("onboard", help="create or update an organization from a JSON file")
+    onboard_p.add_argument("file")
+    onboard_p.set_defaults(func=cmd_onboard)
+
+    token = sub.add_parser("token", help="personal access tokens").add_subparsers(dest="token_command", required=True)
+    create = token.add_parser("create", help="create a token; prints it once on stdout")
+    create.add_argument("--name", required=True)
+    create.add_argument("--clinic", action="append", required=True, metavar="SLUG")
+    create.add_argument("--scope", action="append", required=True, choices=ApiToken.SCOPES)
+    create.add_argument("--expires-in-days", type=int, metavar="N")
+    create.set_defaults(func=cmd_token_create)
+    token.add_parser("list", help="list tokens (never their secrets)").set_defaults(func=cmd_token_list)
+    revoke = token.add_parser("revoke", help="revoke a token at once")
+    revoke.add_argument("token_id")
+    revoke.set_defaults(func=cmd_token_revoke)
+
+    demo = sub.add_parser("demo", help="load the demo clinic and print a token and curl lines")
+    demo.add_argument("--base-url", default="http://127.0.0.1:8000")
+    demo.set_defaults(func=cmd_demo)
+
+    worker = sub.add_parser("worker", help="run an RQ worker (with scheduler)")
+    worker.add_argument("queues", nargs="*", default=["default"])
+    worker.set_defaults(func=cmd_worker, needs_db=False)
+    ready = sub.add_parser("wait-ready", help="wait until a health URL answers 200")
+    ready.add_argument("--url", required=True)
+    ready.add_argument("--timeout", type=float, default=30)
+    ready.set_defaults(func=cmd_wait_ready, needs_db=False)
+    return p
+
+
+def main(argv: list[str] | None = None, config: Config | None = None) -> int:
+    args = parser().parse_args(argv)
+    config = config or Config.from_env()
+    if args.command == "token" and args.token_command == "create" and args.expires_in_days is not None and args.expires_in_days <= 0:
+        print("error: --expires-in-days must be positive", file=sys.stderr)
+        return 2
+    bind_database(config.database_url, pool_size=1)
+    if not getattr(args, "needs_db", True):
+        return args.func(config, args)
+    with db.connection_context():
+        return args.func(config, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

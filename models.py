@@ -1,0 +1,390 @@
+"""Peewee models and the domain queries that live on them.
+
+Times are stored as naive UTC (`utc_now()`); office hours and vacations are evaluated
+in the clinic's IANA timezone by `office_hours`. Phones are stored in E.164.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import uuid
+from datetime import datetime, timedelta, timezone
+from urllib.parse import urlparse
+
+import peewee as pw
+from playhouse.db_url import parse as parse_db_url
+from playhouse.pool import PooledPostgresqlDatabase
+
+db = pw.DatabaseProxy()
+
+
+def utc_now() -> datetime:
+    """Naive UTC, the storage convention of every DateTimeField here."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def as_utc(value: datetime) -> datetime:
+    """Aware or naive (taken as UTC) -> naive UTC."""
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def iso_utc(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return as_utc(value).isoformat(timespec="milliseconds") + "Z"
+
+
+def open_database(url: str, *, pool_size: int = 10) -> pw.Database:
+    """Build the database for `url`: pooled PostgreSQL, or SQLite in WAL mode."""
+    scheme = urlparse(url).scheme
+    if scheme in ("postgres", "postgresql"):
+        params = parse_db_url(url)
+        name = params.pop("database")
+        return PooledPostgresqlDatabase(
+            name,
+            max_connections=pool_size,
+            stale_timeout=300,
+            timeout=10,  # wait for a free pooled connection, then fail loudly
+            connect_timeout=5,
+            **params,
+        )
+    if scheme == "sqlite":
+        path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else url[len("sqlite://"):]
+        return pw.SqliteDatabase(
+            path or ":memory:",
+            pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 10000},
+            check_same_thread=False,
+        )
+    raise ValueError(f"unsupported DATABASE_URL scheme: {scheme!r}")
+
+
+def bind_database(url: str, *, pool_size: int = 10) -> pw.Database:
+    database = open_database(url, pool_size=pool_size)
+    db.initialize(database)
+    return database
+
+
+class BaseModel(pw.Model):
+    class Meta:
+        database = db
+        legacy_table_names = False
+
+
+class Organization(BaseModel):
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    slug = pw.CharField(max_length=64, unique=True)
+    name = pw.CharField(max_length=200)
+    patient_sharing = pw.BooleanField(default=False)
+
+
+class Clinic(BaseModel):
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    organization = pw.ForeignKeyField(Organization, backref="clinics", on_delete="CASCADE")
+    slug = pw.CharField(max_length=64, unique=True)
+    name = pw.CharField(max_length=200)
+    timezone = pw.CharField(max_length=64)  # IANA name
+    country = pw.CharField(max_length=2)  # ISO 3166-1 alpha-2; holidays and phone region
+    subdivision = pw.CharField(max_length=16, null=True)  # holidays subdivision (state, ...)
+    language = pw.CharField(max_length=8, null=True)  # transcription language; None = detect
+    missed_call_requests = pw.BooleanField(default=True)  # False = clinic opted out
+    # Switchboard platform API credentials (re-fetching recordings); password encrypted.
+    pbx_api_url = pw.CharField(max_length=500, null=True)
+    pbx_username = pw.CharField(max_length=200, null=True)
+    pbx_password_encrypted = pw.TextField(null=True)
+
+    @classmethod
+    def by_slug(cls, slug: str) -> "Clinic":
+        return cls.get(cls.slug == slug)
+
+
+class Calendar(BaseModel):
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    clinic = pw.ForeignKeyField(Clinic, backref="calendars", on_delete="CASCADE")
+    name = pw.CharField(max_length=200)
+    ignore_holidays = pw.BooleanField(default=False)
+
+    class Meta:
+        indexes = ((("clinic", "name"), True),)
+
+
+class OfficeHours(BaseModel):
+    WEEKS = ("every", "odd", "even")
+
+    clinic = pw.ForeignKeyField(Clinic, backref="office_hours", on_delete="CASCADE")
+    weekday = pw.SmallIntegerField()  # ISO: 1 = Monday ... 7 = Sunday
+    opens = pw.TimeField()  # local wall-clock time in the clinic's timezone
+    closes = pw.TimeField()  # <= opens means the interval runs past midnight
+    weeks = pw.CharField(max_length=5, default="every")  # ISO week parity
+
+
+class Vacation(BaseModel):
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    calendar = pw.ForeignKeyField(Calendar, backref="vacations", on_delete="CASCADE")
+    name = pw.CharField(max_length=200, default="")
+    starts_at = pw.DateTimeField()  # UTC, inclusive
+    ends_at = pw.DateTimeField()  # UTC, exclusive
+    applies_to_switchboard = pw.BooleanField(default=True)
+
+
+class Tag(BaseModel):
+    TYPES = ("patient", "patient_request")
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    clinic = pw.ForeignKeyField(Clinic, backref="tags", on_delete="CASCADE")
+    type = pw.CharField(max_length=20)
+    name = pw.CharField(max_length=200)
+    color = pw.CharField(max_length=20, null=True)
+    deleted_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("clinic", "type", "name"), True),)
+
+
+class Patient(BaseModel):
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    organization = pw.ForeignKeyField(Organization, backref="patients", on_delete="CASCADE")
+    first_name = pw.CharField(max_length=200, default="")
+    last_name = pw.CharField(max_length=200, default="")
+    phone = pw.CharField(max_length=20, null=True, index=True)  # E.164
+    email = pw.CharField(max_length=320, null=True)
+    birth_date = pw.DateField(null=True)
+    merged_into = pw.ForeignKeyField("self", null=True, backref="merged", on_delete="SET NULL")
+    created_at = pw.DateTimeField(default=utc_now)
+
+    class Meta:
+        indexes = ((("organization", "phone"), False),)
+
+    @classmethod
+    def ids_with_phone(cls, organization_id: uuid.UUID, phone: str) -> list[uuid.UUID]:
+        query = cls.select(cls.id).where((cls.organization == organization_id) & (cls.phone == phone))
+        return [p.id for p in query]
+
+    @classmethod
+    def with_survivors(cls, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        """`ids` plus the patients they were merged into, following merge chains."""
+        seen, frontier = set(ids), set(ids)
+        while frontier:
+            query = cls.select(cls.merged_into).where(cls.id.in_(list(frontier)) & cls.merged_into.is_null(False))
+            frontier = {p.merged_into_id for p in query} - seen
+            seen |= frontier
+        return list(seen)
+
+
+class PatientRecord(BaseModel):
+    """A patient's record in one clinic: status, note, tags and external ids live here."""
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    patient = pw.ForeignKeyField(Patient, backref="records", on_delete="CASCADE")
+    clinic = pw.ForeignKeyField(Clinic, backref="patient_records", on_delete="CASCADE")
+    status = pw.CharField(max_length=32, default="ACTIVE")
+    note = pw.TextField(default="")
+    created_at = pw.DateTimeField(default=utc_now)
+
+    class Meta:
+        indexes = ((("patient", "clinic"), True), (("clinic",), False))
+
+
+class PatientRecordTag(BaseModel):
+    record = pw.ForeignKeyField(PatientRecord, backref="record_tags", on_delete="CASCADE")
+    tag = pw.ForeignKeyField(Tag, on_delete="CASCADE")
+
+    class Meta:
+        indexes = ((("record", "tag"), True),)
+
+
+class ExternalId(BaseModel):
+    """An external identifier registered in one clinic for a patient."""
+
+    clinic = pw.ForeignKeyField(Clinic, on_delete="CASCADE")
+    patient = pw.ForeignKeyField(Patient, backref="external_ids", on_delete="CASCADE")
+    source = pw.CharField(max_length=100, default="")
+    value = pw.CharField(max_length=200)
+
+    class Meta:
+        indexes = ((("clinic", "source", "value"), True), (("clinic", "value"), False))
+
+
+class RequestType(BaseModel):
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    clinic = pw.ForeignKeyField(Clinic, backref="request_types", on_delete="CASCADE")
+    ecrf_id = pw.CharField(max_length=100)
+    name = pw.CharField(max_length=200)
+    description = pw.TextField(default="")
+    requires_reservation = pw.BooleanField(default=False)
+    requires_payment = pw.BooleanField(default=False)
+    requires_signature = pw.BooleanField(default=False)
+    reservation_length = pw.IntegerField(default=0)
+    remind_days_before = pw.IntegerField(default=0)
+    active = pw.BooleanField(default=True)
+
+    class Meta:
+        indexes = ((("clinic", "ecrf_id"), True),)
+
+
+class RequestTypeDefaultTag(BaseModel):
+    request_type = pw.ForeignKeyField(RequestType, backref="default_tags", on_delete="CASCADE")
+    tag = pw.ForeignKeyField(Tag, on_delete="CASCADE")
+
+    class Meta:
+        indexes = ((("request_type", "tag"), True),)
+
+
+class ApiToken(BaseModel):
+    """A personal access token. The secret is shown once; only its SHA-256 is kept.
+
+    The token text is `csk_<id hex>_<secret>`: the id finds the row, the secret's hash
+    is compared in constant time. The secret has 256 bits of entropy, so a fast hash
+    is the right tool (a password hash would only slow every request down).
+    """
+
+    PREFIX = "csk"
+    SCOPES = ("read", "write")
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    name = pw.CharField(max_length=200)  # the service account every write is attributed to
+    secret_hash = pw.CharField(max_length=64)
+    scopes = pw.CharField(max_length=50)  # space separated
+    created_at = pw.DateTimeField(default=utc_now)
+    expires_at = pw.DateTimeField(null=True)
+    revoked_at = pw.DateTimeField(null=True)
+    last_used_at = pw.DateTimeField(null=True)
+
+    @staticmethod
+    def _hash(secret: str) -> str:
+        return hashlib.sha256(secret.encode()).hexdigest()
+
+    @classmethod
+    def issue(
+        cls,
+        name: str,
+        clinics: list[Clinic],
+        scopes: list[str],
+        expires_in: timedelta | None = None,
+    ) -> tuple["ApiToken", str]:
+        """Create a token; returns the row and the token text (never stored)."""
+        secret = secrets.token_urlsafe(32)
+        with db.atomic():
+            token = cls.create(
+                name=name,
+                secret_hash=cls._hash(secret),
+                scopes=" ".join(sorted(set(scopes))),
+                expires_at=utc_now() + expires_in if expires_in else None,
+            )
+            for clinic in clinics:
+                ApiTokenClinic.create(token=token, clinic=clinic)
+        return token, f"{cls.PREFIX}_{token.id.hex}_{secret}"
+
+    @classmethod
+    def authenticate(cls, text: str, now: datetime) -> "ApiToken | None":
+        """The live token for `text`, or None (unknown, bad secret, revoked, expired)."""
+        parts = text.split("_", 2)
+        if len(parts) != 3 or parts[0] != cls.PREFIX:
+            return None
+        try:
+            token_id = uuid.UUID(hex=parts[1])
+        except ValueError:
+            return None
+        token = cls.get_or_none(cls.id == token_id)
+        presented = cls._hash(parts[2])
+        if token is None:
+            hmac.compare_digest(presented, presented)  # same work either way
+            return None
+        if not hmac.compare_digest(token.secret_hash, presented):
+            return None
+        if token.revoked_at is not None:
+            return None
+        if token.expires_at is not None and token.expires_at <= as_utc(now):
+            return None
+        return token
+
+    @property
+    def scope_set(self) -> set[str]:
+        return set(self.scopes.split())
+
+    def covers(self, clinic: Clinic) -> bool:
+        return (
+            ApiTokenClinic.select()
+            .where((ApiTokenClinic.token == self) & (ApiTokenClinic.clinic == clinic))
+            .exists()
+        )
+
+
+class ApiTokenClinic(BaseModel):
+    token = pw.ForeignKeyField(ApiToken, backref="clinic_links", on_delete="CASCADE")
+    clinic = pw.ForeignKeyField(Clinic, on_delete="CASCADE")
+
+    class Meta:
+        indexes = ((("token", "clinic"), True),)
+
+
+class PatientRequest(BaseModel):
+    KINDS = ("standard", "voice_message", "missed_call")
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    clinic = pw.ForeignKeyField(Clinic, backref="patient_requests", on_delete="CASCADE")
+    patient = pw.ForeignKeyField(Patient, backref="requests", on_delete="CASCADE")
+    request_type = pw.ForeignKeyField(RequestType, null=True, on_delete="SET NULL")
+    kind = pw.CharField(max_length=20, default="standard")
+    title = pw.CharField(max_length=300, default="")
+    clinic_note = pw.TextField(default="")  # `userNote` of create
+    user_note = pw.TextField(default="")  # `userNote` of PATCH
+    created_at = pw.DateTimeField(default=utc_now)
+    done_at = pw.DateTimeField(null=True)
+    created_by = pw.ForeignKeyField(ApiToken, null=True, on_delete="SET NULL")
+
+    class Meta:
+        indexes = (
+            (("clinic", "patient", "done_at"), False),
+            (("clinic", "created_at"), False),
+        )
+
+    @classmethod
+    def open_for(cls, clinic: Clinic, patient_ids: list[uuid.UUID]) -> bool:
+        if not patient_ids:
+            return False
+        return (
+            cls.select()
+            .where(
+                (cls.clinic == clinic)
+                & (cls.patient.in_(patient_ids))
+                & (cls.done_at.is_null())
+            )
+            .exists()
+        )
+
+
+class PatientRequestTag(BaseModel):
+    request = pw.ForeignKeyField(PatientRequest, backref="request_tags", on_delete="CASCADE")
+    tag = pw.ForeignKeyField(Tag, on_delete="CASCADE")
+
+    class Meta:
+        indexes = ((("request", "tag"), True),)
+
+
+class SchemaMigration(BaseModel):
+    version = pw.IntegerField(primary_key=True)
+    name = pw.CharField(max_length=200)
+    applied_at = pw.DateTimeField(default=utc_now)
+
+
+MODELS: list[type[BaseModel]] = [
+    Organization,
+    Clinic,
+    Calendar,
+    OfficeHours,
+    Vacation,
+    Tag,
+    Patient,
+    PatientRecord,
+    PatientRecordTag,
+    ExternalId,
+    RequestType,
+    RequestTypeDefaultTag,
+    ApiToken,
+    ApiTokenClinic,
+    PatientRequest,
+    PatientRequestTag,
+]

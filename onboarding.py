@@ -1,0 +1,532 @@
+"""Onboarding: create or update an organization from one JSON document, atomically.
+
+The whole document is validated first (structure by JSON Schema, then meaning: time
+zones, countries, phones, references); the first problem is reported with the path of
+the bad field and nothing is written. Writing happens in one transaction and only
+touches rows whose values differ, so running the same file twice changes nothing.
+
+Identity: every entity gets a deterministic UUID (uuid5 of its natural key) unless the
+file gives an `id`, so references and the ids handed to integrators stay stable.
+Configuration collections (office hours, a calendar's vacations, a request type's
+default tags) are replaced by what the file says; patient data (records, tags,
+external ids) is only added or updated, never removed, because the API adds to it too.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import date, datetime, time, timedelta
+from typing import Any, Iterable
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import holidays
+import peewee as pw
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import best_match
+
+import crypto
+from models import (
+    Calendar,
+    Clinic,
+    ExternalId,
+    OfficeHours,
+    Organization,
+    Patient,
+    PatientRecord,
+    PatientRecordTag,
+    RequestType,
+    RequestTypeDefaultTag,
+    Tag,
+    Vacation,
+    as_utc,
+    db,
+    utc_now,
+)
+from office_hours import WEEKDAYS
+from phones import to_e164
+
+NAMESPACE = uuid.UUID("5b0f3c1e-7a0e-4f7e-9a51-6f3c2d1b8e40")
+SLUG = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
+HHMM = {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}
+DAY_OR_INSTANT = {"type": "string", "minLength": 10, "maxLength": 40}
+NAME = {"type": "string", "minLength": 1, "maxLength": 200}
+UUID = {"type": "string", "format": "uuid"}
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["organization", "clinics"],
+    "additionalProperties": False,
+    "properties": {
+        "organization": {
+            "type": "object",
+            "required": ["slug", "name"],
+            "additionalProperties": False,
+            "properties": {"slug": SLUG, "name": NAME, "patientSharing": {"type": "boolean"}},
+        },
+        "clinics": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["slug", "name", "timezone", "country"],
+                "additionalProperties": False,
+                "properties": {
+                    "slug": SLUG,
+                    "name": NAME,
+                    "timezone": {"type": "string"},
+                    "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
+                    "subdivision": {"type": ["string", "null"]},
+                    "language": {"type": ["string", "null"], "pattern": "^[a-z]{2,3}$"},
+                    "missedCallRequests": {"type": "boolean"},
+                    "officeHours": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["weekday", "opens", "closes"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "weekday": {"enum": list(WEEKDAYS)},
+                                "opens": HHMM,
+                                "closes": HHMM,
+                                "weeks": {"enum": list(OfficeHours.WEEKS)},
+                            },
+                        },
+                    },
+                    "calendars": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["name"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "id": UUID,
+                                "name": NAME,
+                                "ignoreHolidays": {"type": "boolean"},
+                                "vacations": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["start", "end"],
+                                        "additionalProperties": False,
+                                        "properties": {
+                                            "name": {"type": "string", "maxLength": 200},
+                                            "start": DAY_OR_INSTANT,
+                                            "end": DAY_OR_INSTANT,
+                                            "switchboard": {"type": "boolean"},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                    "tags": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["type", "name"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "id": UUID,
+                                "type": {"enum": list(Tag.TYPES)},
+                                "name": NAME,
+                                "color": {"type": ["string", "null"], "maxLength": 20},
+                                "deleted": {"type": "boolean"},
+                            },
+                        },
+                    },
+                    "requestTypes": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["ecrfId", "name"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "id": UUID,
+                                "ecrfId": {"type": "string", "minLength": 1, "maxLength": 100},
+                                "name": NAME,
+                                "description": {"type": "string"},
+                                "requiresReservation": {"type": "boolean"},
+                                "requiresPayment": {"type": "boolean"},
+                                "requiresSignature": {"type": "boolean"},
+                                "reservationLength": {"type": "integer", "minimum": 0},
+                                "remindDaysBefore": {"type": "integer", "minimum": 0},
+                                "active": {"type": "boolean"},
+                                "defaultPatientTags": {"type": "array", "items": NAME},
+                            },
+                        },
+                    },
+                    "switchboard": {
+                        "type": "object",
+                        "required": ["apiUrl", "username", "password"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "apiUrl": {"type": "string", "pattern": "^https://"},
+                            "username": {"type": "string", "minLength": 1},
+                            "password": {"type": "string", "minLength": 1},
+                        },
+                    },
+                },
+            },
+        },
+        "patients": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "anyOf": [{"required": ["id"]}, {"required": ["key"]}],
+                "properties": {
+                    "id": UUID,
+                    "key": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "firstName": {"type": "string", "maxLength": 200},
+                    "lastName": {"type": "string", "maxLength": 200},
+                    "phone": {"type": "string", "maxLength": 40},
+                    "email": {"type": "string", "format": "email", "maxLength": 320},
+                    "birthDate": {"type": "string", "format": "date"},
+                    "mergedInto": {"type": "string"},
+                    "records": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["clinic"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "clinic": SLUG,
+                                "status": {"type": "string", "pattern": "^[A-Z_]{1,32}$"},
+                                "note": {"type": "string"},
+                                "tags": {"type": "array", "items": NAME},
+                                "externalIds": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["id"],
+                                        "additionalProperties": False,
+                                        "properties": {
+                                            "id": {"type": "string", "minLength": 1, "maxLength": 200},
+                                            "source": {"type": "string", "maxLength": 100},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+class OnboardingError(ValueError):
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+def stable_id(*parts: str) -> uuid.UUID:
+    return uuid.uuid5(NAMESPACE, "\x1f".join(parts))
+
+
+def _path(parts: Iterable[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(document)"
+
+
+def _hhmm(text: str) -> time:
+    hours, minutes = text.split(":")
+    return time(int(hours), int(minutes))
+
+
+def _instant(text: str, tz: ZoneInfo, *, end: bool, where: str) -> datetime:
+    """A date is a whole local day (an end date is inclusive); a date-time needs an offset."""
+    if len(text) == 10:
+        try:
+            day = date.fromisoformat(text)
+        except ValueError:
+            raise OnboardingError(where, f"not a date: {text!r}") from None
+        if end:
+            day += timedelta(days=1)
+        return as_utc(datetime.combine(day, time(0), tzinfo=tz))
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise OnboardingError(where, f"not a date or an ISO 8601 date-time: {text!r}") from None
+    if moment.tzinfo is None:
+        raise OnboardingError(where, "a date-time needs a UTC offset (or give a plain date)")
+    return as_utc(moment)
+
+
+class _Plan:
+    """The validated document, resolved to rows' values, ready to write."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        error = best_match(Draft202012Validator(SCHEMA, format_checker=FormatChecker()).iter_errors(doc))
+        if error is not None:
+            raise OnboardingError(_path(error.absolute_path), error.message)
+        self.doc = doc
+        org = doc["organization"]
+        self.org_id = stable_id("organization", org["slug"])
+        existing = Organization.get_or_none(Organization.slug == org["slug"])
+        if existing is not None:
+            self.org_id = existing.id
+        self.clinics = [self._clinic(i, c) for i, c in enumerate(doc["clinics"])]
+        self._unique([c["slug"] for c in doc["clinics"]], "clinics", "slug")
+        self.patients = self._patients(doc.get("patients", []))
+
+    @staticmethod
+    def _unique(values: list[str], where: str, field: str) -> None:
+        seen: set[str] = set()
+        for i, value in enumerate(values):
+            if value in seen:
+                raise OnboardingError(f"{where}[{i}].{field}", f"duplicate {value!r}")
+            seen.add(value)
+
+    def _clinic(self, i: int, c: dict[str, Any]) -> dict[str, Any]:
+        at = f"clinics[{i}]"
+        try:
+            tz = ZoneInfo(c["timezone"])
+        except (ZoneInfoNotFoundError, ValueError):
+            raise OnboardingError(f"{at}.timezone", f"unknown IANA timezone {c['timezone']!r}") from None
+        supported = holidays.list_supported_countries()
+        if c["country"] not in supported:
+            raise OnboardingError(f"{at}.country", f"no public holidays known for {c['country']!r}")
+        if c.get("subdivision") and c["subdivision"] not in supported[c["country"]]:
+            raise OnboardingError(f"{at}.subdivision", f"unknown subdivision {c['subdivision']!r} of {c['country']}")
+        clash = Clinic.get_or_none(Clinic.slug == c["slug"])
+        if clash is not None and clash.organization_id != self.org_id:
+            raise OnboardingError(f"{at}.slug", "belongs to another organization")
+        clinic_id = clash.id if clash else stable_id("clinic", c["slug"])
+
+        hours = []
+        for j, h in enumerate(c.get("officeHours", [])):
+            opens, closes = _hhmm(h["opens"]), _hhmm(h["closes"])
+            if opens == closes:
+                raise OnboardingError(f"{at}.officeHours[{j}].closes", "equals opens")
+            hours.append((WEEKDAYS.index(h["weekday"]) + 1, opens, closes, h.get("weeks", "every")))
+
+        tags = {}
+        for j, t in enumerate(c.get("tags", [])):
+            key = (t["type"], t["name"])
+            if key in tags:
+                raise OnboardingError(f"{at}.tags[{j}].name", f"duplicate {t['type']} tag {t['name']!r}")
+            tags[key] = {
+                "id": uuid.UUID(t["id"]) if t.get("id") else stable_id("tag", c["slug"], *key),
+                "type": t["type"], "name": t["name"], "color": t.get("color"),
+                "deleted": bool(t.get("deleted", False)),
+            }
+
+        calendars = []
+        self._unique([k["name"] for k in c.get("calendars", [])], f"{at}.calendars", "name")
+        for j, k in enumerate(c.get("calendars", [])):
+            cal_id = uuid.UUID(k["id"]) if k.get("id") else stable_id("calendar", c["slug"], k["name"])
+            vacations = []
+            for v_i, v in enumerate(k.get("vacations", [])):
+                where = f"{at}.calendars[{j}].vacations[{v_i}]"
+                start = _instant(v["start"], tz, end=False, where=f"{where}.start")
+                end = _instant(v["end"], tz, end=True, where=f"{where}.end")
+                if end <= start:
+                    raise OnboardingError(f"{where}.end", "is not after start")
+                vacations.append({
+                    "id": stable_id("vacation", str(cal_id), v.get("name", ""), start.isoformat(), end.isoformat()),
+                    "name": v.get("name", ""), "starts_at": start, "ends_at": end,
+                    "applies_to_switchboard": v.get("switchboard", True),
+                })
+            calendars.append({"id": cal_id, "name": k["name"], "ignore_holidays": k.get("ignoreHolidays", False),
+                              "vacations": vacations})
+
+        types = []
+        self._unique([t["ecrfId"] for t in c.get("requestTypes", [])], f"{at}.requestTypes", "ecrfId")
+        for j, t in enumerate(c.get("requestTypes", [])):
+            default_tags = []
+            for n, name in enumerate(t.get("defaultPatientTags", [])):
+                if ("patient", name) not in tags:
+                    raise OnboardingError(f"{at}.requestTypes[{j}].defaultPatientTags[{n}]",
+                                          f"no patient tag {name!r} in this clinic's tags")
+                default_tags.append(tags[("patient", name)]["id"])
+            types.append({
+                "id": uuid.UUID(t["id"]) if t.get("id") else stable_id("request-type", c["slug"], t["ecrfId"]),
+                "ecrf_id": t["ecrfId"], "name": t["name"], "description": t.get("description", ""),
+                "requires_reservation": t.get("requiresReservation", False),
+                "requires_payment": t.get("requiresPayment", False),
+                "requires_signature": t.get("requiresSignature", False),
+                "reservation_length": t.get("reservationLength", 0),
+                "remind_days_before": t.get("remindDaysBefore", 0),
+                "active": t.get("active", True), "default_tags": default_tags,
+            })
+
+        return {
+            "id": clinic_id, "slug": c["slug"], "name": c["name"], "timezone": c["timezone"],
+            "country": c["country"], "subdivision": c.get("subdivision"), "language": c.get("language"),
+            "missed_call_requests": c.get("missedCallRequests", True), "hours": hours, "tags": tags,
+            "calendars": calendars, "types": types, "switchboard": c.get("switchboard"),
+        }
+
+    def _patients(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        clinics = {c["slug"]: c for c in self.clinics}
+        ids: dict[str, uuid.UUID] = {}
+        for i, p in enumerate(items):
+            pid = uuid.UUID(p["id"]) if p.get("id") else stable_id("patient", self.doc["organization"]["slug"], p["key"])
+            for ref in filter(None, (p.get("key"), p.get("id"))):
+                if ref in ids:
+                    raise OnboardingError(f"patients[{i}]", f"duplicate patient {ref!r}")
+                ids[ref] = pid
+        out = []
+        for i, p in enumerate(items):
+            at = f"patients[{i}]"
+            region = clinics[p["records"][0]["clinic"]]["country"] if p.get("records") and p["records"][0]["clinic"] in clinics else self.clinics[0]["country"] if self.clinics else "US"
+            phone = None
+            if p.get("phone"):
+                phone = to_e164(p["phone"], region)
+                if phone is None:
+                    raise OnboardingError(f"{at}.phone", f"not a phone number: {p['phone']!r}")
+            merged_into = None
+            if p.get("mergedInto"):
+                merged_into = ids.get(p["mergedInto"])
+                if merged_into is None:
+                    raise OnboardingError(f"{at}.mergedInto", f"no patient {p['mergedInto']!r} in this file")
+                if merged_into == ids[p.get("key") or p["id"]]:
+                    raise OnboardingError(f"{at}.mergedInto", "a patient cannot be merged into itself")
+            records = []
+            for j, r in enumerate(p.get("records", [])):
+                clinic = clinics.get(r["clinic"])
+                if clinic is None:
+                    raise OnboardingError(f"{at}.records[{j}].clinic", f"no clinic {r['clinic']!r} in this file")
+                tag_ids = []
+                for n, name in enumerate(r.get("tags", [])):
+                    if ("patient", name) not in clinic["tags"]:
+                        raise OnboardingError(f"{at}.records[{j}].tags[{n}]", f"no patient tag {name!r} in {r['clinic']}")
+                    tag_ids.append(clinic["tags"][("patient", name)]["id"])
+                records.append({
+                    "clinic_id": clinic["id"], "status": r.get("status", "ACTIVE"), "note": r.get("note", ""),
+                    "tags": tag_ids,
+                    "external_ids": [(e.get("source", ""), e["id"]) for e in r.get("externalIds", [])],
+                })
+            birth = date.fromisoformat(p["birthDate"]) if p.get("birthDate") else None
+            out.append({
+                "id": ids[p.get("key") or p["id"]], "first_name": p.get("firstName", ""),
+                "last_name": p.get("lastName", ""), "phone": phone, "email": p.get("email"),
+                "birth_date": birth, "merged_into": merged_into, "records": records,
+            })
+        # Merge chains must end: a cycle would make the survivor undefined.
+        links = {p["id"]: p["merged_into"] for p in out if p["merged_into"]}
+        for start in links:
+            seen, cur = {start}, links[start]
+            while cur in links:
+                if cur in seen:
+                    raise OnboardingError("patients", "mergedInto links form a cycle")
+                seen.add(cur)
+                cur = links[cur]
+        return out
+
+
+class _Writer:
+    def __init__(self, secret_key: str) -> None:
+        self.secret_key = secret_key
+        self.changes = 0
+
+    def upsert(self, model: type[pw.Model], key: Any, values: dict[str, Any]) -> pw.Model:
+        row = model.get_or_none(model._meta.primary_key == key)
+        if row is None:
+            self.changes += 1
+            return model.create(**{model._meta.primary_key.name: key}, **values)
+        dirty = {k: v for k, v in values.items() if getattr(row, _FK_IDS.get(k, k)) != v}
+        if dirty:
+            self.changes += 1
+            model.update(**dirty).where(model._meta.primary_key == key).execute()
+        return row
+
+    def ensure(self, model: type[pw.Model], **values: Any) -> None:
+        """Insert a link row unless present."""
+        query = model.select()
+        for k, v in values.items():
+            query = query.where(getattr(model, k) == v)
+        if not query.exists():
+            self.changes += 1
+            model.create(**values)
+
+    def replace(self, model: type[pw.Model], where: pw.Expression, wanted: set[tuple], columns: tuple[str, ...], fixed: dict[str, Any]) -> None:
+        have = {tuple(getattr(r, _FK_IDS.get(c, c)) for c in columns): r for r in model.select().where(where)}
+        for key, row in have.items():
+            if key not in wanted:
+                self.changes += 1
+                row.delete_instance()
+        for key in wanted - set(have):
+            self.changes += 1
+            model.create(**fixed, **dict(zip(columns, key)))
+
+
+# Foreign keys compared by their raw id column.
+_FK_IDS = {"organization": "organization_id", "clinic": "clinic_id", "calendar": "calendar_id",
+           "merged_into": "merged_into_id", "tag": "tag_id", "patient": "patient_id"}
+
+
+def onboard(document: dict[str, Any], *, secret_key: str) -> str:
+    """Validate `document`, then write it in one transaction. Returns a one-line summary."""
+    with db.atomic():
+        plan = _Plan(document)
+        w = _Writer(secret_key)
+        org = document["organization"]
+        w.upsert(Organization, plan.org_id, {"slug": org["slug"], "name": org["name"],
+                                             "patient_sharing": org.get("patientSharing", False)})
+        for c in plan.clinics:
+            _write_clinic(w, plan.org_id, c)
+        for p in plan.patients:  # all rows first, so merged_into always points at one
+            w.upsert(Patient, p["id"], {"organization": plan.org_id, "first_name": p["first_name"],
+                                        "last_name": p["last_name"], "phone": p["phone"], "email": p["email"],
+                                        "birth_date": p["birth_date"]})
+        for p in plan.patients:
+            w.upsert(Patient, p["id"], {"merged_into": p["merged_into"]})
+            for r in p["records"]:
+                record = PatientRecord.get_or_none((PatientRecord.patient == p["id"]) & (PatientRecord.clinic == r["clinic_id"]))
+                rid = record.id if record else stable_id("record", str(p["id"]), str(r["clinic_id"]))
+                w.upsert(PatientRecord, rid, {"patient": p["id"], "clinic": r["clinic_id"], "status": r["status"], "note": r["note"]})
+                for tag_id in r["tags"]:
+                    w.ensure(PatientRecordTag, record=rid, tag=tag_id)
+                for source, value in r["external_ids"]:
+                    owner = ExternalId.get_or_none((ExternalId.clinic == r["clinic_id"]) & (ExternalId.source == source) & (ExternalId.value == value))
+                    if owner is not None and owner.patient_id != p["id"]:
+                        raise OnboardingError("patients", f"external id {source}:{value} already belongs to another patient")
+                    w.ensure(ExternalId, clinic=r["clinic_id"], patient=p["id"], source=source, value=value)
+        return f"onboarded {org['slug']}: {len(plan.clinics)} clinic(s), {len(plan.patients)} patient(s), {w.changes} change(s)"
+
+
+def _write_clinic(w: _Writer, org_id: uuid.UUID, c: dict[str, Any]) -> None:
+    values = {k: c[k] for k in ("slug", "name", "timezone", "country", "subdivision", "language", "missed_call_requests")}
+    values["organization"] = org_id
+    current = Clinic.get_or_none(Clinic.id == c["id"])
+    sb = c["switchboard"]
+    if sb is None:
+        values |= {"pbx_api_url": None, "pbx_username": None, "pbx_password_encrypted": None}
+    else:
+        values |= {"pbx_api_url": sb["apiUrl"], "pbx_username": sb["username"]}
+        stored = current.pbx_password_encrypted if current else None
+        try:
+            same = stored is not None and crypto.decrypt(stored, w.secret_key) == sb["password"]
+        except crypto.InvalidToken:
+            same = False  # encrypted under another SECRET_KEY: re-encrypt
+        if not same:
+            values["pbx_password_encrypted"] = crypto.encrypt(sb["password"], w.secret_key)
+    w.upsert(Clinic, c["id"], values)
+
+    w.replace(OfficeHours, OfficeHours.clinic == c["id"], set(c["hours"]), ("weekday", "opens", "closes", "weeks"), {"clinic": c["id"]})
+    for t in c["tags"].values():
+        existing = Tag.get_or_none(Tag.id == t["id"])
+        deleted_at = None
+        if t["deleted"]:
+            deleted_at = existing.deleted_at if existing and existing.deleted_at else utc_now()
+        w.upsert(Tag, t["id"], {"clinic": c["id"], "type": t["type"], "name": t["name"], "color": t["color"],
+                               "deleted_at": deleted_at})
+    for k in c["calendars"]:
+        w.upsert(Calendar, k["id"], {"clinic": c["id"], "name": k["name"], "ignore_holidays": k["ignore_holidays"]})
+        wanted = {v["id"] for v in k["vacations"]}
+        for row in Vacation.select().where((Vacation.calendar == k["id"]) & Vacation.id.not_in(list(wanted) or [uuid.UUID(int=0)])):
+            w.changes += 1
+            row.delete_instance()
+        for v in k["vacations"]:
+            w.upsert(Vacation, v["id"], {"calendar": k["id"], "name": v["name"], "starts_at": v["starts_at"],
+                                         "ends_at": v["ends_at"], "applies_to_switchboard": v["applies_to_switchboard"]})
+    for t in c["types"]:
+        fields = {k: v for k, v in t.items() if k not in ("id", "default_tags")}
+        w.upsert(RequestType, t["id"], {"clinic": c["id"], **fields})
+        w.replace(RequestTypeDefaultTag, RequestTypeDefaultTag.request_type == t["id"],
+                  {(tag_id,) for tag_id in t["default_tags"]}, ("tag",), {"request_type": t["id"]})

@@ -1,0 +1,143 @@
+"""The OpenAPI 3.1 document, built from the same schemas that validate requests.
+
+Paths are written with Falcon's templates (`{clinic_slug}`) in `OPERATIONS` and turned
+into the documented camelCase (`{clinicSlug}`) when the document is built.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import schemas
+
+SWITCHBOARD = "/external/v1/clinics/{clinic_slug}/switchboard"
+
+_ERROR_TEXT = {
+    400: "Malformed payload or validation failure.",
+    401: "Missing, invalid, expired or revoked token.",
+    403: "Token lacks the scope or has no access to the clinic.",
+    404: "Unknown clinic (CLINIC_NOT_FOUND) or resource.",
+    409: "Conflict.",
+    410: "Gone.",
+    413: "Body larger than the configured limit.",
+    415: "Body is not JSON.",
+    503: "Service dependency unavailable.",
+}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def operation(
+    summary: str,
+    *,
+    scope: str | None,
+    request: dict[str, Any] | None,
+    response: dict[str, Any],
+    errors: tuple[int, ...] = (),
+    request_required: bool = True,
+    tag: str,
+) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": {"200": {"description": "OK", "content": _json(response)}}}
+    codes = set(errors)
+    if scope is not None:
+        op["security"] = [{"bearerAuth": [scope]}]
+        op["description"] = f"Requires the `{scope}` scope on a token bound to the clinic."
+        codes |= {401, 403, 404}
+    if request is not None:
+        op["requestBody"] = {"required": request_required, "content": _json(request)}
+        codes |= {400, 413, 415}
+    for code in sorted(codes):
+        op["responses"][str(code)] = {"description": _ERROR_TEXT[code], "content": _json({"$ref": "#/components/schemas/Error"})}
+    return op
+
+
+OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "/openapi.json": {
+        "get": operation("This document.", scope=None, request=None, response={"type": "object"}, tag="service"),
+    },
+    "/healthz": {
+        "get": operation(
+            "Database and Redis reachability.",
+            scope=None,
+            request=None,
+            response={
+                "type": "object",
+                "properties": {"status": {"const": "ok"}, "database": {"type": "string"}, "redis": {"type": "string"}},
+            },
+            errors=(503,),
+            tag="service",
+        ),
+    },
+    f"{SWITCHBOARD}/is-clinic-opened": {
+        "post": operation(
+            "Is the clinic within its office hours now (clinic's timezone, odd/even ISO weeks)?",
+            scope="read",
+            request=schemas.EMPTY_REQUEST,
+            request_required=False,
+            response=schemas.boolean_answer("isOpen"),
+            tag="switchboard",
+        ),
+    },
+    f"{SWITCHBOARD}/is-on-vacation": {
+        "post": operation(
+            "Is a switchboard vacation active, or is today a public holiday?",
+            scope="read",
+            request=schemas.VACATION_REQUEST,
+            request_required=False,
+            response=schemas.boolean_answer("isOnVacation"),
+            tag="switchboard",
+        ),
+    },
+    f"{SWITCHBOARD}/has-active-request": {
+        "post": operation(
+            "Does the caller or patient have an open request in this clinic?",
+            scope="read",
+            request=schemas.ACTIVE_REQUEST_REQUEST,
+            response=schemas.boolean_answer("hasActiveRequest"),
+            tag="switchboard",
+        ),
+    },
+}
+
+
+def public_path(template: str) -> str:
+    """Falcon template -> documented path: `{clinic_slug}` -> `{clinicSlug}`."""
+    def camel(match: re.Match[str]) -> str:
+        name = match.group(1).split(":")[0]
+        head, *rest = name.split("_")
+        return "{" + head + "".join(w.title() for w in rest) + "}"
+
+    return re.sub(r"\{([^}]+)\}", camel, template)
+
+
+def _parameters(path: str) -> list[dict[str, Any]]:
+    return [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in re.findall(r"\{([^}]+)\}", path)
+    ]
+
+
+def document(base_url: str = "/") -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for template, methods in OPERATIONS.items():
+        path = public_path(template)
+        item: dict[str, Any] = {k: v for k, v in methods.items()}
+        if _parameters(path):
+            item["parameters"] = _parameters(path)
+        paths[path] = item
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Clinic integration service",
+            "version": "1.0.0",
+            "description": "Switchboard routing checks and call hand-off; externally signed document storage.",
+        },
+        "servers": [{"url": base_url}],
+        "paths": paths,
+        "components": {
+            "schemas": {"Error": schemas.ERROR},
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+        },
+    }

@@ -1,0 +1,40 @@
+"""Helpers shared by the tests (fixtures live in conftest.py)."""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from models import ApiToken, Clinic, db
+from onboarding import onboard
+
+SECRET_KEY = "test-secret-key"
+
+
+def load(document: dict[str, Any]) -> str:
+    with db.connection_context():
+        return onboard(document, secret_key=SECRET_KEY)
+
+
+def issue_token(slugs: list[str], scopes: list[str], expires_in: timedelta | None = None) -> str:
+    with db.connection_context():
+        clinics = list(Clinic.select().where(Clinic.slug.in_(slugs)))
+        _, text = ApiToken.issue("test-service", clinics, scopes, expires_in)
+    return text
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def switchboard_url(slug: str, check: str) -> str:
+    return f"/external/v1/clinics/{slug}/switchboard/{check}"
+
+
+def organization(*clinics: dict[str, Any], slug: str = "test-org", sharing: bool = False,
+                 patients: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"organization": {"slug": slug, "name": slug.title(), "patientSharing": sharing},
+            "clinics": list(clinics), "patients": patients or []}
+
+
+def clinic(slug: str = "clinic-a", *, tz: str = "Europe/Prague", country: str = "CZ", **extra: Any) -> dict[str, Any]:
+    return {"slug": slug, "name": slug.title(), "timezone": tz, "country": country, **extra}

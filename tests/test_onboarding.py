@@ -1,0 +1,158 @@
+"""`python manage.py onboard FILE.json`: one transaction, idempotent, path-named errors."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import crypto
+import manage
+from models import (MODELS, Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord,
+                    PatientRecordTag, RequestType, RequestTypeDefaultTag, SchemaMigration, Tag, Vacation, db)
+from onboarding import OnboardingError, onboard, stable_id
+from tests.support import SECRET_KEY, load
+
+
+def snapshot() -> dict[str, list[tuple]]:
+    with db.connection_context():
+        return {
+            m.__name__: sorted(tuple(sorted((k, str(v)) for k, v in row.__data__.items())) for row in m.select())
+            for m in MODELS if m is not SchemaMigration
+        }
+
+
+def cli(config, *args: str) -> int:
+    return manage.main(list(args), config)
+
+
+def test_example_file_loads_everything(app, example):
+    load(example)
+    with db.connection_context():
+        org = Organization.get(Organization.slug == "demo-health")
+        assert org.patient_sharing is True
+        clinic = Clinic.get(Clinic.slug == "demo-clinic")
+        assert (clinic.timezone, clinic.country, clinic.language, clinic.missed_call_requests) == ("Europe/Prague", "CZ", "cs", True)
+        assert Clinic.get(Clinic.slug == "demo-clinic-brno").missed_call_requests is False
+        assert OfficeHours.select().where(OfficeHours.clinic == clinic).count() == 6
+        assert {c.name: c.ignore_holidays for c in clinic.calendars} == {"Dr. Novak": False, "Nurse line": True}
+        assert Vacation.select().count() == 2
+        signed = RequestType.get(RequestType.ecrf_id == "SIGNED_CONSENT")
+        assert [d.tag.name for d in RequestTypeDefaultTag.select().where(RequestTypeDefaultTag.request_type == signed)] == ["signed-consent"]
+        jana = Patient.get(Patient.id == stable_id("patient", "demo-health", "jana-novakova"))
+        assert jana.phone == "+420601123456"
+        dup = Patient.get(Patient.id == stable_id("patient", "demo-health", "jana-novakova-duplicate"))
+        assert dup.merged_into_id == jana.id and dup.phone == "+420601123456"
+        assert Patient.get(Patient.id == stable_id("patient", "demo-health", "petr-svoboda")).phone == "+420602987654"
+        record = PatientRecord.get((PatientRecord.patient == jana) & (PatientRecord.clinic == clinic))
+        assert record.note == "Prefers morning calls."
+        assert [t.tag.name for t in PatientRecordTag.select().where(PatientRecordTag.record == record)] == ["vip"]
+        ext = ExternalId.get(ExternalId.value == "EXT-1001")
+        assert (ext.clinic_id, ext.patient_id, ext.source) == (clinic.id, jana.id, "signing-system")
+        # The platform password is stored encrypted, and decrypts with the configured key.
+        assert "change-me" not in clinic.pbx_password_encrypted
+        assert crypto.decrypt(clinic.pbx_password_encrypted, SECRET_KEY) == "change-me"
+        assert clinic.pbx_api_url == "https://pbx.example.net/openapi" and clinic.pbx_username == "demo-clinic-api"
+
+
+def test_running_the_same_file_twice_changes_nothing(app, example):
+    first = load(example)
+    before = snapshot()
+    second = load(example)
+    assert snapshot() == before
+    assert "0 change(s)" in second and "0 change(s)" not in first
+
+
+def test_changes_in_the_file_are_applied(app, example):
+    load(example)
+    example["clinics"][0]["officeHours"] = [{"weekday": "sat", "opens": "09:00", "closes": "11:00"}]
+    example["clinics"][0]["calendars"][0]["vacations"] = []
+    example["clinics"][0]["requestTypes"][0]["defaultPatientTags"] = ["vip"]
+    example["clinics"][0]["switchboard"]["password"] = "rotated"
+    example["clinics"][0]["tags"][1]["deleted"] = True
+    load(example)
+    with db.connection_context():
+        clinic = Clinic.get(Clinic.slug == "demo-clinic")
+        assert [(h.weekday, str(h.opens)) for h in clinic.office_hours] == [(6, "09:00:00")]
+        assert Vacation.select().join(Calendar).where(Calendar.name == "Dr. Novak").count() == 0
+        signed = RequestType.get(RequestType.ecrf_id == "SIGNED_CONSENT")
+        assert [d.tag.name for d in signed.default_tags] == ["vip"]
+        assert crypto.decrypt(clinic.pbx_password_encrypted, SECRET_KEY) == "rotated"
+        assert Tag.get((Tag.clinic == clinic) & (Tag.name == "vip")).deleted_at is not None
+
+
+def _break(doc: dict[str, Any], path: list, value: Any) -> dict[str, Any]:
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize("path, value, where", [
+    (["organization", "slug"], "Bad Slug!", "organization.slug"),
+    (["clinics", 0, "timezone"], "Europe/Prag", "clinics[0].timezone"),
+    (["clinics", 0, "country"], "XX", "clinics[0].country"),
+    (["clinics", 0, "country"], "cz", "clinics[0].country"),
+    (["clinics", 0, "officeHours", 2, "weeks"], "third", "clinics[0].officeHours[2].weeks"),
+    (["clinics", 0, "officeHours", 0, "opens"], "8:00", "clinics[0].officeHours[0].opens"),
+    (["clinics", 0, "officeHours", 0, "weekday"], "monday", "clinics[0].officeHours[0].weekday"),
+    (["clinics", 0, "calendars", 0, "vacations", 0, "end"], "2026-12-01", "clinics[0].calendars[0].vacations[0].end"),
+    (["clinics", 0, "calendars", 0, "vacations", 1, "start"], "2027-03-10T12:00:00", "clinics[0].calendars[0].vacations[1].start"),
+    (["clinics", 0, "requestTypes", 0, "defaultPatientTags", 0], "no-such-tag", "clinics[0].requestTypes[0].defaultPatientTags[0]"),
+    (["clinics", 0, "requestTypes", 0, "reservationLength"], "thirty", "clinics[0].requestTypes[0].reservationLength"),
+    (["clinics", 0, "switchboard", "apiUrl"], "http://pbx.example.net", "clinics[0].switchboard.apiUrl"),
+    (["patients", 0, "phone"], "not a phone", "patients[0].phone"),
+    (["patients", 1, "mergedInto"], "nobody", "patients[1].mergedInto"),
+    (["patients", 0, "records", 0, "clinic"], "elsewhere", "patients[0].records[0].clinic"),
+    (["patients", 0, "records", 0, "tags", 0], "unknown", "patients[0].records[0].tags[0]"),
+    (["patients", 0, "birthDate"], "1980-13-45", "patients[0].birthDate"),
+    (["clinics", 1, "slug"], "demo-clinic", "clinics[1].slug"),
+])
+def test_a_bad_file_writes_nothing_and_names_the_field(app, example, config, tmp_path, capsys, path, value, where):
+    empty = snapshot()
+    bad = _break(example, path, value)
+    file = tmp_path / "bad.json"
+    file.write_text(json.dumps(bad))
+    assert cli(config, "onboard", str(file)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {where}:"), err
+    assert snapshot() == empty
+
+
+def test_a_bad_file_does_not_touch_an_earlier_onboarding(app, example):
+    load(example)
+    before = snapshot()
+    example["clinics"][0]["name"] = "Renamed"
+    example["patients"][2]["phone"] = "garbage"
+    with pytest.raises(OnboardingError) as info:
+        load(example)
+    assert info.value.path == "patients[2].phone"
+    assert snapshot() == before
+
+
+def test_merge_cycles_are_refused(app, example):
+    example["patients"][0]["mergedInto"] = "jana-novakova-duplicate"
+    with pytest.raises(OnboardingError, match="cycle"):
+        load(example)
+
+
+def test_a_clinic_slug_of_another_organization_is_refused(app, example):
+    load(example)
+    other = {"organization": {"slug": "other-org", "name": "Other"},
+             "clinics": [{"slug": "demo-clinic", "name": "X", "timezone": "UTC", "country": "GB"}]}
+    with pytest.raises(OnboardingError) as info:
+        load(other)
+    assert info.value.path == "clinics[0].slug"
+
+
+def test_unreadable_file_is_reported(config, tmp_path, capsys):
+    file = tmp_path / "x.json"
+    file.write_text("{not json")
+    assert cli(config, "onboard", str(file)) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_cli_onboard_succeeds_on_the_example(app, config, capsys):
+    assert cli(config, "onboard", str(manage.DEMO_FILE)) == 0
+    assert "onboarded demo-health" in capsys.readouterr().err

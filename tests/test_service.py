@@ -1,0 +1,88 @@
+"""The OpenAPI document, the health check, and migrations on both databases."""
+from __future__ import annotations
+
+import falcon.inspect
+import redis
+from openapi_spec_validator import validate
+from jsonschema import Draft202012Validator
+
+import openapi
+from app import create_app
+from config import Config
+from migrations import MIGRATIONS, migrate
+from models import SchemaMigration, bind_database, db
+from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+
+
+def test_openapi_document_is_valid_and_served_without_auth(app):
+    document = app.get("/openapi.json", status=200).json
+    validate(document)
+    assert document["openapi"].startswith("3.1")
+
+
+def test_every_route_and_method_is_documented(wsgi_app, app):
+    documented = app.get("/openapi.json").json["paths"]
+    routes = falcon.inspect.inspect_routes(wsgi_app)
+    assert routes
+    for route in routes:
+        path = openapi.public_path(route.path)
+        assert path in documented, f"{route.path} is missing from /openapi.json"
+        for method in route.methods:
+            if method.internal:  # Falcon's own OPTIONS / 405 responders
+                continue
+            assert method.method.lower() in documented[path], f"{method.method} {path} is not documented"
+            assert documented[path][method.method.lower()]["responses"]
+
+
+def test_live_answers_match_their_documented_schemas(app):
+    load(organization(clinic()))
+    token = issue_token(["clinic-a"], ["read"])
+    document = app.get("/openapi.json").json
+    error_schema = document["components"]["schemas"]["Error"]
+    for check, body in [("is-clinic-opened", {}), ("is-on-vacation", {}), ("has-active-request", {"callFrom": "+420601123456"})]:
+        path = openapi.public_path(switchboard_url("{clinic_slug}", check))
+        schema = document["paths"][path]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+        Draft202012Validator(schema).validate(app.post_json(switchboard_url("clinic-a", check), body, headers=bearer(token)).json)
+        bad = app.post_json(switchboard_url("clinic-a", check), body, status=401).json
+        Draft202012Validator(error_schema).validate(bad)
+
+
+def test_healthz_reports_database_and_redis(app):
+    assert app.get("/healthz", status=200).json == {"status": "ok", "database": "ok", "redis": "ok"}
+
+
+def test_healthz_is_503_when_redis_is_unreachable(config, tmp_path):
+    # A port nothing listens on: a real refused connection, not a mock.
+    broken = Config(database_url=f"sqlite:///{tmp_path}/h.db", redis_url="redis://127.0.0.1:1/0")
+    import webtest
+    try:
+        resp = webtest.TestApp(create_app(broken)).get("/healthz", status=503)
+        assert resp.json["code"] == "SERVICE_UNAVAILABLE" and resp.json["redis"] == "down"
+        assert resp.json["database"] == "ok"
+    finally:
+        bind_database(config.database_url, pool_size=config.db_pool_size)
+
+
+def test_migrate_is_idempotent_on_postgresql(wsgi_app):
+    with db.connection_context():
+        assert migrate(db.obj) == []
+        assert [r.version for r in SchemaMigration.select().order_by(SchemaMigration.version)] == [v for v, _, _ in MIGRATIONS]
+
+
+def test_sqlite_embedded_default_migrates_and_answers(config, tmp_path):
+    """The embedded default: a fresh SQLite file, migrated twice, serving the checks."""
+    import webtest
+    sqlite = Config(database_url=f"sqlite:///{tmp_path}/app.db", redis_url=config.redis_url, clock=config.clock)
+    try:
+        sqlite_app = create_app(sqlite)
+        assert migrate(db.obj) == [f"{v:04d}_{n}" for v, n, _ in MIGRATIONS]
+        assert migrate(db.obj) == []
+        load(organization(clinic(officeHours=[{"weekday": "wed", "opens": "08:00", "closes": "16:00"}])))
+        token = issue_token(["clinic-a"], ["read"])
+        client = webtest.TestApp(sqlite_app)
+        assert client.post(switchboard_url("clinic-a", "is-clinic-opened"), headers=bearer(token)).json == {"isOpen": True}
+        assert client.post_json(switchboard_url("clinic-a", "has-active-request"), {"callFrom": "+420601123456"},
+                                headers=bearer(token)).json == {"hasActiveRequest": False}
+        assert client.get("/healthz").json["database"] == "ok"
+    finally:
+        bind_database(config.database_url, pool_size=config.db_pool_size)

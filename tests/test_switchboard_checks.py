@@ -1,0 +1,307 @@
+"""Spec section 4, rules 1-3: the three routing checks, answered with 200 and a boolean."""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from models import Calendar, Clinic, Patient, PatientRequest, db, utc_now
+from onboarding import stable_id
+from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+
+PRAGUE = ZoneInfo("Europe/Prague")
+
+
+def at(local: str, tz: ZoneInfo = PRAGUE) -> datetime:
+    return datetime.fromisoformat(local).replace(tzinfo=tz)
+
+
+def ask(app, check: str, body=None, slug: str = "clinic-a", token: str | None = None, status: int = 200):
+    token = token or issue_token([slug], ["read"])
+    if body is None:
+        return app.post(switchboard_url(slug, check), headers=bearer(token), status=status)
+    return app.post_json(switchboard_url(slug, check), body, headers=bearer(token), status=status)
+
+
+@pytest.fixture
+def server_tz():
+    """Run the server process in a timezone far from the clinic's."""
+    old = os.environ.get("TZ")
+
+    def set_tz(name: str) -> None:
+        os.environ["TZ"] = name
+        time.tzset()
+
+    yield set_tz
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+# --- is-clinic-opened ---------------------------------------------------------------
+
+def test_open_within_office_hours_and_closed_outside(app, clock):
+    load(organization(clinic(officeHours=[{"weekday": "wed", "opens": "08:00", "closes": "16:00"}])))
+    for local, expected in [("2026-11-18T07:59", False), ("2026-11-18T08:00", True),
+                            ("2026-11-18T15:59", True), ("2026-11-18T16:00", False),
+                            ("2026-11-19T10:00", False)]:
+        clock.set(at(local))
+        assert ask(app, "is-clinic-opened").json == {"isOpen": expected}, local
+
+
+def test_empty_object_body_is_accepted(app, clock):
+    load(organization(clinic(officeHours=[{"weekday": "wed", "opens": "08:00", "closes": "16:00"}])))
+    clock.set(at("2026-11-18T09:00"))
+    assert ask(app, "is-clinic-opened", {}).json == {"isOpen": True}
+
+
+def test_odd_and_even_iso_weeks_at_a_53_week_year_boundary(app, clock):
+    # 2026 has 53 ISO weeks: Mon 2026-12-28 is week 53 (odd), Mon 2027-01-04 is week 1
+    # (odd again), Mon 2027-01-11 is week 2 (even). Mon 2026-12-21 is week 52 (even).
+    load(organization(clinic(officeHours=[
+        {"weekday": "mon", "opens": "08:00", "closes": "12:00", "weeks": "odd"},
+        {"weekday": "mon", "opens": "13:00", "closes": "17:00", "weeks": "even"},
+    ])))
+    expectations = {
+        "2026-12-21": (False, True),
+        "2026-12-28": (True, False),
+        "2027-01-04": (True, False),
+        "2027-01-11": (False, True),
+    }
+    for day, (morning, afternoon) in expectations.items():
+        clock.set(at(f"{day}T09:00"))
+        assert ask(app, "is-clinic-opened").json["isOpen"] is morning, day
+        clock.set(at(f"{day}T14:00"))
+        assert ask(app, "is-clinic-opened").json["isOpen"] is afternoon, day
+
+
+def test_week_parity_is_read_in_the_clinic_timezone_not_utc(app, clock):
+    # Sunday 2027-01-10 23:30 UTC is already Monday 2027-01-11 (week 2, even) in Tokyo,
+    # while in UTC it is still Sunday of week 1.
+    tokyo = ZoneInfo("Asia/Tokyo")
+    load(organization(clinic(tz="Asia/Tokyo", country="JP", officeHours=[
+        {"weekday": "mon", "opens": "08:00", "closes": "12:00", "weeks": "even"}])))
+    clock.set(datetime(2027, 1, 10, 23, 30, tzinfo=timezone.utc))
+    assert at("2027-01-11T08:30", tokyo) == clock.now
+    assert ask(app, "is-clinic-opened").json == {"isOpen": True}
+
+
+@pytest.mark.parametrize("server", ["Pacific/Kiritimati", "Pacific/Pago_Pago", "UTC"])
+def test_clinic_far_from_the_server_timezone(app, clock, server_tz, server):
+    la = ZoneInfo("America/Los_Angeles")
+    server_tz(server)
+    load(organization(clinic(tz="America/Los_Angeles", country="US", officeHours=[
+        {"weekday": "wed", "opens": "09:00", "closes": "17:00"}])))
+    clock.set(at("2026-11-18T09:30", la))
+    assert ask(app, "is-clinic-opened").json == {"isOpen": True}
+    clock.set(at("2026-11-18T08:30", la))
+    assert ask(app, "is-clinic-opened").json == {"isOpen": False}
+
+
+@pytest.mark.parametrize("day, utc_open, utc_before", [
+    # Spring forward (CET -> CEST): 08:00 local is 06:00 UTC.
+    ("2026-03-29", "2026-03-29T06:00", "2026-03-29T05:59"),
+    # Fall back (CEST -> CET): 08:00 local is 07:00 UTC.
+    ("2026-10-25", "2026-10-25T07:00", "2026-10-25T06:59"),
+])
+def test_dst_change_days_keep_local_wall_clock_hours(app, clock, day, utc_open, utc_before):
+    load(organization(clinic(officeHours=[{"weekday": "sun", "opens": "08:00", "closes": "12:00"}])))
+    clock.set(datetime.fromisoformat(utc_before).replace(tzinfo=timezone.utc))
+    assert ask(app, "is-clinic-opened").json == {"isOpen": False}
+    clock.set(datetime.fromisoformat(utc_open).replace(tzinfo=timezone.utc))
+    assert ask(app, "is-clinic-opened").json == {"isOpen": True}
+
+
+def test_interval_past_midnight_belongs_to_the_day_it_opened(app, clock):
+    load(organization(clinic(officeHours=[{"weekday": "fri", "opens": "22:00", "closes": "02:00", "weeks": "odd"}])))
+    # Fri 2026-11-20 is in ISO week 47 (odd); Fri 2026-11-27 in week 48 (even).
+    for local, expected in [("2026-11-20T23:00", True), ("2026-11-21T01:30", True),
+                            ("2026-11-21T02:00", False), ("2026-11-28T01:00", False),
+                            ("2026-11-27T23:00", False)]:
+        clock.set(at(local))
+        assert ask(app, "is-clinic-opened").json["isOpen"] is expected, local
+
+
+def test_clinic_without_office_hours_is_closed(app, clock):
+    load(organization(clinic()))
+    assert ask(app, "is-clinic-opened").json == {"isOpen": False}
+
+
+# --- is-on-vacation -----------------------------------------------------------------
+
+def _vacation_clinic(**extra):
+    return clinic(calendars=[
+        {"name": "Doctor", "vacations": [
+            {"name": "Ski", "start": "2026-12-01", "end": "2026-12-05"},
+            {"name": "Course", "start": "2026-12-10T09:00:00+01:00", "end": "2026-12-10T12:00:00+01:00"},
+            {"name": "Desk only", "start": "2026-12-15", "end": "2026-12-16", "switchboard": False},
+        ]},
+        {"name": "Nurse", "ignoreHolidays": True},
+    ], **extra)
+
+
+def _calendar_id(name: str, slug: str = "clinic-a") -> str:
+    return str(stable_id("calendar", slug, name))
+
+
+def test_active_vacation_counts_for_all_calendars_and_only_for_its_own(app, clock):
+    load(organization(_vacation_clinic()))
+    clock.set(at("2026-12-03T10:00"))
+    assert ask(app, "is-on-vacation", {}).json == {"isOnVacation": True}
+    assert ask(app, "is-on-vacation").json == {"isOnVacation": True}
+    assert ask(app, "is-on-vacation", {"calendarIds": [_calendar_id("Doctor")]}).json == {"isOnVacation": True}
+    assert ask(app, "is-on-vacation", {"calendarIds": [_calendar_id("Nurse")]}).json == {"isOnVacation": False}
+
+
+def test_vacation_boundaries_in_clinic_time(app, clock):
+    load(organization(_vacation_clinic()))
+    # Whole days: start at local midnight, the end date is inclusive.
+    for local, expected in [("2026-11-30T23:59", False), ("2026-12-01T00:00", True),
+                            ("2026-12-05T23:59", True), ("2026-12-06T00:00", False),
+                            # Exact instants: end exclusive.
+                            ("2026-12-10T08:59", False), ("2026-12-10T09:00", True),
+                            ("2026-12-10T12:00", False)]:
+        clock.set(at(local))
+        assert ask(app, "is-on-vacation", {}).json["isOnVacation"] is expected, local
+
+
+def test_vacation_not_applying_to_switchboard_is_ignored(app, clock):
+    load(organization(_vacation_clinic()))
+    clock.set(at("2026-12-15T10:00"))
+    assert ask(app, "is-on-vacation", {}).json == {"isOnVacation": False}
+
+
+def test_national_holiday_of_the_clinic_country(app, clock):
+    # 28 October: Czech Independent State Day. Not a holiday in Germany.
+    load(organization(_vacation_clinic(), clinic("clinic-de", tz="Europe/Berlin", country="DE")))
+    clock.set(at("2026-10-28T10:00"))
+    assert ask(app, "is-on-vacation", {}).json == {"isOnVacation": True}
+    assert ask(app, "is-on-vacation", {}, slug="clinic-de").json == {"isOnVacation": False}
+    clock.set(at("2026-10-27T10:00"))
+    assert ask(app, "is-on-vacation", {}).json == {"isOnVacation": False}
+
+
+def test_holiday_is_read_in_the_clinic_local_date(app, clock):
+    # 2026-10-27 23:30 UTC is already 28 October in Prague.
+    load(organization(_vacation_clinic()))
+    clock.set(datetime(2026, 10, 27, 23, 30, tzinfo=timezone.utc))
+    assert ask(app, "is-on-vacation", {}).json == {"isOnVacation": True}
+
+
+def test_calendar_that_ignores_holidays(app, clock):
+    load(organization(_vacation_clinic()))
+    clock.set(at("2026-10-28T10:00"))
+    # Only the nurse calendar is relevant and it ignores holidays.
+    assert ask(app, "is-on-vacation", {"calendarIds": [_calendar_id("Nurse")]}).json == {"isOnVacation": False}
+    # One relevant calendar that does not ignore holidays is enough.
+    both = [_calendar_id("Nurse"), _calendar_id("Doctor")]
+    assert ask(app, "is-on-vacation", {"calendarIds": both}).json == {"isOnVacation": True}
+
+
+def test_every_calendar_ignoring_holidays(app, clock):
+    load(organization(clinic(calendars=[{"name": "A", "ignoreHolidays": True}, {"name": "B", "ignoreHolidays": True}])))
+    clock.set(at("2026-12-24T10:00"))
+    assert ask(app, "is-on-vacation", {}).json == {"isOnVacation": False}
+
+
+def test_clinic_without_calendars_follows_public_holidays(app, clock):
+    load(organization(clinic()))
+    clock.set(at("2026-12-24T10:00"))
+    assert ask(app, "is-on-vacation", {}).json == {"isOnVacation": True}
+
+
+@pytest.mark.parametrize("ids", [["not-a-uuid"], "abc", [1], [None]])
+def test_malformed_calendar_ids_are_400(app, ids):
+    load(organization(_vacation_clinic()))
+    answer = ask(app, "is-on-vacation", {"calendarIds": ids}, status=400).json
+    assert answer["code"] == "VALIDATION_FAILED" and answer["error"].startswith("calendarIds")
+
+
+def test_calendar_of_another_clinic_or_unknown_is_400(app):
+    load(organization(_vacation_clinic(), clinic("clinic-b", calendars=[{"name": "Other"}])))
+    for foreign in [_calendar_id("Other", "clinic-b"), str(uuid.uuid4())]:
+        answer = ask(app, "is-on-vacation", {"calendarIds": [_calendar_id("Doctor"), foreign]}, status=400).json
+        assert answer["code"] == "VALIDATION_FAILED" and foreign in answer["error"]
+
+
+# --- has-active-request -------------------------------------------------------------
+
+def _with_patient(phone: str = "+420601123456", **extra):
+    load(organization(clinic(), clinic("clinic-b"), patients=[
+        {"key": "p1", "firstName": "Jana", "phone": phone, "records": [{"clinic": "clinic-a"}, {"clinic": "clinic-b"}]},
+        {"key": "p1-old", "phone": "+420777000111", "mergedInto": "p1", "records": [{"clinic": "clinic-a"}]},
+    ], **extra))
+    return stable_id("patient", "test-org", "p1")
+
+
+def _open_request(patient_id, slug: str = "clinic-a", done: bool = False):
+    with db.connection_context():
+        clinic_row = Clinic.get(Clinic.slug == slug)
+        return PatientRequest.create(clinic=clinic_row, patient=patient_id, title="t",
+                                     done_at=utc_now() if done else None)
+
+
+@pytest.mark.parametrize("written", [
+    "+420601123456", "+420 601 123 456", "601 123 456", "601123456", "00420 601 123 456",
+    "00420601123456", "+420-601-123-456", "(+420) 601 123 456",
+])
+def test_caller_number_in_any_common_format(app, written):
+    _open_request(_with_patient())
+    assert ask(app, "has-active-request", {"callFrom": written}).json == {"hasActiveRequest": True}
+
+
+def test_only_open_requests_count(app):
+    pid = _with_patient()
+    _open_request(pid, done=True)
+    assert ask(app, "has-active-request", {"callFrom": "+420601123456"}).json == {"hasActiveRequest": False}
+    _open_request(pid)
+    assert ask(app, "has-active-request", {"callFrom": "+420601123456"}).json == {"hasActiveRequest": True}
+
+
+def test_only_this_clinics_requests_count(app):
+    _open_request(_with_patient(), slug="clinic-b")
+    assert ask(app, "has-active-request", {"callFrom": "+420601123456"}).json == {"hasActiveRequest": False}
+    assert ask(app, "has-active-request", {"callFrom": "+420601123456"}, slug="clinic-b").json == {"hasActiveRequest": True}
+
+
+def test_by_patient_id(app):
+    pid = _with_patient()
+    assert ask(app, "has-active-request", {"patientId": str(pid)}).json == {"hasActiveRequest": False}
+    _open_request(pid)
+    assert ask(app, "has-active-request", {"patientId": str(pid)}).json == {"hasActiveRequest": True}
+    assert ask(app, "has-active-request", {"patientId": str(uuid.uuid4())}).json == {"hasActiveRequest": False}
+
+
+def test_either_field_may_match(app):
+    pid = _with_patient()
+    _open_request(pid)
+    body = {"callFrom": "+420 700 000 000", "patientId": str(pid)}
+    assert ask(app, "has-active-request", body).json == {"hasActiveRequest": True}
+
+
+def test_merged_patient_number_finds_the_survivors_request(app):
+    _open_request(_with_patient())
+    assert ask(app, "has-active-request", {"callFrom": "777 000 111"}).json == {"hasActiveRequest": True}
+
+
+def test_unknown_caller_has_no_request(app):
+    _with_patient()
+    assert ask(app, "has-active-request", {"callFrom": "+44 20 7946 0958"}).json == {"hasActiveRequest": False}
+
+
+@pytest.mark.parametrize("body, field", [
+    ({}, "body"), ({"callFrom": ""}, "body"), ({"callFrom": None}, "callFrom"),
+    ({"callFrom": 420601123456}, "callFrom"), ({"callFrom": "hello"}, "callFrom"),
+    ({"patientId": "42"}, "patientId"), ({"patientId": 42}, "patientId"),
+])
+def test_bad_has_active_request_bodies_are_400(app, body, field):
+    _with_patient()
+    answer = ask(app, "has-active-request", body, status=400).json
+    assert answer["code"] == "VALIDATION_FAILED"
+    assert answer["error"].startswith(field)
