@@ -14,6 +14,8 @@ from config import Config
 from errors import APIError
 from models import bind_database, db
 from resources import meta, switchboard
+from resources.storage_objects import StoredObject
+from storage import LocalStorage, make_storage
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,9 @@ def create_app(config: Config) -> falcon.App:
     app.add_route(f"{sb}/is-clinic-opened", switchboard.IsClinicOpened(config.clock))
     app.add_route(f"{sb}/is-on-vacation", switchboard.IsOnVacation(config.clock))
     app.add_route(f"{sb}/has-active-request", switchboard.HasActiveRequest())
+    storage = make_storage(config)
+    if isinstance(storage, LocalStorage):  # S3 serves its own presigned URLs
+        app.add_route("/storage/{key:path}", StoredObject(storage))
     app.add_route("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url)))
     app.add_route("/healthz", meta.Healthz(database, queue_redis))
     return app

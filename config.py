@@ -5,6 +5,7 @@ onto it. Tests build a `Config` directly, so nothing else may look at `os.enviro
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
@@ -83,6 +84,11 @@ class Config:
     unsafe_allow_loopback_fetch: bool = False
     # Not from the environment: the wall clock, replaceable in tests.
     clock: Callable[[], datetime] = field(default=utcnow, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.storage_signing_key:
+            # Derived, so one SECRET_KEY is enough; set it apart to rotate it alone.
+            self.storage_signing_key = hashlib.sha256(b"storage-signing\0" + self.secret_key.encode()).hexdigest()
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Config":

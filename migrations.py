@@ -12,6 +12,7 @@ from typing import Callable
 
 import peewee as pw
 from playhouse.migrate import PostgresqlMigrator, SchemaMigrator, SqliteMigrator
+from playhouse.migrate import migrate as apply_operations
 
 import models as m
 
@@ -19,15 +20,63 @@ Migration = Callable[[pw.Database, SchemaMigrator], None]
 _ADVISORY_LOCK_KEY = 7_341_002  # arbitrary, constant for this application
 
 
+def _with_dependencies(tables: tuple[type[pw.Model], ...]) -> list[type[pw.Model]]:
+    """The tables plus every table their foreign keys point at (created from the
+    current models, a table may reference one that a later migration introduced)."""
+    out: list[type[pw.Model]] = []
+
+    def visit(model: type[pw.Model]) -> None:
+        if model in out:
+            return
+        for fk in model._meta.refs:
+            if fk.rel_model is not model:
+                visit(fk.rel_model)
+        out.append(model)
+
+    for table in tables:
+        visit(table)
+    return out
+
+
 def _create(*tables: type[pw.Model]) -> Migration:
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
-        database.create_tables(list(tables), safe=True)
+        database.create_tables(_with_dependencies(tables), safe=True)
 
     return run
 
 
+def _add_column(table: str, column: str, field: pw.Field, *, unique_index: bool = False) -> Migration:
+    """Add a column unless the table already has it, then its index."""
+    def run(database: pw.Database, migrator: SchemaMigrator) -> None:
+        if column not in {c.name for c in database.get_columns(table)}:
+            apply_operations(migrator.add_column(table, column, field))
+        kind = "UNIQUE INDEX" if unique_index else "INDEX"
+        database.execute_sql(f'CREATE {kind} IF NOT EXISTS "{table}_{column}" ON "{table}" ("{column}")')
+
+    return run
+
+
+def _steps(*steps: Migration) -> Migration:
+    def run(database: pw.Database, migrator: SchemaMigrator) -> None:
+        for step in steps:
+            step(database, migrator)
+
+    return run
+
+
+# Append only. A migration may run on a database created by any earlier version, or on a
+# fresh one where earlier migrations created tables from the current models.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
-    (1, "foundation", _create(*m.MODELS)),
+    (1, "foundation", _create(
+        m.Organization, m.Clinic, m.Calendar, m.OfficeHours, m.Vacation, m.Tag, m.Patient,
+        m.PatientRecord, m.PatientRecordTag, m.ExternalId, m.RequestType, m.RequestTypeDefaultTag,
+        m.ApiToken, m.ApiTokenClinic, m.PatientRequest, m.PatientRequestTag,
+    )),
+    (2, "calls", _steps(
+        _create(m.Call),
+        _add_column("patient_request", "call_id",
+                    pw.ForeignKeyField(m.Call, null=True, field=m.Call.id, on_delete="SET NULL"), unique_index=True),
+    )),
 ]
 
 

@@ -320,6 +320,56 @@ class ApiTokenClinic(BaseModel):
         indexes = ((("token", "clinic"), True),)
 
 
+class Call(BaseModel):
+    """A switchboard call, as handed off by `recording-complete`. Deduplicated by CallSid.
+
+    `state` is `pending` until the ingest job has finished with it (`done`); `outcome`
+    says what came of it. Every input is kept as received, `Extra` included.
+    """
+
+    OUTCOMES = ("no_recording", "voice_message", "missed_call", "opted_out", "recording_unavailable")
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    clinic = pw.ForeignKeyField(Clinic, backref="calls", on_delete="CASCADE")
+    call_sid = pw.CharField(max_length=200, unique=True)
+    call_from = pw.CharField(max_length=100)
+    call_to = pw.CharField(max_length=100)
+    status = pw.CharField(max_length=100, null=True)
+    has_recording = pw.BooleanField(null=True)
+    recording_url = pw.TextField(null=True)  # a credential while it lives: never logged
+    recording_sid = pw.CharField(max_length=500, null=True)
+    source = pw.CharField(max_length=200, null=True)
+    extra = pw.TextField(null=True)
+    received_at = pw.DateTimeField(default=utc_now)
+    received_by = pw.ForeignKeyField(ApiToken, null=True, on_delete="SET NULL")
+    state = pw.CharField(max_length=10, default="pending", index=True)
+    outcome = pw.CharField(max_length=30, null=True)
+    attempts = pw.IntegerField(default=0)
+    fetch_error = pw.TextField(null=True)  # why the recording could not be fetched
+    transcript = pw.TextField(null=True)
+    transcript_language = pw.CharField(max_length=8, null=True)
+    transcript_signals = pw.TextField(null=True)  # JSON: confidence signals of the engine
+    intelligibility = pw.CharField(max_length=30, null=True)  # "ok" or the reason it is not
+    processed_at = pw.DateTimeField(null=True)
+
+    @classmethod
+    def receive(cls, clinic: Clinic, fields: dict, token: "ApiToken | None") -> "Call":
+        """Store the call once per CallSid (a unique constraint, not check-then-insert).
+
+        Returns the stored call, which may be an earlier copy. Raises `CallSidConflict`
+        when the CallSid belongs to another clinic.
+        """
+        cls.insert(clinic=clinic, received_by=token, **fields).on_conflict_ignore().execute()
+        call = cls.get(cls.call_sid == fields["call_sid"])
+        if call.clinic_id != clinic.id:
+            raise CallSidConflict(fields["call_sid"])
+        return call
+
+
+class CallSidConflict(Exception):
+    pass
+
+
 class PatientRequest(BaseModel):
     KINDS = ("standard", "voice_message", "missed_call")
 
@@ -334,6 +384,8 @@ class PatientRequest(BaseModel):
     created_at = pw.DateTimeField(default=utc_now)
     done_at = pw.DateTimeField(null=True)
     created_by = pw.ForeignKeyField(ApiToken, null=True, on_delete="SET NULL")
+    # The call a voice message / missed call request came from: at most one request a call.
+    call = pw.ForeignKeyField(Call, null=True, unique=True, backref="requests", on_delete="SET NULL")
 
     class Meta:
         indexes = (
@@ -385,6 +437,7 @@ MODELS: list[type[BaseModel]] = [
     RequestTypeDefaultTag,
     ApiToken,
     ApiTokenClinic,
+    Call,
     PatientRequest,
     PatientRequestTag,
 ]

@@ -70,6 +70,33 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             tag="service",
         ),
     },
+    "/storage/{key:path}": {
+        "put": {
+            "summary": "Upload an object through a presigned URL (local storage backend).",
+            "tags": ["storage"],
+            "description": "The signed query string is the credential; send the signed Content-Type.",
+            "parameters": [{"name": name, "in": "query", "required": True, "schema": {"type": "string"}}
+                           for name in ("expires", "signature")],
+            "requestBody": {"required": True, "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
+            "responses": {
+                "200": {"description": "Stored.", "content": _json({"type": "object"})},
+                **{str(c): {"description": d, "content": _json({"$ref": "#/components/schemas/Error"})}
+                   for c, d in ((400, "Bad key."), (403, "Bad, expired or foreign signature, or other content type."),
+                                (411, "Content-Length required."), (413, "Too large."))},
+            },
+        },
+        "get": {
+            "summary": "Download an object through a presigned URL (local storage backend).",
+            "tags": ["storage"],
+            "parameters": [{"name": name, "in": "query", "required": True, "schema": {"type": "string"}}
+                           for name in ("expires", "signature", "content_type", "disposition", "filename")],
+            "responses": {
+                "200": {"description": "The object's bytes.", "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
+                **{str(c): {"description": d, "content": _json({"$ref": "#/components/schemas/Error"})}
+                   for c, d in ((403, "Bad or expired signature."), (404, "No such object."))},
+            },
+        },
+    },
     f"{SWITCHBOARD}/is-clinic-opened": {
         "post": operation(
             "Is the clinic within its office hours now (clinic's timezone, odd/even ISO weeks)?",

@@ -86,3 +86,25 @@ def test_sqlite_embedded_default_migrates_and_answers(config, tmp_path):
         assert client.get("/healthz").json["database"] == "ok"
     finally:
         bind_database(config.database_url, pool_size=config.db_pool_size)
+
+
+def test_upgrade_from_version_1_adds_the_call_tables(config, tmp_path):
+    """A database left at migration 1 (no call table, no patient_request.call_id) is
+    brought to the current schema by `migrate`, keeping its rows."""
+    database = bind_database(f"sqlite:///{tmp_path}/old.db")
+    try:
+        with database.connection_context():
+            migrate(database)
+            database.execute_sql('INSERT INTO organization (id, slug, name, patient_sharing) VALUES (?, ?, ?, ?)',
+                                 ("0" * 32, "kept", "Kept", 0))
+            database.execute_sql('DROP INDEX "patient_request_call_id"')
+            database.execute_sql('ALTER TABLE patient_request DROP COLUMN call_id')
+            database.execute_sql('DROP TABLE "call"')
+            SchemaMigration.delete().where(SchemaMigration.version > 1).execute()
+            assert migrate(database) == [f"{v:04d}_{n}" for v, n, _ in MIGRATIONS if v > 1]
+            assert "call_id" in {c.name for c in database.get_columns("patient_request")}
+            assert "patient_request_call_id" in {i.name for i in database.get_indexes("patient_request")}
+            assert database.table_exists("call")
+            assert database.execute_sql("SELECT slug FROM organization").fetchall() == [("kept",)]
+    finally:
+        bind_database(config.database_url, pool_size=config.db_pool_size)

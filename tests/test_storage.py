@@ -1,0 +1,521 @@
+"""Storage backends over real HTTP: the local backend behind a real WSGI server, S3
+against a real SeaweedFS (which, unlike moto, enforces presigned-URL signatures,
+content type and expiry)."""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import os
+import socket
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from types import SimpleNamespace
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import falcon
+import pytest
+import requests
+
+from resources.storage_objects import StoredObject
+from storage import (
+    InvalidKeyError,
+    LocalStorage,
+    ObjectInfo,
+    S3Storage,
+    Storage,
+    ascii_filename,
+    content_disposition,
+    make_storage,
+    new_object_key,
+    validate_key,
+)
+from tests.seaweed import SeaweedFS, run_seaweedfs
+
+SIGNING_KEY = b"test-signing-key-0123456789abcdef"
+PDF = "application/pdf"
+TIMEOUT = 30
+
+
+# ----------------------------------------------------------------------- servers
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class LocalServer:
+    base_url: str
+    app: falcon.App[falcon.Request, falcon.Response]
+
+
+@pytest.fixture
+def local_server() -> Iterator[LocalServer]:
+    """A real HTTP server in a thread; routes are added by the storage fixtures."""
+    app = falcon.App()
+    httpd = make_server("127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield LocalServer(base_url=f"http://127.0.0.1:{httpd.server_port}", app=app)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs() -> Iterator[SeaweedFS]:
+    with run_seaweedfs(bucket="clinic-storage-test") as server:
+        yield server
+
+
+@dataclasses.dataclass
+class Backend:
+    name: str
+    storage: Storage
+    storage_dir: Path | None = None  # local only
+
+
+@pytest.fixture(params=["local", "s3"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "local":
+        server: LocalServer = request.getfixturevalue("local_server")
+        storage_dir = tmp_path / "storage"
+        cfg = SimpleNamespace(
+            storage_backend="local",
+            storage_dir=str(storage_dir),
+            storage_signing_key=SIGNING_KEY,
+            public_base_url=server.base_url,
+        )
+        local = make_storage(cfg)
+        assert isinstance(local, LocalStorage)
+        local.prepare()
+        server.app.add_route("/storage/{key:path}", StoredObject(local))
+        return Backend("local", local, storage_dir)
+    sw: SeaweedFS = request.getfixturevalue("seaweedfs")
+    cfg = SimpleNamespace(
+        storage_backend="s3",
+        s3_endpoint_url=sw.s3_endpoint_url,
+        s3_bucket=sw.s3_bucket,
+        s3_region=sw.s3_region,
+        s3_access_key_id=sw.s3_access_key_id,
+        s3_secret_access_key=sw.s3_secret_access_key,
+    )
+    s3 = make_storage(cfg)
+    assert isinstance(s3, S3Storage)
+    s3.prepare()
+    return Backend("s3", s3)
+
+
+# ----------------------------------------------------------------------- helpers
+
+
+def new_key(ext_type: str = PDF) -> str:
+    return new_object_key(uuid.uuid4(), ext_type)
+
+
+def put(url: str, body: bytes, content_type: str | None = PDF) -> requests.Response:
+    headers = {"Content-Type": content_type} if content_type else {}
+    return requests.put(url, data=body, headers=headers, timeout=TIMEOUT)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+def assert_error_code(backend: Backend, response: requests.Response, code: str) -> None:
+    """Local answers carry the service's error code; S3 answers are the server's XML."""
+    if backend.name == "local":
+        assert response.json()["code"] == code
+
+
+def sample_bytes(size: int = 300_000) -> bytes:
+    return os.urandom(size)
+
+
+# ------------------------------------------------------------------ both backends
+
+
+def test_upload_then_download_inline_and_attachment(backend: Backend) -> None:
+    key, body = new_key(), sample_bytes()
+    storage = backend.storage
+    assert not storage.exists(key)
+    assert storage.head(key) is None
+
+    response = put(storage.presign_put(key, PDF, 600), body)
+    assert response.status_code == 200, response.text
+    assert storage.exists(key)
+    assert storage.head(key) == ObjectInfo(size=len(body), content_type=PDF)
+
+    filename = "Souhlas s léčbou.pdf"
+    for disposition in ("inline", "attachment"):
+        url = storage.presign_get(key, 3600, content_type=PDF, disposition=disposition, filename=filename)
+        got = requests.get(url, timeout=TIMEOUT)
+        assert got.status_code == 200
+        assert got.content == body
+        assert got.headers["Content-Type"] == PDF
+        assert got.headers["Content-Length"] == str(len(body))
+        assert got.headers["Content-Disposition"] == (
+            f"{disposition}; filename=\"Souhlas_s_lecbou.pdf\"; "
+            "filename*=UTF-8''Souhlas%20s%20l%C3%A9%C4%8Dbou.pdf"
+        )
+        assert got.headers["Cache-Control"] == "private, no-store"
+
+
+def test_served_content_type_is_the_signed_one(backend: Backend) -> None:
+    key = new_key("image/png")
+    assert put(backend.storage.presign_put(key, "image/png", 600), b"\x89PNG...", "image/png").status_code == 200
+    url = backend.storage.presign_get(key, 60, content_type="image/png", disposition="inline", filename="x.png")
+    got = requests.get(url, timeout=TIMEOUT)
+    assert got.headers["Content-Type"] == "image/png"
+    assert got.content == b"\x89PNG..."
+
+
+def test_upload_url_is_reusable_within_its_lifetime(backend: Backend) -> None:
+    key = new_key()
+    url = backend.storage.presign_put(key, PDF, 600)
+    assert put(url, b"first version").status_code == 200
+    assert put(url, b"second, longer version").status_code == 200
+    got = requests.get(
+        backend.storage.presign_get(key, 60, content_type=PDF, disposition="attachment", filename="a.pdf"),
+        timeout=TIMEOUT,
+    )
+    assert got.content == b"second, longer version"
+    assert backend.storage.head(key) == ObjectInfo(size=22, content_type=PDF)
+
+
+def _tamper_signature(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    changed = []
+    for name, value in query:
+        if name.lower() in ("signature", "x-amz-signature"):
+            value = value[:-4] + ("0000" if not value.endswith("0000") else "1111")
+        changed.append((name, value))
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(changed)))
+
+
+def test_tampered_signature_is_refused_and_nothing_stored(backend: Backend) -> None:
+    key = new_key()
+    response = put(_tamper_signature(backend.storage.presign_put(key, PDF, 600)), b"data")
+    assert response.status_code == 403
+    assert_error_code(backend, response, "FORBIDDEN")
+    assert not backend.storage.exists(key)
+
+
+def test_missing_signature_is_refused(backend: Backend) -> None:
+    key = new_key()
+    url = backend.storage.presign_put(key, PDF, 600).split("?", 1)[0]
+    response = put(url, b"data")
+    assert response.status_code == 403
+    assert_error_code(backend, response, "FORBIDDEN")
+    assert not backend.storage.exists(key)
+
+
+def test_url_for_one_key_does_not_write_another(backend: Backend) -> None:
+    key, other = new_key(), new_key()
+    url = backend.storage.presign_put(key, PDF, 600)
+    response = put(url.replace(key, other), b"data")
+    assert response.status_code == 403
+    assert_error_code(backend, response, "FORBIDDEN")
+    assert not backend.storage.exists(other)
+    assert not backend.storage.exists(key)
+
+
+def test_other_content_type_is_refused_and_nothing_stored(backend: Backend) -> None:
+    key = new_key()
+    url = backend.storage.presign_put(key, PDF, 600)
+    for content_type in ("text/html", "application/pdf; charset=utf-8", None):
+        response = put(url, b"<html>", content_type)
+        assert response.status_code == 403, content_type
+        assert_error_code(backend, response, "FORBIDDEN")
+    assert not backend.storage.exists(key)
+
+
+def test_expired_upload_url_is_refused(backend: Backend) -> None:
+    key = new_key()
+    issued = time.time()
+    url = backend.storage.presign_put(key, PDF, 1)
+    # Both backends count in whole seconds from the second of issue: two full
+    # seconds later the URL is past its lifetime on either.
+    time.sleep(max(0.0, int(issued) + 2.2 - time.time()))
+    response = put(url, b"late")
+    assert response.status_code == 403
+    assert_error_code(backend, response, "FORBIDDEN")
+    assert not backend.storage.exists(key)
+
+
+def test_expired_download_url_is_refused(backend: Backend) -> None:
+    key = new_key()
+    assert put(backend.storage.presign_put(key, PDF, 60), b"doc").status_code == 200
+    issued = time.time()
+    url = backend.storage.presign_get(key, 1, content_type=PDF, disposition="inline", filename="d.pdf")
+    time.sleep(max(0.0, int(issued) + 2.2 - time.time()))
+    assert requests.get(url, timeout=TIMEOUT).status_code == 403
+
+
+def test_download_url_parameters_cannot_be_changed(backend: Backend) -> None:
+    key = new_key()
+    assert put(backend.storage.presign_put(key, PDF, 60), b"doc").status_code == 200
+    url = backend.storage.presign_get(key, 60, content_type=PDF, disposition="inline", filename="report.pdf")
+    assert "report.pdf" in url
+    assert requests.get(url.replace("report.pdf", "other.pdf"), timeout=TIMEOUT).status_code == 403
+    assert requests.get(_tamper_signature(url), timeout=TIMEOUT).status_code == 403
+    other = new_key()
+    assert put(backend.storage.presign_put(other, PDF, 60), b"other doc").status_code == 200
+    assert requests.get(url.replace(key, other), timeout=TIMEOUT).status_code == 403
+
+
+def test_missing_object_is_404(backend: Backend) -> None:
+    url = backend.storage.presign_get(new_key(), 60, content_type=PDF, disposition="inline", filename="x.pdf")
+    response = requests.get(url, timeout=TIMEOUT)
+    assert response.status_code == 404
+    assert_error_code(backend, response, "NOT_FOUND")
+
+
+def test_delete(backend: Backend) -> None:
+    key = new_key()
+    assert put(backend.storage.presign_put(key, PDF, 60), b"doc").status_code == 200
+    backend.storage.delete(key)
+    assert not backend.storage.exists(key)
+    backend.storage.delete(key)  # idempotent
+    url = backend.storage.presign_get(key, 60, content_type=PDF, disposition="inline", filename="x.pdf")
+    assert requests.get(url, timeout=TIMEOUT).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "bad_key",
+    ["../x.pdf", "requests/../../x.pdf", "/etc/passwd", "requests//x.pdf", "requests/./x.pdf", ".meta/x.json",
+     "requests/.upload-1.part", "a\\b", "a%2e%2e", "", "requests/x.pdf/", "a b", "é.pdf", "x" * 600],
+)
+def test_invalid_keys_are_refused_by_both_backends(backend: Backend, bad_key: str) -> None:
+    with pytest.raises(InvalidKeyError):
+        backend.storage.presign_put(bad_key, PDF, 60)
+    with pytest.raises(InvalidKeyError):
+        backend.storage.presign_get(bad_key, 60, content_type=PDF, disposition="inline", filename="x.pdf")
+    with pytest.raises(InvalidKeyError):
+        backend.storage.head(bad_key)
+
+
+def _raw_partial_put(url: str, content_type: str, announced: int, sent: bytes) -> socket.socket:
+    """Start a PUT announcing ``announced`` bytes, send ``sent``; returns the open socket."""
+    parts = urllib.parse.urlsplit(url)
+    target = parts.path + ("?" + parts.query if parts.query else "")
+    sock = socket.create_connection((parts.hostname, parts.port or 80), timeout=TIMEOUT)
+    head = (
+        f"PUT {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {announced}\r\n\r\n"
+    ).encode("ascii")
+    sock.sendall(head + sent)
+    return sock
+
+
+def test_interrupted_upload_leaves_nothing_visible(backend: Backend) -> None:
+    storage = backend.storage
+    fresh, existing = new_key(), new_key()
+    assert put(storage.presign_put(existing, PDF, 600), b"version one").status_code == 200
+
+    for key in (fresh, existing):
+        sock = _raw_partial_put(storage.presign_put(key, PDF, 600), PDF, 2_000_000, sample_bytes(200_000))
+        if backend.storage_dir is not None:
+            # Proof the server is mid-upload: its temp file exists and is not the object.
+            target_dir = backend.storage_dir / key.rsplit("/", 1)[0]
+            assert wait_until(lambda: any(p.name.endswith(".part") for p in target_dir.glob(".upload-*")))
+        sock.close()  # client goes away mid-body
+        if backend.storage_dir is not None:
+            assert wait_until(lambda: not list(backend.storage_dir.rglob(".upload-*.part")))  # type: ignore[union-attr]
+
+    # The S3 server gives no sign of having dropped the upload: watch for a while.
+    deadline = time.monotonic() + (1.0 if backend.name == "s3" else 0.1)
+    while time.monotonic() < deadline:
+        assert not storage.exists(fresh)
+        time.sleep(0.05)
+    assert storage.head(existing) == ObjectInfo(size=len(b"version one"), content_type=PDF)
+    url = storage.presign_get(existing, 60, content_type=PDF, disposition="inline", filename="x.pdf")
+    assert requests.get(url, timeout=TIMEOUT).content == b"version one"
+
+
+# ----------------------------------------------------------------- local backend
+
+
+@pytest.fixture
+def local(local_server: LocalServer, tmp_path: Path) -> LocalStorage:
+    storage = LocalStorage(tmp_path / "storage", signing_key=SIGNING_KEY, public_base_url=local_server.base_url)
+    storage.prepare()
+    local_server.app.add_route("/storage/{key:path}", StoredObject(storage))
+    return storage
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def test_signed_url_made_in_the_past_has_expired(local: LocalStorage) -> None:
+    past = LocalStorage(local.root, signing_key=SIGNING_KEY, public_base_url=local.public_base_url,
+                        clock=lambda: time.time() - 3600)
+    key = new_key()
+    response = put(past.presign_put(key, PDF, 600), b"data")
+    assert response.status_code == 403
+    assert response.json() == {"title": "Forbidden", "description": "URL has expired", "code": "FORBIDDEN"}
+    assert not local.exists(key)
+    # ... while the same signature with the real clock is valid (the key is the same).
+    assert put(local.presign_put(key, PDF, 600), b"data").status_code == 200
+
+
+def test_signature_from_another_secret_is_refused(local: LocalStorage) -> None:
+    forger = LocalStorage(local.root, signing_key=b"another-secret-of-enough-length", public_base_url=local.public_base_url)
+    key = new_key()
+    assert put(forger.presign_put(key, PDF, 600), b"data").status_code == 403
+    assert not local.exists(key)
+
+
+def test_traversal_paths_write_nothing_anywhere(local: LocalStorage, tmp_path: Path) -> None:
+    before = _tree(tmp_path)
+    parts = urllib.parse.urlsplit(local.public_base_url)
+    expires = int(time.time()) + 600
+    for key in ("../outside.pdf", "requests/../../outside.pdf", "%2e%2e/outside.pdf",
+                "requests/%2e%2e/%2e%2e/outside.pdf", "..%2foutside.pdf", ".meta/x.pdf.json", "/tmp/outside.pdf"):
+        # Even a correct signature over the bad key must not help.
+        decoded = urllib.parse.unquote(key)
+        signature = local._signature("PUT", decoded, expires, PDF)
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=TIMEOUT)
+        conn.request("PUT", f"/storage/{key}?expires={expires}&signature={signature}", body=b"evil",
+                     headers={"Content-Type": PDF})
+        status = conn.getresponse().status
+        conn.close()
+        assert status in (400, 404), (key, status)
+    assert _tree(tmp_path) == before
+    assert not (tmp_path / "outside.pdf").exists()
+
+
+def test_size_cap_answers_413_and_stores_nothing(local_server: LocalServer, tmp_path: Path) -> None:
+    small = LocalStorage(tmp_path / "small", signing_key=SIGNING_KEY,
+                         public_base_url=local_server.base_url + "/small", max_upload_bytes=1000)
+    local_server.app.add_route("/small/storage/{key:path}", StoredObject(small))
+    key = new_key()
+    url = small.presign_put(key, PDF, 60)
+    assert put(url, b"x" * 1000).status_code == 200
+    response = put(url, b"y" * 1001)
+    assert response.status_code == 413
+    assert response.json()["code"] == "PAYLOAD_TOO_LARGE"
+    assert small.head(key) == ObjectInfo(size=1000, content_type=PDF)
+
+
+def test_chunked_upload_without_length_is_refused(local: LocalStorage) -> None:
+    key = new_key()
+    response = requests.put(local.presign_put(key, PDF, 60), data=iter([b"a", b"b"]),
+                            headers={"Content-Type": PDF}, timeout=TIMEOUT)
+    assert response.status_code == 411
+    assert not local.exists(key)
+
+
+def test_download_needs_all_signed_parameters(local: LocalStorage) -> None:
+    key = new_key()
+    assert put(local.presign_put(key, PDF, 60), b"doc").status_code == 200
+    url = local.presign_get(key, 60, content_type=PDF, disposition="inline", filename="d.pdf")
+    assert requests.get(url, timeout=TIMEOUT).headers["X-Content-Type-Options"] == "nosniff"
+    for drop in ("expires", "signature", "content_type", "disposition", "filename"):
+        parts = urllib.parse.urlsplit(url)
+        query = [(n, v) for n, v in urllib.parse.parse_qsl(parts.query) if n != drop]
+        stripped = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+        response = requests.get(stripped, timeout=TIMEOUT)
+        assert response.status_code == 403, drop
+        assert response.json()["code"] == "FORBIDDEN"
+    # A PUT URL is no GET URL.
+    assert requests.get(local.presign_put(key, PDF, 60), timeout=TIMEOUT).status_code == 403
+
+
+def test_layout_sidecar_and_no_leftovers(local: LocalStorage) -> None:
+    key = new_key()
+    assert put(local.presign_put(key, PDF, 60), b"doc").status_code == 200
+    assert (local.root / key).read_bytes() == b"doc"
+    assert json.loads((local.root / ".meta" / f"{key}.json").read_text()) == {"content_type": PDF, "size": 3}
+    assert not list(local.root.rglob(".upload-*"))
+
+
+def test_purge_stale_uploads(local: LocalStorage) -> None:
+    stale = local.root / "requests" / ".upload-abc.part"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"x")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    fresh = local.root / "requests" / ".upload-def.part"
+    fresh.write_bytes(b"x")
+    assert local.purge_stale_uploads(3600) == 1
+    assert not stale.exists() and fresh.exists()
+
+
+def test_symlink_escape_is_refused(local: LocalStorage, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (local.root / "requests").mkdir(parents=True, exist_ok=True)
+    (local.root / "requests" / "link").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InvalidKeyError):
+        local.path_for("requests/link/x.pdf")
+    response = put(local.presign_put("requests/link/x.pdf", PDF, 60), b"data")
+    assert response.status_code == 400
+    assert list(outside.iterdir()) == []
+
+
+# ------------------------------------------------------------------- pure helpers
+
+
+def test_validate_key_accepts_generated_keys() -> None:
+    rid = uuid.uuid4()
+    key = new_object_key(rid, PDF)
+    assert validate_key(key) == key
+    assert key.startswith(f"requests/{rid}/") and key.endswith(".pdf")
+    assert new_object_key(rid, "image/jpeg").endswith(".jpg")
+    assert new_object_key(rid, "application/x-made-up").endswith(".bin")
+    assert new_object_key(rid, PDF) != key
+
+
+def test_content_disposition_is_header_safe() -> None:
+    value = content_disposition("attachment", 'a"b\r\nc;d.pdf')
+    assert "\r" not in value and "\n" not in value
+    assert value.startswith('attachment; filename="ab_cd.pdf"; filename*=UTF-8\'\'')
+    assert ascii_filename("...") == "file"
+    assert ascii_filename("Zpráva z vyšetření 2024.pdf") == "Zprava_z_vysetreni_2024.pdf"
+    with pytest.raises(ValueError):
+        content_disposition("evil", "x")  # type: ignore[arg-type]
+
+
+def test_expires_in_bounds(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, signing_key=SIGNING_KEY, public_base_url="http://x")
+    for bad in (0, -1, 7 * 24 * 3600 + 1):
+        with pytest.raises(ValueError):
+            storage.presign_put(new_key(), PDF, bad)
+
+
+def test_make_storage_validates_config(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        make_storage(SimpleNamespace(storage_backend="ftp"))
+    with pytest.raises(ValueError):
+        make_storage(SimpleNamespace(storage_backend="local", storage_dir=str(tmp_path),
+                                     storage_signing_key="", public_base_url="http://x"))
+    with pytest.raises(ValueError):
+        make_storage(SimpleNamespace(storage_backend="s3", s3_bucket="", s3_endpoint_url=None, s3_region=None,
+                                     s3_access_key_id=None, s3_secret_access_key=None))
+    storage = make_storage(SimpleNamespace(storage_backend="local", storage_dir=str(tmp_path),
+                                           storage_signing_key="k" * 32, public_base_url="http://x/",
+                                           storage_max_upload_bytes=5))
+    assert isinstance(storage, LocalStorage) and storage.max_upload_bytes == 5
+    assert storage.presign_put("a/b.pdf", PDF, 60).startswith("http://x/storage/a/b.pdf?expires=")
+    assert isinstance(storage, Storage)
