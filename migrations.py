@@ -45,13 +45,12 @@ def _create(*tables: type[pw.Model]) -> Migration:
     return run
 
 
-def _add_column(table: str, column: str, field: pw.Field, *, unique_index: bool = False) -> Migration:
-    """Add a column unless the table already has it, then its index."""
+def _add_column(table: str, column: str, field: pw.Field) -> Migration:
+    """Add a column unless the table already has it; peewee adds the index that the
+    field's `index` / `unique` asks for."""
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
         if column not in {c.name for c in database.get_columns(table)}:
             apply_operations(migrator.add_column(table, column, field))
-        kind = "UNIQUE INDEX" if unique_index else "INDEX"
-        database.execute_sql(f'CREATE {kind} IF NOT EXISTS "{table}_{column}" ON "{table}" ("{column}")')
 
     return run
 
@@ -75,7 +74,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (2, "calls", _steps(
         _create(m.Call),
         _add_column("patient_request", "call_id",
-                    pw.ForeignKeyField(m.Call, null=True, field=m.Call.id, on_delete="SET NULL"), unique_index=True),
+                    pw.ForeignKeyField(m.Call, null=True, unique=True, field=m.Call.id, on_delete="SET NULL")),
     )),
 ]
 

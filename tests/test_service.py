@@ -88,23 +88,29 @@ def test_sqlite_embedded_default_migrates_and_answers(config, tmp_path):
         bind_database(config.database_url, pool_size=config.db_pool_size)
 
 
-def test_upgrade_from_version_1_adds_the_call_tables(config, tmp_path):
-    """A database left at migration 1 (no call table, no patient_request.call_id) is
-    brought to the current schema by `migrate`, keeping its rows."""
-    database = bind_database(f"sqlite:///{tmp_path}/old.db")
+def test_upgrade_from_version_1_adds_the_call_tables(config):
+    """A PostgreSQL database left at migration 1 (no call table, no patient_request.call_id)
+    is brought to the current schema by `migrate`, keeping its rows."""
+    from tests.conftest import PG_URL, _recreate_database
+
+    url = PG_URL.rsplit("/", 1)[0] + "/clinic_test_upgrade"
+    _recreate_database(url)
+    database = bind_database(url, pool_size=1)
     try:
         with database.connection_context():
             migrate(database)
-            database.execute_sql('INSERT INTO organization (id, slug, name, patient_sharing) VALUES (?, ?, ?, ?)',
-                                 ("0" * 32, "kept", "Kept", 0))
-            database.execute_sql('DROP INDEX "patient_request_call_id"')
+            database.execute_sql("INSERT INTO organization (id, slug, name, patient_sharing) VALUES (%s, %s, %s, %s)",
+                                 ("00000000-0000-0000-0000-000000000001", "kept", "Kept", False))
             database.execute_sql('ALTER TABLE patient_request DROP COLUMN call_id')
             database.execute_sql('DROP TABLE "call"')
             SchemaMigration.delete().where(SchemaMigration.version > 1).execute()
             assert migrate(database) == [f"{v:04d}_{n}" for v, n, _ in MIGRATIONS if v > 1]
             assert "call_id" in {c.name for c in database.get_columns("patient_request")}
-            assert "patient_request_call_id" in {i.name for i in database.get_indexes("patient_request")}
-            assert database.table_exists("call")
+            index = [i for i in database.get_indexes("patient_request") if i.name == "patient_request_call_id"]
+            assert index and index[0].unique
+            assert [fk.dest_table for fk in database.get_foreign_keys("patient_request") if fk.column == "call_id"] == ["call"]
             assert database.execute_sql("SELECT slug FROM organization").fetchall() == [("kept",)]
+            assert migrate(database) == []
     finally:
+        database.close_all()
         bind_database(config.database_url, pool_size=config.db_pool_size)
