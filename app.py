@@ -6,14 +6,18 @@ import logging
 import falcon
 import peewee as pw
 import redis
+from rq import Queue
 
 import errors
 import openapi
 from auth import TokenAuth
 from config import Config
+from documents import LinkCache
 from errors import APIError
+from jobs.calls import QUEUE
 from models import bind_database, db
 from resources import meta, switchboard
+from resources import catalog, patient_requests, patients
 from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 
@@ -58,9 +62,23 @@ def create_app(config: Config) -> falcon.App:
     app.add_route(f"{sb}/is-clinic-opened", switchboard.IsClinicOpened(config.clock))
     app.add_route(f"{sb}/is-on-vacation", switchboard.IsOnVacation(config.clock))
     app.add_route(f"{sb}/has-active-request", switchboard.HasActiveRequest())
+    calls_queue = Queue(QUEUE, connection=queue_redis)
+    app.add_route(f"{sb}/recording-complete", switchboard.RecordingComplete(calls_queue, config))
     storage = make_storage(config)
     if isinstance(storage, LocalStorage):  # S3 serves its own presigned URLs
         app.add_route("/storage/{key:path}", StoredObject(storage))
+    clinic = openapi.CLINIC  # signed documents (spec/signed-documents.md)
+    request = f"{clinic}/patientRequests/{{request_id}}"
+    app.add_route(f"{clinic}/patientRequestTypes/search", catalog.RequestTypeSearch())
+    app.add_route(f"{clinic}/tags", catalog.Tags())
+    app.add_route(f"{clinic}/patients/search", patients.PatientSearch())
+    app.add_route(f"{clinic}/patients/import", patients.PatientImport())
+    app.add_route(f"{clinic}/patients/import-bulk", patients.PatientImportBulk())
+    app.add_route(f"{clinic}/patientRequests/create", patient_requests.RequestCreate())
+    app.add_route(f"{clinic}/patientRequests/search", patient_requests.RequestSearch())
+    app.add_route(request, patient_requests.RequestDetail(LinkCache(storage)))
+    app.add_route(f"{request}/attachments/upload-link", patient_requests.UploadLink(storage))
+    app.add_route(f"{request}/attachments", patient_requests.Attachments(storage))
     app.add_route("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url)))
     app.add_route("/healthz", meta.Healthz(database, queue_redis))
     return app

@@ -43,6 +43,10 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "S3_SECRET_ACCESS_KEY": ("s3_secret_access_key", str),
     "TRANSCRIBER": ("transcriber", str),
     "WHISPER_MODEL": ("whisper_model", str),
+    "WHISPER_MODEL_EN": ("whisper_model_en", str),
+    "WHISPER_VAD": ("whisper_vad", _bool),
+    "RECORDING_RETRY_DELAYS": ("recording_retry_delays", str),
+    "JOB_TIMEOUT": ("job_timeout", int),
     "WHISPER_THREADS": ("whisper_threads", int),
     "RECORDING_MAX_BYTES": ("recording_max_bytes", int),
     "RECORDING_FETCH_TIMEOUT": ("recording_fetch_timeout", float),
@@ -73,8 +77,14 @@ class Config:
     s3_access_key_id: str = ""
     s3_secret_access_key: str = ""
     transcriber: str = "pywhispercpp"
-    whisper_model: str = "var/models/ggml-tiny.en.bin"
+    # Multilingual model for every clinic; an English-only one (faster) for "en" clinics.
+    whisper_model: str = "var/models/ggml-base.bin"
+    whisper_model_en: str = "var/models/ggml-tiny.en.bin"
     whisper_threads: int = 2
+    whisper_vad: bool = True
+    # Seconds between download attempts of a recording; one more try than delays.
+    recording_retry_delays: str = "10,60,300"
+    job_timeout: int = 600
     recording_max_bytes: int = 25 * 1024 * 1024
     recording_fetch_timeout: float = 30.0
     recording_url_lifetime_minutes: int = 25
@@ -89,6 +99,15 @@ class Config:
         if not self.storage_signing_key:
             # Derived, so one SECRET_KEY is enough; set it apart to rotate it alone.
             self.storage_signing_key = hashlib.sha256(b"storage-signing\0" + self.secret_key.encode()).hexdigest()
+
+    @property
+    def retry_delays(self) -> list[int]:
+        return [int(x) for x in self.recording_retry_delays.split(",") if x.strip()]
+
+    def whisper_model_for(self, language: str | None) -> str:
+        if language == "en" and self.whisper_model_en:
+            return self.whisper_model_en
+        return self.whisper_model
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Config":

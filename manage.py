@@ -6,6 +6,10 @@
     python manage.py token list
     python manage.py token revoke TOKEN_ID
     python manage.py demo [--base-url URL]
+    python manage.py worker [QUEUE ...]
+    python manage.py requeue
+    python manage.py model build [--name tiny.en|base] [--out var/models]
+    python manage.py model verify PATH
 """
 from __future__ import annotations
 
@@ -101,17 +105,79 @@ def cmd_demo(config: Config, args: argparse.Namespace) -> int:
     print(f"curl -sS -X POST {auth} {base}/is-clinic-opened")
     print(f"curl -sS -X POST {auth} -d '{{}}' {base}/is-on-vacation")
     print(f"curl -sS -X POST {auth} -d '{{\"callFrom\": \"+420 601 123 456\"}}' {base}/has-active-request")
+    if args.sample_recording:
+        body = json.dumps({"CallSid": f"demo-{uuid.uuid4().hex[:8]}", "CallFrom": "+420 601 123 456",
+                           "CallTo": "+420 222 000 111", "Status": "completed", "HasRecording": True,
+                           "RecordingUrl": args.sample_recording, "RecordingSid": "msg_appointment.mp3",
+                           "Source": "demo", "Extra": "{}"})
+        print("\nHand off a call with the sample voicemail, then list the calls and their requests:")
+        print(f"curl -sS -X POST {auth} -d '{body}' {base}/recording-complete")
+        print(".venv/bin/python manage.py calls")
     return 0
 
 
-def cmd_worker(config: Config, args: argparse.Namespace) -> int:
-    """An RQ worker with the scheduler (retries with backoff are scheduled jobs)."""
-    from redis import Redis
-    from rq import Queue, Worker
+def cmd_calls(config: Config, args: argparse.Namespace) -> int:
+    """The latest calls: outcome, transcript and the request created from each."""
+    from models import Call, PatientRequest
 
-    connection = Redis.from_url(config.redis_url)
-    worker = Worker([Queue(name, connection=connection) for name in args.queues], connection=connection)
-    worker.work(with_scheduler=True)
+    calls = Call.select().order_by(Call.received_at.desc()).limit(args.last)
+    for call in calls:
+        request = PatientRequest.get_or_none(PatientRequest.call == call.id)
+        print(f"{iso_utc(call.received_at)}  {call.clinic.slug}  {call.call_sid}  from {call.call_from}  "
+              f"{call.state}/{call.outcome or '-'}  request={request.id if request else '-'}"
+              f"{'  (' + request.kind + ')' if request else ''}")
+        if call.transcript:
+            print(f"    transcript: {call.transcript}")
+        if call.fetch_error:
+            print(f"    recording: {call.fetch_error}")
+    return 0
+
+
+def _calls_queue(config: Config):
+    from redis import Redis
+    from rq import Queue
+
+    from jobs.calls import QUEUE
+
+    return Queue(QUEUE, connection=Redis.from_url(config.redis_url))
+
+
+def cmd_worker(config: Config, args: argparse.Namespace) -> int:
+    """An RQ worker with the scheduler (retries with backoff are scheduled jobs).
+
+    Before taking jobs it loads and warms the transcription model(s) once and
+    re-queues calls that were stored while Redis was unreachable. Jobs run in this
+    process (`SimpleWorker`): whisper.cpp's OpenMP threads do not survive a fork, so a
+    forked work horse would hang on the parent's warmed model (seen on this machine).
+    """
+    import logging
+
+    from rq import Queue, SimpleWorker
+
+    import transcription
+    from jobs.calls import requeue_pending
+
+    logging.basicConfig(level=config.log_level.upper())
+    if not args.no_warm_up:
+        for model in dict.fromkeys([config.whisper_model, config.whisper_model_en]):
+            if model and Path(model).is_file():
+                transcription.warm_up(config.transcriber, model, config.whisper_threads, config.whisper_vad)
+                print(f"warmed up {config.transcriber} with {model}", file=sys.stderr)
+            elif model:
+                print(f"warning: whisper model {model} not found (python manage.py model build)", file=sys.stderr)
+    calls = _calls_queue(config)
+    print(f"re-queued {requeue_pending(calls, config)} pending call(s)", file=sys.stderr)
+    db.close()
+    queues = [Queue(name, connection=calls.connection) for name in args.queues]
+    SimpleWorker(queues, connection=calls.connection).work(with_scheduler=True)
+    return 0
+
+
+def cmd_requeue(config: Config, args: argparse.Namespace) -> int:
+    """Queue every stored call that is not processed yet and has no live job."""
+    from jobs.calls import requeue_pending
+
+    print(f"re-queued {requeue_pending(_calls_queue(config), config)} pending call(s)", file=sys.stderr)
     return 0
 
 
@@ -138,6 +204,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="manage.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("migrate", help="apply pending schema migrations").set_defaults(func=cmd_migrate)
+    sub.add_parser("model", help="whisper model tools: model build [--name tiny.en|base], model verify PATH")
     onboard_p = sub.add_parser("onboard", help="create or update an organization from a JSON file")
     onboard_p.add_argument("file")
     onboard_p.set_defaults(func=cmd_onboard)
@@ -156,11 +223,18 @@ def parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="load the demo clinic and print a token and curl lines")
     demo.add_argument("--base-url", default="http://127.0.0.1:8000")
+    demo.add_argument("--sample-recording", help="also print a recording-complete curl line with this URL")
     demo.set_defaults(func=cmd_demo)
+    calls = sub.add_parser("calls", help="list the latest calls with their outcome and request")
+    calls.add_argument("--last", type=int, default=10)
+    calls.set_defaults(func=cmd_calls)
 
     worker = sub.add_parser("worker", help="run an RQ worker (with scheduler)")
-    worker.add_argument("queues", nargs="*", default=["default"])
+    worker.add_argument("queues", nargs="*", default=["calls", "default"])
+    worker.add_argument("--no-warm-up", action="store_true", help="skip loading the transcription model")
     worker.set_defaults(func=cmd_worker, needs_db=False)
+    sub.add_parser("requeue", help="queue stored calls that are not processed yet").set_defaults(
+        func=cmd_requeue, needs_db=False)
     ready = sub.add_parser("wait-ready", help="wait until a health URL answers 200")
     ready.add_argument("--url", required=True)
     ready.add_argument("--timeout", type=float, default=30)
@@ -169,12 +243,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, config: Config | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["model"]:  # model tools need no database or configuration
+        import whisper_model
+
+        return whisper_model.main(argv[1:])
     args = parser().parse_args(argv)
     config = config or Config.from_env()
     if args.command == "token" and args.token_command == "create" and args.expires_in_days is not None and args.expires_in_days <= 0:
         print("error: --expires-in-days must be positive", file=sys.stderr)
         return 2
-    bind_database(config.database_url, pool_size=1)
+    bind_database(config.database_url, pooled=False)
     if not getattr(args, "needs_db", True):
         return args.func(config, args)
     with db.connection_context():

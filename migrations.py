@@ -76,6 +76,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _add_column("patient_request", "call_id",
                     pw.ForeignKeyField(m.Call, null=True, unique=True, field=m.Call.id, on_delete="SET NULL")),
     )),
+    (3, "documents", _create(m.Reservation, m.UploadLink, m.MedicalRecord)),
 ]
 
 

@@ -16,6 +16,8 @@ import peewee as pw
 from playhouse.db_url import parse as parse_db_url
 from playhouse.pool import PooledPostgresqlDatabase
 
+from phones import to_e164
+
 db = pw.DatabaseProxy()
 
 
@@ -37,12 +39,16 @@ def iso_utc(value: datetime | None) -> str | None:
     return as_utc(value).isoformat(timespec="milliseconds") + "Z"
 
 
-def open_database(url: str, *, pool_size: int = 10) -> pw.Database:
-    """Build the database for `url`: pooled PostgreSQL, or SQLite in WAL mode."""
+def open_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.Database:
+    """Build the database for `url`: PostgreSQL (pooled for the web process; plain for
+    the CLI and RQ workers, whose forked work horses must not inherit pooled sockets),
+    or SQLite in WAL mode."""
     scheme = urlparse(url).scheme
     if scheme in ("postgres", "postgresql"):
         params = parse_db_url(url)
         name = params.pop("database")
+        if not pooled:
+            return pw.PostgresqlDatabase(name, connect_timeout=5, **params)
         return PooledPostgresqlDatabase(
             name,
             max_connections=pool_size,
@@ -61,8 +67,8 @@ def open_database(url: str, *, pool_size: int = 10) -> pw.Database:
     raise ValueError(f"unsupported DATABASE_URL scheme: {scheme!r}")
 
 
-def bind_database(url: str, *, pool_size: int = 10) -> pw.Database:
-    database = open_database(url, pool_size=pool_size)
+def bind_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.Database:
+    database = open_database(url, pool_size=pool_size, pooled=pooled)
     db.initialize(database)
     return database
 
@@ -161,6 +167,49 @@ class Patient(BaseModel):
     def ids_with_phone(cls, organization_id: uuid.UUID, phone: str) -> list[uuid.UUID]:
         query = cls.select(cls.id).where((cls.organization == organization_id) & (cls.phone == phone))
         return [p.id for p in query]
+
+    @classmethod
+    def for_caller(cls, clinic: "Clinic", raw_number: str) -> "Patient":
+        """The patient a call from `raw_number` belongs to in `clinic`, created if none.
+
+        Call inside a transaction. Several patients may share a number (a family line):
+        merged patients count as their survivor; among this clinic's patients with the
+        number, the one with the most recent open request here wins, then the most
+        recently created record. With patient sharing on, a single organization patient
+        with the number gets a record here instead of a duplicate. A number that cannot
+        be parsed (withheld, "anonymous") goes to the clinic's one "Unknown caller".
+        """
+        phone = to_e164(raw_number, clinic.country)
+        if phone is None:
+            anonymous = uuid.uuid5(clinic.id, "unknown-caller")
+            patient = cls.get_or_none(cls.id == anonymous) or cls.create(
+                id=anonymous, organization=clinic.organization_id, last_name="Unknown caller")
+            PatientRecord.insert(patient=patient, clinic=clinic).on_conflict_ignore().execute()
+            return patient
+        if isinstance(db.obj, pw.PostgresqlDatabase):
+            # Serialize first calls from one new number, so they share one new patient.
+            db.execute_sql("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{clinic.organization_id}:{phone}",))
+        survivors = cls.with_survivors(cls.ids_with_phone(clinic.organization_id, phone))
+        live = [p for p in cls.select().where(cls.id.in_(survivors or [uuid.UUID(int=0)])) if p.merged_into_id is None]
+        here = (PatientRecord.select(PatientRecord.patient)
+                .where((PatientRecord.clinic == clinic) & PatientRecord.patient.in_([p.id for p in live] or [uuid.UUID(int=0)])))
+        local = {r.patient_id for r in here}
+        if local:
+            open_here = (PatientRequest.select(PatientRequest.patient)
+                         .where((PatientRequest.clinic == clinic) & PatientRequest.patient.in_(list(local))
+                                & PatientRequest.done_at.is_null())
+                         .order_by(PatientRequest.created_at.desc()).first())
+            if open_here is not None:
+                return cls.get_by_id(open_here.patient_id)
+            newest = (PatientRecord.select().where((PatientRecord.clinic == clinic) & PatientRecord.patient.in_(list(local)))
+                      .order_by(PatientRecord.created_at.desc()).first())
+            return cls.get_by_id(newest.patient_id)
+        if len(live) == 1 and clinic.organization.patient_sharing:
+            PatientRecord.insert(patient=live[0], clinic=clinic).on_conflict_ignore().execute()
+            return live[0]
+        patient = cls.create(organization=clinic.organization_id, phone=phone)
+        PatientRecord.create(patient=patient, clinic=clinic, note="Created from a phone call.")
+        return patient
 
     @classmethod
     def with_survivors(cls, ids: list[uuid.UUID]) -> list[uuid.UUID]:
@@ -353,17 +402,18 @@ class Call(BaseModel):
     processed_at = pw.DateTimeField(null=True)
 
     @classmethod
-    def receive(cls, clinic: Clinic, fields: dict, token: "ApiToken | None") -> "Call":
+    def receive(cls, clinic: Clinic, fields: dict, token: "ApiToken | None") -> tuple["Call", bool]:
         """Store the call once per CallSid (a unique constraint, not check-then-insert).
 
-        Returns the stored call, which may be an earlier copy. Raises `CallSidConflict`
-        when the CallSid belongs to another clinic.
+        Returns the stored call, which may be an earlier copy, and whether this request
+        created it. Raises `CallSidConflict` when the CallSid belongs to another clinic.
         """
-        cls.insert(clinic=clinic, received_by=token, **fields).on_conflict_ignore().execute()
+        new_id = uuid.uuid4()
+        cls.insert(id=new_id, clinic=clinic, received_by=token, **fields).on_conflict_ignore().execute()
         call = cls.get(cls.call_sid == fields["call_sid"])
         if call.clinic_id != clinic.id:
             raise CallSidConflict(fields["call_sid"])
-        return call
+        return call, call.id == new_id
 
 
 class CallSidConflict(Exception):
@@ -416,6 +466,44 @@ class PatientRequestTag(BaseModel):
         indexes = ((("request", "tag"), True),)
 
 
+class Reservation(BaseModel):
+    """A time slot booked by `timeSlotInput` on create (the request is closed at once)."""
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    request = pw.ForeignKeyField(PatientRequest, backref="reservations", on_delete="CASCADE")
+    calendar = pw.ForeignKeyField(Calendar, null=True, on_delete="SET NULL")
+    starts_at = pw.DateTimeField()  # UTC
+    ends_at = pw.DateTimeField()  # UTC
+    created_at = pw.DateTimeField(default=utc_now)
+
+
+class UploadLink(BaseModel):
+    """A `fileHash` (object key) handed out by upload-link for one request; registration
+    accepts only keys issued here for the same request."""
+
+    request = pw.ForeignKeyField(PatientRequest, backref="upload_links", on_delete="CASCADE")
+    file_hash = pw.CharField(max_length=512, unique=True)
+    content_type = pw.CharField(max_length=200)
+    created_at = pw.DateTimeField(default=utc_now)
+
+
+class MedicalRecord(BaseModel):
+    """A registered attachment: the stored object `file_hash` on a patient request."""
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    request = pw.ForeignKeyField(PatientRequest, backref="medical_records", on_delete="CASCADE")
+    file_hash = pw.CharField(max_length=512, unique=True)  # one registration per object
+    content_type = pw.CharField(max_length=100)
+    description = pw.CharField(max_length=255)
+    category_type = pw.CharField(max_length=30, null=True)
+    visible_to_patient = pw.BooleanField(default=False)
+    created_at = pw.DateTimeField(default=utc_now)
+    created_by = pw.ForeignKeyField(ApiToken, null=True, on_delete="SET NULL")
+
+    class Meta:
+        indexes = ((("request", "created_at"), False),)
+
+
 class SchemaMigration(BaseModel):
     version = pw.IntegerField(primary_key=True)
     name = pw.CharField(max_length=200)
@@ -440,4 +528,7 @@ MODELS: list[type[BaseModel]] = [
     Call,
     PatientRequest,
     PatientRequestTag,
+    Reservation,
+    UploadLink,
+    MedicalRecord,
 ]

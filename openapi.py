@@ -126,7 +126,81 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             tag="switchboard",
         ),
     },
+    f"{SWITCHBOARD}/recording-complete": {
+        "post": operation(
+            "Hand off an ended call: store it (idempotent per CallSid), then download, transcribe "
+            "and create a voice message or missed call request asynchronously.",
+            scope="write",
+            request=schemas.RECORDING_COMPLETE,
+            response=schemas.SUCCESS,
+            errors=(409,),
+            tag="switchboard",
+        ),
+    },
 }
+
+
+# --- Signed documents (spec/signed-documents.md) ------------------------------------
+CLINIC = "/external/v1/clinics/{clinic_slug}"
+_REQUEST = f"{CLINIC}/patientRequests/{{request_id}}"
+_DOCS = "signed documents"
+
+
+def _tags_operation() -> dict[str, Any]:
+    op = operation("The clinic's tags that are not deleted.", scope="read", request=None,
+                   response=schemas.data({"type": "array", "items": schemas.TAG}), errors=(400,), tag=_DOCS)
+    op["parameters"] = [{"name": "type", "in": "query", "required": False,
+                         "schema": {"enum": ["patient", "patient_request"]}}]
+    return op
+
+
+OPERATIONS.update({
+    f"{CLINIC}/patientRequestTypes/search": {"post": operation(
+        "Step 1: the clinic's active request types (`id` is create's `userECRFId`).", scope="read",
+        request=schemas.EMPTY_REQUEST, request_required=False,
+        response=schemas.data({"type": "array", "items": schemas.REQUEST_TYPE}), tag=_DOCS)},
+    f"{CLINIC}/patients/search": {"post": operation(
+        "Step 2: find patients. Organization scope with patient sharing: patients without a record here "
+        "read `isInClinic` false and are not usable for create. Next page: `pagination.cursor`.",
+        scope="read", request=schemas.PATIENT_SEARCH_REQUEST, request_required=False,
+        response=schemas.page(schemas.PATIENT), tag=_DOCS)},
+    f"{CLINIC}/patients/import": {"post": operation(
+        "Import one patient into this clinic; the same external id (and source) again updates it.",
+        scope="write", request=schemas.PATIENT_IMPORT, response=schemas.data(schemas.PATIENT_IMPORT_RESULT),
+        tag=_DOCS)},
+    f"{CLINIC}/patients/import-bulk": {"post": operation(
+        "Import up to 1000 patients; each item is validated and written on its own, answered per item.",
+        scope="write", request=schemas.PATIENT_IMPORT_BULK,
+        response=schemas.data(schemas.PATIENT_IMPORT_BULK_RESULT), tag=_DOCS)},
+    f"{CLINIC}/patientRequests/create": {"post": operation(
+        "Step 3: create a request (title = type name); the type's default patient tags are applied "
+        "best effort. 403 patient without a record here, 404 PATIENT_NOT_FOUND / USER_ECRF_NOT_FOUND, "
+        "410 PATIENT_MERGED with mergedInto. Not idempotent: after a 5xx look via search first.",
+        scope="write", request=schemas.CREATE_REQUEST, response=schemas.data(schemas.PATIENT_REQUEST),
+        errors=(410,), tag=_DOCS)},
+    f"{CLINIC}/patientRequests/search": {"post": operation(
+        "The clinic's requests, newest first (`filter.patientId`); `medicalRecords` is always empty.",
+        scope="read", request=schemas.REQUEST_SEARCH_REQUEST, request_required=False,
+        response=schemas.page(schemas.PATIENT_REQUEST), tag=_DOCS)},
+    _REQUEST: {
+        "get": operation(
+            "Step 7: request detail with attachments and presigned links (at least 30 minutes left). "
+            "400 for more than 1000 attachments.", scope="read", request=None,
+            response=schemas.data(schemas.PATIENT_REQUEST), errors=(400,), tag=_DOCS),
+        "patch": operation(
+            "Add request tags (`addTagIds`) and set the request's own `userNote`.", scope="write",
+            request=schemas.REQUEST_PATCH, response=schemas.data(schemas.PATIENT_REQUEST), tag=_DOCS),
+    },
+    f"{_REQUEST}/attachments/upload-link": {"post": operation(
+        "Step 4: a presigned PUT URL (10 minutes, reusable, one object) and its `fileHash`. The URL is a "
+        "credential: do not log or persist it.", scope="write", request=schemas.UPLOAD_LINK_REQUEST,
+        response=schemas.data(schemas.UPLOAD_LINK), tag=_DOCS)},
+    f"{_REQUEST}/attachments": {"post": operation(
+        "Step 6: register an uploaded file (fileHash from an upload link of this request). Registering "
+        "the same fileHash again answers the first registration.", scope="write",
+        request=schemas.ATTACHMENT_REQUEST, response=schemas.data(schemas.ATTACHMENT), tag=_DOCS)},
+    f"{CLINIC}/tags": {"get": _tags_operation()},
+})
 
 
 def public_path(template: str) -> str:

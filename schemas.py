@@ -45,6 +45,26 @@ ACTIVE_REQUEST_REQUEST = {
     "description": "At least one of callFrom and patientId.",
 }
 
+RECORDING_COMPLETE = {
+    "type": "object",
+    "required": ["CallSid", "CallFrom", "CallTo"],
+    "properties": {
+        "CallSid": {"type": "string", "minLength": 1, "maxLength": 200, "description": "Unique call id; deduplicates."},
+        "CallFrom": {"type": "string", "minLength": 1, "maxLength": 100, "description": "Caller's number, ideally E.164."},
+        "CallTo": {"type": "string", "minLength": 1, "maxLength": 100, "description": "The dialed clinic line."},
+        "Status": {"type": ["string", "null"], "maxLength": 100},
+        "HasRecording": {"type": ["boolean", "null"], "description": "Informational only."},
+        "RecordingUrl": {"type": ["string", "null"], "maxLength": 4096,
+                         "description": "Public https URL of the .mp3/.wav recording."},
+        "RecordingSid": {"type": ["string", "null"], "maxLength": 500},
+        "Source": {"type": ["string", "null"], "maxLength": 200},
+        "Extra": {"type": ["string", "null"], "maxLength": 65536},
+    },
+    "description": "PascalCase fields; unknown fields are ignored.",
+}
+
+SUCCESS = {"type": "object", "required": ["success"], "properties": {"success": {"type": "boolean"}}}
+
 
 def boolean_answer(name: str) -> dict[str, Any]:
     return {"type": "object", "required": [name], "properties": {name: {"type": "boolean"}}}
@@ -71,8 +91,12 @@ def _where(path: Any) -> str:
 def check(instance: Any, schema: dict[str, Any]) -> None:
     """Raise 400 VALIDATION_FAILED naming the first offending field."""
     error = best_match(_validator(schema).iter_errors(instance))
-    if error is not None:
-        raise validation_failed(f"{_where(error.absolute_path)}: {error.message}")
+    if error is None:
+        return
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = next(p for p in error.validator_value if p not in error.instance)
+        raise validation_failed(f"{_where([*error.absolute_path, missing])}: is required")
+    raise validation_failed(f"{_where(error.absolute_path)}: {error.message}")
 
 
 def body(req: falcon.Request, schema: dict[str, Any], *, optional: bool = False) -> dict[str, Any]:
@@ -87,3 +111,240 @@ def body(req: falcon.Request, schema: dict[str, Any], *, optional: bool = False)
         raise validation_failed("body: must be a JSON object")
     check(media, schema)
     return media
+
+
+# --- Signed documents (spec/signed-documents.md) ------------------------------------
+# Unknown fields are ignored (the spec leaves other fields "not shown").
+
+ALLOWED_CONTENT_TYPES = ("application/pdf", "image/jpeg", "image/png", "image/gif", "image/webp")
+CATEGORY_TYPES = ("CONSENT", "ANAMNESIS", "MEDICAL_REPORT", "LAYOFF_REPORT", "TEST_RESULTS",
+                  "LABORATORY_RESULTS", "OPINION", "REFERRAL", "OTHER")
+MAX_EXTERNAL_IDS = 100
+MAX_BULK_IMPORT = 1000
+DATE_TIME = {"type": "string", "format": "date-time"}
+NULLABLE_DATE_TIME = {"type": ["string", "null"], "format": "date-time"}
+_TEXT = {"type": "string", "maxLength": 10000}
+
+
+def data(schema: dict[str, Any]) -> dict[str, Any]:
+    """A success body: `{"data": schema}`."""
+    return {"type": "object", "required": ["data"], "properties": {"data": schema}}
+
+
+def page(item: dict[str, Any]) -> dict[str, Any]:
+    """A page of a search: `data` plus the cursor of the next page (null on the last)."""
+    return {
+        "type": "object",
+        "required": ["data", "pagination"],
+        "properties": {
+            "data": {"type": "array", "items": item},
+            "pagination": {"type": "object", "properties": {"nextCursor": {"type": ["string", "null"]}}},
+        },
+    }
+
+
+PAGINATION = {
+    "type": "object",
+    "properties": {
+        "limit": {"type": "integer", "minimum": 1, "maximum": 500, "description": "Page size; default 50."},
+        "cursor": {"type": "string", "minLength": 1, "maxLength": 300,
+                   "description": "`pagination.nextCursor` of the previous page."},
+    },
+}
+
+PATIENT_SEARCH_REQUEST = {
+    "type": "object",
+    "properties": {
+        "filter": {
+            "type": "object",
+            "properties": {
+                "externalId": {"type": "string", "minLength": 1, "maxLength": 200},
+                "externalIdSource": {"type": "string", "maxLength": 100,
+                                     "description": "Limits externalId and externalIds to ids of this source."},
+                "externalIds": {"type": "array", "maxItems": MAX_EXTERNAL_IDS,
+                                "items": {"type": "string", "minLength": 1, "maxLength": 200},
+                                "description": "Union with externalId; only ids registered in this clinic match."},
+                "query": {"type": "string", "minLength": 1, "maxLength": 200,
+                          "description": "Free text over name, phone, e-mail and this clinic's external ids."},
+                "inClinic": {"type": "boolean"},
+            },
+        },
+        "pagination": PAGINATION,
+    },
+}
+
+TAG = {
+    "type": "object",
+    "required": ["id", "name"],
+    "properties": {"id": UUID, "name": {"type": "string"}, "type": {"enum": ["patient", "patient_request"]},
+                   "color": {"type": ["string", "null"]}},
+}
+
+PATIENT = {
+    "type": "object",
+    "required": ["id", "tags", "note", "externalIds", "status", "isInClinic"],
+    "properties": {
+        "id": UUID,
+        "firstName": {"type": "string"},
+        "lastName": {"type": "string"},
+        "phone": {"type": ["string", "null"]},
+        "email": {"type": ["string", "null"]},
+        "birthDate": {"type": ["string", "null"], "format": "date"},
+        "tags": {"type": "array", "items": TAG},
+        "note": {"type": "string"},
+        "externalIds": {"type": "array", "items": {
+            "type": "object", "properties": {"source": {"type": "string"}, "id": {"type": "string"}}}},
+        "status": {"type": "string"},
+        "isInClinic": {"type": "boolean"},
+    },
+}
+
+PATIENT_IMPORT = {
+    "type": "object",
+    "required": ["externalId", "firstName", "lastName"],
+    "properties": {
+        "externalId": {"type": "string", "minLength": 1, "maxLength": 200,
+                       "description": "Patient id in the caller's system; importing it again updates the patient."},
+        "externalIdSource": {"type": "string", "maxLength": 100, "description": "Issuing system; default empty."},
+        "firstName": {"type": "string", "maxLength": 200},
+        "lastName": {"type": "string", "maxLength": 200},
+        "phone": {"type": ["string", "null"], "maxLength": 64,
+                  "description": "Any format; national numbers use the clinic's country. Stored in E.164."},
+        "email": {"type": ["string", "null"], "format": "email", "maxLength": 320},
+        "birthDate": {"type": ["string", "null"], "format": "date"},
+    },
+}
+
+PATIENT_IMPORT_RESULT = {
+    "type": "object",
+    "required": ["patient", "created"],
+    "properties": {"patient": PATIENT, "created": {"type": "boolean"}},
+}
+
+PATIENT_IMPORT_BULK = {
+    "type": "object",
+    "required": ["patients"],
+    "properties": {"patients": {"type": "array", "minItems": 1, "maxItems": MAX_BULK_IMPORT,
+                                "items": {"type": "object"},
+                                "description": "Items as for /patients/import; each is validated and written alone."}},
+}
+
+PATIENT_IMPORT_BULK_RESULT = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["index", "status"],
+        "properties": {
+            "index": {"type": "integer"},
+            "status": {"enum": ["created", "updated", "failed"]},
+            "patientId": {"anyOf": [UUID, {"type": "null"}]},
+            "error": {"anyOf": [ERROR, {"type": "null"}]},
+        },
+    },
+}
+
+REQUEST_TYPE = {
+    "type": "object",
+    "properties": {
+        "id": UUID, "ecrfId": {"type": "string"}, "name": {"type": "string"}, "description": {"type": "string"},
+        "requiresReservation": {"type": "boolean"}, "requiresPayment": {"type": "boolean"},
+        "requiresSignature": {"type": "boolean"}, "reservationLength": {"type": "integer"},
+        "remindDaysBefore": {"type": "integer"},
+    },
+}
+
+CREATE_REQUEST = {
+    "type": "object",
+    "required": ["patientId", "userECRFId"],
+    "properties": {
+        "patientId": UUID,
+        "userECRFId": UUID,
+        "userNote": {**_TEXT, "description": "Clinic note shown in the app; no response returns it."},
+        "timeSlotInput": {
+            "type": "object",
+            "required": ["start", "end", "calendarId"],
+            "properties": {"start": DATE_TIME, "end": DATE_TIME, "calendarId": UUID},
+            "description": "Creates a reservation and closes the request at once.",
+        },
+    },
+}
+
+RESERVATION = {
+    "type": "object",
+    "properties": {"id": UUID, "start": DATE_TIME, "end": DATE_TIME, "calendarId": {"anyOf": [UUID, {"type": "null"}]}},
+}
+
+MEDICAL_RECORD = {
+    "type": "object",
+    "properties": {
+        "id": UUID, "contentType": {"type": "string"}, "description": {"type": "string"},
+        "categoryType": {"anyOf": [{"enum": list(CATEGORY_TYPES)}, {"type": "null"}]},
+        "createdAt": DATE_TIME, "visibleToPatient": {"type": "boolean"},
+        "url": {"type": "string", "description": "Presigned, inline; at least 30 minutes left."},
+        "downloadUrl": {"type": "string", "description": "Presigned, attachment; at least 30 minutes left."},
+    },
+}
+
+PATIENT_REQUEST = {
+    "type": "object",
+    "required": ["id", "title", "createdAt", "patientId", "tags", "medicalRecords", "reservations"],
+    "properties": {
+        "id": UUID, "title": {"type": "string"}, "createdAt": DATE_TIME, "doneAt": NULLABLE_DATE_TIME,
+        "patientId": UUID, "requestTypeId": {"anyOf": [UUID, {"type": "null"}]},
+        "userNote": {"type": "string", "description": "The PATCH endpoint's userNote."},
+        "tags": {"type": "array", "items": TAG},
+        "medicalRecords": {"type": "array", "items": MEDICAL_RECORD},
+        "reservations": {"type": "array", "items": RESERVATION},
+    },
+}
+
+REQUEST_SEARCH_REQUEST = {
+    "type": "object",
+    "properties": {
+        "filter": {"type": "object", "properties": {"patientId": UUID}},
+        "pagination": PAGINATION,
+    },
+}
+
+REQUEST_PATCH = {
+    "type": "object",
+    "properties": {
+        "addTagIds": {"type": "array", "maxItems": 100, "items": UUID,
+                      "description": "Request tags of this clinic (GET /tags?type=patient_request)."},
+        "userNote": {**_TEXT, "description": "A different field from create's userNote."},
+    },
+}
+
+UPLOAD_LINK_REQUEST = {
+    "type": "object",
+    "required": ["contentType"],
+    "properties": {"contentType": {"type": "string", "minLength": 3, "maxLength": 200, "pattern": "^[^\\r\\n]+$",
+                                   "description": "Any type; the allowed list is checked at registration."}},
+}
+
+UPLOAD_LINK = {
+    "type": "object",
+    "required": ["url", "fileHash"],
+    "properties": {"url": {"type": "string", "description": "Presigned PUT URL, valid 10 minutes."},
+                   "fileHash": {"type": "string"}},
+}
+
+ATTACHMENT_REQUEST = {
+    "type": "object",
+    "required": ["contentType", "fileHash", "description"],
+    "properties": {
+        "contentType": {"enum": list(ALLOWED_CONTENT_TYPES)},
+        "fileHash": {"type": "string", "minLength": 1, "maxLength": 512},
+        "description": {"type": "string", "minLength": 1, "maxLength": 255,
+                        "description": "Download file name (normalized to ASCII); no patient identifiers."},
+        "categoryType": {"enum": list(CATEGORY_TYPES)},
+        "visibleToPatient": {"type": "boolean", "default": False},
+    },
+}
+
+ATTACHMENT = {
+    "type": "object",
+    "required": ["id", "description", "contentType", "createdAt"],
+    "properties": {"id": UUID, "description": {"type": "string"}, "contentType": {"type": "string"},
+                   "createdAt": DATE_TIME},
+}

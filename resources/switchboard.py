@@ -1,14 +1,20 @@
 """The switchboard's routing checks: POST .../switchboard/{is-clinic-opened,...}."""
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Callable
+from urllib.parse import urlsplit
 
 import falcon
+from rq import Queue
 
 import schemas
-from errors import validation_failed
-from models import Calendar, Patient, PatientRequest
+from config import Config
+from errors import APIError, validation_failed
+from jobs.calls import ensure_queued
+from models import Call, CallSidConflict, Patient, PatientRequest
+from safe_fetch import FetchError, UnsafeURL, check_resolves_public, validate_url
 from office_hours import is_open
 from phones import to_e164
 from vacations import is_on_vacation
@@ -65,3 +71,46 @@ class HasActiveRequest:
             patient_ids.append(uuid.UUID(data["patientId"]))
         ids = Patient.with_survivors(patient_ids)
         resp.media = {"hasActiveRequest": PatientRequest.open_for(clinic, ids)}
+
+
+class RecordingComplete:
+    """Call hand-off: store the call (idempotent per CallSid), queue its ingest, answer at once."""
+
+    scopes = {"POST": "write"}
+
+    def __init__(self, queue: Queue, config: Config) -> None:
+        self.queue = queue
+        self.config = config
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
+        data = schemas.body(req, schemas.RECORDING_COMPLETE)
+        if data.get("RecordingUrl"):
+            check_recording_url(data["RecordingUrl"], allow_loopback=self.config.unsafe_allow_loopback_fetch)
+        fields = {column: data.get(name) for name, column in _CALL_FIELDS.items()}
+        try:
+            call, created = Call.receive(req.context.clinic, fields, req.context.token)
+        except CallSidConflict:
+            raise APIError(409, "CALL_SID_CONFLICT", "This CallSid is already used by another clinic.") from None
+        if created or call.state == "pending":
+            ensure_queued(self.queue, call.id, self.config, known_new=created)
+        resp.media = {"success": True}
+
+
+_CALL_FIELDS = {
+    "CallSid": "call_sid", "CallFrom": "call_from", "CallTo": "call_to", "Status": "status",
+    "HasRecording": "has_recording", "RecordingUrl": "recording_url", "RecordingSid": "recording_sid",
+    "Source": "source", "Extra": "extra",
+}
+
+
+def check_recording_url(url: str, *, allow_loopback: bool) -> None:
+    """400 unless https to a public host name (no IP literal, no internal name) that does
+    not resolve to a non-public address. A name that does not resolve right now is
+    accepted: the ingest job resolves again, retries, and records why it failed."""
+    try:
+        host = urlsplit(validate_url(url, allow_loopback=allow_loopback)).hostname or ""
+        check_resolves_public(host, allow_loopback=allow_loopback, deadline=time.monotonic() + 2)
+    except UnsafeURL as exc:
+        raise validation_failed(f"RecordingUrl: {exc}") from None
+    except FetchError:
+        pass

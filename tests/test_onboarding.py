@@ -32,7 +32,7 @@ def test_example_file_loads_everything(app, example):
         org = Organization.get(Organization.slug == "demo-health")
         assert org.patient_sharing is True
         clinic = Clinic.get(Clinic.slug == "demo-clinic")
-        assert (clinic.timezone, clinic.country, clinic.language, clinic.missed_call_requests) == ("Europe/Prague", "CZ", "cs", True)
+        assert (clinic.timezone, clinic.country, clinic.language, clinic.missed_call_requests) == ("Europe/Prague", "CZ", None, True)
         assert Clinic.get(Clinic.slug == "demo-clinic-brno").missed_call_requests is False
         assert OfficeHours.select().where(OfficeHours.clinic == clinic).count() == 6
         assert {c.name: c.ignore_holidays for c in clinic.calendars} == {"Dr. Novak": False, "Nurse line": True}

@@ -1,0 +1,274 @@
+"""Patient requests and their attachments (signed-documents flow, steps 3-7).
+
+Create applies the type's default patient tags best effort; upload links hand out a
+fresh object key (`fileHash`) per call and remember it for the request, so that
+registration accepts only keys issued for the same request and already uploaded.
+Presigned download links are cached per (attachment, disposition) and handed out
+only while they have at least `LINK_MIN_LEFT` seconds to live.
+
+Presigned URLs are credentials: nothing here logs them.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any, Callable
+
+from errors import APIError, validation_failed
+from models import (
+    ApiToken,
+    Calendar,
+    Clinic,
+    MedicalRecord,
+    PatientRecord,
+    PatientRecordTag,
+    PatientRequest,
+    PatientRequestTag,
+    RequestType,
+    RequestTypeDefaultTag,
+    Reservation,
+    Tag,
+    UploadLink,
+    as_utc,
+    db,
+    iso_utc,
+    utc_now,
+)
+from patient_directory import patient_for_create, tag_json
+from storage import Disposition, Storage, ascii_filename, new_object_key
+
+log = logging.getLogger(__name__)
+
+UPLOAD_URL_SECONDS = 600  # spec: valid 10 minutes (module-level so tests can shorten it)
+LINK_SECONDS = 8 * 3600  # download links: presigned for up to 8 hours
+LINK_MIN_LEFT = 30 * 60  # ... and handed out only with at least 30 minutes left
+MAX_ATTACHMENTS = 1000
+DEFAULT_LIMIT = 50
+
+
+def request_type_json(t: RequestType) -> dict[str, Any]:
+    return {"id": str(t.id), "ecrfId": t.ecrf_id, "name": t.name, "description": t.description,
+            "requiresReservation": t.requires_reservation, "requiresPayment": t.requires_payment,
+            "requiresSignature": t.requires_signature, "reservationLength": t.reservation_length,
+            "remindDaysBefore": t.remind_days_before}
+
+
+def active_types(clinic: Clinic) -> list[dict[str, Any]]:
+    query = RequestType.select().where((RequestType.clinic == clinic) & RequestType.active).order_by(RequestType.name)
+    return [request_type_json(t) for t in query]
+
+
+def clinic_tags(clinic: Clinic, tag_type: str | None) -> list[dict[str, Any]]:
+    query = Tag.select().where((Tag.clinic == clinic) & Tag.deleted_at.is_null())
+    if tag_type is not None:
+        query = query.where(Tag.type == tag_type)
+    return [tag_json(t) for t in query.order_by(Tag.type, Tag.name)]
+
+
+def request_of(clinic: Clinic, request_id: str) -> PatientRequest:
+    """This clinic's request, else 404 PATIENT_REQUEST_NOT_FOUND (also for malformed ids)."""
+    try:
+        rid = uuid.UUID(request_id)
+    except ValueError:
+        rid = None
+    request = PatientRequest.get_or_none((PatientRequest.id == rid) & (PatientRequest.clinic == clinic)) if rid else None
+    if request is None:
+        raise APIError(404, "PATIENT_REQUEST_NOT_FOUND", "No such patient request in this clinic.")
+    return request
+
+
+# --- create ----------------------------------------------------------------------------
+
+def create_request(clinic: Clinic, body: dict[str, Any], token: ApiToken) -> PatientRequest:
+    patient, record = patient_for_create(clinic, body["patientId"])
+    request_type = RequestType.get_or_none((RequestType.id == uuid.UUID(body["userECRFId"]))
+                                           & (RequestType.clinic == clinic) & RequestType.active)
+    if request_type is None:
+        raise APIError(404, "USER_ECRF_NOT_FOUND", "Unknown or inactive request type.")
+    slot = _time_slot(clinic, body.get("timeSlotInput"))
+    with db.atomic():
+        request = PatientRequest.create(
+            clinic=clinic, patient=patient, request_type=request_type, title=request_type.name,
+            clinic_note=body.get("userNote", ""), created_by=token, done_at=utc_now() if slot else None,
+        )
+        if slot:
+            Reservation.create(request=request, calendar=slot[0], starts_at=slot[1], ends_at=slot[2])
+        apply_default_tags(request_type, record)
+    return request
+
+
+def _time_slot(clinic: Clinic, slot: dict[str, Any] | None) -> tuple[Calendar, datetime, datetime] | None:
+    if slot is None:
+        return None
+    calendar = Calendar.get_or_none((Calendar.id == uuid.UUID(slot["calendarId"])) & (Calendar.clinic == clinic))
+    if calendar is None:
+        raise validation_failed("timeSlotInput.calendarId: not a calendar of this clinic")
+    start, end = (as_utc(datetime.fromisoformat(slot[k].replace("Z", "+00:00"))) for k in ("start", "end"))
+    if end <= start:
+        raise validation_failed("timeSlotInput.end: must be after start")
+    return calendar, start, end
+
+
+def apply_default_tags(request_type: RequestType, record: PatientRecord) -> None:
+    """Best effort: deleted tags are skipped silently; any other failure is logged and
+    rolled back to a savepoint, so it can never fail (or abort) the create."""
+    tags = Tag.select().join(RequestTypeDefaultTag).where(RequestTypeDefaultTag.request_type == request_type)
+    for tag in tags:
+        if tag.deleted_at is not None:
+            continue
+        try:
+            with db.atomic():
+                if tag.clinic_id != record.clinic_id or tag.type != "patient":
+                    raise ValueError("not a patient tag of the record's clinic")
+                PatientRecordTag.insert(record=record, tag=tag).on_conflict_ignore().execute()
+        except Exception:
+            log.warning("default tag %s of request type %s not applied to patient record %s",
+                        tag.id, request_type.id, record.id, exc_info=True)
+
+
+# --- search, detail, patch -------------------------------------------------------------------
+
+def _encode_cursor(request: PatientRequest) -> str:
+    raw = json.dumps([request.created_at.isoformat(), str(request.id)]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(text: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        created, rid = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        return datetime.fromisoformat(created), uuid.UUID(rid)
+    except (ValueError, TypeError):
+        raise validation_failed("pagination.cursor: not a cursor of this search") from None
+
+
+def search_requests(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """Newest first, keyset-paginated on (createdAt, id)."""
+    limit = pagination.get("limit", DEFAULT_LIMIT)
+    query = PatientRequest.select().where(PatientRequest.clinic == clinic)
+    if "patientId" in flt:
+        query = query.where(PatientRequest.patient == uuid.UUID(flt["patientId"]))
+    if "cursor" in pagination:
+        created, rid = _decode_cursor(pagination["cursor"])
+        query = query.where((PatientRequest.created_at < created)
+                            | ((PatientRequest.created_at == created) & (PatientRequest.id < rid)))
+    rows = list(query.order_by(PatientRequest.created_at.desc(), PatientRequest.id.desc()).limit(limit + 1))
+    next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
+    return summaries(rows[:limit]), next_cursor
+
+
+def summaries(requests: list[PatientRequest]) -> list[dict[str, Any]]:
+    """Requests as create and search answer them (`medicalRecords` always empty)."""
+    ids = [r.id for r in requests]
+    tags: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    reservations: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    if ids:
+        rows = (PatientRequestTag.select(PatientRequestTag.request, Tag).join(Tag)
+                .where(PatientRequestTag.request.in_(ids) & Tag.deleted_at.is_null()).order_by(Tag.name))
+        for row in rows:
+            tags.setdefault(row.request_id, []).append(tag_json(row.tag))
+        for res in Reservation.select().where(Reservation.request.in_(ids)).order_by(Reservation.starts_at):
+            reservations.setdefault(res.request_id, []).append(
+                {"id": str(res.id), "start": iso_utc(res.starts_at), "end": iso_utc(res.ends_at),
+                 "calendarId": str(res.calendar_id) if res.calendar_id else None})
+    return [{
+        "id": str(r.id), "title": r.title, "createdAt": iso_utc(r.created_at), "doneAt": iso_utc(r.done_at),
+        "patientId": str(r.patient_id), "requestTypeId": str(r.request_type_id) if r.request_type_id else None,
+        "userNote": r.user_note, "tags": tags.get(r.id, []), "medicalRecords": [],
+        "reservations": reservations.get(r.id, []),
+    } for r in requests]
+
+
+def detail(request: PatientRequest, links: "LinkCache") -> dict[str, Any]:
+    records = list(MedicalRecord.select().where(MedicalRecord.request == request)
+                   .order_by(MedicalRecord.created_at, MedicalRecord.id).limit(MAX_ATTACHMENTS + 1))
+    if len(records) > MAX_ATTACHMENTS:
+        raise validation_failed(f"the request holds more than {MAX_ATTACHMENTS} attachments")
+    out = summaries([request])[0]
+    out["medicalRecords"] = [{
+        **attachment_json(m), "categoryType": m.category_type, "visibleToPatient": m.visible_to_patient,
+        "url": links.url(m, "inline"), "downloadUrl": links.url(m, "attachment"),
+    } for m in records]
+    return out
+
+
+def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any]) -> None:
+    wanted = {uuid.UUID(i) for i in body.get("addTagIds", [])}
+    tags = list(Tag.select(Tag.id).where(Tag.id.in_(list(wanted)) & (Tag.clinic == clinic)
+                                         & (Tag.type == "patient_request") & Tag.deleted_at.is_null())) if wanted else []
+    unknown = wanted - {t.id for t in tags}
+    if unknown:
+        raise validation_failed(f"addTagIds: not request tags of this clinic: {', '.join(sorted(map(str, unknown)))}")
+    with db.atomic():
+        for tag in tags:
+            PatientRequestTag.insert(request=request, tag=tag).on_conflict_ignore().execute()
+        if "userNote" in body:
+            PatientRequest.update(user_note=body["userNote"]).where(PatientRequest.id == request.id).execute()
+
+
+# --- attachments -------------------------------------------------------------------------------
+
+def issue_upload_link(storage: Storage, request: PatientRequest, content_type: str) -> dict[str, str]:
+    content_type = content_type.strip()
+    key = new_object_key(request.id, content_type)
+    UploadLink.create(request=request, file_hash=key, content_type=content_type)
+    return {"url": storage.presign_put(key, content_type, UPLOAD_URL_SECONDS), "fileHash": key}
+
+
+def register_attachment(storage: Storage, request: PatientRequest, body: dict[str, Any], token: ApiToken) -> MedicalRecord:
+    """Register an uploaded object. Registering the same fileHash again answers the
+    attachment registered first (so a retry after a timeout never duplicates)."""
+    link = UploadLink.get_or_none((UploadLink.request == request) & (UploadLink.file_hash == body["fileHash"]))
+    if link is None:
+        raise validation_failed("fileHash: not issued by an upload link of this request")
+    if storage.head(link.file_hash) is None:
+        raise validation_failed("fileHash: no file was uploaded for it")
+    MedicalRecord.insert(
+        id=uuid.uuid4(), request=request, file_hash=link.file_hash, content_type=body["contentType"],
+        description=body["description"], category_type=body.get("categoryType"),
+        visible_to_patient=body.get("visibleToPatient", False), created_by=token, created_at=utc_now(),
+    ).on_conflict_ignore().execute()
+    return MedicalRecord.get(MedicalRecord.file_hash == link.file_hash)
+
+
+def attachment_json(m: MedicalRecord) -> dict[str, Any]:
+    return {"id": str(m.id), "description": m.description, "contentType": m.content_type,
+            "createdAt": iso_utc(m.created_at)}
+
+
+class LinkCache:
+    """Presigned download URLs per (attachment, disposition), reused while they have at
+    least `min_left` seconds to live. In-process and bounded (LRU): a cache miss only
+    costs a signature, and the URLs (credentials) stay out of shared stores."""
+
+    def __init__(self, storage: Storage, *, lifetime: int = LINK_SECONDS, min_left: int = LINK_MIN_LEFT,
+                 max_entries: int = 50_000, clock: Callable[[], float] = time.time) -> None:
+        if min_left >= lifetime:
+            raise ValueError("min_left must be shorter than lifetime")
+        self.storage, self.lifetime, self.min_left = storage, lifetime, min_left
+        self.max_entries, self.clock = max_entries, clock
+        self._entries: OrderedDict[tuple[uuid.UUID, str], tuple[str, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def url(self, record: MedicalRecord, disposition: Disposition) -> str:
+        key, now = (record.id, disposition), self.clock()
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None and hit[1] - now >= self.min_left:
+                self._entries.move_to_end(key)
+                return hit[0]
+        url = self.storage.presign_get(record.file_hash, self.lifetime, content_type=record.content_type,
+                                       disposition=disposition, filename=ascii_filename(record.description))
+        with self._lock:
+            # Backends count whole seconds from the second of signing: assume the worst.
+            self._entries[key] = (url, int(now) + self.lifetime - 1)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+        return url
+

@@ -1,0 +1,170 @@
+"""Patients as the public API sees them: organization-scoped search and import.
+
+Search is scoped to the clinic's organization when patient sharing is on, else to the
+clinic; a patient without a record in the addressed clinic reads `isInClinic` false,
+status `WAITING`, and no note, tags or external ids. External ids are per clinic:
+matching and listing only see the addressed clinic's. Merged patients are not listed.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import date
+from typing import Any
+
+import peewee as pw
+
+from errors import APIError, validation_failed
+from models import Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag, db
+from phones import to_e164
+
+DEFAULT_LIMIT = 50
+SHARED_STATUS = "WAITING"
+
+
+def survivor(patient: Patient) -> uuid.UUID:
+    """The id at the end of the patient's merge chain."""
+    seen, current = {patient.id}, patient.merged_into_id
+    while current is not None:
+        nxt = Patient.select(Patient.merged_into).where(Patient.id == current).scalar()
+        if nxt is None or nxt in seen:
+            return current
+        seen.add(current)
+        current = nxt
+    return patient.id
+
+
+def patient_for_create(clinic: Clinic, patient_id: str) -> tuple[Patient, PatientRecord]:
+    """The patient and its record here, or the API error the spec names (404, 410, 403)."""
+    patient = Patient.get_or_none((Patient.id == uuid.UUID(patient_id)) & (Patient.organization == clinic.organization_id))
+    if patient is None:
+        raise APIError(404, "PATIENT_NOT_FOUND", "Unknown patient.")
+    if patient.merged_into_id is not None:
+        raise APIError(410, "PATIENT_MERGED", "The patient was merged into another record; use mergedInto.",
+                       mergedInto=str(survivor(patient)))
+    record = PatientRecord.get_or_none((PatientRecord.patient == patient) & (PatientRecord.clinic == clinic))
+    if record is None:
+        raise APIError(403, "FORBIDDEN", "The patient has no record in this clinic; import the patient first.")
+    return patient, record
+
+
+def _cursor(value: str | None) -> uuid.UUID | None:
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise validation_failed("pagination.cursor: not a cursor of this search") from None
+
+
+def search(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of patients (keyset on id) and the next page's cursor."""
+    limit = pagination.get("limit", DEFAULT_LIMIT)
+    query = Patient.select().where((Patient.organization == clinic.organization_id) & Patient.merged_into.is_null())
+    if flt.get("inClinic") or not clinic.organization.patient_sharing:
+        query = query.where(Patient.id.in_(PatientRecord.select(PatientRecord.patient).where(PatientRecord.clinic == clinic)))
+    if "externalId" in flt or "externalIds" in flt:
+        values = ([flt["externalId"]] if "externalId" in flt else []) + list(flt.get("externalIds", []))
+        matches = ExternalId.select(ExternalId.patient).where((ExternalId.clinic == clinic) & ExternalId.value.in_(values))
+        if "externalIdSource" in flt:
+            matches = matches.where(ExternalId.source == flt["externalIdSource"])
+        query = query.where(Patient.id.in_(matches))
+    if flt.get("query", "").strip():
+        query = query.where(_text_match(clinic, flt["query"].strip()))
+    after = _cursor(pagination.get("cursor"))
+    if after is not None:
+        query = query.where(Patient.id > after)
+    rows = list(query.order_by(Patient.id).limit(limit + 1))
+    next_cursor = str(rows[limit - 1].id) if len(rows) > limit else None
+    return represent(clinic, rows[:limit]), next_cursor
+
+
+def _text_match(clinic: Clinic, text: str) -> pw.Expression:
+    full_name = Patient.first_name.concat(" ").concat(Patient.last_name)
+    condition = (full_name.contains(text) | Patient.last_name.concat(" ").concat(Patient.first_name).contains(text)
+                 | Patient.email.contains(text))
+    digits = re.sub(r"\D", "", text)
+    if len(digits) >= 3 and re.fullmatch(r"[\d\s()+./-]+", text):
+        condition |= Patient.phone.contains(digits)
+        phone = to_e164(text, clinic.country)
+        if phone:
+            condition |= Patient.phone == phone
+    ext = ExternalId.select(ExternalId.patient).where((ExternalId.clinic == clinic) & ExternalId.value.contains(text))
+    return condition | Patient.id.in_(ext)
+
+
+def represent(clinic: Clinic, patients: list[Patient]) -> list[dict[str, Any]]:
+    """Patients as in `data[]` of patient search; three queries whatever their number."""
+    ids = [p.id for p in patients]
+    records = {r.patient_id: r for r in PatientRecord.select().where(
+        (PatientRecord.clinic == clinic) & PatientRecord.patient.in_(ids))} if ids else {}
+    tags: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    if records:
+        record_owner = {r.id: r.patient_id for r in records.values()}
+        rows = (PatientRecordTag.select(PatientRecordTag.record, Tag).join(Tag)
+                .where(PatientRecordTag.record.in_(list(record_owner)) & Tag.deleted_at.is_null()).order_by(Tag.name))
+        for row in rows:
+            tags.setdefault(record_owner[row.record_id], []).append(tag_json(row.tag))
+    external: dict[uuid.UUID, list[dict[str, str]]] = {}
+    if records:
+        for e in ExternalId.select().where((ExternalId.clinic == clinic) & ExternalId.patient.in_(list(records))).order_by(ExternalId.id):
+            external.setdefault(e.patient_id, []).append({"source": e.source, "id": e.value})
+    out = []
+    for p in patients:
+        record = records.get(p.id)
+        out.append({
+            "id": str(p.id), "firstName": p.first_name, "lastName": p.last_name, "phone": p.phone, "email": p.email,
+            "birthDate": p.birth_date.isoformat() if p.birth_date else None,
+            "tags": tags.get(p.id, []), "note": record.note if record else "",
+            "externalIds": external.get(p.id, []),
+            "status": record.status if record else SHARED_STATUS, "isInClinic": record is not None,
+        })
+    return out
+
+
+def tag_json(tag: Tag) -> dict[str, Any]:
+    return {"id": str(tag.id), "name": tag.name, "type": tag.type, "color": tag.color}
+
+
+# --- import ---------------------------------------------------------------------------
+
+def _fields(clinic: Clinic, item: dict[str, Any]) -> dict[str, Any]:
+    fields: dict[str, Any] = {"first_name": item["firstName"], "last_name": item["lastName"]}
+    if "phone" in item:
+        fields["phone"] = None
+        if item["phone"]:
+            fields["phone"] = to_e164(item["phone"], clinic.country)
+            if fields["phone"] is None:
+                raise validation_failed("phone: not a phone number")
+    if "email" in item:
+        fields["email"] = item["email"] or None
+    if "birthDate" in item:
+        fields["birth_date"] = date.fromisoformat(item["birthDate"]) if item["birthDate"] else None
+    return fields
+
+
+def import_patient(clinic: Clinic, item: dict[str, Any]) -> tuple[Patient, bool]:
+    """Create the patient with a record and the external id here, or update the patient
+    that already carries that external id in this clinic. Returns (patient, created).
+
+    The unique (clinic, source, value) constraint decides a race between two imports of
+    the same id: the loser's insert fails inside a savepoint and it updates instead.
+    """
+    fields = _fields(clinic, item)
+    key = (ExternalId.clinic == clinic) & (ExternalId.source == item.get("externalIdSource", "")) & (
+        ExternalId.value == item["externalId"])
+    with db.atomic():
+        link = ExternalId.get_or_none(key)
+        if link is None:
+            try:
+                with db.atomic():
+                    patient = Patient.create(organization=clinic.organization_id, **fields)
+                    PatientRecord.create(patient=patient, clinic=clinic)
+                    ExternalId.create(clinic=clinic, patient=patient, source=item.get("externalIdSource", ""),
+                                      value=item["externalId"])
+                return patient, True
+            except pw.IntegrityError:
+                link = ExternalId.get(key)  # a concurrent import of the same id won
+        Patient.update(**fields).where(Patient.id == link.patient_id).execute()
+        PatientRecord.insert(patient=link.patient_id, clinic=clinic).on_conflict_ignore().execute()
+        return Patient.get_by_id(link.patient_id), False

@@ -1,0 +1,31 @@
+"""Clinic configuration the integrator looks up: request types and tags."""
+from __future__ import annotations
+
+import falcon
+
+import documents
+import schemas
+from errors import validation_failed
+from models import Tag
+
+
+class RequestTypeSearch:
+    """POST /patientRequestTypes/search: the clinic's active request types."""
+
+    scopes = {"POST": "read"}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
+        schemas.body(req, schemas.EMPTY_REQUEST, optional=True)
+        resp.media = {"data": documents.active_types(req.context.clinic)}
+
+
+class Tags:
+    """GET /tags?type=patient_request: the clinic's tags that are not deleted."""
+
+    scopes = {"GET": "read"}
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
+        tag_type = req.get_param("type")
+        if tag_type is not None and tag_type not in Tag.TYPES:
+            raise validation_failed(f"type: one of {', '.join(Tag.TYPES)}")
+        resp.media = {"data": documents.clinic_tags(req.context.clinic, tag_type)}

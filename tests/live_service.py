@@ -1,0 +1,100 @@
+"""The whole service behind a real HTTP server in a thread (presigned URLs need one),
+plus the data set the signed-documents tests share."""
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from app import create_app
+from config import Config
+from models import bind_database, db
+from onboarding import stable_id
+from tests.conftest import PG_URL, REDIS_URL
+from tests.support import SECRET_KEY, clinic, organization
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _placeholder(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+    return [b"starting"]
+
+
+@contextlib.contextmanager
+def serve(**overrides: Any) -> Iterator[str]:
+    """Serve `create_app(Config(...))` on a free loopback port; yields the base URL.
+
+    The port is bound first, so `public_base_url` (and the local storage URLs signed
+    with it) point at this very server.
+    """
+    httpd = make_server("127.0.0.1", 0, _placeholder, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+    base_url = f"http://127.0.0.1:{httpd.server_port}"
+    config = Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, db_pool_size=4,
+                    public_base_url=base_url, **overrides)
+    httpd.set_app(create_app(config))
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield base_url
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+        db.obj.close_all()
+        bind_database(PG_URL, pool_size=4)
+
+
+def api(slug: str = "clinic-a") -> str:
+    return f"/external/v1/clinics/{slug}"
+
+
+def type_id(ecrf: str, slug: str = "clinic-a") -> str:
+    return str(stable_id("request-type", slug, ecrf))
+
+
+def patient_id(key: str, org: str = "test-org") -> str:
+    return str(stable_id("patient", org, key))
+
+
+def tag_id(kind: str, name: str, slug: str = "clinic-a") -> str:
+    return str(stable_id("tag", slug, kind, name))
+
+
+def signing_organization(sharing: bool = True) -> dict[str, Any]:
+    """Clinic A with a signed-consent type (default patient tag, no reservation), clinic B
+    beside it; Jana (record in A, external id EXT-1), her merged duplicate, Petr (record
+    only in B, external id EXT-2 there)."""
+    a = clinic(
+        "clinic-a",
+        calendars=[{"name": "Doctor"}],
+        tags=[{"type": "patient", "name": "signed-consent"}, {"type": "patient", "name": "gone", "deleted": True},
+              {"type": "patient_request", "name": "needs-callback"}],
+        requestTypes=[
+            {"ecrfId": "SIGNED_CONSENT", "name": "Signed consent", "requiresReservation": False,
+             "defaultPatientTags": ["signed-consent"]},
+            {"ecrfId": "RETIRED", "name": "Retired", "active": False},
+        ],
+    )
+    b = clinic("clinic-b", tags=[{"type": "patient_request", "name": "b-only"}],
+               requestTypes=[{"ecrfId": "SIGNED_CONSENT", "name": "Signed consent B"}])
+    return organization(a, b, sharing=sharing, patients=[
+        {"key": "jana", "firstName": "Jana", "lastName": "Nováková", "phone": "+420 601 123 456",
+         "email": "jana@example.org", "birthDate": "1980-04-12",
+         "records": [{"clinic": "clinic-a", "note": "Prefers mornings.",
+                      "externalIds": [{"source": "signing-system", "id": "EXT-1"}]}]},
+        {"key": "jana-dup", "firstName": "Jana", "lastName": "Novakova", "mergedInto": "jana",
+         "records": [{"clinic": "clinic-a"}]},
+        {"key": "petr", "firstName": "Petr", "lastName": "Svoboda", "phone": "602 987 654",
+         "records": [{"clinic": "clinic-b", "externalIds": [{"source": "signing-system", "id": "EXT-2"}]}]},
+    ])

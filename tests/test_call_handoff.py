@@ -1,0 +1,368 @@
+"""Spec sections 2-4, 7, 8: recording-complete, end to end with real parts.
+
+A real RQ worker (`python manage.py worker`, a subprocess) on the real Redis, the real
+whisper.cpp engine and model, and voicemails served over real HTTPS from 127.0.0.1
+(trustme CA; loopback allowed only through the test-only setting).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import redis
+import webtest
+from rq import Worker
+
+from app import create_app
+from config import Config
+from models import Call, Patient, PatientRecord, PatientRequest, db
+from tests.conftest import PG_URL, REDIS_URL, ROOT
+from tests.https_server import FailThenSucceed, HTTPSTestServer, redirect, static, wait_until
+from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
+
+AUDIO = ROOT / "tests" / "audio"
+MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
+MODEL = ROOT / "var" / "models" / "ggml-base.bin"
+
+
+def audio(name: str) -> bytes:
+    return (AUDIO / name).read_bytes()
+
+
+@pytest.fixture(scope="session")
+def ca_bundle(https_ca, tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("ca") / "ca.pem"
+    https_ca.cert_pem.write_to_path(str(path))
+    return str(path)
+
+
+def worker_env(ca_bundle: str, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
+        "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": ca_bundle, "RECORDING_RETRY_DELAYS": "1,1",
+        "RECORDING_FETCH_TIMEOUT": "5", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": str(MODEL_EN),
+        "LOG_LEVEL": "INFO", **extra,
+    }
+
+
+@pytest.fixture(scope="session")
+def worker(wsgi_app, ca_bundle, tmp_path_factory) -> Iterator[subprocess.Popen]:
+    """One real RQ worker for the session, started like the Procfile starts it."""
+    log = tmp_path_factory.mktemp("worker") / "worker.log"
+    connection = redis.Redis.from_url(REDIS_URL)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "manage.py", "worker"], cwd=ROOT, env=worker_env(ca_bundle),
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        ready = wait_until(lambda: proc.poll() is not None or any(
+            w.pid == proc.pid for w in Worker.all(connection=connection)), timeout=120, interval=0.2)
+        assert ready and proc.poll() is None, log.read_text()[-3000:]
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def handoff_config(config, ca_bundle) -> Config:
+    return Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
+                  unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1")
+
+
+@pytest.fixture
+def handoff(app, handoff_config) -> webtest.TestApp:
+    """The app with the test-only loopback setting, over the clean database of `app`."""
+    return webtest.TestApp(create_app(handoff_config))
+
+
+@pytest.fixture
+def clinics(app) -> None:
+    load(organization(
+        clinic("clinic-en", tz="America/New_York", country="US", language="en"),
+        clinic("clinic-opted-out", tz="America/New_York", country="US", language="en", missedCallRequests=False),
+        clinic("clinic-other", tz="America/New_York", country="US", language="en"),
+    ))
+
+
+@pytest.fixture
+def server(https_server: HTTPSTestServer) -> HTTPSTestServer:
+    return https_server
+
+
+def hand_off(client: webtest.TestApp, body: dict[str, Any], slug: str = "clinic-en", status: int = 200, token: str | None = None):
+    token = token or issue_token([slug], ["write"])
+    return client.post_json(switchboard_url(slug, "recording-complete"), body, headers=bearer(token), status=status)
+
+
+def call_body(sid: str, url: str | None = None, **extra: Any) -> dict[str, Any]:
+    body = {"CallSid": sid, "CallFrom": "+1 201 555 0198", "CallTo": "+12015550100", "Status": "completed",
+            "HasRecording": url is not None, "RecordingSid": f"{sid}.mp3", "Source": "test-pbx",
+            "Extra": json.dumps({"flow": "voicemail", "ivr": [1, 2]}), **extra}
+    if url is not None:
+        body["RecordingUrl"] = url
+    return body
+
+
+def processed(sid: str, timeout: float = 90) -> Call:
+    def done() -> bool:
+        with db.connection_context():
+            return Call.select().where((Call.call_sid == sid) & (Call.state == "done")).exists()
+
+    assert wait_until(done, timeout=timeout, interval=0.1), f"call {sid} not processed within {timeout}s"
+    with db.connection_context():
+        return Call.get(Call.call_sid == sid)
+
+
+def requests_of(call: Call) -> list[PatientRequest]:
+    with db.connection_context():
+        return list(PatientRequest.select().where(PatientRequest.call == call.id))
+
+
+# --- intake -------------------------------------------------------------------------
+
+def test_call_record_keeps_every_input_and_answers_success(handoff, clinics, server):
+    server.route("/v.mp3", static(audio("msg_fever.mp3"), "audio/mpeg"))
+    body = call_body("CA-inputs", server.url("/v.mp3") + "?token=secret")
+    assert hand_off(handoff, body).json == {"success": True}
+    with db.connection_context():
+        call = Call.get(Call.call_sid == "CA-inputs")
+        assert (call.call_from, call.call_to, call.status, call.has_recording, call.recording_sid, call.source) == (
+            body["CallFrom"], body["CallTo"], "completed", True, "CA-inputs.mp3", "test-pbx")
+        assert call.recording_url == body["RecordingUrl"] and json.loads(call.extra) == {"flow": "voicemail", "ivr": [1, 2]}
+        assert call.clinic.slug == "clinic-en"
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"CallFrom": "+12015550198", "CallTo": "+12015550100"}, "CallSid"),
+    ({"CallSid": "x", "CallTo": "+12015550100"}, "CallFrom"),
+    ({"CallSid": "x", "CallFrom": "+12015550198"}, "CallTo"),
+    ({"CallSid": 12, "CallFrom": "+12015550198", "CallTo": "+1"}, "CallSid"),
+    ({"CallSid": "x", "CallFrom": "+12015550198", "CallTo": "+1", "HasRecording": "yes"}, "HasRecording"),
+    ({"CallSid": "x", "CallFrom": "+12015550198", "CallTo": "+1", "RecordingUrl": 5}, "RecordingUrl"),
+    ({"CallSid": "x", "CallFrom": "+12015550198", "CallTo": "+1", "Extra": {"a": 1}}, "Extra"),
+    ({"CallSid": "", "CallFrom": "+12015550198", "CallTo": "+1"}, "CallSid"),
+])
+def test_fields_are_validated_for_type(handoff, clinics, body, field):
+    answer = hand_off(handoff, body, status=400).json
+    assert answer["code"] == "VALIDATION_FAILED" and answer["error"].startswith(field)
+    with db.connection_context():
+        assert Call.select().count() == 0
+
+
+def test_write_scope_is_required(handoff, clinics):
+    token = issue_token(["clinic-en"], ["read"])
+    assert hand_off(handoff, call_body("CA-scope"), token=token, status=403).json["code"] == "FORBIDDEN"
+
+
+def test_same_call_sid_from_another_clinic_is_409(handoff, clinics):
+    hand_off(handoff, call_body("CA-shared"))
+    answer = hand_off(handoff, call_body("CA-shared"), slug="clinic-other", status=409).json
+    assert answer == {"error": answer["error"], "code": "CALL_SID_CONFLICT"}
+    with db.connection_context():
+        assert [c.clinic.slug for c in Call.select()] == ["clinic-en"]
+
+
+HOSTILE_HOSTS = [
+    "http://{h}:{p}/v.mp3", "ftp://example.com/v.mp3", "https://127.0.0.1:{p}/v.mp3", "https://2130706433:{p}/v.mp3",
+    "https://0177.0.0.1:{p}/v.mp3", "https://0x7f.0.0.1:{p}/v.mp3", "https://0x7f000001:{p}/v.mp3",
+    "https://127.1:{p}/v.mp3", "https://[::1]:{p}/v.mp3", "https://[::ffff:127.0.0.1]:{p}/v.mp3",
+    "https://[0:0:0:0:0:ffff:7f00:1]:{p}/v.mp3", "https://localhost:{p}/v.mp3", "https://localhost.:{p}/v.mp3",
+    "https://LOCALHOST:{p}/v.mp3", "https://a.localhost:{p}/v.mp3", "https://printer.local/v.mp3",
+    "https://db.internal/v.mp3", "https://intranet/v.mp3", "https://10.0.0.1/v.mp3", "https://192.168.1.1/v.mp3",
+    "https://172.16.0.1/v.mp3", "https://169.254.169.254/latest/meta-data", "https://100.64.0.1/v.mp3",
+    "https://0.0.0.0:{p}/v.mp3", "https://[fe80::1]/v.mp3", "https://[fc00::1]/v.mp3", "https://user:pw@example.com/v.mp3",
+    "https://127.0.0.1.:{p}/v.mp3", "https://%31%32%37.0.0.1:{p}/v.mp3", "https://１２７.０.０.１:{p}/v.mp3",
+    "https:///v.mp3", "https://example.com:0/v.mp3", "javascript:alert(1)", "https://[::]:{p}/v.mp3",
+    "https://017700000001:{p}/v.mp3", "//127.0.0.1:{p}/v.mp3",
+]
+
+
+def test_hostile_recording_urls_are_400_and_never_contacted(app, config, clinics, server):
+    """The real rule (no test-only setting): none of these reaches the local server."""
+    server.route("/v.mp3", static(audio("msg_fever.mp3"), "audio/mpeg"))
+    assert len(HOSTILE_HOSTS) >= 30
+    for i, template in enumerate(HOSTILE_HOSTS):
+        url = template.format(h="127.0.0.1", p=server.port)
+        answer = hand_off(app, call_body(f"CA-hostile-{i}", url), status=400).json
+        assert answer["code"] == "VALIDATION_FAILED" and answer["error"].startswith("RecordingUrl"), url
+    assert server.connections == 0
+    with db.connection_context():
+        assert Call.select().count() == 0
+
+
+def test_recording_url_must_not_leak_into_the_error(app, clinics):
+    answer = hand_off(app, call_body("CA-leak", "https://10.0.0.1/v.mp3?signature=TOPSECRET"), status=400).json
+    assert "TOPSECRET" not in answer["error"]
+
+
+def test_redis_down_at_intake_keeps_the_call_and_requeue_processes_it(app, handoff_config, clinics, server, worker):
+    server.route("/v.mp3", static(audio("msg_fever.mp3"), "audio/mpeg"))
+    down = Config(**{**handoff_config.__dict__, "redis_url": "redis://127.0.0.1:1/0"})
+    offline = webtest.TestApp(create_app(down))
+    assert hand_off(offline, call_body("CA-redis-down", server.url("/v.mp3"))).json == {"success": True}
+    with db.connection_context():
+        assert Call.get(Call.call_sid == "CA-redis-down").state == "pending"
+    # Queue back: the operator's requeue (a starting worker does the same) picks it up.
+    env = worker_env(handoff_config.fetch_ca_bundle)
+    done = subprocess.run([sys.executable, "manage.py", "requeue"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "re-queued 1 pending call(s)" in done.stderr, done.stderr
+    call = processed("CA-redis-down")
+    assert call.outcome == "voice_message" and len(requests_of(call)) == 1
+
+
+# --- ingest, end to end -------------------------------------------------------------
+
+def test_voicemail_becomes_a_voice_message_request_with_the_spoken_words(handoff, clinics, server, worker):
+    server.route("/rec/CA-voice.mp3", static(audio("msg_appointment.mp3"), "audio/mpeg"))
+    hand_off(handoff, call_body("CA-voice", server.url("/rec/CA-voice.mp3")))
+    call = processed("CA-voice")
+    assert call.outcome == "voice_message" and call.intelligibility == "ok"
+    words = call.transcript.lower()
+    assert "maria jones" in words and "appointment" in words and "smith" in words
+    [request] = requests_of(call)
+    with db.connection_context():
+        assert request.kind == "voice_message" and request.done_at is None
+        assert request.patient.phone == "+12015550198"
+        assert PatientRecord.select().where((PatientRecord.patient == request.patient_id)).count() == 1
+    # Open, so the switchboard's check sees it.
+    token = issue_token(["clinic-en"], ["read"])
+    assert handoff.post_json(switchboard_url("clinic-en", "has-active-request"), {"callFrom": "(201) 555-0198"},
+                             headers=bearer(token)).json == {"hasActiveRequest": True}
+
+
+def test_silence_becomes_a_missed_call_request(handoff, clinics, server, worker):
+    server.route("/s.wav", static(audio("silence_digital.wav"), "audio/wav"))
+    hand_off(handoff, call_body("CA-silence", server.url("/s.wav")))
+    call = processed("CA-silence")
+    assert call.outcome == "missed_call" and call.transcript is None and call.intelligibility != "ok"
+    [request] = requests_of(call)
+    assert request.kind == "missed_call" and request.done_at is None
+
+
+def test_opted_out_clinic_gets_nothing_for_an_empty_message(handoff, clinics, server, worker):
+    server.route("/n.mp3", static(audio("noise_white.mp3"), "audio/mpeg"))
+    hand_off(handoff, call_body("CA-opted-out", server.url("/n.mp3")), slug="clinic-opted-out")
+    call = processed("CA-opted-out")
+    assert call.outcome == "opted_out" and requests_of(call) == []
+
+
+def test_without_recording_url_only_the_call_is_stored(handoff, clinics, worker):
+    hand_off(handoff, call_body("CA-no-recording"))
+    call = processed("CA-no-recording")
+    assert call.outcome == "no_recording" and requests_of(call) == []
+    with db.connection_context():
+        assert Patient.select().count() == 0
+
+
+def test_same_call_sid_twice_gives_one_call_and_one_request(handoff, clinics, server, worker):
+    server.route("/v.mp3", static(audio("msg_cancel.mp3"), "audio/mpeg"))
+    for _ in range(2):
+        assert hand_off(handoff, call_body("CA-twice", server.url("/v.mp3"))).json == {"success": True}
+    call = processed("CA-twice")
+    assert hand_off(handoff, call_body("CA-twice", server.url("/v.mp3"))).json == {"success": True}
+    with db.connection_context():
+        assert Call.select().where(Call.call_sid == "CA-twice").count() == 1
+    assert len(requests_of(call)) == 1
+    assert server.request_count("/v.mp3") == 1
+
+
+def test_twenty_concurrent_copies_give_one_call_and_one_request(handoff_config, clinics, server, worker):
+    """Twenty threads through a real WSGI server, each with its own connection pool slot."""
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+    from socketserver import ThreadingMixIn
+    import requests as http
+
+    class Threaded(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        request_queue_size = 64  # the default backlog of 5 resets simultaneous connects
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server.route("/v.mp3", static(audio("msg_results.mp3"), "audio/mpeg"))
+    token = issue_token(["clinic-en"], ["write"])
+    httpd = make_server("127.0.0.1", 0, create_app(Config(**{**handoff_config.__dict__, "db_pool_size": 24})),
+                        server_class=Threaded, handler_class=Quiet)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_port}{switchboard_url('clinic-en', 'recording-complete')}"
+    barrier, answers = threading.Barrier(20), []
+
+    def post() -> None:
+        barrier.wait(timeout=10)
+        try:
+            answers.append(http.post(url, json=call_body("CA-concurrent", server.url("/v.mp3")), headers=bearer(token), timeout=30))
+        except http.RequestException as exc:  # counted as a failure below
+            answers.append(exc)
+
+    threads = [threading.Thread(target=post) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    httpd.shutdown()
+    assert [getattr(a, "status_code", a) for a in answers] == [200] * 20
+    assert all(a.json() == {"success": True} for a in answers)
+    call = processed("CA-concurrent")
+    with db.connection_context():
+        assert Call.select().where(Call.call_sid == "CA-concurrent").count() == 1
+    assert len(requests_of(call)) == 1
+
+
+def test_server_failing_twice_then_succeeding_gives_one_request(handoff, clinics, server, worker):
+    server.route("/flaky.mp3", FailThenSucceed(2, static(audio("msg_refill.mp3"), "audio/mpeg"), failure=static(b"busy", "text/plain", status=503)))
+    hand_off(handoff, call_body("CA-flaky", server.url("/flaky.mp3")))
+    call = processed("CA-flaky", timeout=120)
+    assert call.outcome == "voice_message" and call.attempts == 3
+    assert server.request_count("/flaky.mp3") == 3 and len(requests_of(call)) == 1
+    assert "blood pressure" in call.transcript.lower()
+
+
+def test_recording_that_never_comes_still_becomes_a_request_with_the_reason(handoff, clinics, server, worker):
+    server.route("/down.mp3", FailThenSucceed(99, static(b"", "audio/mpeg"), failure=static(b"busy", "text/plain", status=503)))
+    hand_off(handoff, call_body("CA-gone", server.url("/down.mp3")))
+    call = processed("CA-gone", timeout=120)
+    assert call.outcome == "recording_unavailable" and "503" in call.fetch_error
+    assert server.request_count("/down.mp3") == 3  # one try and the two configured retries
+    [request] = requests_of(call)
+    assert request.kind == "voice_message" and "could not be fetched" in request.title
+
+
+def test_redirect_to_loopback_address_is_refused(handoff, clinics, server, worker):
+    """The first hop is allowed by the test setting; its redirect to an address literal
+    (127.0.0.1 in another notation) breaks the rules and is never followed."""
+    server.route("/v.mp3", static(audio("msg_fever.mp3"), "audio/mpeg"))
+    server.route("/redirect.mp3", redirect(f"https://2130706433:{server.port}/v.mp3"))
+    hand_off(handoff, call_body("CA-redirect", server.url("/redirect.mp3")))
+    call = processed("CA-redirect")
+    assert call.outcome == "recording_unavailable" and server.request_count("/v.mp3") == 0
+    assert len(requests_of(call)) == 1
+
+
+def test_non_audio_content_is_refused(handoff, clinics, server, worker):
+    server.route("/page.mp3", static(b"<html>login</html>", "text/html"))
+    hand_off(handoff, call_body("CA-html", server.url("/page.mp3")))
+    call = processed("CA-html")
+    assert call.outcome == "recording_unavailable" and call.fetch_error
+
+
+def test_known_caller_is_matched_not_duplicated(handoff, clinics, server, worker):
+    load(organization(
+        clinic("clinic-en", tz="America/New_York", country="US", language="en"),
+        clinic("clinic-opted-out", tz="America/New_York", country="US", language="en", missedCallRequests=False),
+        clinic("clinic-other", tz="America/New_York", country="US", language="en"),
+        patients=[{"key": "known", "firstName": "Maria", "phone": "201-555-0198", "records": [{"clinic": "clinic-en"}]}]))
+    server.route("/v.mp3", static(audio("msg_appointment.mp3"), "audio/mpeg"))
+    hand_off(handoff, call_body("CA-known", server.url("/v.mp3")))
+    [request] = requests_of(processed("CA-known"))
+    with db.connection_context():
+        assert request.patient.first_name == "Maria" and Patient.select().count() == 1
