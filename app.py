@@ -15,6 +15,7 @@ from config import Config
 from documents import LinkCache
 from errors import APIError
 from jobs.calls import QUEUE
+from jobs import recordings as recording_jobs
 from models import bind_database, db
 from resources import meta, switchboard
 from resources import catalog, patient_requests, patients
@@ -36,12 +37,18 @@ class DatabaseConnection:
 
 
 class BodyLimit:
-    """Refuse a declared body over the limit before anything reads it."""
+    """Refuse a declared body over the limit before anything reads it.
+
+    Not for `/storage/` (local backend uploads): those stream to disk under their own
+    cap, `LocalStorage.max_upload_bytes`, checked after the signature, before reading.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if req.path.startswith("/storage/"):
+            return
         if req.content_length is not None and req.content_length > self.max_bytes:
             raise APIError(413, "PAYLOAD_TOO_LARGE", f"Body over {self.max_bytes} bytes.")
 
@@ -76,7 +83,9 @@ def create_app(config: Config) -> falcon.App:
     app.add_route(f"{clinic}/patients/import-bulk", patients.PatientImportBulk())
     app.add_route(f"{clinic}/patientRequests/create", patient_requests.RequestCreate())
     app.add_route(f"{clinic}/patientRequests/search", patient_requests.RequestSearch())
-    app.add_route(request, patient_requests.RequestDetail(LinkCache(storage)))
+    player = recording_jobs.RecordingPlayer(config, Queue(recording_jobs.QUEUE, connection=queue_redis))
+    app.add_route(request, patient_requests.RequestDetail(LinkCache(storage), player, config.clock))
+    app.add_route(f"{request}/recording", patient_requests.RequestRecording(player, config.clock))
     app.add_route(f"{request}/attachments/upload-link", patient_requests.UploadLink(storage))
     app.add_route(f"{request}/attachments", patient_requests.Attachments(storage))
     app.add_route("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url)))

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import falcon
 
 from errors import APIError
-from models import ApiToken, Clinic, as_utc
+from models import ApiToken, as_utc
 
 _TOUCH_EVERY = timedelta(minutes=1)  # last_used_at is advisory; spare a write per request
 
@@ -37,10 +37,10 @@ class TokenAuth:
         token = ApiToken.authenticate(text.strip(), now)
         if token is None:
             raise _unauthorized("Invalid, expired or revoked token.")
-        clinic = Clinic.get_or_none(Clinic.slug == params.get("clinic_slug"))
+        clinic = token.clinic_access(params.get("clinic_slug", ""))
         if clinic is None:
             raise APIError(404, "CLINIC_NOT_FOUND", "Unknown clinic.")
-        if scopes[req.method] not in token.scope_set or not token.covers(clinic):
+        if scopes[req.method] not in token.scope_set or not clinic.covered:
             raise APIError(403, "FORBIDDEN", "The token has no access to this clinic or lacks the scope.")
         if token.last_used_at is None or as_utc(now) - token.last_used_at > _TOUCH_EVERY:
             ApiToken.update(last_used_at=as_utc(now)).where(ApiToken.id == token.id).execute()

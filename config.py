@@ -52,6 +52,11 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "RECORDING_FETCH_TIMEOUT": ("recording_fetch_timeout", float),
     "RECORDING_URL_LIFETIME_MINUTES": ("recording_url_lifetime_minutes", int),
     "PROVIDER_MARKER_WORDS": ("provider_marker_words", str),
+    "PBX_TOKEN_PATH": ("pbx_token_path", str),
+    "PBX_RECORDING_PATH": ("pbx_recording_path", str),
+    "PBX_FETCH_TIMEOUT": ("pbx_fetch_timeout", float),
+    "PBX_RETRY_DELAYS": ("pbx_retry_delays", str),
+    "PBX_PLAY_WAIT_SECONDS": ("pbx_play_wait_seconds", float),
     "FETCH_CA_BUNDLE": ("fetch_ca_bundle", str),
     "UNSAFE_ALLOW_LOOPBACK_FETCH": ("unsafe_allow_loopback_fetch", _bool),
 }
@@ -89,6 +94,13 @@ class Config:
     recording_fetch_timeout: float = 30.0
     recording_url_lifetime_minutes: int = 25
     provider_marker_words: str = ""
+    # Switchboard platform API (re-fetching expired recording links), relative to a
+    # clinic's `pbx_api_url`; `{recording}` is the recording reference (RecordingSid).
+    pbx_token_path: str = "/auth/token"
+    pbx_recording_path: str = "/recordings/{recording}/url"
+    pbx_fetch_timeout: float = 10.0
+    pbx_retry_delays: str = "2,10,60"
+    pbx_play_wait_seconds: float = 5.0
     fetch_ca_bundle: str = ""
     # Test-only: lets server-side fetches reach 127.0.0.1 (never private ranges).
     unsafe_allow_loopback_fetch: bool = False
@@ -103,6 +115,16 @@ class Config:
     @property
     def retry_delays(self) -> list[int]:
         return [int(x) for x in self.recording_retry_delays.split(",") if x.strip()]
+
+    @property
+    def marker_words(self) -> list[str]:
+        """Provider marker words (lower case); a call's `Source` containing one selects
+        that platform family's re-fetch strategy."""
+        return [w.strip().lower() for w in self.provider_marker_words.split(",") if w.strip()]
+
+    @property
+    def pbx_retry_intervals(self) -> list[int]:
+        return [int(x) for x in self.pbx_retry_delays.split(",") if x.strip()]
 
     def whisper_model_for(self, language: str | None) -> str:
         if language == "en" and self.whisper_model_en:

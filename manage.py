@@ -28,8 +28,13 @@ DEMO_FILE = Path(__file__).parent / "examples" / "onboarding.json"
 
 
 def cmd_migrate(config: Config, args: argparse.Namespace) -> int:
+    from storage import make_storage
+
     applied = migrate(db.obj)
     print("applied: " + ", ".join(applied) if applied else "database is up to date", file=sys.stderr)
+    # Release step: the document storage directory (local) or bucket (s3) exists from here on.
+    make_storage(config).prepare()
+    print(f"document storage ready ({config.storage_backend})", file=sys.stderr)
     return 0
 
 
@@ -230,7 +235,8 @@ def parser() -> argparse.ArgumentParser:
     calls.set_defaults(func=cmd_calls)
 
     worker = sub.add_parser("worker", help="run an RQ worker (with scheduler)")
-    worker.add_argument("queues", nargs="*", default=["calls", "default"])
+    # "recordings" first: a doctor waits on a link re-fetch, nobody waits on a transcription.
+    worker.add_argument("queues", nargs="*", default=["recordings", "calls", "default"])
     worker.add_argument("--no-warm-up", action="store_true", help="skip loading the transcription model")
     worker.set_defaults(func=cmd_worker, needs_db=False)
     sub.add_parser("requeue", help="queue stored calls that are not processed yet").set_defaults(

@@ -77,6 +77,12 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
                     pw.ForeignKeyField(m.Call, null=True, unique=True, field=m.Call.id, on_delete="SET NULL")),
     )),
     (3, "documents", _create(m.Reservation, m.UploadLink, m.MedicalRecord)),
+    (4, "recordings", _steps(
+        _add_column("call", "recording_link", pw.TextField(null=True)),
+        _add_column("call", "recording_link_expires_at", pw.DateTimeField(null=True)),
+        _add_column("call", "recording_gone_reason", pw.CharField(max_length=30, null=True)),
+        _add_column("call", "recording_checked_at", pw.DateTimeField(null=True)),
+    )),
 ]
 
 

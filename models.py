@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from urllib.parse import urlparse
 
 import peewee as pw
+from peewee import fn
 from playhouse.db_url import parse as parse_db_url
 from playhouse.pool import PooledPostgresqlDatabase
 
@@ -353,12 +354,12 @@ class ApiToken(BaseModel):
     def scope_set(self) -> set[str]:
         return set(self.scopes.split())
 
-    def covers(self, clinic: Clinic) -> bool:
-        return (
-            ApiTokenClinic.select()
-            .where((ApiTokenClinic.token == self) & (ApiTokenClinic.clinic == clinic))
-            .exists()
-        )
+    def clinic_access(self, slug: str) -> "Clinic | None":
+        """The clinic named `slug` (None if there is none), with `covered` telling whether
+        this token is bound to it: one query for both checks."""
+        link = ApiTokenClinic.select(ApiTokenClinic.id).where(
+            (ApiTokenClinic.token == self.id) & (ApiTokenClinic.clinic == Clinic.id))
+        return Clinic.select(Clinic, fn.EXISTS(link).alias("covered")).where(Clinic.slug == slug).first()
 
 
 class ApiTokenClinic(BaseModel):
@@ -400,6 +401,12 @@ class Call(BaseModel):
     transcript_signals = pw.TextField(null=True)  # JSON: confidence signals of the engine
     intelligibility = pw.CharField(max_length=30, null=True)  # "ok" or the reason it is not
     processed_at = pw.DateTimeField(null=True)
+    # Playable recording (jobs/recordings.py): the latest link re-fetched from the platform
+    # (a credential: never logged) and its expiry; why the recording is gone, once known.
+    recording_link = pw.TextField(null=True)
+    recording_link_expires_at = pw.DateTimeField(null=True)
+    recording_gone_reason = pw.CharField(max_length=30, null=True)
+    recording_checked_at = pw.DateTimeField(null=True)
 
     @classmethod
     def receive(cls, clinic: Clinic, fields: dict, token: "ApiToken | None") -> tuple["Call", bool]:
@@ -408,9 +415,13 @@ class Call(BaseModel):
         Returns the stored call, which may be an earlier copy, and whether this request
         created it. Raises `CallSidConflict` when the CallSid belongs to another clinic.
         """
-        new_id = uuid.uuid4()
-        cls.insert(id=new_id, clinic=clinic, received_by=token, **fields).on_conflict_ignore().execute()
+        row = {"id": uuid.uuid4(), "clinic": clinic, "received_by": token, "received_at": utc_now(), **fields}
+        inserted = cls.insert(**row).on_conflict_ignore().execute()
+        if isinstance(db.obj, pw.PostgresqlDatabase) and inserted is not None:
+            # INSERT ... RETURNING answered: ours, no need to read it back (hot path).
+            return cls(**row, state="pending", attempts=0), True
         call = cls.get(cls.call_sid == fields["call_sid"])
+        new_id = row["id"]
         if call.clinic_id != clinic.id:
             raise CallSidConflict(fields["call_sid"])
         return call, call.id == new_id

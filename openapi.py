@@ -154,6 +154,20 @@ def _tags_operation() -> dict[str, Any]:
     return op
 
 
+def _recording_operation() -> dict[str, Any]:
+    op = operation(
+        "Play the recording of a voice message or missed call request: 302 to a working download link "
+        "(an expired one is re-fetched from the switchboard platform, waiting a few seconds at most), "
+        "410 RECORDING_UNAVAILABLE when the recording is gone (the transcript stays in the detail), "
+        "503 with Retry-After while the platform does not answer. 404 NOT_FOUND for other requests.",
+        scope="read", request=None, response={"type": "object"}, errors=(410, 503), tag=_DOCS)
+    del op["responses"]["200"]
+    op["responses"]["302"] = {"description": "Redirect to the recording (do not log the Location).",
+                              "headers": {"Location": {"schema": {"type": "string"}}}}
+    op["responses"]["503"]["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
+    return op
+
+
 OPERATIONS.update({
     f"{CLINIC}/patientRequestTypes/search": {"post": operation(
         "Step 1: the clinic's active request types (`id` is create's `userECRFId`).", scope="read",
@@ -191,6 +205,7 @@ OPERATIONS.update({
             "Add request tags (`addTagIds`) and set the request's own `userNote`.", scope="write",
             request=schemas.REQUEST_PATCH, response=schemas.data(schemas.PATIENT_REQUEST), tag=_DOCS),
     },
+    f"{_REQUEST}/recording": {"get": _recording_operation()},
     f"{_REQUEST}/attachments/upload-link": {"post": operation(
         "Step 4: a presigned PUT URL (10 minutes, reusable, one object) and its `fileHash`. The URL is a "
         "credential: do not log or persist it.", scope="write", request=schemas.UPLOAD_LINK_REQUEST,

@@ -285,6 +285,34 @@ MEDICAL_RECORD = {
     },
 }
 
+RECORDING_STATE = {
+    "oneOf": [
+        {"type": "object", "required": ["state", "url", "expiresAt"], "properties": {
+            "state": {"const": "available"}, "expiresAt": DATE_TIME,
+            "url": {"type": "string", "description": "Download link (a credential: do not log it); "
+                                                     "after expiresAt use the recording endpoint."}}},
+        {"type": "object", "required": ["state"], "properties": {"state": {"const": "fetching"}},
+         "description": "The link expired; a fresh one is being fetched from the switchboard platform."},
+        {"type": "object", "required": ["state", "reason", "message"], "properties": {
+            "state": {"const": "unavailable"},
+            "reason": {"enum": ["deleted", "no_credentials", "no_reference", "expired", "no_recording"]},
+            "message": {"type": "string"}}},
+    ],
+}
+
+CALL = {
+    "type": "object",
+    "description": "Requests made from a call (voice message, missed call) only.",
+    "required": ["callSid", "callFrom", "callTo", "receivedAt", "transcript", "recording"],
+    "properties": {
+        "callSid": {"type": "string"}, "callFrom": {"type": "string"}, "callTo": {"type": "string"},
+        "status": {"type": ["string", "null"]}, "receivedAt": DATE_TIME,
+        "transcript": {"type": ["string", "null"], "description": "Kept whatever happens to the recording."},
+        "transcriptLanguage": {"type": ["string", "null"]},
+        "recording": RECORDING_STATE,
+    },
+}
+
 PATIENT_REQUEST = {
     "type": "object",
     "required": ["id", "title", "createdAt", "patientId", "tags", "medicalRecords", "reservations"],
@@ -295,6 +323,7 @@ PATIENT_REQUEST = {
         "tags": {"type": "array", "items": TAG},
         "medicalRecords": {"type": "array", "items": MEDICAL_RECORD},
         "reservations": {"type": "array", "items": RESERVATION},
+        "call": {**CALL, "description": "Detail only, for requests made from a call."},
     },
 }
 

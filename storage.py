@@ -33,6 +33,8 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol, runtime_checkable
 
+from s3_presign import SigV4Presigner
+
 if TYPE_CHECKING:  # boto3 is imported lazily: a local-only service never loads it.
     from botocore.client import BaseClient
 
@@ -516,6 +518,12 @@ class S3Storage:
             self._signer = self._make_client(public_endpoint_url, access_key_id, secret_access_key)
         else:
             self._signer = self._client
+        # GET links are presigned by the hundred (request detail): with static keys, sign
+        # them directly (same URLs as boto3, ~100x cheaper); otherwise through boto3.
+        self._fast_signer: SigV4Presigner | None = None
+        if access_key_id and secret_access_key:
+            self._fast_signer = SigV4Presigner(self._signer.meta.endpoint_url, self._signer.meta.region_name,
+                                               access_key_id, secret_access_key)
 
     def _make_client(self, endpoint_url: str | None, access_key_id: str | None, secret_access_key: str | None) -> BaseClient:
         import boto3
@@ -562,6 +570,12 @@ class S3Storage:
     ) -> str:
         validate_key(key)
         _check_get_params(content_type, disposition, filename)
+        if self._fast_signer is not None:
+            return self._fast_signer.presign("GET", self.bucket, key, _check_expires_in(expires_in), {
+                "response-content-type": content_type,
+                "response-content-disposition": content_disposition(disposition, filename),
+                "response-cache-control": DOWNLOAD_CACHE_CONTROL,
+            })
         return str(self._signer.generate_presigned_url(
             "get_object",
             Params={

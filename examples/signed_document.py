@@ -141,6 +141,8 @@ class Client:
                 continue
             if stored.status_code == 200:
                 return str(link["fileHash"])
+            if stored.status_code == 413:  # a new link cannot help
+                raise SystemExit(f"upload refused: the file ({len(content)} bytes) is over the storage size cap")
             print(f"  upload refused ({stored.status_code}); requesting a new link", file=sys.stderr)
         raise SystemExit("upload failed")
 

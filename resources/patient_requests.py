@@ -1,12 +1,19 @@
 """Patient requests and their attachments (signed-documents flow, steps 3, 4, 6, 7)."""
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Callable
+
 import falcon
 
 import documents
 import schemas
+from config import utcnow
 from documents import LinkCache
-from models import PatientRequest
+from errors import APIError
+from jobs.recordings import RecordingPlayer
+from models import Call, PatientRequest
+from recordings import gone_message
 from storage import Storage
 
 
@@ -31,12 +38,18 @@ class RequestSearch:
 class RequestDetail:
     scopes = {"GET": "read", "PATCH": "write"}
 
-    def __init__(self, links: LinkCache) -> None:
+    def __init__(self, links: LinkCache, player: RecordingPlayer | None = None,
+                 clock: Callable[[], datetime] = utcnow) -> None:
         self.links = links
+        self.player = player
+        self.clock = clock
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = documents.request_of(req.context.clinic, request_id)
-        resp.media = {"data": documents.detail(request, self.links)}
+        data = documents.detail(request, self.links)
+        if request.call_id is not None and self.player is not None:
+            data["call"] = self.player.describe(Call.get_by_id(request.call_id), self.clock())
+        resp.media = {"data": data}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = documents.request_of(req.context.clinic, request_id)
@@ -68,3 +81,29 @@ class Attachments:
         body = schemas.body(req, schemas.ATTACHMENT_REQUEST)
         record = documents.register_attachment(self.storage, request, body, req.context.token)
         resp.media = {"data": documents.attachment_json(record)}
+
+
+class RequestRecording:
+    """Play the recording of a request made from a call: 302 to a working link, 410 when
+    it is gone (the transcript remains), 503 + Retry-After while the platform is not
+    answering. An expired link is re-fetched within this request, bounded."""
+
+    scopes = {"GET": "read"}
+
+    def __init__(self, player: RecordingPlayer, clock: Callable[[], datetime] = utcnow) -> None:
+        self.player = player
+        self.clock = clock
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
+        request = documents.request_of(req.context.clinic, request_id)
+        if request.call_id is None:
+            raise APIError(404, "NOT_FOUND", "This request was not made from a call: it has no recording.")
+        answer = self.player.play(Call.get_by_id(request.call_id), self.clock())
+        if answer.kind == "gone":
+            raise APIError(410, "RECORDING_UNAVAILABLE", gone_message(answer.reason or "deleted"))
+        if answer.kind == "later":
+            raise APIError(503, "SERVICE_UNAVAILABLE", "The switchboard platform has not handed out the recording "
+                           "yet; try again shortly.", headers={"Retry-After": str(answer.retry_after)})
+        resp.status = falcon.HTTP_302
+        resp.location = answer.url
+        resp.cache_control = ["no-store"]

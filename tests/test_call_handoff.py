@@ -25,6 +25,7 @@ from models import Call, Patient, PatientRecord, PatientRequest, db
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.https_server import FailThenSucceed, HTTPSTestServer, redirect, static, wait_until
 from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.worker_support import worker_env
 
 AUDIO = ROOT / "tests" / "audio"
 MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
@@ -35,41 +36,7 @@ def audio(name: str) -> bytes:
     return (AUDIO / name).read_bytes()
 
 
-@pytest.fixture(scope="session")
-def ca_bundle(https_ca, tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("ca") / "ca.pem"
-    https_ca.cert_pem.write_to_path(str(path))
-    return str(path)
-
-
-def worker_env(ca_bundle: str, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
-        "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": ca_bundle, "RECORDING_RETRY_DELAYS": "1,1",
-        "RECORDING_FETCH_TIMEOUT": "5", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": str(MODEL_EN),
-        "LOG_LEVEL": "INFO", **extra,
-    }
-
-
-@pytest.fixture(scope="session")
-def worker(wsgi_app, ca_bundle, tmp_path_factory) -> Iterator[subprocess.Popen]:
-    """One real RQ worker for the session, started like the Procfile starts it."""
-    log = tmp_path_factory.mktemp("worker") / "worker.log"
-    connection = redis.Redis.from_url(REDIS_URL)
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "manage.py", "worker"], cwd=ROOT, env=worker_env(ca_bundle),
-                                stdout=out, stderr=subprocess.STDOUT)
-    try:
-        ready = wait_until(lambda: proc.poll() is not None or any(
-            w.pid == proc.pid for w in Worker.all(connection=connection)), timeout=120, interval=0.2)
-        assert ready and proc.poll() is None, log.read_text()[-3000:]
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+# The session's RQ worker (`worker`) and `ca_bundle` are fixtures of tests/worker_support.py.
 
 
 @pytest.fixture(scope="session")

@@ -148,6 +148,23 @@ def test_section_7_checklist_end_to_end(service: str, monkeypatch: pytest.Monkey
     assert foreign.status_code == 404 and foreign.json()["code"] == "PATIENT_REQUEST_NOT_FOUND"
 
 
+def test_upload_larger_than_the_json_body_limit_goes_through_the_real_app(app, tmp_path: Path) -> None:
+    """MAX_BODY_BYTES caps JSON bodies only; uploads to /storage/ have the storage cap."""
+    load(signing_organization())
+    http = _session(issue_token(["clinic-a"], ["read", "write"]))
+    with serve(storage_backend="local", storage_dir=str(tmp_path / "storage"), max_body_bytes=10_000) as service:
+        base = service + api()
+        rid = http.post(f"{base}/patientRequests/create", timeout=TIMEOUT, json={
+            "patientId": patient_id("jana"), "userECRFId": type_id("SIGNED_CONSENT")}).json()["data"]["id"]
+        link = http.post(f"{base}/patientRequests/{rid}/attachments/upload-link",
+                         json={"contentType": "application/pdf"}, timeout=TIMEOUT).json()["data"]
+        assert len(PDF_BYTES) > 10_000
+        put = requests.put(link["url"], data=PDF_BYTES, headers={"Content-Type": "application/pdf"}, timeout=TIMEOUT)
+        assert put.status_code == 200, put.text
+        big_json = http.post(f"{base}/patients/search", json={"filter": {"query": "x" * 20_000}}, timeout=TIMEOUT)
+        assert big_json.status_code == 413
+
+
 # --- the error table (WebTest, local storage) ---------------------------------------------------
 
 CREATE = api() + "/patientRequests/create"

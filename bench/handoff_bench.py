@@ -1,0 +1,241 @@
+"""Call hand-off benchmarks (issue 3), each against a baseline measured in the same run.
+
+1. recording-complete latency, p50/p99, at 32 concurrent connections (wrk, 10 s), through
+   gunicorn as the Procfile runs it, on PostgreSQL and Redis; baseline: a bare Falcon
+   app that parses the same JSON body and answers the same body, on the same server.
+   Afterwards the calls in the database are counted against the requests wrk completed.
+2. Call ended -> request created, for a 20 s voicemail served over local HTTPS, with a
+   real worker; baseline: the raw engine transcribing the same file in-process.
+
+    .venv/bin/python bench/handoff_bench.py        (needs wrk: apt-get install wrk)
+
+Targets on this machine: recording-complete p99 < 25 ms; 20 s voicemail to request < 4 s.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import psycopg2
+import redis
+import soundfile as sf
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import transcription  # noqa: E402
+from tests.https_server import HTTPSTestServer, static, wait_until  # noqa: E402
+
+PG = "postgresql://postgres@127.0.0.1:5432/clinic_bench_handoff"
+REDIS = "redis://127.0.0.1:6379/10"
+MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
+
+BASELINE_APP = '''
+import falcon
+class Echo:
+    def on_post(self, req, resp, **kw):
+        req.get_media()
+        resp.media = {"success": True}
+app = falcon.App()
+app.add_route("/external/v1/clinics/{clinic_slug}/switchboard/recording-complete", Echo())
+'''
+
+WRK_SCRIPT = '''
+-- Unique CallSids: run nonce (argument) + thread number + per-thread counter.
+local threads = 0
+function setup(thread) threads = threads + 1; thread:set("tid", threads) end
+local counter = 0
+local prefix = ""
+function init(args) prefix = args[1] .. "-" .. tid end
+function request()
+  counter = counter + 1
+  local body = string.format('{"CallSid":"bench-%s-%d","CallFrom":"+1 201 555 0198","CallTo":"+12015550100",' ..
+    '"RecordingUrl":"https://localhost:8443/v.mp3?sig=x","Source":"bench","Extra":"{}"}', prefix, counter)
+  return wrk.format("POST", nil, nil, body)
+end
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def recreate_db() -> None:
+    admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute("DROP DATABASE IF EXISTS clinic_bench_handoff WITH (FORCE)")
+        cur.execute("CREATE DATABASE clinic_bench_handoff")
+    admin.close()
+
+
+def env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "DATABASE_URL": PG, "REDIS_URL": REDIS, "SECRET_KEY": "bench", "LOG_LEVEL": "WARNING",
+            "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "WHISPER_MODEL": str(MODEL_EN), "WHISPER_MODEL_EN": str(MODEL_EN),
+            "RECORDING_RETRY_DELAYS": "1", **extra}
+
+
+def manage(*args: str, **extra: str) -> str:
+    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env(**extra), capture_output=True,
+                          text=True, timeout=120, check=True)
+    return done.stdout.strip()
+
+
+def gunicorn(app: str, port: int, workdir: Path) -> subprocess.Popen:
+    # As the Procfile runs it (gthread workers); PYTHONPATH picks the baseline module.
+    cmd = [str(ROOT / ".venv" / "bin" / "gunicorn"), app, "--bind", f"127.0.0.1:{port}", "--workers", "2",
+           "--worker-class", "gthread", "--threads", "8", "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(PYTHONPATH=f"{workdir}:{ROOT}", DB_POOL_SIZE="10"))
+    assert wait_until(lambda: _listening(port), timeout=30, interval=0.1), "gunicorn did not start"
+    return proc
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wrk(url: str, token: str, script: Path, seconds: int = 10) -> dict[str, float]:
+    out = subprocess.run(["wrk", "-t4", "-c32", f"-d{seconds}s", "--latency", "-s", str(script),
+                          "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: application/json", url,
+                          "--", uuid.uuid4().hex[:12]],
+                         capture_output=True, text=True, check=True).stdout
+    def ms(label: str) -> float:
+        value, unit = re.search(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
+        return float(value) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: (.*)", out)
+    return {"p50": ms("50%"), "p99": ms("99%"), "requests": requests, "non2xx": int(non2xx.group(1)) if non2xx else 0,
+            "socket_errors": errors.group(1) if errors else "none"}
+
+
+def bench_intake(workdir: Path) -> None:
+    (workdir / "baseline_app.py").write_text(BASELINE_APP)
+    script = workdir / "calls.lua"
+    script.write_text(WRK_SCRIPT)
+    token = manage("token", "create", "--name", "bench", "--clinic", "bench-clinic", "--scope", "write")
+    path = "/external/v1/clinics/bench-clinic/switchboard/recording-complete"
+    results = {}
+    answered = 0
+    for name, app in (("baseline (bare Falcon echo)", "baseline_app:app"), ("recording-complete", "wsgi:app")):
+        port = free_port()
+        proc = gunicorn(app, port, workdir)
+        try:
+            warm = wrk(f"http://127.0.0.1:{port}{path}", token, script, seconds=2)
+            results[name] = wrk(f"http://127.0.0.1:{port}{path}", token, script)
+            if app == "wsgi:app":
+                answered = warm["requests"] - warm["non2xx"] + results[name]["requests"] - results[name]["non2xx"]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    base, real = results["baseline (bare Falcon echo)"], results["recording-complete"]
+    print("\n== recording-complete at 32 connections (wrk -t4 -c32 -d10s, gunicorn 2x8 gthread)")
+    for name, r in results.items():
+        print(f"{name:30s} p50 {r['p50']:7.2f} ms   p99 {r['p99']:7.2f} ms   requests {r['requests']:6d}   "
+              f"non-2xx {r['non2xx']}   socket errors {r['socket_errors']}")
+    print(f"ratio to baseline: p50 x{real['p50'] / base['p50']:.1f}, p99 x{real['p99'] / base['p99']:.1f}   "
+          f"target p99 < 25 ms: {'met' if real['p99'] < 25 else 'NOT met'}")
+    conn = psycopg2.connect(PG)
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*), count(DISTINCT call_sid) FROM call")
+        stored, distinct = cur.fetchone()
+    conn.close()
+    print(f"calls stored {stored} (distinct CallSids {distinct}) for {answered} answered with 200 (warm-up included): "
+          f"{'none lost, none duplicated' if stored == distinct == answered else 'MISMATCH'}")
+
+
+def twenty_second_voicemail(path: Path) -> float:
+    clips = ["msg_appointment.mp3", "msg_cancel.mp3", "msg_refill.mp3"]
+    audio = np.concatenate([transcription.load_audio(ROOT / "tests" / "audio" / c) for c in clips])
+    audio = audio[: 20 * transcription.SAMPLE_RATE]
+    sf.write(path, audio, transcription.SAMPLE_RATE, subtype="PCM_16")
+    return audio.size / transcription.SAMPLE_RATE
+
+
+def bench_call_to_request(workdir: Path) -> None:
+    voicemail = workdir / "voicemail.wav"
+    seconds = twenty_second_voicemail(voicemail)
+    engine = transcription.warm_up("pywhispercpp", str(MODEL_EN), 2, True)
+    raw = []
+    for _ in range(3):
+        started = time.perf_counter()
+        engine.transcribe(str(voicemail), "en")
+        raw.append(time.perf_counter() - started)
+    engine.close()
+    token = manage("token", "create", "--name", "bench2", "--clinic", "bench-clinic", "--scope", "write")
+    with HTTPSTestServer() as server:
+        server.route("/v.wav", static(voicemail.read_bytes(), "audio/wav"))
+        worker = subprocess.Popen([sys.executable, "manage.py", "worker"], cwd=ROOT, env=env(FETCH_CA_BUNDLE=server.ca_path),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        web_port = free_port()
+        web = gunicorn("wsgi:app", web_port, workdir)
+        r = redis.Redis.from_url(REDIS)
+        try:
+            assert wait_until(lambda: r.llen("rq:queue:calls") == 0 and any(
+                k for k in r.keys("rq:worker:*") if b"scheduler" not in k), timeout=600, interval=0.2), "worker not idle"
+            import requests
+            totals = []
+            conn = psycopg2.connect(PG)
+            conn.autocommit = True
+            for i in range(3):
+                sid = f"voicemail-{uuid.uuid4().hex}"
+                started = time.perf_counter()
+                requests.post(f"http://127.0.0.1:{web_port}/external/v1/clinics/bench-clinic/switchboard/recording-complete",
+                              json={"CallSid": sid, "CallFrom": "+12015550198", "CallTo": "+12015550100",
+                                    "RecordingUrl": server.url("/v.wav", host="localhost")},
+                              headers={"Authorization": f"Bearer {token}"}, timeout=10).raise_for_status()
+
+                def created() -> bool:
+                    with conn.cursor() as cur:
+                        cur.execute("SELECT 1 FROM patient_request r JOIN call c ON c.id = r.call_id WHERE c.call_sid = %s", (sid,))
+                        return cur.fetchone() is not None
+
+                assert wait_until(created, timeout=120, interval=0.02), "no request"
+                totals.append(time.perf_counter() - started)
+            conn.close()
+        finally:
+            web.terminate()
+            worker.terminate()
+            web.wait(timeout=30)
+            worker.wait(timeout=60)
+    t, b = statistics.median(totals), statistics.median(raw)
+    print(f"\n== call ended -> request, {seconds:.0f} s voicemail (tiny.en, 2 threads, median of 3)")
+    print(f"raw engine transcription   {b:6.2f} s   (real-time factor {b / seconds:.3f})")
+    print(f"recording-complete -> request {t:6.2f} s   ratio to raw engine x{t / b:.2f}   "
+          f"target < 4 s: {'met' if t < 4 else 'NOT met'}   runs: {', '.join(f'{x:.2f}' for x in totals)}")
+
+
+def main() -> None:
+    if not shutil.which("wrk"):
+        sys.exit("wrk is needed: apt-get install wrk")
+    recreate_db()
+    redis.Redis.from_url(REDIS).flushdb()
+    manage("migrate")
+    with tempfile.TemporaryDirectory() as tmp:
+        onboarding = Path(tmp) / "clinic.json"
+        onboarding.write_text(json.dumps({
+            "organization": {"slug": "bench-org", "name": "Bench"},
+            "clinics": [{"slug": "bench-clinic", "name": "Bench", "timezone": "America/New_York", "country": "US",
+                         "language": "en"}]}))
+        manage("onboard", str(onboarding))
+        bench_intake(Path(tmp))
+        redis.Redis.from_url(REDIS).flushdb()
+        bench_call_to_request(Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

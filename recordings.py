@@ -1,0 +1,314 @@
+"""Playable call recordings: link state, and the switchboard platform API that hands out
+fresh download links once the original `RecordingUrl` has expired.
+
+The service does not copy recordings. A call's recording is playable through
+
+- the original `RecordingUrl`, treated as expired `RECORDING_URL_LIFETIME_MINUTES`
+  after the call was received (the platforms' links live about 30 minutes);
+- then a link re-fetched from the platform API (jobs/recordings.py), valid until the
+  expiry the platform gives. Only calls whose `Source` contains one of the configured
+  `PROVIDER_MARKER_WORDS` have a re-fetch strategy; the recording is referenced by
+  `RecordingSid`, else by the file name in `RecordingUrl`.
+
+Platform API (paths are configuration, relative to the clinic's `pbx_api_url`):
+
+- token exchange: `POST {PBX_TOKEN_PATH}` with JSON `{"username", "password"}` answers
+  `{"access_token" | "accessToken" | "token", "expires_in" | "expiresIn" (seconds)}`;
+- fresh link: `GET {PBX_RECORDING_PATH}` (`{recording}` = the reference, URL-encoded)
+  with `Authorization: Bearer <token>` answers `{"url" | "downloadUrl" | "link",
+  "expiresAt" | "expires_at" (ISO 8601) | "expiresIn" | "expires_in" (seconds)}`;
+  404 or 410 means the platform has deleted the recording.
+
+Secrets: passwords are stored encrypted (crypto.py) and the access token is cached in
+Redis encrypted with the same key; neither they nor the links ever reach a log line.
+Every platform call goes through `safe_fetch.fetch` (public https hosts only).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import redis
+
+import crypto
+from config import Config
+from models import Call, Clinic, as_utc, iso_utc
+from safe_fetch import FetchError, UnsafeURL, fetch, redact_url, validate_url
+
+log = logging.getLogger(__name__)
+
+#: A link is handed out only with at least this much time left.
+MIN_LEFT = timedelta(seconds=60)
+_MAX_API_BYTES = 64 * 1024
+_TOKEN_MARGIN = 30  # seconds: renew a cached token this long before the platform's expiry
+_DEFAULT_TOKEN_SECONDS = 300
+
+# Why a recording is not available; the play endpoint's 410 and the detail say so.
+GONE_REASONS: dict[str, str] = {
+    "deleted": "the switchboard platform has deleted the recording",
+    "no_credentials": "the clinic's switchboard platform credentials were not supplied",
+    "no_reference": "the call names no recording the platform could look up",
+    "expired": "the recording link has expired and this switchboard platform offers no re-fetch",
+    "no_recording": "the call has no recording",
+}
+
+
+# --- link state --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LinkState:
+    """`available` (url, expires_at), `expired` (a re-fetch can help) or `unavailable` (reason)."""
+
+    state: str
+    url: str | None = None
+    expires_at: datetime | None = None
+    reason: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """The recording object of the request detail (the link is the client's to use)."""
+        if self.state == "available":
+            return {"state": "available", "url": self.url, "expiresAt": iso_utc(self.expires_at)}
+        if self.state == "expired":
+            return {"state": "fetching"}
+        assert self.reason is not None
+        return {"state": "unavailable", "reason": self.reason, "message": gone_message(self.reason)}
+
+
+def gone_message(reason: str) -> str:
+    return f"The recording is no longer available ({GONE_REASONS.get(reason, reason)}); the transcript remains."
+
+
+def has_strategy(source: str | None, config: Config) -> bool:
+    """Whether `Source` names a platform family the service can re-fetch links from."""
+    text = (source or "").lower()
+    return any(word in text for word in config.marker_words)
+
+
+def recording_reference(call: Call) -> str | None:
+    """RecordingSid, else the file name in RecordingUrl."""
+    if call.recording_sid and call.recording_sid.strip():
+        return call.recording_sid.strip()
+    if call.recording_url:
+        name = PurePosixPath(unquote(urlsplit(call.recording_url).path)).name
+        return name or None
+    return None
+
+
+def original_expiry(call: Call, config: Config) -> datetime:
+    return as_utc(call.received_at) + timedelta(minutes=config.recording_url_lifetime_minutes)
+
+
+def link_state(call: Call, now: datetime, config: Config) -> LinkState:
+    """The call's recording at `now` (no I/O): the freshest link with time left, else
+    whether a re-fetch can help."""
+    now = as_utc(now)
+    if call.recording_gone_reason:
+        return LinkState("unavailable", reason=call.recording_gone_reason)
+    if not call.recording_url:
+        return LinkState("unavailable", reason="no_recording")
+    candidates = [(original_expiry(call, config), call.recording_url)]
+    if call.recording_link and call.recording_link_expires_at:
+        candidates.append((as_utc(call.recording_link_expires_at), call.recording_link))
+    expires_at, url = max(candidates, key=lambda c: c[0])
+    if expires_at - now >= MIN_LEFT:
+        return LinkState("available", url=url, expires_at=expires_at)
+    if not has_strategy(call.source, config):
+        return LinkState("unavailable", reason="expired")
+    return LinkState("expired")
+
+
+def remember_gone(call_id: Any, reason: str, now: datetime) -> None:
+    """Record once that the recording is gone: later plays answer 410 without asking."""
+    Call.update(recording_gone_reason=reason, recording_checked_at=as_utc(now)).where(
+        (Call.id == call_id) & Call.recording_gone_reason.is_null()).execute()
+
+
+# --- platform API ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Credentials:
+    clinic_id: str
+    api_url: str
+    username: str
+    password: str = ""
+
+    def __repr__(self) -> str:  # never print the password
+        return f"Credentials(clinic_id={self.clinic_id!r}, api_url={redact_url(self.api_url)!r})"
+
+    @property
+    def cache_key(self) -> str:
+        # Per clinic, and per credential set so that re-onboarding drops the old token.
+        digest = hashlib.sha256(f"{self.api_url}\0{self.username}\0{self.password}".encode()).hexdigest()[:16]
+        return f"pbx-token:{self.clinic_id}:{digest}"
+
+
+def credentials_of(clinic: Clinic, secret_key: str) -> Credentials | None:
+    """The clinic's platform API credentials, or None when they were not supplied."""
+    if not (clinic.pbx_api_url and clinic.pbx_username and clinic.pbx_password_encrypted):
+        return None
+    try:
+        password = crypto.decrypt(clinic.pbx_password_encrypted, secret_key)
+    except crypto.InvalidToken:
+        log.error("clinic %s: platform password not decryptable with SECRET_KEY (re-onboard it)", clinic.slug)
+        return None
+    return Credentials(str(clinic.id), clinic.pbx_api_url.rstrip("/"), clinic.pbx_username, password)
+
+
+class RecordingGone(Exception):
+    """The platform answered that the recording does not exist (any more)."""
+
+
+class PlatformError(Exception):
+    """The platform refused or answered nonsense. `transient`: retrying later may help.
+    The message is safe to log (no token, password, link or query string)."""
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+@dataclass(frozen=True)
+class FreshLink:
+    url: str
+    expires_at: datetime
+
+
+class PlatformClient:
+    """Token exchange (cached in Redis until it expires, renewed once on a 401) and the
+    fresh-link call, through safe_fetch."""
+
+    def __init__(self, config: Config, connection: redis.Redis) -> None:
+        self.config = config
+        self.redis = connection
+        self.token_exchanges = 0  # exchanges made by this instance (diagnostics)
+
+    def _fetch(self, method: str, url: str, *, headers: dict[str, str] | None = None, body: bytes | None = None):
+        return fetch(method, url, headers={"Accept": "application/json", **(headers or {})}, body=body,
+                     max_bytes=_MAX_API_BYTES, timeout=self.config.pbx_fetch_timeout, max_redirects=0,
+                     allow_loopback=self.config.unsafe_allow_loopback_fetch,
+                     ca_certs=self.config.fetch_ca_bundle or None, raise_for_status=False)
+
+    # -- token
+    def token(self, creds: Credentials, *, renew: bool = False) -> str:
+        key = creds.cache_key
+        if not renew:
+            cached = self._cached(key)
+            if cached:
+                return cached
+        # One exchange at a time per clinic; whoever waited finds the new token cached.
+        with self.redis.lock(f"{key}:lock", timeout=self.config.pbx_fetch_timeout + 5,
+                             blocking_timeout=self.config.pbx_fetch_timeout + 5):
+            if not renew:
+                cached = self._cached(key)
+                if cached:
+                    return cached
+            token, lifetime = self._exchange(creds)
+            ttl = max(1, lifetime - _TOKEN_MARGIN) if lifetime > _TOKEN_MARGIN * 2 else max(1, lifetime // 2)
+            self.redis.set(key, crypto.encrypt(token, self.config.secret_key), ex=ttl)
+            return token
+
+    def forget_token(self, creds: Credentials) -> None:
+        self.redis.delete(creds.cache_key)
+
+    def _cached(self, key: str) -> str | None:
+        raw = self.redis.get(key)
+        if not raw:
+            return None
+        try:
+            return crypto.decrypt(raw.decode(), self.config.secret_key)
+        except crypto.InvalidToken:
+            return None
+
+    def _exchange(self, creds: Credentials) -> tuple[str, int]:
+        url = creds.api_url + self.config.pbx_token_path
+        body = json.dumps({"username": creds.username, "password": creds.password}).encode()
+        self.token_exchanges += 1
+        result = self._fetch("POST", url, headers={"Content-Type": "application/json"}, body=body)
+        if result.status in (401, 403):
+            raise PlatformError(f"token exchange refused (HTTP {result.status}) by {redact_url(url)}: "
+                                "check the clinic's platform username and password", transient=False)
+        _raise_for_status(result.status, url)
+        data = _json(result.content, url)
+        token = _first(data, "access_token", "accessToken", "token")
+        if not isinstance(token, str) or not token:
+            raise PlatformError(f"token exchange at {redact_url(url)} answered no token", transient=False)
+        lifetime = _first(data, "expires_in", "expiresIn")
+        seconds = int(lifetime) if isinstance(lifetime, (int, float)) and lifetime > 0 else _DEFAULT_TOKEN_SECONDS
+        log.info("clinic %s: platform token obtained (valid %ss)", creds.clinic_id, seconds)
+        return token, seconds
+
+    # -- link
+    def fresh_link(self, creds: Credentials, reference: str, now: datetime) -> FreshLink:
+        """A fresh download link for `reference`. Raises RecordingGone (404/410),
+        PlatformError, FetchError (transient: timeout, connection, 5xx) or UnsafeURL."""
+        path = self.config.pbx_recording_path.replace("{recording}", quote(reference, safe=""))
+        url = creds.api_url + path
+        for attempt in (1, 2):
+            token = self.token(creds, renew=attempt == 2)
+            result = self._fetch("GET", url, headers={"Authorization": f"Bearer {token}"})
+            if result.status == 401 and attempt == 1:
+                self.forget_token(creds)
+                continue  # expired or revoked early: renew once
+            if result.status in (404, 410):
+                raise RecordingGone(f"HTTP {result.status} from {redact_url(url)}")
+            if result.status in (401, 403):
+                raise PlatformError(f"recording request refused (HTTP {result.status}) by {redact_url(url)}",
+                                    transient=False)
+            _raise_for_status(result.status, url)
+            return _link_from(_json(result.content, url), url, now, self.config)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _raise_for_status(status: int, url: str) -> None:
+    if 200 <= status < 300:
+        return
+    transient = status >= 500 or status in (408, 425, 429)
+    raise FetchError(f"HTTP {status} from {redact_url(url)}", transient=transient, status=status)
+
+
+def _json(content: bytes | None, url: str) -> dict[str, Any]:
+    try:
+        data = json.loads(content or b"")
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise PlatformError(f"{redact_url(url)} did not answer a JSON object", transient=False)
+    return data
+
+
+def _first(data: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        if data.get(name) is not None:
+            return data[name]
+    return None
+
+
+def _link_from(data: dict[str, Any], api_url: str, now: datetime, config: Config) -> FreshLink:
+    link = _first(data, "url", "downloadUrl", "link")
+    if not isinstance(link, str):
+        raise PlatformError(f"{redact_url(api_url)} answered no link", transient=False)
+    try:
+        validate_url(link, allow_loopback=config.unsafe_allow_loopback_fetch)
+    except UnsafeURL as exc:
+        raise PlatformError(f"{redact_url(api_url)} answered an unusable link: {exc.reason}", transient=False) from None
+    expires_at: datetime | None = None
+    absolute = _first(data, "expiresAt", "expires_at")
+    if isinstance(absolute, str):
+        try:
+            expires_at = as_utc(datetime.fromisoformat(absolute.replace("Z", "+00:00")))
+        except ValueError:
+            expires_at = None
+    relative = _first(data, "expiresIn", "expires_in")
+    if expires_at is None and isinstance(relative, (int, float)) and not isinstance(relative, bool) and math.isfinite(relative):
+        expires_at = as_utc(now) + timedelta(seconds=relative)
+    if expires_at is None:  # the platform did not say: assume what its links usually live
+        expires_at = as_utc(now) + timedelta(minutes=config.recording_url_lifetime_minutes)
+    return FreshLink(link, expires_at)
+

@@ -1,0 +1,375 @@
+"""Playable recordings (spec: "Recording lifetime and re-fetching", "Provider-specific
+handling"), with real parts: the real RQ worker (tests/worker_support.py) runs the
+re-fetch job against a fake switchboard platform API served over real HTTPS from
+127.0.0.1 (trustme CA; loopback allowed only through the test-only setting).
+
+The web side's clock is the settable test clock; the worker's is the wall clock, so the
+play endpoint hands the job its time (`as_of`) and the fake platform answers absolute
+expiries on the test clock.
+"""
+from __future__ import annotations
+
+import secrets
+import threading
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterator
+
+import pytest
+import redis
+import webtest
+
+from app import create_app
+from config import Config
+from models import Call, Clinic, Patient, PatientRecord, PatientRequest, db
+from tests.conftest import PG_URL, REDIS_URL, ROOT, Clock
+from tests.https_server import (FailThenSucceed, HTTPSTestServer, TestRequest, TestResponse, json_response, static,
+                                wait_until)
+from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.worker_support import MARKER_WORDS
+
+AUDIO = ROOT / "tests" / "audio"
+USER, PASSWORD = "clinic-api", "pbx-pa55word"
+SOURCE = "AcmeVox Cloud PBX 4.2"  # contains a marker word of the tests ("acmevox")
+
+
+class FakePlatform:
+    """The switchboard platform's API: token exchange and fresh recording links, on the
+    default paths (`/auth/token`, `/recordings/{recording}/url`) under `/api`."""
+
+    def __init__(self, server: HTTPSTestServer, clock: Clock) -> None:
+        self.server, self.clock = server, clock
+        self.tokens: set[str] = set()
+        self.expire_next_token = False
+        self.link_delay = 0.0
+        self._lock = threading.Lock()
+        server.route("/api/auth/token", self._token, methods=("POST",))
+
+    @property
+    def base_url(self) -> str:
+        return self.server.url("/api")
+
+    @property
+    def token_exchanges(self) -> int:
+        return self.server.request_count("/api/auth/token")
+
+    def path(self, ref: str) -> str:
+        return f"/api/recordings/{ref}/url"
+
+    def lookups(self, ref: str) -> int:
+        return self.server.request_count(self.path(ref))
+
+    def fresh_link(self, ref: str) -> str:
+        return self.server.url(f"/files/{ref}") + "?signature=FRESH-SECRET"
+
+    def serve(self, ref: str, mode: str = "ok") -> None:
+        """`ok`, `deleted` (404), `gone` (410) or `flaky` (503 once, then ok)."""
+        ok = self._link(ref)
+        handler = {"ok": ok, "deleted": static(b'{"error":"not found"}', "application/json", status=404),
+                   "gone": static(b"", "application/json", status=410),
+                   "flaky": FailThenSucceed(1, ok, failure=static(b"busy", "text/plain", status=503))}[mode]
+        self.server.route(self.path(ref), self._authorized(handler), methods=("GET",))
+
+    def _token(self, req: TestRequest) -> TestResponse:
+        if req.json() != {"username": USER, "password": PASSWORD}:
+            return json_response({"error": "bad credentials"}, status=401)
+        token = secrets.token_urlsafe(12)
+        with self._lock:
+            self.tokens.add(token)
+        return json_response({"access_token": token, "token_type": "Bearer", "expires_in": 3600})
+
+    def _authorized(self, handler):
+        def check(req: TestRequest) -> TestResponse:
+            token = req.headers.get("authorization", "").removeprefix("Bearer ")
+            with self._lock:
+                valid = token in self.tokens
+                if valid and self.expire_next_token:  # the platform let this token expire early
+                    self.expire_next_token, valid = False, False
+                    self.tokens.discard(token)
+            if not valid:
+                return json_response({"error": "token expired"}, status=401)
+            return handler(req)
+        return check
+
+    def _link(self, ref: str):
+        def handler(req: TestRequest) -> TestResponse:
+            expires = self.clock() + timedelta(minutes=30)
+            return TestResponse(status=200, headers={"Content-Type": "application/json"},
+                                body=json_response({"url": self.fresh_link(ref), "expiresAt": expires.isoformat()}).body,
+                                delay_before_headers=self.link_delay)
+        return handler
+
+
+@pytest.fixture
+def platform(https_server: HTTPSTestServer, clock: Clock) -> Iterator[FakePlatform]:
+    tokens = redis.Redis.from_url(REDIS_URL)
+    for key in tokens.scan_iter("pbx-token:*"):  # a cached token of an earlier test's platform
+        tokens.delete(key)
+    yield FakePlatform(https_server, clock)
+
+
+@pytest.fixture(scope="module")
+def rec_config(config, ca_bundle) -> Config:
+    return Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
+                  unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1",
+                  provider_marker_words=MARKER_WORDS, pbx_retry_delays="1,1", pbx_play_wait_seconds=8,
+                  pbx_fetch_timeout=5)
+
+
+@pytest.fixture
+def web(app, rec_config) -> webtest.TestApp:
+    return webtest.TestApp(create_app(rec_config))
+
+
+def onboard(platform: FakePlatform | None, slug: str = "clinic-rec") -> None:
+    extra: dict[str, Any] = {}
+    if platform is not None:
+        extra["switchboard"] = {"apiUrl": platform.base_url, "username": USER, "password": PASSWORD}
+    load(organization(clinic(slug, tz="America/New_York", country="US", language="en", **extra)))
+
+
+def stored_call(sid: str, *, source: str | None = SOURCE, recording_sid: str | None = None,
+                url: str = "https://files.example.com/rec/{sid}.mp3?signature=ORIGINAL-SECRET",
+                slug: str = "clinic-rec") -> PatientRequest:
+    """A call the ingest job has turned into a voice message request (the ingest itself
+    is exercised end to end in the first test and in test_call_handoff.py)."""
+    with db.connection_context():
+        home = Clinic.by_slug(slug)
+        call = Call.create(clinic=home, call_sid=sid, call_from="+12015550198", call_to="+12015550100",
+                           status="completed", has_recording=True, recording_url=url.format(sid=sid),
+                           recording_sid=recording_sid, source=source, state="done", outcome="voice_message",
+                           transcript="Please call me back about my test results.", transcript_language="en")
+        patient = Patient.create(organization=home.organization_id, phone="+12015550198")
+        PatientRecord.create(patient=patient, clinic=home)
+        return PatientRequest.create(clinic=home, patient=patient, kind="voice_message", title="Voice message",
+                                     call=call.id)
+
+
+def received_at(request: PatientRequest) -> datetime:
+    with db.connection_context():
+        return Call.get_by_id(request.call_id).received_at.replace(tzinfo=timezone.utc)
+
+
+def request_url(request: PatientRequest, slug: str = "clinic-rec") -> str:
+    return f"/external/v1/clinics/{slug}/patientRequests/{request.id}"
+
+
+def play(web: webtest.TestApp, request: PatientRequest, token: str, status: int | str = "*"):
+    return web.get(request_url(request) + "/recording", headers=bearer(token), status=status)
+
+
+def detail_call(web: webtest.TestApp, request: PatientRequest, token: str) -> dict[str, Any]:
+    return web.get(request_url(request), headers=bearer(token), status=200).json["data"]["call"]
+
+
+# --- the spec's pre-release check, end to end ----------------------------------------------
+
+def test_pre_release_check_end_to_end(web, clock, platform, https_server, worker, worker_log):
+    """A handed-off call with a recording yields a voice message request whose recording
+    plays; after the original link expired play gets a fresh link through the platform
+    API; after the platform deleted it play answers 410 and the transcript remains."""
+    onboard(platform)
+    https_server.route("/rec/CA-e2e.mp3", static((AUDIO / "msg_appointment.mp3").read_bytes(), "audio/mpeg"))
+    original = https_server.url("/rec/CA-e2e.mp3") + "?signature=ORIGINAL-SECRET"
+    writer, reader = issue_token(["clinic-rec"], ["write"]), issue_token(["clinic-rec"], ["read"])
+    body = {"CallSid": "CA-e2e", "CallFrom": "+1 201 555 0198", "CallTo": "+12015550100", "Status": "completed",
+            "HasRecording": True, "RecordingUrl": original, "RecordingSid": "CA-e2e.mp3", "Source": SOURCE}
+    assert web.post_json(switchboard_url("clinic-rec", "recording-complete"), body, headers=bearer(writer)).json == {"success": True}
+
+    def done() -> bool:
+        with db.connection_context():
+            return Call.select().where((Call.call_sid == "CA-e2e") & (Call.state == "done")).exists()
+
+    assert wait_until(done, timeout=90, interval=0.1)
+    with db.connection_context():
+        call = Call.get(Call.call_sid == "CA-e2e")
+        request = PatientRequest.get(PatientRequest.call == call.id)
+    assert call.outcome == "voice_message" and request.kind == "voice_message"
+    transcript = call.transcript
+    assert "appointment" in transcript.lower()
+
+    # Within the original link's lifetime: it plays as handed off.
+    clock.set(received_at(request) + timedelta(minutes=5))
+    shown = detail_call(web, request, reader)
+    assert shown["callFrom"] == "+1 201 555 0198" and shown["callTo"] == "+12015550100"
+    assert shown["status"] == "completed" and shown["transcript"] == transcript and shown["receivedAt"]
+    assert shown["recording"]["state"] == "available" and shown["recording"]["url"] == original
+    assert play(web, request, reader, 302).location == original
+    assert platform.token_exchanges == 0
+
+    # The original link expired (25 minutes): a fresh one through the platform API.
+    platform.serve("CA-e2e.mp3")
+    clock.set(received_at(request) + timedelta(minutes=26))
+    answer = play(web, request, reader, 302)
+    assert answer.location == platform.fresh_link("CA-e2e.mp3")
+    assert platform.token_exchanges == 1 and platform.lookups("CA-e2e.mp3") == 1
+    shown = detail_call(web, request, reader)
+    assert shown["recording"]["state"] == "available" and shown["recording"]["url"] == platform.fresh_link("CA-e2e.mp3")
+    assert play(web, request, reader, 302).location == platform.fresh_link("CA-e2e.mp3")
+    assert platform.lookups("CA-e2e.mp3") == 1  # the fresh link is reused while it lives
+
+    # The platform deleted the recording; once the fresh link expired too: 410.
+    platform.serve("CA-e2e.mp3", "deleted")
+    clock.set(received_at(request) + timedelta(minutes=26 + 31))
+    gone = play(web, request, reader, 410).json
+    assert gone["code"] == "RECORDING_UNAVAILABLE" and "transcript remains" in gone["error"]
+    shown = detail_call(web, request, reader)
+    assert shown["recording"]["state"] == "unavailable" and shown["recording"]["reason"] == "deleted"
+    assert shown["transcript"] == transcript
+    # Remembered: not asked again.
+    assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"
+    assert platform.lookups("CA-e2e.mp3") == 2 and platform.token_exchanges == 1
+
+    # Secrets never reach the worker's log: password, token, links' signatures.
+    log = worker_log.read_text()
+    for secret in (PASSWORD, "FRESH-SECRET", "ORIGINAL-SECRET", *platform.tokens):
+        assert secret not in log
+
+
+# --- platform behaviours ---------------------------------------------------------------------
+
+def test_token_expired_early_is_renewed_once(web, clock, platform, worker):
+    onboard(platform)
+    request = stored_call("CA-401", recording_sid="CA-401.mp3")
+    platform.serve("CA-401.mp3")
+    reader = issue_token(["clinic-rec"], ["read"])
+    clock.set(received_at(request) + timedelta(minutes=26))
+    platform.link_delay = 0
+    assert play(web, request, reader, 302).location == platform.fresh_link("CA-401.mp3")
+    assert platform.token_exchanges == 1
+
+    # A second call: the cached token is reused, but the platform has expired it: 401 once.
+    second = stored_call("CA-401b", recording_sid="CA-401b.mp3")
+    platform.serve("CA-401b.mp3")
+    platform.expire_next_token = True
+    clock.set(received_at(second) + timedelta(minutes=26))
+    assert play(web, second, reader, 302).location == platform.fresh_link("CA-401b.mp3")
+    assert platform.token_exchanges == 2 and platform.lookups("CA-401b.mp3") == 2
+
+
+def test_reference_falls_back_to_the_file_name_and_410_counts_as_deleted(web, clock, platform, worker):
+    onboard(platform)
+    request = stored_call("CA-name", recording_sid=None, url="https://files.example.com/x/voicemail-77.wav?sig=ORIGINAL-SECRET")
+    platform.serve("voicemail-77.wav", "gone")
+    reader = issue_token(["clinic-rec"], ["read"])
+    clock.set(received_at(request) + timedelta(minutes=26))
+    assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"
+    assert platform.lookups("voicemail-77.wav") == 1
+
+
+def test_server_error_answers_503_with_retry_after_then_the_retry_succeeds(app, rec_config, clock, platform, worker):
+    # The job retries after 3 s; the play waits 1 s at most, so it answers 503 meanwhile.
+    web = webtest.TestApp(create_app(Config(**{**rec_config.__dict__, "pbx_retry_delays": "3",
+                                                "pbx_play_wait_seconds": 1.0})))
+    onboard(platform)
+    request = stored_call("CA-5xx", recording_sid="CA-5xx.mp3")
+    platform.serve("CA-5xx.mp3", "flaky")
+    reader = issue_token(["clinic-rec"], ["read"])
+    clock.set(received_at(request) + timedelta(minutes=26))
+    busy = play(web, request, reader, 503)
+    assert busy.json["code"] == "SERVICE_UNAVAILABLE" and 1 <= int(busy.headers["Retry-After"]) <= 6
+    assert detail_call(web, request, reader)["recording"] == {"state": "fetching"}
+    answers: list[int] = []
+
+    def plays() -> bool:
+        answer = play(web, request, reader)
+        answers.append(answer.status_int)
+        return answer.status_int == 302
+
+    assert wait_until(plays, timeout=15, interval=0.3), answers
+    assert set(answers) <= {302, 503}
+    assert platform.lookups("CA-5xx.mp3") == 2 and platform.token_exchanges == 1
+
+
+def test_without_credentials_an_expired_recording_is_unavailable(web, clock, platform, worker):
+    onboard(None)
+    request = stored_call("CA-nocreds", recording_sid="CA-nocreds.mp3")
+    reader = issue_token(["clinic-rec"], ["read"])
+    clock.set(received_at(request) + timedelta(minutes=5))
+    assert play(web, request, reader, 302).location.endswith("ORIGINAL-SECRET")
+    clock.set(received_at(request) + timedelta(minutes=26))
+    assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"
+    shown = detail_call(web, request, reader)
+    assert shown["recording"]["state"] == "unavailable" and shown["recording"]["reason"] == "no_credentials"
+    assert shown["transcript"] == "Please call me back about my test results."
+    with db.connection_context():
+        assert Call.get_by_id(request.call_id).recording_gone_reason == "no_credentials"
+    assert https_requests(platform) == 0
+
+
+def test_source_without_a_marker_word_plays_the_original_link_until_it_expires(web, clock, platform, worker):
+    onboard(platform)
+    request = stored_call("CA-other", source="OtherVendor PBX", recording_sid="CA-other.mp3")
+    platform.serve("CA-other.mp3")
+    reader = issue_token(["clinic-rec"], ["read"])
+    clock.set(received_at(request) + timedelta(minutes=24))
+    assert play(web, request, reader, 302).location.endswith("ORIGINAL-SECRET")
+    assert detail_call(web, request, reader)["recording"]["state"] == "available"
+    clock.set(received_at(request) + timedelta(minutes=26))
+    assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"
+    assert detail_call(web, request, reader)["recording"]["reason"] == "expired"
+    assert https_requests(platform) == 0
+
+
+def test_twenty_concurrent_plays_share_one_token_exchange_and_one_refetch(rec_config, app, clock, platform, worker):
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    import requests as http
+
+    class Threaded(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        request_queue_size = 64
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    onboard(platform)
+    request = stored_call("CA-crowd", recording_sid="CA-crowd.mp3")
+    platform.serve("CA-crowd.mp3")
+    platform.link_delay = 0.3  # the platform is not instant: the plays overlap the re-fetch
+    reader = issue_token(["clinic-rec"], ["read"])
+    clock.set(received_at(request) + timedelta(minutes=26))
+    httpd = make_server("127.0.0.1", 0, create_app(Config(**{**rec_config.__dict__, "db_pool_size": 24})),
+                        server_class=Threaded, handler_class=Quiet)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_port}{request_url(request)}/recording"
+    barrier, answers = threading.Barrier(20), []
+
+    def get() -> None:
+        barrier.wait(timeout=10)
+        try:
+            answers.append(http.get(url, headers=bearer(reader), allow_redirects=False, timeout=30))
+        except http.RequestException as exc:
+            answers.append(exc)
+
+    threads = [threading.Thread(target=get) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    httpd.shutdown()
+    assert [getattr(a, "status_code", a) for a in answers] == [302] * 20
+    assert {a.headers["Location"] for a in answers} == {platform.fresh_link("CA-crowd.mp3")}
+    assert platform.token_exchanges == 1 and platform.lookups("CA-crowd.mp3") == 1
+
+
+# --- the endpoint's edges ----------------------------------------------------------------------
+
+def test_play_needs_a_request_made_from_a_call_and_the_read_scope(web, clock):
+    onboard(None)
+    request = stored_call("CA-scope")
+    writer = issue_token(["clinic-rec"], ["write"])
+    assert play(web, request, writer, 403).json["code"] == "FORBIDDEN"
+    reader = issue_token(["clinic-rec"], ["read"])
+    assert web.get(request_url(request).replace(str(request.id), str(uuid.uuid4())) + "/recording",
+                   headers=bearer(reader), status=404).json["code"] == "PATIENT_REQUEST_NOT_FOUND"
+    with db.connection_context():
+        PatientRequest.update(call=None).where(PatientRequest.id == request.id).execute()
+    assert play(web, request, reader, 404).json["code"] == "NOT_FOUND"
+    assert "call" not in web.get(request_url(request), headers=bearer(reader)).json["data"]
+
+
+def https_requests(platform: FakePlatform) -> int:
+    return platform.server.request_count()

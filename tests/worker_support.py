@@ -1,0 +1,69 @@
+"""One real RQ worker for the whole test session (a pytest plugin, see conftest.py).
+
+Started like the Procfile starts it (`python manage.py worker`), on the test Redis and
+database, with the test-only loopback setting and the session CA, so it can fetch
+voicemails from and talk to a fake switchboard platform on 127.0.0.1. Every module that
+needs a worker shares this one: two workers on the same queues would take each other's
+jobs with different settings.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Iterator
+
+import pytest
+import redis
+from rq import Worker
+
+from tests.conftest import PG_URL, REDIS_URL, ROOT
+from tests.https_server import wait_until
+from tests.support import SECRET_KEY
+
+MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
+MODEL = ROOT / "var" / "models" / "ggml-base.bin"
+#: Provider marker words of the tests (the spec withholds the real ones).
+MARKER_WORDS = "acmevox,ringfrog"
+
+
+@pytest.fixture(scope="session")
+def ca_bundle(https_ca, tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("ca") / "ca.pem"
+    https_ca.cert_pem.write_to_path(str(path))
+    return str(path)
+
+
+def worker_env(ca_bundle: str, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
+        "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": ca_bundle, "RECORDING_RETRY_DELAYS": "1,1",
+        "RECORDING_FETCH_TIMEOUT": "5", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": str(MODEL_EN),
+        "PROVIDER_MARKER_WORDS": MARKER_WORDS, "PBX_RETRY_DELAYS": "1,1", "PBX_FETCH_TIMEOUT": "5",
+        "LOG_LEVEL": "INFO", **extra,
+    }
+
+
+@pytest.fixture(scope="session")
+def worker_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("worker") / "worker.log"
+
+
+@pytest.fixture(scope="session")
+def worker(wsgi_app, ca_bundle, worker_log) -> Iterator[subprocess.Popen]:
+    """One real RQ worker for the session, started like the Procfile starts it."""
+    connection = redis.Redis.from_url(REDIS_URL)
+    with open(worker_log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "manage.py", "worker"], cwd=ROOT, env=worker_env(ca_bundle),
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        ready = wait_until(lambda: proc.poll() is not None or any(
+            w.pid == proc.pid for w in Worker.all(connection=connection)), timeout=120, interval=0.2)
+        assert ready and proc.poll() is None, worker_log.read_text()[-3000:]
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
