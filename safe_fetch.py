@@ -55,6 +55,7 @@ __all__ = [
     "FetchError",
     "FetchResult",
     "Resolver",
+    "ResolutionCache",
     "UnsafeURL",
     "check_resolves_public",
     "download_audio",
@@ -470,6 +471,42 @@ def check_resolves_public(
         if not is_public_ip(addr, allow_loopback=allow_loopback):
             raise UnsafeURL(f"host {host} resolves to a non-public address")
     return list(addresses)
+
+
+class ResolutionCache:
+    """Verdicts of :func:`check_resolves_public` per host, kept for ``ttl`` seconds.
+
+    For the intake check only, where a lookup per hand-off would sit on the request's
+    hot path while every call of a platform names the same few hosts. It never
+    weakens a fetch: :func:`fetch` always resolves and checks again.
+    """
+
+    def __init__(self, ttl: float = 60.0, max_hosts: int = 1024, resolver: Resolver | None = None) -> None:
+        self.ttl = ttl
+        self.max_hosts = max_hosts
+        self.resolver = resolver
+        self._lock = threading.Lock()
+        self._verdicts: dict[tuple[str, bool], tuple[float, UnsafeURL | None]] = {}
+
+    def check(self, host: str, *, allow_loopback: bool = False, deadline: float | None = None) -> None:
+        """Raise :class:`UnsafeURL` for a host that resolves to a non-public address;
+        :class:`FetchError` (not cached) when it does not resolve now."""
+        key, now = (host, allow_loopback), time.monotonic()
+        with self._lock:
+            cached = self._verdicts.get(key)
+        if cached is None or cached[0] <= now:
+            try:
+                check_resolves_public(host, allow_loopback=allow_loopback, deadline=deadline, resolver=self.resolver)
+                verdict: UnsafeURL | None = None
+            except UnsafeURL as exc:
+                verdict = exc
+            with self._lock:
+                if len(self._verdicts) >= self.max_hosts:
+                    self._verdicts.clear()
+                self._verdicts[key] = (now + self.ttl, verdict)
+            cached = (0.0, verdict)
+        if cached[1] is not None:
+            raise UnsafeURL(cached[1].reason)
 
 
 # --------------------------------------------------------------------------

@@ -502,8 +502,26 @@ class Transcriber:
             raw = _RawResult([], None, 0.0 if self.vad else None)
         else:
             with self._lock:
-                raw = self._engine.run(audio, lang, self.vad)
+                raw = self._run(audio, lang, self.vad)
         return self._summarise(raw, lang, duration, started)
+
+    def _run(self, audio: np.ndarray, lang: str, vad: bool) -> _RawResult:
+        """Call the engine, refusing to run in a child forked after the engine computed.
+
+        whisper.cpp's thread pool does not survive fork(): a child that computes after its
+        parent did hangs for ever (seen with both backends). A forking RQ worker may load the
+        model in the parent (``get_transcriber``) but must not run it there (no
+        ``warm_up``); a non-forking worker (``rq.worker.SimpleWorker``) can do both.
+        """
+        global _ENGINE_RAN_IN_PID
+        pid = os.getpid()
+        if _ENGINE_RAN_IN_PID not in (None, pid):
+            raise TranscriptionError(
+                "whisper.cpp already ran in the parent process before fork(); it would hang here. "
+                "Use a non-forking worker (rq SimpleWorker) or do not warm up before forking"
+            )
+        _ENGINE_RAN_IN_PID = pid
+        return self._engine.run(audio, lang, vad)
 
     def _summarise(self, raw: _RawResult, lang: str, duration: float, started: float) -> Transcript:
         eot = self._engine.eot
@@ -546,14 +564,16 @@ class Transcriber:
         silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
         with self._lock:
             if self.vad:
-                self._engine.run(silence, "en", True)
-            self._engine.run(silence, "en", False)
+                self._run(silence, "en", True)
+            self._run(silence, "en", False)
 
     def close(self) -> None:
         with self._lock:
             self._engine.close()
 
 
+# The process in which any whisper.cpp computation ran (its thread pool is process state).
+_ENGINE_RAN_IN_PID: int | None = None
 _CACHE: dict[tuple[str, str, int, bool], Transcriber] = {}
 _CACHE_LOCK = threading.Lock()
 
@@ -589,7 +609,12 @@ def get_transcriber(backend: str = DEFAULT_BACKEND, model_path: str = "var/model
 
 def warm_up(backend: str = DEFAULT_BACKEND, model_path: str = "var/models/ggml-tiny.en.bin",
             threads: int = 2, vad: bool = True) -> Transcriber:
-    """Load the model and run a silent clip: call once when a worker starts."""
+    """Load the model and run a silent clip: call once when a worker starts.
+
+    Only in the process that will transcribe: after this, a fork()ed child cannot run
+    whisper.cpp at all (see :meth:`Transcriber._run`). With a forking worker, call
+    :func:`get_transcriber` in the parent instead (loads, does not run).
+    """
     transcriber = get_transcriber(backend, model_path, threads, vad)
     transcriber.warm_up()
     return transcriber
@@ -597,7 +622,14 @@ def warm_up(backend: str = DEFAULT_BACKEND, model_path: str = "var/models/ggml-t
 
 # ------------------------------------------------------------- intelligibility
 
-# Chosen on tests/audio (see tests/audio/labels.json and bench/transcription_bench.py).
+# Chosen on tests/audio (labels.json; bench/transcription_bench.py prints the confusion
+# matrix). Silence, hiss, noise, hum and tones never reach the decoder: Silero finds no
+# speech. What separates reversed speech from 8 kHz messages is the decoder's own
+# confidence: reversed clips scored -1.04..-1.88 mean log-probability or looped
+# (repetition 0.62..0.91), messages -0.15..-0.92 with repetition <= 0.07, so Whisper's
+# customary -1.0 log-probability line and a 0.35 repetition line split them; the few
+# messages below -1.0 were garbled transcripts ("I'm") a clinic could not use anyway.
+# A bare "Hello?" is 0.6 s of speech and one word: too short to be a message.
 MIN_SPEECH_SECONDS = 0.5
 MIN_WORDS = 2
 MIN_MEAN_LOGPROB = -1.0

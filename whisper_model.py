@@ -552,7 +552,7 @@ def convert(ct2: "Path | str | Sequence[Path | str]", out_path: "Path | str", vo
                 out.write(struct.pack("<iii", n_dims, len(name), FTYPE_F16 if f16 else FTYPE_F32))
                 out.write(struct.pack(f"<{n_dims}i", *reversed(data.shape)))
                 out.write(name)
-                out.write(memoryview(np.ascontiguousarray(data, dtype="<f2" if f16 else "<f4")).cast("B"))
+                np.ascontiguousarray(data, dtype="<f2" if f16 else "<f4").tofile(out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, out_path)

@@ -15,7 +15,9 @@ English clips of ``tests/audio``. For every clip, in the same run and interleave
 
 The best of ``--repeat`` runs is kept for each (the machine may be shared). RTF =
 processing seconds / audio seconds; ratio = wrapper / raw (target for the default
-backend: <= 1.10). Also prints the intelligibility confusion matrix and the telephone
+backend: <= 1.10), over all clips, over the clips both sides decode ("speech"; the
+wrapper skips clips without speech where the bare whisper-cpp-python engine does not),
+and as the median of per-clip ratios, which a busy neighbour process disturbs least. Also prints the intelligibility confusion matrix and the telephone
 word error rate of each backend.
 """
 
@@ -26,6 +28,7 @@ import ctypes
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -104,7 +107,7 @@ def child(backend: str, model: str, threads: int, repeat: int) -> dict[str, Any]
 def report(results: list[dict[str, Any]]) -> None:
     print(f"\nload average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; best of repeats per clip\n")
     head = f"{'backend':20s} {'model':18s} {'load s':>7s} {'RTF wrapper':>12s} {'RTF raw':>8s} {'ratio':>6s} " \
-           f"{'ratio speech':>13s} {'peak RSS MB':>12s} {'RSS after load':>15s}"
+           f"{'ratio speech':>13s} {'median clip ratio':>18s} {'peak RSS MB':>12s} {'RSS after load':>15s}"
     print(head)
     print("-" * len(head))
     for r in results:
@@ -114,8 +117,11 @@ def report(results: list[dict[str, Any]]) -> None:
         # speech clips only: where both sides decode (the wrapper skips clips without speech)
         speech = [x for x in r["rows"] if x["label"] or x["reason"] != "no_speech"]
         ratio_speech = sum(x["wrapper"] for x in speech) / sum(x["raw"] for x in speech)
+        # per-clip ratios' median: robust to another process stealing the CPU during one clip
+        median = statistics.median(x["wrapper"] / x["raw"] for x in speech)
         print(f"{r['backend']:20s} {r['model']:18s} {r['load_s']:7.2f} {wrapper / audio:12.4f} {raw / audio:8.4f} "
-              f"{wrapper / raw:6.3f} {ratio_speech:13.3f} {r['rss_peak_mb']:12.0f} {r['rss_loaded_mb']:15.0f}")
+              f"{wrapper / raw:6.3f} {ratio_speech:13.3f} {median:18.3f} {r['rss_peak_mb']:12.0f} "
+              f"{r['rss_loaded_mb']:15.0f}")
     for r in results:
         rows = r["rows"]
         matrix = {(a, b): sum(1 for x in rows if x["label"] == a and x["got"] == b) for a in (True, False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+import time
 import uuid
 from dataclasses import asdict
 from functools import lru_cache
@@ -95,6 +96,7 @@ def ingest_call(call_id: str) -> str:
         clinic = call.clinic
     if not call.recording_url:
         return _finish(call, "no_recording")
+    started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="call-") as tmp:
             audio = Path(tmp) / "recording"
@@ -103,7 +105,10 @@ def ingest_call(call_id: str) -> str:
                 timeout=config.recording_fetch_timeout, allow_loopback=config.unsafe_allow_loopback_fetch,
                 ca_certs=config.fetch_ca_bundle or None,
             )
+            fetched = time.perf_counter()
             transcript = _transcribe(config, str(audio), clinic.language)
+            log.info("call %s: downloaded in %.2f s, transcribed %.1f s of audio in %.2f s (%s)", call.id,
+                     fetched - started, transcript.duration, transcript.elapsed, transcript.model)
     except (UnsafeURL, FetchError) as exc:
         reason = str(exc)
         if getattr(exc, "transient", False) and attempts <= len(config.retry_delays):

@@ -14,7 +14,7 @@ from config import Config
 from errors import APIError, validation_failed
 from jobs.calls import ensure_queued
 from models import Call, CallSidConflict, Patient, PatientRequest
-from safe_fetch import FetchError, UnsafeURL, check_resolves_public, validate_url
+from safe_fetch import FetchError, ResolutionCache, UnsafeURL, validate_url
 from office_hours import is_open
 from phones import to_e164
 from vacations import is_on_vacation
@@ -103,13 +103,16 @@ _CALL_FIELDS = {
 }
 
 
+_resolutions = ResolutionCache(ttl=60)
+
+
 def check_recording_url(url: str, *, allow_loopback: bool) -> None:
     """400 unless https to a public host name (no IP literal, no internal name) that does
     not resolve to a non-public address. A name that does not resolve right now is
     accepted: the ingest job resolves again, retries, and records why it failed."""
     try:
         host = urlsplit(validate_url(url, allow_loopback=allow_loopback)).hostname or ""
-        check_resolves_public(host, allow_loopback=allow_loopback, deadline=time.monotonic() + 2)
+        _resolutions.check(host, allow_loopback=allow_loopback, deadline=time.monotonic() + 2)
     except UnsafeURL as exc:
         raise validation_failed(f"RecordingUrl: {exc}") from None
     except FetchError:

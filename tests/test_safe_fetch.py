@@ -810,3 +810,26 @@ def test_logs_and_errors_never_contain_query(https_server: HTTPSTestServer, capl
     text = caplog.text + str(info.value)
     assert "redirect" in caplog.text
     assert "SECRET" not in text
+
+
+def test_resolution_cache_remembers_verdicts_for_its_ttl():
+    from safe_fetch import ResolutionCache
+
+    answers = {"pbx.example.com": ["93.184.216.34"], "evil.example.com": ["10.0.0.5"]}
+    lookups: list[str] = []
+
+    def resolver(host: str, port: int) -> list[str]:
+        lookups.append(host)
+        return answers[host]
+
+    cache = ResolutionCache(ttl=60, resolver=resolver)
+    cache.check("pbx.example.com")
+    cache.check("pbx.example.com")
+    for _ in range(2):
+        with pytest.raises(UnsafeURL):
+            cache.check("evil.example.com")
+    assert lookups == ["pbx.example.com", "evil.example.com"]
+    expired = ResolutionCache(ttl=0, resolver=resolver)
+    expired.check("pbx.example.com")
+    expired.check("pbx.example.com")
+    assert lookups[2:] == ["pbx.example.com", "pbx.example.com"]

@@ -145,6 +145,27 @@ def test_a_broken_model_file_is_refused_before_whisper_cpp_sees_it(tiny_en_path:
         tx.Transcriber(tx.DEFAULT_BACKEND, str(cut), THREADS)
 
 
+def test_a_forked_child_refuses_a_model_its_parent_ran(default: tx.Transcriber) -> None:
+    """whisper.cpp hangs in a child forked after it computed; the child must fail fast instead."""
+    import os
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report what happened through the pipe, never return into pytest
+        try:
+            default.transcribe(str(AUDIO / "short_hello.mp3"), "en")
+            outcome = b"ran"
+        except tx.TranscriptionError as exc:
+            outcome = str(exc).encode()
+        os.write(write_end, outcome)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        message = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert "before fork" in message
+
+
 def test_decodes_telephone_mp3_and_wav_to_16k_mono(tmp_path: Path) -> None:
     mp3 = tx.load_audio(AUDIO / "msg_cancel.mp3")
     assert mp3.dtype == np.float32 and mp3.ndim == 1
