@@ -13,7 +13,6 @@ external ids) is only added or updated, never removed, because the API adds to i
 """
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import date, datetime, time, timedelta
 from typing import Any, Iterable

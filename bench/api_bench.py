@@ -71,7 +71,7 @@ def recreate_database(url: str) -> None:
 def setup(url: str) -> tuple[str, dict[str, uuid.UUID]]:
     """Migrate, onboard the demo organization, issue a token; returns it and some ids."""
     from migrations import migrate
-    from models import ApiToken, Clinic, PatientRequest, RequestType, bind_database, db
+    from models import ApiToken, Clinic, RequestType, bind_database, db
     from onboarding import onboard
 
     bind_database(url, pooled=False)

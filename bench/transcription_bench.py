@@ -129,7 +129,7 @@ def report(results: list[dict[str, Any]]) -> None:
         tel = [x for x in rows if x["label"] and x["format"] != "wav16"]
         errors, words = sum(x["errors"] for x in tel), sum(x["words"] for x in tel)
         print(f"\n{r['backend']} / {r['model']}: intelligibility on {len(rows)} English clips")
-        print(f"                 predicted yes  predicted no")
+        print("                 predicted yes  predicted no")
         print(f"  message        {matrix[(True, True)]:13d}  {matrix[(True, False)]:12d}")
         print(f"  not a message  {matrix[(False, True)]:13d}  {matrix[(False, False)]:12d}")
         print(f"  telephone WER (8 kHz clips, {len(tel)} messages): {errors}/{words} = {errors / max(words, 1):.3f}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -19,6 +19,7 @@ from tests.support import SECRET_KEY, clinic, organization
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+    request_queue_size = 64  # the default backlog of 5 resets simultaneous connects
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -36,12 +37,13 @@ def serve(**overrides: Any) -> Iterator[str]:
     """Serve `create_app(Config(...))` on a free loopback port; yields the base URL.
 
     The port is bound first, so `public_base_url` (and the local storage URLs signed
-    with it) point at this very server.
+    with it) point at this very server. `overrides` are Config fields; they win.
     """
     httpd = make_server("127.0.0.1", 0, _placeholder, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
     base_url = f"http://127.0.0.1:{httpd.server_port}"
-    config = Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, db_pool_size=4,
-                    public_base_url=base_url, **overrides)
+    settings = {"database_url": PG_URL, "redis_url": REDIS_URL, "secret_key": SECRET_KEY, "db_pool_size": 4,
+                "public_base_url": base_url, **overrides}
+    config = Config(**settings)
     httpd.set_app(create_app(config))
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -52,7 +54,34 @@ def serve(**overrides: Any) -> Iterator[str]:
         httpd.server_close()
         thread.join(timeout=10)
         db.obj.close_all()
-        bind_database(PG_URL, pool_size=4)
+        bind_database(settings["database_url"], pool_size=4)
+
+
+def settings_of(config: Config, **extra: Any) -> dict[str, Any]:
+    """`config`'s fields as `serve()` overrides (its own base URL and derived key excluded)."""
+    skip = ("public_base_url", "storage_signing_key")
+    return {**{k: v for k, v in config.__dict__.items() if k not in skip}, **extra}
+
+
+def concurrently(send: Callable[[], Any], n: int = 20) -> list[Any]:
+    """Call `send` from `n` threads released together; each answer, or the exception raised."""
+    import requests
+
+    barrier, answers = threading.Barrier(n), []
+
+    def one() -> None:
+        barrier.wait(timeout=10)
+        try:
+            answers.append(send())
+        except requests.RequestException as exc:  # the caller's assertions count it
+            answers.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return answers
 
 
 def api(slug: str = "clinic-a") -> str:

@@ -7,22 +7,18 @@ whisper.cpp engine and model, and voicemails served over real HTTPS from 127.0.0
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import threading
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-import redis
 import webtest
-from rq import Worker
 
 from app import create_app
 from config import Config
 from models import Call, Patient, PatientRecord, PatientRequest, db
 from tests.conftest import PG_URL, REDIS_URL, ROOT
+from tests.live_service import concurrently, serve, settings_of
 from tests.https_server import FailThenSucceed, HTTPSTestServer, redirect, static, wait_until
 from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.worker_support import worker_env
@@ -244,39 +240,14 @@ def test_same_call_sid_twice_gives_one_call_and_one_request(handoff, clinics, se
 
 def test_twenty_concurrent_copies_give_one_call_and_one_request(handoff_config, clinics, server, worker):
     """Twenty threads through a real WSGI server, each with its own connection pool slot."""
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-    from socketserver import ThreadingMixIn
     import requests as http
-
-    class Threaded(ThreadingMixIn, WSGIServer):
-        daemon_threads = True
-        request_queue_size = 64  # the default backlog of 5 resets simultaneous connects
-
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
 
     server.route("/v.mp3", static(audio("msg_results.mp3"), "audio/mpeg"))
     token = issue_token(["clinic-en"], ["write"])
-    httpd = make_server("127.0.0.1", 0, create_app(Config(**{**handoff_config.__dict__, "db_pool_size": 24})),
-                        server_class=Threaded, handler_class=Quiet)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_port}{switchboard_url('clinic-en', 'recording-complete')}"
-    barrier, answers = threading.Barrier(20), []
-
-    def post() -> None:
-        barrier.wait(timeout=10)
-        try:
-            answers.append(http.post(url, json=call_body("CA-concurrent", server.url("/v.mp3")), headers=bearer(token), timeout=30))
-        except http.RequestException as exc:  # counted as a failure below
-            answers.append(exc)
-
-    threads = [threading.Thread(target=post) for _ in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    httpd.shutdown()
+    with serve(**settings_of(handoff_config, db_pool_size=24)) as base_url:
+        url = f"{base_url}{switchboard_url('clinic-en', 'recording-complete')}"
+        answers = concurrently(lambda: http.post(url, json=call_body("CA-concurrent", server.url("/v.mp3")),
+                                                        headers=bearer(token), timeout=30))
     assert [getattr(a, "status_code", a) for a in answers] == [200] * 20
     assert all(a.json() == {"success": True} for a in answers)
     call = processed("CA-concurrent")

@@ -10,7 +10,7 @@ import crypto
 import manage
 from models import (MODELS, Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord,
                     PatientRecordTag, RequestType, RequestTypeDefaultTag, SchemaMigration, Tag, Vacation, db)
-from onboarding import OnboardingError, onboard, stable_id
+from onboarding import OnboardingError, stable_id
 from tests.support import SECRET_KEY, load
 
 

@@ -26,6 +26,7 @@ from tests.conftest import PG_URL, REDIS_URL, ROOT, Clock
 from tests.https_server import (FailThenSucceed, HTTPSTestServer, TestRequest, TestResponse, json_response, static,
                                 wait_until)
 from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.live_service import concurrently, serve, settings_of
 from tests.worker_support import MARKER_WORDS
 
 AUDIO = ROOT / "tests" / "audio"
@@ -312,18 +313,7 @@ def test_source_without_a_marker_word_plays_the_original_link_until_it_expires(w
 
 
 def test_twenty_concurrent_plays_share_one_token_exchange_and_one_refetch(rec_config, app, clock, platform, worker):
-    from socketserver import ThreadingMixIn
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
     import requests as http
-
-    class Threaded(ThreadingMixIn, WSGIServer):
-        daemon_threads = True
-        request_queue_size = 64
-
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
 
     onboard(platform)
     request = stored_call("CA-crowd", recording_sid="CA-crowd.mp3")
@@ -331,25 +321,9 @@ def test_twenty_concurrent_plays_share_one_token_exchange_and_one_refetch(rec_co
     platform.link_delay = 0.3  # the platform is not instant: the plays overlap the re-fetch
     reader = issue_token(["clinic-rec"], ["read"])
     clock.set(received_at(request) + timedelta(minutes=26))
-    httpd = make_server("127.0.0.1", 0, create_app(Config(**{**rec_config.__dict__, "db_pool_size": 24})),
-                        server_class=Threaded, handler_class=Quiet)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_port}{request_url(request)}/recording"
-    barrier, answers = threading.Barrier(20), []
-
-    def get() -> None:
-        barrier.wait(timeout=10)
-        try:
-            answers.append(http.get(url, headers=bearer(reader), allow_redirects=False, timeout=30))
-        except http.RequestException as exc:
-            answers.append(exc)
-
-    threads = [threading.Thread(target=get) for _ in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    httpd.shutdown()
+    with serve(**settings_of(rec_config, db_pool_size=24)) as base_url:
+        url = f"{base_url}{request_url(request)}/recording"
+        answers = concurrently(lambda: http.get(url, headers=bearer(reader), allow_redirects=False, timeout=30))
     assert [getattr(a, "status_code", a) for a in answers] == [302] * 20
     assert {a.headers["Location"] for a in answers} == {platform.fresh_link("CA-crowd.mp3")}
     assert platform.token_exchanges == 1 and platform.lookups("CA-crowd.mp3") == 1

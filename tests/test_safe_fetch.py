@@ -30,7 +30,7 @@ from safe_fetch import (
     sniff_audio,
     validate_url,
 )
-from tests.https_server import (  # noqa: F401 - fixtures
+from tests.https_server import (  # the fixtures come from conftest's pytest_plugins
     FailThenSucceed,
     HTTPSTestServer,
     TestRequest,
@@ -38,8 +38,6 @@ from tests.https_server import (  # noqa: F401 - fixtures
     big_body,
     drip,
     hang,
-    https_ca,
-    https_server,
     redirect,
     static,
 )

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import falcon.inspect
-import redis
 from openapi_spec_validator import validate
 from jsonschema import Draft202012Validator
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from models import Calendar, Clinic, Patient, PatientRequest, db, utc_now
+from models import Clinic, PatientRequest, db, utc_now
 from onboarding import stable_id
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 
