@@ -1,7 +1,9 @@
 """WSGI application factory: routes, middleware and error handling."""
 from __future__ import annotations
 
+import io
 import logging
+import urllib.parse
 
 import falcon
 import peewee as pw
@@ -9,18 +11,20 @@ import redis
 from rq import Queue
 
 import errors
+import logs
+import metrics
 import openapi
+import strict_json
 from auth import TokenAuth
 from config import Config
 from documents import LinkCache
 from errors import APIError
-from jobs.calls import QUEUE
 from jobs import recordings as recording_jobs
 from models import bind_database, db
 from resources import meta, switchboard
 from resources import catalog, patient_requests, patients
 from resources.storage_objects import StoredObject
-from storage import LocalStorage, make_storage
+from storage import LocalStorage, Readable, make_storage
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +41,13 @@ class DatabaseConnection:
 
 
 class BodyLimit:
-    """Refuse a declared body over the limit before anything reads it.
+    """Refuse a body over the limit without reading it whole.
+
+    A declared length over the limit is refused before a byte is read. A body without
+    one (chunked transfer encoding) is read here, at most limit + 1 bytes, and handed
+    on with its length, so the JSON handler sees an ordinary body; Falcon alone would
+    read such a body as empty. Servers that cannot tell where a chunked body ends
+    (`wsgi.input_terminated` unset) get 411 instead of a read that could hang.
 
     Not for `/storage/` (local backend uploads): those stream to disk under their own
     cap, `LocalStorage.max_upload_bytes`, checked after the signature, before reading.
@@ -49,28 +59,65 @@ class BodyLimit:
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         if req.path.startswith("/storage/"):
             return
-        if req.content_length is not None and req.content_length > self.max_bytes:
+        if req.content_length is not None:
+            if req.content_length > self.max_bytes:
+                raise APIError(413, "PAYLOAD_TOO_LARGE", f"Body over {self.max_bytes} bytes.")
+            return
+        if req.get_header("Transfer-Encoding") is None:
+            return  # no body at all
+        if not req.env.get("wsgi.input_terminated"):
+            raise APIError(411, "LENGTH_REQUIRED", "Send a Content-Length with the body.")
+        body = read_at_most(req.stream, self.max_bytes + 1)
+        if len(body) > self.max_bytes:
             raise APIError(413, "PAYLOAD_TOO_LARGE", f"Body over {self.max_bytes} bytes.")
+        req.env["wsgi.input"] = io.BytesIO(body)
+        req.env["CONTENT_LENGTH"] = str(len(body))
+
+
+def read_at_most(stream: Readable, limit: int) -> bytes:
+    """Up to `limit` bytes of `stream`, in pieces (a WSGI input may return short reads)."""
+    pieces, size = [], 0
+    while size < limit:
+        piece = stream.read(min(64 * 1024, limit - size))
+        if not piece:
+            break
+        pieces.append(piece)
+        size += len(piece)
+    return b"".join(pieces)
+
+
+class NoNulInUrl:
+    """400 for a NUL character in the (decoded) path or query string: no slug, id, key or
+    parameter holds one, and PostgreSQL refuses it in a lookup, which would be a 500."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if "\x00" in req.path or "\x00" in urllib.parse.unquote(req.query_string or ""):
+            raise APIError(400, "VALIDATION_FAILED", "The URL contains a NUL character.")
 
 
 def create_app(config: Config) -> falcon.App:
-    logging.basicConfig(level=config.log_level.upper())
+    logs.setup(config.log_level, config.log_format)
     database: pw.Database = bind_database(config.database_url, pool_size=config.db_pool_size)
     queue_redis = redis.Redis.from_url(config.redis_url, socket_connect_timeout=2, socket_timeout=5)
 
-    app = falcon.App(middleware=[BodyLimit(config.max_body_bytes), DatabaseConnection(), TokenAuth(config.clock)])
+    # Request id first and metrics second: their process_response run last, so every
+    # answer (other middleware's errors included) carries the id and gets timed.
+    flusher = metrics.Flusher(redis.Redis.from_url(config.redis_url, socket_connect_timeout=1, socket_timeout=2),
+                              config.metrics_flush_seconds)
+    app = falcon.App(middleware=[logs.RequestId(), metrics.RequestMetrics(flusher), NoNulInUrl(),
+                                 BodyLimit(config.max_body_bytes), DatabaseConnection(), TokenAuth(config.clock)])
     app.req_options.strip_url_path_trailing_slash = True
     # JSON only: Falcon would also parse form bodies, which `curl -d` sends by default,
     # and a JSON text read as a form key fails confusingly later. Answer 415 instead.
-    app.req_options.media_handlers = falcon.media.Handlers({falcon.MEDIA_JSON: falcon.media.JSONHandler()})
+    app.req_options.media_handlers = falcon.media.Handlers(
+        {falcon.MEDIA_JSON: falcon.media.JSONHandler(loads=strict_json.loads)})
     errors.install(app)
 
     sb = openapi.SWITCHBOARD
     app.add_route(f"{sb}/is-clinic-opened", switchboard.IsClinicOpened(config.clock))
     app.add_route(f"{sb}/is-on-vacation", switchboard.IsOnVacation(config.clock))
     app.add_route(f"{sb}/has-active-request", switchboard.HasActiveRequest())
-    calls_queue = Queue(QUEUE, connection=queue_redis)
-    app.add_route(f"{sb}/recording-complete", switchboard.RecordingComplete(calls_queue, config))
+    app.add_route(f"{sb}/recording-complete", switchboard.RecordingComplete(config))
     storage = make_storage(config)
     if isinstance(storage, LocalStorage):  # S3 serves its own presigned URLs
         app.add_route("/storage/{key:path}", StoredObject(storage))
@@ -90,4 +137,5 @@ def create_app(config: Config) -> falcon.App:
     app.add_route(f"{request}/attachments", patient_requests.Attachments(storage))
     app.add_route("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url)))
     app.add_route("/healthz", meta.Healthz(database, queue_redis))
+    app.add_route("/metrics", metrics.MetricsEndpoint(queue_redis, ["recordings", "calls", "default"], config.metrics_token))
     return app

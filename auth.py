@@ -34,10 +34,10 @@ class TokenAuth:
         if kind.lower() != "bearer" or not text.strip():
             raise _unauthorized("Missing bearer token.")
         now = self.clock()
-        token = ApiToken.authenticate(text.strip(), now)
-        if token is None:
+        found = ApiToken.authorize(text.strip(), params.get("clinic_slug", ""), now)
+        if found is None:
             raise _unauthorized("Invalid, expired or revoked token.")
-        clinic = token.clinic_access(params.get("clinic_slug", ""))
+        token, clinic = found
         if clinic is None:
             raise APIError(404, "CLINIC_NOT_FOUND", "Unknown clinic.")
         if scopes[req.method] not in token.scope_set or not clinic.covered:

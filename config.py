@@ -30,12 +30,16 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "DB_POOL_SIZE": ("db_pool_size", int),
     "REDIS_URL": ("redis_url", str),
     "LOG_LEVEL": ("log_level", str),
+    "LOG_FORMAT": ("log_format", str),
+    "METRICS_TOKEN": ("metrics_token", str),
+    "METRICS_FLUSH_SECONDS": ("metrics_flush_seconds", float),
     "SECRET_KEY": ("secret_key", str),
     "MAX_BODY_BYTES": ("max_body_bytes", int),
     "PUBLIC_BASE_URL": ("public_base_url", str),
     "STORAGE_BACKEND": ("storage_backend", str),
     "STORAGE_DIR": ("storage_dir", str),
     "STORAGE_SIGNING_KEY": ("storage_signing_key", str),
+    "STORAGE_MAX_UPLOAD_BYTES": ("storage_max_upload_bytes", int),
     "S3_ENDPOINT_URL": ("s3_endpoint_url", str),
     "S3_BUCKET": ("s3_bucket", str),
     "S3_REGION": ("s3_region", str),
@@ -68,6 +72,12 @@ class Config:
     db_pool_size: int = 10
     redis_url: str = "redis://127.0.0.1:6379/0"
     log_level: str = "INFO"
+    # "json": one JSON object per line (production); "text": plain lines for reading locally.
+    log_format: str = "json"
+    # Empty: /metrics is open (it carries no tenant data); set: scrapes send it as a bearer token.
+    metrics_token: str = ""
+    # How often each web process adds its request metrics to Redis (a scrape flushes its own first).
+    metrics_flush_seconds: float = 5.0
     # Encrypts provider passwords at rest (Fernet key derived from it). Must be set in
     # production; the default only suits the embedded demo.
     secret_key: str = "insecure-development-key-change-me"
@@ -76,6 +86,8 @@ class Config:
     storage_backend: str = "local"
     storage_dir: str = "var/storage"
     storage_signing_key: str = ""
+    # Cap of one upload through the local backend's presigned URLs (chunked ones too).
+    storage_max_upload_bytes: int = 100 * 1024 * 1024
     s3_endpoint_url: str = ""
     s3_bucket: str = ""
     s3_region: str = "us-east-1"
@@ -145,7 +157,7 @@ class Config:
 
     def describe(self) -> dict[str, object]:
         """Settings safe to print (secrets masked)."""
-        secret = {"secret_key", "storage_signing_key", "s3_secret_access_key"}
+        secret = {"secret_key", "storage_signing_key", "s3_secret_access_key", "metrics_token"}
         return {
             f.name: ("***" if f.name in secret and getattr(self, f.name) else getattr(self, f.name))
             for f in fields(self)

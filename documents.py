@@ -149,7 +149,8 @@ def _decode_cursor(text: str) -> tuple[datetime, uuid.UUID]:
 
 def search_requests(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first, keyset-paginated on (createdAt, id)."""
-    limit = pagination.get("limit", DEFAULT_LIMIT)
+    # JSON Schema counts 9.0 as an integer (found by the fuzzer: a float slice index was a 500).
+    limit = int(pagination.get("limit", DEFAULT_LIMIT))
     query = PatientRequest.select().where(PatientRequest.clinic == clinic)
     if "patientId" in flt:
         query = query.where(PatientRequest.patient == uuid.UUID(flt["patientId"]))

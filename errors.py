@@ -84,6 +84,16 @@ def _integrity(req: falcon.Request, resp: falcon.Response, ex: pw.IntegrityError
     raise APIError(409, "CONFLICT", "The request conflicts with existing data.")
 
 
+def _database_unavailable(req: falcon.Request, resp: falcon.Response, ex: Exception, params: dict) -> None:
+    # The database is down, restarting or dropped the connection: nothing was claimed,
+    # the pool discards the broken connection, and the client should simply retry.
+    # The driver's first line ("connection refused", "server closed the connection", ...)
+    # names no secret; the DSN's password is never part of it.
+    detail = (str(ex).strip().splitlines() or [""])[0][:200]
+    log.warning("database unavailable on %s %s: %s: %s", req.method, req.path, type(ex).__name__, detail)
+    raise APIError(503, "SERVICE_UNAVAILABLE", "Database unavailable; safe to retry.", headers={"Retry-After": "2"})
+
+
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, params: dict) -> None:
     if isinstance(ex, falcon.HTTPError):
         raise ex
@@ -96,3 +106,4 @@ def install(app: falcon.App) -> None:
     app.add_error_handler(Exception, _unexpected)
     app.add_error_handler(pw.DoesNotExist, _not_found)
     app.add_error_handler(pw.IntegrityError, _integrity)
+    app.add_error_handler((pw.OperationalError, pw.InterfaceError), _database_unavailable)

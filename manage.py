@@ -150,31 +150,41 @@ def _calls_queue(config: Config):
 def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     """An RQ worker with the scheduler (retries with backoff are scheduled jobs).
 
-    Before taking jobs it loads and warms the transcription model(s) once and
-    re-queues calls that were stored while Redis was unreachable. Jobs run in this
-    process (`SimpleWorker`): whisper.cpp's OpenMP threads do not survive a fork, so a
-    forked work horse would hang on the parent's warmed model (seen on this machine).
+    Before taking jobs it loads and warms the transcription model(s) once and starts
+    the call relay, which queues stored calls and re-queues stranded ones. Jobs run in
+    this process (a `SimpleWorker`): whisper.cpp's OpenMP threads do not survive a fork,
+    so a forked work horse would hang on the parent's warmed model (seen on this machine).
     """
     import logging
 
-    from rq import Queue, SimpleWorker
+    from rq import Queue
 
+    import logs
+    import metrics
     import transcription
-    from jobs.calls import requeue_pending
+    from jobs import relay
+    from jobs.worker import ClinicWorker
 
-    logging.basicConfig(level=config.log_level.upper())
+    logs.setup(config.log_level, config.log_format)
+    log = logging.getLogger("worker")
     if not args.no_warm_up:
         for model in dict.fromkeys([config.whisper_model, config.whisper_model_en]):
             if model and Path(model).is_file():
                 transcription.warm_up(config.transcriber, model, config.whisper_threads, config.whisper_vad)
-                print(f"warmed up {config.transcriber} with {model}", file=sys.stderr)
+                log.info("warmed up %s with %s", config.transcriber, model)
             elif model:
-                print(f"warning: whisper model {model} not found (python manage.py model build)", file=sys.stderr)
+                log.warning("whisper model %s not found (python manage.py model build)", model)
     calls = _calls_queue(config)
-    print(f"re-queued {requeue_pending(calls, config)} pending call(s)", file=sys.stderr)
     db.close()
+    # Hands stored calls to the queue (the web only commits them); re-queues, at once
+    # and then periodically, the pending calls left without a live job (jobs/relay.py).
+    relay.start(calls, config)
     queues = [Queue(name, connection=calls.connection) for name in args.queues]
-    SimpleWorker(queues, connection=calls.connection).work(with_scheduler=True)
+    # Heartbeats during jobs and short TTLs: a killed worker's job is re-run quickly (jobs/worker.py).
+    # Job durations and outcomes go to the service's metrics (metrics.py); RQ's own loggers
+    # follow LOG_LEVEL (RQ would pin them at INFO).
+    worker_class = metrics.with_job_metrics(ClinicWorker)
+    worker_class(queues, connection=calls.connection).work(with_scheduler=True, logging_level=config.log_level.upper())
     return 0
 
 

@@ -38,6 +38,23 @@ def _with_dependencies(tables: tuple[type[pw.Model], ...]) -> list[type[pw.Model
     return out
 
 
+def _sql(*statements: str) -> Migration:
+    def run(database: pw.Database, migrator: SchemaMigrator) -> None:
+        for statement in statements:
+            database.execute_sql(statement)
+
+    return run
+
+
+def _postgresql(*statements: str) -> Migration:
+    """Statements only PostgreSQL has (triggers with NOTIFY); SQLite skips them."""
+    def run(database: pw.Database, migrator: SchemaMigrator) -> None:
+        if isinstance(database, pw.PostgresqlDatabase):
+            _sql(*statements)(database, migrator)
+
+    return run
+
+
 def _create(*tables: type[pw.Model]) -> Migration:
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
         database.create_tables(_with_dependencies(tables), safe=True)
@@ -82,6 +99,17 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _add_column("call", "recording_link_expires_at", pw.DateTimeField(null=True)),
         _add_column("call", "recording_gone_reason", pw.CharField(max_length=30, null=True)),
         _add_column("call", "recording_checked_at", pw.DateTimeField(null=True)),
+    )),
+    (5, "call_relay", _steps(
+        _add_column("call", "queued_at", pw.DateTimeField(null=True)),
+        _sql('CREATE INDEX IF NOT EXISTS "call_unqueued" ON "call" ("received_at") '
+             "WHERE \"state\" = 'pending' AND \"queued_at\" IS NULL"),
+        _postgresql(
+            "CREATE OR REPLACE FUNCTION call_notify_new() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN PERFORM pg_notify('{m.Call.NEW_CALL_CHANNEL}', ''); RETURN NULL; END $$",
+            'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
+            'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH ROW EXECUTE FUNCTION call_notify_new()',
+        ),
     )),
 ]
 

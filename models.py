@@ -8,12 +8,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import select
 import uuid
+from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlparse
 
 import peewee as pw
-from peewee import fn
 from playhouse.db_url import parse as parse_db_url
 from playhouse.pool import PooledPostgresqlDatabase
 
@@ -40,6 +41,26 @@ def iso_utc(value: datetime | None) -> str | None:
     return as_utc(value).isoformat(timespec="milliseconds") + "Z"
 
 
+class CheckedPostgresqlPool(PooledPostgresqlDatabase):
+    """A pool that does not hand out connections the server has closed.
+
+    After a PostgreSQL restart every pooled socket is dead, but psycopg2 only learns it
+    on the next query, which would fail one request per pooled connection. An idle
+    connection has nothing to read; a readable one holds the server's termination
+    notice or EOF, so it is discarded at check-out without a round trip. (A connection
+    that dies silently still fails its query: errors.py answers 503 and the pool drops it.)
+    """
+
+    def _is_closed(self, conn) -> bool:
+        if super()._is_closed(conn):
+            return True
+        try:
+            readable, _, _ = select.select([conn], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+
 def open_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.Database:
     """Build the database for `url`: PostgreSQL (pooled for the web process; plain for
     the CLI and RQ workers, whose forked work horses must not inherit pooled sockets),
@@ -50,7 +71,7 @@ def open_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.D
         name = params.pop("database")
         if not pooled:
             return pw.PostgresqlDatabase(name, connect_timeout=5, **params)
-        return PooledPostgresqlDatabase(
+        return CheckedPostgresqlPool(
             name,
             max_connections=pool_size,
             stale_timeout=300,
@@ -328,8 +349,14 @@ class ApiToken(BaseModel):
         return token, f"{cls.PREFIX}_{token.id.hex}_{secret}"
 
     @classmethod
-    def authenticate(cls, text: str, now: datetime) -> "ApiToken | None":
-        """The live token for `text`, or None (unknown, bad secret, revoked, expired)."""
+    def authorize(cls, text: str, slug: str, now: datetime) -> "tuple[ApiToken, Clinic | None] | None":
+        """The live token for `text` (None: unknown, bad secret, revoked or expired) and
+        the clinic named `slug` (None if there is none), with `covered` telling whether
+        the token is bound to it.
+
+        One round trip for every check of every authenticated request, in SQL written
+        once: Peewee would rebuild it per request, which cost more than running it.
+        """
         parts = text.split("_", 2)
         if len(parts) != 3 or parts[0] != cls.PREFIX:
             return None
@@ -337,29 +364,28 @@ class ApiToken(BaseModel):
             token_id = uuid.UUID(hex=parts[1])
         except ValueError:
             return None
-        token = cls.get_or_none(cls.id == token_id)
+        row = hot_sql(_AUTHORIZE_SQL, (slug, cls.id.db_value(token_id))).fetchone()
         presented = cls._hash(parts[2])
-        if token is None:
+        if row is None:
             hmac.compare_digest(presented, presented)  # same work either way
             return None
+        token = from_row(cls, row)
         if not hmac.compare_digest(token.secret_hash, presented):
             return None
         if token.revoked_at is not None:
             return None
         if token.expires_at is not None and token.expires_at <= as_utc(now):
             return None
-        return token
+        clinic_values = row[len(cls._meta.sorted_fields):]
+        if clinic_values[0] is None:  # LEFT JOIN found no clinic of that slug
+            return token, None
+        clinic = from_row(Clinic, clinic_values)
+        clinic.covered = bool(clinic_values[-1])
+        return token, clinic
 
     @property
     def scope_set(self) -> set[str]:
         return set(self.scopes.split())
-
-    def clinic_access(self, slug: str) -> "Clinic | None":
-        """The clinic named `slug` (None if there is none), with `covered` telling whether
-        this token is bound to it: one query for both checks."""
-        link = ApiTokenClinic.select(ApiTokenClinic.id).where(
-            (ApiTokenClinic.token == self.id) & (ApiTokenClinic.clinic == Clinic.id))
-        return Clinic.select(Clinic, fn.EXISTS(link).alias("covered")).where(Clinic.slug == slug).first()
 
 
 class ApiTokenClinic(BaseModel):
@@ -407,6 +433,27 @@ class Call(BaseModel):
     recording_link_expires_at = pw.DateTimeField(null=True)
     recording_gone_reason = pw.CharField(max_length=30, null=True)
     recording_checked_at = pw.DateTimeField(null=True)
+    # When the relay (jobs/relay.py) handed the call to the queue; None = not yet.
+    queued_at = pw.DateTimeField(null=True)
+
+    #: PostgreSQL NOTIFY channel of a trigger on every new call (migration 5): the relay
+    #: LISTENs to queue calls at once, rather than on its next poll.
+    NEW_CALL_CHANNEL = "call_pending"
+
+    @classmethod
+    def claim_unqueued(cls, limit: int = 200) -> list[uuid.UUID]:
+        """Mark up to `limit` pending calls, oldest first, as being queued, and return
+        their ids. Atomic per row: two relays never claim the same call."""
+        waiting = (cls.select(cls.id).where((cls.state == "pending") & cls.queued_at.is_null())
+                   .order_by(cls.received_at).limit(limit))
+        claimed = (cls.update(queued_at=utc_now())
+                   .where(cls.id.in_(waiting) & cls.queued_at.is_null()).returning(cls.id))
+        return [row.id for row in claimed.execute()]
+
+    @classmethod
+    def unclaim(cls, ids: list[uuid.UUID]) -> None:
+        if ids:
+            cls.update(queued_at=None).where(cls.id.in_(ids)).execute()
 
     @classmethod
     def receive(cls, clinic: Clinic, fields: dict, token: "ApiToken | None") -> tuple["Call", bool]:
@@ -415,16 +462,14 @@ class Call(BaseModel):
         Returns the stored call, which may be an earlier copy, and whether this request
         created it. Raises `CallSidConflict` when the CallSid belongs to another clinic.
         """
-        row = {"id": uuid.uuid4(), "clinic": clinic, "received_by": token, "received_at": utc_now(), **fields}
-        inserted = cls.insert(**row).on_conflict_ignore().execute()
-        if isinstance(db.obj, pw.PostgresqlDatabase) and inserted is not None:
-            # INSERT ... RETURNING answered: ours, no need to read it back (hot path).
-            return cls(**row, state="pending", attempts=0), True
+        row = {"id": uuid.uuid4(), "clinic": clinic.id, "received_by": token.id if token else None,
+               "received_at": utc_now(), "state": "pending", "attempts": 0, **fields}
+        if hot_sql(_insert_call_sql(tuple(row)), [cls._meta.fields[k].db_value(v) for k, v in row.items()]).fetchone():
+            return cls(**row), True  # RETURNING answered: ours, no need to read it back
         call = cls.get(cls.call_sid == fields["call_sid"])
-        new_id = row["id"]
         if call.clinic_id != clinic.id:
             raise CallSidConflict(fields["call_sid"])
-        return call, call.id == new_id
+        return call, False
 
 
 class CallSidConflict(Exception):
@@ -519,6 +564,41 @@ class SchemaMigration(BaseModel):
     version = pw.IntegerField(primary_key=True)
     name = pw.CharField(max_length=200)
     applied_at = pw.DateTimeField(default=utc_now)
+
+
+# --- The hot path in plain SQL (every authenticated request, every call hand-off) ----
+# Written once per process from the models' metadata, so a renamed column cannot drift.
+
+def from_row(model: type[pw.Model], values: tuple) -> pw.Model:
+    """A model from raw column values in `_meta.sorted_fields` order, converted as Peewee
+    converts its own query results."""
+    return model(**{f.name: f.python_value(v) for f, v in zip(model._meta.sorted_fields, values)})
+
+
+def _columns(alias: str, model: type[pw.Model]) -> str:
+    return ", ".join(f'{alias}."{f.column_name}"' for f in model._meta.sorted_fields)
+
+
+_AUTHORIZE_SQL = (
+    f'SELECT {_columns("t", ApiToken)}, {_columns("c", Clinic)}, EXISTS ('
+    'SELECT 1 FROM "api_token_clinic" AS l WHERE l."token_id" = t."id" AND l."clinic_id" = c."id") '
+    'FROM "api_token" AS t LEFT JOIN "clinic" AS c ON c."slug" = %s WHERE t."id" = %s'
+)
+
+
+@lru_cache(maxsize=8)
+def _insert_call_sql(names: tuple[str, ...]) -> str:
+    columns = ", ".join(f'"{Call._meta.fields[n].column_name}"' for n in names)
+    return (f'INSERT INTO "call" ({columns}) VALUES ({", ".join(["%s"] * len(names))}) '
+            'ON CONFLICT DO NOTHING RETURNING "id"')
+
+
+def hot_sql(sql: str, params: list | tuple):
+    """Run SQL written with `%s` placeholders on the bound database; returns the cursor."""
+    database = db.obj
+    if database.param != "%s":
+        sql = sql.replace("%s", database.param)
+    return database.execute_sql(sql, params)
 
 
 MODELS: list[type[BaseModel]] = [

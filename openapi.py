@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import schemas
+import storage
 
 SWITCHBOARD = "/external/v1/clinics/{clinic_slug}/switchboard"
 
@@ -70,6 +71,21 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             tag="service",
         ),
     },
+    "/metrics": {
+        "get": {
+            "summary": "Prometheus metrics of the whole service (text format): requests per route template, "
+                       "method and status, latency, RQ queue depths, job durations and outcomes, transcription "
+                       "real-time factor. No tenant data.",
+            "description": "Open unless the service sets `METRICS_TOKEN`; then send it as a bearer token.",
+            "tags": ["service"],
+            "responses": {
+                "200": {"description": "Prometheus text exposition format.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}}},
+                "401": {"description": "METRICS_TOKEN is set and was not sent.",
+                        "content": _json({"$ref": "#/components/schemas/Error"})},
+            },
+        },
+    },
     "/storage/{key:path}": {
         "put": {
             "summary": "Upload an object through a presigned URL (local storage backend).",
@@ -93,7 +109,7 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             "responses": {
                 "200": {"description": "The object's bytes.", "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
                 **{str(c): {"description": d, "content": _json({"$ref": "#/components/schemas/Error"})}
-                   for c, d in ((403, "Bad or expired signature."), (404, "No such object."))},
+                   for c, d in ((400, "Bad key."), (403, "Bad or expired signature."), (404, "No such object."))},
             },
         },
     },
@@ -228,9 +244,13 @@ def public_path(template: str) -> str:
     return re.sub(r"\{([^}]+)\}", camel, template)
 
 
+# Path parameters with a rule of their own; the others are plain strings.
+_PATH_SCHEMAS: dict[str, dict[str, Any]] = {"key": storage.KEY_SCHEMA}
+
+
 def _parameters(path: str) -> list[dict[str, Any]]:
     return [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        {"name": name, "in": "path", "required": True, "schema": _PATH_SCHEMAS.get(name, {"type": "string"})}
         for name in re.findall(r"\{([^}]+)\}", path)
     ]
 

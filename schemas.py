@@ -2,11 +2,12 @@
 OpenAPI document, so the two can never disagree."""
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Iterator
 
 import falcon
-from jsonschema import Draft202012Validator, FormatChecker
-from jsonschema.exceptions import best_match
+from jsonschema import Draft202012Validator, FormatChecker, validators
+from jsonschema.exceptions import ValidationError, best_match
 
 from errors import validation_failed
 
@@ -42,6 +43,11 @@ ACTIVE_REQUEST_REQUEST = {
         "callFrom": {"type": "string", "maxLength": 64, "description": "Caller's number, any common format."},
         "patientId": UUID,
     },
+    # "At least one of" in the document itself (found by the fuzzer: `{}` was schema-valid
+    # yet 400); an empty callFrom counts as none. if/then rather than a top-level anyOf
+    # keeps `properties` the one place that lists the fields.
+    "if": {"not": {"required": ["callFrom"], "properties": {"callFrom": {"minLength": 1}}}},
+    "then": {"required": ["patientId"]},
     "description": "At least one of callFrom and patientId.",
 }
 
@@ -71,13 +77,27 @@ def boolean_answer(name: str) -> dict[str, Any]:
 
 
 _format_checker = FormatChecker(formats=["uuid", "date", "date-time", "email"])
-_validators: dict[int, Draft202012Validator] = {}
+# PostgreSQL refuses NUL in text, and an unpaired surrogate (valid JSON: "\ud800") cannot
+# be encoded as UTF-8: either would fail deep in the driver as a 500. No real text holds
+# them, so every field typed "string" refuses them with the field's name.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_draft_type = Draft202012Validator.VALIDATORS["type"]
 
 
-def _validator(schema: dict[str, Any]) -> Draft202012Validator:
+def _storable_type(validator: Any, types: Any, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+    yield from _draft_type(validator, types, instance, schema)
+    if isinstance(instance, str) and _UNSTORABLE.search(instance):
+        yield ValidationError("must not contain NUL (U+0000) or unpaired surrogate characters")
+
+
+_Validator = validators.extend(Draft202012Validator, {"type": _storable_type})
+_validators: dict[int, Any] = {}
+
+
+def _validator(schema: dict[str, Any]) -> Any:
     key = id(schema)
     if key not in _validators:
-        _validators[key] = Draft202012Validator(schema, format_checker=_format_checker)
+        _validators[key] = _Validator(schema, format_checker=_format_checker)
     return _validators[key]
 
 
@@ -93,6 +113,14 @@ def check(instance: Any, schema: dict[str, Any]) -> None:
     error = best_match(_validator(schema).iter_errors(instance))
     if error is None:
         return
+    path = list(error.schema_path)
+    if error.validator == "required" and path[-2:] == ["then", "required"]:
+        # "At least one of" written as if/then (ACTIVE_REQUEST_REQUEST): name every field that would do.
+        parent = schema
+        for part in path[:-2]:
+            parent = parent[part]
+        fields = [*parent["if"]["not"]["required"], *error.validator_value]
+        raise validation_failed(f"{_where(error.absolute_path)}: {' or '.join(fields)} is required")
     if error.validator == "required" and isinstance(error.instance, dict):
         missing = next(p for p in error.validator_value if p not in error.instance)
         raise validation_failed(f"{_where([*error.absolute_path, missing])}: is required")

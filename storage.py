@@ -77,6 +77,8 @@ _SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 # (".meta/", ".upload-*.part").
 _KEY_RE = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT}){{0,15}}")
 _MAX_KEY_LENGTH = 512
+#: The same rule for the OpenAPI document (`/storage/{key}`), so clients can tell a bad key.
+KEY_SCHEMA = {"type": "string", "pattern": f"^{_KEY_RE.pattern}$", "maxLength": _MAX_KEY_LENGTH}
 _MAX_FILENAME_LENGTH = 255
 _EXTENSION_RE = re.compile(r"\.[a-z0-9]{1,10}")
 _PREFERRED_EXTENSIONS = {
@@ -396,15 +398,17 @@ class LocalStorage:
             raise AccessDenied("missing or malformed signature")
         self._verify("GET", key, expires, signature, content_type, disposition, filename)
 
-    def write_stream(self, key: str, stream: Readable, length: int, content_type: str) -> int:
-        """Store exactly ``length`` bytes read from ``stream`` as ``key``.
+    def write_stream(self, key: str, stream: Readable, length: int | None, content_type: str) -> int:
+        """Store exactly ``length`` bytes read from ``stream`` as ``key``; with ``length``
+        None (a chunked upload), the stream up to its end. Returns the size stored.
 
         Streams in ``CHUNK_SIZE`` pieces to a temporary file beside the target and
         renames it into place only once every byte has arrived, so a short body
-        (``IncompleteUpload``), an oversized one (``ObjectTooLarge``) or any error
-        leaves the previous state untouched.
+        (``IncompleteUpload``), an oversized one (``ObjectTooLarge``: a declared length
+        before reading, an open-ended stream once one byte over the cap has been read)
+        or any error leaves the previous state untouched.
         """
-        if length > self.max_upload_bytes:
+        if length is not None and length > self.max_upload_bytes:
             raise ObjectTooLarge(f"upload exceeds {self.max_upload_bytes} bytes")
         target = self.path_for(key)
         meta = self._meta_path(key)
@@ -419,18 +423,24 @@ class LocalStorage:
         fd, tmp_name = tempfile.mkstemp(prefix=self._PART_PREFIX, suffix=self._PART_SUFFIX, dir=target.parent)
         try:
             with open(fd, "wb", buffering=0, closefd=True) as out:
-                remaining = length
-                while remaining:
-                    chunk = stream.read(min(CHUNK_SIZE, remaining))
+                # Never more than one byte past what may be stored.
+                wanted = self.max_upload_bytes + 1 if length is None else length
+                written = 0
+                while written < wanted:
+                    chunk = stream.read(min(CHUNK_SIZE, wanted - written))
                     if not chunk:
-                        raise IncompleteUpload(f"body ended {remaining} bytes early")
+                        if length is None:
+                            break
+                        raise IncompleteUpload(f"body ended {length - written} bytes early")
                     out.write(chunk)
-                    remaining -= len(chunk)
+                    written += len(chunk)
+                if written > self.max_upload_bytes:
+                    raise ObjectTooLarge(f"upload exceeds {self.max_upload_bytes} bytes")
                 if self.fsync:
                     os.fsync(out.fileno())
             # Sidecar first: if we die between the two renames, the old object (if
             # any) is served with the new type, never a new object without a type.
-            self._write_json_atomic(meta, {"content_type": content_type, "size": length})
+            self._write_json_atomic(meta, {"content_type": content_type, "size": written})
             os.replace(tmp_name, target)
         except BaseException:
             try:
@@ -438,7 +448,7 @@ class LocalStorage:
             except FileNotFoundError:
                 pass
             raise
-        return length
+        return written
 
     def open_for_read(self, key: str) -> tuple[BinaryIO, int]:
         """Open the object for streaming; ``FileNotFoundError`` when missing."""

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import tempfile
 import time
 import uuid
 from dataclasses import asdict
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
 import redis
 from rq import Queue, Retry
 from rq.job import Job, JobStatus
+from rq.registry import StartedJobRegistry
 
+import metrics
 import transcription
 from config import Config
 from models import Call, Clinic, Patient, PatientRequest, bind_database, db, utc_now
@@ -42,46 +47,107 @@ def job_id(call_id: uuid.UUID | str) -> str:
     return f"ingest-call-{call_id}"
 
 
-def enqueue_ingest(queue: Queue, call_id: uuid.UUID | str, config: Config) -> bool:
-    """Queue the ingest job under a stable id. False (logged) when Redis is unreachable:
-    the call is already committed and `requeue` or a starting worker picks it up."""
+def enqueue_ingest(queue: Queue, call_id: uuid.UUID | str, config: Config) -> None:
+    """Queue the ingest job under its stable id. Raises `redis.RedisError`."""
     delays = config.retry_delays
+    queue.enqueue(
+        ingest_call, str(call_id), job_id=job_id(call_id), job_timeout=config.job_timeout,
+        retry=Retry(max=len(delays), interval=delays) if delays else None,
+        result_ttl=3600, failure_ttl=7 * 86400,
+    )
+
+
+def ensure_queued(queue: Queue, call_id: uuid.UUID | str, config: Config, *, raise_errors: bool = False) -> bool:
+    """Queue the call's ingest unless a job for it exists. False when it was not queued;
+    a Redis error is logged and answers False unless `raise_errors`."""
     try:
-        queue.enqueue(
-            ingest_call, str(call_id), job_id=job_id(call_id), job_timeout=config.job_timeout,
-            retry=Retry(max=len(delays), interval=delays) if delays else None,
-            result_ttl=3600, failure_ttl=7 * 86400,
-        )
+        if Job.exists(job_id(call_id), queue.connection):
+            return False
+        enqueue_ingest(queue, call_id, config)
         return True
     except redis.RedisError as exc:
-        log.warning("call %s kept, not queued (Redis: %s); run `manage.py requeue`", call_id, type(exc).__name__)
+        if raise_errors:
+            raise
+        log.warning("call %s not queued (Redis: %s); the relay retries", call_id, type(exc).__name__)
         return False
 
 
-def ensure_queued(queue: Queue, call_id: uuid.UUID | str, config: Config, *, known_new: bool = False) -> bool:
-    """Queue the call's ingest unless a job for it exists (a retried hand-off of a call
-    whose first enqueue found Redis down gets queued now). Never raises for Redis."""
+_LIVE = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
+
+
+def job_is_live(job: Job) -> bool:
+    """Whether the job will still run or finish by itself: waiting (queued, scheduled,
+    deferred), or STARTED by a worker that is alive.
+
+    A worker killed with SIGKILL leaves its job STARTED and its worker key in Redis. Such
+    a job is dead when the worker key has expired (`jobs.worker.ClinicWorker` beats during
+    jobs and lets it expire `HEARTBEAT_TTL` = 70 s after its last beat) or, at once, when
+    the worker ran on this host and its process is gone.
+    """
+    status = job.get_status(refresh=True)
+    if status not in _LIVE:
+        return False
+    if status != JobStatus.STARTED:
+        return True
+    if not job.worker_name:
+        return False
+    hostname, pid = job.connection.hmget(f"rq:worker:{job.worker_name}", "hostname", "pid")
+    if hostname is None:
+        return False  # the worker stopped beating long enough for its key to expire
+    if hostname.decode() == socket.gethostname() and pid and not _process_alive(int(pid)):
+        return False
+    return True
+
+
+def _process_alive(pid: int) -> bool:
+    """A process with this pid exists here and is not a zombie (a killed worker its
+    parent has not reaped yet is dead all the same)."""
     try:
-        if not known_new and Job.exists(job_id(call_id), queue.connection):
-            return False
-    except redis.RedisError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
-    return enqueue_ingest(queue, call_id, config)
+    except PermissionError:
+        return True  # it exists, owned by another user
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: existence is all we can tell
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def requeue_pending(queue: Queue, config: Config) -> int:
-    """Queue every pending call that has no live job. Returns how many were queued."""
-    live = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
-    queued = 0
+def forget_job(job: Job) -> None:
+    """Delete a dead job and every StartedJobRegistry entry of it (`Job.delete` leaves
+    those whose execution record expired), so RQ's abandoned-job cleanup never acts
+    later on the fresh job that reuses the id."""
+    job.delete()
+    registry = StartedJobRegistry(job.origin or QUEUE, connection=job.connection)
+    stale = [entry for entry in job.connection.zrange(registry.key, 0, -1)
+             if entry.decode().split(":", 1)[0] == job.id]
+    if stale:
+        job.connection.zrem(registry.key, *stale)
+
+
+def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | None = None) -> int:
+    """Queue every pending call that has no live job (all of them, or those the relay
+    queued before `queued_before`, giving a fresh job time to start). Returns how many."""
+    query = Call.select(Call.id).where(Call.state == "pending")
+    if queued_before is not None:
+        query = query.where(Call.queued_at < queued_before)
     with db.connection_context():
-        pending = [c.id for c in Call.select(Call.id).where(Call.state == "pending")]
+        pending = [c.id for c in query]
+    queued = 0
     for call_id in pending:
         job = Job.fetch(job_id(call_id), connection=queue.connection) if Job.exists(job_id(call_id), queue.connection) else None
-        if job is not None and job.get_status(refresh=True) in live:
+        if job is not None and job_is_live(job):
             continue
         if job is not None:
-            job.delete()
-        queued += enqueue_ingest(queue, call_id, config)
+            log.warning("call %s: its job is %s with no live worker; queued again", call_id, job.get_status(refresh=False))
+            forget_job(job)
+        enqueue_ingest(queue, call_id, config)
+        queued += 1
+    if queued:
+        with db.connection_context():
+            Call.update(queued_at=utc_now()).where(Call.id.in_(pending) & (Call.state == "pending")).execute()
     return queued
 
 
@@ -107,6 +173,7 @@ def ingest_call(call_id: str) -> str:
             )
             fetched = time.perf_counter()
             transcript = _transcribe(config, str(audio), clinic.language)
+            metrics.observe_transcription(transcript.model, transcript.duration, transcript.elapsed)
             log.info("call %s: downloaded in %.2f s, transcribed %.1f s of audio in %.2f s (%s)", call.id,
                      fetched - started, transcript.duration, transcript.elapsed, transcript.model)
     except (UnsafeURL, FetchError) as exc:

@@ -66,15 +66,20 @@ class StoredObject:
             raise _forbidden(str(exc)) from None
 
         length = req.content_length
+        stream = req.bounded_stream
         if length is None:
-            # Falcon's bounded_stream needs the length; S3 demands it too.
-            raise falcon.HTTPLengthRequired(
-                title="Length Required",
-                description="Content-Length is required",
-                code="VALIDATION_FAILED",
-            )
+            # A chunked upload: read to its end (the storage stops one byte past its
+            # cap), but only where the server marks that end; elsewhere a read of the
+            # raw input could block, and S3 needs the length anyway.
+            if req.get_header("Transfer-Encoding") is None or not req.env.get("wsgi.input_terminated"):
+                raise falcon.HTTPLengthRequired(
+                    title="Length Required",
+                    description="Content-Length is required",
+                    code="VALIDATION_FAILED",
+                )
+            stream = req.stream
         try:
-            self.storage.write_stream(key, req.bounded_stream, length, (req.content_type or "").strip())
+            self.storage.write_stream(key, stream, length, (req.content_type or "").strip())
         except ObjectTooLarge as exc:
             raise falcon.HTTPContentTooLarge(
                 title="Content Too Large", description=str(exc), code="PAYLOAD_TOO_LARGE"

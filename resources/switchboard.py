@@ -7,12 +7,10 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 import falcon
-from rq import Queue
 
 import schemas
 from config import Config
 from errors import APIError, validation_failed
-from jobs.calls import ensure_queued
 from models import Call, CallSidConflict, Patient, PatientRequest
 from safe_fetch import FetchError, ResolutionCache, UnsafeURL, validate_url
 from office_hours import is_open
@@ -74,12 +72,16 @@ class HasActiveRequest:
 
 
 class RecordingComplete:
-    """Call hand-off: store the call (idempotent per CallSid), queue its ingest, answer at once."""
+    """Call hand-off: store the call (idempotent per CallSid) and answer at once.
+
+    The committed call row is the queue's outbox: the worker's relay (jobs/relay.py)
+    hands it to RQ. So this answer never waits on Redis, and a call is never lost
+    between the commit and an enqueue that failed.
+    """
 
     scopes = {"POST": "write"}
 
-    def __init__(self, queue: Queue, config: Config) -> None:
-        self.queue = queue
+    def __init__(self, config: Config) -> None:
         self.config = config
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
@@ -88,11 +90,9 @@ class RecordingComplete:
             check_recording_url(data["RecordingUrl"], allow_loopback=self.config.unsafe_allow_loopback_fetch)
         fields = {column: data.get(name) for name, column in _CALL_FIELDS.items()}
         try:
-            call, created = Call.receive(req.context.clinic, fields, req.context.token)
+            Call.receive(req.context.clinic, fields, req.context.token)
         except CallSidConflict:
             raise APIError(409, "CALL_SID_CONFLICT", "This CallSid is already used by another clinic.") from None
-        if created or call.state == "pending":
-            ensure_queued(self.queue, call.id, self.config, known_new=created)
         resp.media = {"success": True}
 
 

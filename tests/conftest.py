@@ -29,7 +29,9 @@ from migrations import migrate  # noqa: E402
 from models import MODELS, SchemaMigration, db  # noqa: E402
 from tests.support import SECRET_KEY  # noqa: E402
 
-pytest_plugins = ["tests.https_server", "tests.worker_support"]  # the latter: the session's one RQ worker
+# log_audit: the whole session logs at DEBUG and fails if a secret reaches a log.
+# worker_support: the session's one RQ worker.
+pytest_plugins = ["tests.log_audit", "tests.https_server", "tests.worker_support"]
 
 PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/clinic_test")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")

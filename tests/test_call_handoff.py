@@ -16,7 +16,7 @@ import webtest
 
 from app import create_app
 from config import Config
-from models import Call, Patient, PatientRecord, PatientRequest, db
+from models import Call, Clinic, Patient, PatientRecord, PatientRequest, db, utc_now
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.live_service import concurrently, serve, settings_of
 from tests.https_server import FailThenSucceed, HTTPSTestServer, redirect, static, wait_until
@@ -167,18 +167,30 @@ def test_recording_url_must_not_leak_into_the_error(app, clinics):
     assert "TOPSECRET" not in answer["error"]
 
 
-def test_redis_down_at_intake_keeps_the_call_and_requeue_processes_it(app, handoff_config, clinics, server, worker):
+def test_redis_down_at_intake_keeps_the_call_and_the_relay_processes_it(app, handoff_config, clinics, server, worker):
+    """The web process does not need Redis to take a call: the committed row is the
+    outbox, and the worker's relay queues it."""
     server.route("/v.mp3", static(audio("msg_fever.mp3"), "audio/mpeg"))
     down = Config(**{**handoff_config.__dict__, "redis_url": "redis://127.0.0.1:1/0"})
     offline = webtest.TestApp(create_app(down))
     assert hand_off(offline, call_body("CA-redis-down", server.url("/v.mp3"))).json == {"success": True}
+    call = processed("CA-redis-down")
+    assert call.outcome == "voice_message" and len(requests_of(call)) == 1 and call.queued_at is not None
+
+
+def test_requeue_cli_queues_a_pending_call_whose_job_is_gone(app, handoff_config, clinics, server, worker):
+    """`manage.py requeue`, for an operator after Redis lost its data: a pending call
+    without a live job is queued again, and still ends as one request."""
+    server.route("/v.mp3", static(audio("msg_fever.mp3"), "audio/mpeg"))
     with db.connection_context():
-        assert Call.get(Call.call_sid == "CA-redis-down").state == "pending"
-    # Queue back: the operator's requeue (a starting worker does the same) picks it up.
+        clinic_row = Clinic.get(Clinic.slug == "clinic-en")
+        # As if the relay had queued it into a Redis that then lost everything.
+        Call.receive(clinic_row, {"call_sid": "CA-requeue", "call_from": "+12015550198", "call_to": "+12015550100",
+                                  "recording_url": server.url("/v.mp3"), "queued_at": utc_now()}, None)
     env = worker_env(handoff_config.fetch_ca_bundle)
     done = subprocess.run([sys.executable, "manage.py", "requeue"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "re-queued 1 pending call(s)" in done.stderr, done.stderr
-    call = processed("CA-redis-down")
+    call = processed("CA-requeue")
     assert call.outcome == "voice_message" and len(requests_of(call)) == 1
 
 

@@ -17,6 +17,7 @@ import pytest
 import redis
 from rq import Worker
 
+from tests import log_audit
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.https_server import wait_until
 from tests.support import SECRET_KEY
@@ -40,13 +41,16 @@ def worker_env(ca_bundle: str, **extra: str) -> dict[str, str]:
         "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": ca_bundle, "RECORDING_RETRY_DELAYS": "1,1",
         "RECORDING_FETCH_TIMEOUT": "5", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": str(MODEL_EN),
         "PROVIDER_MARKER_WORDS": MARKER_WORDS, "PBX_RETRY_DELAYS": "1,1", "PBX_FETCH_TIMEOUT": "5",
-        "LOG_LEVEL": "INFO", **extra,
+        # DEBUG: the log audit (tests/log_audit.py) checks everything a worker may log.
+        "LOG_LEVEL": "DEBUG", **extra,
     }
 
 
 @pytest.fixture(scope="session")
 def worker_log(tmp_path_factory):
-    return tmp_path_factory.mktemp("worker") / "worker.log"
+    path = tmp_path_factory.mktemp("worker") / "worker.log"
+    log_audit.watch(path)  # checked for secrets at the end of the session
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,129 @@
+"""The relay: hands stored calls to RQ, so the web request never waits on Redis.
+
+`recording-complete` only commits the call row; that row is the outbox (a call is
+never lost between a commit and an enqueue that failed). This loop, a thread of every
+worker process, claims pending calls that were not queued yet (`Call.claim_unqueued`,
+atomic per row, so two relays never queue one call twice) and enqueues their ingest
+under the stable job id. On PostgreSQL it sleeps on LISTEN for the trigger's NOTIFY
+of a new call, so a call is queued within milliseconds; on SQLite, and as a safety net
+for a lost notification, it polls. While Redis is down it keeps the claims undone and
+backs off, and every `sweep_every` seconds it re-queues pending calls whose job is
+gone (a worker killed mid-job, Redis restarted empty): `requeue_pending`.
+"""
+from __future__ import annotations
+
+import logging
+import select
+import threading
+import time
+from datetime import timedelta
+
+import peewee as pw
+import psycopg2
+import redis
+from rq import Queue
+
+from config import Config
+from jobs.calls import ensure_queued, requeue_pending
+from models import Call, db, utc_now
+
+log = logging.getLogger(__name__)
+
+
+class CallRelay:
+    def __init__(self, queue: Queue, config: Config, *, poll_every: float | None = None,
+                 sweep_every: float = 30.0, batch: int = 200) -> None:
+        self.queue = queue
+        self.config = config
+        self.listening = isinstance(db.obj, pw.PostgresqlDatabase)
+        # With LISTEN the poll is only a safety net; SQLite has nothing else.
+        self.poll_every = poll_every if poll_every is not None else (5.0 if self.listening else 0.5)
+        self.sweep_every = sweep_every
+        self.batch = batch
+        self._listener: "psycopg2.extensions.connection | None" = None
+
+    def relay_new(self) -> int:
+        """Queue every call stored but not queued yet. Returns how many were queued."""
+        queued = 0
+        while True:
+            with db.connection_context():
+                ids = Call.claim_unqueued(self.batch)
+            for i, call_id in enumerate(ids):
+                try:
+                    ensure_queued(self.queue, call_id, self.config, raise_errors=True)
+                except redis.RedisError:
+                    with db.connection_context():
+                        Call.unclaim(ids[i:])  # stays in the outbox for the next round
+                    raise
+                queued += 1
+            if len(ids) < self.batch:
+                return queued
+
+    def sweep(self, *, grace: timedelta = timedelta(minutes=1)) -> int:
+        """Re-queue pending calls queued over `grace` ago whose job is no longer live."""
+        return requeue_pending(self.queue, self.config, queued_before=utc_now() - grace)
+
+    def run(self, stop: threading.Event) -> None:
+        """Relay until `stop` is set; survives database and Redis outages (logs, backs off)."""
+        next_sweep = 0.0  # a starting worker sweeps at once: calls stranded by a crash
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                if self.listening and self._listener is None:
+                    self._listen()  # before relaying, so no NOTIFY falls in between
+                self.relay_new()
+                if time.monotonic() >= next_sweep:
+                    swept = requeue_pending(self.queue, self.config) if next_sweep == 0.0 else self.sweep()
+                    if swept:
+                        log.info("relay re-queued %d pending call(s) without a live job", swept)
+                    next_sweep = time.monotonic() + self.sweep_every
+                backoff = 1.0
+                self._wait(stop, min(self.poll_every, max(0.0, next_sweep - time.monotonic())))
+            except (pw.DatabaseError, pw.InterfaceError, psycopg2.Error, redis.RedisError, OSError) as exc:
+                log.warning("relay: %s; retrying in %.0f s", type(exc).__name__, backoff)
+                self._close_listener()
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+        self._close_listener()
+
+    def _listen(self) -> None:
+        database = db.obj
+        conn = psycopg2.connect(dbname=database.database, **database.connect_params)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f'LISTEN "{Call.NEW_CALL_CHANNEL}"')
+        self._listener = conn
+
+    def _wait(self, stop: threading.Event, timeout: float) -> None:
+        """Until a new call is notified, `timeout` passes or `stop` is set."""
+        if self._listener is None:
+            stop.wait(timeout)
+            return
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            # Short slices so `stop` is honoured promptly.
+            if select.select([self._listener], [], [], min(left, 0.5))[0]:
+                self._listener.poll()
+                if self._listener.notifies:
+                    self._listener.notifies.clear()
+                    return
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            try:
+                self._listener.close()
+            except psycopg2.Error:
+                pass
+            self._listener = None
+
+
+def start(queue: Queue, config: Config, **options: float) -> tuple[threading.Thread, threading.Event]:
+    """Run a relay in a daemon thread of this process; set the event to stop it."""
+    stop = threading.Event()
+    thread = threading.Thread(target=CallRelay(queue, config, **options).run, args=(stop,),
+                              name="call-relay", daemon=True)
+    thread.start()
+    return thread, stop

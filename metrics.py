@@ -1,0 +1,359 @@
+"""Prometheus metrics for the whole service, aggregated in Redis.
+
+Why Redis and not prometheus-client's multiprocess mode: the web runs as several gunicorn
+processes on possibly several dynos behind one router, and the worker is another process
+(another dyno) that nothing can scrape. Multiprocess mode only sums the processes of one
+host, and a scrape through the router would hit a different dyno each time. So every
+process adds its increments to Redis hashes, and `GET /metrics` on any web process reads
+the service-wide totals at scrape time (with queue depths read from RQ's keys then too).
+
+- Hot path: a request only bumps an in-process buffer under a lock (a few microseconds;
+  no Redis round trip, so a Redis outage costs the intake nothing). A daemon thread per
+  web process adds the buffer to Redis every `METRICS_FLUSH_SECONDS`; a scrape flushes its
+  own process first. What a process had not flushed when it died is lost (seconds' worth).
+- Worker: job durations and outcomes (`JobMetrics`, a worker mixin) and the transcription
+  real-time factor (`observe_transcription`) are flushed after every job.
+- Counters survive restarts and deploys; if Redis is flushed they restart from zero,
+  which Prometheus treats as a counter reset.
+- Label values are bounded: route templates (`/external/v1/clinics/{clinic_slug}/...`,
+  never raw paths, so no clinic slugs or ids), known methods, status codes, job function
+  names, short outcome words, model file names. Nothing tenant-specific.
+"""
+from __future__ import annotations
+
+import atexit
+import bisect
+import hmac
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import falcon
+import redis
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from rq.registry import DeferredJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+
+from errors import APIError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "clinic"
+REDIS_KEY = "clinic:metrics:"  # + family name: one hash per family
+_SEP = "\x1f"  # between label values inside a hash field
+_PART = "\x1e"  # between the label values and the histogram part (count, sum, le=...)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # without the prefix; counters end in _total
+    help: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] = ()  # histogram upper bounds; empty: a counter
+
+    @property
+    def key(self) -> str:
+        return REDIS_KEY + self.name
+
+
+HTTP_REQUESTS = Family("http_requests_total", "HTTP requests answered, by route template, method and status.",
+                       ("route", "method", "status"))
+HTTP_DURATION = Family("http_request_duration_seconds", "Time from the request reaching the app to its answer.",
+                       ("route", "method", "status"),
+                       (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+JOBS = Family("jobs_total", "RQ jobs run, by function and outcome (the job's return word, retried or failed).",
+              ("function", "outcome"))
+JOB_DURATION = Family("job_duration_seconds", "Wall time of one RQ job run.", ("function", "outcome"),
+                      (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0))
+TRANSCRIPTION_RTF = Family("transcription_real_time_factor",
+                           "Transcription time over audio duration, per transcribed call (below 1: faster than real time).",
+                           ("model",), (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0))
+TRANSCRIPTION_AUDIO = Family("transcription_audio_seconds_total", "Seconds of call audio transcribed.", ("model",))
+TRANSCRIPTION_TIME = Family("transcription_seconds_total", "Seconds spent transcribing call audio.", ("model",))
+FAMILIES = (HTTP_REQUESTS, HTTP_DURATION, JOBS, JOB_DURATION, TRANSCRIPTION_RTF, TRANSCRIPTION_AUDIO, TRANSCRIPTION_TIME)
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_WORD = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def _field(values: Iterable[str], part: str | None = None) -> str:
+    labels = _SEP.join(str(v).replace(_SEP, "").replace(_PART, "") for v in values)
+    return labels if part is None else labels + _PART + part
+
+
+def _le(bound: float) -> str:
+    return "le=" + repr(float(bound))
+
+
+class Recorder:
+    """This process's increments not yet added to Redis: {(hash key, field): amount}."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # Held through drain and write: a scrape's flush waits for an in-flight one, so
+        # it never reads Redis while this process's increments are halfway there.
+        self._flush_lock = threading.Lock()
+        self._pending: dict[tuple[str, str], float] = {}
+        self._warned_at = 0.0
+
+    def count(self, family: Family, values: tuple[str, ...], amount: float = 1.0) -> None:
+        key = (family.key, _field(values))
+        with self._lock:
+            self._pending[key] = self._pending.get(key, 0.0) + amount
+
+    def observe(self, family: Family, values: tuple[str, ...], value: float) -> None:
+        labels = _field(values)
+        index = bisect.bisect_left(family.buckets, value)
+        # Stored per bucket (not cumulative): one field per observation; cumulated at scrape.
+        bucket = _le(family.buckets[index]) if index < len(family.buckets) else "le=+Inf"
+        pending, k = self._pending, family.key
+        with self._lock:
+            for field, amount in ((labels + _PART + "count", 1.0), (labels + _PART + "sum", value),
+                                  (labels + _PART + bucket, 1.0)):
+                pending[(k, field)] = pending.get((k, field), 0.0) + amount
+
+    def request(self, route: str, method: str, status: int, seconds: float) -> None:
+        values = (route, method, str(status))
+        self.count(HTTP_REQUESTS, values)
+        self.observe(HTTP_DURATION, values, seconds)
+
+    def flush(self, connection: redis.Redis) -> bool:
+        """Add the buffer to Redis in one pipeline; on failure keep it for the next try."""
+        with self._flush_lock:
+            return self._flush(connection)
+
+    def _flush(self, connection: redis.Redis) -> bool:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        if not pending:
+            return True
+        try:
+            # MULTI/EXEC: all or nothing, so a retry after a failure never counts twice.
+            with connection.pipeline(transaction=True) as pipe:
+                for (key, field), amount in pending.items():
+                    pipe.hincrbyfloat(key, field, amount)
+                pipe.execute()
+            return True
+        except redis.RedisError as exc:
+            with self._lock:
+                for item, amount in pending.items():
+                    self._pending[item] = self._pending.get(item, 0.0) + amount
+            if time.monotonic() - self._warned_at > 60:  # once a minute while Redis is away
+                self._warned_at = time.monotonic()
+                log.warning("metrics kept in memory, not flushed (Redis: %s)", type(exc).__name__)
+            return False
+
+
+#: The process's one buffer: web middleware, worker hook and transcription all add to it.
+RECORDER = Recorder()
+
+
+def observe_transcription(model: str, audio_seconds: float, elapsed_seconds: float) -> None:
+    """One transcribed call (worker side; flushed with the job's metrics)."""
+    if audio_seconds <= 0:
+        return
+    RECORDER.observe(TRANSCRIPTION_RTF, (model,), elapsed_seconds / audio_seconds)
+    RECORDER.count(TRANSCRIPTION_AUDIO, (model,), audio_seconds)
+    RECORDER.count(TRANSCRIPTION_TIME, (model,), elapsed_seconds)
+
+
+# --- web: request timing ---------------------------------------------------------------------
+
+class Flusher:
+    """A daemon thread per process adding RECORDER to Redis every `interval` seconds.
+    Started lazily from the first request of each process, so it also exists in processes
+    forked after `create_app` (gunicorn --preload)."""
+
+    def __init__(self, connection: redis.Redis, interval: float, recorder: Recorder = RECORDER) -> None:
+        self.connection, self.interval, self.recorder = connection, interval, recorder
+        self.pid: int | None = None
+        self._start_lock = threading.Lock()
+
+    def ensure_running(self) -> None:
+        if self.pid == os.getpid():
+            return
+        with self._start_lock:
+            if self.pid == os.getpid():
+                return
+            self.pid = os.getpid()
+            threading.Thread(target=self._run, name="metrics-flush", daemon=True).start()
+            atexit.register(self.recorder.flush, self.connection)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            try:
+                self.recorder.flush(self.connection)
+            except Exception:  # never let the thread die; the next round tries again
+                log.exception("metrics flush failed")
+
+
+class RequestMetrics:
+    """Falcon middleware: count and time every answer by route template, method, status."""
+
+    def __init__(self, flusher: Flusher, recorder: Recorder = RECORDER) -> None:
+        self.flusher, self.recorder = flusher, recorder
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        req.context.metrics_started = time.perf_counter()
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool) -> None:
+        started = getattr(req.context, "metrics_started", None)
+        if started is None:
+            return
+        seconds = time.perf_counter() - started
+        route = req.uri_template or "unmatched"  # unknown paths: one label, never the raw path
+        method = req.method if req.method in _METHODS else "OTHER"
+        self.recorder.request(route, method, resp.status_code, seconds)
+        self.flusher.ensure_running()
+
+
+# --- worker: job timing ----------------------------------------------------------------------
+
+def _job_function(job: Any) -> str:
+    name = (getattr(job, "func_name", None) or "unknown").rsplit(".", 1)[-1]
+    return name if _WORD.fullmatch(name) else "other"
+
+
+def job_outcome(job: Any, succeeded: bool) -> str:
+    """A finished job's return word ("voice_message", "noop", ...) or "ok"; a failed one
+    "retried" (RQ scheduled or queued it again) or "failed"."""
+    if succeeded:
+        result = getattr(job, "_result", None)
+        return result if isinstance(result, str) and _WORD.fullmatch(result) else "ok"
+    status = getattr(job, "_status", None)
+    return "retried" if str(getattr(status, "value", status)) in ("scheduled", "queued") else "failed"
+
+
+class JobMetrics:
+    """RQ worker mixin (`class W(JobMetrics, SimpleWorker)`): each job run's duration and
+    outcome, flushed to Redis together with what the job itself recorded."""
+
+    connection: redis.Redis
+
+    def perform_job(self, job: Any, queue: Any) -> bool:
+        started = time.perf_counter()
+        succeeded = False
+        try:
+            succeeded = super().perform_job(job, queue)  # type: ignore[misc]
+            return succeeded
+        finally:
+            try:
+                function, outcome = _job_function(job), job_outcome(job, succeeded)
+                RECORDER.count(JOBS, (function, outcome))
+                RECORDER.observe(JOB_DURATION, (function, outcome), time.perf_counter() - started)
+                RECORDER.flush(self.connection)
+            except Exception:  # metrics never break the job loop
+                log.exception("job metrics not recorded")
+
+
+def with_job_metrics(worker_class: type) -> type:
+    """`worker_class` with `JobMetrics` mixed in (the worker keeps its own name)."""
+    return type(worker_class.__name__, (JobMetrics, worker_class), {})
+
+
+# --- scrape: read the totals and the queues from Redis ---------------------------------------
+
+def _split(field: bytes) -> tuple[list[str], str | None]:
+    text = field.decode("utf-8", "replace")
+    labels, _, part = text.partition(_PART)
+    return labels.split(_SEP), (part or None)
+
+
+class RedisCollector:
+    """prometheus-client collector: the service-wide families and RQ's queues, read from
+    Redis at scrape time (one pipeline). Redis away: only `clinic_metrics_redis_up 0`."""
+
+    def __init__(self, connection: redis.Redis, queues: Iterable[str]) -> None:
+        self.connection = connection
+        self.queues = tuple(queues)
+
+    def _queue_keys(self) -> list[tuple[str, str, str, str]]:
+        """(queue, state, redis type, key) for every depth read at scrape."""
+        keys = []
+        for name in self.queues:
+            keys.append((name, "queued", "list", f"rq:queue:{name}"))
+            for state, registry in (("started", StartedJobRegistry), ("scheduled", ScheduledJobRegistry),
+                                    ("deferred", DeferredJobRegistry), ("failed", FailedJobRegistry)):
+                keys.append((name, state, "zset", registry(name, connection=self.connection).key))
+        return keys
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(f"{PREFIX}_metrics_redis_up", "1 when the metrics store (Redis) answered this scrape.")
+        queue_keys = self._queue_keys()
+        try:
+            with self.connection.pipeline(transaction=False) as pipe:
+                for family in FAMILIES:
+                    pipe.hgetall(family.key)
+                for _, _, kind, key in queue_keys:
+                    (pipe.llen if kind == "list" else pipe.zcard)(key)
+                pipe.scard("rq:workers")
+                answers = pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("metrics scrape: Redis unavailable (%s)", type(exc).__name__)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        for family, stored in zip(FAMILIES, answers):
+            yield self._family(family, stored)
+        depths = answers[len(FAMILIES):-1]
+        jobs = GaugeMetricFamily(f"{PREFIX}_queue_jobs", "RQ jobs per queue and state (queued, started, scheduled, "
+                                 "deferred, failed).", labels=("queue", "state"))
+        for (queue, state, _, _), depth in zip(queue_keys, depths):
+            jobs.add_metric([queue, state], depth)
+        yield jobs
+        workers = GaugeMetricFamily(f"{PREFIX}_workers", "RQ workers registered (alive within their TTL).")
+        workers.add_metric([], answers[-1])
+        yield workers
+
+    @staticmethod
+    def _family(family: Family, stored: dict[bytes, bytes]) -> Metric:
+        name = f"{PREFIX}_{family.name}"
+        if not family.buckets:
+            counter = CounterMetricFamily(name, family.help, labels=family.labels)
+            for field, value in sorted(stored.items()):
+                labels, _ = _split(field)
+                if len(labels) == len(family.labels):
+                    counter.add_metric(labels, float(value))
+            return counter
+        series: dict[tuple[str, ...], dict[str, float]] = {}
+        for field, value in stored.items():
+            labels, part = _split(field)
+            if part and len(labels) == len(family.labels):
+                series.setdefault(tuple(labels), {})[part] = float(value)
+        histogram = HistogramMetricFamily(name, family.help, labels=family.labels)
+        for labels, parts in sorted(series.items()):
+            running, buckets = 0.0, []
+            for bound in family.buckets:
+                running += parts.get(_le(bound), 0.0)
+                buckets.append((repr(float(bound)), running))
+            buckets.append(("+Inf", parts.get("count", 0.0)))
+            histogram.add_metric(list(labels), buckets, parts.get("sum", 0.0))
+        return histogram
+
+
+class MetricsEndpoint:
+    """`GET /metrics`: Prometheus text format. Open unless `METRICS_TOKEN` is set, then
+    `Authorization: Bearer <METRICS_TOKEN>`; it carries no tenant data either way."""
+
+    def __init__(self, connection: redis.Redis, queues: Iterable[str], token: str = "",
+                 recorder: Recorder = RECORDER) -> None:
+        self.connection, self.token, self.recorder = connection, token, recorder
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(RedisCollector(connection, queues))
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if self.token:
+            kind, _, given = (req.get_header("Authorization") or "").partition(" ")
+            if kind.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
+                raise APIError(401, "UNAUTHORIZED", "Metrics need the metrics bearer token.",
+                               headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
+        self.recorder.flush(self.connection)  # this process's latest requests, the scrape itself excluded
+        resp.content_type = CONTENT_TYPE_LATEST
+        resp.data = generate_latest(self.registry)

@@ -1,0 +1,238 @@
+"""Real servers the fault tests (and bench/load_bench.py) start, stop and break on purpose.
+
+- `RedisServer`: a private `redis-server` on a free loopback port, no persistence, so
+  stopping it loses everything, as an outage of a cache-like Redis does;
+- `PostgresCluster`: a private PostgreSQL cluster (initdb into a temporary directory,
+  run as the `postgres` user when we are root: PostgreSQL refuses to run as root);
+- `gunicorn()`: the web process as the Procfile runs it (gthread workers);
+- `start_worker()`: `python manage.py worker`, waited for until it has registered;
+- `prepare_database()`: create, migrate, onboard one clinic and issue a token, through the
+  operator CLI, exactly as an operator would.
+
+Nothing here touches the shared PostgreSQL or Redis beyond the database it is named.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import psycopg2
+import redis
+from rq import Worker
+
+from tests.https_server import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class RedisServer:
+    """A private redis-server on 127.0.0.1; `stop()` is SHUTDOWN NOSAVE, `start()` again
+    comes back empty on the same port."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1, socket_timeout=5)
+
+    def start(self) -> "RedisServer":
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert wait_until(self._pong, timeout=10, interval=0.05), "private redis-server did not start"
+        return self
+
+    def _pong(self) -> bool:
+        try:
+            return bool(self.client().ping())
+        except redis.RedisError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.client().shutdown(nosave=True)
+        except redis.RedisError:
+            pass  # SHUTDOWN closes the connection without a reply
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def __enter__(self) -> "RedisServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class PostgresCluster:
+    """A private PostgreSQL cluster on a free port, its socket and data in a temp dir."""
+
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+        assert found, "PostgreSQL server binaries not found under /usr/lib/postgresql"
+        self.bindir = Path(found[-1]).parent
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="pg-fault-"))
+        self.data = self.dir / "data"
+        self.as_postgres = os.geteuid() == 0
+        if self.as_postgres:
+            entry = pwd.getpwnam("postgres")
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+
+    def _run(self, *args: str, timeout: float = 60) -> None:
+        cmd = [str(self.bindir / args[0]), *args[1:]]
+        if self.as_postgres:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        subprocess.run(cmd, check=True, timeout=timeout, capture_output=True, cwd=self.dir)
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def init(self) -> "PostgresCluster":
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        return self
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.dir / "server.log"), "-o", options, "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def restart(self, mode: str = "fast") -> None:
+        # stop + start, not `pg_ctl restart`: that one would leave the server's output on
+        # our pipe instead of the log file.
+        self.stop(mode)
+        self.start()
+
+    def destroy(self) -> None:
+        try:
+            self.stop("immediate")
+        except subprocess.CalledProcessError:
+            pass  # not running
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def recreate_database(url: str) -> None:
+    parts = urlparse(url)
+    admin = psycopg2.connect(host=parts.hostname, port=parts.port or 5432, user=parts.username or "postgres",
+                             dbname="postgres")
+    admin.autocommit = True
+    name = parts.path.lstrip("/")
+    with admin.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cur.execute(f'CREATE DATABASE "{name}"')
+    admin.close()
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
+def prepare_database(env: dict[str, str], slug: str = "fault-clinic") -> str:
+    """Create `env["DATABASE_URL"]`, migrate it, onboard one English-speaking clinic;
+    returns a read+write token for it."""
+    recreate_database(env["DATABASE_URL"])
+    manage(env, "migrate")
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as document:
+        json.dump({"organization": {"slug": f"{slug}-org", "name": "Faults"},
+                   "clinics": [{"slug": slug, "name": "Faults", "timezone": "America/New_York", "country": "US",
+                                "language": "en"}]}, document)
+        document.flush()
+        manage(env, "onboard", document.name)
+    return manage(env, "token", "create", "--name", "faults", "--clinic", slug, "--scope", "read", "--scope", "write")
+
+
+def gunicorn(env: dict[str, str], log: Path, *, workers: int = 2, threads: int = 8,
+             app: str = "wsgi:app") -> tuple[subprocess.Popen, str]:
+    """`gunicorn wsgi:app` as the Procfile runs it; returns the process and its base URL."""
+    port = free_port()
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [str(GUNICORN), app, "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+             "--worker-class", "gthread", "--threads", str(threads), "--timeout", "30"],
+            cwd=ROOT, env={**env, "DB_POOL_SIZE": str(threads)}, stdout=out, stderr=subprocess.STDOUT)
+    up = wait_until(lambda: proc.poll() is not None or (listening(port) and len(children(proc.pid)) == workers),
+                    timeout=30, interval=0.05)
+    if not up or proc.poll() is not None:
+        raise AssertionError(f"gunicorn did not start: {log.read_text()[-2000:]}")
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def children(pid: int) -> set[int]:
+    """Child pids of `pid` (gunicorn's workers: the same set before and after a fault
+    means no worker was restarted)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found |= {int(c) for c in (task / "children").read_text().split()}
+    return found
+
+
+def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen:
+    """`python manage.py worker` as the Procfile runs it, once it has registered in Redis."""
+    connection = redis.Redis.from_url(env["REDIS_URL"])
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "manage.py", "worker"], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    ready = wait_until(lambda: proc.poll() is not None or any(
+        w.pid == proc.pid for w in Worker.all(connection=connection)), timeout=120, interval=0.1)
+    assert ready and proc.poll() is None, log.read_text()[-3000:]
+    return proc
+
+
+def post_json(url: str, token: str, body: dict[str, Any], timeout: float = 15) -> tuple[int, dict[str, Any]]:
+    """One POST on a fresh connection; (status, JSON body)."""
+    import requests
+
+    answer = requests.post(url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+    try:
+        return answer.status_code, answer.json()
+    except ValueError:
+        return answer.status_code, {"raw": answer.text[:200]}

@@ -1,0 +1,268 @@
+"""pytest plugin: the whole suite logs at DEBUG, and no secret may reach a log.
+
+Loaded from conftest.py (`pytest_plugins`). For the whole session it sets the root
+logger to DEBUG, applies the service's own logging safety rules (`logs.install_safety`,
+what every entry point does) and keeps every record of the test process in memory,
+formatted (arguments and exception text included). Subprocesses the suite starts log to
+files: `watch(path)` adds one; the output file of any gunicorn or `manage.py` subprocess
+is added by itself (the session worker's log among them; it runs at LOG_LEVEL=DEBUG), and
+so is the captured stderr of `subprocess.run` of such a command.
+
+At the end of the session every line is checked for
+- API tokens: the pattern `csk_<32 hex>_<secret>`, and every token issued in this process
+  (its secret part alone too);
+- every plaintext the suite encrypted with `crypto.encrypt` (provider passwords, platform
+  tokens) and secrets registered with `remember()`;
+- presigned URL credentials: `X-Amz-Signature` / `X-Amz-Credential` / `X-Amz-Security-Token`,
+  SigV4 `Signature=<64 hex>`, the local backend's `signature=` / `expires=` parameters;
+- any URL with a query string (recording URLs, presigned URLs): the service logs URLs only
+  through `safe_fetch.redact_url`, which drops the query;
+- `Bearer <credential>` (platform tokens in headers).
+
+Any finding fails the run (exit status 1) and is listed, masked, in the terminal summary.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import pytest
+
+#: Shortest exact secret checked (shorter strings would match ordinary words).
+MIN_SECRET = 8
+
+PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("API token", re.compile(r"csk_[0-9a-f]{32}_[A-Za-z0-9_-]{16,}")),
+    ("presigned S3 credential", re.compile(r"X-Amz-(?:Signature|Credential|Security-Token)=", re.I)),
+    ("SigV4 signature", re.compile(r"Signature=[0-9a-f]{64}")),
+    ("signed query parameter", re.compile(r"[?&](?:signature|sig|expires|token|access_token|X-Amz-[A-Za-z-]+)=",
+                                          re.I)),
+    ("URL with a query string", re.compile(r"[a-z][a-z0-9+.-]*://[^\s\"'<>?#]+\?[^\s\"'<>#]*[=&]", re.I)),
+    ("bearer credential", re.compile(r"\bBearer\s+[A-Za-z0-9._~+/-]{16,}")),
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    source: str
+    excerpt: str  # masked
+
+
+class Audit:
+    """The session's captured log lines and known secrets; `findings()` checks them."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []  # (source, text)
+        self.secrets: dict[str, str] = {}  # secret -> what it is
+        self.files: list[Path] = []
+        self._lock = threading.Lock()
+
+    def remember(self, secret: str | None, what: str) -> None:
+        if secret and len(secret) >= MIN_SECRET:
+            with self._lock:
+                self.secrets.setdefault(secret, what)
+
+    def add(self, source: str, text: str) -> None:
+        with self._lock:
+            self.lines.append((source, text))
+
+    def watch(self, path: Path | str) -> None:
+        if Path(path) not in self.files:
+            self.files.append(Path(path))
+
+    def _all_lines(self) -> Iterable[tuple[str, str]]:
+        yield from list(self.lines)
+        for path in self.files:
+            if path.is_file():
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                    yield str(path.name), line
+
+    def findings(self) -> list[Finding]:
+        found: list[Finding] = []
+        secrets = sorted(self.secrets.items(), key=lambda item: -len(item[0]))
+        for source, text in self._all_lines():
+            for kind, pattern in PATTERNS:
+                match = pattern.search(text)
+                if match:
+                    found.append(Finding(kind, source, _mask(text, match.start(), match.end())))
+            for secret, what in secrets:
+                at = text.find(secret)
+                if at >= 0:
+                    found.append(Finding(what, source, _mask(text, at, at + len(secret))))
+        return found
+
+
+_VALUE_TAIL = re.compile(r"[^\s'\",)}\]]*")
+
+
+def _mask(text: str, start: int, end: int) -> str:
+    """The line around the finding, the secret and the rest of its word replaced (CI
+    logs are logs too)."""
+    end = _VALUE_TAIL.match(text, end).end()
+    head = text[max(0, start - 80):start]
+    tail = text[end:end + 40]
+    return f"…{head}***{tail}…".replace("\n", "\\n")
+
+
+class CaptureHandler(logging.Handler):
+    """Every record of the test process, formatted like a log line would be."""
+
+    def __init__(self, audit: Audit) -> None:
+        super().__init__(logging.DEBUG)
+        self.audit = audit
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.audit.add("test process", self.format(record))
+        except Exception:  # a record that cannot format is kept raw, never lost
+            self.audit.add("test process", f"{record.name} {record.msg!r} {record.args!r}")
+
+
+AUDIT = Audit()
+_KEY = pytest.StashKey[list]()
+
+
+def watch(path: Path | str) -> None:
+    """Check this file (a subprocess's log) at the end of the session too."""
+    AUDIT.watch(path)
+
+
+def remember(secret: str | None, what: str) -> None:
+    """Fail the session if this exact string appears in any log."""
+    AUDIT.remember(secret, what)
+
+
+def _record_issued_tokens() -> None:
+    try:
+        from models import ApiToken
+    except ImportError:  # used outside this repository (the plugin's own test)
+        return
+    issue = ApiToken.issue.__func__  # type: ignore[attr-defined]
+
+    def recording_issue(cls, *args, **kwargs):  # type: ignore[no-untyped-def]
+        token, text = issue(cls, *args, **kwargs)
+        remember(text, "issued API token")
+        remember(text.split("_", 2)[-1], "issued API token's secret")
+        return token, text
+
+    ApiToken.issue = classmethod(recording_issue)  # type: ignore[method-assign]
+
+
+def _record_encrypted_plaintexts() -> None:
+    try:
+        import crypto
+    except ImportError:
+        return
+    encrypt = crypto.encrypt
+
+    def recording_encrypt(plaintext: str, *args, **kwargs):  # type: ignore[no-untyped-def]
+        remember(plaintext, "encrypted secret (provider password or platform token)")
+        return encrypt(plaintext, *args, **kwargs)
+
+    crypto.encrypt = recording_encrypt
+
+
+def _record_config_secrets() -> None:
+    try:
+        from config import Config
+    except ImportError:
+        return
+    post_init = Config.__post_init__
+
+    def recording_post_init(self) -> None:  # type: ignore[no-untyped-def]
+        post_init(self)
+        for name in ("secret_key", "storage_signing_key", "s3_secret_access_key", "metrics_token"):
+            remember(getattr(self, name, ""), f"Config.{name}")
+
+    Config.__post_init__ = recording_post_init  # type: ignore[method-assign]
+
+
+_SERVICE_COMMANDS = ("gunicorn", "manage.py", "wsgi:app")
+
+
+def _watch_service_subprocesses() -> None:
+    """Any gunicorn or `manage.py` the suite starts with its output in a file (the session
+    worker, the fault and fuzz suites' services): that file is audited too."""
+
+    class WatchingPopen(subprocess.Popen):  # type: ignore[type-arg]
+        def __init__(self, args, *rest, **kwargs):  # type: ignore[no-untyped-def]
+            words = [str(a) for a in ([args] if isinstance(args, (str, bytes, Path)) else args)]
+            if any(cmd in word for word in words for cmd in _SERVICE_COMMANDS):
+                for stream in (kwargs.get("stdout"), kwargs.get("stderr")):
+                    name = getattr(stream, "name", None)
+                    if isinstance(name, str) and Path(name).is_file():
+                        watch(name)
+            super().__init__(args, *rest, **kwargs)
+
+    subprocess.Popen = WatchingPopen  # type: ignore[misc]
+    run = subprocess.run
+
+    def auditing_run(args, *rest, **kwargs):  # type: ignore[no-untyped-def]
+        """A service command's captured stderr (its log) is audited too; stdout is its
+        output by design (`token create` prints the new token there)."""
+        done = run(args, *rest, **kwargs)
+        words = [str(a) for a in ([args] if isinstance(args, (str, bytes, Path)) else args)]
+        if any(cmd in word for word in words for cmd in _SERVICE_COMMANDS) and done.stderr:
+            text = done.stderr if isinstance(done.stderr, str) else done.stderr.decode("utf-8", "replace")
+            for line in text.splitlines():
+                AUDIT.add("stderr of " + " ".join(words[1:3]), line)
+        return done
+
+    subprocess.run = auditing_run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    root = logging.getLogger()
+    handler = CaptureHandler(AUDIT)
+    root.addHandler(handler)
+    config.stash[_KEY] = [handler, root.level]
+    root.setLevel(logging.DEBUG)
+    try:  # the service's own rules, as every entry point applies them
+        import logs
+        logs.install_safety()
+    except ImportError:
+        pass
+    _record_issued_tokens()
+    _record_encrypted_plaintexts()
+    _record_config_secrets()
+    _watch_service_subprocesses()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    findings = AUDIT.findings()
+    session.config.stash[_FINDINGS] = findings
+    if findings and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_FINDINGS = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+    findings: list[Finding] = config.stash.get(_FINDINGS, [])
+    lines = sum(1 for _ in AUDIT._all_lines())
+    files = sum(1 for path in AUDIT.files if path.is_file())
+    if not findings:
+        terminalreporter.write_line(f"log audit: {lines} log lines (this process at DEBUG and {files} subprocess "
+                                    "log file(s)), no secrets")
+        return
+    terminalreporter.section("log audit: secrets in logs", sep="=", red=True, bold=True)
+    for finding in findings[:50]:
+        terminalreporter.write_line(f"{finding.kind} in {finding.source}: {finding.excerpt}")
+    if len(findings) > 50:
+        terminalreporter.write_line(f"... and {len(findings) - 50} more")
+    terminalreporter.write_line(f"log audit FAILED: {len(findings)} finding(s) in {lines} log lines", red=True)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    handler, level = config.stash.get(_KEY, [None, None])
+    if handler is not None:
+        logging.getLogger().removeHandler(handler)
+        logging.getLogger().setLevel(level)

@@ -1,0 +1,390 @@
+"""Observability: JSON logs with request ids, /metrics, and the log audit's own detector."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+from datetime import timedelta
+from typing import Iterator
+
+import falcon
+import pytest
+import redis
+import requests
+import webtest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from rq import Queue, Retry, SimpleWorker
+
+import errors
+import logs
+import metrics
+from models import Call, db
+from tests import log_audit
+from tests.conftest import REDIS_URL, ROOT
+from tests.live_service import concurrently, serve
+from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+
+Samples = dict[tuple[str, frozenset], float]
+
+
+def scrape(text: str) -> Samples:
+    """Every sample of a Prometheus text exposition: (name, labels) -> value."""
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@pytest.fixture
+def json_lines(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
+    """The service's own JSON handler on the root logger, into a buffer, at DEBUG."""
+    stream = io.StringIO()
+    handler = logs.make_handler("json", stream)
+    caplog.set_level(logging.DEBUG)
+    logging.getLogger().addHandler(handler)
+    try:
+        yield stream
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+def parsed(stream: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+# --- request id --------------------------------------------------------------------------------
+
+def test_request_id_is_generated_when_absent(app):
+    first = app.get("/healthz").headers["X-Request-Id"]
+    second = app.get("/healthz").headers["X-Request-Id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", first) and first != second
+
+
+def test_valid_request_id_is_echoed_and_invalid_ones_are_replaced(app):
+    for given in ("abc-123", "0f8fad5b-d9cb-469f-a165-70867728950e", "trace.1:span_2", "x" * 128):
+        assert app.get("/healthz", headers={"X-Request-Id": given}).headers["X-Request-Id"] == given
+    for hostile in ("x" * 129, "has space", "quote\"d", "semi;colon", "<script>", "ünïcode", ""):
+        echoed = app.get("/healthz", headers={"X-Request-Id": hostile}).headers["X-Request-Id"]
+        assert re.fullmatch(r"[0-9a-f]{32}", echoed), hostile
+
+
+def test_request_id_is_echoed_on_every_error(app, config):
+    rid = {"X-Request-Id": "err-check-1"}
+    checks = [
+        app.get("/no/such/path", headers=rid, status=404),                                           # no route
+        app.delete("/healthz", headers=rid, status=405),                                             # wrong method
+        app.post(switchboard_url("clinic-a", "is-clinic-opened"), headers=rid, status=401),         # auth middleware
+        app.post(switchboard_url("clinic-a", "has-active-request"), b"x" * (config.max_body_bytes + 1),
+                 headers={**rid, "Content-Type": "application/json"}, status=413),                  # body limit
+    ]
+    for resp in checks:
+        assert resp.headers["X-Request-Id"] == "err-check-1", resp.status
+        assert resp.json["code"]  # still the one error serializer
+
+
+def test_log_records_of_a_request_carry_its_id_and_others_do_not(app, json_lines):
+    load(organization(clinic()))
+    token = issue_token(["clinic-a"], ["read"])
+    app.post(switchboard_url("clinic-a", "is-clinic-opened"), headers={**bearer(token), "X-Request-Id": "rid-logs-1"})
+    logging.getLogger("after").info("outside any request")
+    lines = parsed(json_lines)
+    during = [line for line in lines if line.get("request_id") == "rid-logs-1"]
+    assert any(line["logger"] == "peewee" for line in during), "the request's SQL is logged under its id"
+    access = [line for line in during if line["logger"] == "access"]
+    assert len(access) == 1 and access[0]["status"] == 200 and access[0]["method"] == "POST"
+    assert access[0]["route"] == "/external/v1/clinics/{clinic_slug}/switchboard/is-clinic-opened"
+    assert access[0]["path"] == switchboard_url("clinic-a", "is-clinic-opened") and access[0]["duration_ms"] > 0
+    after = [line for line in lines if line["logger"] == "after"]
+    assert after and "request_id" not in after[0], "the id does not outlive its request"
+
+
+def test_access_line_never_carries_the_query_string(app, json_lines):
+    app.get("/healthz?signature=PLANTED-QUERY&expires=1", headers={"X-Request-Id": "rid-query"})
+    access = [line for line in parsed(json_lines) if line["logger"] == "access"]
+    assert access[-1]["request_id"] == "rid-query" and access[-1]["path"] == "/healthz"
+    assert "PLANTED-QUERY" not in json_lines.getvalue()
+
+
+def test_concurrent_requests_in_threads_keep_their_own_ids(wsgi_app):
+    with serve() as base:
+        ids = iter([f"thread-{i:02d}" for i in range(20)])
+
+        def one() -> tuple[str, str]:
+            rid = next(ids)
+            return rid, requests.get(f"{base}/healthz", headers={"X-Request-Id": rid}, timeout=10).headers["X-Request-Id"]
+
+        answers = concurrently(one, n=20)
+    assert len(answers) == 20 and all(sent == echoed for sent, echoed in answers)
+
+
+# --- log format and safety ---------------------------------------------------------------------
+
+def test_json_lines_have_the_fields_and_the_exception_text(json_lines):
+    log = logging.getLogger("obs.test")
+    log.info("plain %s", "message", extra={"call_id": "c-1"})
+    try:
+        raise RuntimeError("boom in a job")
+    except RuntimeError:
+        log.exception("job failed")
+    first, second = parsed(json_lines)[-2:]
+    assert first["message"] == "plain message" and first["level"] == "INFO" and first["logger"] == "obs.test"
+    assert first["call_id"] == "c-1" and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["ts"])
+    assert second["level"] == "ERROR" and "Traceback" in second["exc"] and "boom in a job" in second["exc"]
+
+
+def test_a_service_process_writes_one_json_object_per_line():
+    """What `create_app` and the worker do at start, in a fresh process: every line on
+    stderr is JSON, SQL parameters dropped, multi-line tracebacks inside one line."""
+    code = textwrap.dedent("""
+        import logging, logs
+        logs.setup("DEBUG", "json")
+        logging.getLogger("peewee").debug(("SELECT 1 WHERE url = %s", ["https://r.example.com/a?sig=PLANTED"]))
+        try:
+            raise ValueError("first line\\nsecond line")
+        except ValueError:
+            logging.getLogger("worker").exception("job failed")
+    """)
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    lines = [json.loads(line) for line in run.stderr.splitlines()]
+    assert [line["logger"] for line in lines] == ["peewee", "worker"]
+    assert lines[0]["message"] == "SELECT 1 WHERE url = %s -- parameters not logged"
+    assert "second line" in lines[1]["exc"] and "PLANTED" not in run.stderr
+
+
+def test_text_format_is_one_readable_line():
+    stream = io.StringIO()
+    record = logging.LogRecord("obs.text", logging.WARNING, __file__, 1, "hello %s", ("there",), None)
+    handler = logs.make_handler("text", stream)
+    handler.handle(record)
+    assert re.fullmatch(r"\S+ \S+ WARNING obs\.text \[-\] hello there\n", stream.getvalue())
+    with pytest.raises(ValueError):
+        logs.setup("INFO", "xml")
+
+
+def test_sql_parameters_never_reach_the_log(wsgi_app, caplog):
+    """Peewee logs `(sql, params)` at DEBUG; the parameters (recording URLs with their
+    signatures, token hashes, patient data) are dropped, the statement kept."""
+    caplog.set_level(logging.DEBUG, logger="peewee")
+    with db.connection_context():
+        list(Call.select().where(Call.recording_url == "https://rec.example.com/v.wav?sig=PLANTED-SIG-123"))
+    sql = [r.getMessage() for r in caplog.records if r.name == "peewee"]
+    assert any('FROM "call"' in m for m in sql)
+    assert "PLANTED-SIG-123" not in caplog.text
+
+
+def test_http_client_libraries_stay_at_info_under_a_debug_root(app):
+    # Their DEBUG lines carry full URLs (presigned query strings) and signed headers.
+    assert logging.getLogger().getEffectiveLevel() == logging.DEBUG  # the audit's session setting
+    for name in ("urllib3", "botocore", "boto3", "s3transfer"):
+        assert logging.getLogger(name).getEffectiveLevel() >= logging.INFO, name
+
+
+# --- /metrics ----------------------------------------------------------------------------------
+
+def test_metrics_count_and_time_requests_by_route_template(app):
+    load(organization(clinic()))
+    token = issue_token(["clinic-a"], ["read"])
+    route = "/external/v1/clinics/{clinic_slug}/switchboard/is-clinic-opened"
+    before = scrape(app.get("/metrics").text)
+    for _ in range(3):
+        app.post(switchboard_url("clinic-a", "is-clinic-opened"), headers=bearer(token))
+    app.post(switchboard_url("clinic-a", "is-clinic-opened"), status=401)
+    app.get("/no/such/zzraw-path-id", status=404)
+    text = app.get("/metrics").text
+    after = scrape(text)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("clinic_http_requests_total", route=route, method="POST", status="200") == 3
+    assert delta("clinic_http_requests_total", route=route, method="POST", status="401") == 1
+    assert delta("clinic_http_requests_total", route="unmatched", method="GET", status="404") == 1
+    assert delta("clinic_http_request_duration_seconds_count", route=route, method="POST", status="200") == 3
+    assert delta("clinic_http_request_duration_seconds_bucket", route=route, method="POST", status="200", le="+Inf") == 3
+    assert delta("clinic_http_request_duration_seconds_sum", route=route, method="POST", status="200") > 0
+    # No tenant data and no raw paths as label values.
+    labels = {v for family in text_string_to_metric_families(text) for s in family.samples for v in s.labels.values()}
+    assert not any("clinic-a" in v or "zzraw" in v for v in labels) and token not in text
+
+
+def test_metrics_show_queue_depths_and_redis_state(app):
+    samples = scrape(app.get("/metrics").text)
+    assert value(samples, "clinic_metrics_redis_up") == 1
+    for queue in ("calls", "recordings", "default"):
+        for state in ("queued", "started", "scheduled", "deferred", "failed"):
+            assert (("clinic_queue_jobs", frozenset({"queue": queue, "state": state}.items())) in samples), (queue, state)
+
+
+def test_queue_depths_are_read_from_rq_at_scrape_time():
+    connection = redis.Redis.from_url(REDIS_URL)
+    name = f"obs-{uuid.uuid4().hex[:8]}"  # no worker listens here
+    queue = Queue(name, connection=connection)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics.RedisCollector(connection, [name]))
+    try:
+        for _ in range(3):
+            queue.enqueue("tests.test_observability.job_returning_word")
+        queue.enqueue_in(timedelta(hours=1), "tests.test_observability.job_returning_word")  # not due
+        samples = scrape(generate_latest(registry).decode())
+        assert value(samples, "clinic_queue_jobs", queue=name, state="queued") == 3
+        assert value(samples, "clinic_queue_jobs", queue=name, state="scheduled") == 1
+        assert value(samples, "clinic_queue_jobs", queue=name, state="failed") == 0
+    finally:
+        for key in connection.keys(f"rq:*{name}*"):  # the queue, its registries and jobs
+            connection.delete(key)
+
+
+def test_other_processes_metrics_are_aggregated_through_redis(app):
+    """A second process (another gunicorn worker, dyno or the RQ worker) flushes to Redis;
+    any web process's scrape shows it."""
+    route = f"/other-process/{uuid.uuid4().hex[:6]}"
+    code = textwrap.dedent(f"""
+        import redis, metrics
+        metrics.RECORDER.request({route!r}, "GET", 200, 0.003)
+        metrics.RECORDER.request({route!r}, "GET", 200, 0.2)
+        assert metrics.RECORDER.flush(redis.Redis.from_url({REDIS_URL!r}))
+    """)
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+    samples = scrape(app.get("/metrics").text)
+    assert value(samples, "clinic_http_requests_total", route=route, method="GET", status="200") == 2
+    assert value(samples, "clinic_http_request_duration_seconds_bucket", route=route, method="GET", status="200",
+                 le="0.005") == 1
+    assert value(samples, "clinic_http_request_duration_seconds_bucket", route=route, method="GET", status="200",
+                 le="0.25") == 2
+
+
+def _metrics_app(connection_url: str, token: str = "") -> webtest.TestApp:
+    app = falcon.App()
+    errors.install(app)
+    app.add_route("/metrics", metrics.MetricsEndpoint(redis.Redis.from_url(connection_url, socket_connect_timeout=1),
+                                                      ["calls"], token, recorder=metrics.Recorder()))
+    return webtest.TestApp(app)
+
+
+def test_metrics_answer_with_redis_down_and_say_so():
+    samples = scrape(_metrics_app("redis://127.0.0.1:1/0").get("/metrics", status=200).text)
+    assert value(samples, "clinic_metrics_redis_up") == 0
+
+
+def test_metrics_token_when_set_is_required():
+    app = _metrics_app(REDIS_URL, token="metrics-token-xyz-123")
+    assert app.get("/metrics", status=401).json["code"] == "UNAUTHORIZED"
+    assert app.get("/metrics", headers={"Authorization": "Bearer wrong"}, status=401)
+    assert "clinic_metrics_redis_up" in app.get("/metrics", headers=bearer("metrics-token-xyz-123")).text
+
+
+def test_unflushed_metrics_survive_a_redis_outage():
+    recorder = metrics.Recorder()
+    recorder.count(metrics.JOBS, ("outage_probe", "ok"), 2)
+    assert recorder.flush(redis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=1)) is False
+    connection = redis.Redis.from_url(REDIS_URL)
+    before = float(connection.hget(metrics.JOBS.key, "outage_probe\x1fok") or 0)
+    assert recorder.flush(connection) is True
+    assert float(connection.hget(metrics.JOBS.key, "outage_probe\x1fok")) - before == 2
+
+
+# --- job metrics (a real RQ worker, in this process, on a private queue) ------------------------
+
+def job_returning_word() -> str:
+    return "voice_message"
+
+
+def job_failing() -> None:
+    raise RuntimeError("planted job failure")
+
+
+def test_job_durations_and_outcomes_are_recorded_by_the_worker(app):
+    connection = redis.Redis.from_url(REDIS_URL)
+    queue = Queue(f"obs-jobs-{uuid.uuid4().hex[:8]}", connection=connection)
+    before = scrape(app.get("/metrics").text)
+    queue.enqueue(job_returning_word)
+    queue.enqueue(job_failing, retry=Retry(max=1))  # fails, is retried at once, fails for good
+    metrics.with_job_metrics(SimpleWorker)([queue], connection=connection).work(burst=True)
+    after = scrape(app.get("/metrics").text)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("clinic_jobs_total", function="job_returning_word", outcome="voice_message") == 1
+    assert delta("clinic_jobs_total", function="job_failing", outcome="retried") == 1
+    assert delta("clinic_jobs_total", function="job_failing", outcome="failed") == 1
+    assert delta("clinic_job_duration_seconds_count", function="job_failing", outcome="failed") == 1
+    assert delta("clinic_job_duration_seconds_bucket", function="job_returning_word", outcome="voice_message",
+                 le="+Inf") == 1
+
+
+def test_transcription_real_time_factor_is_exposed(app):
+    model = f"ggml-probe-{uuid.uuid4().hex[:6]}.bin"
+    metrics.observe_transcription(model, audio_seconds=20.0, elapsed_seconds=4.0)  # RTF 0.2
+    metrics.observe_transcription(model, audio_seconds=10.0, elapsed_seconds=6.0)  # RTF 0.6
+    metrics.observe_transcription(model, audio_seconds=0.0, elapsed_seconds=1.0)  # no audio: not a factor
+    samples = scrape(app.get("/metrics").text)
+    assert value(samples, "clinic_transcription_real_time_factor_count", model=model) == 2
+    assert value(samples, "clinic_transcription_real_time_factor_bucket", model=model, le="0.2") == 1
+    assert value(samples, "clinic_transcription_real_time_factor_bucket", model=model, le="0.75") == 2
+    assert value(samples, "clinic_transcription_audio_seconds_total", model=model) == 30
+    assert value(samples, "clinic_transcription_seconds_total", model=model) == 10
+
+
+# --- the log audit itself ------------------------------------------------------------------------
+
+def test_audit_detector_finds_each_kind_of_planted_secret():
+    audit = log_audit.Audit()
+    token = f"csk_{uuid.uuid4().hex}_{'s' * 43}"
+    audit.remember("hunter2-password", "provider password")
+    planted = [
+        f"auth with {token}",
+        "downloaded https://rec.example.com/v.wav?sig=PLANTED1",
+        "GET /bucket/key?X-Amz-Credential=PLANTED2%2F20260101&X-Amz-Signature=PLANTED2b",
+        "headers={'Authorization': 'AWS4-HMAC-SHA256 Credential=AK/x, Signature=" + "a" * 64 + "'}",
+        "PUT /storage/k?expires=1700000000&signature=PLANTED3",
+        "platform login failed for password hunter2-password",
+        "sent Authorization: Bearer PLANTED4eyJhbGciOiJIUzI1NiJ9.payload",
+        "(\"INSERT INTO call ...\", ['CA-1', 'https://r.example.com/a.mp3?X=PLANTED5'])",  # peewee's raw form
+    ]
+    clean = [
+        "downloaded 1234 bytes from https://rec.example.com/v.wav",
+        'SELECT "t1"."id" FROM "call" AS "t1" WHERE ("t1"."recording_url" = %s) -- parameters not logged',
+        "call 6f1c: transcribed 12.0 s of audio in 2.10 s (ggml-base.bin)",
+    ]
+    for index, line in enumerate(planted + clean):
+        audit.add(f"line {index}", line)
+    found = {f.source for f in audit.findings()}
+    assert found == {f"line {i}" for i in range(len(planted))}
+    # The report names the line but masks the secret: CI output is a log too.
+    for finding in audit.findings():
+        assert "PLANTED" not in finding.excerpt and "hunter2" not in finding.excerpt, finding
+        assert token[4:36] not in finding.excerpt and "a" * 64 not in finding.excerpt, finding
+
+
+def test_audit_fails_a_pytest_session_that_logs_a_secret(tmp_path):
+    """The real plugin in a real pytest run: a test that passes but logs a token fails
+    the session, and the report does not print the token."""
+    token = f"csk_{uuid.uuid4().hex}_{'Q' * 43}"
+    (tmp_path / "test_leaky.py").write_text(textwrap.dedent(f"""
+        import logging
+
+        def test_passes_but_leaks():
+            logging.getLogger("leaky").debug("using %s", {token!r})
+    """))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.log_audit", "-p", "no:cacheprovider",
+                          "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "1 passed" in run.stdout, run.stdout[-2000:]
+    assert run.returncode == 1 and "log audit FAILED" in run.stdout, run.stdout[-2000:]
+    assert "API token" in run.stdout and token not in run.stdout + run.stderr
+
+
+def test_worker_log_is_audited_at_debug(worker_log):
+    from tests.worker_support import worker_env
+    assert worker_env("ca.pem")["LOG_LEVEL"] == "DEBUG"
+    assert worker_log in log_audit.AUDIT.files

@@ -1,0 +1,150 @@
+"""The call relay (jobs/relay.py): the stored call is the outbox, the relay queues it.
+
+Each test runs on a database of its own (PostgreSQL, and SQLite as `bin/run` uses it)
+and a Redis database of its own, so the session's worker and its relay never see
+these calls. The checklist: every stored call queued once, even with two relays at
+once; Redis down leaves calls in the outbox, queued once it is back; a pending call
+whose job vanished is re-queued by the sweep; a new call wakes a listening relay at
+once (PostgreSQL NOTIFY), long before its poll.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from datetime import timedelta
+from typing import Iterator
+
+import psycopg2
+import pytest
+import redis
+from rq import Queue
+
+from config import Config
+from jobs.calls import QUEUE, job_id
+from jobs.relay import CallRelay, start
+from migrations import migrate
+from models import Call, Clinic, db, open_database
+from tests.conftest import PG_URL
+from tests.https_server import wait_until
+from tests.support import SECRET_KEY, clinic, load, organization
+
+RELAY_PG = PG_URL.rsplit("/", 1)[0] + "/clinic_test_relay"
+RELAY_REDIS = os.environ.get("TEST_RELAY_REDIS_URL", "redis://127.0.0.1:6379/7")
+
+
+def _recreate_pg() -> None:
+    admin = psycopg2.connect(PG_URL.rsplit("/", 1)[0] + "/postgres")
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute('DROP DATABASE IF EXISTS "clinic_test_relay" WITH (FORCE)')
+        cur.execute('CREATE DATABASE "clinic_test_relay"')
+    admin.close()
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def outbox(request, tmp_path, wsgi_app) -> Iterator[str]:
+    """`db` bound to a database of this test alone (restored afterwards); its kind."""
+    if request.param == "postgresql":
+        _recreate_pg()
+        url = RELAY_PG
+    else:
+        url = f"sqlite:///{tmp_path}/relay.db"
+    session_database = db.obj
+    database = open_database(url, pooled=False)
+    db.initialize(database)
+    try:
+        migrate(database)
+        load(organization(clinic("relay-clinic", tz="America/New_York", country="US")))
+        yield request.param
+    finally:
+        database.close()
+        db.initialize(session_database)
+
+
+@pytest.fixture
+def queue() -> Iterator[Queue]:
+    connection = redis.Redis.from_url(RELAY_REDIS)
+    connection.flushdb()
+    yield Queue(QUEUE, connection=connection)
+    connection.flushdb()
+
+
+@pytest.fixture
+def relay_config() -> Config:
+    return Config(database_url="unused", redis_url=RELAY_REDIS, secret_key=SECRET_KEY, recording_retry_delays="1")
+
+
+def store_calls(count: int) -> list[uuid.UUID]:
+    with db.connection_context():
+        clinic_row = Clinic.get(Clinic.slug == "relay-clinic")
+        return [Call.receive(clinic_row, {"call_sid": f"CA-relay-{uuid.uuid4().hex}", "call_from": "+12015550198",
+                                          "call_to": "+12015550100"}, None)[0].id for _ in range(count)]
+
+
+def queued_job_ids(queue: Queue) -> list[str]:
+    return queue.get_job_ids()
+
+
+def unqueued() -> int:
+    with db.connection_context():
+        return Call.select().where(Call.queued_at.is_null()).count()
+
+
+def test_every_stored_call_is_queued_once_even_with_two_relays(outbox, queue, relay_config):
+    ids = store_calls(60)
+    relays = [CallRelay(queue, relay_config, batch=7), CallRelay(queue, relay_config, batch=7)]
+    counts: list[int] = []
+    threads = [threading.Thread(target=lambda r=r: counts.append(r.relay_new())) for r in relays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sum(counts) == 60, counts
+    assert sorted(queued_job_ids(queue)) == sorted(job_id(i) for i in ids)  # stable ids, no duplicate
+    assert unqueued() == 0
+    assert relays[0].relay_new() == 0  # nothing left in the outbox
+
+
+def test_redis_down_leaves_calls_in_the_outbox_until_it_is_back(outbox, queue, relay_config):
+    store_calls(5)
+    down = Queue(QUEUE, connection=redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1))
+    with pytest.raises(redis.RedisError):
+        CallRelay(down, relay_config).relay_new()
+    assert unqueued() == 5  # claims undone: nothing stranded as "queued"
+    assert CallRelay(queue, relay_config).relay_new() == 5
+    assert len(queued_job_ids(queue)) == 5 and unqueued() == 0
+
+
+def test_sweep_requeues_a_pending_call_whose_job_vanished(outbox, queue, relay_config):
+    [lost, kept] = store_calls(2)
+    relay = CallRelay(queue, relay_config)
+    assert relay.relay_new() == 2
+    queue.connection.delete(f"rq:job:{job_id(lost)}")  # as after a Redis restart without persistence
+    queue.connection.lrem(queue.key, 0, job_id(lost))
+    assert relay.sweep(grace=timedelta(0)) == 1
+    assert sorted(queued_job_ids(queue)) == sorted([job_id(kept), job_id(lost)])
+    assert relay.sweep(grace=timedelta(0)) == 0  # both live now
+
+
+def test_a_new_call_wakes_a_listening_relay_long_before_its_poll(outbox, queue, relay_config):
+    if outbox != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite relays poll")
+    thread, stop = start(queue, relay_config, poll_every=60.0, sweep_every=3600.0)
+    try:
+        # The first round (outbox empty) is done once the listener is up.
+        assert wait_until(lambda: thread.is_alive() and _listeners() >= 1, timeout=10, interval=0.05)
+        [call_id] = store_calls(1)
+        assert wait_until(lambda: job_id(call_id) in queued_job_ids(queue), timeout=5, interval=0.05), \
+            "not queued within 5 s although the relay polls only every 60 s"
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def _listeners() -> int:
+    with db.connection_context():
+        return db.execute_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = 'clinic_test_relay' AND query LIKE 'LISTEN%%'"
+        ).fetchone()[0]
