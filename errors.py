@@ -1,7 +1,8 @@
 """One error family, one serializer: every non-2xx body is `{"error", "code"}`.
 
 Falcon's own errors (unknown route, wrong method, malformed JSON, ...) go through the
-same serializer; `DoesNotExist` and `IntegrityError` are mapped here, centrally, and
+same serializer; `DoesNotExist`, `IntegrityError` and the database being unreachable
+(`OperationalError`, `InterfaceError`: 503 with `Retry-After`) are mapped here, centrally, and
 anything unexpected becomes a logged 500 `INTERNAL_ERROR` that leaks nothing.
 """
 from __future__ import annotations

@@ -37,9 +37,12 @@ QUEUE = "calls"
 
 @lru_cache(maxsize=1)
 def runtime() -> Config:
-    """The worker's configuration; binds the database once per process."""
+    """The worker's configuration; binds the database unless the process has (manage.py
+    does, before the relay starts). Rebinding would swap `db.obj` under the relay thread
+    while it is inside `db.connection_context()`, whose exit then fails (IndexError)."""
     config = Config.from_env()
-    bind_database(config.database_url, pooled=False)
+    if db.obj is None:
+        bind_database(config.database_url, pooled=False)
     return config
 
 

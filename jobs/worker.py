@@ -21,9 +21,14 @@ behind expires quickly:
   (RQ: dequeue timeout = ttl - 15) to beat and run maintenance.
 
 Recovery after a SIGKILL: a worker starting on the same host re-queues the call at once
-(`requeue_pending` at start: the dead pid); on another host within 70 s of the kill, plus
-one maintenance or re-queue round (30 s). The ingest is idempotent and the request is
-unique per call, so a job that runs twice still gives one request.
+(the relay's first sweep, `requeue_pending`: the dead pid); on another host within 70 s
+of the kill, plus one maintenance or relay sweep (30 s). The ingest is idempotent and
+the request is unique per call, so a job that runs twice still gives one request.
+
+Redis outages: RQ handles a Redis error only inside its blocking dequeue and quits on
+one anywhere else in its loop (the beat after a job, the suspension check, maintenance,
+the job's bookkeeping). This worker skips those steps and waits for Redis with backoff
+instead, so it is still there when Redis returns (tests/test_faults.py).
 """
 from __future__ import annotations
 
