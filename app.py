@@ -19,6 +19,7 @@ from auth import TokenAuth
 from config import Config
 from documents import LinkCache
 from errors import APIError
+from intake import GroupCommit
 from jobs import recordings as recording_jobs
 from models import bind_database, db
 from resources import meta, switchboard
@@ -117,7 +118,7 @@ def create_app(config: Config) -> falcon.App:
     app.add_route(f"{sb}/is-clinic-opened", switchboard.IsClinicOpened(config.clock))
     app.add_route(f"{sb}/is-on-vacation", switchboard.IsOnVacation(config.clock))
     app.add_route(f"{sb}/has-active-request", switchboard.HasActiveRequest())
-    app.add_route(f"{sb}/recording-complete", switchboard.RecordingComplete(config))
+    app.add_route(f"{sb}/recording-complete", switchboard.RecordingComplete(config, GroupCommit()))
     storage = make_storage(config)
     if isinstance(storage, LocalStorage):  # S3 serves its own presigned URLs
         app.add_route("/storage/{key:path}", StoredObject(storage))

@@ -472,15 +472,34 @@ class Call(BaseModel):
 
         Returns the stored call, which may be an earlier copy, and whether this request
         created it. Raises `CallSidConflict` when the CallSid belongs to another clinic.
+        (`intake.GroupCommit` does the same for many concurrent requests at once.)
         """
-        row = {"id": uuid.uuid4(), "clinic": clinic.id, "received_by": token.id if token else None,
-               "received_at": utc_now(), "state": "pending", "attempts": 0, **fields}
-        if hot_sql(_insert_call_sql(tuple(row)), [cls._meta.fields[k].db_value(v) for k, v in row.items()]).fetchone():
+        row = cls.row_for(clinic, fields, token)
+        if row["id"] in cls.insert_rows([row]):
             return cls(**row), True  # RETURNING answered: ours, no need to read it back
-        call = cls.get(cls.call_sid == fields["call_sid"])
+        return cls.stored(clinic, fields["call_sid"]), False
+
+    @classmethod
+    def row_for(cls, clinic: Clinic, fields: dict, token: "ApiToken | None") -> dict:
+        return {"id": uuid.uuid4(), "clinic": clinic.id, "received_by": token.id if token else None,
+                "received_at": utc_now(), "state": "pending", "attempts": 0, **fields}
+
+    @classmethod
+    def insert_rows(cls, rows: list[dict]) -> set[uuid.UUID]:
+        """INSERT the rows in one statement, so one commit; returns the ids stored (a row
+        whose CallSid is already stored, or repeated among `rows`, is skipped)."""
+        names = tuple(dict.fromkeys(name for row in rows for name in row))
+        fields = [cls._meta.fields[name] for name in names]
+        params = [field.db_value(row.get(field.name)) for row in rows for field in fields]
+        return {cls.id.python_value(r[0]) for r in hot_sql(_insert_call_sql(names, len(rows)), params).fetchall()}
+
+    @classmethod
+    def stored(cls, clinic: Clinic, call_sid: str) -> "Call":
+        """The call already stored under `call_sid`; `CallSidConflict` if another clinic's."""
+        call = cls.get(cls.call_sid == call_sid)
         if call.clinic_id != clinic.id:
-            raise CallSidConflict(fields["call_sid"])
-        return call, False
+            raise CallSidConflict(call_sid)
+        return call
 
 
 class CallSidConflict(Exception):
@@ -597,11 +616,11 @@ _AUTHORIZE_SQL = (
 )
 
 
-@lru_cache(maxsize=8)
-def _insert_call_sql(names: tuple[str, ...]) -> str:
+@lru_cache(maxsize=256)
+def _insert_call_sql(names: tuple[str, ...], rows: int) -> str:
     columns = ", ".join(f'"{Call._meta.fields[n].column_name}"' for n in names)
-    return (f'INSERT INTO "call" ({columns}) VALUES ({", ".join(["%s"] * len(names))}) '
-            'ON CONFLICT DO NOTHING RETURNING "id"')
+    values = ", ".join([f'({", ".join(["%s"] * len(names))})'] * rows)
+    return f'INSERT INTO "call" ({columns}) VALUES {values} ON CONFLICT DO NOTHING RETURNING "id"'
 
 
 def hot_sql(sql: str, params: list | tuple):

@@ -8,7 +8,8 @@ under the stable job id. On PostgreSQL it sleeps on LISTEN for the trigger's NOT
 of a new call, so a call is queued within milliseconds; on SQLite, and as a safety net
 for a lost notification, it polls. While Redis is down it keeps the claims undone and
 backs off, and every `sweep_every` seconds it re-queues pending calls whose job is
-gone (a worker killed mid-job, Redis restarted empty): `requeue_pending`.
+gone (a worker killed mid-job): `requeue_pending`. When Redis comes back as a new server
+(its run id changed: restarted, so empty without persistence) it sweeps at once.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class CallRelay:
         self.sweep_every = sweep_every
         self.batch = batch
         self._listener: "psycopg2.extensions.connection | None" = None
+        self._redis_run_id: str | None = None
 
     def relay_new(self) -> int:
         """Queue every call stored but not queued yet. Returns how many were queued."""
@@ -72,6 +74,8 @@ class CallRelay:
                 if self.listening and self._listener is None:
                     self._listen()  # before relaying, so no NOTIFY falls in between
                 self.relay_new()
+                if self._redis_restarted():
+                    next_sweep = 0.0  # its queue is gone: re-queue every pending call now
                 if time.monotonic() >= next_sweep:
                     swept = requeue_pending(self.queue, self.config) if next_sweep == 0.0 else self.sweep()
                     if swept:
@@ -85,6 +89,14 @@ class CallRelay:
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
         self._close_listener()
+
+    def _redis_restarted(self) -> bool:
+        """Whether Redis restarted since the last look (a new server run id): without
+        persistence it lost every queued job."""
+        run_id = self.queue.connection.info("server").get("run_id")
+        restarted = self._redis_run_id is not None and run_id != self._redis_run_id
+        self._redis_run_id = run_id
+        return restarted
 
     def _listen(self) -> None:
         database = db.obj

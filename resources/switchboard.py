@@ -11,7 +11,8 @@ import falcon
 import schemas
 from config import Config
 from errors import APIError, validation_failed
-from models import Call, CallSidConflict, Patient, PatientRequest
+from intake import GroupCommit
+from models import CallSidConflict, Patient, PatientRequest
 from safe_fetch import FetchError, ResolutionCache, UnsafeURL, validate_url
 from office_hours import is_open
 from phones import to_e164
@@ -74,6 +75,9 @@ class HasActiveRequest:
 class RecordingComplete:
     """Call hand-off: store the call (idempotent per CallSid) and answer at once.
 
+    Concurrent hand-offs share one commit (`intake.GroupCommit`); each is answered once
+    its own row is stored.
+
     The committed call row is the queue's outbox: the worker's relay (jobs/relay.py)
     hands it to RQ. So this answer never waits on Redis, and a call is never lost
     between the commit and an enqueue that failed.
@@ -81,8 +85,9 @@ class RecordingComplete:
 
     scopes = {"POST": "write"}
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, calls: GroupCommit) -> None:
         self.config = config
+        self.calls = calls
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         data = schemas.body(req, schemas.RECORDING_COMPLETE)
@@ -90,7 +95,7 @@ class RecordingComplete:
             check_recording_url(data["RecordingUrl"], allow_loopback=self.config.unsafe_allow_loopback_fetch)
         fields = {column: data.get(name) for name, column in _CALL_FIELDS.items()}
         try:
-            Call.receive(req.context.clinic, fields, req.context.token)
+            self.calls.receive(req.context.clinic, fields, req.context.token)
         except CallSidConflict:
             raise APIError(409, "CALL_SID_CONFLICT", "This CallSid is already used by another clinic.") from None
         resp.media = {"success": True}

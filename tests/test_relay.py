@@ -127,9 +127,8 @@ def test_sweep_requeues_a_pending_call_whose_job_vanished(outbox, queue, relay_c
     assert relay.sweep(grace=timedelta(0)) == 0  # both live now
 
 
+@pytest.mark.parametrize("outbox", ["postgresql"], indirect=True)  # LISTEN/NOTIFY; SQLite relays poll
 def test_a_new_call_wakes_a_listening_relay_long_before_its_poll(outbox, queue, relay_config):
-    if outbox != "postgresql":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite relays poll")
     thread, stop = start(queue, relay_config, poll_every=60.0, sweep_every=3600.0)
     try:
         # The first round (outbox empty) is done once the listener is up.
@@ -148,3 +147,24 @@ def _listeners() -> int:
         return db.execute_sql(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = 'clinic_test_relay' AND query LIKE 'LISTEN%%'"
         ).fetchone()[0]
+
+
+def test_a_redis_restart_makes_the_relay_requeue_at_once(outbox, relay_config, tmp_path):
+    """Redis without persistence comes back empty: the relay notices the new server (its
+    run id) and queues every pending call again, without waiting for its periodic sweep."""
+    from tests.fault_support import RedisServer
+
+    with RedisServer(tmp_path) as server:
+        private = Queue(QUEUE, connection=server.client())
+        thread, stop = start(private, relay_config, poll_every=0.2, sweep_every=3600.0)
+        try:
+            [call_id] = store_calls(1)
+            assert wait_until(lambda: job_id(call_id) in queued_job_ids(private), timeout=10, interval=0.05)
+            server.stop()
+            server.start()  # same port, empty
+            assert queued_job_ids(private) == []
+            assert wait_until(lambda: job_id(call_id) in queued_job_ids(private), timeout=15, interval=0.1), \
+                "not re-queued after the Redis restart although the periodic sweep is an hour away"
+        finally:
+            stop.set()
+            thread.join(timeout=10)
