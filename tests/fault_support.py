@@ -18,7 +18,6 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import redis
 from rq import Worker
 
 from tests.https_server import wait_until
+from tests.support import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
@@ -205,14 +205,7 @@ def children(pid: int) -> set[int]:
     return found
 
 
-def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+stop = stop_process
 
 
 def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen:

@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +29,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from tests.support import stop_process
 
 __all__ = ["SeaweedFS", "SeaweedStartError", "find_weed", "run_seaweedfs"]
 
@@ -205,7 +206,7 @@ def run_seaweedfs(
         _wait_ready(proc, server, startup_timeout)
         yield server
     finally:
-        _stop(proc, stop_timeout)
+        stop_process(proc, stop_timeout)
         log.close()
         if owns_workdir:
             shutil.rmtree(base, ignore_errors=True)
@@ -251,12 +252,3 @@ def _wait_ready(proc: subprocess.Popen[bytes], server: SeaweedFS, timeout: float
     )
 
 
-def _stop(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)

@@ -1,6 +1,8 @@
 """Helpers shared by the tests (fixtures live in conftest.py)."""
 from __future__ import annotations
 
+import signal
+import subprocess
 from datetime import timedelta
 from typing import Any
 
@@ -38,3 +40,14 @@ def organization(*clinics: dict[str, Any], slug: str = "test-org", sharing: bool
 
 def clinic(slug: str = "clinic-a", *, tz: str = "Europe/Prague", country: str = "CZ", **extra: Any) -> dict[str, Any]:
     return {"slug": slug, "name": slug.title(), "timezone": tz, "country": country, **extra}
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

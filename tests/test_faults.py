@@ -23,7 +23,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import numpy as np
 import psycopg2

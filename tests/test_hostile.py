@@ -35,7 +35,7 @@ from storage import LocalStorage
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.https_server import wait_until
 from tests.live_service import patient_id, signing_organization, tag_id, type_id
-from tests.support import SECRET_KEY, bearer, issue_token, load
+from tests.support import SECRET_KEY, bearer, issue_token, load, stop_process
 
 PDF = b"%PDF-1.7\n" + b"\0" * 1000 + b"\n%%EOF\n"
 
@@ -615,12 +615,7 @@ def gunicorn(world: World, tmp_path_factory) -> Iterator[Gunicorn]:
                               public_base_url=base_url)
         yield Gunicorn(base_url, port, Path(root), signer)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc, 15)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from rq import Worker
 from tests import log_audit
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.https_server import wait_until
-from tests.support import SECRET_KEY
+from tests.support import SECRET_KEY, stop_process
 
 MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
 MODEL = ROOT / "var" / "models" / "ggml-base.bin"
@@ -66,8 +66,4 @@ def worker(wsgi_app, ca_bundle, worker_log) -> Iterator[subprocess.Popen]:
         assert ready and proc.poll() is None, worker_log.read_text()[-3000:]
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, 30)
