@@ -53,8 +53,10 @@ app = falcon.App()
 app.add_route("/external/v1/clinics/{clinic_slug}/switchboard/recording-complete", Echo())
 '''
 
-WRK_SCRIPT = '''
--- Unique CallSids: run nonce (argument) + thread number + per-thread counter.
+def calls_script(prefix: str, fields: str) -> str:
+    """A wrk Lua script posting recording-complete bodies with unique CallSids (run nonce
+    argument + thread number + per-thread counter) and the other `fields` (JSON text)."""
+    return '''
 local threads = 0
 function setup(thread) threads = threads + 1; thread:set("tid", threads) end
 local counter = 0
@@ -62,11 +64,15 @@ local prefix = ""
 function init(args) prefix = args[1] .. "-" .. tid end
 function request()
   counter = counter + 1
-  local body = string.format('{"CallSid":"bench-%s-%d","CallFrom":"+1 201 555 0198","CallTo":"+12015550100",' ..
-    '"RecordingUrl":"https://localhost:8443/v.mp3?sig=x","Source":"bench","Extra":"{}"}', prefix, counter)
+  local body = string.format('{"CallSid":"%s-%%s-%%d","CallFrom":"+1 201 555 0198","CallTo":"+12015550100",%s}',
+    prefix, counter)
   return wrk.format("POST", nil, nil, body)
 end
-'''
+''' % (prefix, fields)
+
+
+WRK_SCRIPT = calls_script(
+    "bench", '"RecordingUrl":"https://localhost:8443/v.mp3?sig=x","Source":"bench","Extra":"{}"')
 
 
 def free_port() -> int:
@@ -110,10 +116,12 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def wrk(url: str, token: str, script: Path, seconds: int = 10) -> dict[str, float]:
-    out = subprocess.run(["wrk", "-t4", "-c32", f"-d{seconds}s", "--latency", "-s", str(script),
+def wrk(url: str, token: str, script: Path, seconds: int = 10, connections: int = 32,
+        nonce: str | None = None) -> dict:
+    """Run wrk (4 threads) and read its latency percentiles, counts and errors."""
+    out = subprocess.run(["wrk", "-t4", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
                           "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: application/json", url,
-                          "--", uuid.uuid4().hex[:12]],
+                          "--", nonce or uuid.uuid4().hex[:12]],
                          capture_output=True, text=True, check=True).stdout
     def ms(label: str) -> float:
         value, unit = re.search(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
@@ -121,8 +129,8 @@ def wrk(url: str, token: str, script: Path, seconds: int = 10) -> dict[str, floa
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
-    return {"p50": ms("50%"), "p99": ms("99%"), "requests": requests, "non2xx": int(non2xx.group(1)) if non2xx else 0,
-            "socket_errors": errors.group(1) if errors else "none"}
+    return {"p50": ms("50%"), "p99": ms("99%"), "requests": requests, "rps": requests / seconds,
+            "non2xx": int(non2xx.group(1)) if non2xx else 0, "socket_errors": errors.group(1) if errors else "none"}
 
 
 def bench_intake(workdir: Path) -> None:

@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +29,7 @@ import psycopg2
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.handoff_bench import THREADS, WORKERS  # noqa: E402
+from bench.handoff_bench import THREADS, WORKERS, calls_script, wrk  # noqa: E402
 from tests.fault_support import (RedisServer, gunicorn, prepare_database, recreate_database, start_worker,  # noqa: E402
                                  stop)
 from tests.https_server import wait_until  # noqa: E402
@@ -67,37 +65,8 @@ wrk.method = "POST"
 wrk.body = {body}
 '''
 
-# Unique CallSids: run nonce (argument) + thread number + per-thread counter. No
-# RecordingUrl: the worker stores the outcome without fetching anything.
-CALLS_SCRIPT = '''
-local threads = 0
-function setup(thread) threads = threads + 1; thread:set("tid", threads) end
-local counter = 0
-local prefix = ""
-function init(args) prefix = args[1] .. "-" .. tid end
-function request()
-  counter = counter + 1
-  local body = string.format('{"CallSid":"load-%s-%d","CallFrom":"+1 201 555 0198","CallTo":"+12015550100",' ..
-    '"Status":"completed","Source":"load","Extra":"{}"}', prefix, counter)
-  return wrk.format("POST", nil, nil, body)
-end
-'''
-
-
-def wrk(url: str, token: str, script: Path, seconds: int, connections: int, nonce: str) -> dict:
-    out = subprocess.run(["wrk", "-t4", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
-                          "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: application/json", url,
-                          "--", nonce], capture_output=True, text=True, check=True).stdout
-
-    def ms(label: str) -> float:
-        value, unit = re.search(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
-        return float(value) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
-
-    requests = int(re.search(r"(\d+) requests in", out).group(1))
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    errors = re.search(r"Socket errors: (.*)", out)
-    return {"p50": ms("50%"), "p99": ms("99%"), "requests": requests, "rps": requests / seconds,
-            "non2xx": int(non2xx.group(1)) if non2xx else 0, "socket_errors": errors.group(1) if errors else "none"}
+# No RecordingUrl: the worker stores the outcome without fetching anything.
+CALLS_SCRIPT = calls_script("load", '"Status":"completed","Source":"load","Extra":"{}"')
 
 
 def script_for(workdir: Path, name: str) -> Path:

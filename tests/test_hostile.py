@@ -345,26 +345,33 @@ def test_the_document_yields_operations_and_string_fields_to_attack() -> None:
     assert ("CallSid",) in fields and ("patients", 0, "firstName") in fields and ("timeSlotInput", "start") in fields
 
 
-def test_hostile_strings_in_every_string_field_of_every_operation(world: World) -> None:
-    before = _snapshot()
-    known = known_values(world)
-    tried = 0
+def body_fields(known: dict[str, Any]) -> Iterator[tuple[Any, tuple[str, str], dict, tuple, dict]]:
+    """Every field of every request body in the document: (operation, its key, a valid
+    base body, the field's path, the field's schema)."""
     for op in OPERATIONS:
         if not op.body:
             continue
         key = (op.method, op.template)
         base = base_body(op, known)
         for path, schema in leaves(op.body, op=key):
-            if not is_string_field(schema):
-                continue
-            for text in HOSTILE:
-                base = base_body(op, known)  # fresh CallSid, externalId, ...: each one writes
-                answer = call(world, op, url_of(op, world), with_value(base, op.body, path, text, known, key))
-                tried += 1
-                assert_not_server_error(answer)
-                if "\u0000" in text or "\ud800" in text:
-                    error = refusal(answer, 400)
-                    assert error["code"] == "VALIDATION_FAILED"
+            yield op, key, base, path, schema
+
+
+def test_hostile_strings_in_every_string_field_of_every_operation(world: World) -> None:
+    before = _snapshot()
+    known = known_values(world)
+    tried = 0
+    for op, key, _, path, schema in body_fields(known):
+        if not is_string_field(schema):
+            continue
+        for text in HOSTILE:
+            base = base_body(op, known)  # fresh CallSid, externalId, ...: each one writes
+            answer = call(world, op, url_of(op, world), with_value(base, op.body, path, text, known, key))
+            tried += 1
+            assert_not_server_error(answer)
+            if "\u0000" in text or "\ud800" in text:
+                error = refusal(answer, 400)
+                assert error["code"] == "VALIDATION_FAILED"
     assert tried > 300
     after = _snapshot()
     # The injected strings were stored as text where a field is stored, never executed.
@@ -402,21 +409,16 @@ def test_hostile_path_and_query_parameters(world: World) -> None:
 
 def test_wrong_types_in_every_field_are_400(world: World) -> None:
     known = known_values(world)
-    for op in OPERATIONS:
-        if not op.body:
-            continue
-        key = (op.method, op.template)
-        base = base_body(op, known)
-        for path, schema in leaves(op.body, op=key):
-            allowed = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
-            for value in EVERY_TYPE:
-                answer = call(world, op, url_of(op, world), with_value(base, op.body, path, value, known, key))
-                assert_not_server_error(answer)
-                if not allowed.is_valid(value):
-                    error = refusal(answer, 400)
-                    assert error["code"] == "VALIDATION_FAILED"
-                    if isinstance(path[-1], str):  # names the field (a bulk item: the item's)
-                        assert path[-1] in error["error"], (str(op), path, value, error)
+    for op, key, base, path, schema in body_fields(known):
+        allowed = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        for value in EVERY_TYPE:
+            answer = call(world, op, url_of(op, world), with_value(base, op.body, path, value, known, key))
+            assert_not_server_error(answer)
+            if not allowed.is_valid(value):
+                error = refusal(answer, 400)
+                assert error["code"] == "VALIDATION_FAILED"
+                if isinstance(path[-1], str):  # names the field (a bulk item: the item's)
+                    assert path[-1] in error["error"], (str(op), path, value, error)
 
 
 def test_a_body_that_is_not_a_json_object(world: World) -> None:
@@ -435,16 +437,11 @@ def test_a_body_that_is_not_a_json_object(world: World) -> None:
 
 def test_deeply_nested_json_inside_a_known_field_is_refused(world: World) -> None:
     known = known_values(world)
-    for op in OPERATIONS:
-        if not op.body:
-            continue
-        key = (op.method, op.template)
-        base = base_body(op, known)
-        for path, _schema in leaves(op.body, op=key):
-            text = json.dumps(with_value(base, op.body, path, "@@", known, key))
-            raw = text.replace('"@@"', "[" * 900 + "]" * 900).encode()
-            answer = call(world, op, url_of(op, world), raw=raw)
-            assert_not_server_error(answer)
+    for op, key, base, path, _schema in body_fields(known):
+        text = json.dumps(with_value(base, op.body, path, "@@", known, key))
+        raw = text.replace('"@@"', "[" * 900 + "]" * 900).encode()
+        answer = call(world, op, url_of(op, world), raw=raw)
+        assert_not_server_error(answer)
 
 
 def test_huge_json_with_many_keys_is_answered_quickly(world: World) -> None:
@@ -462,23 +459,18 @@ def test_huge_json_with_many_keys_is_answered_quickly(world: World) -> None:
 def test_ten_thousand_element_arrays_are_refused_fast(world: World) -> None:
     known = known_values(world)
     arrays = 0
-    for op in OPERATIONS:
-        if not op.body:
+    for op, key, base, path, schema in body_fields(known):
+        if schema.get("type") != "array":
             continue
-        key = (op.method, op.template)
-        base = base_body(op, known)
-        for path, schema in leaves(op.body, op=key):
-            if schema.get("type") != "array":
-                continue
-            arrays += 1
-            items = ITEM_SCHEMAS.get((*key, path[-1]), schema.get("items", {}))
-            one = sample(items, str(path[-1]), known)
-            started = time.monotonic()
-            answer = call(world, op, url_of(op, world), with_value(base, op.body, path, [one] * 10_000, known, key))
-            assert time.monotonic() - started < 5, (str(op), path)
-            # 400 naming the array, or 413 when 10,000 items are over the body limit already.
-            error = assert_clear_refusal(answer, 400, 413)
-            assert answer.status_int == 413 or (str(path[-1]) in error["error"] and "long" in error["error"]), error
+        arrays += 1
+        items = ITEM_SCHEMAS.get((*key, path[-1]), schema.get("items", {}))
+        one = sample(items, str(path[-1]), known)
+        started = time.monotonic()
+        answer = call(world, op, url_of(op, world), with_value(base, op.body, path, [one] * 10_000, known, key))
+        assert time.monotonic() - started < 5, (str(op), path)
+        # 400 naming the array, or 413 when 10,000 items are over the body limit already.
+        error = assert_clear_refusal(answer, 400, 413)
+        assert answer.status_int == 413 or (str(path[-1]) in error["error"] and "long" in error["error"]), error
     assert arrays >= 4  # calendarIds, externalIds, patients, addTagIds at least
 
 
