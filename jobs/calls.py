@@ -20,9 +20,9 @@ from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
-import redis
 from rq import Queue, Retry
 from rq.job import Job, JobStatus
+from rq.worker import Worker
 from rq.registry import StartedJobRegistry
 
 import metrics
@@ -60,41 +60,36 @@ def enqueue_ingest(queue: Queue, call_id: uuid.UUID | str, config: Config) -> No
     )
 
 
-def ensure_queued(queue: Queue, call_id: uuid.UUID | str, config: Config, *, raise_errors: bool = False) -> bool:
-    """Queue the call's ingest unless a job for it exists. False when it was not queued;
-    a Redis error is logged and answers False unless `raise_errors`."""
-    try:
-        if Job.exists(job_id(call_id), queue.connection):
-            return False
-        enqueue_ingest(queue, call_id, config)
-        return True
-    except redis.RedisError as exc:
-        if raise_errors:
-            raise
-        log.warning("call %s not queued (Redis: %s); the relay retries", call_id, type(exc).__name__)
+def ensure_queued(queue: Queue, call_id: uuid.UUID | str, config: Config) -> bool:
+    """Queue the call's ingest unless a job for it exists; whether it was queued.
+    Raises `redis.RedisError` (the relay keeps the call in its outbox then)."""
+    if Job.exists(job_id(call_id), queue.connection):
         return False
+    enqueue_ingest(queue, call_id, config)
+    return True
 
 
 _LIVE = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
 
-def job_is_live(job: Job) -> bool:
+def job_is_live(job: Job, *, refresh: bool = True) -> bool:
     """Whether the job will still run or finish by itself: waiting (queued, scheduled,
     deferred), or STARTED by a worker that is alive.
 
     A worker killed with SIGKILL leaves its job STARTED and its worker key in Redis. Such
     a job is dead when the worker key has expired (`jobs.worker.ClinicWorker` beats during
     jobs and lets it expire `HEARTBEAT_TTL` = 70 s after its last beat) or, at once, when
-    the worker ran on this host and its process is gone.
+    the worker ran on this host and its process is gone. `refresh=False` trusts the
+    status the job was just fetched with.
     """
-    status = job.get_status(refresh=True)
+    status = job.get_status(refresh=refresh)
     if status not in _LIVE:
         return False
     if status != JobStatus.STARTED:
         return True
     if not job.worker_name:
         return False
-    hostname, pid = job.connection.hmget(f"rq:worker:{job.worker_name}", "hostname", "pid")
+    hostname, pid = job.connection.hmget(Worker.redis_worker_namespace_prefix + job.worker_name, "hostname", "pid")
     if hostname is None:
         return False  # the worker stopped beating long enough for its key to expire
     if hostname.decode() == socket.gethostname() and pid and not _process_alive(int(pid)):
@@ -138,20 +133,21 @@ def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | N
         query = query.where(Call.queued_at < queued_before)
     with db.connection_context():
         pending = [c.id for c in query]
-    queued = 0
-    for call_id in pending:
-        job = Job.fetch(job_id(call_id), connection=queue.connection) if Job.exists(job_id(call_id), queue.connection) else None
-        if job is not None and job_is_live(job):
+    requeued: list[uuid.UUID] = []
+    # One round trip for all the jobs, not two a call: a backlog can be tens of thousands.
+    jobs = Job.fetch_many([job_id(i) for i in pending], connection=queue.connection)
+    for call_id, job in zip(pending, jobs):
+        if job is not None and job_is_live(job, refresh=False):
             continue
         if job is not None:
             log.warning("call %s: its job is %s with no live worker; queued again", call_id, job.get_status(refresh=False))
             forget_job(job)
         enqueue_ingest(queue, call_id, config)
-        queued += 1
-    if queued:
+        requeued.append(call_id)
+    if requeued:
         with db.connection_context():
-            Call.update(queued_at=utc_now()).where(Call.id.in_(pending) & (Call.state == "pending")).execute()
-    return queued
+            Call.update(queued_at=utc_now()).where(Call.id.in_(requeued) & (Call.state == "pending")).execute()
+    return len(requeued)
 
 
 def ingest_call(call_id: str) -> str:

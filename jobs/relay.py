@@ -52,12 +52,11 @@ class CallRelay:
                 ids = Call.claim_unqueued(self.batch)
             for i, call_id in enumerate(ids):
                 try:
-                    ensure_queued(self.queue, call_id, self.config, raise_errors=True)
+                    queued += ensure_queued(self.queue, call_id, self.config)
                 except redis.RedisError:
                     with db.connection_context():
                         Call.unclaim(ids[i:])  # stays in the outbox for the next round
                     raise
-                queued += 1
             if len(ids) < self.batch:
                 return queued
 
