@@ -16,6 +16,7 @@ import metrics
 import openapi
 import strict_json
 from auth import TokenAuth
+from auth_cache import AuthCache
 from config import Config
 from documents import LinkCache
 from errors import APIError
@@ -31,10 +32,9 @@ log = logging.getLogger(__name__)
 
 
 class DatabaseConnection:
-    """One pooled connection per request, returned to the pool when the answer is out."""
-
-    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        db.connect(reuse_if_open=True)
+    """At most one pooled connection per request, returned to the pool when the answer is
+    out. Taken at the first query (Peewee's autoconnect), not up front: a call hand-off
+    whose token is cached and whose row another request's group commit writes needs none."""
 
     def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool) -> None:
         if not db.is_closed():
@@ -106,7 +106,8 @@ def create_app(config: Config) -> falcon.App:
     flusher = metrics.Flusher(redis.Redis.from_url(config.redis_url, socket_connect_timeout=1, socket_timeout=2),
                               config.metrics_flush_seconds)
     app = falcon.App(middleware=[logs.RequestId(), metrics.RequestMetrics(flusher), NoNulInUrl(),
-                                 BodyLimit(config.max_body_bytes), DatabaseConnection(), TokenAuth(config.clock)])
+                                 BodyLimit(config.max_body_bytes), DatabaseConnection(),
+                                 TokenAuth(config.clock, AuthCache.for_database(database))])
     app.req_options.strip_url_path_trailing_slash = True
     # JSON only: Falcon would also parse form bodies, which `curl -d` sends by default,
     # and a JSON text read as a form key fails confusingly later. Answer 415 instead.

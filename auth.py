@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import falcon
 
+from auth_cache import AuthCache
 from errors import APIError
 from models import ApiToken, as_utc
 
@@ -22,8 +23,12 @@ def _unauthorized(message: str) -> APIError:
 
 
 class TokenAuth:
-    def __init__(self, clock: Callable) -> None:
+    def __init__(self, clock: Callable, cache: AuthCache | None = None) -> None:
         self.clock = clock
+        self.cache = cache
+        # token id -> when this process last wrote its last_used_at; a cached token row
+        # keeps the value it was read with, and the touch must not repeat every request.
+        self._touched: dict[Any, Any] = {}
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict) -> None:
         scopes: dict[str, str] | None = getattr(resource, "scopes", None)
@@ -34,7 +39,7 @@ class TokenAuth:
         if kind.lower() != "bearer" or not text.strip():
             raise _unauthorized("Missing bearer token.")
         now = self.clock()
-        found = ApiToken.authorize(text.strip(), params.get("clinic_slug", ""), now)
+        found = ApiToken.authorize(text.strip(), params.get("clinic_slug", ""), now, self.cache)
         if found is None:
             raise _unauthorized("Invalid, expired or revoked token.")
         token, clinic = found
@@ -42,7 +47,11 @@ class TokenAuth:
             raise APIError(404, "CLINIC_NOT_FOUND", "Unknown clinic.")
         if scopes[req.method] not in token.scope_set or not clinic.covered:
             raise APIError(403, "FORBIDDEN", "The token has no access to this clinic or lacks the scope.")
-        if token.last_used_at is None or as_utc(now) - token.last_used_at > _TOUCH_EVERY:
+        last_used = max(filter(None, (token.last_used_at, self._touched.get(token.id))), default=None)
+        if last_used is None or as_utc(now) - last_used > _TOUCH_EVERY:
             ApiToken.update(last_used_at=as_utc(now)).where(ApiToken.id == token.id).execute()
+            if len(self._touched) > 10_000:
+                self._touched.clear()
+            self._touched[token.id] = as_utc(now)
         req.context.token = token
         req.context.clinic = clinic

@@ -20,6 +20,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import auth_cache
 from config import Config
 from migrations import migrate
 from models import ApiToken, ApiTokenClinic, Clinic, bind_database, db, iso_utc, utc_now
@@ -92,6 +93,7 @@ def cmd_token_revoke(config: Config, args: argparse.Namespace) -> int:
     if not updated and not ApiToken.get_or_none(ApiToken.id == token_id):
         print("error: no such token", file=sys.stderr)
         return 2
+    auth_cache.changed_here()  # other processes hear of it by NOTIFY (auth_cache.py)
     print(f"token {token_id} revoked", file=sys.stderr)
     return 0
 

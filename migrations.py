@@ -14,6 +14,7 @@ import peewee as pw
 from playhouse.migrate import PostgresqlMigrator, SchemaMigrator, SqliteMigrator
 from playhouse.migrate import migrate as apply_operations
 
+import auth_cache
 import models as m
 
 Migration = Callable[[pw.Database, SchemaMigrator], None]
@@ -110,6 +111,24 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
             'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH ROW EXECUTE FUNCTION call_notify_new()',
         ),
+    )),
+    # The web processes cache token rows (auth_cache.py); these NOTIFY them of changes.
+    # Statement-level: one notification per change, however many rows it touched. And the
+    # call trigger becomes statement-level too: a group commit's INSERT wakes the relay once.
+    (6, "auth_cache", _postgresql(
+        "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        f"BEGIN PERFORM pg_notify('{auth_cache.CHANNEL}', ''); RETURN NULL; END $$",
+        *(statement for table, events in (
+            ("api_token", "UPDATE OF secret_hash, scopes, expires_at, revoked_at OR DELETE OR TRUNCATE"),
+            ("api_token_clinic", "INSERT OR UPDATE OR DELETE OR TRUNCATE"),
+            ("clinic", "INSERT OR UPDATE OR DELETE OR TRUNCATE"),
+        ) for statement in (
+            f'DROP TRIGGER IF EXISTS "auth_changed" ON "{table}"',
+            f'CREATE TRIGGER "auth_changed" AFTER {events} ON "{table}" '
+            "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
+        )),
+        'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
+        'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH STATEMENT EXECUTE FUNCTION call_notify_new()',
     )),
 ]
 

@@ -11,6 +11,7 @@ import secrets
 import select
 import uuid
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlparse
 
@@ -21,6 +22,9 @@ from playhouse.db_url import parse as parse_db_url
 from playhouse.pool import PooledPostgresqlDatabase
 
 from phones import to_e164
+
+if TYPE_CHECKING:
+    from auth_cache import AuthCache
 
 db = pw.DatabaseProxy()
 
@@ -360,13 +364,14 @@ class ApiToken(BaseModel):
         return token, f"{cls.PREFIX}_{token.id.hex}_{secret}"
 
     @classmethod
-    def authorize(cls, text: str, slug: str, now: datetime) -> "tuple[ApiToken, Clinic | None] | None":
+    def authorize(cls, text: str, slug: str, now: datetime,
+                  cache: "AuthCache | None" = None) -> "tuple[ApiToken, Clinic | None] | None":
         """The live token for `text` (None: unknown, bad secret, revoked or expired) and
         the clinic named `slug` (None if there is none), with `covered` telling whether
         the token is bound to it.
 
-        One round trip for every check of every authenticated request, in SQL written
-        once: Peewee would rebuild it per request, which cost more than running it.
+        One round trip for every check, in SQL written once (Peewee would rebuild it per
+        request, which cost more than running it), or none when `cache` holds the rows.
         """
         parts = text.split("_", 2)
         if len(parts) != 3 or parts[0] != cls.PREFIX:
@@ -375,7 +380,11 @@ class ApiToken(BaseModel):
             token_id = uuid.UUID(hex=parts[1])
         except ValueError:
             return None
-        row = hot_sql(_AUTHORIZE_SQL, (slug, cls.id.db_value(token_id))).fetchone()
+        key = (token_id, slug)
+        row, generation = cache.get(key) if cache is not None else (None, -1)
+        fetched = row is None
+        if fetched:
+            row = hot_sql(_AUTHORIZE_SQL, (slug, cls.id.db_value(token_id))).fetchone()
         presented = cls._hash(parts[2])
         if row is None:
             hmac.compare_digest(presented, presented)  # same work either way
@@ -390,6 +399,8 @@ class ApiToken(BaseModel):
         clinic_values = row[len(cls._meta.sorted_fields):]
         if clinic_values[0] is None:  # LEFT JOIN found no clinic of that slug
             return token, None
+        if fetched and cache is not None:  # only rows whose secret matched: no filling it with guesses
+            cache.put(key, row, generation)
         clinic = from_row(Clinic, clinic_values)
         clinic.covered = bool(clinic_values[-1])
         return token, clinic

@@ -23,6 +23,7 @@ import peewee as pw
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import best_match
 
+import auth_cache
 import crypto
 from models import (
     Calendar,
@@ -461,6 +462,13 @@ _FK_IDS = {"organization": "organization_id", "clinic": "clinic_id", "calendar":
 
 def onboard(document: dict[str, Any], *, secret_key: str) -> str:
     """Validate `document`, then write it in one transaction. Returns a one-line summary."""
+    try:
+        return _onboard(document, secret_key)
+    finally:
+        auth_cache.changed_here()  # clinics may have changed (other processes: NOTIFY)
+
+
+def _onboard(document: dict[str, Any], secret_key: str) -> str:
     with db.atomic():
         plan = _Plan(document)
         w = _Writer(secret_key)

@@ -1,0 +1,274 @@
+"""Token rows cached per web process (auth_cache.py), kept current by PostgreSQL NOTIFY.
+
+Every change below is made on a separate database connection, as another process (the
+token CLI, an onboarding run) would make it: nothing in this process is told but the
+notification. The first request once the notification has arrived must be refused; the
+tests wait (bounded) only for that arrival, and count how often it had already arrived
+when the change's commit returned (tens of microseconds at most on this machine).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+
+import psycopg2
+import pytest
+
+import auth_cache
+from auth_cache import AuthCache
+from models import db
+from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+
+ROUNDS = 25
+
+
+@pytest.fixture
+def clinics(app):
+    if not auth_cache_enabled():
+        pytest.skip("the cache needs PostgreSQL (NOTIFY)")
+    load(organization(clinic("clinic-a"), clinic("clinic-b")))
+
+
+def auth_cache_enabled() -> bool:
+    return AuthCache.for_database(db.obj).enabled
+
+
+@pytest.fixture
+def token_reads():
+    """How many times the token row was read from the database."""
+    reads: list[str] = []
+
+    def hook(event) -> None:
+        if 'FROM "api_token" AS t' in event.sql:
+            reads.append(event.sql)
+    database = db.obj
+    database.query_hooks.append(hook)
+    yield reads
+    database.query_hooks.remove(hook)
+
+
+@contextmanager
+def other_connection():
+    """A connection of its own, standing for another process."""
+    conn = psycopg2.connect(dbname=db.obj.database, **db.obj.connect_params)
+    conn.autocommit = True
+    try:
+        yield conn.cursor()
+    finally:
+        conn.close()
+
+
+def token_id(token: str) -> str:
+    return str(uuid.UUID(token.split("_")[1]))
+
+
+def check(app, token: str, slug: str = "clinic-a", status: int = 200):
+    return app.post(switchboard_url(slug, "is-on-vacation"), headers=bearer(token), status=status)
+
+
+def app_cache(app) -> AuthCache:
+    return next(m.cache for m in app.app._unprepared_middleware if isinstance(getattr(m, "cache", None), AuthCache))
+
+
+@contextmanager
+def change_seen(app, arrivals: list[bool] | None = None):
+    """Run the change in the body, then wait until the app's cache has heard of it."""
+    cache = app_cache(app)
+    before = cache.get("probe")[1]
+    yield
+    arrived_at_once = cache.get("probe")[1] != before
+    deadline = time.monotonic() + 2
+    while cache.get("probe")[1] == before:
+        assert time.monotonic() < deadline, "the change was never notified"
+    if arrivals is not None:
+        arrivals.append(arrived_at_once)
+
+
+def wait_cached(app, token: str, reads: list[str], slug: str = "clinic-a") -> None:
+    """Ask until a request is answered from the cache (the listener connects in the
+    background on first use); bounded."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        before = len(reads)
+        check(app, token, slug)
+        if len(reads) == before:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the token row was never served from the cache")
+
+
+def test_a_known_token_is_read_from_the_database_once(app, clinics, token_reads):
+    token = issue_token(["clinic-a"], ["read"])
+    wait_cached(app, token, token_reads)
+    before = len(token_reads)
+    for _ in range(20):
+        check(app, token)
+    assert len(token_reads) == before
+
+
+def test_the_secret_is_checked_on_every_request_even_when_cached(app, clinics, token_reads):
+    token = issue_token(["clinic-a"], ["read"])
+    wait_cached(app, token, token_reads)
+    forged = token[: token.rindex("_") + 1] + "A" * 43
+    for _ in range(3):
+        check(app, forged, status=401)
+    check(app, token)
+
+
+def test_a_revocation_by_another_process_refuses_the_first_request_after_its_notification(app, clinics, token_reads):
+    arrivals: list[bool] = []
+    for _ in range(ROUNDS):
+        token = issue_token(["clinic-a"], ["read"])
+        wait_cached(app, token, token_reads)
+        with other_connection() as cur, change_seen(app, arrivals):
+            cur.execute("UPDATE api_token SET revoked_at = now() WHERE id = %s", (token_id(token),))
+        check(app, token, status=401)
+    print(f"notification already there when the revoking commit returned: {sum(arrivals)}/{len(arrivals)}")
+
+
+def test_a_revocation_in_this_process_refuses_the_very_next_request(app, clinics, token_reads):
+    import argparse
+    import manage
+    for _ in range(ROUNDS):
+        token = issue_token(["clinic-a"], ["read"])
+        wait_cached(app, token, token_reads)
+        assert manage.cmd_token_revoke(None, argparse.Namespace(token_id=token_id(token))) == 0
+        check(app, token, status=401)
+
+
+def test_an_expiry_moved_into_the_past_is_refused_once_notified(app, clinics, clock, token_reads):
+    token = issue_token(["clinic-a"], ["read"], expires_in=timedelta(days=30))
+    wait_cached(app, token, token_reads)
+    yesterday = (clock() - timedelta(days=1)).astimezone(timezone.utc).replace(tzinfo=None)
+    with other_connection() as cur:
+        with change_seen(app):
+            cur.execute("UPDATE api_token SET expires_at = %s WHERE id = %s", (yesterday, token_id(token)))
+    check(app, token, status=401)
+
+
+def test_a_clinic_taken_from_the_token_is_refused_once_notified(app, clinics, token_reads):
+    for _ in range(ROUNDS):
+        token = issue_token(["clinic-a", "clinic-b"], ["read"])
+        wait_cached(app, token, token_reads, "clinic-b")
+        with other_connection() as cur, change_seen(app):
+            cur.execute("DELETE FROM api_token_clinic WHERE token_id = %s AND clinic_id = "
+                        "(SELECT id FROM clinic WHERE slug = 'clinic-b')", (token_id(token),))
+        check(app, token, "clinic-b", status=403)
+        check(app, token, "clinic-a")
+
+
+def test_a_renamed_clinic_is_not_found_under_its_old_slug(app, clinics, token_reads):
+    token = issue_token(["clinic-a"], ["read"])
+    wait_cached(app, token, token_reads)
+    with other_connection() as cur, change_seen(app):
+        cur.execute("UPDATE clinic SET slug = 'clinic-a-renamed' WHERE slug = 'clinic-a'")
+    resp = check(app, token, status=404)
+    assert resp.json["code"] == "CLINIC_NOT_FOUND"
+    check(app, token, "clinic-a-renamed")
+
+
+def test_without_the_listening_connection_nothing_is_cached_and_revocation_still_holds(app, clinics, token_reads):
+    token = issue_token(["clinic-a"], ["read"])
+    wait_cached(app, token, token_reads)
+    with other_connection() as cur:
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s "
+                    "AND datname = current_database()", ("auth-cache listener",))
+        assert cur.fetchall(), "no listening connection found"
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the server closes it asynchronously
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                        "AND datname = current_database()", ("auth-cache listener",))
+            if cur.fetchone()[0] == 0:
+                break
+            time.sleep(0.01)
+    before = len(token_reads)
+    check(app, token)  # finds the connection dead: read from the database
+    check(app, token)  # still not listening (reconnects after RECONNECT_EVERY): read again
+    assert len(token_reads) == before + 2
+    with other_connection() as cur:
+        cur.execute("UPDATE api_token SET revoked_at = now() WHERE id = %s", (token_id(token),))
+    check(app, token, status=401)
+    fresh = issue_token(["clinic-a"], ["read"])
+    started = time.monotonic()
+    wait_cached(app, fresh, token_reads)  # listening again
+    assert time.monotonic() - started < auth_cache.RECONNECT_EVERY + 5
+
+
+# --- The cache alone -----------------------------------------------------------------
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def cache(app):
+    if not auth_cache_enabled():
+        pytest.skip("the cache needs PostgreSQL (NOTIFY)")
+    clock = FakeClock()
+    made = AuthCache.for_database(db.obj, ttl=60, clock=clock)
+    made.clock = clock
+    deadline = time.monotonic() + 10
+    while made.get("warm-up")[1] < 0:  # listening starts in the background
+        assert time.monotonic() < deadline, "the cache never started listening"
+        time.sleep(0.01)
+    yield made
+    made.close()
+
+
+def test_a_row_read_before_a_change_is_not_kept_after_it(cache):
+    _, generation = cache.get("key")
+    with other_connection() as cur:  # the change commits while the request reads the old row
+        cur.execute(f"NOTIFY {auth_cache.CHANNEL}")
+    deadline = time.monotonic() + 5
+    while cache.get("another key")[1] == generation:  # some other request drains the notification
+        assert time.monotonic() < deadline
+    cache.put("key", ("old row",), generation)
+    assert cache.get("key")[0] is None
+
+
+def test_rows_expire_after_the_ttl_even_without_a_notification(cache):
+    _, generation = cache.get("key")
+    cache.put("key", ("row",), generation)
+    cache.clock.now += 59
+    assert cache.get("key")[0] == ("row",)
+    cache.clock.now += 2
+    assert cache.get("key")[0] is None
+
+
+def test_sqlite_gets_no_cache():
+    import peewee as pw
+    disabled = AuthCache.for_database(pw.SqliteDatabase(":memory:"))
+    assert not disabled.enabled and disabled.get("key") == (None, -1)
+    disabled.put("key", ("row",), -1)
+    assert disabled.get("key") == (None, -1)
+
+
+def test_last_used_is_written_once_a_minute_though_the_row_is_cached(app, clinics, clock, token_reads):
+    writes: list[str] = []
+
+    def hook(event) -> None:
+        if event.sql.startswith('UPDATE "api_token" SET "last_used_at"'):
+            writes.append(event.sql)
+    db.obj.query_hooks.append(hook)
+    try:
+        start = datetime(2026, 11, 18, 10, 0, tzinfo=timezone.utc)
+        clock.set(start)
+        token = issue_token(["clinic-a"], ["read"])
+        wait_cached(app, token, token_reads)
+        assert len(writes) == 1
+        for seconds in (10, 30, 59):
+            clock.set(start + timedelta(seconds=seconds))
+            check(app, token)
+        assert len(writes) == 1
+        clock.set(start + timedelta(seconds=61))
+        check(app, token)
+        check(app, token)
+        assert len(writes) == 2
+    finally:
+        db.obj.query_hooks.remove(hook)
