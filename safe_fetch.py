@@ -166,6 +166,7 @@ BLOCKED_SUFFIXES: tuple[str, ...] = (
 _LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _NUMERIC_LABEL_RE = re.compile(r"^(?:[0-9]+|0x[0-9a-f]*)$")
 _PORT_RE = re.compile(r"^[0-9]{1,5}$")
+_CONTROL_RE = re.compile(r"[\x00-\x20\x7f\\]")  # whitespace, control characters, backslash
 # Characters that get a path/query percent-encoded rather than rejected.
 _SAFE_PATH_CHARS = "/%:@!$&'()*+,;=-._~"
 _SAFE_QUERY_CHARS = _SAFE_PATH_CHARS + "?"
@@ -241,11 +242,12 @@ def _parse(url: str, *, allow_loopback: bool) -> _ParsedURL:
         raise _reject("URL is empty")
     if len(url) > MAX_URL_LENGTH:
         raise _reject("URL is too long")
-    for ch in url:
-        if ord(ch) <= 0x20 or ord(ch) == 0x7F or ch == "\\":
-            raise _reject("URL contains whitespace, control characters or backslashes")
-        if not ch.isprintable():
-            raise _reject("URL contains non-printable characters")
+    # Whichever kind of character comes first decides the message, as a per-character scan would.
+    control = _CONTROL_RE.search(url)
+    if not (url if control is None else url[: control.start()]).isprintable():
+        raise _reject("URL contains non-printable characters")
+    if control is not None:
+        raise _reject("URL contains whitespace, control characters or backslashes")
     scheme, sep, rest = url.partition(":")
     if not sep or scheme.lower() != "https":
         raise _reject("only https URLs are allowed")

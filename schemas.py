@@ -3,9 +3,10 @@ OpenAPI document, so the two can never disagree."""
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import falcon
+import jsonschema_rs
 from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError, best_match
 
@@ -101,6 +102,46 @@ def _validator(schema: dict[str, Any]) -> Any:
     return _validators[key]
 
 
+# Two validators per schema: jsonschema_rs says "valid" in under 1 µs, the common case; the
+# Python one (~40 µs) stays the sole authority for refusals and their messages. So the fast
+# path only ever accepts; whatever it does not vouch for (invalid, not plain JSON, a string
+# holding NUL or a lone surrogate, which only the Python "type" refuses, or jsonschema_rs
+# raising) goes on to the Python path, which may still accept it (its `re` `$` matches
+# before a final newline). Formats use the Python checks: jsonschema_rs's own accept year 0
+# and leap seconds. The walk runs first: it also keeps over-deep bodies out of the Rust code.
+_RS_FORMATS: dict[str, Callable[[str], bool]] = {
+    name: (lambda text, name=name: _format_checker.conforms(text, name)) for name in _format_checker.checkers}
+_JSON_SCALARS = (int, float, bool, type(None))
+_fast_validators: dict[int, tuple[dict[str, Any], Any]] = {}
+
+
+def _storable(value: Any) -> bool:
+    """Plain JSON whose strings (keys included) hold no NUL or lone surrogate."""
+    kind = type(value)
+    if kind is str:
+        return _UNSTORABLE.search(value) is None
+    if kind is dict:
+        return all(map(_storable, value)) and all(map(_storable, value.values()))
+    if kind is list:
+        return all(map(_storable, value))
+    return kind in _JSON_SCALARS
+
+
+def _fast_valid(instance: Any, schema: dict[str, Any]) -> bool:
+    key = id(schema)
+    if key not in _fast_validators:
+        try:
+            fast = jsonschema_rs.Draft202012Validator(schema, validate_formats=True, formats=_RS_FORMATS)
+        except Exception:
+            fast = None  # no fast path for this schema
+        _fast_validators[key] = (schema, fast)  # holding `schema` keeps its id from being reused
+    fast = _fast_validators[key][1]
+    try:
+        return fast is not None and _storable(instance) and fast.is_valid(instance)
+    except Exception:  # e.g. RecursionError in the walk, a format check raising
+        return False
+
+
 def _where(path: Any) -> str:
     out = ""
     for part in path:
@@ -110,6 +151,8 @@ def _where(path: Any) -> str:
 
 def check(instance: Any, schema: dict[str, Any]) -> None:
     """Raise 400 VALIDATION_FAILED naming the first offending field."""
+    if _fast_valid(instance, schema):
+        return
     error = best_match(_validator(schema).iter_errors(instance))
     if error is None:
         return
