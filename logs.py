@@ -26,7 +26,8 @@ from typing import Any
 
 import falcon
 
-#: The id of the request being handled in this thread (gthread) or context; None outside.
+#: The id of the request being handled in this context (each gevent greenlet or thread
+#: has its own); None outside.
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 _QUIET = ("urllib3", "botocore", "boto3", "s3transfer")

@@ -76,12 +76,30 @@ class CheckedPostgresqlPool(PooledPostgresqlDatabase):
         return False
 
 
+def _cooperative_psycopg2() -> None:
+    """Under gevent (the Procfile's web workers), let psycopg2 wait through gevent's hub.
+
+    psycopg2 blocks in C while it waits for the server; in a gevent worker that would
+    stall every request of the process for the length of each query. psycogreen's wait
+    callback makes those waits yield instead. Processes that gevent has not patched (the
+    CLI, RQ workers, tests) keep plain blocking psycopg2.
+    """
+    try:
+        from gevent import monkey
+    except ImportError:
+        return
+    if monkey.is_module_patched("socket"):
+        from psycogreen.gevent import patch_psycopg
+        patch_psycopg()
+
+
 def open_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.Database:
     """Build the database for `url`: PostgreSQL (pooled for the web process; plain for
     the CLI and RQ workers, whose forked work horses must not inherit pooled sockets),
     or SQLite in WAL mode."""
     scheme = urlparse(url).scheme
     if scheme in ("postgres", "postgresql"):
+        _cooperative_psycopg2()
         params = parse_db_url(url)
         name = params.pop("database")
         if not pooled:

@@ -36,12 +36,12 @@ sys.path.insert(0, str(ROOT))
 
 import transcription  # noqa: E402
 from tests.https_server import HTTPSTestServer, static, wait_until  # noqa: E402
+from tests.support import web_command  # noqa: E402
 
 PG = "postgresql://postgres@127.0.0.1:5432/clinic_bench_handoff"
 REDIS = "redis://127.0.0.1:6379/10"
 MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
 WORKERS = os.environ.get("WEB_CONCURRENCY", "2")  # as the Procfile: gunicorn processes
-THREADS = os.environ.get("WEB_THREADS", "8")  # and threads per process
 
 BASELINE_APP = '''
 import falcon
@@ -103,9 +103,8 @@ def manage(*args: str, **extra: str) -> str:
 
 
 def gunicorn(app: str, port: int, workdir: Path) -> subprocess.Popen:
-    # As the Procfile runs it (gthread workers); PYTHONPATH picks the baseline module.
-    cmd = [str(ROOT / ".venv" / "bin" / "gunicorn"), app, "--bind", f"127.0.0.1:{port}", "--workers", WORKERS,
-           "--worker-class", "gthread", "--threads", THREADS, "--log-level", "warning"]
+    # As the Procfile runs it; PYTHONPATH picks the baseline module.
+    cmd = web_command(port, "--workers", WORKERS, "--log-level", "warning", app=app)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env(PYTHONPATH=f"{workdir}:{ROOT}", DB_POOL_SIZE="10"))
     assert wait_until(lambda: _listening(port), timeout=30, interval=0.1), "gunicorn did not start"
     return proc
@@ -153,7 +152,7 @@ def bench_intake(workdir: Path) -> None:
             proc.terminate()
             proc.wait(timeout=30)
     base, real = results["baseline (bare Falcon echo)"], results["recording-complete"]
-    print(f"\n== recording-complete at 32 connections (wrk -t4 -c32 -d10s, gunicorn {WORKERS}x{THREADS} gthread)")
+    print(f"\n== recording-complete at 32 connections (wrk -t4 -c32 -d10s, {WORKERS} gunicorn workers as the Procfile)")
     for name, r in results.items():
         print(f"{name:30s} p50 {r['p50']:7.2f} ms   p99 {r['p99']:7.2f} ms   requests {r['requests']:6d}   "
               f"non-2xx {r['non2xx']}   socket errors {r['socket_errors']}")

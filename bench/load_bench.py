@@ -1,6 +1,6 @@
 """Load (issue 6): wrk on each routing check and on recording-complete, 64 connections.
 
-Against gunicorn as the Procfile runs it (gthread, WEB_CONCURRENCY x WEB_THREADS) on
+Against gunicorn as the Procfile runs it (WEB_CONCURRENCY gevent workers) on
 PostgreSQL and a private redis-server, with a real worker (`manage.py worker`) running.
 Baseline, measured in the same run on the same server: a bare Falcon app that parses the
 same JSON body and answers the same body (bench/handoff_bench.py's echo, one per path).
@@ -29,7 +29,7 @@ import psycopg2
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.handoff_bench import THREADS, WORKERS, calls_script, wrk  # noqa: E402
+from bench.handoff_bench import WORKERS, calls_script, wrk  # noqa: E402
 from tests.fault_support import (RedisServer, gunicorn, prepare_database, recreate_database, start_worker,  # noqa: E402
                                  stop)
 from tests.https_server import wait_until  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> int:
         try:
             for label, app in (("baseline", "baseline_app:app"), ("service", "wsgi:app")):
                 web, base_url = gunicorn({**env, "PYTHONPATH": f"{workdir}:{ROOT}"}, workdir / f"{label}.log",
-                                         workers=int(WORKERS), threads=int(THREADS), app=app)
+                                         workers=int(WORKERS), app=app)
                 try:
                     for name in CHECKS:
                         script = script_for(workdir, name)
@@ -137,7 +137,7 @@ def main() -> int:
         finally:
             stop(worker, timeout=60)
 
-    print(f"\n== wrk -t4 -c{args.connections} -d{args.seconds}s per endpoint; gunicorn {WORKERS}x{THREADS} gthread "
+    print(f"\n== wrk -t4 -c{args.connections} -d{args.seconds}s per endpoint; {WORKERS} gunicorn workers "
           f"(as the Procfile), PostgreSQL, Redis, a worker running")
     print(f"{'endpoint':22s} {'baseline p50/p99 ms':>22s} {'service p50/p99 ms':>22s} {'req/s (svc)':>12s} "
           f"{'x p99':>6s}  errors")

@@ -4,7 +4,7 @@
   stopping it loses everything, as an outage of a cache-like Redis does;
 - `PostgresCluster`: a private PostgreSQL cluster (initdb into a temporary directory,
   run as the `postgres` user when we are root: PostgreSQL refuses to run as root);
-- `gunicorn()`: the web process as the Procfile runs it (gthread workers);
+- `gunicorn()`: the web process as the Procfile runs it (gevent workers);
 - `start_worker()`: `python manage.py worker`, waited for until it has registered;
 - `prepare_database()`: create, migrate, onboard one clinic and issue a token, through the
   operator CLI, exactly as an operator would.
@@ -31,10 +31,9 @@ import redis
 from rq import Worker
 
 from tests.https_server import wait_until
-from tests.support import stop_process
+from tests.support import stop_process, web_command
 
 ROOT = Path(__file__).resolve().parent.parent
-GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
 
 
 def free_port() -> int:
@@ -180,15 +179,13 @@ def prepare_database(env: dict[str, str], slug: str = "fault-clinic") -> str:
     return manage(env, "token", "create", "--name", "faults", "--clinic", slug, "--scope", "read", "--scope", "write")
 
 
-def gunicorn(env: dict[str, str], log: Path, *, workers: int = 2, threads: int = 8,
+def gunicorn(env: dict[str, str], log: Path, *, workers: int = 2,
              app: str = "wsgi:app") -> tuple[subprocess.Popen, str]:
     """`gunicorn wsgi:app` as the Procfile runs it; returns the process and its base URL."""
     port = free_port()
     with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [str(GUNICORN), app, "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
-             "--worker-class", "gthread", "--threads", str(threads), "--timeout", "30"],
-            cwd=ROOT, env={**env, "DB_POOL_SIZE": str(threads)}, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(web_command(port, "--workers", str(workers), app=app),
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     up = wait_until(lambda: proc.poll() is not None or (listening(port) and len(children(proc.pid)) == workers),
                     timeout=30, interval=0.05)
     if not up or proc.poll() is not None:

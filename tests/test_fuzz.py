@@ -1,6 +1,6 @@
 """Fuzzing from the OpenAPI document (issue 6): schemathesis against the running service.
 
-The service runs as in production: gunicorn (gthread, as the Procfile) on its own
+The service runs as in production: gunicorn (as the Procfile runs it) on its own
 freshly created and migrated PostgreSQL database and its own Redis database, with the
 example organization onboarded (`manage.py onboard examples/onboarding.json`) and a
 read + write token (`manage.py token create`). Schemathesis (`st run`, a subprocess)
@@ -37,6 +37,7 @@ import requests
 from onboarding import stable_id
 from tests.conftest import EXAMPLE, PG_URL, REDIS_URL, ROOT
 from tests.https_server import wait_until
+from tests.support import web_command
 
 BIN = Path(sys.executable).parent
 SEED = 20260601
@@ -186,9 +187,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     token = _manage(env, "token", "create", "--name", "fuzz", *slugs, "--scope", "read", "--scope", "write")
     log = workdir / "gunicorn.log"
     with open(log, "wb") as out:
-        # As the Procfile runs it: gthread workers.
-        web = subprocess.Popen([str(BIN / "gunicorn"), "wsgi:app", "--bind", f"127.0.0.1:{port}", "--workers", "2",
-                                "--worker-class", "gthread", "--threads", "4", "--log-level", "warning"],
+        web = subprocess.Popen(web_command(port, "--log-level", "warning"),
                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         assert wait_until(lambda: web.poll() is not None or _healthy(base_url), timeout=60, interval=0.1)

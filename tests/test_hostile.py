@@ -35,7 +35,7 @@ from storage import LocalStorage
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.https_server import wait_until
 from tests.live_service import patient_id, signing_organization, tag_id, type_id
-from tests.support import SECRET_KEY, bearer, issue_token, load, stop_process
+from tests.support import SECRET_KEY, bearer, issue_token, load, stop_process, web_command
 
 PDF = b"%PDF-1.7\n" + b"\0" * 1000 + b"\n%%EOF\n"
 
@@ -596,9 +596,7 @@ def gunicorn(world: World, tmp_path_factory) -> Iterator[Gunicorn]:
     env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
            "DB_POOL_SIZE": "2", "MAX_BODY_BYTES": str(BODY_LIMIT), "STORAGE_DIR": str(root),
            "STORAGE_MAX_UPLOAD_BYTES": str(UPLOAD_LIMIT), "PUBLIC_BASE_URL": base_url, "LOG_LEVEL": "WARNING"}
-    cmd = [str(ROOT / ".venv" / "bin" / "gunicorn"), "wsgi:app", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-           "--worker-class", "gthread", "--threads", "4", "--timeout", "30"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(web_command(port, "--workers", "1"), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         assert wait_until(lambda: _healthy(base_url) or proc.poll() is not None, timeout=30, interval=0.1)
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""

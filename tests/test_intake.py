@@ -8,6 +8,7 @@ database refuses fails alone, the rest of its batch is stored.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import psycopg2
@@ -96,3 +97,41 @@ def test_a_row_the_database_refuses_fails_alone(clinic_row):
     failed = [i for i, (_, outcome) in enumerate(results) if isinstance(outcome, Exception)]
     assert failed == [10] and "foreign key" in str(results[10][1]).lower()
     assert sorted(stored_sids("CA-group-fk-")) == sorted(s for i, s in enumerate(sids) if i != 10)
+
+
+def test_waiting_hand_offs_give_back_their_connections_so_the_writer_gets_one(clinic_row):
+    """More requests in flight than pooled connections (gevent workers): the writer may
+    find the pool empty, held by requests that then queue behind it. They must hand their
+    connections back before waiting, or everything stalls until the pool's 10 s timeout."""
+    commit = GroupCommit()
+    pool_size = db.obj._max_connections
+    holding = threading.Barrier(pool_size + 1)
+    results: dict[str, object] = {}
+
+    def hand_off(sid: str, hold_a_connection: bool) -> None:
+        try:
+            if hold_a_connection:  # as a request whose token lookup took a pooled connection
+                db.connect(reuse_if_open=True)
+                holding.wait(timeout=30)  # every connection taken
+                holding.wait(timeout=30)  # released once the writer waits for one
+            results[sid] = commit.receive(clinic_row, fields(sid), None)[1]
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            results[sid] = exc
+        finally:
+            if not db.is_closed():
+                db.close()
+
+    holders = [threading.Thread(target=hand_off, args=(f"CA-pool-{i}", True)) for i in range(pool_size)]
+    for t in holders:
+        t.start()
+    holding.wait(timeout=30)
+    writer = threading.Thread(target=hand_off, args=("CA-pool-writer", False))
+    started = time.monotonic()
+    writer.start()
+    assert wait_until(lambda: commit._writing, timeout=10, interval=0.005), "the writer did not start"
+    holding.wait(timeout=30)  # the holders now queue behind the writer, which waits for a connection
+    for t in [*holders, writer]:
+        t.join(timeout=30)
+    assert all(created is True for created in results.values()), results
+    assert sorted(stored_sids("CA-pool-")) == sorted(results)
+    assert time.monotonic() - started < 5, "the writer waited for the pool's timeout"
