@@ -67,13 +67,14 @@ class AuthCache:
         """A cache listening on `database` when it is PostgreSQL; a disabled one otherwise."""
         if not isinstance(database, pw.PostgresqlDatabase):
             return cls(None, **options)
-        params = {k: v for k, v in database.connect_params.items() if k != "connection_factory"}
+        # The URL's own parameters (host, sslmode, ...), with ours on top; keepalives notice
+        # a connection that died silently, `ttl` covers the rest.
+        params = {**{k: v for k, v in database.connect_params.items() if k != "connection_factory"},
+                  "dbname": database.database, "application_name": "auth-cache listener",
+                  "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
         def connect() -> Any:
-            # Keepalives notice a connection that died silently; `ttl` covers the rest.
-            return psycopg2.connect(dbname=database.database, application_name="auth-cache listener",
-                                    keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-                                    **params)
+            return psycopg2.connect(**params)
         return cls(connect, **options)
 
     @property
