@@ -52,6 +52,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from storage import LocalStorage, S3Storage, Storage  # noqa: E402
+from tests.support import stop_process  # noqa: E402
 
 SIGNING_KEY = "bench-signing-key-0123456789abcdef"
 BLOCK = 1024 * 1024
@@ -368,12 +369,7 @@ def local_server(workdir: Path, fsync: bool) -> Iterator[tuple[LocalStorage, int
         storage = LocalStorage(storage_dir, signing_key=SIGNING_KEY, public_base_url=f"http://127.0.0.1:{port}")
         yield storage, worker
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 15)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,12 +26,12 @@ ROUNDS = 25
 
 @pytest.fixture
 def clinics(app):
-    if not auth_cache_enabled():
-        pytest.skip("the cache needs PostgreSQL (NOTIFY)")
+    assert auth_cache_enabled(), "the suite runs on PostgreSQL, where the cache is on"
     load(organization(clinic("clinic-a"), clinic("clinic-b")))
 
 
 def auth_cache_enabled() -> bool:
+    """On for PostgreSQL (NOTIFY); the suite's database is always PostgreSQL."""
     return AuthCache.for_database(db.obj).enabled
 
 
@@ -207,12 +207,14 @@ class FakeClock:
 
 
 @pytest.fixture
-def cache(app):
-    if not auth_cache_enabled():
-        pytest.skip("the cache needs PostgreSQL (NOTIFY)")
-    clock = FakeClock()
-    made = AuthCache.for_database(db.obj, ttl=60, clock=clock)
-    made.clock = clock
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def cache(app, fake_clock):
+    assert auth_cache_enabled(), "the suite runs on PostgreSQL, where the cache is on"
+    made = AuthCache.for_database(db.obj, ttl=60, clock=fake_clock)
     deadline = time.monotonic() + 10
     while made.get("warm-up")[1] < 0:  # listening starts in the background
         assert time.monotonic() < deadline, "the cache never started listening"
@@ -232,12 +234,12 @@ def test_a_row_read_before_a_change_is_not_kept_after_it(cache):
     assert cache.get("key")[0] is None
 
 
-def test_rows_expire_after_the_ttl_even_without_a_notification(cache):
+def test_rows_expire_after_the_ttl_even_without_a_notification(cache, fake_clock):
     _, generation = cache.get("key")
     cache.put("key", ("row",), generation)
-    cache.clock.now += 59
+    fake_clock.now += 59
     assert cache.get("key")[0] == ("row",)
-    cache.clock.now += 2
+    fake_clock.now += 2
     assert cache.get("key")[0] is None
 
 

@@ -37,7 +37,7 @@ import requests
 from onboarding import stable_id
 from tests.conftest import EXAMPLE, PG_URL, REDIS_URL, ROOT
 from tests.https_server import wait_until
-from tests.support import web_command
+from tests.support import stop_process, web_command
 
 BIN = Path(sys.executable).parent
 SEED = 20260601
@@ -194,11 +194,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         assert web.poll() is None, log.read_text()[-3000:]
         yield Service(base_url, token, log, _seed(base_url, token, env))
     finally:
-        web.terminate()
-        try:
-            web.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            web.kill()
+        stop_process(web, 30)
         queue.flushdb()  # the queued ingest jobs: no worker serves this database
 
 
