@@ -176,16 +176,14 @@ def test_without_the_listening_connection_nothing_is_cached_and_revocation_still
         cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s "
                     "AND datname = current_database()", ("auth-cache listener",))
         assert cur.fetchall(), "no listening connection found"
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # the server closes it asynchronously
-            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-                        "AND datname = current_database()", ("auth-cache listener",))
-            if cur.fetchone()[0] == 0:
-                break
-            time.sleep(0.01)
+    cache = app_cache(app)
+    deadline = time.monotonic() + 5
+    while cache.get("probe")[1] != -1:  # the server's goodbye arrives asynchronously, as a request reads it
+        assert time.monotonic() < deadline, "the lost listening connection was never noticed"
+        time.sleep(0.005)
     before = len(token_reads)
-    check(app, token)  # finds the connection dead: read from the database
-    check(app, token)  # still not listening (reconnects after RECONNECT_EVERY): read again
+    check(app, token)  # not listening (reconnects after RECONNECT_EVERY): read from the database
+    check(app, token)  # and again
     assert len(token_reads) == before + 2
     with other_connection() as cur:
         cur.execute("UPDATE api_token SET revoked_at = now() WHERE id = %s", (token_id(token),))
