@@ -51,6 +51,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "WHISPER_VAD": ("whisper_vad", _bool),
     "RECORDING_RETRY_DELAYS": ("recording_retry_delays", str),
     "JOB_TIMEOUT": ("job_timeout", int),
+    "INGEST_MAX_ATTEMPTS": ("ingest_max_attempts", int),
     "WHISPER_THREADS": ("whisper_threads", int),
     "RECORDING_MAX_BYTES": ("recording_max_bytes", int),
     "RECORDING_FETCH_TIMEOUT": ("recording_fetch_timeout", float),
@@ -94,14 +95,19 @@ class Config:
     s3_access_key_id: str = ""
     s3_secret_access_key: str = ""
     transcriber: str = "pywhispercpp"
-    # Multilingual model for every clinic; an English-only one (faster) for "en" clinics.
+    # The multilingual model for every clinic. WHISPER_MODEL_EN, when set, serves clinics
+    # whose only language is English (measured: tiny.en has twice base's error on phone lines).
     whisper_model: str = "var/models/ggml-base.bin"
-    whisper_model_en: str = "var/models/ggml-tiny.en.bin"
+    whisper_model_en: str = ""
     whisper_threads: int = 2
     whisper_vad: bool = True
     # Seconds between download attempts of a recording; one more try than delays.
     recording_retry_delays: str = "10,60,300"
+    # An ingest job's limit; whisper.cpp is stopped from inside before it (jobs/calls.py).
     job_timeout: int = 600
+    # Tries of one call's ingest, crashes and download retries included; after the last the
+    # call still becomes a voice message request, its transcript marked as failed.
+    ingest_max_attempts: int = 6
     recording_max_bytes: int = 25 * 1024 * 1024
     recording_fetch_timeout: float = 30.0
     recording_url_lifetime_minutes: int = 25

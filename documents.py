@@ -148,12 +148,15 @@ def _decode_cursor(text: str) -> tuple[datetime, uuid.UUID]:
 
 
 def search_requests(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
-    """Newest first, keyset-paginated on (createdAt, id)."""
+    """Newest first, keyset-paginated on (createdAt, id); the filters only narrow the
+    rows, so a cursor stays a position in the same order."""
     # JSON Schema counts 9.0 as an integer (found by the fuzzer: a float slice index was a 500).
     limit = int(pagination.get("limit", DEFAULT_LIMIT))
     query = PatientRequest.select().where(PatientRequest.clinic == clinic)
     if "patientId" in flt:
         query = query.where(PatientRequest.patient == uuid.UUID(flt["patientId"]))
+    if "kind" in flt:
+        query = query.where(PatientRequest.kind == flt["kind"])
     if "cursor" in pagination:
         created, rid = _decode_cursor(pagination["cursor"])
         query = query.where((PatientRequest.created_at < created)
@@ -178,7 +181,8 @@ def summaries(requests: list[PatientRequest]) -> list[dict[str, Any]]:
                 {"id": str(res.id), "start": iso_utc(res.starts_at), "end": iso_utc(res.ends_at),
                  "calendarId": str(res.calendar_id) if res.calendar_id else None})
     return [{
-        "id": str(r.id), "title": r.title, "createdAt": iso_utc(r.created_at), "doneAt": iso_utc(r.done_at),
+        "id": str(r.id), "kind": r.kind, "title": r.title, "createdAt": iso_utc(r.created_at),
+        "doneAt": iso_utc(r.done_at),
         "patientId": str(r.patient_id), "requestTypeId": str(r.request_type_id) if r.request_type_id else None,
         "userNote": r.user_note, "tags": tags.get(r.id, []), "medicalRecords": [],
         "reservations": reservations.get(r.id, []),

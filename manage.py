@@ -8,7 +8,7 @@
     python manage.py demo [--base-url URL]
     python manage.py worker [QUEUE ...]
     python manage.py requeue
-    python manage.py model build [--name tiny.en|base] [--out var/models]
+    python manage.py model build [--name tiny.en|base] [--quantize q8_0|q5_0|...] [--out var/models]
     python manage.py model verify PATH
 """
 from __future__ import annotations
@@ -124,7 +124,8 @@ def cmd_demo(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_calls(config: Config, args: argparse.Namespace) -> int:
-    """The latest calls: outcome, transcript and the request created from each."""
+    """The latest calls: outcome, callback number, transcript (status, issue, language)
+    and the request created from each."""
     from models import Call, PatientRequest
 
     calls = Call.select().order_by(Call.received_at.desc()).limit(args.last)
@@ -133,8 +134,12 @@ def cmd_calls(config: Config, args: argparse.Namespace) -> int:
         print(f"{iso_utc(call.received_at)}  {call.clinic.slug}  {call.call_sid}  from {call.call_from}  "
               f"{call.state}/{call.outcome or '-'}  request={request.id if request else '-'}"
               f"{'  (' + request.kind + ')' if request else ''}")
-        if call.transcript:
-            print(f"    transcript: {call.transcript}")
+        if call.callback_number:
+            print(f"    callback: {call.callback_number}")
+        if call.transcript_status or call.transcript:
+            issue = f" ({call.transcript_issue})" if call.transcript_issue else ""
+            print(f"    transcript [{call.transcript_status or '-'}{issue}, {call.transcript_language or '-'}]: "
+                  f"{call.transcript or ''}")
         if call.fetch_error:
             print(f"    recording: {call.fetch_error}")
     return 0
@@ -221,7 +226,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="manage.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("migrate", help="apply pending schema migrations").set_defaults(func=cmd_migrate)
-    sub.add_parser("model", help="whisper model tools: model build [--name tiny.en|base], model verify PATH")
+    sub.add_parser("model", help="whisper model tools: model build [--name tiny.en|base] [--quantize TYPE], "
+                   "model verify PATH (also quantized files)")
     onboard_p = sub.add_parser("onboard", help="create or update an organization from a JSON file")
     onboard_p.add_argument("file")
     onboard_p.set_defaults(func=cmd_onboard)

@@ -130,6 +130,17 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
         'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH STATEMENT EXECUTE FUNCTION call_notify_new()',
     )),
+    # What the request detail shows about a voicemail, the clinic's caller languages, and
+    # the search by request kind. The index is named as Peewee names the model's, so a
+    # fresh database (tables made from the current models) gets no second copy.
+    (7, "voicemail_detail", _steps(
+        _add_column("clinic", "languages", pw.TextField(null=True)),
+        _add_column("call", "callback_number", pw.CharField(max_length=20, null=True)),
+        _add_column("call", "transcript_status", pw.CharField(max_length=12, null=True)),
+        _add_column("call", "transcript_issue", pw.CharField(max_length=40, null=True)),
+        _sql('CREATE INDEX IF NOT EXISTS "patient_request_clinic_id_kind_created_at" '
+             'ON "patient_request" ("clinic_id", "kind", "created_at")'),
+    )),
 ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 import select
 import uuid
@@ -150,6 +151,9 @@ class Clinic(BaseModel):
     country = pw.CharField(max_length=2)  # ISO 3166-1 alpha-2; holidays and phone region
     subdivision = pw.CharField(max_length=16, null=True)  # holidays subdivision (state, ...)
     language = pw.CharField(max_length=8, null=True)  # transcription language; None = detect
+    # JSON array of the ISO 639-1 codes the clinic's callers use, e.g. ["cs", "uk", "en"]:
+    # the transcriber detects the language among these only. None = not set.
+    languages = pw.TextField(null=True)
     missed_call_requests = pw.BooleanField(default=True)  # False = clinic opted out
     # Switchboard platform API credentials (re-fetching recordings); password encrypted.
     pbx_api_url = pw.CharField(max_length=500, null=True)
@@ -159,6 +163,11 @@ class Clinic(BaseModel):
     @classmethod
     def by_slug(cls, slug: str) -> "Clinic":
         return cls.get(cls.slug == slug)
+
+    @property
+    def language_list(self) -> list[str]:
+        """`languages` as a list; [] when not set."""
+        return json.loads(self.languages) if self.languages else []
 
 
 class Calendar(BaseModel):
@@ -444,6 +453,7 @@ class Call(BaseModel):
     """
 
     OUTCOMES = ("no_recording", "voice_message", "missed_call", "opted_out", "recording_unavailable")
+    TRANSCRIPT_STATUSES = ("reliable", "unreliable", "failed")
 
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     clinic = pw.ForeignKeyField(Clinic, backref="calls", on_delete="CASCADE")
@@ -463,7 +473,13 @@ class Call(BaseModel):
     attempts = pw.IntegerField(default=0)
     fetch_error = pw.TextField(null=True)  # why the recording could not be fetched
     transcript = pw.TextField(null=True)
-    transcript_language = pw.CharField(max_length=8, null=True)
+    transcript_language = pw.CharField(max_length=8, null=True)  # the detected language
+    # How far the transcript can be trusted: TRANSCRIPT_STATUSES, or None when none was
+    # attempted (no recording, not fetched, no speech); the issue is a short code
+    # (`low_confidence`, `timeout`, `engine_error`, ...) when it is not `reliable`.
+    transcript_status = pw.CharField(max_length=12, null=True)
+    transcript_issue = pw.CharField(max_length=40, null=True)
+    callback_number = pw.CharField(max_length=20, null=True)  # E.164, as the caller said it
     transcript_signals = pw.TextField(null=True)  # JSON: confidence signals of the engine
     intelligibility = pw.CharField(max_length=30, null=True)  # "ok" or the reason it is not
     processed_at = pw.DateTimeField(null=True)
@@ -556,6 +572,9 @@ class PatientRequest(BaseModel):
         indexes = (
             (("clinic", "patient", "done_at"), False),
             (("clinic", "created_at"), False),
+            # Search filtered by kind, newest first (a clinic's few voice messages among
+            # many other requests are found without walking past the others).
+            (("clinic", "kind", "created_at"), False),
         )
 
     @classmethod

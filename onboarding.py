@@ -13,8 +13,10 @@ external ids) is only added or updated, never removed, because the API adds to i
 """
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import date, datetime, time, timedelta
+from functools import lru_cache
 from typing import Any, Iterable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -45,6 +47,7 @@ from models import (
 from office_hours import WEEKDAYS
 from phones import to_e164
 
+MAX_LANGUAGES = 10
 NAMESPACE = uuid.UUID("5b0f3c1e-7a0e-4f7e-9a51-6f3c2d1b8e40")
 SLUG = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
 HHMM = {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}
@@ -76,6 +79,10 @@ SCHEMA: dict[str, Any] = {
                     "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
                     "subdivision": {"type": ["string", "null"]},
                     "language": {"type": ["string", "null"], "pattern": "^[a-z]{2,3}$"},
+                    # Codes are checked against whisper.cpp's list in `_languages`, which
+                    # names the bad one; the schema only bounds the shape.
+                    "languages": {"type": ["array", "null"], "minItems": 1, "maxItems": MAX_LANGUAGES,
+                                  "items": {"type": "string", "maxLength": 20}},
                     "missedCallRequests": {"type": "boolean"},
                     "officeHours": {
                         "type": "array",
@@ -256,6 +263,41 @@ def _instant(text: str, tz: ZoneInfo, *, end: bool, where: str) -> datetime:
     return as_utc(moment)
 
 
+@lru_cache(maxsize=1)
+def whisper_languages() -> frozenset[str]:
+    """The language codes whisper.cpp knows ("en", "cs", ..., "haw", "yue"). Read from
+    the engine's own table (no model needed) rather than asking `whisper_lang_id` per
+    code: that also accepts full names ("lao") and prints to stderr for unknown ones.
+    Imported here, not at the top: only onboarding needs the engine's library."""
+    import _pywhispercpp as whisper
+
+    return frozenset(whisper.whisper_lang_str(i) for i in range(whisper.whisper_lang_max_id() + 1))
+
+
+def _known_language(code: str, where: str) -> None:
+    if code not in whisper_languages():
+        raise OnboardingError(where, f"{code!r} is not a language code whisper.cpp knows "
+                              "(lower-case ISO 639-1, such as 'cs', 'sk', 'uk', 'en', 'de')")
+
+
+def _languages(codes: list[str] | None, language: str | None, at: str) -> str | None:
+    """`languages` as stored (a JSON array, in the file's order), or None when not set.
+    Checks `language` too: the transcriber would refuse a code it does not know."""
+    if language is not None:
+        _known_language(language, f"{at}.language")
+    if codes is None:
+        return None
+    for j, code in enumerate(codes):
+        _known_language(code, f"{at}.languages[{j}]")
+        if code in codes[:j]:
+            raise OnboardingError(f"{at}.languages[{j}]", f"duplicate {code!r}")
+    # The transcriber detects among `languages` whenever they are set, so a `language`
+    # outside them would silently never be used.
+    if language is not None and language not in codes:
+        raise OnboardingError(f"{at}.language", f"{language!r} is not among languages {codes}")
+    return json.dumps(codes)
+
+
 class _Plan:
     """The validated document, resolved to rows' values, ready to write."""
 
@@ -357,6 +399,7 @@ class _Plan:
         return {
             "id": clinic_id, "slug": c["slug"], "name": c["name"], "timezone": c["timezone"],
             "country": c["country"], "subdivision": c.get("subdivision"), "language": c.get("language"),
+            "languages": _languages(c.get("languages"), c.get("language"), at),
             "missed_call_requests": c.get("missedCallRequests", True), "hours": hours, "tags": tags,
             "calendars": calendars, "types": types, "switchboard": c.get("switchboard"),
         }
@@ -498,7 +541,8 @@ def _onboard(document: dict[str, Any], secret_key: str) -> str:
 
 
 def _write_clinic(w: _Writer, org_id: uuid.UUID, c: dict[str, Any]) -> None:
-    values = {k: c[k] for k in ("slug", "name", "timezone", "country", "subdivision", "language", "missed_call_requests")}
+    values = {k: c[k] for k in ("slug", "name", "timezone", "country", "subdivision", "language", "languages",
+                                 "missed_call_requests")}
     values["organization"] = org_id
     current = Clinic.get_or_none(Clinic.id == c["id"])
     sb = c["switchboard"]

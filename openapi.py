@@ -209,13 +209,17 @@ OPERATIONS.update({
         scope="write", request=schemas.CREATE_REQUEST, response=schemas.data(schemas.PATIENT_REQUEST),
         errors=(410,), tag=_DOCS)},
     f"{CLINIC}/patientRequests/search": {"post": operation(
-        "The clinic's requests, newest first (`filter.patientId`); `medicalRecords` is always empty.",
+        "The clinic's requests, newest first; `filter.patientId` and `filter.kind` (standard, voice_message, "
+        "missed_call) narrow them, together or alone. `medicalRecords` is always empty. Next page: "
+        "`pagination.cursor`.",
         scope="read", request=schemas.REQUEST_SEARCH_REQUEST, request_required=False,
         response=schemas.page(schemas.PATIENT_REQUEST), tag=_DOCS)},
     _REQUEST: {
         "get": operation(
             "Step 7: request detail with attachments and presigned links (at least 30 minutes left). "
-            "400 for more than 1000 attachments.", scope="read", request=None,
+            "400 for more than 1000 attachments. A request made from a call (`kind` voice_message or "
+            "missed_call) carries `call`: the caller's and callback numbers, the transcript with its status, "
+            "issue and language, the switchboard's Extra and the recording's state.", scope="read", request=None,
             response=schemas.data(schemas.PATIENT_REQUEST), errors=(400,), tag=_DOCS),
         "patch": operation(
             "Add request tags (`addTagIds`) and set the request's own `userNote`.", scope="write",

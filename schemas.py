@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from errors import validation_failed
+from models import Call, PatientRequest
 
 UUID = {"type": "string", "format": "uuid"}
 
@@ -371,24 +372,45 @@ RECORDING_STATE = {
     ],
 }
 
+NULLABLE_STRING = {"type": ["string", "null"]}
+
 CALL = {
     "type": "object",
     "description": "Requests made from a call (voice message, missed call) only.",
-    "required": ["callSid", "callFrom", "callTo", "receivedAt", "transcript", "recording"],
+    "required": ["callSid", "callFrom", "callbackNumber", "callTo", "receivedAt", "transcript", "transcriptStatus",
+                 "transcriptIssue", "language", "extra", "recording"],
     "properties": {
-        "callSid": {"type": "string"}, "callFrom": {"type": "string"}, "callTo": {"type": "string"},
-        "status": {"type": ["string", "null"]}, "receivedAt": DATE_TIME,
-        "transcript": {"type": ["string", "null"], "description": "Kept whatever happens to the recording."},
-        "transcriptLanguage": {"type": ["string", "null"]},
+        "callSid": {"type": "string"},
+        "callFrom": {"type": "string", "description": "The caller's number as the switchboard sent it."},
+        "callbackNumber": {**NULLABLE_STRING,
+                           "description": "E.164 number the caller asked to be called back on, if they said one."},
+        "callTo": {"type": "string"},
+        "status": NULLABLE_STRING, "receivedAt": DATE_TIME,
+        "transcript": {**NULLABLE_STRING, "description": "Kept whatever happens to the recording."},
+        "transcriptStatus": {
+            "type": ["string", "null"], "enum": [*Call.TRANSCRIPT_STATUSES, None],
+            "description": "reliable; unreliable (listen to the recording: see transcriptIssue); failed (no "
+                           "usable transcript); null when none was attempted (no recording, recording not "
+                           "fetched, no speech).",
+        },
+        "transcriptIssue": {**NULLABLE_STRING, "description": "Why the transcript is unreliable or failed, a "
+                                                              "short code such as low_confidence, timeout, "
+                                                              "engine_error."},
+        "language": {**NULLABLE_STRING, "description": "Detected language of the message (ISO 639-1)."},
+        "transcriptLanguage": {**NULLABLE_STRING, "description": "The same as language (kept for compatibility)."},
+        "extra": {**NULLABLE_STRING, "description": "The Extra the switchboard sent with the call, as received."},
         "recording": RECORDING_STATE,
     },
 }
 
+REQUEST_KIND = {"type": "string", "enum": list(PatientRequest.KINDS),
+                "description": "standard (created through the API), voice_message or missed_call (from a call)."}
+
 PATIENT_REQUEST = {
     "type": "object",
-    "required": ["id", "title", "createdAt", "patientId", "tags", "medicalRecords", "reservations"],
+    "required": ["id", "kind", "title", "createdAt", "patientId", "tags", "medicalRecords", "reservations"],
     "properties": {
-        "id": UUID, "title": {"type": "string"}, "createdAt": DATE_TIME, "doneAt": NULLABLE_DATE_TIME,
+        "id": UUID, "kind": REQUEST_KIND, "title": {"type": "string"}, "createdAt": DATE_TIME, "doneAt": NULLABLE_DATE_TIME,
         "patientId": UUID, "requestTypeId": {"anyOf": [UUID, {"type": "null"}]},
         "userNote": {"type": "string", "description": "The PATCH endpoint's userNote."},
         "tags": {"type": "array", "items": TAG},
@@ -401,7 +423,10 @@ PATIENT_REQUEST = {
 REQUEST_SEARCH_REQUEST = {
     "type": "object",
     "properties": {
-        "filter": {"type": "object", "properties": {"patientId": UUID}},
+        "filter": {"type": "object", "properties": {
+            "patientId": UUID,
+            "kind": {**REQUEST_KIND, "description": "Only requests of this kind; combinable with patientId."},
+        }},
         "pagination": PAGINATION,
     },
 }

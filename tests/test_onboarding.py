@@ -32,7 +32,9 @@ def test_example_file_loads_everything(app, example):
         org = Organization.get(Organization.slug == "demo-health")
         assert org.patient_sharing is True
         clinic = Clinic.get(Clinic.slug == "demo-clinic")
-        assert (clinic.timezone, clinic.country, clinic.language, clinic.missed_call_requests) == ("Europe/Prague", "CZ", None, True)
+        assert (clinic.timezone, clinic.country, clinic.language, clinic.missed_call_requests) == ("Europe/Prague", "CZ", "cs", True)
+        assert clinic.language_list == ["cs", "sk", "en"]
+        assert Clinic.get(Clinic.slug == "demo-clinic-brno").language_list == []  # not set
         assert Clinic.get(Clinic.slug == "demo-clinic-brno").missed_call_requests is False
         assert OfficeHours.select().where(OfficeHours.clinic == clinic).count() == 6
         assert {c.name: c.ignore_holidays for c in clinic.calendars} == {"Dr. Novak": False, "Nurse line": True}
@@ -108,6 +110,13 @@ def _break(doc: dict[str, Any], path: list, value: Any) -> dict[str, Any]:
     (["patients", 0, "records", 0, "tags", 0], "unknown", "patients[0].records[0].tags[0]"),
     (["patients", 0, "birthDate"], "1980-13-45", "patients[0].birthDate"),
     (["clinics", 1, "slug"], "demo-clinic", "clinics[1].slug"),
+    (["clinics", 0, "languages"], ["cs", "xx"], "clinics[0].languages[1]"),
+    (["clinics", 0, "languages"], ["cs", "sk", "cs"], "clinics[0].languages[2]"),
+    (["clinics", 0, "languages"], [], "clinics[0].languages"),
+    (["clinics", 0, "languages"], "cs", "clinics[0].languages"),
+    (["clinics", 0, "languages"], ["cs", "sk", "en", "de", "pl", "uk", "hu", "ro", "ru", "fr", "it"], "clinics[0].languages"),
+    (["clinics", 0, "language"], "de", "clinics[0].language"),  # not among languages
+    (["clinics", 1, "language"], "xx", "clinics[1].language"),
 ])
 def test_a_bad_file_writes_nothing_and_names_the_field(app, example, config, tmp_path, capsys, path, value, where):
     empty = snapshot()
@@ -156,3 +165,69 @@ def test_unreadable_file_is_reported(config, tmp_path, capsys):
 def test_cli_onboard_succeeds_on_the_example(app, config, capsys):
     assert cli(config, "onboard", str(manage.DEMO_FILE)) == 0
     assert "onboarded demo-health" in capsys.readouterr().err
+
+
+# --- languages -------------------------------------------------------------------------------
+
+def _languages(slug: str = "demo-clinic") -> tuple[str | None, list[str]]:
+    with db.connection_context():
+        clinic = Clinic.get(Clinic.slug == slug)
+        return clinic.language, clinic.language_list
+
+
+@pytest.mark.parametrize("codes", [["cs"], ["uk", "cs", "en"], ["sk", "de", "haw", "yue"],
+                                   ["cs", "sk", "en", "de", "pl", "uk", "hu", "ro", "ru", "fr"]])
+def test_languages_are_stored_in_the_files_order(app, example, codes):
+    example["clinics"][0].pop("language")
+    example["clinics"][0]["languages"] = codes
+    load(example)
+    assert _languages() == (None, codes)
+    assert "0 change(s)" in load(example)
+
+
+def test_languages_omitted_or_null_clear_them_like_language(app, example):
+    load(example)
+    assert _languages() == ("cs", ["cs", "sk", "en"])
+    example["clinics"][0]["languages"] = ["en", "cs"]
+    load(example)
+    assert _languages() == ("cs", ["en", "cs"])
+    example["clinics"][0]["languages"] = None
+    load(example)
+    assert _languages() == ("cs", [])
+    example["clinics"][0]["languages"] = ["cs"]
+    load(example)
+    del example["clinics"][0]["languages"], example["clinics"][0]["language"]
+    load(example)
+    assert _languages() == (None, [])
+    with db.connection_context():
+        assert Clinic.get(Clinic.slug == "demo-clinic").languages is None
+
+
+@pytest.mark.parametrize("codes, where, message", [
+    (["cs", "xx"], "languages[1]", "'xx' is not a language code whisper.cpp knows"),
+    (["CS"], "languages[0]", "'CS' is not a language code whisper.cpp knows"),
+    (["cs-CZ"], "languages[0]", "'cs-CZ' is not a language code whisper.cpp knows"),
+    (["czech"], "languages[0]", "'czech' is not a language code"),  # whisper.cpp knows the name, not as a code
+    (["lao"], "languages[0]", "'lao' is not a language code"),
+    (["cs", "en", "cs"], "languages[2]", "duplicate 'cs'"),
+    ([], "languages", "should be non-empty"),
+    ([""], "languages[0]", "'' is not a language code"),
+    ([1], "languages[0]", "1 is not of type 'string'"),
+])
+def test_bad_languages_are_refused_with_the_code_named(app, example, codes, where, message):
+    load(example)
+    before = snapshot()
+    example["clinics"][0]["languages"] = codes
+    example["clinics"][0]["name"] = "Renamed"
+    with pytest.raises(OnboardingError) as info:
+        load(example)
+    assert info.value.path == f"clinics[0].{where}"
+    assert message in str(info.value)
+    assert snapshot() == before
+
+
+def test_language_must_be_one_of_the_languages(app, example):
+    example["clinics"][0]["language"] = "en"
+    example["clinics"][0]["languages"] = ["cs", "sk"]
+    with pytest.raises(OnboardingError, match=r"clinics\[0\]\.language: 'en' is not among languages"):
+        load(example)

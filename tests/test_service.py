@@ -113,3 +113,81 @@ def test_upgrade_from_version_1_adds_the_call_tables(config):
     finally:
         database.close_all()
         bind_database(config.database_url, pool_size=config.db_pool_size)
+
+
+def _schema_of(database, tables: tuple[str, ...]) -> dict[str, object]:
+    """Columns (name, type, nullable) and indexes (name, columns, unique) of `tables`."""
+    return {table: (sorted((c.name, c.data_type, c.null) for c in database.get_columns(table)),
+                    sorted((i.name, tuple(i.columns), i.unique) for i in database.get_indexes(table)))
+            for table in tables}
+
+
+def test_upgrade_from_version_6_adds_languages_transcript_fields_and_the_kind_index(wsgi_app, config):
+    """A PostgreSQL database left at migration 6, with rows, gets migration 7 and ends up
+    with the schema of a fresh database; its rows read as "not set"."""
+    from urllib.parse import urlparse, urlunparse
+
+    from models import Call, Clinic, Patient, PatientRequest, open_database
+    from tests.conftest import PG_URL, _recreate_database
+
+    tables = ("clinic", "call", "patient_request")
+    fresh = open_database(PG_URL, pooled=False)  # the session's database, migrated from nothing
+    try:
+        with fresh.connection_context():
+            want = _schema_of(fresh, tables)
+    finally:
+        fresh.close()
+    assert {"languages"} <= {c[0] for c in want["clinic"][0]}
+    assert {("callback_number", "character varying", True), ("transcript_status", "character varying", True),
+            ("transcript_issue", "character varying", True)} <= set(want["call"][0])
+    assert ("patient_request_clinic_id_kind_created_at", ("clinic_id", "kind", "created_at"), False) in want["patient_request"][1]
+
+    parts = urlparse(PG_URL)
+    url = urlunparse(parts._replace(path=parts.path.rstrip("/") + "_upgrade_v6"))
+    _recreate_database(url)
+    database = bind_database(url, pool_size=1)
+    try:
+        with database.connection_context():
+            migrate(database)
+            load(organization(clinic(language="cs")))
+            with database.atomic():
+                home = Clinic.by_slug("clinic-a")
+                call = Call.create(clinic=home, call_sid="CA-old", call_from="+420601123456", call_to="+420222333444",
+                                   extra='{"flow": 1}', transcript="Old transcript.", transcript_language="cs",
+                                   state="done", outcome="voice_message")
+                caller = Patient.create(organization=home.organization_id, phone="+420601123456")
+                request = PatientRequest.create(clinic=home, patient=caller, kind="voice_message", call=call.id)
+            # Back to version 6: what migration 7 adds, removed.
+            database.execute_sql('ALTER TABLE "clinic" DROP COLUMN "languages"')
+            for column in ("callback_number", "transcript_status", "transcript_issue"):
+                database.execute_sql(f'ALTER TABLE "call" DROP COLUMN "{column}"')
+            database.execute_sql('DROP INDEX "patient_request_clinic_id_kind_created_at"')
+            SchemaMigration.delete().where(SchemaMigration.version >= 7).execute()
+            assert migrate(database) == [f"{v:04d}_{n}" for v, n, _ in MIGRATIONS if v >= 7]
+            assert _schema_of(database, tables) == want
+            kept = Call.get_by_id(call.id)
+            assert (kept.transcript, kept.extra, kept.transcript_language) == ("Old transcript.", '{"flow": 1}', "cs")
+            assert (kept.callback_number, kept.transcript_status, kept.transcript_issue) == (None, None, None)
+            assert (Clinic.by_slug("clinic-a").language, Clinic.by_slug("clinic-a").language_list) == ("cs", [])
+            assert [r.id for r in PatientRequest.select().where(PatientRequest.kind == "voice_message")] == [request.id]
+            assert migrate(database) == []
+    finally:
+        database.close_all()
+        bind_database(config.database_url, pool_size=config.db_pool_size)
+
+
+def test_sqlite_fresh_database_has_migration_7(config, tmp_path):
+    database = bind_database(f"sqlite:///{tmp_path}/fresh.db")
+    try:
+        with database.connection_context():
+            migrate(database)
+            assert {"languages"} <= {c.name for c in database.get_columns("clinic")}
+            assert {"callback_number", "transcript_status", "transcript_issue"} <= {
+                c.name for c in database.get_columns("call")}
+            assert "patient_request_clinic_id_kind_created_at" in {i.name for i in database.get_indexes("patient_request")}
+            load(organization(clinic(language="cs", languages=["cs", "uk", "en"])))
+            from models import Clinic
+            assert Clinic.by_slug("clinic-a").language_list == ["cs", "uk", "en"]
+    finally:
+        database.close()
+        bind_database(config.database_url, pool_size=config.db_pool_size)

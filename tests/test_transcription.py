@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import time
 import wave
 from pathlib import Path
 from typing import Any
@@ -11,8 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+import spoken_numbers
 import transcription as tx
 import whisper_model as wm
+from tests import voicemail_set
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "var" / "models"
@@ -41,82 +45,136 @@ def default(tiny_en_path: str) -> tx.Transcriber:
     return tx.warm_up(tx.DEFAULT_BACKEND, tiny_en_path, THREADS)
 
 
+@pytest.fixture(scope="session")
+def base(base_path: str) -> tx.Transcriber:
+    """The model and settings every clinic gets."""
+    return tx.warm_up(tx.DEFAULT_BACKEND, base_path, THREADS)
+
+
 # ------------------------------------------------------------------ both backends
 
 
 def test_transcribes_a_spoken_sentence(transcriber: tx.Transcriber) -> None:
     t = transcriber.transcribe(str(AUDIO / "msg_wav16.wav"), "en")
-    words = set(tx.normalize_words(t.text))
+    words = set(spoken_numbers.normalize_for_wer(t.text))
     assert {"laura", "white", "appointment", "next", "week"} <= words, t.text
-    assert tx.is_intelligible(t) == (True, "ok")
+    assert (t.message, t.message_reason, t.status) == (True, "speech", "reliable")
     assert t.language == "en" and t.backend == transcriber.backend and t.model == "ggml-tiny.en.bin"
     assert t.duration == pytest.approx(11.4, abs=0.1)
     assert t.speech_seconds is not None and 7 < t.speech_seconds <= t.duration
     assert -1.0 < t.mean_logprob < 0 and 0 < t.mean_token_prob <= 1 and t.n_tokens >= 15
-    assert t.repetition == 0 and t.segments and t.segments[0].start < 2
-    errors, words_in_ref = tx.word_error_rate(_label("msg_wav16.wav")["text"], t.text)
+    assert t.repetition == 0 and t.segments
+    errors, words_in_ref = spoken_numbers.word_error_rate(_label("msg_wav16.wav")["text"], t.text)
     assert errors / words_in_ref <= 0.15
 
 
 def test_transcribes_telephone_mp3(transcriber: tx.Transcriber) -> None:
     t = transcriber.transcribe(str(AUDIO / "msg_appointment.mp3"), "en")
-    assert {"maria", "jones", "appointment"} <= set(tx.normalize_words(t.text)), t.text
-    assert tx.is_intelligible(t)[0]
+    said = spoken_numbers.normalize_for_wer(t.text)
+    # The first word after the beep survives; tiny.en hears this voice's "back" as "Mac".
+    assert said[0] == "hello" and {"please", "call", "me"} <= set(said), t.text
+    assert any(w.startswith("appointment") for w in said), t.text
+    assert t.message and t.speech_start is not None and t.speech_start < 1.0
 
 
-@pytest.mark.parametrize("name", ["silence_digital.wav", "noise_white.mp3", "tone_dial.mp3", "reversed_refill.mp3",
-                                  "short_hello.mp3"])
-def test_non_messages_are_unintelligible(transcriber: tx.Transcriber, name: str) -> None:
+@pytest.mark.parametrize("name,reason", [
+    ("silence_digital.wav", "no_speech"), ("noise_white.mp3", "no_speech"), ("tone_dial.mp3", "no_speech"),
+    ("short_hello.mp3", "too_little_speech"),
+])
+def test_recordings_without_a_message(transcriber: tx.Transcriber, name: str, reason: str) -> None:
     t = transcriber.transcribe(str(AUDIO / name), "en")
-    ok, reason = tx.is_intelligible(t)
-    assert not ok, (reason, t.text)
-    if name.startswith(("silence", "noise", "tone")):
-        assert reason == "no_speech" and t.text == "" and t.speech_seconds == 0
+    assert (t.message, t.message_reason, t.status) == (False, reason, None), t.text
+    assert t.text == ""  # nothing was decoded: the VAD decided
 
 
-def test_labelled_set_with_the_default_backend(default: tx.Transcriber) -> None:
-    """The thresholds' confusion matrix on the English clips (msg_de needs a multilingual model)."""
-    matrix = {(True, True): 0, (True, False): 0, (False, True): 0, (False, False): 0}
+def test_a_deadline_stops_whisper_cpp_from_inside(transcriber: tx.Transcriber) -> None:
+    """A deadline already past: whisper.cpp's abort callback (pywhispercpp) or the check
+    before each window (whisper-cpp-python) stops it; the message is still a message."""
+    started = time.monotonic()
+    t = transcriber.transcribe(str(AUDIO / "msg_wav16.wav"), "en", deadline=started)
+    assert time.monotonic() - started < 5
+    assert t.aborted and t.message and (t.status, t.issue) == ("failed", "timeout") and t.text == ""
+
+
+# ------------------------------------------------- the clinic's model, Czech first
+
+
+def test_a_czech_voicemail_keeps_its_first_words(base: tx.Transcriber) -> None:
+    """Speech right after the beep: the VAD finds its onset, the decoded span starts before
+    it, and the greeting before the caller's name survives (it is what a short lead-in
+    cuts) in at least three of four clear Festival voices (base mishears one now and then)."""
+    kept = []
+    for label in [x for x in voicemail_set.load_labels() if x["message"] and x["language"] == "cs"
+                  and x["voice"].startswith("festival") and x["channel"] == "ulaw8k"][:4]:
+        t = base.transcribe(str(voicemail_set.clip_path(label)), ["cs"])
+        assert (t.message, t.language) == (True, "cs"), t.text
+        assert t.speech_start is not None and abs(t.speech_start - label["onset"]) < 0.5
+        assert t.decoded_seconds is not None and t.decoded_seconds >= label["speech_end"] - label["onset"]
+        first = spoken_numbers.normalize_for_wer(label["text"])[0]
+        kept.append(first in spoken_numbers.normalize_for_wer(t.text)[:3])
+    assert sum(kept) >= 3, kept
+
+
+def test_a_callback_number_written_as_digits_is_found() -> None:
+    said = "Zavolejte mi prosím na 777 123 456, děkuji."  # what whisper writes when it keeps the digits
+    assert spoken_numbers.find_callback_number(said, "CZ") == "+420777123456"
+
+
+def test_detection_chooses_among_the_clinic_languages_only(base: tx.Transcriber) -> None:
+    czech, english = _clip("cs"), _clip("en")
+    assert base.transcribe(str(voicemail_set.clip_path(czech)), ["cs", "en"]).language == "cs"
+    t = base.transcribe(str(voicemail_set.clip_path(english)), ["cs", "en"])
+    assert t.language == "en" and t.language_probability is not None and t.language_probability > 0.3
+    # One language: decoded in it, whatever detection says (it is still measured).
+    forced = base.transcribe(str(voicemail_set.clip_path(english)), ["cs"])
+    assert forced.language == "cs" and forced.language_probability < t.language_probability
+    with pytest.raises(tx.UnsupportedLanguage, match="does not know"):
+        base.transcribe(str(voicemail_set.clip_path(english)), ["cs", "xx"])
+
+
+def test_the_labelled_set_decides_message_or_missed_call(base: tx.Transcriber) -> None:
+    """Every empty recording, the short and non-speech ones, and a sample of messages,
+    through the clinic's settings: no message lost, no empty recording taken for one,
+    no loop in any transcript."""
+    labels = [x for x in voicemail_set.load_labels() if not x["message"] and not _wordless_speech(x)]
+    labels += [x for x in voicemail_set.load_labels() if x["message"]][::8]
     wrong = []
-    errors = words = 0
-    for label in LABELS:
-        if label["language"] not in (None, "en"):
-            continue
-        t = default.transcribe(str(AUDIO / label["file"]), "en")
-        got, reason = tx.is_intelligible(t)
-        matrix[(label["intelligible"], got)] += 1
-        if got != label["intelligible"]:
-            wrong.append((label["file"], reason, t.text))
-        if label["intelligible"] and label["format"] != "wav16":
-            e, n = tx.word_error_rate(label["text"], t.text)
-            errors, words = errors + e, words + n
-    print(f"\nconfusion (label, predicted): {matrix}\nmisclassified: {wrong}\n"
-          f"telephone WER: {errors}/{words} = {errors / words:.2f}")
-    assert matrix[(False, True)] == 0, wrong  # nothing unintelligible passes as a message
-    assert matrix[(True, True)] >= 10, wrong  # of 12 spoken messages
-    assert errors / words < 0.55  # 8 kHz synthetic voices are hard for tiny.en
+    for label in labels:
+        t = base.transcribe(str(voicemail_set.clip_path(label)), ["cs", "en"])
+        if t.message != label["message"]:
+            wrong.append((label["file"], label["kind"], t.message_reason, t.text[:80]))
+        assert not _has_loop(t.text), (label["file"], t.text)
+    assert wrong == []
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: Silero and whisper both take time-reversed speech and "
+                                       "babble for speech, and whisper writes words for them (README, Transcription)")
+def test_wordless_speech_is_not_a_message(base: tx.Transcriber) -> None:
+    clips = [x for x in voicemail_set.load_labels() if _wordless_speech(x)]
+    assert len(clips) >= 10
+    taken = [x["file"] for x in clips[::2] if base.transcribe(str(voicemail_set.clip_path(x)), ["cs", "en"]).message]
+    assert len(taken) <= len(clips[::2]) // 10, taken
 
 
 # -------------------------------------------------------------------- languages
 
 
 def test_english_only_model_refuses_other_languages(default: tx.Transcriber) -> None:
-    assert default.resolve_language(None) == "en"
-    assert default.resolve_language("en-GB") == "en"
+    assert default.resolve_languages(None) == ["en"]
+    assert default.resolve_languages(["en-GB"]) == ["en"]
     with pytest.raises(tx.UnsupportedLanguage, match="English-only"):
         default.transcribe(str(AUDIO / "msg_de.mp3"), "de")
 
 
-def test_multilingual_model_follows_the_clinic_language(base_path: str) -> None:
-    base = tx.get_transcriber(tx.DEFAULT_BACKEND, base_path, THREADS)
+def test_multilingual_model_follows_the_clinic_language(base: tx.Transcriber) -> None:
     assert base.multilingual
-    assert base.resolve_language("de_DE") == "de" and base.resolve_language(None) == "auto"
+    assert base.resolve_languages("de_DE") == ["de"] and base.resolve_languages(None) == []
+    assert base.resolve_languages(["cs", "CS", "en"]) == ["cs", "en"]
     with pytest.raises(tx.UnsupportedLanguage, match="does not know"):
-        base.resolve_language("xx")
+        base.resolve_languages(["xx"])
     t = base.transcribe(str(AUDIO / "msg_de.mp3"), "de-DE")
-    assert t.language == "de"
-    assert {"termin", "schmidt"} <= set(tx.normalize_words(t.text)), t.text
-    assert tx.is_intelligible(t)[0]
+    assert t.language == "de" and t.message
+    assert {"termin", "schmidt"} <= set(spoken_numbers.normalize_for_wer(t.text)), t.text
     detected = base.transcribe(str(AUDIO / "msg_de.mp3"), None)
     assert detected.language == "de"
 
@@ -198,34 +256,80 @@ def test_empty_recording(default: tx.Transcriber, tmp_path: Path) -> None:
         w.setframerate(8000)
     t = default.transcribe(str(empty), "en")
     assert t.text == "" and t.duration == 0
-    assert tx.is_intelligible(t) == (False, "no_speech")
+    assert (t.message, t.message_reason) == (False, "no_speech")
     assert t.to_dict()["mean_logprob"] is None
 
 
-# ------------------------------------------------------------- the decision rule
+# ------------------------------------------------------------- the decision rules
 
 
 def _transcript(text: str, **kw: Any) -> tx.Transcript:
-    values: dict[str, Any] = dict(text=text, language="en", duration=8.0, speech_seconds=6.0, mean_logprob=-0.4,
-                                  mean_token_prob=0.7, n_tokens=20, repetition=tx.repetition_score(text),
-                                  compression_ratio=tx.compression_ratio(text))
+    values: dict[str, Any] = dict(text=text, language="cs", duration=8.0, speech_seconds=6.0, mean_logprob=-0.4,
+                                  mean_token_prob=0.7, n_tokens=20)
     values.update(kw)
     return tx.Transcript(**values)
 
 
 @pytest.mark.parametrize("transcript,reason", [
-    (_transcript("Please call me back at 555 1234."), "ok"),
+    (_transcript("Zavolejte mi prosím zpět na 602 123 456."), "speech"),
+    # A poor transcript of real speech is still a message (flagged, not dropped).
+    (_transcript("Dobrý den tady Novák ehm", mean_logprob=-1.9), "speech"),
     (_transcript("", speech_seconds=0.0), "no_speech"),
-    (_transcript("Hello, this is Anna.", speech_seconds=0.3), "no_speech"),
-    (_transcript("[BLANK_AUDIO]", speech_seconds=None), "empty"),
-    (_transcript("(music) [noise]"), "empty"),
-    (_transcript("Hello."), "too_short"),
+    (_transcript("Haló, tady Anna.", speech_seconds=0.6), "too_little_speech"),
+    (_transcript("[BLANK_AUDIO]"), "no_words"),
+    (_transcript("Haló?"), "too_short"),
     (_transcript("Thank you."), "hallucination"),
-    (_transcript("I am calling about my results", mean_logprob=-1.4), "low_confidence"),
-    (_transcript("we are here to know what we are here to know what we are here to know what"), "repetition"),
+    # Speech heard but decoding failed or timed out: the clinic must listen.
+    (_transcript("", engine_error="whisper_full failed with code -7"), "speech"),
+    (_transcript("", aborted=True), "speech"),
 ])
-def test_is_intelligible_reasons(transcript: tx.Transcript, reason: str) -> None:
-    assert tx.is_intelligible(transcript) == (reason == "ok", reason)
+def test_decide_message(transcript: tx.Transcript, reason: str) -> None:
+    assert tx.decide_message(transcript) == (reason == "speech", reason)
+
+
+@pytest.mark.parametrize("transcript,looped,expected", [
+    (_transcript("Dobrý den."), False, ("reliable", None)),
+    (_transcript("Dobrý den.", mean_logprob=-1.5), False, ("unreliable", "low_confidence")),
+    (_transcript("Dobrý den vám vám"), True, ("unreliable", "loop")),
+    (_transcript("Dobrý den", aborted=True), False, ("unreliable", "incomplete")),
+    (_transcript("", aborted=True), False, ("failed", "timeout")),
+    (_transcript("", engine_error="boom"), False, ("failed", "engine_error")),
+])
+def test_transcript_reliability(transcript: tx.Transcript, looped: bool, expected: tuple[str, str | None]) -> None:
+    assert tx.assess(transcript, looped) == expected
+
+
+@pytest.mark.parametrize("text,expected,changed", [
+    ("Děkuji vám vám vám vám vám vám.", "Děkuji vám vám", True),
+    ("na shledanou na shledanou na shledanou na shledanou", "na shledanou na shledanou", True),
+    # Numbers are what callers repeat on purpose.
+    ("číslo sedm sedm sedm sedm sedm sedm", "číslo sedm sedm sedm sedm sedm sedm", False),
+    ("na 777 777 777", "na 777 777 777", False),
+    ("Dobrý den, tady Jana.", "Dobrý den, tady Jana.", False),
+])
+def test_collapse_loops(text: str, expected: str, changed: bool) -> None:
+    assert tx.collapse_loops(text) == (expected, changed)
+
+
+def test_speech_span_keeps_a_lead_in_before_the_first_word() -> None:
+    audio = np.arange(20 * tx.SAMPLE_RATE, dtype=np.float32)
+    span = tx.speech_span(audio, [(1.0, 3.0), (9.0, 10.0)])
+    # Starts SPEECH_PAD_BEFORE before the first speech, and the 6 s pause is shortened.
+    assert span[0] == (1.0 - tx.SPEECH_PAD_BEFORE) * tx.SAMPLE_RATE
+    expected = (3.0 - (1.0 - tx.SPEECH_PAD_BEFORE)) + tx.MAX_PAUSE + (1.0 + tx.SPEECH_PAD_AFTER)
+    assert span.size / tx.SAMPLE_RATE == pytest.approx(expected, abs=0.01)
+    assert tx.speech_span(audio, []).size == 0
+
+
+def test_speech_runs_from_vad_probabilities() -> None:
+    frame = tx.VAD_FRAME / tx.SAMPLE_RATE
+    probs = np.zeros(200, dtype=np.float32)
+    probs[20:60] = 0.9  # 1.28 s of speech
+    probs[62:64] = 0.2  # a dip shorter than VAD_MIN_SILENCE is bridged
+    probs[64:90] = 0.9
+    probs[150:153] = 0.9  # 96 ms: too short to count
+    runs = tx.speech_runs(probs)
+    assert len(runs) == 1 and runs[0][0] == pytest.approx(20 * frame) and runs[0][1] == pytest.approx(90 * frame)
 
 
 def test_signals() -> None:
@@ -236,12 +340,27 @@ def test_signals() -> None:
     assert math.isnan(_transcript("x", mean_logprob=math.nan).mean_logprob)
 
 
-def test_word_error_rate() -> None:
-    assert tx.word_error_rate("call five five five, one two three", "Call 555-123.") == (0, 7)
-    assert tx.word_error_rate("see doctor Smith today", "See Dr. Smith") == (1, 4)
-    assert tx.word_error_rate("a b c", "a x c d") == (2, 3)
-    assert tx.word_error_rate("", "") == (0, 0)
+def _has_loop(text: str) -> bool:
+    """A word or phrase said four or more times in a row (numbers aside)."""
+    return tx.collapse_loops(text, max_copies=3)[1]
+
+
+def _wordless_speech(label: dict[str, Any]) -> bool:
+    """Speech-like sound that carries no words: time-reversed speech, babble of voices."""
+    return label["kind"] == "unintelligible" and label["file"].startswith(("reversed_", "babble_"))
 
 
 def _label(name: str) -> dict[str, Any]:
     return next(label for label in LABELS if label["file"] == name)
+
+
+def _clip(language: str, *, callback: bool = False, channel: str | None = None) -> dict[str, Any]:
+    """The first speech clip of the labelled set with these properties."""
+    return next(x for x in voicemail_set.load_labels() if x["message"] and x["language"] == language
+                and (not callback or x["callback"]) and (channel is None or x["channel"] == channel))
+
+
+def _name_words(text: str) -> set[str]:
+    """Capitalised words of the reference's first sentence but the first: the caller's name."""
+    first = re.split(r"[.,]", text)[0:2]
+    return {w.lower() for w in re.findall(r"\b[A-ZÁČĎÉĚÍŇÓŘŠŤÚŮÝŽ]\w+", " ".join(first))[1:]}

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import json
+import re
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -204,3 +209,233 @@ def test_cli(tiny_en: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert wm.main(["verify", str(junk)]) == 1
     assert "not a ggml file" in capsys.readouterr().err
     assert wm.main(["verify", str(tmp_path / "missing.bin")]) == 1
+
+
+# ------------------------------------------------------------------ quantization
+
+AUDIO = ROOT / "tests" / "audio"
+# whisper.cpp's examples/quantize keeps these 2-D tensors as they are
+KEPT = {"encoder.conv1.bias", "encoder.conv2.bias", "encoder.positional_embedding", "decoder.positional_embedding"}
+# expected size against the f16 model: q8_0 34 bytes / 32 values, q5_0 22 / 32 (f16: 64 / 32)
+SIZE_RATIO = {"q8_0": 0.553, "q5_0": 0.374}
+
+
+@pytest.fixture(scope="session")
+def base_q8_0() -> Path:
+    return wm.build_model("base", MODELS, "q8_0")
+
+
+@pytest.fixture(scope="session")
+def base_q5_0() -> Path:
+    return wm.build_model("base", MODELS, "q5_0")
+
+
+@pytest.fixture
+def quantized(request: pytest.FixtureRequest) -> Path:
+    return request.getfixturevalue(f"base_{request.param}")
+
+
+def _word_error_rate(reference: str, hypothesis: str) -> tuple[int, int]:
+    """transcription.word_error_rate, or spoken_numbers' where the transcription rework moved it."""
+    import importlib
+
+    import transcription
+
+    fn = getattr(transcription, "word_error_rate", None) or importlib.import_module("spoken_numbers").word_error_rate
+    return fn(reference, hypothesis)
+
+
+def _dequantized(info: wm.GgmlInfo, name: str) -> np.ndarray:
+    """A quantized tensor as float32, through the ggml library's ``dequantize_row_<type>``."""
+    t = info.tensors[name]
+    lib = wm.ggml_library()
+    fn = getattr(lib, f"dequantize_row_{t.type.name}")
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    fn.restype = None
+    with info.path.open("rb") as f:
+        f.seek(t.offset)
+        raw = np.frombuffer(f.read(t.nbytes), dtype=np.uint8)
+    out = np.empty(int(np.prod(t.dims)), dtype=np.float32)
+    fn(raw.ctypes.data, out.ctypes.data, out.size)
+    return out.reshape(tuple(reversed(t.dims)))
+
+
+def _patched(src: Path, dst: Path, offset: int, value: int) -> Path:
+    """A copy of ``src`` (without its sidecar) with the i32 at ``offset`` replaced."""
+    shutil.copy(src, dst)
+    with dst.open("r+b") as f:
+        f.seek(offset)
+        f.write(struct.pack("<i", value))
+    return dst
+
+
+def _type_offset(info: wm.GgmlInfo, name: str) -> int:
+    """Byte offset of a tensor's type field in its header."""
+    t = info.tensors[name]
+    return t.offset - len(name.encode()) - 4 * len(t.dims) - 4
+
+
+def _assert_refused(path: Path, match: str) -> None:
+    """verify refuses ``path``, and so does the transcriber, before whisper.cpp opens it."""
+    import transcription as tx
+
+    try:
+        _, problems = wm.verify(path)
+    except wm.ConversionError as exc:
+        assert re.search(match, str(exc)), exc
+    else:
+        assert any(re.search(match, p) for p in problems), problems
+    with pytest.raises(tx.TranscriptionError):
+        tx.get_transcriber("pywhispercpp", str(path), 2)
+
+
+def test_type_table_matches_the_ggml_library() -> None:
+    lib = wm.ggml_library()
+    assert Path(lib._name).parent.name == "pywhispercpp.libs"  # the copy whisper.cpp runs on, own soname
+    lib.ggml_ftype_to_ggml_type.argtypes = [ctypes.c_int]
+    lib.ggml_ftype_to_ggml_type.restype = ctypes.c_int
+    for name, t in wm.GGML_TYPES.items():
+        assert lib.ggml_type_name(t.type_id).decode().lower() == name
+        assert (lib.ggml_blck_size(t.type_id), lib.ggml_type_size(t.type_id)) == (t.block, t.block_bytes)
+        assert lib.ggml_row_size(t.type_id, 2048) == t.row_bytes(2048)
+        assert lib.ggml_ftype_to_ggml_type(t.ftype) == t.type_id
+    assert set(wm.QUANTIZATIONS) >= {"q8_0", "q5_0", "q5_1", "q4_0", "q4_1"}
+    assert wm.QUANTIZE_SKIP == KEPT
+
+
+@pytest.mark.parametrize("quantized", ["q8_0", "q5_0"], indirect=True)
+def test_quantized_base_passes_verify_and_reports_its_type(quantized: Path, base: Path) -> None:
+    qtype = quantized.stem.rsplit("-", 1)[1]
+    info, problems = wm.verify(quantized)
+    assert problems == []
+    assert info.quantization == qtype and info.weight_type.quantized and info.quantization_version == 2
+    assert info.hparams == {**BASE_HPARAMS, "ftype": 2000 + wm.GGML_TYPES[qtype].ftype}  # 2007 q8_0, 2008 q5_0
+    f16 = wm.read_ggml(base)
+    assert wm.read_ggml(base).quantization == "f16"
+    assert list(info.tensors) == list(f16.tensors)  # same order, same shapes
+    for name, t in info.tensors.items():
+        assert t.dims == f16.tensors[name].dims
+        if len(t.dims) == 2 and name not in KEPT:
+            assert t.type.name == qtype, name
+        else:
+            assert t.ftype == f16.tensors[name].ftype, name  # conv weights f16, the rest f32
+    assert info.tensors["decoder.token_embedding.weight"].type.name == qtype
+    assert info.tensors["encoder.conv2.weight"].ftype == wm.FTYPE_F16
+    assert info.tensors["decoder.positional_embedding"].ftype == wm.FTYPE_F32
+    # mel filters and vocabulary copied byte for byte
+    with base.open("rb") as a, quantized.open("rb") as b:
+        assert a.read(f16.tensors_offset)[48:] == b.read(info.tensors_offset)[48:]
+    assert info.size / f16.size == pytest.approx(SIZE_RATIO[qtype], abs=0.01)
+    assert wm.is_built(quantized)
+
+
+@pytest.mark.parametrize("quantized,tolerance", [("q8_0", 0.01), ("q5_0", 0.05)], indirect=["quantized"])
+def test_quantized_values_are_close_to_the_f16_ones(quantized: Path, base: Path, tolerance: float) -> None:
+    info, f16 = wm.read_ggml(quantized), wm.read_ggml(base)
+    for name in ("decoder.token_embedding.weight", "encoder.blocks.3.mlp.2.weight", "decoder.blocks.5.cross_attn.key.weight"):
+        original = _tensor(f16, name).astype(np.float32)
+        restored = _dequantized(info, name)
+        assert restored.shape == original.shape
+        assert np.linalg.norm(restored - original) / np.linalg.norm(original) < tolerance, name
+    np.testing.assert_array_equal(_tensor(info, "decoder.blocks.2.mlp_ln.bias"), _tensor(f16, "decoder.blocks.2.mlp_ln.bias"))
+
+
+def test_chunked_quantization_equals_one_call(base: Path) -> None:
+    info = wm.read_ggml(base)
+    tensor = info.tensors["decoder.blocks.0.mlp.0.weight"]  # 2048 rows of 512
+    q = wm.GGML_TYPES["q5_0"]
+    outputs = []
+    for chunk_values in (512 * 7, 1 << 30):
+        parts: list[bytes] = []
+        with base.open("rb") as f:
+            f.seek(tensor.offset)
+            wm._quantize_tensor(wm.ggml_library(), f, parts.append, tensor, q, chunk_values=chunk_values)
+        outputs.append(b"".join(parts))
+    assert len(outputs[0]) == 2048 * q.row_bytes(512) and outputs[0] == outputs[1]
+
+
+def test_quantized_build_is_idempotent_and_streams(base_q8_0: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    sidecar = base_q8_0.with_name(base_q8_0.name + ".sha256")
+    assert sidecar.read_text() == f"{hashlib.sha256(base_q8_0.read_bytes()).hexdigest()}  ggml-base-q8_0.bin\n"
+    before = base_q8_0.stat().st_mtime_ns
+    assert wm.main(["build", "--name", "base", "--quantize", "q8_0", "--out", str(MODELS)]) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert base_q8_0.stat().st_mtime_ns == before
+    assert wm.main(["verify", str(base_q8_0)]) == 0
+    out = capsys.readouterr().out
+    assert "weights q8_0, ggml quantization version 2" in out and "ftype=2007" in out and "OK" in out
+    # a fresh quantization: same bytes, memory bounded by a chunk, not by the 53 MB token embedding
+    out_path = tmp_path / "q.bin"
+    # (VmHWM: this process's peak RSS; ru_maxrss would carry pytest's over the exec)
+    code = ("import re, sys, whisper_model as wm; wm.quantize(sys.argv[1], sys.argv[2], 'q8_0'); "
+            "print(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1))")
+    run = subprocess.run([sys.executable, "-c", code, str(MODELS / "ggml-base.bin"), str(out_path)], cwd=ROOT,
+                         check=True, capture_output=True, text=True)
+    assert int(run.stdout.split()[-1]) < 110_000, "peak RSS (KB) of quantizing base"
+    assert out_path.read_bytes() == base_q8_0.read_bytes()
+    assert wm.recorded_checksum(out_path) == wm.recorded_checksum(base_q8_0)
+
+
+def test_quantize_refusals(tiny_en: Path, base_q5_0: Path, tmp_path: Path) -> None:
+    with pytest.raises(wm.ConversionError, match="unknown quantization"):
+        wm.quantize(tiny_en, tmp_path / "x.bin", "q3_0")
+    with pytest.raises(wm.ConversionError, match="already quantized"):
+        wm.quantize(base_q5_0, tmp_path / "x.bin", "q8_0")
+    # k-quants have blocks of 256 values; tiny's rows are 384 long (whisper.cpp would assert)
+    with pytest.raises(wm.ConversionError, match="not whole q4_k blocks"):
+        wm.quantize(tiny_en, tmp_path / "x.bin", "q4_k")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(wm.ConversionError, match="unknown quantization"):
+        wm.build_model("base", MODELS, "f16")
+
+
+def test_quantized_models_transcribe_like_f16(base: Path, base_q8_0: Path, base_q5_0: Path) -> None:
+    import transcription as tx
+
+    wm.ggml_library()  # loaded by quantizing: must not stand in for the VAD's own ggml (it did: a segfault)
+    label = next(x for x in json.loads((AUDIO / "labels.json").read_text()) if x["file"] == "msg_wav16.wav")
+    rates = {}
+    for path in (base, base_q8_0, base_q5_0):
+        t = tx.get_transcriber("pywhispercpp", str(path), 2).transcribe(str(AUDIO / "msg_wav16.wav"), "en")
+        errors, words = _word_error_rate(label["text"], t.text)
+        rates[path.name] = errors / words
+    assert rates["ggml-base.bin"] <= 0.15, rates
+    for name in ("ggml-base-q8_0.bin", "ggml-base-q5_0.bin"):
+        assert rates[name] <= rates["ggml-base.bin"] + 0.1, rates
+
+
+def test_truncated_quantized_file_is_refused(base_q5_0: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "ggml-base-q5_0.bin"
+    with base_q5_0.open("rb") as f:
+        cut.write_bytes(f.read(base_q5_0.stat().st_size - 1000))
+    _assert_refused(cut, "truncated")
+    cut.write_bytes(base_q5_0.read_bytes()[:100_000])  # inside the vocabulary
+    _assert_refused(cut, "truncated")
+
+
+@pytest.mark.parametrize("tensor,value,match", [
+    ("decoder.blocks.3.mlp.0.weight", 99, "unsupported type 99"),  # no ggml type
+    ("decoder.blocks.3.mlp.0.weight", 26, "unsupported type 26"),  # i32: not a weight type
+    ("decoder.blocks.3.mlp.0.weight", 8, "bad tensor header"),  # q8_0 in a q5_0 file: the next header misread
+    ("encoder.conv1.weight", 6, "not whole q5_0 rows"),  # conv weights (rows of 3) stay f16
+    ("decoder.ln.bias", 0, None),  # unchanged (control)
+])
+def test_corrupted_tensor_type_is_refused(base_q5_0: Path, tmp_path: Path, tensor: str, value: int,
+                                          match: str | None) -> None:
+    info = wm.read_ggml(base_q5_0)
+    bad = _patched(base_q5_0, tmp_path / "m.bin", _type_offset(info, tensor), value)
+    if match is None:
+        assert wm.verify(bad)[1] == []
+    else:
+        _assert_refused(bad, match)
+
+
+@pytest.mark.parametrize("ftype,match", [
+    (2005, "header ftype 2005"),  # ggml_ftype 5 does not exist: whisper.cpp's ggml_ftype_to_ggml_type aborts
+    (1008, "quantization version 1"),  # an old q5_0 layout
+    (2007, "type q5_0, expected .* type q8_0"),  # header says q8_0, tensors are q5_0
+    (-1, "header ftype -1"),
+])
+def test_bad_header_ftype_is_refused(base_q5_0: Path, tmp_path: Path, ftype: int, match: str) -> None:
+    _assert_refused(_patched(base_q5_0, tmp_path / "m.bin", 4 + 40, ftype), match)
