@@ -182,6 +182,9 @@ class Transcript:
     language_entropy: float | None = None
     aborted: bool = False  # stopped at the deadline
     engine_error: str | None = None
+    # Decoded a second time with whisper's no-speech gate off: the first pass found no
+    # words in what the VAD heard as a long stretch of speech.
+    second_pass: bool = False
     message: bool = False
     message_reason: str = "no_speech"  # "speech" when a message, else why not
     status: str | None = None  # reliable | unreliable | failed; None when no message
@@ -631,17 +634,16 @@ def collapse_loops(text: str, max_copies: int = 2) -> tuple[str, bool]:
 # ---------------------------------------------------------------- the decisions
 
 # Is there a message? Language-independent signals only (README "Transcription" has the
-# measurements on the labelled set). A message is at least MIN_SPEECH_SECONDS of speech
-# by the VAD in which the decoder found at least MIN_WORDS words. Below that: silence,
-# noise, tones, a bare "Hello?". In doubt, a message: a real message filed as a missed
-# call is the worse error.
+# measurements on the labelled set). At least MIN_MESSAGE_SPEECH_SECONDS of speech by
+# the VAD is a message whatever the decoder makes of it: a name and a reason take that
+# long to say, and a real message filed as a missed call is the worse error (measured: a
+# Czech caller's 10.5 s of speech decoded to nothing, base's no-speech gate). Between
+# MIN_SPEECH_SECONDS and that, the decoder must find at least MIN_WORDS words that are
+# not a stock hallucination (distinct words: a one-word loop on babble is not two).
+# Below: silence, noise, tones, a bare "Hello?".
 MIN_SPEECH_SECONDS = 1.0
+MIN_MESSAGE_SPEECH_SECONDS = 5.0
 MIN_WORDS = 2
-# Speech-like sound without words (reversed speech, babble): whisper's language
-# detection finds no language in it. The probability of the most likely language, over
-# all languages, of real speech on a phone line stays well above this; wordless speech
-# sits below it.
-MIN_LANGUAGE_PROBABILITY = 0.0
 
 # Can the transcript be trusted? Mean log-probability of its text tokens.
 RELIABLE_MEAN_LOGPROB = -0.8
@@ -656,23 +658,27 @@ _HALLUCINATIONS = {
 
 def decide_message(t: Transcript) -> tuple[bool, str]:
     """(is a message, reason): ``speech``, or ``no_speech``, ``too_little_speech``,
-    ``no_words``, ``too_short``, ``hallucination``, ``no_language``."""
+    ``no_words``, ``too_short``, ``hallucination``."""
     if t.speech_seconds is not None and t.speech_seconds == 0:
         return False, "no_speech"
     if t.speech_seconds is not None and t.speech_seconds < MIN_SPEECH_SECONDS:
         return False, "too_little_speech"
     if t.engine_error or (t.aborted and not t.text):
         return True, "speech"  # speech heard, decoding failed: the clinic must listen
+    if t.speech_seconds is not None and t.speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS:
+        return True, "speech"
     ws = words(t.text)
     if not ws:
         return False, "no_words"
-    if len(ws) < MIN_WORDS:
+    if len(set(ws)) < MIN_WORDS:  # "Haló, haló", or a loop of one word on babble
         return False, "too_short"
-    if " ".join(ws) in _HALLUCINATIONS:
+    if _hallucination(ws):
         return False, "hallucination"
-    if t.language_probability is not None and t.language_probability < MIN_LANGUAGE_PROBABILITY:
-        return False, "no_language"
     return True, "speech"
+
+
+def _hallucination(ws: list[str]) -> bool:
+    return " ".join(ws) in _HALLUCINATIONS
 
 
 def assess(t: Transcript, looped: bool) -> tuple[str, str | None]:
@@ -683,6 +689,11 @@ def assess(t: Transcript, looped: bool) -> tuple[str, str | None]:
         return "failed", "timeout"
     if t.aborted:
         return "unreliable", "incomplete"
+    ws = words(t.text)
+    if not ws or _hallucination(ws):
+        return "failed", "no_words"  # speech the decoder could not write down: listen
+    if t.second_pass:
+        return "unreliable", "doubtful_speech"
     if looped:
         return "unreliable", "loop"
     if not math.isnan(t.mean_logprob) and t.mean_logprob < RELIABLE_MEAN_LOGPROB:
@@ -792,6 +803,12 @@ class Transcriber:
                 prompt = PROMPTS.get(language) if decoding.prompt else None
                 abort = (lambda: time.monotonic() >= deadline) if deadline is not None else (lambda: False)
                 raw = self._engine.run(span, language, decoding, prompt, abort)
+                if (speech_seconds is not None and speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS
+                        and not raw.aborted and not raw.error and not words(" ".join(x.text for x in raw.segments))):
+                    # A message with no words: whisper's no-speech gate dropped every
+                    # window. Once more without it, so the receptionist gets what it heard.
+                    raw = self._engine.run(span, language, replace(decoding, no_speech_thold=1.0), prompt, abort)
+                    base = replace(base, second_pass=True)
         if all_probs is not None:
             top = np.sort(all_probs)[::-1]
             entropy = float(-(all_probs[all_probs > 0] * np.log(all_probs[all_probs > 0])).sum())

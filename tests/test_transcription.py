@@ -147,6 +147,18 @@ def test_the_labelled_set_decides_message_or_missed_call(base: tx.Transcriber) -
     assert wrong == []
 
 
+def test_long_speech_the_decoder_drops_is_still_a_message_decoded_again(base: tx.Transcriber) -> None:
+    """whisper's no-speech gate dropped every window of a real message (seen on a Czech
+    caller): five seconds of VAD speech make it a message anyway, decoded once more without
+    the gate and flagged, so the receptionist gets what was heard and knows to listen."""
+    label = _clip("cs", channel="ulaw8k")
+    gate_shut = tx.Decoding(no_speech_thold=0.0, logprob_thold=0.0, temperature_inc=0.0)  # drop every window
+    t = base.transcribe(str(voicemail_set.clip_path(label)), ["cs"], decoding=gate_shut)
+    assert t.speech_seconds >= tx.MIN_MESSAGE_SPEECH_SECONDS
+    assert (t.message, t.second_pass, t.status, t.issue) == (True, True, "unreliable", "doubtful_speech"), t.text
+    assert len(tx.words(t.text)) >= 5
+
+
 @pytest.mark.xfail(strict=True, reason="known gap: Silero and whisper both take time-reversed speech and "
                                        "babble for speech, and whisper writes words for them (README, Transcription)")
 def test_wordless_speech_is_not_a_message(base: tx.Transcriber) -> None:
@@ -174,7 +186,7 @@ def test_multilingual_model_follows_the_clinic_language(base: tx.Transcriber) ->
         base.resolve_languages(["xx"])
     t = base.transcribe(str(AUDIO / "msg_de.mp3"), "de-DE")
     assert t.language == "de" and t.message
-    assert {"termin", "schmidt"} <= set(spoken_numbers.normalize_for_wer(t.text)), t.text
+    assert {"guten", "tag", "termin"} <= set(spoken_numbers.normalize_for_wer(t.text)), t.text
     detected = base.transcribe(str(AUDIO / "msg_de.mp3"), None)
     assert detected.language == "de"
 
@@ -264,7 +276,7 @@ def test_empty_recording(default: tx.Transcriber, tmp_path: Path) -> None:
 
 
 def _transcript(text: str, **kw: Any) -> tx.Transcript:
-    values: dict[str, Any] = dict(text=text, language="cs", duration=8.0, speech_seconds=6.0, mean_logprob=-0.4,
+    values: dict[str, Any] = dict(text=text, language="cs", duration=8.0, speech_seconds=3.0, mean_logprob=-0.4,
                                   mean_token_prob=0.7, n_tokens=20)
     values.update(kw)
     return tx.Transcript(**values)
@@ -278,10 +290,15 @@ def _transcript(text: str, **kw: Any) -> tx.Transcript:
     (_transcript("Haló, tady Anna.", speech_seconds=0.6), "too_little_speech"),
     (_transcript("[BLANK_AUDIO]"), "no_words"),
     (_transcript("Haló?"), "too_short"),
+    (_transcript("Haló, haló, haló?"), "too_short"),
     (_transcript("Thank you."), "hallucination"),
     # Speech heard but decoding failed or timed out: the clinic must listen.
     (_transcript("", engine_error="whisper_full failed with code -7"), "speech"),
     (_transcript("", aborted=True), "speech"),
+    # Five seconds of speech and more are a message whatever the decoder made of them.
+    (_transcript("", speech_seconds=10.5), "speech"),
+    (_transcript("Haló?", speech_seconds=tx.MIN_MESSAGE_SPEECH_SECONDS), "speech"),
+    (_transcript("Haló?", speech_seconds=tx.MIN_MESSAGE_SPEECH_SECONDS - 0.1), "too_short"),
 ])
 def test_decide_message(transcript: tx.Transcript, reason: str) -> None:
     assert tx.decide_message(transcript) == (reason == "speech", reason)
@@ -294,6 +311,9 @@ def test_decide_message(transcript: tx.Transcript, reason: str) -> None:
     (_transcript("Dobrý den", aborted=True), False, ("unreliable", "incomplete")),
     (_transcript("", aborted=True), False, ("failed", "timeout")),
     (_transcript("", engine_error="boom"), False, ("failed", "engine_error")),
+    (_transcript("", speech_seconds=10.5), False, ("failed", "no_words")),
+    (_transcript("Thank you.", speech_seconds=10.5), False, ("failed", "no_words")),
+    (_transcript("Dobrý den, tady Novák.", second_pass=True), False, ("unreliable", "doubtful_speech")),
 ])
 def test_transcript_reliability(transcript: tx.Transcript, looped: bool, expected: tuple[str, str | None]) -> None:
     assert tx.assess(transcript, looped) == expected
