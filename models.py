@@ -169,6 +169,12 @@ class Clinic(BaseModel):
         """`languages` as a list; [] when not set."""
         return json.loads(self.languages) if self.languages else []
 
+    @property
+    def caller_languages(self) -> list[str]:
+        """The languages to detect a caller's among: the clinic's own first, then the
+        listed ones; [] when it has neither (any language)."""
+        return list(dict.fromkeys(([self.language] if self.language else []) + self.language_list))
+
 
 class Calendar(BaseModel):
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)

@@ -768,11 +768,6 @@ class Transcriber:
                 raise UnsupportedLanguage(f"Whisper does not know the language {code!r}")
         return codes
 
-    def resolve_language(self, language: str | None) -> str:
-        """The whisper.cpp language argument for one clinic language (``auto`` for none)."""
-        codes = self.resolve_languages(language)
-        return codes[0] if codes else "auto"
-
     def transcribe(self, path: str, languages: str | Sequence[str] | None = None, *,
                    deadline: float | None = None, decoding: Decoding | None = None) -> Transcript:
         """Transcribe an mp3/wav file and decide (see module doc). ``languages``: the one

@@ -208,7 +208,7 @@ JOB_TIMEOUT_MARGIN = 20  # seconds (at most a fifth of the limit) left after whi
 def _transcribe(config: Config, path: str, clinic: Clinic, deadline: float) -> transcription.Transcript:
     """The clinic's languages to detect among, its own language first (or its one
     language, or any when it has neither)."""
-    languages = list(dict.fromkeys(([clinic.language] if clinic.language else []) + clinic.language_list))
+    languages = clinic.caller_languages
     model = config.whisper_model_for(languages[0] if len(languages) == 1 else None)
     engine = transcription.get_transcriber(config.transcriber, model, config.whisper_threads, config.whisper_vad)
     return engine.transcribe(path, languages, deadline=deadline)

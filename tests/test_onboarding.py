@@ -35,6 +35,9 @@ def test_example_file_loads_everything(app, example):
         assert (clinic.timezone, clinic.country, clinic.language, clinic.missed_call_requests) == ("Europe/Prague", "CZ", "cs", True)
         assert clinic.language_list == ["cs", "sk", "en"]
         assert Clinic.get(Clinic.slug == "demo-clinic-brno").language_list == []  # not set
+        # What a call's language is detected among: the clinic's own first, no repeats.
+        assert clinic.caller_languages == ["cs", "sk", "en"]
+        assert Clinic.get(Clinic.slug == "demo-clinic-brno").caller_languages == ["cs"]
         assert Clinic.get(Clinic.slug == "demo-clinic-brno").missed_call_requests is False
         assert OfficeHours.select().where(OfficeHours.clinic == clinic).count() == 6
         assert {c.name: c.ignore_holidays for c in clinic.calendars} == {"Dr. Novak": False, "Nurse line": True}
