@@ -186,6 +186,9 @@ class Transcript:
     top_language_probability: float | None = None  # of the most likely language of all
     top3_language_probability: float | None = None
     language_entropy: float | None = None
+    # Entropy of language detection on the speech played backwards: computed only when the
+    # forward detection was unsure enough for the time-reversal test to matter.
+    reversed_language_entropy: float | None = None
     aborted: bool = False  # stopped at the deadline
     engine_error: str | None = None
     # Decoded a second time with whisper's no-speech gate off: the first pass found no
@@ -651,6 +654,14 @@ MIN_SPEECH_SECONDS = 1.0
 MIN_MESSAGE_SPEECH_SECONDS = 5.0
 MIN_WORDS = 2
 
+# Time-reversed speech sounds like speech to a VAD, and whisper writes words for it. Played
+# backwards, a real message loses its language (whisper's language detection grows less
+# sure), while reversed speech regains one. So when the recording played backwards is
+# detected with at least this much less entropy (nats over all languages) than played
+# forwards, it carries no words. Measured on the labelled set: real messages 0.31 at most
+# the other way (84 messages, 13 voices), reversed recordings 0.11-2.95 (README).
+REVERSAL_MARGIN = 1.0
+
 # Can the transcript be trusted? Mean log-probability of its text tokens.
 RELIABLE_MEAN_LOGPROB = -0.8
 
@@ -664,11 +675,13 @@ _HALLUCINATIONS = {
 
 def decide_message(t: Transcript) -> tuple[bool, str]:
     """(is a message, reason): ``speech``, or ``no_speech``, ``too_little_speech``,
-    ``no_words``, ``too_short``, ``hallucination``."""
+    ``reversed_speech``, ``no_words``, ``too_short``, ``hallucination``."""
     if t.speech_seconds is not None and t.speech_seconds == 0:
         return False, "no_speech"
     if t.speech_seconds is not None and t.speech_seconds < MIN_SPEECH_SECONDS:
         return False, "too_little_speech"
+    if reversed_speech(t.language_entropy, t.reversed_language_entropy):
+        return False, "reversed_speech"
     if t.engine_error or (t.aborted and not t.text):
         return True, "speech"  # speech heard, decoding failed: the clinic must listen
     if t.speech_seconds is not None and t.speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS:
@@ -681,6 +694,22 @@ def decide_message(t: Transcript) -> tuple[bool, str]:
     if _hallucination(ws):
         return False, "hallucination"
     return True, "speech"
+
+
+def _entropy(probs: np.ndarray | None) -> float:
+    """Entropy (nats) of a language-probability vector."""
+    if probs is None:
+        return math.nan
+    p = probs[probs > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+def reversed_speech(forward_entropy: float | None, backward_entropy: float | None) -> bool:
+    """Whether language detection is surer of the recording played backwards (see
+    REVERSAL_MARGIN). False when either entropy is unknown."""
+    if forward_entropy is None or backward_entropy is None:
+        return False
+    return backward_entropy <= forward_entropy - REVERSAL_MARGIN
 
 
 def _hallucination(ws: list[str]) -> bool:
@@ -796,11 +825,18 @@ class Transcriber:
                               backend=self.backend, model=Path(self.model_path).name,
                               speech_start=round(runs[0][0], 2) if runs else None,
                               decoded_seconds=round(span.size / SAMPLE_RATE, 2))
+            backward: float | None = None
+            raw: _RawResult | None = None
             if span.size < SAMPLE_RATE // 2 or (speech_seconds is not None and speech_seconds < MIN_SPEECH_SECONDS):
                 raw = _RawResult([], None)
                 language, probability, all_probs = (languages[0] if len(languages) == 1 else None), None, None
             else:
                 language, probability, all_probs = self._language(span, languages)
+                backward = self._backward_entropy(span, all_probs)
+                base = replace(base, reversed_language_entropy=backward)
+            if reversed_speech(round(_entropy(all_probs), 3), backward):
+                raw = _RawResult([], language)  # words played backwards: nothing to decode
+            elif raw is None:
                 prompt = PROMPTS.get(language) if decoding.prompt else None
                 abort = (lambda: time.monotonic() >= deadline) if deadline is not None else (lambda: False)
                 raw = self._engine.run(span, language, decoding, prompt, abort)
@@ -812,10 +848,9 @@ class Transcriber:
                     base = replace(base, second_pass=True)
         if all_probs is not None:
             top = np.sort(all_probs)[::-1]
-            entropy = float(-(all_probs[all_probs > 0] * np.log(all_probs[all_probs > 0])).sum())
             base = replace(base, top_language_probability=round(float(top[0]), 4),
                            top3_language_probability=round(float(top[:3].sum()), 4),
-                           language_entropy=round(entropy, 3))
+                           language_entropy=round(_entropy(all_probs), 3))
         return self._summarise(base, raw, language, probability, started)
 
     def _language(self, span: np.ndarray, languages: Sequence[str]) -> tuple[str, float | None, np.ndarray | None]:
@@ -835,6 +870,14 @@ class Transcriber:
         if best != first and (probs[best] < OTHER_LANGUAGE_MIN or probs[best] < 2 * probs[first]):
             best = first
         return self._engine.lang_str(best), float(probs[best]), probs
+
+    def _backward_entropy(self, span: np.ndarray, forward: np.ndarray | None) -> float | None:
+        """Language-detection entropy of the span played backwards, when the time-reversal
+        test can still find it surer than forwards (an English-only model detects nothing;
+        a forward entropy below the margin cannot be beaten by it)."""
+        if forward is None or _entropy(forward) < REVERSAL_MARGIN:
+            return None
+        return round(_entropy(self._engine.language_probabilities(np.ascontiguousarray(span[::-1]))), 3)
 
     def _check_fork(self) -> None:
         """Refuse to run in a child forked after the engine computed.

@@ -4,12 +4,15 @@
    gunicorn as the Procfile runs it, on PostgreSQL and Redis; baseline: a bare Falcon
    app that parses the same JSON body and answers the same body, on the same server.
    Afterwards the calls in the database are counted against the requests wrk completed.
-2. Call ended -> request created, for a 20 s voicemail served over local HTTPS, with a
-   real worker; baseline: the raw engine transcribing the same file in-process.
+2. Call ended -> request created, for a 20.6 s Czech voicemail of the labelled set (beep,
+   caller, callback number; G.711 mu-law) served over local HTTPS to a Czech clinic
+   (languages cs, en), with a real worker on the default model (multilingual base);
+   baseline: the raw engine transcribing the same file in-process.
 
     .venv/bin/python bench/handoff_bench.py        (needs wrk: apt-get install wrk)
 
-Targets on this machine: recording-complete p99 < 25 ms; 20 s voicemail to request < 4 s.
+Targets on this machine: recording-complete p99 < 25 ms; 20 s voicemail to request < 8 s
+(issue 11; it was < 4 s with tiny.en and English before Czech came first).
 """
 from __future__ import annotations
 
@@ -26,10 +29,8 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
 import psycopg2
 import redis
-import soundfile as sf
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -40,7 +41,8 @@ from tests.support import web_command  # noqa: E402
 
 PG = "postgresql://postgres@127.0.0.1:5432/clinic_bench_handoff"
 REDIS = "redis://127.0.0.1:6379/10"
-MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
+MODEL = ROOT / "var" / "models" / "ggml-base.bin"
+VOICEMAIL = ROOT / "tests" / "audio" / "voicemails" / "cs_objednani_czech_dita_ulaw8k.wav"
 WORKERS = os.environ.get("WEB_CONCURRENCY", "2")  # as the Procfile: gunicorn processes
 
 BASELINE_APP = '''
@@ -92,7 +94,7 @@ def recreate_db() -> None:
 
 def env(**extra: str) -> dict[str, str]:
     return {**os.environ, "DATABASE_URL": PG, "REDIS_URL": REDIS, "SECRET_KEY": "bench", "LOG_LEVEL": "WARNING",
-            "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "WHISPER_MODEL": str(MODEL_EN), "WHISPER_MODEL_EN": str(MODEL_EN),
+            "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": "",
             "RECORDING_RETRY_DELAYS": "1", **extra}
 
 
@@ -171,27 +173,19 @@ def bench_intake(workdir: Path) -> None:
           f"in flight at wrk's deadline {in_flight}: {verdict}")
 
 
-def twenty_second_voicemail(path: Path) -> float:
-    clips = ["msg_appointment.mp3", "msg_cancel.mp3", "msg_refill.mp3"]
-    audio = np.concatenate([transcription.load_audio(ROOT / "tests" / "audio" / c) for c in clips])
-    audio = audio[: 20 * transcription.SAMPLE_RATE]
-    sf.write(path, audio, transcription.SAMPLE_RATE, subtype="PCM_16")
-    return audio.size / transcription.SAMPLE_RATE
-
-
 def bench_call_to_request(workdir: Path) -> None:
-    voicemail = workdir / "voicemail.wav"
-    seconds = twenty_second_voicemail(voicemail)
+    voicemail = VOICEMAIL
+    seconds = transcription.load_audio(voicemail).size / transcription.SAMPLE_RATE
     # The raw engine in a fresh process, as the worker has it (loaded and warmed once).
     raw_script = (
         "import sys, time, json; sys.path.insert(0, sys.argv[1]); import transcription\n"
         "e = transcription.warm_up('pywhispercpp', sys.argv[2], 2, True)\n"
         "out = []\n"
         "for _ in range(3):\n"
-        "    t = time.perf_counter(); e.transcribe(sys.argv[3], 'en'); out.append(time.perf_counter() - t)\n"
+        "    t = time.perf_counter(); e.transcribe(sys.argv[3], ['cs', 'en']); out.append(time.perf_counter() - t)\n"
         "print(json.dumps(out))\n"
     )
-    done = subprocess.run([sys.executable, "-c", raw_script, str(ROOT), str(MODEL_EN), str(voicemail)],
+    done = subprocess.run([sys.executable, "-c", raw_script, str(ROOT), str(MODEL), str(voicemail)],
                           capture_output=True, text=True, check=True, timeout=600)
     raw = json.loads(done.stdout.strip().splitlines()[-1])
     token = manage("token", "create", "--name", "bench2", "--clinic", "bench-clinic", "--scope", "write")
@@ -215,7 +209,7 @@ def bench_call_to_request(workdir: Path) -> None:
                 sid = f"voicemail-{uuid.uuid4().hex}"
                 started = time.perf_counter()
                 requests.post(f"http://127.0.0.1:{web_port}/external/v1/clinics/bench-clinic/switchboard/recording-complete",
-                              json={"CallSid": sid, "CallFrom": "+12015550198", "CallTo": "+12015550100",
+                              json={"CallSid": sid, "CallFrom": "+420602555198", "CallTo": "+420224555100",
                                     "RecordingUrl": server.url("/v.wav", host="localhost")},
                               headers={"Authorization": f"Bearer {token}"}, timeout=10).raise_for_status()
 
@@ -237,10 +231,10 @@ def bench_call_to_request(workdir: Path) -> None:
         if "transcribed" in line:  # the worker logs JSON lines (logs.py)
             print("  worker:", json.loads(line)["message"][:150] if line.startswith("{") else line[:150])
     t, b = statistics.median(totals), statistics.median(raw)
-    print(f"\n== call ended -> request, {seconds:.0f} s voicemail (tiny.en, 2 threads, median of 3)")
+    print(f"\n== call ended -> request, {seconds:.0f} s voicemail (Czech, base, 2 threads, median of 3)")
     print(f"raw engine transcription   {b:6.2f} s   (real-time factor {b / seconds:.3f})")
     print(f"recording-complete -> request {t:6.2f} s   ratio to raw engine x{t / b:.2f}   "
-          f"target < 4 s: {'met' if t < 4 else 'NOT met'}   runs: {', '.join(f'{x:.2f}' for x in totals)}")
+          f"target < 8 s: {'met' if t < 8 else 'NOT met'}   runs: {', '.join(f'{x:.2f}' for x in totals)}")
 
 
 def main() -> None:
@@ -253,8 +247,8 @@ def main() -> None:
         onboarding = Path(tmp) / "clinic.json"
         onboarding.write_text(json.dumps({
             "organization": {"slug": "bench-org", "name": "Bench"},
-            "clinics": [{"slug": "bench-clinic", "name": "Bench", "timezone": "America/New_York", "country": "US",
-                         "language": "en"}]}))
+            "clinics": [{"slug": "bench-clinic", "name": "Bench", "timezone": "Europe/Prague", "country": "CZ",
+                         "language": "cs", "languages": ["cs", "en"]}]}))
         manage("onboard", str(onboarding))
         if "--only-voicemail" not in sys.argv:
             bench_intake(Path(tmp))
