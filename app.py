@@ -7,7 +7,6 @@ import urllib.parse
 
 import falcon
 import peewee as pw
-import redis
 from rq import Queue
 
 import errors
@@ -21,8 +20,9 @@ from config import Config
 from documents import LinkCache
 from errors import APIError
 from intake import GroupCommit
-from jobs import recordings as recording_jobs
-from models import bind_database, db
+from jobs import queueing
+from recording_player import RecordingPlayer
+from database import bind_database, db
 from resources import meta, switchboard
 from resources import catalog, patient_requests, patients
 from resources.storage_objects import StoredObject
@@ -99,12 +99,11 @@ class NoNulInUrl:
 def create_app(config: Config) -> falcon.App:
     logs.setup(config.log_level, config.log_format)
     database: pw.Database = bind_database(config.database_url, pool_size=config.db_pool_size)
-    queue_redis = redis.Redis.from_url(config.redis_url, socket_connect_timeout=2, socket_timeout=5)
+    queue_redis = queueing.redis_client(config.redis_url, "web")
 
     # Request id first and metrics second: their process_response run last, so every
     # answer (other middleware's errors included) carries the id and gets timed.
-    flusher = metrics.Flusher(redis.Redis.from_url(config.redis_url, socket_connect_timeout=1, socket_timeout=2),
-                              config.metrics_flush_seconds)
+    flusher = metrics.Flusher(queueing.redis_client(config.redis_url, "metrics"), config.metrics_flush_seconds)
     app = falcon.App(middleware=[logs.RequestId(), metrics.RequestMetrics(flusher), NoNulInUrl(),
                                  BodyLimit(config.max_body_bytes), DatabaseConnection(),
                                  TokenAuth(config.clock, AuthCache.for_database(database))])
@@ -132,12 +131,12 @@ def create_app(config: Config) -> falcon.App:
     app.add_route(f"{clinic}/patients/import-bulk", patients.PatientImportBulk())
     app.add_route(f"{clinic}/patientRequests/create", patient_requests.RequestCreate())
     app.add_route(f"{clinic}/patientRequests/search", patient_requests.RequestSearch())
-    player = recording_jobs.RecordingPlayer(config, Queue(recording_jobs.QUEUE, connection=queue_redis))
+    player = RecordingPlayer(config, Queue(queueing.RECORDINGS, connection=queue_redis))
     app.add_route(request, patient_requests.RequestDetail(LinkCache(storage), player, config.clock))
     app.add_route(f"{request}/recording", patient_requests.RequestRecording(player, config.clock))
     app.add_route(f"{request}/attachments/upload-link", patient_requests.UploadLink(storage))
     app.add_route(f"{request}/attachments", patient_requests.Attachments(storage))
     app.add_route("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url)))
     app.add_route("/healthz", meta.Healthz(database, queue_redis))
-    app.add_route("/metrics", metrics.MetricsEndpoint(queue_redis, ["recordings", "calls", "default"], config.metrics_token))
+    app.add_route("/metrics", metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token))
     return app

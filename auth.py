@@ -13,7 +13,8 @@ import falcon
 
 from auth_cache import AuthCache
 from errors import APIError
-from models import ApiToken, as_utc
+from clock import as_utc
+from models import ApiToken
 
 _TOUCH_EVERY = timedelta(minutes=1)  # last_used_at is advisory; spare a write per request
 

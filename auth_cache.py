@@ -20,8 +20,6 @@ SQLite (the embedded default) has no NOTIFY and gets no cache: its lookups are l
 from __future__ import annotations
 
 import logging
-import os
-import select
 import threading
 import time
 import weakref
@@ -29,6 +27,9 @@ from typing import Any, Callable, Hashable
 
 import peewee as pw
 import psycopg2
+
+import pg_listen
+from pg_listen import Listener
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,8 @@ class AuthCache:
         self._lock = threading.Lock()
         self._entries: dict[Hashable, tuple[float, tuple]] = {}
         self._generation = 0
-        self._conn: Any = None
-        self._inherited: Any = None
-        self._pid = 0
+        self._listener: Listener | None = None
+        self._inherited: Listener | None = None
         self._connecting = False
         self._retry_at = 0.0
         _caches.add(self)
@@ -69,12 +69,8 @@ class AuthCache:
             return cls(None, **options)
         # The URL's own parameters (host, sslmode, ...), with ours on top; keepalives notice
         # a connection that died silently, `ttl` covers the rest.
-        params = {**{k: v for k, v in database.connect_params.items() if k != "connection_factory"},
-                  "dbname": database.database, "application_name": "auth-cache listener",
-                  "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
-
-        def connect() -> Any:
-            return psycopg2.connect(**params)
+        connect = pg_listen.connector(database, application_name="auth-cache listener", keepalives=1,
+                                      keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
         return cls(connect, **options)
 
     @property
@@ -97,7 +93,7 @@ class AuthCache:
         """Keep `row`, read after `get` answered `generation`, unless a change was
         announced since (it may predate the change)."""
         with self._lock:
-            if generation != self._generation or generation < 0 or self._conn is None:
+            if generation != self._generation or generation < 0 or self._listener is None:
                 return
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()  # rare and cheap: the next requests read again
@@ -105,21 +101,16 @@ class AuthCache:
 
     def _sync(self) -> bool:
         """Apply the notifications that have arrived; False while not listening. Holds the lock."""
-        if self._conn is None or self._pid != os.getpid():
-            if self._conn is not None:  # forked: the socket is the parent's; neither use nor close it
-                self._inherited, self._conn = self._conn, None
+        if self._listener is None or self._listener.inherited:
+            if self._listener is not None:  # forked: the socket is the parent's; neither use nor close it
+                self._inherited, self._listener = self._listener, None
                 self._invalidate()
             self._start_listening()
             return False
         try:
-            # Until nothing is left to read: a server that hangs up sends its FATAL message
-            # first (read as a notice) and EOF after it, which the next poll() raises on.
-            while select.select([self._conn], [], [], 0)[0]:
-                self._conn.poll()
-                if self._conn.notifies:
-                    self._conn.notifies.clear()
-                    self._invalidate()
-        except (psycopg2.Error, OSError, ValueError) as exc:
+            if self._listener.wait(0):  # without blocking; notices a lost connection too
+                self._invalidate()
+        except pg_listen.LOST as exc:
             log.warning("auth cache: listening connection lost (%s); reading tokens from the database",
                         type(exc).__name__)
             self._drop()
@@ -135,10 +126,7 @@ class AuthCache:
 
     def _listen(self) -> None:
         try:
-            conn = self._connect()
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(f"LISTEN {CHANNEL}")
+            listener = Listener.open(self._connect, CHANNEL)
         except (psycopg2.Error, OSError) as exc:
             log.warning("auth cache: cannot listen for token changes (%s); retrying in %.0f s",
                         type(exc).__name__, RECONNECT_EVERY)
@@ -147,7 +135,7 @@ class AuthCache:
                 self._retry_at = self._clock() + RECONNECT_EVERY
             return
         with self._lock:
-            self._conn, self._pid, self._connecting = conn, os.getpid(), False
+            self._listener, self._connecting = listener, False
             self._invalidate()  # changes made while nobody listened were missed
 
     def invalidate(self) -> None:
@@ -159,15 +147,12 @@ class AuthCache:
         self._generation += 1
 
     def _drop(self) -> None:
-        conn, self._conn = self._conn, None
+        listener, self._listener = self._listener, None
         self._retry_at = self._clock() + RECONNECT_EVERY
         self._invalidate()
-        try:
-            conn.close()
-        except psycopg2.Error:
-            pass
+        listener.close()
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
+            if self._listener is not None and not self._listener.inherited:
                 self._drop()

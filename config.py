@@ -8,12 +8,10 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Callable
 
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+from clock import now as wall_clock
 
 
 def _bool(value: str) -> bool:
@@ -41,6 +39,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "STORAGE_SIGNING_KEY": ("storage_signing_key", str),
     "STORAGE_MAX_UPLOAD_BYTES": ("storage_max_upload_bytes", int),
     "S3_ENDPOINT_URL": ("s3_endpoint_url", str),
+    "S3_PUBLIC_ENDPOINT_URL": ("s3_public_endpoint_url", str),
     "S3_BUCKET": ("s3_bucket", str),
     "S3_REGION": ("s3_region", str),
     "S3_ACCESS_KEY_ID": ("s3_access_key_id", str),
@@ -90,6 +89,9 @@ class Config:
     # Cap of one upload through the local backend's presigned URLs (chunked ones too).
     storage_max_upload_bytes: int = 100 * 1024 * 1024
     s3_endpoint_url: str = ""
+    # Endpoint written into presigned S3 URLs when clients reach the bucket under another
+    # address than the service does; empty: s3_endpoint_url.
+    s3_public_endpoint_url: str = ""
     s3_bucket: str = ""
     s3_region: str = "us-east-1"
     s3_access_key_id: str = ""
@@ -123,7 +125,7 @@ class Config:
     # Test-only: lets server-side fetches reach 127.0.0.1 (never private ranges).
     unsafe_allow_loopback_fetch: bool = False
     # Not from the environment: the wall clock, replaceable in tests.
-    clock: Callable[[], datetime] = field(default=utcnow, repr=False, compare=False)
+    clock: Callable[[], datetime] = field(default=wall_clock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.storage_signing_key:

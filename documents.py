@@ -3,51 +3,33 @@
 Create applies the type's default patient tags best effort; upload links hand out a
 fresh object key (`fileHash`) per call and remember it for the request, so that
 registration accepts only keys issued for the same request and already uploaded.
-Presigned download links are cached per (attachment, disposition) and handed out
-only while they have at least `LINK_MIN_LEFT` seconds to live.
+Presigned download links come from `storage.links.LinkCache`, cached per (attachment,
+disposition).
 
 Presigned URLs are credentials: nothing here logs them.
 """
 from __future__ import annotations
 
-import base64
-import json
 import logging
-import threading
-import time
 import uuid
-from collections import OrderedDict
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from errors import APIError, validation_failed
+from clock import as_utc, iso_utc, utc_now
+from database import db
+from keyset import Keyset
 from models import (
-    ApiToken,
-    Calendar,
-    Clinic,
-    MedicalRecord,
-    PatientRecord,
-    PatientRecordTag,
-    PatientRequest,
-    PatientRequestTag,
-    RequestType,
-    RequestTypeDefaultTag,
-    Reservation,
-    Tag,
-    UploadLink,
-    as_utc,
-    db,
-    iso_utc,
-    utc_now,
+    ApiToken, Calendar, Clinic, IssuedUpload, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
+    PatientRequestTag, RequestType, RequestTypeDefaultTag, Reservation, Tag,
 )
 from patient_directory import patient_for_create, tag_json
-from storage import Disposition, Storage, ascii_filename, new_object_key
+from storage import Storage, new_object_key
+from storage.links import LinkCache  # also imported from here (app, resources, tests)
 
 log = logging.getLogger(__name__)
 
 UPLOAD_URL_SECONDS = 600  # spec: valid 10 minutes (module-level so tests can shorten it)
-LINK_SECONDS = 8 * 3600  # download links: presigned for up to 8 hours
-LINK_MIN_LEFT = 30 * 60  # ... and handed out only with at least 30 minutes left
 MAX_ATTACHMENTS = 1000
 DEFAULT_LIMIT = 50
 
@@ -134,17 +116,8 @@ def apply_default_tags(request_type: RequestType, record: PatientRecord) -> None
 
 # --- search, detail, patch -------------------------------------------------------------------
 
-def _encode_cursor(request: PatientRequest) -> str:
-    raw = json.dumps([request.created_at.isoformat(), str(request.id)]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(text: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        created, rid = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-        return datetime.fromisoformat(created), uuid.UUID(rid)
-    except (ValueError, TypeError):
-        raise validation_failed("pagination.cursor: not a cursor of this search") from None
+# Newest first; a cursor is the opaque (createdAt, id) of the last row shown.
+REQUEST_ORDER = Keyset(PatientRequest.created_at, PatientRequest.id, descending=True)
 
 
 def search_requests(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
@@ -157,13 +130,8 @@ def search_requests(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, A
         query = query.where(PatientRequest.patient == uuid.UUID(flt["patientId"]))
     if "kind" in flt:
         query = query.where(PatientRequest.kind == flt["kind"])
-    if "cursor" in pagination:
-        created, rid = _decode_cursor(pagination["cursor"])
-        query = query.where((PatientRequest.created_at < created)
-                            | ((PatientRequest.created_at == created) & (PatientRequest.id < rid)))
-    rows = list(query.order_by(PatientRequest.created_at.desc(), PatientRequest.id.desc()).limit(limit + 1))
-    next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
-    return summaries(rows[:limit]), next_cursor
+    rows, next_cursor = REQUEST_ORDER.page(query, pagination.get("cursor"), limit)
+    return summaries(rows), next_cursor
 
 
 def summaries(requests: list[PatientRequest]) -> list[dict[str, Any]]:
@@ -189,7 +157,7 @@ def summaries(requests: list[PatientRequest]) -> list[dict[str, Any]]:
     } for r in requests]
 
 
-def detail(request: PatientRequest, links: "LinkCache") -> dict[str, Any]:
+def detail(request: PatientRequest, links: LinkCache) -> dict[str, Any]:
     records = list(MedicalRecord.select().where(MedicalRecord.request == request)
                    .order_by(MedicalRecord.created_at, MedicalRecord.id).limit(MAX_ATTACHMENTS + 1))
     if len(records) > MAX_ATTACHMENTS:
@@ -221,14 +189,14 @@ def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any])
 def issue_upload_link(storage: Storage, request: PatientRequest, content_type: str) -> dict[str, str]:
     content_type = content_type.strip()
     key = new_object_key(request.id, content_type)
-    UploadLink.create(request=request, file_hash=key, content_type=content_type)
+    IssuedUpload.create(request=request, file_hash=key, content_type=content_type)
     return {"url": storage.presign_put(key, content_type, UPLOAD_URL_SECONDS), "fileHash": key}
 
 
 def register_attachment(storage: Storage, request: PatientRequest, body: dict[str, Any], token: ApiToken) -> MedicalRecord:
     """Register an uploaded object. Registering the same fileHash again answers the
     attachment registered first (so a retry after a timeout never duplicates)."""
-    link = UploadLink.get_or_none((UploadLink.request == request) & (UploadLink.file_hash == body["fileHash"]))
+    link = IssuedUpload.get_or_none((IssuedUpload.request == request) & (IssuedUpload.file_hash == body["fileHash"]))
     if link is None:
         raise validation_failed("fileHash: not issued by an upload link of this request")
     if storage.head(link.file_hash) is None:
@@ -244,36 +212,3 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
 def attachment_json(m: MedicalRecord) -> dict[str, Any]:
     return {"id": str(m.id), "description": m.description, "contentType": m.content_type,
             "createdAt": iso_utc(m.created_at)}
-
-
-class LinkCache:
-    """Presigned download URLs per (attachment, disposition), reused while they have at
-    least `min_left` seconds to live. In-process and bounded (LRU): a cache miss only
-    costs a signature, and the URLs (credentials) stay out of shared stores."""
-
-    def __init__(self, storage: Storage, *, lifetime: int = LINK_SECONDS, min_left: int = LINK_MIN_LEFT,
-                 max_entries: int = 50_000, clock: Callable[[], float] = time.time) -> None:
-        if min_left >= lifetime:
-            raise ValueError("min_left must be shorter than lifetime")
-        self.storage, self.lifetime, self.min_left = storage, lifetime, min_left
-        self.max_entries, self.clock = max_entries, clock
-        self._entries: OrderedDict[tuple[uuid.UUID, str], tuple[str, float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def url(self, record: MedicalRecord, disposition: Disposition) -> str:
-        key, now = (record.id, disposition), self.clock()
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None and hit[1] - now >= self.min_left:
-                self._entries.move_to_end(key)
-                return hit[0]
-        url = self.storage.presign_get(record.file_hash, self.lifetime, content_type=record.content_type,
-                                       disposition=disposition, filename=ascii_filename(record.description))
-        with self._lock:
-            # Backends count whole seconds from the second of signing: assume the worst.
-            self._entries[key] = (url, int(now) + self.lifetime - 1)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-        return url
-

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 
 import peewee as pw
 
-from models import ApiToken, Call, Clinic, db
+from database import db
+
+from models import ApiToken, Call, Clinic
 
 
 @dataclass(eq=False)

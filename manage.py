@@ -23,7 +23,9 @@ from pathlib import Path
 import auth_cache
 from config import Config
 from migrations import migrate
-from models import ApiToken, ApiTokenClinic, Clinic, bind_database, db, iso_utc, utc_now
+from clock import iso_utc, utc_now
+from database import bind_database, db
+from models import ApiToken, ApiTokenClinic, Clinic
 
 DEMO_FILE = Path(__file__).parent / "examples" / "onboarding.json"
 
@@ -146,12 +148,11 @@ def cmd_calls(config: Config, args: argparse.Namespace) -> int:
 
 
 def _calls_queue(config: Config):
-    from redis import Redis
     from rq import Queue
 
-    from jobs.calls import QUEUE
+    from jobs import queueing
 
-    return Queue(QUEUE, connection=Redis.from_url(config.redis_url))
+    return Queue(queueing.CALLS, connection=queueing.redis_client(config.redis_url, "worker"))
 
 
 def cmd_worker(config: Config, args: argparse.Namespace) -> int:
@@ -169,7 +170,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     import logs
     import metrics
     import transcription
-    from jobs import relay
+    from jobs import relay, runtime
     from jobs.worker import ClinicWorker
 
     logs.setup(config.log_level, config.log_format)
@@ -183,6 +184,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
                 log.warning("whisper model %s not found (python manage.py model build)", model)
     calls = _calls_queue(config)
     db.close()
+    runtime.start(config)  # jobs use this configuration; the environment is read once
     # Hands stored calls to the queue (the web only commits them); re-queues, at once
     # and then periodically, the pending calls left without a live job (jobs/relay.py).
     relay.start(calls, config)
@@ -252,9 +254,11 @@ def parser() -> argparse.ArgumentParser:
     calls.add_argument("--last", type=int, default=10)
     calls.set_defaults(func=cmd_calls)
 
+    from jobs.queueing import QUEUES
+
     worker = sub.add_parser("worker", help="run an RQ worker (with scheduler)")
     # "recordings" first: a doctor waits on a link re-fetch, nobody waits on a transcription.
-    worker.add_argument("queues", nargs="*", default=["recordings", "calls", "default"])
+    worker.add_argument("queues", nargs="*", default=list(QUEUES))
     worker.add_argument("--no-warm-up", action="store_true", help="skip loading the transcription model")
     worker.set_defaults(func=cmd_worker, needs_db=False)
     sub.add_parser("requeue", help="queue stored calls that are not processed yet").set_defaults(
@@ -269,9 +273,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, config: Config | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["model"]:  # model tools need no database or configuration
-        import whisper_model
+        from tools import whisper_convert
 
-        return whisper_model.main(argv[1:])
+        return whisper_convert.main(argv[1:])
     args = parser().parse_args(argv)
     config = config or Config.from_env()
     if args.command == "token" and args.token_command == "create" and args.expires_in_days is not None and args.expires_in_days <= 0:

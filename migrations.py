@@ -16,6 +16,7 @@ from playhouse.migrate import migrate as apply_operations
 
 import auth_cache
 import models as m
+from database import db
 
 Migration = Callable[[pw.Database, SchemaMigrator], None]
 _ADVISORY_LOCK_KEY = 7_341_002  # arbitrary, constant for this application
@@ -94,7 +95,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _add_column("patient_request", "call_id",
                     pw.ForeignKeyField(m.Call, null=True, unique=True, field=m.Call.id, on_delete="SET NULL")),
     )),
-    (3, "documents", _create(m.Reservation, m.UploadLink, m.MedicalRecord)),
+    (3, "documents", _create(m.Reservation, m.IssuedUpload, m.MedicalRecord)),
     (4, "recordings", _steps(
         _add_column("call", "recording_link", pw.TextField(null=True)),
         _add_column("call", "recording_link_expires_at", pw.DateTimeField(null=True)),
@@ -158,7 +159,7 @@ def applied_versions(database: pw.Database) -> set[int]:
 
 def migrate(database: pw.Database | None = None) -> list[str]:
     """Apply pending migrations; returns the names applied (empty when up to date)."""
-    database = database or m.db.obj
+    database = database or db.obj
     applied: list[str] = []
     with database.connection_context():
         database.create_tables([m.SchemaMigration], safe=True)

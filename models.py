@@ -9,124 +9,19 @@ import hashlib
 import hmac
 import json
 import secrets
-import select
 import uuid
 from functools import lru_cache
 from typing import TYPE_CHECKING
-from datetime import datetime, timedelta, timezone
-from urllib.parse import urlparse
+from datetime import datetime, timedelta
 
 import peewee as pw
-import psycopg2
-import psycopg2.extensions
-from playhouse.db_url import parse as parse_db_url
-from playhouse.pool import PooledPostgresqlDatabase
 
+from clock import as_utc, utc_now
+from database import columns, db, from_row, hot_sql
 from phones import to_e164
 
 if TYPE_CHECKING:
     from auth_cache import AuthCache
-
-db = pw.DatabaseProxy()
-
-
-def utc_now() -> datetime:
-    """Naive UTC, the storage convention of every DateTimeField here."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
-def as_utc(value: datetime) -> datetime:
-    """Aware or naive (taken as UTC) -> naive UTC."""
-    if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
-    return value
-
-
-def iso_utc(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return as_utc(value).isoformat(timespec="milliseconds") + "Z"
-
-
-class CheckedPostgresqlPool(PooledPostgresqlDatabase):
-    """A pool that does not hand out connections the server has closed.
-
-    After a PostgreSQL restart every pooled socket is dead, but psycopg2 only learns it
-    on the next query, which would fail one request per pooled connection. An idle
-    connection has nothing to read; a readable one holds the server's termination
-    notice or EOF, so it is discarded at check-out without a round trip. (A connection
-    that dies silently still fails its query: errors.py answers 503 and the pool drops it.)
-    """
-
-    def _is_closed(self, conn) -> bool:
-        # Peewee's own check costs a `SELECT 1` round trip per check-out (a third of the
-        # intake's database time); the socket check below needs none.
-        if conn.closed or conn.info.transaction_status == psycopg2.extensions.TRANSACTION_STATUS_UNKNOWN:
-            return True
-        try:
-            readable, _, _ = select.select([conn], [], [], 0)
-        except (OSError, ValueError):
-            return True
-        if readable:
-            return True
-        if conn.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
-            try:
-                conn.rollback()  # a request that left a transaction open
-            except psycopg2.Error:
-                return True
-        return False
-
-
-def _cooperative_psycopg2() -> None:
-    """Under gevent (the Procfile's web workers), let psycopg2 wait through gevent's hub.
-
-    psycopg2 blocks in C while it waits for the server; in a gevent worker that would
-    stall every request of the process for the length of each query. psycogreen's wait
-    callback makes those waits yield instead. Processes that gevent has not patched (the
-    CLI, RQ workers, tests) keep plain blocking psycopg2.
-    """
-    try:
-        from gevent import monkey
-    except ImportError:
-        return
-    if monkey.is_module_patched("socket"):
-        from psycogreen.gevent import patch_psycopg
-        patch_psycopg()
-
-
-def open_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.Database:
-    """Build the database for `url`: PostgreSQL (pooled for the web process; plain for
-    the CLI and RQ workers, whose forked work horses must not inherit pooled sockets),
-    or SQLite in WAL mode."""
-    scheme = urlparse(url).scheme
-    if scheme in ("postgres", "postgresql"):
-        _cooperative_psycopg2()
-        params = parse_db_url(url)
-        name = params.pop("database")
-        if not pooled:
-            return pw.PostgresqlDatabase(name, connect_timeout=5, **params)
-        return CheckedPostgresqlPool(
-            name,
-            max_connections=pool_size,
-            stale_timeout=300,
-            timeout=10,  # wait for a free pooled connection, then fail loudly
-            connect_timeout=5,
-            **params,
-        )
-    if scheme == "sqlite":
-        path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else url[len("sqlite://"):]
-        return pw.SqliteDatabase(
-            path or ":memory:",
-            pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 10000},
-            check_same_thread=False,
-        )
-    raise ValueError(f"unsupported DATABASE_URL scheme: {scheme!r}")
-
-
-def bind_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.Database:
-    database = open_database(url, pool_size=pool_size, pooled=pooled)
-    db.initialize(database)
-    return database
 
 
 class BaseModel(pw.Model):
@@ -282,14 +177,35 @@ class Patient(BaseModel):
         return patient
 
     @classmethod
-    def with_survivors(cls, ids: list[uuid.UUID]) -> list[uuid.UUID]:
-        """`ids` plus the patients they were merged into, following merge chains."""
+    def merge_links(cls, ids: list[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID]:
+        """Which patient each merged one was merged into, for `ids` and every patient
+        their merge chains lead to: one query per step along the chains."""
+        links: dict[uuid.UUID, uuid.UUID] = {}
         seen, frontier = set(ids), set(ids)
         while frontier:
-            query = cls.select(cls.merged_into).where(cls.id.in_(list(frontier)) & cls.merged_into.is_null(False))
-            frontier = {p.merged_into_id for p in query} - seen
+            query = cls.select(cls.id, cls.merged_into).where(cls.id.in_(list(frontier)) & cls.merged_into.is_null(False))
+            step = {p.id: p.merged_into_id for p in query}
+            links.update(step)
+            frontier = set(step.values()) - seen
             seen |= frontier
-        return list(seen)
+        return links
+
+    @classmethod
+    def with_survivors(cls, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        """`ids` plus the patients they were merged into, following merge chains."""
+        return list(set(ids) | set(cls.merge_links(ids).values()))
+
+    def survivor_id(self) -> uuid.UUID:
+        """The id at the end of this patient's merge chain (its own when not merged; on
+        a cycle, the last patient before the chain comes back)."""
+        if self.merged_into_id is None:
+            return self.id
+        links = Patient.merge_links([self.merged_into_id])
+        seen, current = {self.id}, self.merged_into_id
+        while (after := links.get(current)) is not None and after not in seen:
+            seen.add(current)
+            current = after
+        return current
 
 
 class PatientRecord(BaseModel):
@@ -489,7 +405,7 @@ class Call(BaseModel):
     transcript_signals = pw.TextField(null=True)  # JSON: confidence signals of the engine
     intelligibility = pw.CharField(max_length=30, null=True)  # "ok" or the reason it is not
     processed_at = pw.DateTimeField(null=True)
-    # Playable recording (jobs/recordings.py): the latest link re-fetched from the platform
+    # Playable recording (jobs/refetch.py): the latest link re-fetched from the platform
     # (a credential: never logged) and its expiry; why the recording is gone, once known.
     recording_link = pw.TextField(null=True)
     recording_link_expires_at = pw.DateTimeField(null=True)
@@ -617,11 +533,15 @@ class Reservation(BaseModel):
     created_at = pw.DateTimeField(default=utc_now)
 
 
-class UploadLink(BaseModel):
+class IssuedUpload(BaseModel):
     """A `fileHash` (object key) handed out by upload-link for one request; registration
-    accepts only keys issued here for the same request."""
+    accepts only keys issued here for the same request. (The resource that hands them out
+    is `resources.patient_requests.UploadLink`; the table keeps its first name.)"""
 
-    request = pw.ForeignKeyField(PatientRequest, backref="upload_links", on_delete="CASCADE")
+    class Meta:
+        table_name = "upload_link"
+
+    request = pw.ForeignKeyField(PatientRequest, backref="issued_uploads", on_delete="CASCADE")
     file_hash = pw.CharField(max_length=512, unique=True)
     content_type = pw.CharField(max_length=200)
     created_at = pw.DateTimeField(default=utc_now)
@@ -650,21 +570,11 @@ class SchemaMigration(BaseModel):
     applied_at = pw.DateTimeField(default=utc_now)
 
 
-# --- The hot path in plain SQL (every authenticated request, every call hand-off) ----
-# Written once per process from the models' metadata, so a renamed column cannot drift.
-
-def from_row(model: type[pw.Model], values: tuple) -> pw.Model:
-    """A model from raw column values in `_meta.sorted_fields` order, converted as Peewee
-    converts its own query results."""
-    return model(**{f.name: f.python_value(v) for f, v in zip(model._meta.sorted_fields, values)})
-
-
-def _columns(alias: str, model: type[pw.Model]) -> str:
-    return ", ".join(f'{alias}."{f.column_name}"' for f in model._meta.sorted_fields)
-
+# --- The hot path's SQL (every authenticated request, every call hand-off), run with
+# database.hot_sql.
 
 _AUTHORIZE_SQL = (
-    f'SELECT {_columns("t", ApiToken)}, {_columns("c", Clinic)}, EXISTS ('
+    f'SELECT {columns("t", ApiToken)}, {columns("c", Clinic)}, EXISTS ('
     'SELECT 1 FROM "api_token_clinic" AS l WHERE l."token_id" = t."id" AND l."clinic_id" = c."id") '
     'FROM "api_token" AS t LEFT JOIN "clinic" AS c ON c."slug" = %s WHERE t."id" = %s'
 )
@@ -675,14 +585,6 @@ def _insert_call_sql(names: tuple[str, ...], rows: int) -> str:
     columns = ", ".join(f'"{Call._meta.fields[n].column_name}"' for n in names)
     values = ", ".join([f'({", ".join(["%s"] * len(names))})'] * rows)
     return f'INSERT INTO "call" ({columns}) VALUES {values} ON CONFLICT DO NOTHING RETURNING "id"'
-
-
-def hot_sql(sql: str, params: list | tuple):
-    """Run SQL written with `%s` placeholders on the bound database; returns the cursor."""
-    database = db.obj
-    if database.param != "%s":
-        sql = sql.replace("%s", database.param)
-    return database.execute_sql(sql, params)
 
 
 MODELS: list[type[BaseModel]] = [
@@ -704,6 +606,6 @@ MODELS: list[type[BaseModel]] = [
     PatientRequest,
     PatientRequestTag,
     Reservation,
-    UploadLink,
+    IssuedUpload,
     MedicalRecord,
 ]

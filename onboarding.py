@@ -27,22 +27,10 @@ from jsonschema.exceptions import best_match
 
 import auth_cache
 import crypto
+from clock import as_utc, utc_now
+from database import db
 from models import (
-    Calendar,
-    Clinic,
-    ExternalId,
-    OfficeHours,
-    Organization,
-    Patient,
-    PatientRecord,
-    PatientRecordTag,
-    RequestType,
-    RequestTypeDefaultTag,
-    Tag,
-    Vacation,
-    as_utc,
-    db,
-    utc_now,
+    Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType, RequestTypeDefaultTag, Tag, Vacation,
 )
 from office_hours import WEEKDAYS
 from phones import to_e164

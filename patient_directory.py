@@ -15,23 +15,14 @@ from typing import Any
 import peewee as pw
 
 from errors import APIError, validation_failed
-from models import Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag, db
+from database import db
+from keyset import Keyset
+from models import Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag
 from phones import to_e164
 
 DEFAULT_LIMIT = 50
 SHARED_STATUS = "WAITING"
-
-
-def survivor(patient: Patient) -> uuid.UUID:
-    """The id at the end of the patient's merge chain."""
-    seen, current = {patient.id}, patient.merged_into_id
-    while current is not None:
-        nxt = Patient.select(Patient.merged_into).where(Patient.id == current).scalar()
-        if nxt is None or nxt in seen:
-            return current
-        seen.add(current)
-        current = nxt
-    return patient.id
+PATIENT_ORDER = Keyset(Patient.id)  # a cursor is the id of the last patient shown
 
 
 def patient_for_create(clinic: Clinic, patient_id: str) -> tuple[Patient, PatientRecord]:
@@ -41,20 +32,11 @@ def patient_for_create(clinic: Clinic, patient_id: str) -> tuple[Patient, Patien
         raise APIError(404, "PATIENT_NOT_FOUND", "Unknown patient.")
     if patient.merged_into_id is not None:
         raise APIError(410, "PATIENT_MERGED", "The patient was merged into another record; use mergedInto.",
-                       mergedInto=str(survivor(patient)))
+                       mergedInto=str(patient.survivor_id()))
     record = PatientRecord.get_or_none((PatientRecord.patient == patient) & (PatientRecord.clinic == clinic))
     if record is None:
         raise APIError(403, "FORBIDDEN", "The patient has no record in this clinic; import the patient first.")
     return patient, record
-
-
-def _cursor(value: str | None) -> uuid.UUID | None:
-    if value is None:
-        return None
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise validation_failed("pagination.cursor: not a cursor of this search") from None
 
 
 def search(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
@@ -72,12 +54,8 @@ def search(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> t
         query = query.where(Patient.id.in_(matches))
     if flt.get("query", "").strip():
         query = query.where(_text_match(clinic, flt["query"].strip()))
-    after = _cursor(pagination.get("cursor"))
-    if after is not None:
-        query = query.where(Patient.id > after)
-    rows = list(query.order_by(Patient.id).limit(limit + 1))
-    next_cursor = str(rows[limit - 1].id) if len(rows) > limit else None
-    return represent(clinic, rows[:limit]), next_cursor
+    rows, next_cursor = PATIENT_ORDER.page(query, pagination.get("cursor"), limit)
+    return represent(clinic, rows), next_cursor
 
 
 def _text_match(clinic: Clinic, text: str) -> pw.Expression:

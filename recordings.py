@@ -5,7 +5,7 @@ The service does not copy recordings. A call's recording is playable through
 
 - the original `RecordingUrl`, treated as expired `RECORDING_URL_LIFETIME_MINUTES`
   after the call was received (the platforms' links live about 30 minutes);
-- then a link re-fetched from the platform API (jobs/recordings.py), valid until the
+- then a link re-fetched from the platform API (jobs/refetch.py), valid until the
   expiry the platform gives. Only calls whose `Source` contains one of the configured
   `PROVIDER_MARKER_WORDS` have a re-fetch strategy; the recording is referenced by
   `RecordingSid`, else by the file name in `RecordingUrl`.
@@ -39,8 +39,16 @@ import redis
 
 import crypto
 from config import Config
-from models import Call, Clinic, as_utc, iso_utc
-from safe_fetch import FetchError, UnsafeURL, fetch, redact_url, validate_url
+from clock import as_utc, iso_utc
+from models import Call, Clinic
+from safe_fetch import (
+    FetchError,
+    UnsafeURL,
+    fetch,
+    is_retryable_status,
+    redact_url,
+    validate_url,
+)
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +277,7 @@ class PlatformClient:
 def _raise_for_status(status: int, url: str) -> None:
     if 200 <= status < 300:
         return
-    transient = status >= 500 or status in (408, 425, 429)
-    raise FetchError(f"HTTP {status} from {redact_url(url)}", transient=transient, status=status)
+    raise FetchError(f"HTTP {status} from {redact_url(url)}", transient=is_retryable_status(status), status=status)
 
 
 def _json(content: bytes | None, url: str) -> dict[str, Any]:

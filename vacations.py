@@ -7,7 +7,9 @@ from zoneinfo import ZoneInfo
 
 import holidays
 
-from models import Calendar, Clinic, Vacation, as_utc
+from clock import as_utc
+
+from models import Calendar, Clinic, Vacation
 
 
 @lru_cache(maxsize=256)

@@ -31,12 +31,9 @@ import json
 import os
 import random
 import re
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,28 +47,22 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.support.databases import recreate_database  # noqa: E402
+from tests.support.gunicorn import serving, start_gunicorn  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.processes import stop_process  # noqa: E402
+
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/clinic_bench"
 CLINIC = "demo-clinic"
 SIBLING = "demo-clinic-brno"
 SOURCE = "signing-system"
 
 
-def recreate_database(url: str) -> None:
-    parts = urllib.parse.urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = psycopg2.connect(urllib.parse.urlunsplit(parts._replace(path="/postgres")))
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-
-
 def setup(url: str) -> tuple[str, dict[str, uuid.UUID]]:
     """Migrate, onboard the demo organization, issue a token; returns it and some ids."""
     from migrations import migrate
-    from models import ApiToken, Clinic, RequestType, bind_database, db
+    from database import bind_database, db
+    from models import ApiToken, Clinic, RequestType
     from onboarding import onboard
 
     bind_database(url, pooled=False)
@@ -144,39 +135,19 @@ def load_attachments(url: str, ids: dict[str, uuid.UUID], count: int) -> tuple[u
     return request_id, time.perf_counter() - start
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def gunicorn(url: str, env: dict[str, str]) -> Iterator[int]:
+    """The Procfile's web command with one sync worker, until /openapi.json answers."""
     port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
     full_env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": "redis://127.0.0.1:6379/11",
-                "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}", "LOG_LEVEL": "WARNING", **env}
-    proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "gunicorn"), "wsgi:app", "--bind", f"127.0.0.1:{port}",
-                             "--workers", "1", "--worker-class", "sync", "--log-level", "warning"],
-                            cwd=ROOT, env=full_env)
+                "PUBLIC_BASE_URL": base_url, "LOG_LEVEL": "WARNING", **env}
+    proc = start_gunicorn(port, "--workers", "1", "--worker-class", "sync", "--log-level", "warning", env=full_env,
+                          ready=lambda _: serving(base_url, "/openapi.json", timeout=5))
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {proc.returncode}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("GET", "/openapi.json")
-                if conn.getresponse().status == 200:
-                    conn.close()
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("gunicorn did not come up in 30 s") from None
-                time.sleep(0.1)
         yield port
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+        stop_process(proc, 15)
 
 
 class Api:
@@ -273,7 +244,8 @@ def bench_search(url: str, token: str, patients: int, repeat: int) -> bool:
         baseline = statistics.median(timed(lambda b=b: bare(b)) for b in batches[1:])
 
         # EXPLAIN the app's own query, as Peewee builds it.
-        from models import Clinic, bind_database, db
+        from database import bind_database, db
+        from models import Clinic
         import patient_directory
 
         bind_database(url, pooled=False)

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,8 +35,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import transcription  # noqa: E402
-from tests.https_server import HTTPSTestServer, static, wait_until  # noqa: E402
-from tests.support import web_command  # noqa: E402
+from tests.support.databases import recreate_database  # noqa: E402
+from tests.support.gunicorn import start_gunicorn  # noqa: E402
+from tests.support.https_server import HTTPSTestServer, static  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.processes import manage as run_manage  # noqa: E402
+from tests.support.servers import wait_until  # noqa: E402
 
 PG = "postgresql://postgres@127.0.0.1:5432/clinic_bench_handoff"
 REDIS = "redis://127.0.0.1:6379/10"
@@ -77,21 +80,6 @@ WRK_SCRIPT = calls_script(
     "bench", '"RecordingUrl":"https://localhost:8443/v.mp3?sig=x","Source":"bench","Extra":"{}"')
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def recreate_db() -> None:
-    admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute("DROP DATABASE IF EXISTS clinic_bench_handoff WITH (FORCE)")
-        cur.execute("CREATE DATABASE clinic_bench_handoff")
-    admin.close()
-
-
 def env(**extra: str) -> dict[str, str]:
     return {**os.environ, "DATABASE_URL": PG, "REDIS_URL": REDIS, "SECRET_KEY": "bench", "LOG_LEVEL": "WARNING",
             "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": "",
@@ -99,22 +87,13 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def manage(*args: str, **extra: str) -> str:
-    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env(**extra), capture_output=True,
-                          text=True, timeout=120, check=True)
-    return done.stdout.strip()
+    return run_manage(env(**extra), *args)
 
 
 def gunicorn(app: str, port: int, workdir: Path) -> subprocess.Popen:
     # As the Procfile runs it; PYTHONPATH picks the baseline module.
-    cmd = web_command(port, "--workers", WORKERS, "--log-level", "warning", app=app)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(PYTHONPATH=f"{workdir}:{ROOT}", DB_POOL_SIZE="10"))
-    assert wait_until(lambda: _listening(port), timeout=30, interval=0.1), "gunicorn did not start"
-    return proc
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+    return start_gunicorn(port, "--workers", WORKERS, "--log-level", "warning", app=app,
+                          env=env(PYTHONPATH=f"{workdir}:{ROOT}", DB_POOL_SIZE="10"))
 
 
 def wrk(url: str, token: str, script: Path, seconds: int = 10, connections: int = 32,
@@ -240,7 +219,7 @@ def bench_call_to_request(workdir: Path) -> None:
 def main() -> None:
     if not shutil.which("wrk"):
         sys.exit("wrk is needed: apt-get install wrk")
-    recreate_db()
+    recreate_database(PG)
     redis.Redis.from_url(REDIS).flushdb()
     manage("migrate")
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,9 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.handoff_bench import WORKERS, calls_script, wrk  # noqa: E402
-from tests.fault_support import (RedisServer, gunicorn, prepare_database, recreate_database, start_worker,  # noqa: E402
-                                 stop)
-from tests.https_server import wait_until  # noqa: E402
+from tests.support.databases import recreate_database  # noqa: E402
+from tests.support.faults import RedisServer, gunicorn, prepare_database  # noqa: E402
+from tests.support.processes import start_worker  # noqa: E402
+from tests.support.processes import stop_process as stop  # noqa: E402
+from tests.support.servers import wait_until  # noqa: E402
 
 PG = "postgresql://postgres@127.0.0.1:5432/clinic_bench_load"
 SLUG = "load-clinic"

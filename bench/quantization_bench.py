@@ -12,7 +12,7 @@ machine is shared). Prints, per model and against f16 measured in the same run:
 * total transcription seconds over the clips and the real-time factor
   (processing seconds / audio seconds);
 * word error rate over the speech clips: summed word edits / summed reference words
-  (``word_error_rate`` of transcription.py, or of spoken_numbers where it moved), and
+  (``spoken_numbers.word_error_rate``), and
   the same with each clip's edits capped at its word count ("capped"), since one
   hallucinated loop can add hundreds of edits;
 * load seconds and peak RSS of the child (VmHWM: ru_maxrss would carry the parent's
@@ -22,7 +22,6 @@ machine is shared). Prints, per model and against f16 measured in the same run:
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import re
@@ -35,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import whisper_model as wm  # noqa: E402
+from tools import whisper_convert as wc  # noqa: E402
 
 AUDIO = ROOT / "tests" / "audio"
 
@@ -47,8 +46,7 @@ def _peak_rss_mb() -> float:
 
 def child(model: str, threads: int, repeat: int) -> dict[str, Any]:
     import transcription as tx
-
-    wer = getattr(tx, "word_error_rate", None) or importlib.import_module("spoken_numbers").word_error_rate
+    from spoken_numbers import word_error_rate as wer
     started = time.perf_counter()
     t = tx.get_transcriber("pywhispercpp", model, threads)
     load_s = time.perf_counter() - started
@@ -100,7 +98,7 @@ def report(results: list[dict[str, Any]], builds: dict[str, float]) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--name", default="base", choices=sorted(wm.SOURCES))
+    parser.add_argument("--name", default="base", choices=sorted(wc.SOURCES))
     parser.add_argument("--types", default="q8_0,q5_0", help="comma-separated quantizations")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=2)
@@ -112,10 +110,10 @@ def main(argv: list[str]) -> int:
     builds: dict[str, float] = {}
     models = []
     for qtype in [None, *args.types.split(",")]:
-        out = wm.default_output(args.name, wm.DEFAULT_OUT_DIR, qtype)
-        if not wm.is_built(out):
+        out = wc.default_output(args.name, wc.DEFAULT_OUT_DIR, qtype)
+        if not wc.is_built(out):
             began = time.perf_counter()
-            wm.build_model(args.name, wm.DEFAULT_OUT_DIR, qtype)
+            wc.build_model(args.name, wc.DEFAULT_OUT_DIR, qtype)
             builds[out.name] = time.perf_counter() - began
         models.append(str(ROOT / out))
     results = []

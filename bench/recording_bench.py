@@ -7,7 +7,7 @@ one connection per play), PostgreSQL and Redis (a database and a Redis db of its
 BENCH_DATABASE_URL, default postgresql://postgres@127.0.0.1:5432/clinic_bench_rec,
 recreated; BENCH_REDIS_URL, default redis://127.0.0.1:6379/13, flushed), a real RQ worker
 (`manage.py worker recordings`) and a fake switchboard platform API over HTTPS on
-127.0.0.1 (tests/https_server.py, trustme CA, loopback allowed by the test-only setting).
+127.0.0.1 (tests/support/https_server.py, trustme CA, loopback allowed by the test-only setting).
 
 Scenarios:
 
@@ -27,21 +27,16 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from socketserver import ThreadingMixIn
 from typing import Any
-from urllib.parse import urlparse
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import psycopg2  # noqa: E402
 import redis  # noqa: E402
 import requests  # noqa: E402
 from rq import Worker  # noqa: E402
@@ -49,34 +44,18 @@ from rq import Worker  # noqa: E402
 from app import create_app  # noqa: E402
 from config import Config  # noqa: E402
 from migrations import migrate  # noqa: E402
-from models import ApiToken, Call, Clinic, Patient, PatientRecord, PatientRequest, db  # noqa: E402
+from database import db  # noqa: E402
+from models import ApiToken, Call, Clinic, Patient, PatientRecord, PatientRequest  # noqa: E402
 from onboarding import onboard  # noqa: E402
-from tests.https_server import HTTPSTestServer, TestRequest, TestResponse, json_response, wait_until  # noqa: E402
+from tests.support.clocks import Clock  # noqa: E402
+from tests.support.databases import recreate_database  # noqa: E402
+from tests.support.https_server import HTTPSTestServer, TestRequest, TestResponse, json_response  # noqa: E402
+from tests.support.servers import serve_wsgi, wait_until  # noqa: E402
 
 DB_URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/clinic_bench_rec")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 SECRET = "bench-secret-key"
 MARKERS = "benchvox"
-
-
-def recreate_database(url: str) -> None:
-    parts = urlparse(url)
-    admin = psycopg2.connect(host=parts.hostname, port=parts.port or 5432, user=parts.username or "postgres",
-                             password=parts.password, dbname="postgres")
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        name = parts.path.lstrip("/")
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.offset = timedelta(0)
-
-    def __call__(self) -> datetime:
-        return datetime.now(timezone.utc) + self.offset
 
 
 def platform(server: HTTPSTestServer, n_routes: int) -> None:
@@ -133,7 +112,7 @@ def main() -> int:
 
     recreate_database(DB_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
-    clock = Clock()
+    clock = Clock(now=None)  # the real time, shifted by clock.offset
     with HTTPSTestServer() as server:
         platform(server, max(args.plays, args.refetches))
         config = Config(database_url=DB_URL, redis_url=REDIS_URL, secret_key=SECRET, clock=clock, log_level="WARNING",
@@ -157,29 +136,21 @@ def main() -> int:
                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         connection = redis.Redis.from_url(REDIS_URL)
 
-        class Threaded(ThreadingMixIn, WSGIServer):
-            daemon_threads = True
-
-        class Quiet(WSGIRequestHandler):
-            def log_message(self, *a: Any) -> None:
-                pass
-
-        httpd = make_server("127.0.0.1", 0, app, server_class=Threaded, handler_class=Quiet)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        base = f"http://127.0.0.1:{httpd.server_port}"
-        try:
-            assert wait_until(lambda: any(w.pid == worker.pid for w in Worker.all(connection=connection)), timeout=60)
-            timed_plays(base, token, cached[:5], slug)  # warm-up (connections, imports)
-            results = [summary("cached link", timed_plays(base, token, cached, slug))]
-            clock.offset = timedelta(minutes=26)  # every original link has expired
-            server.reset_counters()
-            results.append(summary("re-fetch via platform", timed_plays(base, token, expired, slug)))
-            exchanges = server.request_count("/api/auth/token")
-            lookups = server.request_count() - exchanges
-        finally:
-            httpd.shutdown()
-            worker.terminate()
-            worker.wait(timeout=30)
+        with serve_wsgi(app) as httpd:
+            base = f"http://127.0.0.1:{httpd.server_port}"
+            try:
+                assert wait_until(lambda: any(w.pid == worker.pid for w in Worker.all(connection=connection)),
+                                  timeout=60)
+                timed_plays(base, token, cached[:5], slug)  # warm-up (connections, imports)
+                results = [summary("cached link", timed_plays(base, token, cached, slug))]
+                clock.offset = timedelta(minutes=26)  # every original link has expired
+                server.reset_counters()
+                results.append(summary("re-fetch via platform", timed_plays(base, token, expired, slug)))
+                exchanges = server.request_count("/api/auth/token")
+                lookups = server.request_count() - exchanges
+            finally:
+                worker.terminate()
+                worker.wait(timeout=30)
     for r in results:
         print(json.dumps(r))
     print(json.dumps({"refetches": lookups, "token_exchanges": exchanges,

@@ -11,7 +11,7 @@ worker, which writes the PUT body to a plain file in 1 MiB pieces and serves the
 from a plain file (no signature, no temp file, no fsync, no sidecar). The ratio is the
 backend's throughput over that baseline's. The local backend runs in that gunicorn
 worker (as in production); S3 is a SeaweedFS (``weed mini``) started by
-``tests/seaweed.py``, so its ratio is SeaweedFS's against our raw HTTP path.
+``tests/support/seaweed.py``, so its ratio is SeaweedFS's against our raw HTTP path.
 
 Extra reference lines: a Python read/write copy loop (1 MiB chunks) and
 ``shutil.copyfile`` (an in-kernel copy: no user-space pass over the bytes, so no
@@ -52,7 +52,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from storage import LocalStorage, S3Storage, Storage  # noqa: E402
-from tests.support import stop_process  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.processes import stop_process  # noqa: E402
 
 SIGNING_KEY = "bench-signing-key-0123456789abcdef"
 BLOCK = 1024 * 1024
@@ -334,12 +335,6 @@ def python_copy(source: Path, target: Path) -> None:
             dst.write(block)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def local_server(workdir: Path, fsync: bool) -> Iterator[tuple[LocalStorage, int]]:
     port = free_port()
@@ -428,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                         drop = statistics.median(
                             [timed(lambda: http_get(keep_url, None)) for _ in range(args.repeat + 1)][1:])
                 elif backend == "s3":
-                    from tests.seaweed import run_seaweedfs
+                    from tests.support.seaweed import run_seaweedfs
 
                     with run_seaweedfs(bucket="bench", workdir=workdir / "seaweed") as sw:
                         s3 = S3Storage(bucket=sw.s3_bucket, endpoint_url=sw.s3_endpoint_url, region=sw.s3_region,

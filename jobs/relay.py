@@ -14,7 +14,6 @@ gone (a worker killed mid-job): `requeue_pending`. When Redis comes back as a ne
 from __future__ import annotations
 
 import logging
-import select
 import threading
 import time
 from datetime import timedelta
@@ -26,7 +25,10 @@ from rq import Queue
 
 from config import Config
 from jobs.calls import ensure_queued, requeue_pending
-from models import Call, db, utc_now
+from clock import utc_now
+from database import db
+from models import Call
+from pg_listen import Listener, connector
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ class CallRelay:
         self.poll_every = poll_every if poll_every is not None else (5.0 if self.listening else 0.5)
         self.sweep_every = sweep_every
         self.batch = batch
-        self._listener: "psycopg2.extensions.connection | None" = None
+        self._listener: Listener | None = None
         self._redis_run_id: str | None = None
 
     def relay_new(self) -> int:
@@ -98,12 +100,7 @@ class CallRelay:
         return restarted
 
     def _listen(self) -> None:
-        database = db.obj
-        conn = psycopg2.connect(dbname=database.database, **database.connect_params)
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f'LISTEN "{Call.NEW_CALL_CHANNEL}"')
-        self._listener = conn
+        self._listener = Listener.open(connector(db.obj), Call.NEW_CALL_CHANNEL)
 
     def _wait(self, stop: threading.Event, timeout: float) -> None:
         """Until a new call is notified, `timeout` passes or `stop` is set."""
@@ -115,19 +112,13 @@ class CallRelay:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            # Short slices so `stop` is honoured promptly.
-            if select.select([self._listener], [], [], min(left, 0.5))[0]:
-                self._listener.poll()
-                if self._listener.notifies:
-                    self._listener.notifies.clear()
-                    return
+            # Short slices so `stop` is honoured promptly; a notification returns at once.
+            if self._listener.wait(min(left, 0.5), drain=False):
+                return
 
     def _close_listener(self) -> None:
         if self._listener is not None:
-            try:
-                self._listener.close()
-            except psycopg2.Error:
-                pass
+            self._listener.close()
             self._listener = None
 
 

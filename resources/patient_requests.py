@@ -8,10 +8,10 @@ import falcon
 
 import documents
 import schemas
-from config import utcnow
+import clock
 from documents import LinkCache
 from errors import APIError
-from jobs.recordings import RecordingPlayer
+from recording_player import RecordingPlayer
 from models import Call, PatientRequest
 from recordings import gone_message
 from storage import Storage
@@ -39,7 +39,7 @@ class RequestDetail:
     scopes = {"GET": "read", "PATCH": "write"}
 
     def __init__(self, links: LinkCache, player: RecordingPlayer | None = None,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+                 clock: Callable[[], datetime] = clock.now) -> None:
         self.links = links
         self.player = player
         self.clock = clock
@@ -90,7 +90,7 @@ class RequestRecording:
 
     scopes = {"GET": "read"}
 
-    def __init__(self, player: RecordingPlayer, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(self, player: RecordingPlayer, clock: Callable[[], datetime] = clock.now) -> None:
         self.player = player
         self.clock = clock
 

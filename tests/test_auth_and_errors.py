@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import manage
-from models import ApiToken, db
+from database import db
+from models import ApiToken
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 
 CHECKS = [("is-clinic-opened", None), ("is-on-vacation", {}), ("has-active-request", {"callFrom": "+420601123456"})]

@@ -18,8 +18,9 @@ import pytest
 
 import auth_cache
 from auth_cache import AuthCache
-from models import db
+from database import db
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.clocks import Clock
 
 ROUNDS = 25
 
@@ -196,17 +197,9 @@ def test_without_the_listening_connection_nothing_is_cached_and_revocation_still
 
 # --- The cache alone -----------------------------------------------------------------
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def fake_clock() -> FakeClock:
-    return FakeClock()
+def fake_clock() -> Clock:
+    return Clock(1000.0)  # monotonic seconds
 
 
 @pytest.fixture

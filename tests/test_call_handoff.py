@@ -17,13 +17,16 @@ import webtest
 import spoken_numbers
 from app import create_app
 from config import Config
-from models import Call, Clinic, Patient, PatientRecord, PatientRequest, db, utc_now
+from clock import utc_now
+from database import db
+from models import Call, Clinic, Patient, PatientRecord, PatientRequest
 from tests.conftest import PG_URL, REDIS_URL, ROOT
-from tests.live_service import concurrently, serve, settings_of
-from tests.https_server import FailThenSucceed, HTTPSTestServer, redirect, static, wait_until
-from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support import SECRET_KEY, bearer, bodies, clinic, issue_token, load, organization, switchboard_url
+from tests.support.https_server import FailThenSucceed, HTTPSTestServer, redirect, static
+from tests.support.live_service import concurrently, serve, settings_of
+from tests.support.servers import wait_until
 from tests import voicemail_set
-from tests.worker_support import worker_env
+from tests.support.worker import worker_env
 
 AUDIO = ROOT / "tests" / "audio"
 MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
@@ -34,7 +37,7 @@ def audio(name: str) -> bytes:
     return (AUDIO / name).read_bytes()
 
 
-# The session's RQ worker (`worker`) and `ca_bundle` are fixtures of tests/worker_support.py.
+# The session's RQ worker (`worker`) and `ca_bundle` are fixtures of tests/support/worker.py.
 
 
 @pytest.fixture(scope="session")
@@ -71,12 +74,10 @@ def hand_off(client: webtest.TestApp, body: dict[str, Any], slug: str = "clinic-
 
 
 def call_body(sid: str, url: str | None = None, **extra: Any) -> dict[str, Any]:
-    body = {"CallSid": sid, "CallFrom": "+1 201 555 0198", "CallTo": "+12015550100", "Status": "completed",
-            "HasRecording": url is not None, "RecordingSid": f"{sid}.mp3", "Source": "test-pbx",
-            "Extra": json.dumps({"flow": "voicemail", "ivr": [1, 2]}), **extra}
-    if url is not None:
-        body["RecordingUrl"] = url
-    return body
+    """The shared body as the test PBX sends it: its recording's id, its flow in Extra,
+    HasRecording false when there is no recording."""
+    return bodies.call_body(sid, url, HasRecording=url is not None, RecordingSid=f"{sid}.mp3", Source="test-pbx",
+                            Extra=json.dumps({"flow": "voicemail", "ivr": [1, 2]}), **extra)
 
 
 def processed(sid: str, timeout: float = 90) -> Call:

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 import documents
-from models import MedicalRecord, PatientRequest, db
-from tests.live_service import serve, signing_organization
+from database import db
+from models import MedicalRecord, PatientRequest
 from tests.support import issue_token, load
+from tests.support.live_service import serve, signing_organization
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "examples" / "signed_document.py"

@@ -37,16 +37,20 @@ import transcription
 from app import create_app
 from config import Config
 from jobs.calls import job_id, job_is_live
-from jobs.recordings import job_id as refetch_job_id
-from models import Call, PatientRequest, db
+from jobs.refetch import job_id as refetch_job_id
+from database import db
+from models import Call, PatientRequest
 from tests.conftest import PG_URL, REDIS_URL, ROOT
-from tests.fault_support import (PostgresCluster, RedisServer, children, free_port, gunicorn, post_json,
-                                 prepare_database, start_worker, stop)
-from tests.https_server import HTTPSTestServer, hang, static, wait_until
-from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support import SECRET_KEY, bearer, bodies, clinic, issue_token, load, organization, switchboard_url
+from tests.support.faults import PostgresCluster, RedisServer, gunicorn, post_json, prepare_database
+from tests.support.https_server import HTTPSTestServer, hang, static
+from tests.support.ports import free_port
+from tests.support.processes import children, start_worker
+from tests.support.processes import stop_process as stop
+from tests.support.servers import wait_until
 from tests.test_recordings import FakePlatform, detail_call, play, received_at, stored_call
 from tests.test_recordings import onboard as rec_onboard
-from tests.worker_support import MARKER_WORDS, MODEL, MODEL_EN, worker_env
+from tests.support.worker import MARKER_WORDS, MODEL, MODEL_EN, worker_env
 
 AUDIO = ROOT / "tests" / "audio"
 SLUG = "fault-clinic"
@@ -55,11 +59,8 @@ FAULT_DB = PG_URL.rsplit("/", 1)[0] + "/" + PG_URL.rsplit("/", 1)[1].split("?")[
 
 
 def call_body(sid: str, url: str | None = None) -> dict[str, object]:
-    body: dict[str, object] = {"CallSid": sid, "CallFrom": "+1 201 555 0198", "CallTo": "+12015550100",
-                               "Status": "completed", "Source": "fault-pbx", "Extra": "{}"}
-    if url:
-        body.update(RecordingUrl=url, HasRecording=True)
-    return body
+    """The shared body as the fault tests' PBX sends it (no recording id, no flow)."""
+    return bodies.call_body(sid, url, Source="fault-pbx", Extra="{}")
 
 
 class Store:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -36,8 +35,10 @@ import requests
 
 from onboarding import stable_id
 from tests.conftest import EXAMPLE, PG_URL, REDIS_URL, ROOT
-from tests.https_server import wait_until
-from tests.support import stop_process, web_command
+from tests.support.databases import recreate_database
+from tests.support.gunicorn import serving, start_gunicorn
+from tests.support.ports import free_port
+from tests.support.processes import manage, stop_process
 
 BIN = Path(sys.executable).parent
 SEED = 20260601
@@ -52,7 +53,7 @@ def _sibling_database(url: str, suffix: str) -> str:
 
 
 def _sibling_redis(url: str) -> str:
-    # Not the suite's own Redis database: the session's RQ worker (tests/worker_support.py)
+    # Not the suite's own Redis database: the session's RQ worker (tests/support/worker.py)
     # listens there, and must not take the fuzzed service's jobs (ids of another database).
     parts = urlparse(url)
     index = int(parts.path.lstrip("/") or 0)
@@ -69,38 +70,6 @@ class Service:
     token: str
     log: Path
     ids: dict[str, list[str]]
-
-
-def _recreate(url: str) -> None:
-    parts = urlparse(url)
-    name = parts.path.lstrip("/")
-    admin = psycopg2.connect(host=parts.hostname, port=parts.port or 5432, user=parts.username or "postgres",
-                             password=parts.password, dbname="postgres")
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, f"manage.py {args[0]}: {done.stdout}\n{done.stderr}"
-    return done.stdout.strip()
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return requests.get(f"{url}/healthz", timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def _request_from_call(base_url: str, token: str, slug: str, env: dict[str, str]) -> str:
@@ -171,9 +140,9 @@ def _seed(base_url: str, token: str, env: dict[str, str]) -> dict[str, list[str]
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """The service under gunicorn on a free port, its own database, onboarded, with a token."""
     workdir = tmp_path_factory.mktemp("fuzz")
-    port = _free_port()
+    port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    _recreate(FUZZ_DATABASE_URL)
+    recreate_database(FUZZ_DATABASE_URL)
     queue = redis.Redis.from_url(FUZZ_REDIS_URL)
     queue.flushdb()
     env = {**os.environ, "DATABASE_URL": FUZZ_DATABASE_URL, "REDIS_URL": FUZZ_REDIS_URL, "SECRET_KEY": "fuzz-secret",
@@ -181,17 +150,14 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
            "DB_POOL_SIZE": "8",
            # The recording endpoint waits this long for a link re-fetch; no worker runs here.
            "PBX_PLAY_WAIT_SECONDS": "0.5"}
-    _manage(env, "migrate")
-    _manage(env, "onboard", str(ROOT / "examples" / "onboarding.json"))
+    manage(env, "migrate")
+    manage(env, "onboard", str(ROOT / "examples" / "onboarding.json"))
     slugs = [arg for c in EXAMPLE["clinics"] for arg in ("--clinic", c["slug"])]
-    token = _manage(env, "token", "create", "--name", "fuzz", *slugs, "--scope", "read", "--scope", "write")
+    token = manage(env, "token", "create", "--name", "fuzz", *slugs, "--scope", "read", "--scope", "write")
     log = workdir / "gunicorn.log"
-    with open(log, "wb") as out:
-        web = subprocess.Popen(web_command(port, "--log-level", "warning"),
-                               cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    web = start_gunicorn(port, "--log-level", "warning", env=env, log=log, ready=lambda _: serving(base_url),
+                         timeout=60)
     try:
-        assert wait_until(lambda: web.poll() is not None or _healthy(base_url), timeout=60, interval=0.1)
-        assert web.poll() is None, log.read_text()[-3000:]
         yield Service(base_url, token, log, _seed(base_url, token, env))
     finally:
         stop_process(web, 30)
@@ -250,13 +216,13 @@ def test_schemathesis_finds_nothing(service: Service, tmp_path: Path) -> None:
     cmd = [str(BIN / "st"), "--config-file", str(config), "run", str(document_file), "--url", service.base_url,
            "--header", f"Authorization: Bearer {service.token}", "--seed", str(SEED),
            # Every check; positive_data_acceptance through its stricter wrapper in
-           # tests/fuzz_hooks.py (refusals JSON Schema cannot express, each listed).
+           # tests/support/fuzz_hooks.py (refusals JSON Schema cannot express, each listed).
            "--checks", "all", "--exclude-checks", "positive_data_acceptance",
            "--max-examples", str(MAX_EXAMPLES), "--workers", "2", "--request-timeout", "10",
            "--generation-database", "none", "--no-color", "--report", "junit,ndjson",
            "--report-junit-path", str(junit), "--report-ndjson-path", str(ndjson)]
     started = time.monotonic()
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.fuzz_hooks", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.support.fuzz_hooks", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
     elapsed = time.monotonic() - started
     output = done.stdout + done.stderr

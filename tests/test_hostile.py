@@ -30,12 +30,15 @@ import openapi
 import schemas
 from app import create_app
 from config import Config
-from models import MODELS, ApiToken, Call, Clinic, Patient, PatientRequest, SchemaMigration, Tag, bind_database, db
+from database import bind_database, db
+from models import MODELS, ApiToken, Call, Clinic, Patient, PatientRequest, SchemaMigration, Tag
 from storage import LocalStorage
-from tests.conftest import PG_URL, REDIS_URL, ROOT
-from tests.https_server import wait_until
-from tests.live_service import patient_id, signing_organization, tag_id, type_id
-from tests.support import SECRET_KEY, bearer, issue_token, load, stop_process, web_command
+from tests.conftest import PG_URL, REDIS_URL
+from tests.support import SECRET_KEY, bearer, issue_token, load
+from tests.support.gunicorn import serving, start_gunicorn
+from tests.support.live_service import patient_id, signing_organization, tag_id, type_id
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
 
 PDF = b"%PDF-1.7\n" + b"\0" * 1000 + b"\n%%EOF\n"
 
@@ -575,33 +578,17 @@ class Gunicorn:
     storage: LocalStorage  # signs like the served app
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    import urllib.request
-    try:
-        with urllib.request.urlopen(url + "/healthz", timeout=2) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def gunicorn(world: World, tmp_path_factory) -> Iterator[Gunicorn]:
     """The web process as the Procfile starts it, with small limits to overrun."""
-    port, root = _free_port(), tmp_path_factory.mktemp("gunicorn") / "storage"
+    port, root = free_port(), tmp_path_factory.mktemp("gunicorn") / "storage"
     base_url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
            "DB_POOL_SIZE": "2", "MAX_BODY_BYTES": str(BODY_LIMIT), "STORAGE_DIR": str(root),
            "STORAGE_MAX_UPLOAD_BYTES": str(UPLOAD_LIMIT), "PUBLIC_BASE_URL": base_url, "LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen(web_command(port, "--workers", "1"), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = start_gunicorn(port, "--workers", "1", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          ready=lambda _: serving(base_url))
     try:
-        assert wait_until(lambda: _healthy(base_url) or proc.poll() is not None, timeout=30, interval=0.1)
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
         root.mkdir(parents=True, exist_ok=True)
         signer = LocalStorage(root, signing_key=Config(secret_key=SECRET_KEY).storage_signing_key,
                               public_base_url=base_url)

@@ -15,10 +15,11 @@ import psycopg2
 import pytest
 
 from intake import GroupCommit
-from models import Call, Clinic, db
+from database import db
+from models import Call, Clinic
 from tests.conftest import PG_URL
-from tests.https_server import wait_until
 from tests.support import clinic, load, organization
+from tests.support.servers import wait_until
 
 
 @pytest.fixture

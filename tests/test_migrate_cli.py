@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import PG_URL, ROOT
-from tests.seaweed import run_seaweedfs
+from tests.support.seaweed import run_seaweedfs
 
 
 def migrate(**env: str) -> subprocess.CompletedProcess:

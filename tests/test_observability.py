@@ -24,11 +24,11 @@ from rq import Queue, Retry, SimpleWorker
 import errors
 import logs
 import metrics
-from models import Call, db
-from tests import log_audit
+from database import db
+from models import Call
 from tests.conftest import REDIS_URL, ROOT
-from tests.live_service import concurrently, serve
-from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support import bearer, clinic, issue_token, load, log_audit, organization, switchboard_url
+from tests.support.live_service import concurrently, serve
 
 Samples = dict[tuple[str, frozenset], float]
 
@@ -218,9 +218,10 @@ def test_metrics_count_and_time_requests_by_route_template(app):
 def test_metrics_show_queue_depths_and_redis_state(app):
     samples = scrape(app.get("/metrics").text)
     assert value(samples, "clinic_metrics_redis_up") == 1
-    for queue in ("calls", "recordings", "default"):
+    for queue in ("calls", "recordings"):  # the worker's queues, and only those
         for state in ("queued", "started", "scheduled", "deferred", "failed"):
             assert (("clinic_queue_jobs", frozenset({"queue": queue, "state": state}.items())) in samples), (queue, state)
+    assert {dict(labels)["queue"] for name, labels in samples if name == "clinic_queue_jobs"} == {"calls", "recordings"}
 
 
 def test_queue_depths_are_read_from_rq_at_scrape_time():
@@ -376,7 +377,7 @@ def test_audit_fails_a_pytest_session_that_logs_a_secret(tmp_path):
             logging.getLogger("leaky").debug("using %s", {token!r})
     """))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.log_audit", "-p", "no:cacheprovider",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.support.log_audit", "-p", "no:cacheprovider",
                           "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "1 passed" in run.stdout, run.stdout[-2000:]
@@ -385,6 +386,6 @@ def test_audit_fails_a_pytest_session_that_logs_a_secret(tmp_path):
 
 
 def test_worker_log_is_audited_at_debug(worker_log):
-    from tests.worker_support import worker_env
+    from tests.support.worker import worker_env
     assert worker_env("ca.pem")["LOG_LEVEL"] == "DEBUG"
     assert worker_log in log_audit.AUDIT.files

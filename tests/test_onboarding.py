@@ -8,8 +8,10 @@ import pytest
 
 import crypto
 import manage
-from models import (MODELS, Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord,
-                    PatientRecordTag, RequestType, RequestTypeDefaultTag, SchemaMigration, Tag, Vacation, db)
+from database import db
+from models import (
+    MODELS, Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType, RequestTypeDefaultTag, SchemaMigration, Tag, Vacation,
+)
 from onboarding import OnboardingError, stable_id
 from tests.support import SECRET_KEY, load
 

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from models import ExternalId, Patient, PatientRecord, db
-from tests.live_service import api, patient_id, signing_organization, type_id
+from database import db
+
+from models import ExternalId, Patient, PatientRecord
 from tests.support import bearer, issue_token, load
+from tests.support.live_service import api, patient_id, signing_organization, type_id
 
 SEARCH = api() + "/patients/search"
 IMPORT = api() + "/patients/import"

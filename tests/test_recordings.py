@@ -1,5 +1,5 @@
 """Playable recordings (spec: "Recording lifetime and re-fetching", "Provider-specific
-handling"), with real parts: the real RQ worker (tests/worker_support.py) runs the
+handling"), with real parts: the real RQ worker (tests/support/worker.py) runs the
 re-fetch job against a fake switchboard platform API served over real HTTPS from
 127.0.0.1 (trustme CA; loopback allowed only through the test-only setting).
 
@@ -21,13 +21,15 @@ import webtest
 
 from app import create_app
 from config import Config
-from models import Call, Clinic, Patient, PatientRecord, PatientRequest, db
-from tests.conftest import PG_URL, REDIS_URL, ROOT, Clock
-from tests.https_server import (FailThenSucceed, HTTPSTestServer, TestRequest, TestResponse, json_response, static,
-                                wait_until)
+from database import db
+from models import Call, Clinic, Patient, PatientRecord, PatientRequest
+from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
-from tests.live_service import concurrently, serve, settings_of
-from tests.worker_support import MARKER_WORDS
+from tests.support.clocks import Clock
+from tests.support.https_server import FailThenSucceed, HTTPSTestServer, TestRequest, TestResponse, json_response, static
+from tests.support.live_service import concurrently, serve, settings_of
+from tests.support.servers import wait_until
+from tests.support.worker import MARKER_WORDS
 
 AUDIO = ROOT / "tests" / "audio"
 USER, PASSWORD = "clinic-api", "pbx-pa55word"

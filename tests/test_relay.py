@@ -15,7 +15,6 @@ import uuid
 from datetime import timedelta
 from typing import Iterator
 
-import psycopg2
 import pytest
 import redis
 from rq import Queue
@@ -24,29 +23,22 @@ from config import Config
 from jobs.calls import QUEUE, job_id
 from jobs.relay import CallRelay, start
 from migrations import migrate
-from models import Call, Clinic, db, open_database
+from database import db, open_database
+from models import Call, Clinic
 from tests.conftest import PG_URL
-from tests.https_server import wait_until
 from tests.support import SECRET_KEY, clinic, load, organization
+from tests.support.databases import recreate_database
+from tests.support.servers import wait_until
 
 RELAY_PG = PG_URL.rsplit("/", 1)[0] + "/clinic_test_relay"
 RELAY_REDIS = os.environ.get("TEST_RELAY_REDIS_URL", "redis://127.0.0.1:6379/7")
-
-
-def _recreate_pg() -> None:
-    admin = psycopg2.connect(PG_URL.rsplit("/", 1)[0] + "/postgres")
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute('DROP DATABASE IF EXISTS "clinic_test_relay" WITH (FORCE)')
-        cur.execute('CREATE DATABASE "clinic_test_relay"')
-    admin.close()
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
 def outbox(request, tmp_path, wsgi_app) -> Iterator[str]:
     """`db` bound to a database of this test alone (restored afterwards); its kind."""
     if request.param == "postgresql":
-        _recreate_pg()
+        recreate_database(RELAY_PG)
         url = RELAY_PG
     else:
         url = f"sqlite:///{tmp_path}/relay.db"
@@ -152,7 +144,7 @@ def _listeners() -> int:
 def test_a_redis_restart_makes_the_relay_requeue_at_once(outbox, relay_config, tmp_path):
     """Redis without persistence comes back empty: the relay notices the new server (its
     run id) and queues every pending call again, without waiting for its periodic sweep."""
-    from tests.fault_support import RedisServer
+    from tests.support.faults import RedisServer
 
     with RedisServer(tmp_path) as server:
         private = Queue(QUEUE, connection=server.client())

@@ -16,9 +16,11 @@ import webtest
 from jsonschema import Draft202012Validator
 
 import openapi
-from models import Call, Clinic, Patient, PatientRecord, PatientRequest, as_utc, db
-from tests.live_service import api, patient_id, signing_organization, type_id
+from clock import as_utc
+from database import db
+from models import Call, Clinic, Patient, PatientRecord, PatientRequest
 from tests.support import bearer, issue_token, load
+from tests.support.live_service import api, patient_id, signing_organization, type_id
 
 SEARCH = "/patientRequests/search"
 EXTRA = '{"flow": "voicemail", "ivr": [1, 2], "note": "Ž"}'
@@ -221,7 +223,11 @@ def test_manage_calls_lists_callback_number_and_transcript_status_issue_language
                  transcript_language="cs", transcript_status="unreliable", transcript_issue="low_confidence",
                  callback_number="+420602987654")
     call_request("clinic-a", "missed_call", received_at=_now(clock) - timedelta(minutes=1))
-    assert manage.main(["calls", "--last", "5"], config) == 0
+    bound = db.obj
+    try:
+        assert manage.main(["calls", "--last", "5"], config) == 0
+    finally:
+        db.initialize(bound)  # manage.main binds its own database; later tests expect the app's pool
     out = capsys.readouterr().out
     assert "    callback: +420602987654\n" in out
     assert "    transcript [unreliable (low_confidence), cs]: Zavolejte mi.\n" in out

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from s3_presign import SigV4Presigner
-from storage import DOWNLOAD_CACHE_CONTROL, S3Storage, content_disposition
-from tests.seaweed import run_seaweedfs
+from storage import DOWNLOAD_CACHE_CONTROL, S3Storage, SigV4Presigner, content_disposition
+from tests.support.seaweed import run_seaweedfs
 
 
 def _botocore_url(storage: S3Storage, key: str, filename: str) -> str:

@@ -30,7 +30,7 @@ from safe_fetch import (
     sniff_audio,
     validate_url,
 )
-from tests.https_server import (  # the fixtures come from conftest's pytest_plugins
+from tests.support.https_server import (  # the fixtures come from conftest's pytest_plugins
     FailThenSucceed,
     HTTPSTestServer,
     TestRequest,

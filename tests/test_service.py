@@ -9,7 +9,8 @@ import openapi
 from app import create_app
 from config import Config
 from migrations import MIGRATIONS, migrate
-from models import SchemaMigration, bind_database, db
+from database import bind_database, db
+from models import SchemaMigration
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 
 
@@ -90,10 +91,11 @@ def test_sqlite_embedded_default_migrates_and_answers(config, tmp_path):
 def test_upgrade_from_version_1_adds_the_call_tables(config):
     """A PostgreSQL database left at migration 1 (no call table, no patient_request.call_id)
     is brought to the current schema by `migrate`, keeping its rows."""
-    from tests.conftest import PG_URL, _recreate_database
+    from tests.conftest import PG_URL
+    from tests.support.databases import recreate_database
 
     url = PG_URL.rsplit("/", 1)[0] + "/clinic_test_upgrade"
-    _recreate_database(url)
+    recreate_database(url)
     database = bind_database(url, pool_size=1)
     try:
         with database.connection_context():
@@ -127,8 +129,11 @@ def test_upgrade_from_version_6_adds_languages_transcript_fields_and_the_kind_in
     with the schema of a fresh database; its rows read as "not set"."""
     from urllib.parse import urlparse, urlunparse
 
-    from models import Call, Clinic, Patient, PatientRequest, open_database
-    from tests.conftest import PG_URL, _recreate_database
+    from database import open_database
+
+    from models import Call, Clinic, Patient, PatientRequest
+    from tests.conftest import PG_URL
+    from tests.support.databases import recreate_database
 
     tables = ("clinic", "call", "patient_request")
     fresh = open_database(PG_URL, pooled=False)  # the session's database, migrated from nothing
@@ -144,7 +149,7 @@ def test_upgrade_from_version_6_adds_languages_transcript_fields_and_the_kind_in
 
     parts = urlparse(PG_URL)
     url = urlunparse(parts._replace(path=parts.path.rstrip("/") + "_upgrade_v6"))
-    _recreate_database(url)
+    recreate_database(url)
     database = bind_database(url, pool_size=1)
     try:
         with database.connection_context():

@@ -15,11 +15,14 @@ import requests
 
 import documents
 from onboarding import stable_id
-from models import MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest, RequestTypeDefaultTag, Reservation, Tag, db
+from database import db
+from models import (
+    MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest, RequestTypeDefaultTag, Reservation, Tag,
+)
 from storage import LocalStorage
-from tests.live_service import api, patient_id, serve, signing_organization, tag_id, type_id
-from tests.seaweed import SeaweedFS, run_seaweedfs
 from tests.support import bearer, clinic, issue_token, load, organization
+from tests.support.live_service import api, patient_id, serve, signing_organization, tag_id, type_id
+from tests.support.seaweed import SeaweedFS, run_seaweedfs
 
 PDF_BYTES = b"%PDF-1.7\n" + bytes(range(256)) * 400 + b"\n%%EOF\n"
 TIMEOUT = 30

@@ -9,20 +9,17 @@ import http.client
 import json
 import os
 import socket
-import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from socketserver import ThreadingMixIn
-from types import SimpleNamespace
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import falcon
 import pytest
 import requests
 
+from config import Config
 from resources.storage_objects import StoredObject
 from storage import (
     InvalidKeyError,
@@ -36,7 +33,8 @@ from storage import (
     new_object_key,
     validate_key,
 )
-from tests.seaweed import SeaweedFS, run_seaweedfs
+from tests.support.seaweed import SeaweedFS, run_seaweedfs
+from tests.support.servers import serve_wsgi, wait_until
 
 SIGNING_KEY = b"test-signing-key-0123456789abcdef"
 PDF = "application/pdf"
@@ -44,15 +42,6 @@ TIMEOUT = 30
 
 
 # ----------------------------------------------------------------------- servers
-
-
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 @dataclasses.dataclass
@@ -65,15 +54,8 @@ class LocalServer:
 def local_server() -> Iterator[LocalServer]:
     """A real HTTP server in a thread; routes are added by the storage fixtures."""
     app = falcon.App()
-    httpd = make_server("127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serve_wsgi(app) as httpd:
         yield LocalServer(base_url=f"http://127.0.0.1:{httpd.server_port}", app=app)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="session")
@@ -94,10 +76,10 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "local":
         server: LocalServer = request.getfixturevalue("local_server")
         storage_dir = tmp_path / "storage"
-        cfg = SimpleNamespace(
+        cfg = Config(
             storage_backend="local",
             storage_dir=str(storage_dir),
-            storage_signing_key=SIGNING_KEY,
+            storage_signing_key=SIGNING_KEY.decode(),
             public_base_url=server.base_url,
         )
         local = make_storage(cfg)
@@ -106,7 +88,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         server.app.add_route("/storage/{key:path}", StoredObject(local))
         return Backend("local", local, storage_dir)
     sw: SeaweedFS = request.getfixturevalue("seaweedfs")
-    cfg = SimpleNamespace(
+    cfg = Config(
         storage_backend="s3",
         s3_endpoint_url=sw.s3_endpoint_url,
         s3_bucket=sw.s3_bucket,
@@ -130,15 +112,6 @@ def new_key(ext_type: str = PDF) -> str:
 def put(url: str, body: bytes, content_type: str | None = PDF) -> requests.Response:
     headers = {"Content-Type": content_type} if content_type else {}
     return requests.put(url, data=body, headers=headers, timeout=TIMEOUT)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 def assert_error_code(backend: Backend, response: requests.Response, code: str) -> None:
@@ -338,10 +311,12 @@ def test_interrupted_upload_leaves_nothing_visible(backend: Backend) -> None:
         if backend.storage_dir is not None:
             # Proof the server is mid-upload: its temp file exists and is not the object.
             target_dir = backend.storage_dir / key.rsplit("/", 1)[0]
-            assert wait_until(lambda: any(p.name.endswith(".part") for p in target_dir.glob(".upload-*")))
+            assert wait_until(lambda: any(p.name.endswith(".part") for p in target_dir.glob(".upload-*")),
+                              timeout=10, interval=0.02)
         sock.close()  # client goes away mid-body
         if backend.storage_dir is not None:
-            assert wait_until(lambda: not list(backend.storage_dir.rglob(".upload-*.part")))  # type: ignore[union-attr]
+            assert wait_until(lambda: not list(backend.storage_dir.rglob(".upload-*.part")),  # type: ignore[union-attr]
+                              timeout=10, interval=0.02)
 
     # The S3 server gives no sign of having dropped the upload: watch for a while.
     deadline = time.monotonic() + (1.0 if backend.name == "s3" else 0.1)
@@ -506,16 +481,42 @@ def test_expires_in_bounds(tmp_path: Path) -> None:
 
 def test_make_storage_validates_config(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
-        make_storage(SimpleNamespace(storage_backend="ftp"))
+        make_storage(Config(storage_backend="ftp"))
+    with pytest.raises(ValueError):  # Config derives a key when none is set; a short one is refused
+        make_storage(Config(storage_backend="local", storage_dir=str(tmp_path),
+                            storage_signing_key="too-short", public_base_url="http://x"))
     with pytest.raises(ValueError):
-        make_storage(SimpleNamespace(storage_backend="local", storage_dir=str(tmp_path),
-                                     storage_signing_key="", public_base_url="http://x"))
-    with pytest.raises(ValueError):
-        make_storage(SimpleNamespace(storage_backend="s3", s3_bucket="", s3_endpoint_url=None, s3_region=None,
-                                     s3_access_key_id=None, s3_secret_access_key=None))
-    storage = make_storage(SimpleNamespace(storage_backend="local", storage_dir=str(tmp_path),
-                                           storage_signing_key="k" * 32, public_base_url="http://x/",
-                                           storage_max_upload_bytes=5))
+        make_storage(Config(storage_backend="s3", s3_bucket=""))
+    default = make_storage(Config(storage_dir=str(tmp_path)))
+    assert isinstance(default, LocalStorage) and default.max_upload_bytes == Config().storage_max_upload_bytes
+    storage = make_storage(Config(storage_backend="local", storage_dir=str(tmp_path),
+                                  storage_signing_key="k" * 32, public_base_url="http://x/",
+                                  storage_max_upload_bytes=5))
     assert isinstance(storage, LocalStorage) and storage.max_upload_bytes == 5
     assert storage.presign_put("a/b.pdf", PDF, 60).startswith("http://x/storage/a/b.pdf?expires=")
     assert isinstance(storage, Storage)
+
+
+def test_s3_public_endpoint_url_from_the_environment_reaches_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3_PUBLIC_ENDPOINT_URL goes through Config and make_storage: presigned URLs (PUT
+    through boto3, GET through the direct signer) name the public endpoint, while the
+    service's own calls (head, delete, prepare) still go to S3_ENDPOINT_URL."""
+    internal, public = "http://seaweedfs.internal:8333", "https://files.example.org"
+    for name, value in {"STORAGE_BACKEND": "s3", "S3_BUCKET": "docs", "S3_ENDPOINT_URL": internal,
+                        "S3_PUBLIC_ENDPOINT_URL": public, "S3_REGION": "eu-central-1",
+                        "S3_ACCESS_KEY_ID": "AKIDEXAMPLE",
+                        "S3_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"}.items():
+        monkeypatch.setenv(name, value)
+    config = Config.from_env()
+    assert config.s3_public_endpoint_url == public
+    s3 = make_storage(config)
+    assert isinstance(s3, S3Storage)
+    key = "a/b.pdf"
+    assert s3.presign_put(key, PDF, 600).startswith(f"{public}/docs/{key}?")
+    get = s3.presign_get(key, 600, content_type=PDF, disposition="inline", filename="b.pdf")
+    assert get.startswith(f"{public}/docs/{key}?")
+    assert s3._client.meta.endpoint_url == internal
+
+    monkeypatch.delenv("S3_PUBLIC_ENDPOINT_URL")  # unset: URLs name S3_ENDPOINT_URL
+    s3 = make_storage(Config.from_env())
+    assert s3.presign_put(key, PDF, 600).startswith(f"{internal}/docs/{key}?")

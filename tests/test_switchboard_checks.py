@@ -9,7 +9,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from models import Clinic, PatientRequest, db, utc_now
+from clock import utc_now
+
+from database import db
+
+from models import Clinic, PatientRequest
 from onboarding import stable_id
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 

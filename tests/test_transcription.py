@@ -16,8 +16,8 @@ import soundfile as sf
 
 import spoken_numbers
 import transcription as tx
-import whisper_model as wm
 from tests import voicemail_set
+from tools import whisper_convert as wc
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "var" / "models"
@@ -28,12 +28,12 @@ THREADS = 2
 
 @pytest.fixture(scope="session")
 def tiny_en_path() -> str:
-    return str(wm.build_model("tiny.en", MODELS))
+    return str(wc.build_model("tiny.en", MODELS))
 
 
 @pytest.fixture(scope="session")
 def base_path() -> str:
-    return str(wm.build_model("base", MODELS))
+    return str(wc.build_model("base", MODELS))
 
 
 @pytest.fixture(scope="session", params=tx.BACKENDS)

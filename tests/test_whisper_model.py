@@ -15,7 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import whisper_model as wm
+from tools import ct2_reader
+from tools import whisper_convert as wc
+from tools import whisper_quantize as wq
+from transcription import model_file as mf
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "var" / "models"
@@ -32,17 +35,17 @@ BASE_HPARAMS = {
 
 @pytest.fixture(scope="session")
 def tiny_en() -> Path:
-    return wm.build_model("tiny.en", MODELS)
+    return wc.build_model("tiny.en", MODELS)
 
 
 @pytest.fixture(scope="session")
 def base() -> Path:
-    return wm.build_model("base", MODELS)
+    return wc.build_model("base", MODELS)
 
 
-def _tensor(info: wm.GgmlInfo, name: str) -> np.ndarray:
+def _tensor(info: mf.GgmlInfo, name: str) -> np.ndarray:
     t = info.tensors[name]
-    dtype = "<f2" if t.ftype == wm.FTYPE_F16 else "<f4"
+    dtype = "<f2" if t.ftype == mf.FTYPE_F16 else "<f4"
     count = int(np.prod(t.dims))
     with info.path.open("rb") as f:
         f.seek(t.offset)
@@ -53,9 +56,9 @@ def _tensor(info: wm.GgmlInfo, name: str) -> np.ndarray:
 def test_header_of_tiny_en(tiny_en: Path) -> None:
     with tiny_en.open("rb") as f:
         head = f.read(4 + 44 + 8)
-    assert struct.unpack("<i", head[:4])[0] == wm.GGML_MAGIC == 0x67676D6C
+    assert struct.unpack("<i", head[:4])[0] == mf.GGML_MAGIC == 0x67676D6C
     assert head[:4] == b"lmgg"  # the magic as it sits on disk (little-endian)
-    info = wm.read_ggml(tiny_en)
+    info = mf.read_ggml(tiny_en)
     assert info.hparams == TINY_EN_HPARAMS
     assert info.mel_shape == (80, 201)
     assert info.n_tokens == 50256  # ordinary tokens, up to <|endoftext|>
@@ -65,18 +68,18 @@ def test_header_of_tiny_en(tiny_en: Path) -> None:
 
 
 def test_tensor_layout_of_tiny_en(tiny_en: Path) -> None:
-    info = wm.read_ggml(tiny_en)
-    wm_info, problems = wm.verify(tiny_en)
+    info = mf.read_ggml(tiny_en)
+    wm_info, problems = mf.verify(tiny_en)
     assert problems == []
     t = info.tensors
     # biases, norms and positional embeddings f32; weights of two or more dimensions f16
-    assert (t["encoder.conv1.bias"].dims, t["encoder.conv1.bias"].ftype) == ((1, 384), wm.FTYPE_F32)
-    assert (t["encoder.conv1.weight"].dims, t["encoder.conv1.weight"].ftype) == ((3, 80, 384), wm.FTYPE_F16)
-    assert t["encoder.positional_embedding"].ftype == wm.FTYPE_F32
+    assert (t["encoder.conv1.bias"].dims, t["encoder.conv1.bias"].ftype) == ((1, 384), mf.FTYPE_F32)
+    assert (t["encoder.conv1.weight"].dims, t["encoder.conv1.weight"].ftype) == ((3, 80, 384), mf.FTYPE_F16)
+    assert t["encoder.positional_embedding"].ftype == mf.FTYPE_F32
     assert t["decoder.positional_embedding"].dims == (384, 448)
     assert (t["decoder.token_embedding.weight"].dims, t["decoder.token_embedding.weight"].ftype) == ((384, 51864), 1)
     assert t["decoder.blocks.3.mlp.0.weight"].dims == (384, 1536)
-    assert t["decoder.blocks.0.attn_ln.weight"].ftype == wm.FTYPE_F32
+    assert t["decoder.blocks.0.attn_ln.weight"].ftype == mf.FTYPE_F32
     # fused projections split, key bias dropped
     for prefix in ("encoder.blocks.0.attn", "decoder.blocks.2.attn", "decoder.blocks.2.cross_attn"):
         for proj in ("query", "key", "value"):
@@ -90,7 +93,7 @@ def test_mel_filters_written_match_the_numpy_bank(tiny_en: Path) -> None:
     with tiny_en.open("rb") as f:
         f.seek(4 + 44 + 8)
         written = np.frombuffer(f.read(80 * 201 * 4), dtype="<f4").reshape(80, 201)
-    bank = wm.mel_filters()
+    bank = wc.mel_filters()
     assert np.array_equal(written, bank)
     assert bank.min() >= 0 and np.all(bank.max(axis=1) > 0)
     assert bank[:, 0].sum() == 0  # no filter at DC
@@ -101,19 +104,19 @@ def test_mel_filters_written_match_the_numpy_bank(tiny_en: Path) -> None:
 def test_mel_filters_equal_librosa() -> None:
     librosa = pytest.importorskip("librosa")
     reference = librosa.filters.mel(sr=16000, n_fft=400, n_mels=80)
-    np.testing.assert_allclose(wm.mel_filters(), reference, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(wc.mel_filters(), reference, rtol=1e-5, atol=1e-7)
 
 
 def test_split_tensors_equal_the_ctranslate2_slices(tiny_en: Path) -> None:
-    parts, _ = wm.source_files("tiny.en")
-    info = wm.read_ggml(tiny_en)
+    parts, _ = wc.source_files("tiny.en")
+    info = mf.read_ggml(tiny_en)
     with parts[0].open("rb") as f:
-        ct2 = wm.index_ct2(f)
+        ct2 = ct2_reader.index_ct2(f)
         assert ct2.spec == "WhisperSpec" and ct2.binary_version == 6
-        fused = wm._load(f, ct2.variables["decoder/layer_1/self_attention/linear_0/weight"])
-        fused_bias = wm._load(f, ct2.variables["decoder/layer_1/self_attention/linear_0/bias"])
-        kv = wm._load(f, ct2.variables["decoder/layer_1/attention/linear_1/weight"])
-        pos = wm._load(f, ct2.variables["encoder/position_encodings/encodings"])
+        fused = ct2_reader._load(f, ct2.variables["decoder/layer_1/self_attention/linear_0/weight"])
+        fused_bias = ct2_reader._load(f, ct2.variables["decoder/layer_1/self_attention/linear_0/bias"])
+        kv = ct2_reader._load(f, ct2.variables["decoder/layer_1/attention/linear_1/weight"])
+        pos = ct2_reader._load(f, ct2.variables["encoder/position_encodings/encodings"])
     q, k, v = np.split(fused, 3)
     np.testing.assert_array_equal(_tensor(info, "decoder.blocks.1.attn.query.weight"), q.astype(np.float16))
     np.testing.assert_array_equal(_tensor(info, "decoder.blocks.1.attn.key.weight"), k.astype(np.float16))
@@ -127,10 +130,10 @@ def test_split_tensors_equal_the_ctranslate2_slices(tiny_en: Path) -> None:
 
 
 def test_vocabulary_is_byte_level_up_to_endoftext(tiny_en: Path) -> None:
-    tokens = wm.read_vocabulary(["!", "Ġthe", "Ċ", "Ã©", "<|endoftext|>", "<|startoftranscript|>"])
+    tokens = wc.read_vocabulary(["!", "Ġthe", "Ċ", "Ã©", "<|endoftext|>", "<|startoftranscript|>"])
     assert tokens == [b"!", b" the", b"\n", "é".encode()]
-    with pytest.raises(wm.ConversionError):
-        wm.read_vocabulary(["a", "b"])
+    with pytest.raises(mf.ConversionError):
+        wc.read_vocabulary(["a", "b"])
     # first tokens of the written table
     with tiny_en.open("rb") as f:
         f.seek(4 + 44 + 8 + 80 * 201 * 4)
@@ -140,7 +143,7 @@ def test_vocabulary_is_byte_level_up_to_endoftext(tiny_en: Path) -> None:
 
 
 def test_base_from_two_parts(base: Path) -> None:
-    info, problems = wm.verify(base)
+    info, problems = mf.verify(base)
     assert problems == []
     assert info.hparams == BASE_HPARAMS
     assert info.n_tokens == 50257
@@ -153,7 +156,7 @@ def test_build_is_idempotent_and_checksummed(tiny_en: Path) -> None:
     digest = hashlib.sha256(tiny_en.read_bytes()).hexdigest()
     assert sidecar.read_text() == f"{digest}  {tiny_en.name}\n"
     before = tiny_en.stat().st_mtime_ns
-    assert wm.build_model("tiny.en", MODELS) == tiny_en
+    assert wc.build_model("tiny.en", MODELS) == tiny_en
     assert tiny_en.stat().st_mtime_ns == before
 
 
@@ -161,54 +164,54 @@ def test_build_redoes_a_damaged_output(tmp_path: Path, tiny_en: Path) -> None:
     out = tmp_path / "ggml-tiny.en.bin"
     shutil.copy(tiny_en, out)
     shutil.copy(tiny_en.with_name(tiny_en.name + ".sha256"), tmp_path / "ggml-tiny.en.bin.sha256")
-    assert wm.is_built(out)
+    assert wc.is_built(out)
     with out.open("r+b") as f:
         f.seek(-1, 2)
         f.write(b"\x7f")
-    assert not wm.is_built(out)
-    _, problems = wm.verify(out)
+    assert not wc.is_built(out)
+    _, problems = mf.verify(out)
     assert "content does not match the recorded .sha256" in problems
-    wm.build_model("tiny.en", tmp_path)
-    assert wm.is_built(out)
+    wc.build_model("tiny.en", tmp_path)
+    assert wc.is_built(out)
     assert out.read_bytes() == tiny_en.read_bytes()  # deterministic conversion
 
 
 def test_input_checksum_mismatch_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source = wm.SOURCES["tiny.en"]
-    wrong = wm.ModelSource(**{**source.__dict__, "model_sha256": "0" * 64})
-    monkeypatch.setitem(wm.SOURCES, "tiny.en", wrong)
-    with pytest.raises(wm.ConversionError, match="does not match the pinned"):
-        wm.build_model("tiny.en", tmp_path)
+    source = wc.SOURCES["tiny.en"]
+    wrong = wc.ModelSource(**{**source.__dict__, "model_sha256": "0" * 64})
+    monkeypatch.setitem(wc.SOURCES, "tiny.en", wrong)
+    with pytest.raises(mf.ConversionError, match="does not match the pinned"):
+        wc.build_model("tiny.en", tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_truncated_model_bin_is_refused(tmp_path: Path) -> None:
-    parts, vocab = wm.source_files("tiny.en")
+    parts, vocab = wc.source_files("tiny.en")
     cut = tmp_path / "model.bin"
     with parts[0].open("rb") as f:
         cut.write_bytes(f.read(3_000_000))
-    with pytest.raises(wm.ConversionError, match="truncated"):
-        wm.convert([cut], tmp_path / "out.bin", vocabulary=vocab)
+    with pytest.raises(mf.ConversionError, match="truncated"):
+        wc.convert([cut], tmp_path / "out.bin", vocabulary=vocab)
     assert not (tmp_path / "out.bin").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["model.bin"]  # no temp file left
 
 
 def test_unknown_model_name() -> None:
-    with pytest.raises(wm.ConversionError, match="unknown model"):
-        wm.build_model("large-v3", MODELS)
+    with pytest.raises(mf.ConversionError, match="unknown model"):
+        wc.build_model("large-v3", MODELS)
 
 
 def test_cli(tiny_en: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert wm.main(["build", "--name", "tiny.en", "--out", str(MODELS)]) == 0
+    assert wc.main(["build", "--name", "tiny.en", "--out", str(MODELS)]) == 0
     assert "up to date" in capsys.readouterr().out
-    assert wm.main(["verify", str(tiny_en)]) == 0
+    assert wc.main(["verify", str(tiny_en)]) == 0
     out = capsys.readouterr().out
     assert "tiny.en (English-only)" in out and "n_audio_layer=4" in out and "OK" in out
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"not a model at all")
-    assert wm.main(["verify", str(junk)]) == 1
+    assert wc.main(["verify", str(junk)]) == 1
     assert "not a ggml file" in capsys.readouterr().err
-    assert wm.main(["verify", str(tmp_path / "missing.bin")]) == 1
+    assert wc.main(["verify", str(tmp_path / "missing.bin")]) == 1
 
 
 # ------------------------------------------------------------------ quantization
@@ -222,12 +225,12 @@ SIZE_RATIO = {"q8_0": 0.553, "q5_0": 0.374}
 
 @pytest.fixture(scope="session")
 def base_q8_0() -> Path:
-    return wm.build_model("base", MODELS, "q8_0")
+    return wc.build_model("base", MODELS, "q8_0")
 
 
 @pytest.fixture(scope="session")
 def base_q5_0() -> Path:
-    return wm.build_model("base", MODELS, "q5_0")
+    return wc.build_model("base", MODELS, "q5_0")
 
 
 @pytest.fixture
@@ -245,10 +248,10 @@ def _word_error_rate(reference: str, hypothesis: str) -> tuple[int, int]:
     return fn(reference, hypothesis)
 
 
-def _dequantized(info: wm.GgmlInfo, name: str) -> np.ndarray:
+def _dequantized(info: mf.GgmlInfo, name: str) -> np.ndarray:
     """A quantized tensor as float32, through the ggml library's ``dequantize_row_<type>``."""
     t = info.tensors[name]
-    lib = wm.ggml_library()
+    lib = wq.ggml_library()
     fn = getattr(lib, f"dequantize_row_{t.type.name}")
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     fn.restype = None
@@ -269,7 +272,7 @@ def _patched(src: Path, dst: Path, offset: int, value: int) -> Path:
     return dst
 
 
-def _type_offset(info: wm.GgmlInfo, name: str) -> int:
+def _type_offset(info: mf.GgmlInfo, name: str) -> int:
     """Byte offset of a tensor's type field in its header."""
     t = info.tensors[name]
     return t.offset - len(name.encode()) - 4 * len(t.dims) - 4
@@ -280,8 +283,8 @@ def _assert_refused(path: Path, match: str) -> None:
     import transcription as tx
 
     try:
-        _, problems = wm.verify(path)
-    except wm.ConversionError as exc:
+        _, problems = mf.verify(path)
+    except mf.ConversionError as exc:
         assert re.search(match, str(exc)), exc
     else:
         assert any(re.search(match, p) for p in problems), problems
@@ -290,28 +293,28 @@ def _assert_refused(path: Path, match: str) -> None:
 
 
 def test_type_table_matches_the_ggml_library() -> None:
-    lib = wm.ggml_library()
+    lib = wq.ggml_library()
     assert Path(lib._name).parent.name == "pywhispercpp.libs"  # the copy whisper.cpp runs on, own soname
     lib.ggml_ftype_to_ggml_type.argtypes = [ctypes.c_int]
     lib.ggml_ftype_to_ggml_type.restype = ctypes.c_int
-    for name, t in wm.GGML_TYPES.items():
+    for name, t in mf.GGML_TYPES.items():
         assert lib.ggml_type_name(t.type_id).decode().lower() == name
         assert (lib.ggml_blck_size(t.type_id), lib.ggml_type_size(t.type_id)) == (t.block, t.block_bytes)
         assert lib.ggml_row_size(t.type_id, 2048) == t.row_bytes(2048)
         assert lib.ggml_ftype_to_ggml_type(t.ftype) == t.type_id
-    assert set(wm.QUANTIZATIONS) >= {"q8_0", "q5_0", "q5_1", "q4_0", "q4_1"}
-    assert wm.QUANTIZE_SKIP == KEPT
+    assert set(mf.QUANTIZATIONS) >= {"q8_0", "q5_0", "q5_1", "q4_0", "q4_1"}
+    assert wq.QUANTIZE_SKIP == KEPT
 
 
 @pytest.mark.parametrize("quantized", ["q8_0", "q5_0"], indirect=True)
 def test_quantized_base_passes_verify_and_reports_its_type(quantized: Path, base: Path) -> None:
     qtype = quantized.stem.rsplit("-", 1)[1]
-    info, problems = wm.verify(quantized)
+    info, problems = mf.verify(quantized)
     assert problems == []
     assert info.quantization == qtype and info.weight_type.quantized and info.quantization_version == 2
-    assert info.hparams == {**BASE_HPARAMS, "ftype": 2000 + wm.GGML_TYPES[qtype].ftype}  # 2007 q8_0, 2008 q5_0
-    f16 = wm.read_ggml(base)
-    assert wm.read_ggml(base).quantization == "f16"
+    assert info.hparams == {**BASE_HPARAMS, "ftype": 2000 + mf.GGML_TYPES[qtype].ftype}  # 2007 q8_0, 2008 q5_0
+    f16 = mf.read_ggml(base)
+    assert mf.read_ggml(base).quantization == "f16"
     assert list(info.tensors) == list(f16.tensors)  # same order, same shapes
     for name, t in info.tensors.items():
         assert t.dims == f16.tensors[name].dims
@@ -320,18 +323,18 @@ def test_quantized_base_passes_verify_and_reports_its_type(quantized: Path, base
         else:
             assert t.ftype == f16.tensors[name].ftype, name  # conv weights f16, the rest f32
     assert info.tensors["decoder.token_embedding.weight"].type.name == qtype
-    assert info.tensors["encoder.conv2.weight"].ftype == wm.FTYPE_F16
-    assert info.tensors["decoder.positional_embedding"].ftype == wm.FTYPE_F32
+    assert info.tensors["encoder.conv2.weight"].ftype == mf.FTYPE_F16
+    assert info.tensors["decoder.positional_embedding"].ftype == mf.FTYPE_F32
     # mel filters and vocabulary copied byte for byte
     with base.open("rb") as a, quantized.open("rb") as b:
         assert a.read(f16.tensors_offset)[48:] == b.read(info.tensors_offset)[48:]
     assert info.size / f16.size == pytest.approx(SIZE_RATIO[qtype], abs=0.01)
-    assert wm.is_built(quantized)
+    assert wc.is_built(quantized)
 
 
 @pytest.mark.parametrize("quantized,tolerance", [("q8_0", 0.01), ("q5_0", 0.05)], indirect=["quantized"])
 def test_quantized_values_are_close_to_the_f16_ones(quantized: Path, base: Path, tolerance: float) -> None:
-    info, f16 = wm.read_ggml(quantized), wm.read_ggml(base)
+    info, f16 = mf.read_ggml(quantized), mf.read_ggml(base)
     for name in ("decoder.token_embedding.weight", "encoder.blocks.3.mlp.2.weight", "decoder.blocks.5.cross_attn.key.weight"):
         original = _tensor(f16, name).astype(np.float32)
         restored = _dequantized(info, name)
@@ -341,15 +344,15 @@ def test_quantized_values_are_close_to_the_f16_ones(quantized: Path, base: Path,
 
 
 def test_chunked_quantization_equals_one_call(base: Path) -> None:
-    info = wm.read_ggml(base)
+    info = mf.read_ggml(base)
     tensor = info.tensors["decoder.blocks.0.mlp.0.weight"]  # 2048 rows of 512
-    q = wm.GGML_TYPES["q5_0"]
+    q = mf.GGML_TYPES["q5_0"]
     outputs = []
     for chunk_values in (512 * 7, 1 << 30):
         parts: list[bytes] = []
         with base.open("rb") as f:
             f.seek(tensor.offset)
-            wm._quantize_tensor(wm.ggml_library(), f, parts.append, tensor, q, chunk_values=chunk_values)
+            wq._quantize_tensor(wq.ggml_library(), f, parts.append, tensor, q, chunk_values=chunk_values)
         outputs.append(b"".join(parts))
     assert len(outputs[0]) == 2048 * q.row_bytes(512) and outputs[0] == outputs[1]
 
@@ -359,41 +362,41 @@ def test_quantized_build_is_idempotent_and_streams(base_q8_0: Path, tmp_path: Pa
     sidecar = base_q8_0.with_name(base_q8_0.name + ".sha256")
     assert sidecar.read_text() == f"{hashlib.sha256(base_q8_0.read_bytes()).hexdigest()}  ggml-base-q8_0.bin\n"
     before = base_q8_0.stat().st_mtime_ns
-    assert wm.main(["build", "--name", "base", "--quantize", "q8_0", "--out", str(MODELS)]) == 0
+    assert wc.main(["build", "--name", "base", "--quantize", "q8_0", "--out", str(MODELS)]) == 0
     assert "up to date" in capsys.readouterr().out
     assert base_q8_0.stat().st_mtime_ns == before
-    assert wm.main(["verify", str(base_q8_0)]) == 0
+    assert wc.main(["verify", str(base_q8_0)]) == 0
     out = capsys.readouterr().out
     assert "weights q8_0, ggml quantization version 2" in out and "ftype=2007" in out and "OK" in out
     # a fresh quantization: same bytes, memory bounded by a chunk, not by the 53 MB token embedding
     out_path = tmp_path / "q.bin"
     # (VmHWM: this process's peak RSS; ru_maxrss would carry pytest's over the exec)
-    code = ("import re, sys, whisper_model as wm; wm.quantize(sys.argv[1], sys.argv[2], 'q8_0'); "
+    code = ("import re, sys; from tools.whisper_quantize import quantize; quantize(sys.argv[1], sys.argv[2], 'q8_0'); "
             "print(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1))")
     run = subprocess.run([sys.executable, "-c", code, str(MODELS / "ggml-base.bin"), str(out_path)], cwd=ROOT,
                          check=True, capture_output=True, text=True)
     assert int(run.stdout.split()[-1]) < 110_000, "peak RSS (KB) of quantizing base"
     assert out_path.read_bytes() == base_q8_0.read_bytes()
-    assert wm.recorded_checksum(out_path) == wm.recorded_checksum(base_q8_0)
+    assert mf.recorded_checksum(out_path) == mf.recorded_checksum(base_q8_0)
 
 
 def test_quantize_refusals(tiny_en: Path, base_q5_0: Path, tmp_path: Path) -> None:
-    with pytest.raises(wm.ConversionError, match="unknown quantization"):
-        wm.quantize(tiny_en, tmp_path / "x.bin", "q3_0")
-    with pytest.raises(wm.ConversionError, match="already quantized"):
-        wm.quantize(base_q5_0, tmp_path / "x.bin", "q8_0")
+    with pytest.raises(mf.ConversionError, match="unknown quantization"):
+        wq.quantize(tiny_en, tmp_path / "x.bin", "q3_0")
+    with pytest.raises(mf.ConversionError, match="already quantized"):
+        wq.quantize(base_q5_0, tmp_path / "x.bin", "q8_0")
     # k-quants have blocks of 256 values; tiny's rows are 384 long (whisper.cpp would assert)
-    with pytest.raises(wm.ConversionError, match="not whole q4_k blocks"):
-        wm.quantize(tiny_en, tmp_path / "x.bin", "q4_k")
+    with pytest.raises(mf.ConversionError, match="not whole q4_k blocks"):
+        wq.quantize(tiny_en, tmp_path / "x.bin", "q4_k")
     assert list(tmp_path.iterdir()) == []
-    with pytest.raises(wm.ConversionError, match="unknown quantization"):
-        wm.build_model("base", MODELS, "f16")
+    with pytest.raises(mf.ConversionError, match="unknown quantization"):
+        wc.build_model("base", MODELS, "f16")
 
 
 def test_quantized_models_transcribe_like_f16(base: Path, base_q8_0: Path, base_q5_0: Path) -> None:
     import transcription as tx
 
-    wm.ggml_library()  # loaded by quantizing: must not stand in for the VAD's own ggml (it did: a segfault)
+    wq.ggml_library()  # loaded by quantizing: must not stand in for the VAD's own ggml (it did: a segfault)
     label = next(x for x in json.loads((AUDIO / "labels.json").read_text()) if x["file"] == "msg_wav16.wav")
     rates = {}
     for path in (base, base_q8_0, base_q5_0):
@@ -423,10 +426,10 @@ def test_truncated_quantized_file_is_refused(base_q5_0: Path, tmp_path: Path) ->
 ])
 def test_corrupted_tensor_type_is_refused(base_q5_0: Path, tmp_path: Path, tensor: str, value: int,
                                           match: str | None) -> None:
-    info = wm.read_ggml(base_q5_0)
+    info = mf.read_ggml(base_q5_0)
     bad = _patched(base_q5_0, tmp_path / "m.bin", _type_offset(info, tensor), value)
     if match is None:
-        assert wm.verify(bad)[1] == []
+        assert mf.verify(bad)[1] == []
     else:
         _assert_refused(bad, match)
 

@@ -32,7 +32,6 @@ import socket
 import ssl
 import tempfile
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -53,7 +52,6 @@ __all__ = [
     "json_response",
     "redirect",
     "static",
-    "wait_until",
 ]
 
 
@@ -95,18 +93,6 @@ class TestResponse:
 
 
 Handler = Callable[[TestRequest], TestResponse]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01) -> bool:
-    """Bounded wait for a condition set by another thread; returns its value."""
-    end = time.monotonic() + timeout
-    ev = threading.Event()
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= end:
-            return bool(predicate())
-        ev.wait(interval)
 
 
 # ---------------------------------------------------------------- handlers

@@ -5,26 +5,15 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from app import create_app
 from config import Config
-from models import bind_database, db
+from database import bind_database, db
 from onboarding import stable_id
 from tests.conftest import PG_URL, REDIS_URL
 from tests.support import SECRET_KEY, clinic, organization
-
-
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    request_queue_size = 64  # the default backlog of 5 resets simultaneous connects
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+from tests.support.servers import serve_wsgi
 
 
 def _placeholder(environ: dict[str, Any], start_response: Any) -> list[bytes]:
@@ -39,22 +28,20 @@ def serve(**overrides: Any) -> Iterator[str]:
     The port is bound first, so `public_base_url` (and the local storage URLs signed
     with it) point at this very server. `overrides` are Config fields; they win.
     """
-    httpd = make_server("127.0.0.1", 0, _placeholder, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
-    base_url = f"http://127.0.0.1:{httpd.server_port}"
-    settings = {"database_url": PG_URL, "redis_url": REDIS_URL, "secret_key": SECRET_KEY, "db_pool_size": 4,
-                "public_base_url": base_url, **overrides}
-    config = Config(**settings)
-    httpd.set_app(create_app(config))
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
+    served: dict[str, Any] = {}  # the settings, once the app serves them
     try:
-        yield base_url
+        with serve_wsgi(_placeholder) as httpd:
+            base_url = f"http://127.0.0.1:{httpd.server_port}"
+            settings = {"database_url": PG_URL, "redis_url": REDIS_URL, "secret_key": SECRET_KEY, "db_pool_size": 4,
+                        "public_base_url": base_url, **overrides}
+            config = Config(**settings)
+            httpd.set_app(create_app(config))
+            served = settings
+            yield base_url
     finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
-        db.obj.close_all()
-        bind_database(settings["database_url"], pool_size=4)
+        if served:  # the server is down: its pooled connections closed, a fresh pool bound
+            db.obj.close_all()
+            bind_database(served["database_url"], pool_size=4)
 
 
 def settings_of(config: Config, **extra: Any) -> dict[str, Any]:

@@ -1,12 +1,7 @@
-"""Re-fetching expired recording links from the switchboard platform (RQ), and the
-web side of it: enqueue under a stable job id per call, wait for it, bounded.
-
-`refetch_recording(call_id, as_of)` is idempotent: it re-reads the call and does nothing
-when the call already has a link with time left or is known to be gone, so concurrent
-plays of one call cost one platform round trip. A deleted recording (404/410) or missing
-credentials are remembered on the call; a transient failure (timeout, connection error,
-5xx) raises so RQ retries it after `PBX_RETRY_DELAYS`; any other refusal is logged and
-the job ends without changing the call (the next play tries again).
+"""Playing a call's recording from a request: what the detail shows, and a play answered
+with a 302 to a live link, 410 when the recording is gone, or 503 + Retry-After while a
+re-fetch (`jobs/refetch.py`) has not brought a fresh link within `PBX_PLAY_WAIT_SECONDS`.
+The re-fetch is enqueued under a stable job id per call and waited for, bounded.
 """
 from __future__ import annotations
 
@@ -16,88 +11,25 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
 
 import redis
-from rq import Queue, Retry
+from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
+import clock
 import recordings
 from config import Config
-from jobs.calls import runtime
-from models import Call, Clinic, as_utc, db, iso_utc, utc_now
-from safe_fetch import FetchError, UnsafeURL
+from jobs import queueing
+from jobs.refetch import JOB_TIMEOUT, job_id, refetch_recording
+from clock import as_utc, iso_utc
+from models import Call, Clinic
 
 log = logging.getLogger(__name__)
-QUEUE = "recordings"
-JOB_TIMEOUT = 120
-_LIVE = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED, JobStatus.CREATED}
 _POLL = 0.05
 _SCHEDULER_LAG = 1.5  # seconds RQ's scheduler may take to re-queue a due retry, plus the run
 
-
-def job_id(call_id: uuid.UUID | str) -> str:
-    return f"refetch-recording-{call_id}"
-
-
-@lru_cache(maxsize=1)
-def _redis(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=10)
-
-
-# --- the job -------------------------------------------------------------------------------
-
-def refetch_recording(call_id: str, as_of: str | None = None) -> str:
-    """Get a fresh link for the call's recording. `as_of` is the requester's time (ISO);
-    the job never reasons with an earlier time than its own clock."""
-    config = runtime()
-    now = utc_now()
-    if as_of:
-        now = max(now, as_utc(datetime.fromisoformat(as_of)))
-    with db.connection_context():
-        call = Call.get_or_none(Call.id == uuid.UUID(call_id))
-        if call is None:
-            return "noop"
-        state = recordings.link_state(call, now, config)
-        if state.state != "expired":
-            return "noop"  # a link with time left, or known to be gone
-        creds = recordings.credentials_of(Clinic.get_by_id(call.clinic_id), config.secret_key)
-    reference = recordings.recording_reference(call)
-    if creds is None or reference is None:
-        reason = "no_credentials" if creds is None else "no_reference"
-        with db.connection_context():
-            recordings.remember_gone(call.id, reason, now)
-        log.info("call %s: recording unavailable (%s)", call.id, reason)
-        return "unavailable"
-    client = recordings.PlatformClient(config, _redis(config.redis_url))
-    try:
-        fresh = client.fresh_link(creds, reference, now)
-    except recordings.RecordingGone as exc:
-        with db.connection_context():
-            recordings.remember_gone(call.id, "deleted", now)
-        log.info("call %s: the platform has deleted the recording (%s)", call.id, exc)
-        return "unavailable"
-    except FetchError as exc:
-        if exc.transient:
-            log.warning("call %s: platform unreachable for now, will retry: %s", call.id, exc.message)
-            raise
-        log.warning("call %s: recording link not re-fetched: %s", call.id, exc.message)
-        return "failed"
-    except (recordings.PlatformError, UnsafeURL) as exc:
-        if isinstance(exc, recordings.PlatformError) and exc.transient:
-            raise
-        log.warning("call %s: recording link not re-fetched: %s", call.id, exc)
-        return "failed"
-    with db.connection_context():
-        Call.update(recording_link=fresh.url, recording_link_expires_at=fresh.expires_at,
-                    recording_checked_at=as_utc(now)).where(Call.id == call.id).execute()
-    log.info("call %s: fresh recording link stored (expires %s)", call.id, fresh.expires_at.isoformat())
-    return "fresh"
-
-
-# --- web side ------------------------------------------------------------------------------
 
 def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, config: Config) -> Job:
     """The live re-fetch job of the call, enqueued unless one is queued, running or
@@ -110,13 +42,13 @@ def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, conf
         except NoSuchJobError:
             job = None
         if job is not None:
-            if job.get_status(refresh=False) in _LIVE:
+            if queueing.is_live(job, refresh=False):
                 return job
             job.delete()
         delays = config.pbx_retry_intervals
         return queue.enqueue(
             refetch_recording, str(call_id), as_utc(as_of).isoformat(), job_id=jid, job_timeout=JOB_TIMEOUT,
-            retry=Retry(max=len(delays), interval=delays) if delays else None,
+            retry=queueing.retry(delays),
             result_ttl=300, failure_ttl=86400,
         )
 
@@ -199,7 +131,7 @@ class RecordingPlayer:
                 due = self._scheduled_in(job)
                 if due is None or due + _SCHEDULER_LAG >= deadline - time.monotonic():
                     return PlayAnswer("later", retry_after=self._retry_after(job))
-            if status not in _LIVE:  # failed after its last retry, stopped, canceled
+            if status not in queueing.LIVE_STATES:  # failed after its last retry, stopped, canceled
                 return PlayAnswer("later", retry_after=self._retry_after(None))
             if time.monotonic() >= deadline:
                 return PlayAnswer("later", retry_after=2)
@@ -213,7 +145,7 @@ class RecordingPlayer:
             return None
         if at.tzinfo is None:
             at = at.replace(tzinfo=timezone.utc)
-        return max(0.0, (at - datetime.now(timezone.utc)).total_seconds())
+        return max(0.0, (at - clock.now()).total_seconds())
 
     def _retry_after(self, job: Job | None) -> int:
         due = self._scheduled_in(job) if job is not None else None

@@ -4,8 +4,8 @@
   stopping it loses everything, as an outage of a cache-like Redis does;
 - `PostgresCluster`: a private PostgreSQL cluster (initdb into a temporary directory,
   run as the `postgres` user when we are root: PostgreSQL refuses to run as root);
-- `gunicorn()`: the web process as the Procfile runs it (gevent workers);
-- `start_worker()`: `python manage.py worker`, waited for until it has registered;
+- `gunicorn()`: the web process as the Procfile runs it (gevent workers), once every
+  worker runs;
 - `prepare_database()`: create, migrate, onboard one clinic and issue a token, through the
   operator CLI, exactly as an operator would.
 
@@ -18,33 +18,18 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-import psycopg2
 import redis
-from rq import Worker
 
-from tests.https_server import wait_until
-from tests.support import stop_process, web_command
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+from tests.support.databases import recreate_database
+from tests.support.gunicorn import start_gunicorn
+from tests.support.ports import free_port, listening
+from tests.support.processes import children, manage
+from tests.support.servers import wait_until
 
 
 class RedisServer:
@@ -146,25 +131,6 @@ class PostgresCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def recreate_database(url: str) -> None:
-    parts = urlparse(url)
-    admin = psycopg2.connect(host=parts.hostname, port=parts.port or 5432, user=parts.username or "postgres",
-                             dbname="postgres")
-    admin.autocommit = True
-    name = parts.path.lstrip("/")
-    with admin.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip()
-
-
 def prepare_database(env: dict[str, str], slug: str = "fault-clinic") -> str:
     """Create `env["DATABASE_URL"]`, migrate it, onboard one English-speaking clinic;
     returns a read+write token for it."""
@@ -181,40 +147,12 @@ def prepare_database(env: dict[str, str], slug: str = "fault-clinic") -> str:
 
 def gunicorn(env: dict[str, str], log: Path, *, workers: int = 2,
              app: str = "wsgi:app") -> tuple[subprocess.Popen, str]:
-    """`gunicorn wsgi:app` as the Procfile runs it; returns the process and its base URL."""
+    """`gunicorn wsgi:app` as the Procfile runs it, on a free port, output appended to
+    `log`, once all `workers` run; returns the process and its base URL."""
     port = free_port()
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(web_command(port, "--workers", str(workers), app=app),
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    up = wait_until(lambda: proc.poll() is not None or (listening(port) and len(children(proc.pid)) == workers),
-                    timeout=30, interval=0.05)
-    if not up or proc.poll() is not None:
-        raise AssertionError(f"gunicorn did not start: {log.read_text()[-2000:]}")
+    proc = start_gunicorn(port, "--workers", str(workers), env=env, app=app, log=log, interval=0.05,
+                          ready=lambda p: listening(port) and len(children(p.pid)) == workers)
     return proc, f"http://127.0.0.1:{port}"
-
-
-def children(pid: int) -> set[int]:
-    """Child pids of `pid` (gunicorn's workers: the same set before and after a fault
-    means no worker was restarted)."""
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found |= {int(c) for c in (task / "children").read_text().split()}
-    return found
-
-
-stop = stop_process
-
-
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen:
-    """`python manage.py worker` as the Procfile runs it, once it has registered in Redis."""
-    connection = redis.Redis.from_url(env["REDIS_URL"])
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "manage.py", "worker"], cwd=ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-    ready = wait_until(lambda: proc.poll() is not None or any(
-        w.pid == proc.pid for w in Worker.all(connection=connection)), timeout=120, interval=0.1)
-    assert ready and proc.poll() is None, log.read_text()[-3000:]
-    return proc
 
 
 def post_json(url: str, token: str, body: dict[str, Any], timeout: float = 15) -> tuple[int, dict[str, Any]]:

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.support import stop_process
+from tests.support.processes import stop_process
 
 __all__ = ["SeaweedFS", "SeaweedStartError", "find_weed", "run_seaweedfs"]
 

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from typing import Iterator
 
 import pytest
-import redis
-from rq import Worker
 
-from tests import log_audit
 from tests.conftest import PG_URL, REDIS_URL, ROOT
-from tests.https_server import wait_until
-from tests.support import SECRET_KEY, stop_process
+from tests.support import SECRET_KEY, log_audit
+from tests.support.processes import start_worker, stop_process
 
 MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
 MODEL = ROOT / "var" / "models" / "ggml-base.bin"
@@ -41,7 +37,7 @@ def worker_env(ca_bundle: str, **extra: str) -> dict[str, str]:
         "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": ca_bundle, "RECORDING_RETRY_DELAYS": "1,1",
         "RECORDING_FETCH_TIMEOUT": "5", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": str(MODEL_EN),
         "PROVIDER_MARKER_WORDS": MARKER_WORDS, "PBX_RETRY_DELAYS": "1,1", "PBX_FETCH_TIMEOUT": "5",
-        # DEBUG: the log audit (tests/log_audit.py) checks everything a worker may log.
+        # DEBUG: the log audit (tests/support/log_audit.py) checks everything a worker may log.
         "LOG_LEVEL": "DEBUG", **extra,
     }
 
@@ -56,14 +52,8 @@ def worker_log(tmp_path_factory):
 @pytest.fixture(scope="session")
 def worker(wsgi_app, ca_bundle, worker_log) -> Iterator[subprocess.Popen]:
     """One real RQ worker for the session, started like the Procfile starts it."""
-    connection = redis.Redis.from_url(REDIS_URL)
-    with open(worker_log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "manage.py", "worker"], cwd=ROOT, env=worker_env(ca_bundle),
-                                stdout=out, stderr=subprocess.STDOUT)
+    proc = start_worker(worker_env(ca_bundle), worker_log, interval=0.2)
     try:
-        ready = wait_until(lambda: proc.poll() is not None or any(
-            w.pid == proc.pid for w in Worker.all(connection=connection)), timeout=120, interval=0.2)
-        assert ready and proc.poll() is None, worker_log.read_text()[-3000:]
         yield proc
     finally:
         stop_process(proc, 30)

@@ -1,0 +1,88 @@
+"""Re-fetching an expired recording link from the switchboard platform (an RQ job).
+
+`refetch_recording(call_id, as_of)` is idempotent: it re-reads the call and does nothing
+when the call already has a link with time left or is known to be gone, so concurrent
+plays of one call cost one platform round trip. A deleted recording (404/410) or missing
+credentials are remembered on the call; a transient failure (timeout, connection error,
+5xx) raises so RQ retries it after `PBX_RETRY_DELAYS`; any other refusal is logged and
+the job ends without changing the call (the next play tries again). The web side, which
+enqueues it and waits for it, is `recording_player.py`.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime
+from functools import lru_cache
+
+import redis
+
+import recordings
+from jobs import queueing
+from jobs.runtime import runtime
+from clock import as_utc, utc_now
+from database import db
+from models import Call, Clinic
+from safe_fetch import FetchError, UnsafeURL
+
+log = logging.getLogger(__name__)
+QUEUE = queueing.RECORDINGS
+JOB_TIMEOUT = 120
+
+
+def job_id(call_id: uuid.UUID | str) -> str:
+    return f"refetch-recording-{call_id}"
+
+
+def refetch_recording(call_id: str, as_of: str | None = None) -> str:
+    """Get a fresh link for the call's recording. `as_of` is the requester's time (ISO);
+    the job never reasons with an earlier time than its own clock."""
+    config = runtime()
+    now = utc_now()
+    if as_of:
+        now = max(now, as_utc(datetime.fromisoformat(as_of)))
+    with db.connection_context():
+        call = Call.get_or_none(Call.id == uuid.UUID(call_id))
+        if call is None:
+            return "noop"
+        state = recordings.link_state(call, now, config)
+        if state.state != "expired":
+            return "noop"  # a link with time left, or known to be gone
+        creds = recordings.credentials_of(Clinic.get_by_id(call.clinic_id), config.secret_key)
+    reference = recordings.recording_reference(call)
+    if creds is None or reference is None:
+        reason = "no_credentials" if creds is None else "no_reference"
+        with db.connection_context():
+            recordings.remember_gone(call.id, reason, now)
+        log.info("call %s: recording unavailable (%s)", call.id, reason)
+        return "unavailable"
+    client = recordings.PlatformClient(config, _platform_redis(config.redis_url))
+    try:
+        fresh = client.fresh_link(creds, reference, now)
+    except recordings.RecordingGone as exc:
+        with db.connection_context():
+            recordings.remember_gone(call.id, "deleted", now)
+        log.info("call %s: the platform has deleted the recording (%s)", call.id, exc)
+        return "unavailable"
+    except FetchError as exc:
+        if exc.transient:
+            log.warning("call %s: platform unreachable for now, will retry: %s", call.id, exc.message)
+            raise
+        log.warning("call %s: recording link not re-fetched: %s", call.id, exc.message)
+        return "failed"
+    except (recordings.PlatformError, UnsafeURL) as exc:
+        if isinstance(exc, recordings.PlatformError) and exc.transient:
+            raise
+        log.warning("call %s: recording link not re-fetched: %s", call.id, exc)
+        return "failed"
+    with db.connection_context():
+        Call.update(recording_link=fresh.url, recording_link_expires_at=fresh.expires_at,
+                    recording_checked_at=as_utc(now)).where(Call.id == call.id).execute()
+    log.info("call %s: fresh recording link stored (expires %s)", call.id, fresh.expires_at.isoformat())
+    return "fresh"
+
+
+@lru_cache(maxsize=1)
+def _platform_redis(url: str) -> redis.Redis:
+    """The platform client's link cache (one client per worker process)."""
+    return queueing.redis_client(url, "job")

@@ -1,0 +1,303 @@
+"""The local backend: files under a directory, served by the service itself at
+HMAC-signed URLs (``resources.storage_objects.StoredObject``).
+
+Presigned URLs are credentials: never log them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from stat import S_ISREG
+from typing import Any, BinaryIO
+
+from config import Config
+from storage.base import (
+    AccessDenied,
+    Disposition,
+    IncompleteUpload,
+    InvalidKeyError,
+    ObjectInfo,
+    ObjectTooLarge,
+    Readable,
+    _check_expires_in,
+    _check_get_params,
+    validate_key,
+)
+
+__all__ = ["CHUNK_SIZE", "LocalStorage"]
+
+#: Bytes per read/write when streaming an upload to disk.
+CHUNK_SIZE = 1024 * 1024
+
+
+class LocalStorage:
+    """Files under ``root``, served by the service itself at HMAC-signed URLs.
+
+    Layout: the object ``a/b.pdf`` is ``root/a/b.pdf``; its content type is in the
+    JSON sidecar ``root/.meta/a/b.pdf.json``. Uploads are written to a hidden
+    ``.upload-*.part`` file in the target directory and renamed into place, so a
+    reader sees either the old object or the complete new one. No valid key can
+    name a hidden file, so neither sidecars nor partial uploads are ever served.
+
+    URL signatures are HMAC-SHA256 (key derived from ``signing_key``) over the
+    method, key, expiry and content type, and for GET also the disposition and
+    file name.
+    """
+
+    _META_DIR = ".meta"
+    _PART_PREFIX = ".upload-"
+    _PART_SUFFIX = ".part"
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        signing_key: bytes | str,
+        public_base_url: str,
+        # The default is the configuration's (``storage_max_upload_bytes``); make_storage passes it.
+        max_upload_bytes: int = Config.storage_max_upload_bytes,
+        fsync: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not os.fspath(root):
+            raise ValueError("storage_dir must not be empty")
+        raw_key = signing_key.encode("utf-8") if isinstance(signing_key, str) else bytes(signing_key)
+        if len(raw_key) < 16:
+            raise ValueError("storage_signing_key must be at least 16 bytes")
+        if not public_base_url.startswith(("http://", "https://")):
+            raise ValueError("public_base_url must be an absolute http(s) URL")
+        if max_upload_bytes < 1:
+            raise ValueError("max_upload_bytes must be positive")
+        # A dedicated subkey, so the configured secret can be shared with other
+        # signers without their signatures ever validating here.
+        self._hmac_key = hmac.new(raw_key, b"clinic-storage-url-v1", hashlib.sha256).digest()
+        self.root = Path(os.path.realpath(root))
+        self.public_base_url = public_base_url.rstrip("/")
+        self.max_upload_bytes = max_upload_bytes
+        self.fsync = fsync
+        self._clock = clock
+
+    # -- paths -------------------------------------------------------------------
+
+    def _contained(self, path: Path) -> Path:
+        """``path`` resolved, refusing anything outside ``root`` (e.g. via a symlink)."""
+        resolved = Path(os.path.realpath(path))
+        if os.path.commonpath([resolved, self.root]) != str(self.root) or resolved == self.root:
+            raise InvalidKeyError("invalid object key")
+        return resolved
+
+    def path_for(self, key: str) -> Path:
+        """File system path of the object ``key``, guaranteed inside ``root``."""
+        return self._contained(self.root / validate_key(key))
+
+    def _meta_path(self, key: str) -> Path:
+        return self._contained(self.root / self._META_DIR / f"{validate_key(key)}.json")
+
+    # -- signing -----------------------------------------------------------------
+
+    def _signature(self, method: str, key: str, expires: int, *fields: str) -> str:
+        # JSON framing makes the message unambiguous whatever the fields contain.
+        message = json.dumps([method, key, expires, *fields], separators=(",", ":"))
+        return hmac.new(self._hmac_key, message.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def _verify(self, method: str, key: str, expires: str | None, signature: str | None, *fields: str) -> None:
+        if not expires or not signature or not expires.isascii() or not expires.isdigit():
+            raise AccessDenied("missing or malformed signature")
+        expected = self._signature(method, key, int(expires), *fields)
+        if not hmac.compare_digest(expected.encode("ascii"), signature.encode("utf-8", "replace")):
+            raise AccessDenied("signature does not match")
+        if int(expires) < self._clock():
+            raise AccessDenied("URL has expired")
+
+    def _url(self, key: str, params: dict[str, str]) -> str:
+        return f"{self.public_base_url}/storage/{key}?{urllib.parse.urlencode(params)}"
+
+    # -- Storage interface ---------------------------------------------------------
+
+    def presign_put(self, key: str, content_type: str, expires_in: int) -> str:
+        validate_key(key)
+        if not content_type or any(c in content_type for c in "\r\n"):
+            raise ValueError("content_type must be a non-empty header value")
+        expires = int(self._clock()) + _check_expires_in(expires_in)
+        signature = self._signature("PUT", key, expires, content_type.strip())
+        return self._url(key, {"expires": str(expires), "signature": signature})
+
+    def presign_get(
+        self,
+        key: str,
+        expires_in: int,
+        *,
+        content_type: str,
+        disposition: Disposition,
+        filename: str,
+    ) -> str:
+        validate_key(key)
+        _check_get_params(content_type, disposition, filename)
+        expires = int(self._clock()) + _check_expires_in(expires_in)
+        signature = self._signature("GET", key, expires, content_type, disposition, filename)
+        return self._url(
+            key,
+            {
+                "expires": str(expires),
+                "content_type": content_type,
+                "disposition": disposition,
+                "filename": filename,
+                "signature": signature,
+            },
+        )
+
+    def exists(self, key: str) -> bool:
+        return self.path_for(key).is_file()
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            size = os.stat(self.path_for(key)).st_size
+        except FileNotFoundError:
+            return None
+        try:
+            content_type = json.loads(self._meta_path(key).read_text("utf-8"))["content_type"]
+        except (OSError, ValueError, KeyError):
+            content_type = "application/octet-stream"
+        return ObjectInfo(size=size, content_type=content_type)
+
+    def delete(self, key: str) -> None:
+        for path in (self.path_for(key), self._meta_path(key)):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def prepare(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    # -- used by resources.storage_objects -------------------------------------------
+
+    def verify_put(self, key: str, *, expires: str | None, signature: str | None, content_type: str | None) -> None:
+        """Raise ``AccessDenied`` unless the PUT URL is genuine, unexpired and for this content type."""
+        validate_key(key)
+        self._verify("PUT", key, expires, signature, (content_type or "").strip())
+
+    def verify_get(
+        self,
+        key: str,
+        *,
+        expires: str | None,
+        signature: str | None,
+        content_type: str | None,
+        disposition: str | None,
+        filename: str | None,
+    ) -> None:
+        """Raise ``AccessDenied`` unless the GET URL is genuine and unexpired."""
+        validate_key(key)
+        if not content_type or disposition not in ("inline", "attachment") or not filename:
+            raise AccessDenied("missing or malformed signature")
+        self._verify("GET", key, expires, signature, content_type, disposition, filename)
+
+    def write_stream(self, key: str, stream: Readable, length: int | None, content_type: str) -> int:
+        """Store exactly ``length`` bytes read from ``stream`` as ``key``; with ``length``
+        None (a chunked upload), the stream up to its end. Returns the size stored.
+
+        Streams in ``CHUNK_SIZE`` pieces to a temporary file beside the target and
+        renames it into place only once every byte has arrived, so a short body
+        (``IncompleteUpload``), an oversized one (``ObjectTooLarge``: a declared length
+        before reading, an open-ended stream once one byte over the cap has been read)
+        or any error leaves the previous state untouched.
+        """
+        if length is not None and length > self.max_upload_bytes:
+            raise ObjectTooLarge(f"upload exceeds {self.max_upload_bytes} bytes")
+        target = self.path_for(key)
+        meta = self._meta_path(key)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            meta.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise InvalidKeyError("object key collides with an existing object") from exc
+        # Re-check after mkdir: a symlinked directory must not lead outside root.
+        self._contained(target.parent / target.name)
+
+        fd, tmp_name = tempfile.mkstemp(prefix=self._PART_PREFIX, suffix=self._PART_SUFFIX, dir=target.parent)
+        try:
+            with open(fd, "wb", buffering=0, closefd=True) as out:
+                # Never more than one byte past what may be stored.
+                wanted = self.max_upload_bytes + 1 if length is None else length
+                written = 0
+                while written < wanted:
+                    chunk = stream.read(min(CHUNK_SIZE, wanted - written))
+                    if not chunk:
+                        if length is None:
+                            break
+                        raise IncompleteUpload(f"body ended {length - written} bytes early")
+                    out.write(chunk)
+                    written += len(chunk)
+                if written > self.max_upload_bytes:
+                    raise ObjectTooLarge(f"upload exceeds {self.max_upload_bytes} bytes")
+                if self.fsync:
+                    os.fsync(out.fileno())
+            # Sidecar first: if we die between the two renames, the old object (if
+            # any) is served with the new type, never a new object without a type.
+            self._write_json_atomic(meta, {"content_type": content_type, "size": written})
+            os.replace(tmp_name, target)
+        except BaseException:
+            _discard(tmp_name)
+            raise
+        return written
+
+    def open_for_read(self, key: str) -> tuple[BinaryIO, int]:
+        """Open the object for streaming; ``FileNotFoundError`` when missing."""
+        path = self.path_for(key)
+        handle = open(path, "rb")
+        try:
+            stat = os.fstat(handle.fileno())
+        except BaseException:
+            handle.close()
+            raise
+        if not S_ISREG(stat.st_mode):  # a directory is no object
+            handle.close()
+            raise FileNotFoundError(key)
+        return handle, stat.st_size
+
+    def purge_stale_uploads(self, older_than_seconds: float = 3600.0) -> int:
+        """Delete temp files of uploads killed mid-way (process crash); returns how many.
+
+        An interrupted upload in a live process cleans up after itself; only a hard
+        kill leaves a hidden ``.upload-*.part`` behind. For an operator command.
+        """
+        cutoff = self._clock() - older_than_seconds
+        removed = 0
+        for dirpath, _dirnames, filenames in os.walk(self.root):
+            for name in filenames:
+                if name.startswith(self._PART_PREFIX) and name.endswith(self._PART_SUFFIX):
+                    path = os.path.join(dirpath, name)
+                    try:
+                        if os.stat(path).st_mtime < cutoff:
+                            os.unlink(path)
+                            removed += 1
+                    except FileNotFoundError:
+                        pass
+        return removed
+
+    def _write_json_atomic(self, path: Path, payload: dict[str, Any]) -> None:
+        fd, tmp_name = tempfile.mkstemp(prefix=self._PART_PREFIX, suffix=self._PART_SUFFIX, dir=path.parent)
+        try:
+            with open(fd, "w", encoding="utf-8", closefd=True) as out:
+                json.dump(payload, out)
+            os.replace(tmp_name, path)
+        except BaseException:
+            _discard(tmp_name)
+            raise
+
+
+def _discard(tmp_name: str) -> None:
+    """Remove a temporary file that will not be renamed into place (it may be gone)."""
+    try:
+        os.unlink(tmp_name)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,67 @@
+"""Helpers shared by the tests and the benchmarks (fixtures live in conftest.py), one of each.
+
+This module holds the API helpers (onboard a document, issue a token, build requests);
+the others, by concern:
+
+- `ports`: a free loopback port, whether a port accepts connections;
+- `databases`: drop and create a PostgreSQL database;
+- `servers`: `wait_until` (a bounded wait for a condition), the threading WSGI server;
+- `processes`: stop a subprocess, its children, `manage.py` and its worker;
+- `gunicorn`: the Procfile's `web` command and a launcher waiting until it serves;
+- `clocks`: the clock tests move instead of sleeping;
+- `bodies`: the switchboard's `recording-complete` body;
+- `https_server`: an HTTPS test server with a trustme CA (a pytest plugin: its fixtures);
+- `live_service`: the whole service behind a real HTTP server in a thread;
+- `worker`: the session's RQ worker (a pytest plugin);
+- `log_audit`: no secret in any log (a pytest plugin);
+- `faults`: private Redis and PostgreSQL servers the fault tests break on purpose;
+- `seaweed`: a throw-away SeaweedFS;
+- `fuzz_hooks`: schemathesis hooks (`SCHEMATHESIS_HOOKS=tests.support.fuzz_hooks`).
+
+Importing the package does not import the service: the benchmarks, `pytest -p` plugins
+and schemathesis import its modules in processes of their own.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SECRET_KEY = "test-secret-key"
+
+
+def load(document: dict[str, Any]) -> str:
+    from database import db
+    from onboarding import onboard
+
+    with db.connection_context():
+        return onboard(document, secret_key=SECRET_KEY)
+
+
+def issue_token(slugs: list[str], scopes: list[str], expires_in: timedelta | None = None) -> str:
+    from database import db
+    from models import ApiToken, Clinic
+
+    with db.connection_context():
+        clinics = list(Clinic.select().where(Clinic.slug.in_(slugs)))
+        _, text = ApiToken.issue("test-service", clinics, scopes, expires_in)
+    return text
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def switchboard_url(slug: str, check: str) -> str:
+    return f"/external/v1/clinics/{slug}/switchboard/{check}"
+
+
+def organization(*clinics: dict[str, Any], slug: str = "test-org", sharing: bool = False,
+                 patients: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"organization": {"slug": slug, "name": slug.title(), "patientSharing": sharing},
+            "clinics": list(clinics), "patients": patients or []}
+
+
+def clinic(slug: str = "clinic-a", *, tz: str = "Europe/Prague", country: str = "CZ", **extra: Any) -> dict[str, Any]:
+    return {"slug": slug, "name": slug.title(), "timezone": tz, "country": country, **extra}

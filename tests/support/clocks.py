@@ -1,0 +1,28 @@
+"""The clock tests and benchmarks hand to the service (`Config(clock=...)`) and move."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+#: Where the tests' wall clock starts: a Wednesday, 10:00 UTC.
+WEDNESDAY = datetime(2026, 11, 18, 10, 0, tzinfo=timezone.utc)
+
+
+class Clock:
+    """A clock moved instead of slept on. `clock()` answers `now`: by default a settable
+    aware datetime (`set()`), or any value moved by hand (`Clock(1000.0)`: seconds, for
+    a monotonic clock, `clock.now += 59`). `Clock(now=None)` follows the real UTC time
+    instead, shifted by `offset`."""
+
+    def __init__(self, now: Any = WEDNESDAY) -> None:
+        self.now = now
+        self.offset = timedelta(0)
+
+    def __call__(self) -> Any:
+        if self.now is None:
+            return datetime.now(timezone.utc) + self.offset
+        return self.now
+
+    def set(self, value: datetime) -> None:
+        assert value.tzinfo is not None, "tests use aware datetimes"
+        self.now = value

@@ -1,0 +1,1 @@
+"""Install-time and benchmark tools: building the whisper.cpp models (not imported by the service)."""

@@ -1,0 +1,88 @@
+"""What transcribing a voicemail gives: errors, segments and the :class:`Transcript`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class TranscriptionError(Exception):
+    """The recording could not be transcribed (undecodable audio, engine failure)."""
+
+
+class AudioDecodeError(TranscriptionError):
+    pass
+
+
+class UnsupportedLanguage(TranscriptionError, ValueError):
+    """The language is unknown to Whisper, or the model is English-only."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: float  # seconds in the decoded span
+    end: float
+    text: str
+    mean_logprob: float  # over the segment's text tokens; nan when it has none
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """A voicemail's transcription, the signals behind it and the two decisions.
+
+    ``speech_seconds``: what Silero VAD found (``None`` when VAD was off).
+    ``mean_logprob``/``mean_token_prob``: text tokens only. ``repetition``: share of
+    repeated word trigrams in the decoder's raw output (a loop is close to 1; ``text`` has
+    loops collapsed). ``language_probability``: whisper's probability of the chosen
+    language among all, when it was detected.
+    """
+
+    text: str
+    language: str | None
+    duration: float
+    speech_seconds: float | None
+    mean_logprob: float = math.nan
+    mean_token_prob: float = math.nan
+    n_tokens: int = 0
+    repetition: float = 0.0
+    compression_ratio: float = 0.0
+    segments: tuple[Segment, ...] = ()
+    backend: str = ""
+    model: str = ""
+    elapsed: float = 0.0  # seconds spent in transcribe(), decoding included
+    speech_start: float | None = None  # first speech in the recording (s)
+    decoded_seconds: float = 0.0  # audio handed to the decoder
+    language_probability: float | None = None
+    top_language_probability: float | None = None  # of the most likely language of all
+    top3_language_probability: float | None = None
+    language_entropy: float | None = None
+    # Entropy of language detection on the speech played backwards: computed only when the
+    # forward detection was unsure enough for the time-reversal test to matter.
+    reversed_language_entropy: float | None = None
+    aborted: bool = False  # stopped at the deadline
+    engine_error: str | None = None
+    # Decoded a second time with whisper's no-speech gate off: the first pass found no
+    # words in what the VAD heard as a long stretch of speech.
+    second_pass: bool = False
+    message: bool = False
+    message_reason: str = "no_speech"  # "speech" when a message, else why not
+    status: str | None = None  # reliable | unreliable | failed; None when no message
+    issue: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (nan becomes None)."""
+        def clean(v: Any) -> Any:
+            if isinstance(v, float) and math.isnan(v):
+                return None
+            if isinstance(v, dict):
+                return {k: clean(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [clean(x) for x in v]
+            return v
+        return clean(asdict(self))  # type: ignore[no-any-return]
+
+    def signals(self) -> dict[str, Any]:
+        """The decision inputs, for storing with the call (no text)."""
+        return {k: v for k, v in self.to_dict().items() if k not in ("text", "segments")}

@@ -1,0 +1,263 @@
+"""One loaded model on one backend (:class:`Transcriber`), and the per-process cache of them."""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from transcription import engines
+from transcription.audio import Vad, load_audio, speech_runs, speech_span
+from transcription.decisions import (
+    BLANK_AUDIO, MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, REVERSAL_MARGIN, assess, collapse_loops,
+    compression_ratio, decide_message, entropy, normalize_language, repetition_score, reversed_speech, words,
+)
+from transcription.engines import ENGINES, Engine, RawResult
+from transcription.model_file import ConversionError, verify
+from transcription.results import Segment, Transcript, TranscriptionError, UnsupportedLanguage
+from transcription.settings import BACKENDS, DEFAULT_DECODING, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE, Decoding
+
+
+class Transcriber:
+    """One loaded model on one backend. Thread-safe (calls are serialised)."""
+
+    def __init__(self, backend: str, model_path: str, threads: int, vad: bool = True,
+                 decoding: Decoding = DEFAULT_DECODING) -> None:
+        if backend not in ENGINES:
+            raise ValueError(f"unknown transcription backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if not Path(model_path).is_file():
+            raise TranscriptionError(f"whisper model not found: {model_path} (run: python manage.py model build)")
+        # whisper.cpp hands back an unusable context for a bad file instead of failing, and
+        # using it crashes the process: check the layout (and recorded checksum) first.
+        try:
+            _, problems = verify(model_path)
+        except ConversionError as exc:
+            raise TranscriptionError(f"{model_path} is not a whisper ggml model: {exc}") from exc
+        if problems:
+            raise TranscriptionError(f"{model_path} is not a usable whisper model: {'; '.join(problems[:3])}")
+        self.backend = backend
+        self.model_path = str(model_path)
+        self.threads = threads
+        self.vad = vad
+        self.decoding = decoding
+        self._lock = threading.Lock()
+        self._engine: Engine = ENGINES[backend](self.model_path, threads)
+        self._vad: Vad | None = Vad() if vad else None
+
+    @property
+    def multilingual(self) -> bool:
+        return self._engine.multilingual
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def resolve_languages(self, languages: str | Sequence[str] | None) -> list[str]:
+        """Whisper language codes to choose among (``[]``: any language)."""
+        if isinstance(languages, str):
+            languages = [languages]
+        codes = list(dict.fromkeys(c for c in (normalize_language(x) for x in languages or ()) if c))
+        if not self._engine.multilingual:
+            other = [c for c in codes if c != "en"]
+            if other:
+                raise UnsupportedLanguage(
+                    f"model {Path(self.model_path).name} is English-only and cannot transcribe {other[0]!r}; "
+                    "use the multilingual model (python manage.py model build --name base)"
+                )
+            return ["en"]
+        for code in codes:
+            if self._engine.lang_id(code) < 0:
+                raise UnsupportedLanguage(f"Whisper does not know the language {code!r}")
+        return codes
+
+    def transcribe(self, path: str, languages: str | Sequence[str] | None = None, *,
+                   deadline: float | None = None, decoding: Decoding | None = None) -> Transcript:
+        """Transcribe an mp3/wav file and decide (see module doc). ``languages``: the one
+        language, the clinic's languages to detect among, or None for any. ``deadline``:
+        a ``time.monotonic()`` value at which whisper.cpp is stopped."""
+        started = time.perf_counter()
+        codes = self.resolve_languages(languages)
+        audio = load_audio(path)
+        return self.transcribe_audio(audio, codes, deadline=deadline, decoding=decoding, started=started)
+
+    def transcribe_audio(self, audio: np.ndarray, languages: Sequence[str], *, deadline: float | None = None,
+                         decoding: Decoding | None = None, started: float | None = None) -> Transcript:
+        """Transcribe 16 kHz mono float32 samples; ``languages`` as from :meth:`resolve_languages`."""
+        started = time.perf_counter() if started is None else started
+        decoding = decoding or self.decoding
+        duration = audio.size / SAMPLE_RATE
+        with self._lock:
+            self._check_fork()
+            if self._vad is not None:
+                runs = speech_runs(self._vad.probabilities(audio))
+                speech_seconds: float | None = round(sum(e - s for s, e in runs), 2)
+                span = speech_span(audio, runs)
+            else:
+                runs, speech_seconds, span = [], None, audio
+            base = Transcript(text="", language=None, duration=round(duration, 3), speech_seconds=speech_seconds,
+                              backend=self.backend, model=Path(self.model_path).name,
+                              speech_start=round(runs[0][0], 2) if runs else None,
+                              decoded_seconds=round(span.size / SAMPLE_RATE, 2))
+            backward: float | None = None
+            raw: RawResult | None = None
+            if span.size < SAMPLE_RATE // 2 or (speech_seconds is not None and speech_seconds < MIN_SPEECH_SECONDS):
+                raw = RawResult([], None)
+                language, probability, all_probs = (languages[0] if len(languages) == 1 else None), None, None
+            else:
+                language, probability, all_probs = self._language(span, languages)
+                backward = self._backward_entropy(span, all_probs)
+                base = replace(base, reversed_language_entropy=backward)
+            if reversed_speech(round(entropy(all_probs), 3), backward):
+                raw = RawResult([], language)  # words played backwards: nothing to decode
+            elif raw is None:
+                prompt = PROMPTS.get(language) if decoding.prompt else None
+                abort = (lambda: time.monotonic() >= deadline) if deadline is not None else (lambda: False)
+                raw = self._engine.run(span, language, decoding, prompt, abort)
+                if (speech_seconds is not None and speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS
+                        and not raw.aborted and not raw.error and not words(" ".join(x.text for x in raw.segments))):
+                    # A message with no words: whisper's no-speech gate dropped every
+                    # window. Once more without it, so the receptionist gets what it heard.
+                    raw = self._engine.run(span, language, replace(decoding, no_speech_thold=1.0), prompt, abort)
+                    base = replace(base, second_pass=True)
+        if all_probs is not None:
+            top = np.sort(all_probs)[::-1]
+            base = replace(base, top_language_probability=round(float(top[0]), 4),
+                           top3_language_probability=round(float(top[:3].sum()), 4),
+                           language_entropy=round(entropy(all_probs), 3))
+        return self._summarise(base, raw, language, probability, started)
+
+    def _language(self, span: np.ndarray, languages: Sequence[str]) -> tuple[str, float | None, np.ndarray | None]:
+        """The call's language among ``languages`` (any when empty), whisper's probability
+        of it, and the probabilities of all languages (None on an English-only model)."""
+        if not self._engine.multilingual:
+            return "en", None, None
+        probs = self._engine.language_probabilities(span)
+        if not languages:
+            best = int(np.argmax(probs))
+            return self._engine.lang_str(best), float(probs[best]), probs
+        ids = [self._engine.lang_id(c) for c in languages]
+        best = max(ids, key=lambda i: probs[i])
+        first = ids[0]
+        # The clinic's first language unless detection is sure of another: on noisy or
+        # unclear Czech, base often rates English above Czech at 0.1-0.2 (measured).
+        if best != first and (probs[best] < OTHER_LANGUAGE_MIN or probs[best] < 2 * probs[first]):
+            best = first
+        return self._engine.lang_str(best), float(probs[best]), probs
+
+    def _backward_entropy(self, span: np.ndarray, forward: np.ndarray | None) -> float | None:
+        """Language-detection entropy of the span played backwards, when the time-reversal
+        test can still find it surer than forwards (an English-only model detects nothing;
+        a forward entropy below the margin cannot be beaten by it)."""
+        if forward is None or entropy(forward) < REVERSAL_MARGIN:
+            return None
+        return round(entropy(self._engine.language_probabilities(np.ascontiguousarray(span[::-1]))), 3)
+
+    def _check_fork(self) -> None:
+        """Refuse to run in a child forked after the engine computed.
+
+        whisper.cpp's thread pool does not survive fork(): a child that computes after its
+        parent did hangs for ever (seen with both backends). A forking RQ worker may load the
+        model in the parent (``get_transcriber``) but must not run it there (no
+        ``warm_up``); a non-forking worker (``rq.worker.SimpleWorker``) can do both.
+        """
+        global _ENGINE_RAN_IN_PID
+        pid = os.getpid()
+        if _ENGINE_RAN_IN_PID not in (None, pid):
+            raise TranscriptionError(
+                "whisper.cpp already ran in the parent process before fork(); it would hang here. "
+                "Use a non-forking worker (rq SimpleWorker) or do not warm up before forking"
+            )
+        _ENGINE_RAN_IN_PID = pid
+
+    def _summarise(self, base: Transcript, raw: RawResult, language: str | None, probability: float | None,
+                   started: float) -> Transcript:
+        eot = self._engine.eot
+        segments: list[Segment] = []
+        logprobs: list[float] = []
+        probs: list[float] = []
+        for s in raw.segments:
+            text_tokens = [t for t in s.tokens if t.id < eot]
+            lp = [t.plog for t in text_tokens]
+            logprobs += lp
+            probs += [t.p for t in text_tokens]
+            segments.append(Segment(s.t0, s.t1, BLANK_AUDIO.sub("", s.text).strip(),
+                                    float(np.mean(lp)) if lp else math.nan, len(text_tokens)))
+        raw_text = " ".join(s.text for s in segments if s.text).strip()
+        text, looped = collapse_loops(raw_text)
+        t = replace(
+            base, text=text, language=language, mean_logprob=float(np.mean(logprobs)) if logprobs else math.nan,
+            mean_token_prob=float(np.mean(probs)) if probs else math.nan, n_tokens=len(logprobs),
+            repetition=repetition_score(raw_text), compression_ratio=compression_ratio(raw_text),
+            segments=tuple(segments), language_probability=probability, aborted=raw.aborted,
+            engine_error=raw.error,
+        )
+        message, reason = decide_message(t)
+        status, issue = assess(t, looped) if message else (None, None)
+        return replace(t, message=message, message_reason=reason, status=status, issue=issue,
+                       elapsed=round(time.perf_counter() - started, 4))
+
+    def warm_up(self) -> None:
+        """Run a short clip through VAD, language detection and decoding so the first
+        real call pays no first-run costs."""
+        tone = (0.1 * np.sin(np.arange(2 * SAMPLE_RATE) * 2 * np.pi * 440 / SAMPLE_RATE)).astype(np.float32)
+        with self._lock:
+            self._check_fork()
+            if self._vad is not None:
+                self._vad.probabilities(tone)
+            if self._engine.multilingual:
+                self._engine.language_probabilities(tone)
+            self._engine.run(tone, "en", self.decoding, None, lambda: False)
+
+    def close(self) -> None:
+        with self._lock:
+            self._engine.close()
+
+
+# The process in which any whisper.cpp computation ran (its thread pool is process state).
+_ENGINE_RAN_IN_PID: int | None = None
+_CACHE: dict[tuple[str, str, int, bool], Transcriber] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _shutdown() -> None:
+    """Free cached models and detach the Python log callback before the interpreter finalizes.
+
+    whisper.cpp logs while freeing; a Python callback reached during finalization aborts
+    the process ("PyThreadState_Get: the GIL is released").
+    """
+    with _CACHE_LOCK:
+        for transcriber in _CACHE.values():
+            transcriber.close()
+        _CACHE.clear()
+    engines.detach_log()
+
+
+def get_transcriber(backend: str, model_path: str, threads: int, vad: bool = True) -> Transcriber:
+    """The process-wide :class:`Transcriber` for these settings, loading the model on first use."""
+    key = (backend, os.path.realpath(model_path), int(threads), bool(vad))
+    with _CACHE_LOCK:
+        transcriber = _CACHE.get(key)
+        if transcriber is None:
+            transcriber = Transcriber(backend, model_path, threads, vad)
+            _CACHE[key] = transcriber
+        return transcriber
+
+
+def warm_up(backend: str, model_path: str, threads: int, vad: bool = True) -> Transcriber:
+    """Load the model and run a short clip: call once when a worker starts.
+
+    Only in the process that will transcribe: after this, a fork()ed child cannot run
+    whisper.cpp at all (see :meth:`Transcriber._check_fork`). With a forking worker, call
+    :func:`get_transcriber` in the parent instead (loads, does not run).
+    """
+    transcriber = get_transcriber(backend, model_path, threads, vad)
+    transcriber.warm_up()
+    return transcriber
