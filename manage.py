@@ -133,18 +133,25 @@ def cmd_calls(config: Config, args: argparse.Namespace) -> int:
     calls = Call.select().order_by(Call.received_at.desc()).limit(args.last)
     for call in calls:
         request = PatientRequest.get_or_none(PatientRequest.call == call.id)
-        print(f"{iso_utc(call.received_at)}  {call.clinic.slug}  {call.call_sid}  from {call.call_from}  "
-              f"{call.state}/{call.outcome or '-'}  request={request.id if request else '-'}"
-              f"{'  (' + request.kind + ')' if request else ''}")
+        print(f"{iso_utc(call.received_at)}  {call.clinic.slug}  {visible(call.call_sid)}  "
+              f"from {visible(call.call_from)}  {call.state}/{call.outcome or '-'}  "
+              f"request={request.id if request else '-'}{'  (' + request.kind + ')' if request else ''}")
         if call.callback_number:
-            print(f"    callback: {call.callback_number}")
+            print(f"    callback: {visible(call.callback_number)}")
         if call.transcript_status or call.transcript:
             issue = f" ({call.transcript_issue})" if call.transcript_issue else ""
             print(f"    transcript [{call.transcript_status or '-'}{issue}, {call.transcript_language or '-'}]: "
-                  f"{call.transcript or ''}")
+                  f"{visible(call.transcript or '')}")
         if call.fetch_error:
-            print(f"    recording: {call.fetch_error}")
+            print(f"    recording: {visible(call.fetch_error)}")
     return 0
+
+
+def visible(text: str) -> str:
+    """Caller-supplied text for the operator's terminal: control characters (escape
+    sequences, carriage returns, newlines, C1 codes) are written as escapes (``\\x1b``),
+    so nothing a switchboard sends can move the cursor, recolour or rewrite the screen."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _calls_queue(config: Config):

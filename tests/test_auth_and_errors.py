@@ -147,6 +147,18 @@ def test_non_json_content_type_is_415(app, two_clinics):
     assert_error(resp, 415, "UNSUPPORTED_MEDIA_TYPE")
 
 
+def test_a_body_without_content_type_is_read_as_json(app, two_clinics):
+    """README: a switchboard that omits the header is not refused (a hand-off refused
+    for a missing header would be a voicemail lost); any other type is 415 (above)."""
+    token = issue_token(["clinic-a"], ["read"])
+    url = switchboard_url("clinic-a", "has-active-request")
+    resp = app.request(url, method="POST", body=b'{"callFrom": "+420 777 000 111"}', headers=bearer(token))
+    assert "Content-Type" not in resp.request.headers and resp.request.content_type == ""
+    assert resp.status_int == 200 and resp.json == {"hasActiveRequest": False}
+    bad = app.request(url, method="POST", body=b"callFrom=1", headers=bearer(token), expect_errors=True)
+    assert_error(bad, 400, "VALIDATION_FAILED")  # read as JSON, and it is not JSON
+
+
 def test_body_over_the_limit_is_413_before_reading(app, two_clinics):
     token = issue_token(["clinic-a"], ["read"])
     big = b'{"callFrom": "' + b"1" * 2_000_000 + b'"}'

@@ -46,9 +46,9 @@ def call_request(slug: str, kind: str, *, patient: str | None = None, created_at
             caller = Patient.create(organization=clinic.organization_id, phone="+420777000111")
             PatientRecord.create(patient=caller, clinic=clinic)
             patient = str(caller.id)
-        fields = {"call_from": "+420 777 000 111", "call_to": "+420222333444", "status": "completed",
-                  "state": "done", "outcome": kind, **call_fields}
-        call = Call.create(clinic=clinic, call_sid=f"CA-{uuid.uuid4().hex[:12]}", **fields)
+        fields = {"call_sid": f"CA-{uuid.uuid4().hex[:12]}", "call_from": "+420 777 000 111", "call_to": "+420222333444",
+                  "status": "completed", "state": "done", "outcome": kind, **call_fields}
+        call = Call.create(clinic=clinic, **fields)
         request = PatientRequest.create(clinic=clinic, patient=patient, kind=kind, title=kind, call=call.id,
                                         **({"created_at": created_at} if created_at else {}))
     return str(request.id)
@@ -233,3 +233,20 @@ def test_manage_calls_lists_callback_number_and_transcript_status_issue_language
     assert "    transcript [unreliable (low_confidence), cs]: Zavolejte mi.\n" in out
     assert out.count("transcript [") == 1  # the missed call attempted none
     assert "(voice_message)" in out and "(missed_call)" in out
+
+
+def test_manage_calls_shows_control_characters_from_callers_as_escapes(app, org, config, clock, capsys):
+    """A switchboard's CallSid or transcript cannot drive the operator's terminal."""
+    import manage
+
+    call_request("clinic-a", "voice_message", received_at=_now(clock), call_sid="CA-\x1b[2J\x1b]0;pwned\x07",
+                 transcript="Dobrý den,\r\nzavolejte mi.\x9b31m")
+    bound = db.obj
+    try:
+        assert manage.main(["calls", "--last", "1"], config) == 0
+    finally:
+        db.initialize(bound)
+    out = capsys.readouterr().out
+    assert "CA-\\x1b[2J\\x1b]0;pwned\\x07" in out
+    assert "Dobrý den,\\r\\nzavolejte mi.\\x9b31m" in out  # Czech letters stay as they are
+    assert not any(c in out for c in "\x1b\x07\r\x9b") and out.count("\n") == 2  # two lines, none injected
