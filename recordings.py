@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import math
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import PurePosixPath
@@ -41,9 +42,12 @@ import crypto
 from config import Config
 from clock import as_utc, iso_utc
 from models import Call, Clinic
+import strict_json
 from safe_fetch import (
     FetchError,
+    Resolver,
     UnsafeURL,
+    check_resolves_public,
     fetch,
     is_retryable_status,
     redact_url,
@@ -57,6 +61,11 @@ MIN_LEFT = timedelta(seconds=60)
 _MAX_API_BYTES = 64 * 1024
 _TOKEN_MARGIN = 30  # seconds: renew a cached token this long before the platform's expiry
 _DEFAULT_TOKEN_SECONDS = 300
+# The platform's numbers are input: bounded before use (a token cached for a day at most,
+# a link trusted for a week at most: S3's own ceiling for presigned links).
+_MAX_TOKEN_SECONDS = 86400
+_MAX_LINK_SECONDS = 7 * 86400
+_RESOLVE_SECONDS = 2.0
 
 # Why a recording is not available; the play endpoint's 410 and the detail say so.
 GONE_REASONS: dict[str, str] = {
@@ -192,9 +201,10 @@ class PlatformClient:
     """Token exchange (cached in Redis until it expires, renewed once on a 401) and the
     fresh-link call, through safe_fetch."""
 
-    def __init__(self, config: Config, connection: redis.Redis) -> None:
+    def __init__(self, config: Config, connection: redis.Redis, resolver: Resolver | None = None) -> None:
         self.config = config
         self.redis = connection
+        self.resolver = resolver  # the system's by default
         self.token_exchanges = 0  # exchanges made by this instance (diagnostics)
 
     def _fetch(self, method: str, url: str, *, headers: dict[str, str] | None = None, body: bytes | None = None):
@@ -247,8 +257,8 @@ class PlatformClient:
         token = _first(data, "access_token", "accessToken", "token")
         if not isinstance(token, str) or not token:
             raise PlatformError(f"token exchange at {redact_url(url)} answered no token", transient=False)
-        lifetime = _first(data, "expires_in", "expiresIn")
-        seconds = int(lifetime) if isinstance(lifetime, (int, float)) and lifetime > 0 else _DEFAULT_TOKEN_SECONDS
+        lifetime = _seconds(_first(data, "expires_in", "expiresIn"), _MAX_TOKEN_SECONDS)
+        seconds = int(lifetime) if lifetime is not None and lifetime >= 1 else _DEFAULT_TOKEN_SECONDS
         log.info("clinic %s: platform token obtained (valid %ss)", creds.clinic_id, seconds)
         return token, seconds
 
@@ -270,7 +280,7 @@ class PlatformClient:
                 raise PlatformError(f"recording request refused (HTTP {result.status}) by {redact_url(url)}",
                                     transient=False)
             _raise_for_status(result.status, url)
-            return _link_from(_json(result.content, url), url, now, self.config)
+            return _link_from(_json(result.content, url), url, now, self.config, self.resolver)
         raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -281,9 +291,10 @@ def _raise_for_status(status: int, url: str) -> None:
 
 
 def _json(content: bytes | None, url: str) -> dict[str, Any]:
+    """The platform's JSON object, parsed strictly (no NaN or Infinity, bounded nesting)."""
     try:
-        data = json.loads(content or b"")
-    except ValueError:
+        data = strict_json.loads((content or b"").decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError included
         data = None
     if not isinstance(data, dict):
         raise PlatformError(f"{redact_url(url)} did not answer a JSON object", transient=False)
@@ -297,25 +308,42 @@ def _first(data: dict[str, Any], *names: str) -> Any:
     return None
 
 
-def _link_from(data: dict[str, Any], api_url: str, now: datetime, config: Config) -> FreshLink:
+def _seconds(value: Any, most: float) -> float | None:
+    """A number of seconds the platform sent, within [0, most]; None when it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return min(max(float(value), 0.0), most)
+
+
+def _link_from(data: dict[str, Any], api_url: str, now: datetime, config: Config,
+               resolver: Resolver | None = None) -> FreshLink:
+    """The fresh link in the platform's answer. The link goes to a doctor's browser as a
+    302, so it gets the same checks as a `RecordingUrl`: https to a public host name, and
+    a name that does not resolve to a private address (one that does not resolve right
+    now is let through, as at intake). Its expiry is bounded to `_MAX_LINK_SECONDS`."""
     link = _first(data, "url", "downloadUrl", "link")
     if not isinstance(link, str):
         raise PlatformError(f"{redact_url(api_url)} answered no link", transient=False)
+    allow_loopback = config.unsafe_allow_loopback_fetch
     try:
-        validate_url(link, allow_loopback=config.unsafe_allow_loopback_fetch)
+        parts = urlsplit(validate_url(link, allow_loopback=allow_loopback))
+        check_resolves_public(parts.hostname or "", parts.port or 443, allow_loopback=allow_loopback,
+                              resolver=resolver, deadline=time.monotonic() + _RESOLVE_SECONDS)
     except UnsafeURL as exc:
         raise PlatformError(f"{redact_url(api_url)} answered an unusable link: {exc.reason}", transient=False) from None
+    except FetchError:
+        pass
+    latest = as_utc(now) + timedelta(seconds=_MAX_LINK_SECONDS)
     expires_at: datetime | None = None
     absolute = _first(data, "expiresAt", "expires_at")
     if isinstance(absolute, str):
         try:
-            expires_at = as_utc(datetime.fromisoformat(absolute.replace("Z", "+00:00")))
-        except ValueError:
+            expires_at = min(as_utc(datetime.fromisoformat(absolute.replace("Z", "+00:00"))), latest)
+        except (ValueError, OverflowError):
             expires_at = None
-    relative = _first(data, "expiresIn", "expires_in")
-    if expires_at is None and isinstance(relative, (int, float)) and not isinstance(relative, bool) and math.isfinite(relative):
+    relative = _seconds(_first(data, "expiresIn", "expires_in"), _MAX_LINK_SECONDS)
+    if expires_at is None and relative is not None:
         expires_at = as_utc(now) + timedelta(seconds=relative)
     if expires_at is None:  # the platform did not say: assume what its links usually live
         expires_at = as_utc(now) + timedelta(minutes=config.recording_url_lifetime_minutes)
     return FreshLink(link, expires_at)
-

@@ -19,6 +19,7 @@ import pytest
 import redis
 import webtest
 
+import recordings
 from app import create_app
 from config import Config
 from database import db
@@ -349,3 +350,57 @@ def test_play_needs_a_request_made_from_a_call_and_the_read_scope(web, clock):
 
 def https_requests(platform: FakePlatform) -> int:
     return platform.server.request_count()
+
+
+# ------------------------------------------- the platform's answers are input too
+
+
+NOW = datetime(2026, 11, 23, 12, 0)
+
+
+def _public(host: str, port: int) -> list[str]:
+    return ["93.184.215.14"]
+
+
+@pytest.mark.parametrize("answer", [
+    b'{"url": "https://cdn.example.com/r.mp3", "expiresIn": Infinity}',
+    b'{"url": "https://cdn.example.com/r.mp3", "expiresIn": NaN}',
+    b'{"url": "https://cdn.example.com/r.mp3"' + b', "x": [' * 5000 + b']' * 5000 + b'}',
+    b'\xff\xfe{"url": "https://cdn.example.com/r.mp3"}',
+])
+def test_platform_json_is_parsed_strictly(answer: bytes) -> None:
+    with pytest.raises(recordings.PlatformError, match="did not answer a JSON object"):
+        recordings._json(answer, "https://pbx.example.com/api/recordings/1/url")
+
+
+@pytest.mark.parametrize("data,lifetime", [
+    ({"expiresIn": 1e20}, timedelta(days=7)),  # bounded: it crashed the re-fetch job (OverflowError)
+    ({"expires_in": 10 ** 30}, timedelta(days=7)),
+    ({"expiresAt": "9999-12-31T23:59:59Z"}, timedelta(days=7)),
+    ({"expiresIn": -50}, timedelta(0)),
+    ({"expiresIn": True}, timedelta(minutes=Config().recording_url_lifetime_minutes)),  # not a number: default
+    ({"expiresIn": 900}, timedelta(seconds=900)),
+])
+def test_fresh_link_expiry_is_bounded(data: dict[str, Any], lifetime: timedelta) -> None:
+    link = recordings._link_from({"url": "https://cdn.example.com/r.mp3", **data}, "https://pbx.example.com/api",
+                                 NOW, Config(), resolver=_public)
+    assert (link.url, link.expires_at) == ("https://cdn.example.com/r.mp3", NOW + lifetime)
+
+
+@pytest.mark.parametrize("addresses", [["10.1.2.3"], ["93.184.215.14", "192.168.0.1"], ["::1"], ["169.254.169.254"]])
+def test_a_fresh_link_to_a_host_resolving_to_a_private_address_is_refused(addresses: list[str]) -> None:
+    """The link goes to a doctor's browser as a 302: the same resolution check as RecordingUrl."""
+    with pytest.raises(recordings.PlatformError, match="unusable link"):
+        recordings._link_from({"url": "https://rebind.example.com/r.mp3", "expiresIn": 600},
+                              "https://pbx.example.com/api", NOW, Config(), resolver=lambda host, port: addresses)
+
+
+def test_a_huge_token_lifetime_is_cached_a_day_at_most(rec_config: Config, https_server: HTTPSTestServer) -> None:
+    https_server.route("/huge/auth/token", lambda req: json_response({"access_token": "tok", "expires_in": 1e20}),
+                       methods=("POST",))
+    connection = redis.Redis.from_url(REDIS_URL)
+    creds = recordings.Credentials(f"huge-{uuid.uuid4().hex[:6]}", https_server.url("/huge"), USER, PASSWORD)
+    client = recordings.PlatformClient(rec_config, connection)
+    assert client.token(creds) == "tok"
+    assert 0 < connection.ttl(creds.cache_key) <= 86400
+    connection.delete(creds.cache_key)
