@@ -15,6 +15,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+import file_types
 from errors import APIError, validation_failed
 from clock import as_utc, iso_utc, utc_now
 from database import db
@@ -201,6 +202,8 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
         raise validation_failed("fileHash: not issued by an upload link of this request")
     if storage.head(link.file_hash) is None:
         raise validation_failed("fileHash: no file was uploaded for it")
+    if not file_types.matches(body["contentType"], storage.read_prefix(link.file_hash, file_types.PREFIX_BYTES)):
+        raise validation_failed(f"contentType: the uploaded file is not {body['contentType']}")
     MedicalRecord.insert(
         id=uuid.uuid4(), request=request, file_hash=link.file_hash, content_type=body["contentType"],
         description=body["description"], category_type=body.get("categoryType"),

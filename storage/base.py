@@ -112,6 +112,10 @@ class Storage(Protocol):
 
     def exists(self, key: str) -> bool: ...
 
+    def read_prefix(self, key: str, size: int) -> bytes:
+        """The object's first ``size`` bytes (fewer when it is shorter; b"" when missing)."""
+        ...
+
     def head(self, key: str) -> ObjectInfo | None:
         """Size and stored content type, or ``None`` when there is no such object."""
         ...

@@ -250,6 +250,14 @@ class LocalStorage:
             raise
         return written
 
+    def read_prefix(self, key: str, size: int) -> bytes:
+        try:
+            handle, _ = self.open_for_read(key)
+        except FileNotFoundError:
+            return b""
+        with handle:
+            return handle.read(size)
+
     def open_for_read(self, key: str) -> tuple[BinaryIO, int]:
         """Open the object for streaming; ``FileNotFoundError`` when missing."""
         path = self.path_for(key)

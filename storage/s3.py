@@ -183,6 +183,20 @@ class S3Storage:
             content_type=response.get("ContentType") or "application/octet-stream",
         )
 
+    def read_prefix(self, key: str, size: int) -> bytes:
+        from botocore.exceptions import ClientError
+
+        validate_key(key)
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{max(size, 1) - 1}")
+        except ClientError as exc:
+            code = (getattr(exc, "response", {}) or {}).get("Error", {}).get("Code")
+            if _is_not_found(exc) or code == "InvalidRange":  # missing, or empty
+                return b""
+            raise
+        with response["Body"] as body:
+            return body.read(size)
+
     def delete(self, key: str) -> None:
         validate_key(key)
         self._client.delete_object(Bucket=self.bucket, Key=key)

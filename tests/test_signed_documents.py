@@ -14,6 +14,7 @@ import pytest
 import requests
 
 import documents
+import file_types
 from onboarding import stable_id
 from database import db
 from models import (
@@ -114,6 +115,16 @@ def test_section_7_checklist_end_to_end(service: str, monkeypatch: pytest.Monkey
     assert link["fileHash"].endswith(".pdf") and link["fileHash"] != stale["fileHash"]
     put = requests.put(link["url"], data=PDF_BYTES, headers={"Content-Type": "application/pdf"}, timeout=TIMEOUT)
     assert put.status_code == 200
+
+    # Registration checks the stored bytes against the type: an HTML page is no PDF (400).
+    html = http.post(f"{base}/patientRequests/{rid}/attachments/upload-link", json={"contentType": "application/pdf"},
+                     timeout=TIMEOUT).json()["data"]
+    assert requests.put(html["url"], data=b"<!doctype html><p>not a pdf", headers={"Content-Type": "application/pdf"},
+                        timeout=TIMEOUT).status_code == 200
+    forged = http.post(f"{base}/patientRequests/{rid}/attachments", timeout=TIMEOUT, json={
+        "contentType": "application/pdf", "fileHash": html["fileHash"], "description": "x.pdf"})
+    assert forged.status_code == 400 and forged.json() == {
+        "error": "contentType: the uploaded file is not application/pdf", "code": "VALIDATION_FAILED"}
 
     # Step 6: an unsupported contentType is 400; the right one registers.
     unsupported = http.post(f"{base}/patientRequests/{rid}/attachments", timeout=TIMEOUT, json={
@@ -305,7 +316,8 @@ def test_register_only_own_uploaded_file_hashes_and_idempotent_per_hash(app, org
     # Not uploaded yet -> 400; stored -> registered; registered again -> the same attachment.
     app.post_json(f"{api()}/patientRequests/{other}/attachments", body, headers=h, status=400)
     storage = LocalStorage("var/storage", signing_key=b"x" * 16, public_base_url="http://x")
-    storage.write_stream(link["fileHash"], io.BytesIO(b"png"), 3, "image/png")
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
+    storage.write_stream(link["fileHash"], io.BytesIO(png), len(png), "image/png")
     try:
         first = app.post_json(f"{api()}/patientRequests/{other}/attachments", body, headers=h).json["data"]
         second = app.post_json(f"{api()}/patientRequests/{other}/attachments", body, headers=h).json["data"]
@@ -407,3 +419,21 @@ def test_live_answers_match_the_documented_schemas(app, org):
     check("post", "/patientRequests/{request_id}/attachments/upload-link", app.post_json(
         f"{api()}/patientRequests/{rid}/attachments/upload-link", {"contentType": "application/pdf"}, headers=h).json)
     check("get", "/tags", app.get(api() + "/tags", headers=h).json)
+
+
+@pytest.mark.parametrize("content_type,prefix,ok", [
+    ("application/pdf", PDF_BYTES[:1024], True),
+    ("application/pdf", b"\r\n" * 100 + b"%PDF-1.4", True),  # readers allow bytes before the header
+    ("application/pdf", b"<!doctype html><html>", False),
+    ("application/pdf", b" " * 1024 + b"%PDF-1.4", False),  # beyond the first KiB
+    ("image/png", b"\x89PNG\r\n\x1a\n\x00", True),
+    ("image/png", PDF_BYTES[:64], False),
+    ("image/jpeg", b"\xff\xd8\xff\xe0JFIF", True),
+    ("image/gif", b"GIF89a\x01\x00", True),
+    ("image/webp", b"RIFF\x10\x00\x00\x00WEBPVP8 ", True),
+    ("image/webp", b"RIFF\x10\x00\x00\x00WAVEfmt ", False),
+    ("text/html", b"<html>", False),
+    ("application/pdf", b"", False),
+])
+def test_stored_bytes_are_checked_against_the_registered_type(content_type, prefix, ok):
+    assert file_types.matches(content_type, prefix) is ok
