@@ -42,6 +42,8 @@ SEMANTIC_REFUSALS: dict[tuple[str, str], tuple[tuple[int, str, str], ...]] = {
     ("POST", f"{REQUEST}/attachments"): (
         (400, "VALIDATION_FAILED", "fileHash: not issued by an upload link of this request"),
         (400, "VALIDATION_FAILED", "fileHash: no file was uploaded for it"),
+        # the stored bytes are not of the registered type (file_types.py)
+        (400, "VALIDATION_FAILED", "contentType: the uploaded file is not "),
     ),
 }
 
