@@ -8,7 +8,7 @@ responses are handed to the WSGI server as a file (gunicorn uses ``sendfile``).
 
 from __future__ import annotations
 
-from typing import cast
+from typing import BinaryIO, cast
 
 import falcon
 
@@ -96,6 +96,25 @@ class StoredObject:
         resp.text = '{"data":{"stored":true}}'
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, key: str) -> None:
+        handle, size = self._open_signed(req, resp, key)
+        span = _byte_range(req, size)
+        if span is None:
+            resp.set_stream(handle, size)
+            return
+        start, end = span
+        handle.seek(start)
+        resp.status = falcon.HTTP_206
+        resp.set_header("Content-Range", f"bytes {start}-{end}/{size}")
+        resp.set_stream(_Bounded(handle, end - start + 1), end - start + 1)
+
+    def on_head(self, req: falcon.Request, resp: falcon.Response, key: str) -> None:
+        """The GET answer's headers without its body, for the same signed URL (browsers'
+        PDF viewers ask before they fetch ranges)."""
+        handle, size = self._open_signed(req, resp, key)
+        handle.close()
+        resp.content_length = size
+
+    def _open_signed(self, req: falcon.Request, resp: falcon.Response, key: str) -> tuple[BinaryIO, int]:
         content_type = req.get_param("content_type")
         disposition = req.get_param("disposition")
         filename = req.get_param("filename")
@@ -124,4 +143,40 @@ class StoredObject:
         resp.set_header("Content-Disposition", content_disposition(disposition_value, filename))
         resp.set_header("Cache-Control", DOWNLOAD_CACHE_CONTROL)
         resp.set_header("X-Content-Type-Options", "nosniff")
-        resp.set_stream(handle, size)
+        resp.set_header("Accept-Ranges", "bytes")
+        return handle, size
+
+
+def _byte_range(req: falcon.Request, size: int) -> tuple[int, int] | None:
+    """The single byte range asked for, as (first, last) within the object; None for the
+    whole object (no Range, or a unit other than bytes, which HTTP says to ignore).
+    Falcon parses the header (a malformed one is 400); past the end is 416, as S3 answers."""
+    asked = req.range
+    if asked is None or req.range_unit != "bytes":
+        return None
+    first, last = asked
+    if first < 0:  # the last -first bytes
+        first, last = max(0, size + first), size - 1
+    elif last < 0 or last >= size:  # "bytes=500-": to the end
+        last = size - 1
+    if first >= size or first > last:
+        raise falcon.HTTPRangeNotSatisfiable(size, title="Range Not Satisfiable", code="RANGE_NOT_SATISFIABLE",
+                                             description=f"the object has {size} bytes")
+    return first, last
+
+
+class _Bounded:
+    """A file read from its current position for ``length`` bytes at most (a 206 body)."""
+
+    def __init__(self, handle: BinaryIO, length: int) -> None:
+        self._handle, self._left = handle, length
+
+    def read(self, size: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        data = self._handle.read(self._left if size < 0 else min(size, self._left))
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._handle.close()

@@ -520,3 +520,46 @@ def test_s3_public_endpoint_url_from_the_environment_reaches_the_backend(monkeyp
     monkeypatch.delenv("S3_PUBLIC_ENDPOINT_URL")  # unset: URLs name S3_ENDPOINT_URL
     s3 = make_storage(Config.from_env())
     assert s3.presign_put(key, PDF, 600).startswith(f"{internal}/docs/{key}?")
+
+
+# --------------------------------------------------- ranges, as PDF viewers read
+
+
+def test_a_range_is_answered_206_with_its_bytes(backend: Backend) -> None:
+    key, body = new_key(), sample_bytes(100_000)
+    assert put(backend.storage.presign_put(key, PDF, 600), body).status_code == 200
+    url = backend.storage.presign_get(key, 60, content_type=PDF, disposition="inline", filename="x.pdf")
+    for asked, first, last in (("bytes=0-1023", 0, 1023), ("bytes=99000-", 99_000, 99_999),
+                               ("bytes=-500", 99_500, 99_999), ("bytes=90000-200000", 90_000, 99_999)):
+        got = requests.get(url, headers={"Range": asked}, timeout=TIMEOUT)
+        assert got.status_code == 206, (asked, got.text)
+        assert got.content == body[first:last + 1]
+        assert got.headers["Content-Range"] == f"bytes {first}-{last}/{len(body)}"
+        assert got.headers["Content-Length"] == str(last - first + 1)
+    past = requests.get(url, headers={"Range": "bytes=200000-"}, timeout=TIMEOUT)
+    assert past.status_code == 416
+    whole = requests.get(url, timeout=TIMEOUT)
+    assert whole.status_code == 200 and whole.content == body
+
+
+def test_head_on_a_download_url_answers_the_headers_only(local_backend_url: tuple[str, bytes]) -> None:
+    url, body = local_backend_url
+    head = requests.head(url, timeout=TIMEOUT)
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["Content-Length"] == str(len(body)) and head.headers["Content-Type"] == PDF
+    assert head.headers["Accept-Ranges"] == "bytes"
+    forged = requests.head(url.replace("signature=", "signature=0"), timeout=TIMEOUT)
+    assert forged.status_code == 403
+
+
+@pytest.fixture
+def local_backend_url(local_server: LocalServer, tmp_path: Path) -> tuple[str, bytes]:
+    cfg = Config(storage_backend="local", storage_dir=str(tmp_path / "storage"),
+                 storage_signing_key=SIGNING_KEY.decode(), public_base_url=local_server.base_url)
+    local = make_storage(cfg)
+    assert isinstance(local, LocalStorage)
+    local.prepare()
+    local_server.app.add_route("/storage/{key:path}", StoredObject(local))
+    key, body = new_key(), sample_bytes(5_000)
+    assert put(local.presign_put(key, PDF, 600), body).status_code == 200
+    return local.presign_get(key, 60, content_type=PDF, disposition="inline", filename="x.pdf"), body
