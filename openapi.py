@@ -54,6 +54,11 @@ def operation(
     return op
 
 
+# The query string a presigned download URL carries (its signature covers all five).
+_DOWNLOAD_PARAMETERS: list[dict[str, Any]] = [
+    {"name": name, "in": "query", "required": True, "schema": {"type": "string"}}
+    for name in ("expires", "signature", "content_type", "disposition", "filename")]
+
 OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "/openapi.json": {
         "get": operation("This document.", scope=None, request=None, response={"type": "object"}, tag="service"),
@@ -104,12 +109,26 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
         "get": {
             "summary": "Download an object through a presigned URL (local storage backend).",
             "tags": ["storage"],
-            "parameters": [{"name": name, "in": "query", "required": True, "schema": {"type": "string"}}
-                           for name in ("expires", "signature", "content_type", "disposition", "filename")],
+            "parameters": _DOWNLOAD_PARAMETERS + [
+                {"name": "Range", "in": "header", "required": False, "schema": {"type": "string"},
+                 "description": "One byte range (`bytes=first-last`, `bytes=first-`, `bytes=-suffix`)."}],
             "responses": {
                 "200": {"description": "The object's bytes.", "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
+                "206": {"description": "The bytes of the range asked for (Content-Range).",
+                        "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
                 **{str(c): {"description": d, "content": _json({"$ref": "#/components/schemas/Error"})}
-                   for c, d in ((400, "Bad key."), (403, "Bad or expired signature."), (404, "No such object."))},
+                   for c, d in ((400, "Bad key or Range header."), (403, "Bad or expired signature."),
+                                (404, "No such object."), (416, "The range starts past the object's end."))},
+            },
+        },
+        "head": {
+            "summary": "The download's headers without its body (local storage backend).",
+            "tags": ["storage"],
+            "parameters": _DOWNLOAD_PARAMETERS,
+            "responses": {
+                "200": {"description": "Content-Type, Content-Length, Content-Disposition, Accept-Ranges."},
+                **{str(c): {"description": d} for c, d in
+                   ((400, "Bad key."), (403, "Bad or expired signature."), (404, "No such object."))},
             },
         },
     },
