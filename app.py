@@ -17,7 +17,7 @@ import strict_json
 from auth import TokenAuth
 from auth_cache import AuthCache
 from config import Config
-from documents import LinkCache
+from storage.links import LinkCache
 from errors import APIError
 from intake import GroupCommit
 from jobs import queueing

@@ -26,7 +26,7 @@ from models import (
 )
 from patient_directory import patient_for_create, tag_json
 from storage import Storage, new_object_key
-from storage.links import LinkCache  # also imported from here (app, resources, tests)
+from storage.links import LinkCache
 
 log = logging.getLogger(__name__)
 

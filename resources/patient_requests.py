@@ -9,7 +9,7 @@ import falcon
 import documents
 import schemas
 import clock
-from documents import LinkCache
+from storage.links import LinkCache
 from errors import APIError
 from recording_player import RecordingPlayer
 from models import Call, PatientRequest

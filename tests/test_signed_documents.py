@@ -15,6 +15,7 @@ import requests
 
 import documents
 import file_types
+from storage.links import LinkCache
 from onboarding import stable_id
 from database import db
 from models import (
@@ -342,7 +343,7 @@ def test_detail_refuses_more_than_1000_attachments(app, org):
 def test_link_cache_hands_out_links_with_at_least_30_minutes_left(tmp_path):
     now = [1_800_000_000.0]
     storage = LocalStorage(tmp_path, signing_key=b"k" * 32, public_base_url="http://x", clock=lambda: now[0])
-    links = documents.LinkCache(storage, clock=lambda: now[0])
+    links = LinkCache(storage, clock=lambda: now[0])
     record = MedicalRecord(id=uuid.uuid4(), file_hash="requests/a/b.pdf", content_type="application/pdf",
                            description="Zpráva.pdf")
     first = links.url(record, "attachment")
