@@ -163,12 +163,16 @@ def _calls_queue(config: Config):
 
 
 def cmd_worker(config: Config, args: argparse.Namespace) -> int:
-    """An RQ worker with the scheduler (retries with backoff are scheduled jobs).
+    """An RQ worker with the scheduler (retries with backoff are scheduled jobs), and a
+    playback worker beside it.
 
     Before taking jobs it loads and warms the transcription model(s) once and starts
     the call relay, which queues stored calls and re-queues stranded ones. Jobs run in
     this process (a `SimpleWorker`): whisper.cpp's OpenMP threads do not survive a fork,
     so a forked work horse would hang on the parent's warmed model (seen on this machine).
+    The playback worker (a child process started first, without the model) serves the
+    `recordings` queue alone, so re-fetching a doctor's expired link never waits behind
+    a transcription; it and RQ's scheduler end with this process (jobs/companions.py).
     """
     import logging
 
@@ -177,31 +181,43 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     import logs
     import metrics
     import transcription
-    from jobs import relay, runtime
-    from jobs.worker import ClinicWorker
+    from jobs import companions, queueing, relay, runtime, worker
 
     logs.setup(config.log_level, config.log_format)
     log = logging.getLogger("worker")
-    if not args.no_warm_up:
-        for model in dict.fromkeys([config.whisper_model, config.whisper_model_en]):
-            if model and Path(model).is_file():
-                transcription.warm_up(config.transcriber, model, config.whisper_threads, config.whisper_vad)
-                log.info("warmed up %s with %s", config.transcriber, model)
-            elif model:
-                log.warning("whisper model %s not found (python manage.py model build)", model)
-    calls = _calls_queue(config)
-    db.close()
-    runtime.start(config)  # jobs use this configuration; the environment is read once
-    # Hands stored calls to the queue (the web only commits them); re-queues, at once
-    # and then periodically, the pending calls left without a live job (jobs/relay.py).
-    relay.start(calls, config)
-    queues = [Queue(name, connection=calls.connection) for name in args.queues]
-    # Heartbeats during jobs and short TTLs: a killed worker's job is re-run quickly (jobs/worker.py).
-    # Job durations and outcomes go to the service's metrics (metrics.py); RQ's own loggers
-    # follow LOG_LEVEL (RQ would pin them at INFO).
-    worker_class = metrics.with_job_metrics(ClinicWorker)
-    worker_class(queues, connection=calls.connection).work(with_scheduler=True, logging_level=config.log_level.upper())
-    return 0
+    worker_class = metrics.with_job_metrics(worker.ClinicWorker)
+    connection = queueing.redis_client(config.redis_url, "worker")
+    level = config.log_level.upper()
+    if args.playback:
+        if args.parent_pid:
+            companions.die_with_parent(args.parent_pid)
+        db.close()
+        runtime.start(config)
+        return worker.run(worker_class, [Queue(queueing.RECORDINGS, connection=connection)], with_scheduler=False,
+                          logging_level=level, who="playback worker")
+    playback = companions.PlaybackWorker().start() if queueing.RECORDINGS in args.queues else None
+    try:
+        if not args.no_warm_up:
+            for model in dict.fromkeys([config.whisper_model, config.whisper_model_en]):
+                if model and Path(model).is_file():
+                    transcription.warm_up(config.transcriber, model, config.whisper_threads, config.whisper_vad)
+                    log.info("warmed up %s with %s", config.transcriber, model)
+                elif model:
+                    log.warning("whisper model %s not found (python manage.py model build)", model)
+        db.close()
+        runtime.start(config)  # jobs use this configuration; the environment is read once
+        # Hands stored calls to the queue (the web only commits them); re-queues, at once
+        # and then periodically, the pending calls left without a live job (jobs/relay.py).
+        relay.start(Queue(queueing.CALLS, connection=connection), config)
+        # This worker takes plays too (first) when it is idle: the playback worker may be
+        # restarting. Heartbeats during jobs and short TTLs: a killed worker's job is re-run
+        # quickly (jobs/worker.py). Job durations and outcomes go to the service's metrics
+        # (metrics.py); RQ's own loggers follow LOG_LEVEL (RQ would pin them at INFO).
+        queues = [Queue(name, connection=connection) for name in args.queues]
+        return worker.run(worker_class, queues, with_scheduler=True, logging_level=level)
+    finally:
+        if playback is not None:
+            playback.stop()
 
 
 def cmd_requeue(config: Config, args: argparse.Namespace) -> int:
@@ -267,6 +283,9 @@ def parser() -> argparse.ArgumentParser:
     # "recordings" first: a doctor waits on a link re-fetch, nobody waits on a transcription.
     worker.add_argument("queues", nargs="*", default=list(QUEUES))
     worker.add_argument("--no-warm-up", action="store_true", help="skip loading the transcription model")
+    # The playback worker the worker command starts itself (jobs/companions.py).
+    worker.add_argument("--playback", action="store_true", help=argparse.SUPPRESS)
+    worker.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     worker.set_defaults(func=cmd_worker, needs_db=False)
     sub.add_parser("requeue", help="queue stored calls that are not processed yet").set_defaults(
         func=cmd_requeue, needs_db=False)

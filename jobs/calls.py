@@ -28,7 +28,7 @@ import metrics
 import spoken_numbers
 import transcription
 from config import Config
-from jobs import queueing
+from jobs import leases, queueing
 from jobs.runtime import runtime
 from clock import utc_now
 from database import db
@@ -115,31 +115,50 @@ def forget_job(job: Job) -> None:
 
 def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | None = None) -> int:
     """Queue every pending call that has no live job (all of them, or those the relay
-    queued before `queued_before`, giving a fresh job time to start). Returns how many."""
+    queued before `queued_before`, giving a fresh job time to start). Returns how many.
+
+    Exact: a call is queued again only when RQ holds no live job for it, no live job
+    holds its lease (jobs/leases.py: survives a Redis restart that emptied RQ's view),
+    and it is still pending once both were looked at (a job that finished in between)."""
     query = Call.select(Call.id).where(Call.state == "pending")
     if queued_before is not None:
         query = query.where(Call.queued_at < queued_before)
     with db.connection_context():
         pending = [c.id for c in query]
-    requeued: list[uuid.UUID] = []
     # One round trip for all the jobs, not two a call: a backlog can be tens of thousands.
     jobs = Job.fetch_many([job_id(i) for i in pending], connection=queue.connection)
-    for call_id, job in zip(pending, jobs):
-        if job is not None and job_is_live(job, refresh=False):
-            continue
+    orphans = {call_id: job for call_id, job in zip(pending, jobs)
+               if job is None or not job_is_live(job, refresh=False)}
+    for call_id in leases.held(orphans):
+        del orphans[call_id]
+    if orphans:
+        with db.connection_context():
+            still = {c.id for c in Call.select(Call.id).where(Call.id.in_(list(orphans)) & (Call.state == "pending"))}
+        orphans = {call_id: job for call_id, job in orphans.items() if call_id in still}
+    for call_id, job in orphans.items():
         if job is not None:
             log.warning("call %s: its job is %s with no live worker; queued again", call_id, job.get_status(refresh=False))
             forget_job(job)
         enqueue_ingest(queue, call_id, config)
-        requeued.append(call_id)
-    if requeued:
+    if orphans:
         with db.connection_context():
-            Call.update(queued_at=utc_now()).where(Call.id.in_(requeued) & (Call.state == "pending")).execute()
-    return len(requeued)
+            Call.update(queued_at=utc_now()).where(Call.id.in_(list(orphans)) & (Call.state == "pending")).execute()
+    return len(orphans)
 
 
 def ingest_call(call_id: str) -> str:
+    """Turn the stored call into its request (see the module's docstring), holding the
+    call's lease throughout: another live job on the same call (a duplicate queued while
+    Redis had forgotten this one) leaves it alone."""
     config = runtime()
+    with leases.hold(call_id) as mine:
+        if not mine:
+            log.info("call %s: another job is working on it", call_id)
+            return "busy"
+        return _ingest(config, call_id)
+
+
+def _ingest(config: Config, call_id: str) -> str:
     # whisper.cpp is stopped from inside (its abort callback) this long before RQ's own
     # timeout, which cannot interrupt C code: the job always ends, and ends with a request.
     deadline = time.monotonic() + config.job_timeout - min(JOB_TIMEOUT_MARGIN, config.job_timeout / 5)

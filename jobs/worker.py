@@ -25,6 +25,13 @@ Recovery after a SIGKILL: a worker starting on the same host re-queues the call 
 of the kill, plus one maintenance or relay sweep (30 s). The ingest is idempotent and
 the request is unique per call, so a job that runs twice still gives one request.
 
+Starting while Redis is down: RQ's worker talks to Redis in its constructor and exits at
+once when it cannot; `run` waits for Redis with backoff first (and again when Redis goes
+away during the worker's own start), so a deploy during an outage is not a crash loop.
+
+The scheduler RQ forks ends with the worker, even one killed with SIGKILL
+(`ClinicScheduler`, jobs/companions.py).
+
 Redis outages: RQ handles a Redis error only inside its blocking dequeue and quits on
 one anywhere else in its loop (the beat after a job, the suspension check, maintenance,
 the job's bookkeeping). This worker skips those steps and waits for Redis with backoff
@@ -32,19 +39,50 @@ instead, so it is still there when Redis returns (tests/test_faults.py).
 """
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import threading
 import time
+from typing import Callable, Sequence
 
 import redis
 from rq import SimpleWorker
+from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.queue import Queue
+from rq.scheduler import ForkProcess, RQScheduler
+from rq.scheduler import run as run_scheduler
 from rq.worker import WorkerStatus
+
+from jobs.companions import die_with_parent
 
 HEARTBEAT_INTERVAL = 10
 HEARTBEAT_TTL = HEARTBEAT_INTERVAL + 60
 MAINTENANCE_INTERVAL = 30
 WORKER_TTL = 60
+
+
+log = logging.getLogger(__name__)
+
+
+class ClinicScheduler(RQScheduler):
+    """RQ's scheduler process, tied to the worker that forks it: SIGTERM when the worker
+    dies (the stock one, orphaned by a SIGKILL, kept running and holding the scheduler
+    locks, so no other worker's scheduler could take over)."""
+
+    def start(self):
+        self._status = self.Status.STARTED
+        self._connection = None  # a Redis connection must not cross the fork (as RQ's start)
+        parent = os.getpid()
+
+        def tied_run(scheduler: RQScheduler) -> None:
+            die_with_parent(parent)
+            run_scheduler(scheduler)
+
+        self._process = ForkProcess(target=tied_run, args=(self,), name="Scheduler")
+        self._process.start()
+        return self._process
 
 
 class ClinicWorker(SimpleWorker):
@@ -69,12 +107,23 @@ class ClinicWorker(SimpleWorker):
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.log.warning("Worker %s: heartbeat skipped, Redis unreachable (%s)", self.name, type(exc).__name__)
 
+    def request_stop(self, signum, frame) -> None:
+        # RQ's warm shutdown talks to Redis; with Redis gone its error would surface in
+        # whatever the worker was doing (the wait below) and the stop would be lost.
+        self._stop_requested = True
+        try:
+            super().request_stop(signum, frame)
+        except (redis.ConnectionError, redis.TimeoutError):
+            raise StopRequested() from None
+
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None):
         wait = 1.0
         while True:
             try:
                 return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if self._stop_requested:
+                    raise StopRequested() from None
                 # (RQ sets the worker's state before its own retry loop.) A stop request
                 # interrupts this wait like it interrupts a blocking dequeue.
                 self.log.warning("Worker %s: Redis unreachable (%s); retrying in %.0f s", self.name,
@@ -94,6 +143,25 @@ class ClinicWorker(SimpleWorker):
             super().run_maintenance_tasks()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.log.warning("Worker %s: maintenance skipped, Redis unreachable (%s)", self.name, type(exc).__name__)
+
+    def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO",
+                         date_format: str = "%H:%M:%S", log_format: str = "%(asctime)s %(message)s") -> None:
+        # RQ's own, with `ClinicScheduler` (RQ names its scheduler class here, not as an attribute).
+        self.scheduler = ClinicScheduler(self.queues, connection=self.connection,
+                                         logging_level=logging_level if logging_level is not None else self.log.level,
+                                         date_format=date_format, log_format=log_format, serializer=self.serializer)
+        self.scheduler.acquire_locks()
+        if not self.scheduler.acquired_locks:
+            return
+        if burst:
+            try:
+                self.scheduler.register_birth()
+                self.scheduler.enqueue_scheduled_jobs()
+            finally:
+                self.scheduler.release_locks()
+                self.scheduler.register_death()
+        else:
+            self.scheduler.start()
 
     def get_heartbeat_ttl(self, job: Job) -> int:
         # Registry entry and execution record live this long past each beat (the stock
@@ -127,3 +195,53 @@ class ClinicWorker(SimpleWorker):
             # and the relay re-queues the call if the job's work was not done.
             self.log.warning("Worker %s: Redis unreachable around job %s (%s); carrying on",
                              self.name, job.id, type(exc).__name__)
+
+
+def wait_for_redis(connection: redis.Redis, stopping: threading.Event, *, who: str = "worker",
+                   first_wait: float = 1.0, longest_wait: float = 30.0) -> bool:
+    """Block until Redis answers a PING (True) or `stopping` is set (False), logging the
+    wait (host and port only: the URL may carry a password)."""
+    kwargs = connection.connection_pool.connection_kwargs
+    where = kwargs.get("path") or f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"  # or a unix socket
+    wait = first_wait
+    while not stopping.is_set():
+        try:
+            connection.ping()
+            return True
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("%s waiting for Redis at %s (%s); next try in %.0f s", who, where, type(exc).__name__, wait)
+        stopping.wait(wait)
+        wait = min(wait * 2, longest_wait)
+    return False
+
+
+def run(worker_class: type[SimpleWorker], queues: Sequence[Queue], *, with_scheduler: bool,
+        logging_level: str, who: str = "worker") -> int:
+    """Run a worker on `queues` until it is asked to stop, waiting for Redis before it
+    starts and whenever Redis goes away during its start (RQ's constructor and bootstrap
+    talk to Redis and raise; only its dequeue waits). SIGTERM or SIGINT while waiting
+    stops it; once working, RQ's own handlers do (a warm shutdown)."""
+    connection = queues[0].connection
+    stopping = threading.Event()
+
+    def stop_waiting(*_: object) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, stop_waiting) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while wait_for_redis(connection, stopping, who=who):
+            worker: SimpleWorker | None = None
+            try:
+                worker = worker_class(queues, connection=connection)
+                worker.work(with_scheduler=with_scheduler, logging_level=logging_level)
+                return 0
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("Redis went away while the %s started (%s); waiting for it", who, type(exc).__name__)
+                if stopping.is_set() or (worker is not None and worker._stop_requested):
+                    return 0
+                for sig in previous:  # RQ's handlers were installed by work(): ours again
+                    signal.signal(sig, stop_waiting)
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -16,18 +16,23 @@ cluster (3). 4 uses the session's worker (RECORDING_FETCH_TIMEOUT=5, retries aft
 """
 from __future__ import annotations
 
+import io
 import queue
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import psycopg2
 import pytest
 import soundfile as sf
+from rq import Worker
 from rq.job import Job, JobStatus
 
 import redis
@@ -306,6 +311,130 @@ def test_redis_stopped_during_a_burst_every_call_answered_and_processed_after_it
         stop(worker)
 
 
+# --- 2b. the worker's own start, its children, and an exact sweep (issue 13) ---------------
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        kids = children(todo.pop())
+        found |= kids
+        todo.extend(kids)
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie nobody reaped (dead all the same)."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def _registered(connection, pid: int) -> bool:
+    try:
+        return any(w.pid == pid for w in Worker.all(connection=connection))
+    except redis.RedisError:
+        return False
+
+
+def test_a_worker_started_while_redis_is_down_waits_and_works_once_redis_answers(stack, recordings_server):
+    """A deploy during a Redis outage: the worker does not exit (RQ's constructor would
+    raise), says it waits, and processes the calls stored meanwhile once Redis is up."""
+    late_redis = RedisServer(stack["dir"])  # its port is chosen; nothing listens yet
+    env, store = {**stack["env"], "REDIS_URL": late_redis.url}, stack["store"]
+    log = stack["dir"] / "worker-late-redis.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "manage.py", "worker"], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        assert wait_until(lambda: "waiting for Redis" in log.read_text() or proc.poll() is not None, timeout=60)
+        _hand_off(stack, recordings_server, "CA-late-redis", "/short.mp3")  # stored; the web's Redis is up
+        # Still waiting, well past the second RQ's constructor needs to fail.
+        assert wait_until(lambda: log.read_text().count("worker waiting for Redis") >= 3 or proc.poll() is not None,
+                          timeout=30)
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert store.call("CA-late-redis")["state"] == "pending"
+        with late_redis:
+            assert wait_until(lambda: _registered(late_redis.client(), proc.pid), timeout=60), log.read_text()[-3000:]
+            assert wait_until(lambda: store.call("CA-late-redis")["state"] == "done", timeout=60, interval=0.2), \
+                log.read_text()[-3000:]
+            assert store.call("CA-late-redis")["requests"] == 1
+            stop(proc)
+    finally:
+        stop(proc)
+
+
+def test_a_worker_killed_with_sigkill_leaves_no_process_and_no_scheduler_lock_behind(stack):
+    """The scheduler RQ forks and the playback worker end with the worker, and the
+    scheduler's locks are released, so the next worker's scheduler takes over."""
+    connection = stack["redis"].client()
+    log = stack["dir"] / "worker-orphans.log"
+    proc = start_worker(stack["env"], log)
+    try:
+        # Both children running: the playback worker registered, the scheduler holds its locks.
+        assert wait_until(lambda: len(_descendants(proc.pid)) >= 2 and connection.exists("rq:scheduler-lock:calls")
+                          and sum(1 for w in Worker.all(connection=connection)
+                                  if w.pid in _descendants(proc.pid)) == 1, timeout=60), log.read_text()[-3000:]
+        family = _descendants(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert wait_until(lambda: all(_gone(pid) for pid in family), timeout=30), \
+            [pid for pid in family if not _gone(pid)]
+        assert wait_until(lambda: not connection.exists("rq:scheduler-lock:calls"), timeout=10)
+    finally:
+        stop(proc)
+
+
+def test_a_worker_asked_to_stop_while_redis_is_down_stops_with_its_children(stack):
+    """Redis gone first (an outage, or a local Redis stopped before the worker): SIGTERM
+    still stops the worker, its playback worker and its scheduler (RQ's shutdown talks
+    to Redis, and its error used to send the worker back to waiting for it)."""
+    with RedisServer(stack["dir"]) as own_redis:
+        env = {**stack["env"], "REDIS_URL": own_redis.url}
+        log = stack["dir"] / "worker-stop-redis-down.log"
+        proc = start_worker(env, log)
+        try:
+            assert wait_until(lambda: len(_descendants(proc.pid)) >= 2, timeout=30)
+            family = _descendants(proc.pid)
+            own_redis.stop()
+            assert wait_until(lambda: "waiting for Redis" in log.read_text() or "Redis unreachable" in log.read_text(),
+                              timeout=60), log.read_text()[-3000:]
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+            assert wait_until(lambda: all(_gone(pid) for pid in family), timeout=30), log.read_text()[-3000:]
+        finally:
+            stop(proc)
+
+
+def test_after_a_redis_restart_mid_transcription_the_sweep_queues_nothing_already_being_worked_on(
+        stack, recordings_server, voicemail):
+    """Redis restarted empty while a job transcribes: RQ forgot the job and the worker,
+    yet the job is alive; a sweep (`manage.py requeue`, as the relay's) must not queue
+    the call again, and the call is transcribed once."""
+    env, store, private_redis = stack["env"], stack["store"], stack["redis"]
+    log = stack["dir"] / "worker-sweep.log"
+    worker = start_worker(env, log)
+    try:
+        sent_before = recordings_server.bytes_sent("/long.wav")  # earlier tests fetched it too
+        call = _hand_off(stack, recordings_server, "CA-sweep", "/long.wav")
+        connection = private_redis.client()
+        assert wait_until(lambda: recordings_server.bytes_sent("/long.wav") - sent_before == len(voicemail)
+                          and _running(connection, call["id"]), timeout=60, interval=0.02), log.read_text()[-2000:]
+        private_redis.stop()
+        private_redis.start()
+        swept = subprocess.run([sys.executable, "manage.py", "requeue"], cwd=ROOT, env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert "re-queued 0 pending call(s)" in swept.stderr, swept.stderr[-2000:]
+        assert store.call("CA-sweep")["state"] == "pending", "the sweep ran while the job was transcribing"
+        assert wait_until(lambda: store.call("CA-sweep")["state"] == "done", timeout=120, interval=0.2), \
+            log.read_text()[-3000:]
+        done = store.call("CA-sweep")
+        assert done["attempts"] == 1 and done["requests"] == 1 and done["outcome"] == "voice_message"
+    finally:
+        stop(worker)
+
+
 # --- 3. PostgreSQL restarted under load ---------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -478,3 +607,37 @@ def test_platform_slow_or_failing_answers_503_never_410_then_plays_once_it_is_ba
     platform.link_delay = 0.0
     platform.serve(f"{sid}.mp3")
     assert wait_until(lambda: play(web_faults, request, reader).status_int == 302, timeout=30, interval=0.5)
+
+
+def test_a_play_is_answered_while_the_worker_transcribes_a_long_voicemail(
+        web_faults, clock, https_server, worker, voicemail):
+    """A doctor's play of an expired link does not wait behind another caller's
+    voicemail: the worker command's playback worker re-fetches it while the transcription
+    worker is busy (before, the play answered 503 after PBX_PLAY_WAIT_SECONDS)."""
+    platform = FakePlatform(https_server, clock)
+    tokens = redis.Redis.from_url(REDIS_URL)
+    for key in tokens.scan_iter("pbx-token:*"):  # a cached token of an earlier test's platform
+        tokens.delete(key)
+    rec_onboard(platform)
+    audio, rate = sf.read(io.BytesIO(voicemail))
+    long_wav = io.BytesIO()
+    sf.write(long_wav, np.concatenate([audio] * 3), rate, format="WAV", subtype="PCM_16")  # over 4 minutes
+    https_server.route("/busy-long.wav", static(long_wav.getvalue(), "audio/wav"))
+    busy_sid = f"CA-busy-{uuid.uuid4().hex[:6]}"
+    web_faults.post_json(switchboard_url("clinic-rec", "recording-complete"),
+                         call_body(busy_sid, https_server.url("/busy-long.wav", host="localhost")),
+                         headers=bearer(issue_token(["clinic-rec"], ["write"])), status=200)
+    with db.connection_context():
+        busy_call = Call.get(Call.call_sid == busy_sid).id
+    connection = redis.Redis.from_url(REDIS_URL)
+    assert wait_until(lambda: _running(connection, busy_call), timeout=60, interval=0.05)
+
+    sid = f"CA-play-{uuid.uuid4().hex[:6]}"
+    request = stored_call(sid, recording_sid=f"{sid}.mp3")
+    platform.serve(f"{sid}.mp3")
+    clock.set(received_at(request) + timedelta(minutes=26))  # the original link has expired
+    answer = play(web_faults, request, issue_token(["clinic-rec"], ["read"]))
+    assert answer.status_int == 302, answer.status
+    assert _running(connection, busy_call), "the transcription was still running when the play was answered"
+    assert platform.lookups(f"{sid}.mp3") == 1
+    assert processed_call(busy_sid, timeout=180).outcome == "voice_message"  # the session worker is free again

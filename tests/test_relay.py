@@ -18,9 +18,11 @@ from typing import Iterator
 import pytest
 import redis
 from rq import Queue
+from rq.job import Job, JobStatus
 
 from config import Config
-from jobs.calls import QUEUE, job_id
+from jobs import leases
+from jobs.calls import QUEUE, job_id, requeue_pending
 from jobs.relay import CallRelay, start
 from migrations import migrate
 from database import db, open_database
@@ -117,6 +119,41 @@ def test_sweep_requeues_a_pending_call_whose_job_vanished(outbox, queue, relay_c
     assert relay.sweep(grace=timedelta(0)) == 1
     assert sorted(queued_job_ids(queue)) == sorted([job_id(kept), job_id(lost)])
     assert relay.sweep(grace=timedelta(0)) == 0  # both live now
+
+
+def test_sweep_leaves_a_call_whose_job_finished_while_the_sweep_looked(outbox, queue, relay_config, monkeypatch):
+    """The sweep reads the pending calls, then their jobs: a job that finished in between
+    (its call done, its status FINISHED) is not a lost job."""
+    [call_id] = store_calls(1)
+    assert CallRelay(queue, relay_config).relay_new() == 1
+    fetch_many = Job.fetch_many
+
+    def finishing_meanwhile(ids, connection, serializer=None):
+        with db.connection_context():
+            Call.update(state="done").where(Call.id == call_id).execute()
+        Job.fetch(job_id(call_id), connection=connection).set_status(JobStatus.FINISHED)
+        return fetch_many(ids, connection=connection, serializer=serializer)
+
+    monkeypatch.setattr(Job, "fetch_many", staticmethod(finishing_meanwhile))
+    assert requeue_pending(queue, relay_config) == 0
+    assert queue.connection.lrange(queue.key, 0, -1).count(job_id(call_id).encode()) == 1
+
+
+@pytest.mark.parametrize("outbox", ["postgresql"], indirect=True)  # advisory locks
+def test_sweep_leaves_a_call_a_live_job_holds_even_when_redis_forgot_the_job(outbox, queue, relay_config):
+    """After a Redis restart RQ knows nothing of a job still working on its call; the
+    job's lease (jobs/leases.py) says it is alive, and released, the call is queued again."""
+    [working, lost] = store_calls(2)
+    assert CallRelay(queue, relay_config).relay_new() == 2
+    queue.connection.flushdb()  # as a Redis restart without persistence
+    with leases.hold(working) as mine:
+        assert mine and leases.held([working, lost]) == {working}
+        with leases.hold(working) as second:
+            assert not second, "a second job on the same call must leave it alone"
+        assert requeue_pending(queue, relay_config) == 1
+        assert queued_job_ids(queue) == [job_id(lost)]
+    assert requeue_pending(queue, relay_config) == 1  # the job died: its lock went with its session
+    assert sorted(queued_job_ids(queue)) == sorted([job_id(lost), job_id(working)])
 
 
 @pytest.mark.parametrize("outbox", ["postgresql"], indirect=True)  # LISTEN/NOTIFY; SQLite relays poll

@@ -1,7 +1,6 @@
 """Subprocesses: stopping one, its children, `manage.py` and the RQ worker it runs."""
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -9,19 +8,14 @@ from pathlib import Path
 import redis
 from rq import Worker
 
+from jobs.companions import terminate
 from tests.support import ROOT
 from tests.support.servers import wait_until
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
     """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    terminate(proc, timeout)
 
 
 def children(pid: int) -> set[int]:

@@ -1,0 +1,99 @@
+"""Processes the worker starts end with it, even when it is killed with SIGKILL.
+
+`python manage.py worker` is one Procfile process, but it runs three: itself (the
+transcription worker, holding the warmed whisper model), RQ's scheduler (forked by RQ)
+and the playback worker (`PlaybackWorker`: a second RQ worker on the `recordings` queue
+only, so a doctor's play never waits behind a transcription). A parent killed with
+SIGKILL cannot stop its children, so each child asks the kernel to send it SIGTERM when
+its parent dies (Linux `PR_SET_PDEATHSIG`); on SIGTERM an RQ worker or scheduler finishes
+what it is doing, releases its locks and exits.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Sequence
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
+    """Have the kernel send `sig` to this process when its parent dies (Linux only; a
+    no-op elsewhere). For a parent that already died between the fork and this call,
+    the signal is sent at once."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: nothing ties the child to the parent
+        return
+    prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)
+
+
+def terminate(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+class PlaybackWorker:
+    """Keeps one child `manage.py worker --playback` running while this process runs.
+
+    The child is started from this object's thread, and the kernel's parent-death signal
+    belongs to the thread that forked, so the thread lives until `stop()`. A child that
+    exits on its own (a crash, an OOM kill) is started again after a backoff."""
+
+    def __init__(self, argv: Sequence[str] | None = None, *, restart_after: float = 1.0) -> None:
+        # The child ties itself to this process first thing (`--parent-pid`), rather than
+        # in a `preexec_fn`, which is unsafe in a process with threads.
+        self.argv = list(argv or [sys.executable, str(ROOT / "manage.py"), "worker", "--playback",
+                                  "--parent-pid", str(os.getpid())])
+        self.restart_after = restart_after
+        self.proc: subprocess.Popen | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="playback-worker", daemon=True)
+
+    def start(self) -> "PlaybackWorker":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        backoff = self.restart_after
+        while not self._stopping.is_set():
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                # Output goes where the worker's goes (the Procfile's log stream).
+                self.proc = subprocess.Popen(self.argv, cwd=ROOT)
+            log.info("playback worker started (pid %d)", self.proc.pid)
+            code = self.proc.wait()
+            if self._stopping.is_set():
+                return
+            log.warning("playback worker exited with code %s; starting it again in %.0f s", code, backoff)
+            self._stopping.wait(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+    def stop(self, timeout: float = 130.0) -> None:
+        """SIGTERM the child and wait for it (a play's re-fetch may be finishing: at most
+        its job timeout), then SIGKILL."""
+        with self._lock:
+            self._stopping.set()
+            proc = self.proc
+        if proc is not None:
+            terminate(proc, timeout)
+        self._thread.join(timeout=5)
