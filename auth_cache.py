@@ -1,11 +1,13 @@
-"""Per-process cache of token authorization rows, kept current by PostgreSQL NOTIFY.
+"""Per-process cache of token authorization rows (and of clinics' routing schedules,
+schedules.py), kept current by PostgreSQL NOTIFY.
 
 Every authenticated request needs its token, its clinic and whether the one covers the
 other. Asking PostgreSQL each time cost a round trip per request, which under load took
 more CPU, in the web process and in the database together, than the rest of a call
 hand-off. So each web process keeps the rows it has read, and the database says when
 they may have changed: triggers (migration 6) NOTIFY `auth_changed` in every transaction
-that changes a token, a token's clinics or a clinic, and the notification reaches this
+that changes a token, a token's clinics or a clinic (migration 8: also office hours,
+calendars and vacations), and the notification reaches this
 process's listening connection when that transaction commits.
 
 There is no listener thread to wait for: every lookup first drains that connection

@@ -4,7 +4,10 @@ hot path (every authenticated request, every call hand-off).
 """
 from __future__ import annotations
 
+import logging
+import re
 import select
+import weakref
 from urllib.parse import urlparse
 
 import peewee as pw
@@ -14,6 +17,7 @@ from playhouse.db_url import parse as parse_db_url
 from playhouse.pool import PooledPostgresqlDatabase
 
 db = pw.DatabaseProxy()
+log = logging.getLogger(__name__)
 
 
 class CheckedPostgresqlPool(PooledPostgresqlDatabase):
@@ -116,3 +120,51 @@ def hot_sql(sql: str, params: list | tuple):
     if database.param != "%s":
         sql = sql.replace("%s", database.param)
     return database.execute_sql(sql, params)
+
+
+# Server-side prepared statements: connection -> names prepared on it. A pooled
+# connection keeps its statements for its whole life; a new one prepares them again.
+_prepared: "weakref.WeakKeyDictionary[object, set[str]]" = weakref.WeakKeyDictionary()
+_prepare_failures = 0
+_PREPARE_GIVE_UP = 3
+# invalid_sql_statement_name (EXECUTE of a statement this session does not have),
+# duplicate_prepared_statement (PREPARE of one it has): a pooler moved us to another session.
+_PREPARED_STATEMENT_ERRORS = {"26000", "42P05"}
+
+
+def _pgcode(exc: BaseException) -> str | None:
+    """The SQLSTATE of a Peewee-wrapped psycopg2 error (Peewee puts the original first)."""
+    original = exc.args[0] if exc.args and isinstance(exc.args[0], psycopg2.Error) else exc.__context__
+    return getattr(original, "pgcode", None)
+
+
+def hot_prepared(name: str, sql: str, params: list | tuple):
+    """`hot_sql`, planned once per connection on PostgreSQL (PREPARE, then EXECUTE).
+
+    For a statement whose planning costs more than running it (a recursive CTE: 0.18 ms
+    of planning for 0.05 ms of work, per request). Inside a transaction, on SQLite, and
+    behind a pooler that does not keep a session's statements (PgBouncer in transaction
+    mode: EXECUTE then fails), it runs as plain `hot_sql`; after a few such failures
+    this process stops trying."""
+    global _prepare_failures
+    database = db.obj
+    if (not isinstance(database, pw.PostgresqlDatabase) or database.in_transaction()
+            or _prepare_failures >= _PREPARE_GIVE_UP):
+        return hot_sql(sql, params)
+    conn = database.connection()
+    names = _prepared.setdefault(conn, set())
+    try:
+        if name not in names:
+            numbered = iter(range(1, sql.count("%s") + 1))
+            database.execute_sql(f"PREPARE {name} AS " + re.sub("%s", lambda _: f"${next(numbered)}", sql))
+            names.add(name)
+        return database.execute_sql(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
+    except pw.DatabaseError as exc:
+        if _pgcode(exc) not in _PREPARED_STATEMENT_ERRORS:
+            raise  # a lost connection and the like: the caller's usual error path
+        names.discard(name)
+        _prepare_failures += 1
+        if _prepare_failures == _PREPARE_GIVE_UP:
+            log.warning("prepared statements do not work on this connection (%s); not using them",
+                        type(exc.__cause__ or exc).__name__)
+        return hot_sql(sql, params)

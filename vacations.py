@@ -1,8 +1,10 @@
 """Is the clinic on vacation? Switchboard vacations of its calendars, and public holidays."""
 from __future__ import annotations
 
+import uuid
 from datetime import date, datetime
 from functools import lru_cache
+from typing import Protocol, Sequence
 from zoneinfo import ZoneInfo
 
 import holidays
@@ -10,6 +12,7 @@ import holidays
 from clock import as_utc
 
 from models import Calendar, Clinic, Vacation
+from schedules import Schedule
 
 
 @lru_cache(maxsize=256)
@@ -17,27 +20,46 @@ def _holidays(country: str, subdivision: str | None, year: int) -> holidays.Holi
     return holidays.country_holidays(country, subdiv=subdivision, years=year)
 
 
+@lru_cache(maxsize=4096)
 def is_public_holiday(country: str, subdivision: str | None, day: date) -> bool:
+    # Cached per day as well: `day in HolidayBase` normalizes its key on every lookup.
     return day in _holidays(country, subdivision, day.year)
 
 
-def is_on_vacation(clinic: Clinic, calendars: list[Calendar], now: datetime) -> bool:
-    """True for an active switchboard vacation in `calendars`, or a public holiday today.
+class _IgnoresHolidays(Protocol):
+    ignore_holidays: bool
 
-    Holidays count unless there is at least one relevant calendar and every one of
-    them ignores holidays; a clinic without calendars follows the public holidays.
-    """
+
+def decide(clinic: Clinic, calendars: Sequence[_IgnoresHolidays], vacation_now: bool, now: datetime) -> bool:
+    """The rule, given whether one of the relevant `calendars` has a switchboard vacation
+    at `now`: that vacation, or a public holiday today unless every relevant calendar
+    ignores holidays; a clinic without calendars follows the public holidays."""
     if calendars:
-        moment = as_utc(now)
-        active = Vacation.select().where(
-            Vacation.calendar.in_(calendars)
-            & Vacation.applies_to_switchboard
-            & (Vacation.starts_at <= moment)
-            & (Vacation.ends_at > moment)
-        )
-        if active.exists():
+        if vacation_now:
             return True
         if all(c.ignore_holidays for c in calendars):
             return False
     local_day = now.astimezone(ZoneInfo(clinic.timezone)).date()
     return is_public_holiday(clinic.country, clinic.subdivision, local_day)
+
+
+def on_vacation(clinic: Clinic, schedule: Schedule, calendar_ids: frozenset[uuid.UUID] | None,
+                now: datetime) -> bool:
+    """`is_on_vacation` answered from the clinic's schedule (schedules.py), for the
+    calendars `calendar_ids` (None: all of the clinic's)."""
+    calendars = [c for c in schedule.calendars if calendar_ids is None or c.id in calendar_ids]
+    active = bool(calendars) and schedule.on_vacation_calendars(frozenset(c.id for c in calendars), now)
+    return decide(clinic, calendars, active, now)
+
+
+def is_on_vacation(clinic: Clinic, calendars: list[Calendar], now: datetime) -> bool:
+    """True for an active switchboard vacation in `calendars`, or a public holiday today,
+    read straight from the database (the reference the cached `on_vacation` is tested
+    against)."""
+    active = bool(calendars) and Vacation.select().where(
+        Vacation.calendar.in_(calendars)
+        & Vacation.applies_to_switchboard
+        & (Vacation.starts_at <= as_utc(now))
+        & (Vacation.ends_at > as_utc(now))
+    ).exists()
+    return decide(clinic, calendars, active, now)

@@ -12,44 +12,49 @@ import schemas
 from config import Config
 from errors import APIError, validation_failed
 from intake import GroupCommit
-from models import CallSidConflict, Patient, PatientRequest
+from auth_cache import AuthCache
+from models import CallSidConflict, PatientRequest
 from safe_fetch import FetchError, ResolutionCache, UnsafeURL, validate_url
 from office_hours import is_open
 from phones import to_e164
-from vacations import is_on_vacation
+from schedules import schedule_of
+from vacations import on_vacation
 
 
 class IsClinicOpened:
     scopes = {"POST": "read"}
 
-    def __init__(self, clock: Callable) -> None:
+    def __init__(self, clock: Callable, cache: AuthCache | None = None) -> None:
         self.clock = clock
+        self.cache = cache
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         schemas.body(req, schemas.EMPTY_REQUEST, optional=True)
         clinic = req.context.clinic
-        resp.media = {"isOpen": is_open(clinic.office_hours, clinic.timezone, self.clock())}
+        hours = schedule_of(clinic, self.cache).office_hours
+        resp.media = {"isOpen": is_open(hours, clinic.timezone, self.clock())}
 
 
 class IsOnVacation:
     scopes = {"POST": "read"}
 
-    def __init__(self, clock: Callable) -> None:
+    def __init__(self, clock: Callable, cache: AuthCache | None = None) -> None:
         self.clock = clock
+        self.cache = cache
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         data = schemas.body(req, schemas.VACATION_REQUEST, optional=True)
         clinic = req.context.clinic
-        calendars = list(clinic.calendars)
+        schedule = schedule_of(clinic, self.cache)
+        wanted = None
         if "calendarIds" in data:
-            wanted = {uuid.UUID(i) for i in data["calendarIds"]}
-            foreign = wanted - {c.id for c in calendars}
+            wanted = frozenset(uuid.UUID(i) for i in data["calendarIds"])
+            foreign = wanted - {c.id for c in schedule.calendars}
             if foreign:
                 raise validation_failed(
                     f"calendarIds: not calendars of this clinic: {', '.join(sorted(map(str, foreign)))}"
                 )
-            calendars = [c for c in calendars if c.id in wanted]
-        resp.media = {"isOnVacation": is_on_vacation(clinic, calendars, self.clock())}
+        resp.media = {"isOnVacation": on_vacation(clinic, schedule, wanted, self.clock())}
 
 
 class HasActiveRequest:
@@ -60,16 +65,13 @@ class HasActiveRequest:
         clinic = req.context.clinic
         if not data.get("callFrom") and not data.get("patientId"):
             raise validation_failed("body: callFrom or patientId is required")
-        patient_ids: list[uuid.UUID] = []
+        phone = None
         if data.get("callFrom"):
             phone = to_e164(data["callFrom"], clinic.country)
             if phone is None:
                 raise validation_failed("callFrom: not a phone number")
-            patient_ids += Patient.ids_with_phone(clinic.organization_id, phone)
-        if data.get("patientId"):
-            patient_ids.append(uuid.UUID(data["patientId"]))
-        ids = Patient.with_survivors(patient_ids)
-        resp.media = {"hasActiveRequest": PatientRequest.open_for(clinic, ids)}
+        patient_id = uuid.UUID(data["patientId"]) if data.get("patientId") else None
+        resp.media = {"hasActiveRequest": PatientRequest.open_for_caller(clinic, phone, patient_id)}
 
 
 class RecordingComplete:

@@ -4,18 +4,25 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from datetime import time as dt_time
 from zoneinfo import ZoneInfo
 
+import phonenumbers
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from clock import utc_now
-
+import schedules
+from clock import as_utc, utc_now
 from database import db
-
-from models import Clinic, PatientRequest
+from models import Calendar, Clinic, OfficeHours, Patient, PatientRequest, Vacation
+from office_hours import is_open
 from onboarding import stable_id
+from phones import to_e164
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.servers import wait_until
+from vacations import is_on_vacation, on_vacation
 
 PRAGUE = ZoneInfo("Europe/Prague")
 
@@ -309,3 +316,136 @@ def test_bad_has_active_request_bodies_are_400(app, body, field):
     answer = ask(app, "has-active-request", body, status=400).json
     assert answer["code"] == "VALIDATION_FAILED"
     assert answer["error"].startswith(field)
+
+
+# --- issue 14: the fast paths answer exactly as the database does ------------------------
+
+def test_the_schedule_is_read_once_and_a_change_is_answered_at_once(app, clock, monkeypatch):
+    """Office hours and vacations come from the per-process cache (no query per call)
+    and a committed change is seen by the next check (NOTIFY, within a bounded wait)."""
+    load(organization(_vacation_clinic(officeHours=[{"weekday": "wed", "opens": "08:00", "closes": "16:00"}])))
+    clock.set(at("2026-11-18T10:00"))  # a Wednesday, no vacation, no holiday
+    reads = []
+    real_read = schedules.read_schedule
+    monkeypatch.setattr(schedules, "read_schedule", lambda clinic_id: reads.append(clinic_id) or real_read(clinic_id))
+    token = issue_token(["clinic-a"], ["read"])
+    # The cache listens from the first request on (in the background): then no more reads.
+    assert wait_until(lambda: ask(app, "is-clinic-opened", token=token).json == {"isOpen": True}
+                      and len(reads) == len((ask(app, "is-on-vacation", {}, token=token), reads)[1]), timeout=10)
+    before = len(reads)
+    for _ in range(5):
+        assert ask(app, "is-clinic-opened", token=token).json == {"isOpen": True}
+        assert ask(app, "is-on-vacation", {}, token=token).json == {"isOnVacation": False}
+    assert len(reads) == before, "the schedule was read again without a change"
+
+    with db.connection_context():
+        clinic_row = Clinic.get(Clinic.slug == "clinic-a")
+        OfficeHours.update(closes=dt_time(9, 0)).where(OfficeHours.clinic == clinic_row).execute()
+        Vacation.create(calendar=uuid.UUID(_calendar_id("Doctor")), name="Sick", starts_at=datetime(2026, 11, 18),
+                        ends_at=datetime(2026, 11, 19))
+    assert wait_until(lambda: ask(app, "is-clinic-opened", token=token).json == {"isOpen": False}, timeout=2)
+    assert wait_until(lambda: ask(app, "is-on-vacation", {}, token=token).json == {"isOnVacation": True}, timeout=2)
+
+
+TIMEZONES = ["Europe/Prague", "America/New_York", "Pacific/Kiritimati", "UTC"]
+COUNTRIES = ["CZ", "SK", "US", "DE"]
+CALLER_NUMBERS = ["+420601123456", "+420777000111"]
+WRITTEN = ["{e164}", "{spaced}", "00{digits}", "{national}", "({cc}) {national}"]
+
+interval = st.tuples(st.integers(1, 7), st.integers(0, 47), st.integers(0, 47), st.sampled_from(["every", "odd", "even"]))
+# (calendar, start in hours from now, length in hours, applies to the switchboard, which
+# edge, if any, falls exactly on now: the boundaries are where two readings would differ)
+vacation = st.tuples(st.integers(0, 2), st.integers(-800, 800), st.integers(0, 400), st.booleans(),
+                     st.sampled_from([None, "starts", "ends"]))
+patient = st.tuples(st.sampled_from(CALLER_NUMBERS + [None]), st.one_of(st.none(), st.integers(0, 3)),
+                    st.lists(st.tuples(st.sampled_from(["clinic-a", "clinic-b"]), st.booleans()), max_size=2))
+
+
+def _written(e164: str, form: str) -> str:
+    number = phonenumbers.parse(e164)
+    national = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.NATIONAL)
+    spaced = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.INTERNATIONAL)
+    return form.format(e164=e164, spaced=spaced, digits=e164[1:], national=national, cc=f"+{number.country_code}")
+
+
+@pytest.fixture
+def two_clinics(app):
+    load(organization(clinic(), clinic("clinic-b")))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tz=st.sampled_from(TIMEZONES), country=st.sampled_from(COUNTRIES),
+       hours=st.lists(interval, max_size=6), calendars=st.lists(st.booleans(), max_size=3),
+       vacations=st.lists(vacation, max_size=5), wanted=st.one_of(st.none(), st.sets(st.integers(0, 2))),
+       minutes=st.integers(0, 2 * 366 * 24 * 60), patients=st.lists(patient, max_size=4),
+       caller=st.tuples(st.one_of(st.none(), st.sampled_from(CALLER_NUMBERS)), st.sampled_from(WRITTEN),
+                        st.one_of(st.none(), st.integers(0, 4))))
+def test_fast_paths_agree_with_the_database_on_random_clinics(two_clinics, tz, country, hours, calendars, vacations, wanted,
+                                                              minutes, patients, caller):
+    """The cached schedule and the one-query active-request check against the plain
+    ORM reading of the same rows: office hours, calendars, vacations, holidays, time
+    zones, merge chains (cycles included) and caller number formats."""
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes, microseconds=minutes % 7)
+    with db.connection_context(), db.atomic():
+        for model in (PatientRequest, Patient, Vacation, Calendar, OfficeHours):
+            model.delete().execute()
+        Clinic.update(timezone=tz, country=country).where(Clinic.slug.in_(["clinic-a", "clinic-b"])).execute()
+        home, other = Clinic.get(Clinic.slug == "clinic-a"), Clinic.get(Clinic.slug == "clinic-b")
+        for weekday, opens, closes, weeks in hours:
+            OfficeHours.create(clinic=home, weekday=weekday, opens=dt_time(opens // 2, 30 * (opens % 2)),
+                               closes=dt_time(closes // 2, 30 * (closes % 2)), weeks=weeks)
+        rows = [Calendar.create(clinic=home, name=f"c{i}", ignore_holidays=ignore) for i, ignore in enumerate(calendars)]
+        for index, start, length, applies, edge in vacations:
+            if index < len(rows):
+                start = {"starts": 0, "ends": -length}.get(edge, start)
+                starts = as_utc(now) + timedelta(hours=start)
+                Vacation.create(calendar=rows[index], starts_at=starts, ends_at=starts + timedelta(hours=length),
+                                applies_to_switchboard=applies)
+        people = [Patient.create(organization=home.organization_id, phone=phone) for phone, _, _ in patients]
+        for person, (_, merged, requests) in zip(people, patients):
+            if merged is not None and merged < len(people):
+                Patient.update(merged_into=people[merged]).where(Patient.id == person.id).execute()
+            for slug, done in requests:
+                PatientRequest.create(clinic=home if slug == "clinic-a" else other, patient=person, title="t",
+                                      done_at=as_utc(now) if done else None)
+
+    with db.connection_context():
+        home = Clinic.get(Clinic.slug == "clinic-a")
+        schedule = schedules.read_schedule(home.id)
+        assert is_open(schedule.office_hours, tz, now) == is_open(list(home.office_hours), tz, now)
+        ids = None if wanted is None else frozenset(rows[i].id for i in wanted if i < len(rows))
+        plain_calendars = [c for c in home.calendars if ids is None or c.id in ids]
+        assert on_vacation(home, schedule, ids, now) == is_on_vacation(home, plain_calendars, now)
+
+        number, form, pick = caller
+        phone = to_e164(_written(number, form), home.country) if number else None
+        patient_id = (people[pick].id if pick is not None and pick < len(people)
+                      else uuid.uuid4() if pick is not None else None)
+        plain_ids = (Patient.ids_with_phone(home.organization_id, phone) if phone else []) + \
+            ([patient_id] if patient_id else [])
+        assert PatientRequest.open_for_caller(home, phone, patient_id) == \
+            PatientRequest.open_for(home, Patient.with_survivors(plain_ids))
+
+
+def test_has_active_request_is_planned_once_per_connection_and_survives_a_lost_statement(app, monkeypatch):
+    """The recursive query runs as a prepared statement (its planning cost more than its
+    work); a session that lost it (a pooler handing us another one) answers the same,
+    through the plain query, and prepares it again."""
+    import database
+
+    monkeypatch.setattr(database, "_prepare_failures", 0)
+    _open_request(_with_patient())
+
+    def prepared() -> int:
+        return db.execute_sql("SELECT count(*) FROM pg_prepared_statements WHERE name = 'open_for_caller'").fetchone()[0]
+
+    with db.connection_context():
+        home = Clinic.get(Clinic.slug == "clinic-a")
+        assert PatientRequest.open_for_caller(home, "+420601123456", None) is True
+        assert prepared() == 1
+        db.execute_sql("DEALLOCATE open_for_caller")
+        assert PatientRequest.open_for_caller(home, "+420601123456", None) is True
+        assert database._prepare_failures == 1
+        assert PatientRequest.open_for_caller(home, "+420777000111", None) is True  # the merged patient's number
+        assert prepared() == 1
+        assert PatientRequest.open_for_caller(home, "+420601999999", None) is False

@@ -1,0 +1,208 @@
+"""Routing checks against the least a database-backed check can do (issue 14).
+
+The three routing checks (`is-clinic-opened`, `is-on-vacation`, `has-active-request`)
+of the demo clinic (examples/onboarding.json: Prague office hours, two calendars with
+vacations, patient sharing), with a patient calling who has requests (none open),
+served by gunicorn as the Procfile runs it, side by side in one run with a baseline: a
+bare Falcon app on the same gunicorn worker class (gevent, WEB_CONCURRENCY workers)
+that takes a connection from a 4-connection gevent pool, runs one
+`SELECT ... FROM clinic WHERE slug = %s` and answers a small JSON body. The ratio of
+the service's throughput to the baseline's is the figure; rounds alternate baseline and
+service, so both see the same machine.
+
+CPU per request: user + system time of the gunicorn processes and of every PostgreSQL
+process, over each wrk run, divided by the requests it counted.
+
+    .venv/bin/python bench/routing_bench.py [--seconds 10] [--connections 32] [--rounds 2]   (needs wrk)
+
+Exit status 1 when a check is below --min-ratio (0.7) of the baseline in the median
+round, its p99 is above the baseline's, or any answer is not 2xx.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.handoff_bench import wrk as handoff_wrk  # noqa: E402
+from tests.support.databases import recreate_database  # noqa: E402
+from tests.support.faults import RedisServer, gunicorn  # noqa: E402
+from tests.support.processes import children, manage  # noqa: E402
+from tests.support.processes import stop_process as stop  # noqa: E402
+
+PG = "postgresql://postgres@127.0.0.1:5432/clinic_bench_routing"
+SLUG = "demo-clinic"
+BASE = f"/external/v1/clinics/{SLUG}/switchboard"
+CALLER = "+420 601 123 456"
+WORKERS = os.environ.get("WEB_CONCURRENCY", "2")
+
+CHECKS = {
+    "is-clinic-opened": "{}",
+    "is-on-vacation": "{}",
+    "has-active-request": json.dumps({"callFrom": CALLER}),
+}
+
+# The baseline: one pooled SELECT and a small JSON answer, gevent-cooperative psycopg2
+# (psycogreen, as the service), the pool a gevent queue of 4 connections.
+BASELINE_APP = '''
+import falcon, psycopg2
+from gevent.queue import Queue
+from psycogreen.gevent import patch_psycopg
+patch_psycopg()
+POOL = Queue()
+for _ in range(4):
+    POOL.put(psycopg2.connect({dsn!r}))
+class Check:
+    def on_post(self, req, resp, clinic_slug):
+        req.get_media(default_when_empty=None)
+        conn = POOL.get()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT id, timezone, country FROM clinic WHERE slug = %s", (clinic_slug,))
+                row = cur.fetchone()
+            conn.rollback()
+        finally:
+            POOL.put(conn)
+        resp.media = {{"answer": row is not None}}
+app = falcon.App()
+for name in ("is-clinic-opened", "is-on-vacation", "has-active-request"):
+    app.add_route("/external/v1/clinics/{{clinic_slug}}/switchboard/" + name, Check())
+'''
+
+SCRIPT = '''
+wrk.method = "POST"
+wrk.body = {body}
+'''
+
+
+def cpu_seconds(pids: set[int]) -> float:
+    """utime + stime of `pids` (clock ticks to seconds); vanished ones count zero."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def postgres_pids() -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().startswith("postgres"):
+                    found.add(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def wrk(url: str, token: str, script: Path, seconds: int, connections: int) -> dict:
+    return handoff_wrk(url, token, script, seconds, connections, threads=2)
+
+
+def measured(web, url: str, token: str, script: Path, seconds: int, connections: int) -> dict:
+    web_pids = {web.pid} | children(web.pid)
+    pg_pids = postgres_pids()
+    web_before, pg_before = cpu_seconds(web_pids), cpu_seconds(pg_pids)
+    result = wrk(url, token, script, seconds, connections)
+    pg_pids |= postgres_pids()
+    requests = max(result["requests"], 1)
+    result["web_us"] = (cpu_seconds(web_pids) - web_before) / requests * 1e6
+    result["pg_us"] = (cpu_seconds(pg_pids) - pg_before) / requests * 1e6
+    return result
+
+
+def prepare(env: dict[str, str]) -> str:
+    """The demo clinic, a caller with two requests (both done), a token."""
+    recreate_database(PG)
+    manage(env, "migrate")
+    manage(env, "onboard", str(ROOT / "examples" / "onboarding.json"))
+    from database import bind_database, db
+    from models import Clinic, Patient, PatientRecord, PatientRequest
+    from clock import utc_now
+
+    bind_database(PG, pooled=False)
+    with db.connection_context():
+        clinic = Clinic.get(Clinic.slug == SLUG)
+        patient = Patient.create(organization=clinic.organization_id, first_name="Jana", last_name="Dvořáková",
+                                 phone="+420601123456")
+        PatientRecord.create(patient=patient, clinic=clinic)
+        for title in ("Prescription refill", "Test results"):
+            PatientRequest.create(clinic=clinic, patient=patient, kind="voice_message", title=title,
+                                  done_at=utc_now())
+    return manage(env, "token", "create", "--name", "routing-bench", "--clinic", SLUG, "--scope", "read")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--min-ratio", type=float, default=0.7)
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is needed: apt-get install wrk")
+    results: dict[str, dict[str, list[dict]]] = {name: {"baseline": [], "service": []} for name in CHECKS}
+    with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp, RedisServer(Path(tmp)) as private_redis:
+        workdir = Path(tmp)
+        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench",
+               "LOG_LEVEL": "WARNING"}
+        token = prepare(env)
+        (workdir / "baseline_app.py").write_text(BASELINE_APP.format(dsn=PG))
+        scripts = {}
+        for name, body in CHECKS.items():
+            scripts[name] = workdir / f"{name}.lua"
+            scripts[name].write_text(SCRIPT.format(body=json.dumps(body)))
+        for _ in range(args.rounds):
+            for label, app in (("baseline", "baseline_app:app"), ("service", "wsgi:app")):
+                web, base_url = gunicorn({**env, "PYTHONPATH": f"{workdir}:{ROOT}"}, workdir / f"{label}.log",
+                                         workers=int(WORKERS), app=app)
+                try:
+                    for name in CHECKS:
+                        url = f"{base_url}{BASE}/{name}"
+                        wrk(url, token, scripts[name], 2, args.connections)  # warm up
+                        results[name][label].append(measured(web, url, token, scripts[name], args.seconds,
+                                                             args.connections))
+                finally:
+                    stop(web)
+
+    print(f"\n== wrk -t2 -c{args.connections} -d{args.seconds}s, {args.rounds} rounds; {WORKERS} gunicorn gevent "
+          f"workers; baseline: bare Falcon + one SELECT from a 4-connection gevent pool; load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"{'check':20s} {'base req/s':>11s} {'svc req/s':>10s} {'ratio':>6s} {'base p99':>9s} {'svc p99':>8s} "
+          f"{'base CPU us/req web+pg':>23s} {'svc CPU us/req web+pg':>22s}  non-2xx")
+    failures = []
+    for name, by in results.items():
+        ratios = [s["rps"] / b["rps"] for b, s in zip(by["baseline"], by["service"])]
+        for b, s, ratio in zip(by["baseline"], by["service"], ratios):
+            print(f"{name:20s} {b['rps']:11.0f} {s['rps']:10.0f} {ratio:6.2f} {b['p99']:9.1f} {s['p99']:8.1f} "
+                  f"{b['web_us']:11.0f} + {b['pg_us']:4.0f}   {s['web_us']:10.0f} + {s['pg_us']:4.0f}   "
+                  f"{s['non2xx']} {s['socket_errors'] if s['socket_errors'] != 'none' else ''}")
+        ratio = statistics.median(ratios)
+        p99_b = statistics.median(b["p99"] for b in by["baseline"])
+        p99_s = statistics.median(s["p99"] for s in by["service"])
+        print(f"{'':20s} median ratio {ratio:.2f}, p99 {p99_s:.1f} ms against {p99_b:.1f} ms")
+        if ratio < args.min_ratio:
+            failures.append(f"{name}: {ratio:.2f} of the baseline")
+        if p99_s > p99_b:
+            failures.append(f"{name}: p99 {p99_s:.1f} ms above the baseline's {p99_b:.1f} ms")
+        if any(s["non2xx"] or s["socket_errors"] != "none" for s in by["service"]):
+            failures.append(f"{name}: non-2xx answers or socket errors")
+    print("verdict: " + ("every check at or above the target" if not failures else "BELOW TARGET: " + "; ".join(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
