@@ -25,7 +25,7 @@ from models import (
     PatientRequestTag, RequestType, RequestTypeDefaultTag, Reservation, Tag,
 )
 from patient_directory import patient_for_create, tag_json
-from storage import Storage, new_object_key
+from storage import ObjectNotFound, Storage, new_object_key, sealed_key
 from storage.links import LinkCache
 
 log = logging.getLogger(__name__)
@@ -196,22 +196,36 @@ def issue_upload_link(storage: Storage, request: PatientRequest, content_type: s
 
 def register_attachment(storage: Storage, request: PatientRequest, body: dict[str, Any], token: ApiToken) -> MedicalRecord:
     """Register an uploaded object. Registering the same fileHash again answers the
-    attachment registered first (so a retry after a timeout never duplicates)."""
+    attachment registered first (so a retry after a timeout never duplicates).
+
+    The registered bytes are evidence: they are copied to a key no upload URL names
+    (`storage.seal`), so the upload URL, valid for minutes more, cannot change them, and
+    the record keeps their SHA-256. The type check reads that copy; the upload itself is
+    deleted once registered."""
     link = IssuedUpload.get_or_none((IssuedUpload.request == request) & (IssuedUpload.file_hash == body["fileHash"]))
     if link is None:
         raise validation_failed("fileHash: not issued by an upload link of this request")
-    if storage.head(link.file_hash) is None:
-        raise validation_failed("fileHash: no file was uploaded for it")
-    if not file_types.matches(body["contentType"], storage.read_prefix(link.file_hash, file_types.PREFIX_BYTES)):
+    registered = MedicalRecord.get_or_none(MedicalRecord.file_hash == link.file_hash)
+    if registered is not None:
+        return registered
+    target = sealed_key(link.file_hash)
+    try:
+        sealed = storage.seal(link.file_hash, target)
+    except ObjectNotFound:
+        raise validation_failed("fileHash: no file was uploaded for it") from None
+    if not file_types.matches(body["contentType"], storage.read_prefix(target, file_types.PREFIX_BYTES)):
+        storage.delete(target)
         raise validation_failed(f"contentType: the uploaded file is not {body['contentType']}")
     MedicalRecord.insert(
-        id=uuid.uuid4(), request=request, file_hash=link.file_hash, content_type=body["contentType"],
-        description=body["description"], category_type=body.get("categoryType"),
+        id=uuid.uuid4(), request=request, file_hash=link.file_hash, object_key=target, sha256=sealed.sha256,
+        content_type=body["contentType"], description=body["description"], category_type=body.get("categoryType"),
         visible_to_patient=body.get("visibleToPatient", False), created_by=token, created_at=utc_now(),
     ).on_conflict_ignore().execute()
-    return MedicalRecord.get(MedicalRecord.file_hash == link.file_hash)
+    record = MedicalRecord.get(MedicalRecord.file_hash == link.file_hash)
+    storage.delete(target if record.object_key != target else link.file_hash)  # a concurrent registration won
+    return record
 
 
 def attachment_json(m: MedicalRecord) -> dict[str, Any]:
     return {"id": str(m.id), "description": m.description, "contentType": m.content_type,
-            "createdAt": iso_utc(m.created_at)}
+            "createdAt": iso_utc(m.created_at), "sha256": m.sha256}

@@ -142,6 +142,19 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _sql('CREATE INDEX IF NOT EXISTS "patient_request_clinic_id_kind_created_at" '
              'ON "patient_request" ("clinic_id", "kind", "created_at")'),
     )),
+    # The web processes also cache each clinic's routing schedule (schedules.py): its
+    # office hours, calendars and vacations announce their changes like tokens do.
+    (8, "schedule_cache", _postgresql(*(statement for table in ("office_hours", "calendar", "vacation")
+                                        for statement in (
+        f'DROP TRIGGER IF EXISTS "auth_changed" ON "{table}"',
+        f'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "{table}" '
+        "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
+    )))),
+    # Registered attachments are evidence: an immutable copy and the SHA-256 of its bytes.
+    (9, "sealed_attachments", _steps(
+        _add_column("medical_record", "object_key", pw.CharField(max_length=512, null=True)),
+        _add_column("medical_record", "sha256", pw.CharField(max_length=64, null=True)),
+    )),
 ]
 
 

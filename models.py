@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 import peewee as pw
 
 from clock import as_utc, utc_now
-from database import columns, db, from_row, hot_sql
+from database import columns, db, from_row, hot_prepared, hot_sql
 from phones import to_e164
 
 if TYPE_CHECKING:
@@ -320,7 +320,7 @@ class ApiToken(BaseModel):
         the token is bound to it.
 
         One round trip for every check, in SQL written once (Peewee would rebuild it per
-        request, which cost more than running it), or none when `cache` holds the rows.
+        request, which cost more than running it), or none when `cache` holds them.
         """
         parts = text.split("_", 2)
         if len(parts) != 3 or parts[0] != cls.PREFIX:
@@ -330,28 +330,33 @@ class ApiToken(BaseModel):
         except ValueError:
             return None
         key = (token_id, slug)
-        row, generation = cache.get(key) if cache is not None else (None, -1)
-        fetched = row is None
-        if fetched:
-            row = hot_sql(_AUTHORIZE_SQL, (slug, cls.id.db_value(token_id))).fetchone()
+        cached, generation = cache.get(key) if cache is not None else (None, -1)
         presented = cls._hash(parts[2])
-        if row is None:
-            hmac.compare_digest(presented, presented)  # same work either way
-            return None
-        token = from_row(cls, row)
+        if cached is not None:
+            # The models built from the row when it was read (building them per request
+            # cost as much as the rest of the check); nothing changes them afterwards.
+            token, clinic = cached
+        else:
+            row = hot_sql(_AUTHORIZE_SQL, (slug, cls.id.db_value(token_id))).fetchone()
+            if row is None:
+                hmac.compare_digest(presented, presented)  # same work either way
+                return None
+            token = from_row(cls, row)
+            clinic_values = row[len(cls._meta.sorted_fields):]
+            clinic = None
+            if clinic_values[0] is not None:  # else the LEFT JOIN found no clinic of that slug
+                clinic = from_row(Clinic, clinic_values)
+                clinic.covered = bool(clinic_values[-1])
         if not hmac.compare_digest(token.secret_hash, presented):
             return None
         if token.revoked_at is not None:
             return None
         if token.expires_at is not None and token.expires_at <= as_utc(now):
             return None
-        clinic_values = row[len(cls._meta.sorted_fields):]
-        if clinic_values[0] is None:  # LEFT JOIN found no clinic of that slug
+        if clinic is None:
             return token, None
-        if fetched and cache is not None:  # only rows whose secret matched: no filling it with guesses
-            cache.put(key, row, generation)
-        clinic = from_row(Clinic, clinic_values)
-        clinic.covered = bool(clinic_values[-1])
+        if cached is None and cache is not None:  # only rows whose secret matched: no filling it with guesses
+            cache.put(key, (token, clinic), generation)
         return token, clinic
 
     @property
@@ -500,6 +505,17 @@ class PatientRequest(BaseModel):
         )
 
     @classmethod
+    def open_for_caller(cls, clinic: Clinic, phone: str | None, patient_id: uuid.UUID | None) -> bool:
+        """Whether the clinic has an open request of the patients with `phone` in its
+        organization or of `patient_id`, or of a patient either was merged into (along
+        the whole chain): `open_for(with_survivors(...))` in one round trip, for
+        `has-active-request`, which a switchboard asks on every call."""
+        return bool(hot_prepared("open_for_caller", _OPEN_FOR_CALLER_SQL, (
+            Patient.organization.db_value(clinic.organization_id), phone,
+            Patient.id.db_value(patient_id) if patient_id else None, cls.clinic.db_value(clinic.id),
+        )).fetchone()[0])
+
+    @classmethod
     def open_for(cls, clinic: Clinic, patient_ids: list[uuid.UUID]) -> bool:
         if not patient_ids:
             return False
@@ -512,6 +528,19 @@ class PatientRequest(BaseModel):
             )
             .exists()
         )
+
+
+# The merge chains in SQL: UNION (not UNION ALL) drops ids already seen, so a cycle ends.
+_OPEN_FOR_CALLER_SQL = """
+WITH RECURSIVE chain(id) AS (
+    SELECT "id" FROM "patient" WHERE "organization_id" = %s AND "phone" = %s
+    UNION SELECT "id" FROM "patient" WHERE "id" = %s
+    UNION SELECT p."merged_into_id" FROM "patient" p JOIN chain ON p."id" = chain."id"
+          WHERE p."merged_into_id" IS NOT NULL
+)
+SELECT EXISTS (SELECT 1 FROM "patient_request" r WHERE r."clinic_id" = %s AND r."done_at" IS NULL
+               AND r."patient_id" IN (SELECT "id" FROM chain))
+"""
 
 
 class PatientRequestTag(BaseModel):
@@ -553,6 +582,11 @@ class MedicalRecord(BaseModel):
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     request = pw.ForeignKeyField(PatientRequest, backref="medical_records", on_delete="CASCADE")
     file_hash = pw.CharField(max_length=512, unique=True)  # one registration per object
+    # The registered copy (storage.base.sealed_key), which no upload URL can write, and the
+    # SHA-256 of its bytes. Null on records registered before copies were made (migration 9):
+    # those are served from `file_hash`.
+    object_key = pw.CharField(max_length=512, null=True)
+    sha256 = pw.CharField(max_length=64, null=True)
     content_type = pw.CharField(max_length=100)
     description = pw.CharField(max_length=255)
     category_type = pw.CharField(max_length=30, null=True)
@@ -562,6 +596,15 @@ class MedicalRecord(BaseModel):
 
     class Meta:
         indexes = ((("request", "created_at"), False),)
+
+    @property
+    def stored_key(self) -> str:
+        """Where the registered bytes are."""
+        return self.object_key or self.file_hash
+
+    @classmethod
+    def is_registered(cls, upload_key: str) -> bool:
+        return cls.select().where(cls.file_hash == upload_key).exists()
 
 
 class SchemaMigration(BaseModel):

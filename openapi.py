@@ -103,6 +103,8 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
                 "200": {"description": "Stored.", "content": _json({"type": "object"})},
                 **{str(c): {"description": d, "content": _json({"$ref": "#/components/schemas/Error"})}
                    for c, d in ((400, "Bad key."), (403, "Bad, expired or foreign signature, or other content type."),
+                                (409, "`ALREADY_REGISTERED`: the upload is registered as an attachment and "
+                                      "cannot change."),
                                 (411, "Content-Length required."), (413, "Too large."))},
             },
         },

@@ -346,12 +346,17 @@ RESERVATION = {
     "properties": {"id": UUID, "start": DATE_TIME, "end": DATE_TIME, "calendarId": {"anyOf": [UUID, {"type": "null"}]}},
 }
 
+SHA256 = {"anyOf": [{"type": "string", "pattern": "^[0-9a-f]{64}$"}, {"type": "null"}],
+               "description": "SHA-256 (hex) of the registered bytes, which cannot change after registration; "
+                              "null for attachments registered before the service recorded it."}
+
 MEDICAL_RECORD = {
     "type": "object",
     "properties": {
         "id": UUID, "contentType": {"type": "string"}, "description": {"type": "string"},
         "categoryType": {"anyOf": [{"enum": list(CATEGORY_TYPES)}, {"type": "null"}]},
         "createdAt": DATE_TIME, "visibleToPatient": {"type": "boolean"},
+        "sha256": SHA256,
         "url": {"type": "string", "description": "Presigned, inline; at least 30 minutes left."},
         "downloadUrl": {"type": "string", "description": "Presigned, attachment; at least 30 minutes left."},
     },
@@ -471,5 +476,5 @@ ATTACHMENT = {
     "type": "object",
     "required": ["id", "description", "contentType", "createdAt"],
     "properties": {"id": UUID, "description": {"type": "string"}, "contentType": {"type": "string"},
-                   "createdAt": DATE_TIME},
+                   "createdAt": DATE_TIME, "sha256": SHA256},
 }

@@ -7,7 +7,6 @@ import falcon
 
 import patient_directory
 import schemas
-from errors import APIError
 from models import Clinic
 
 
@@ -36,20 +35,15 @@ class PatientImport:
 
 
 class PatientImportBulk:
-    """POST /patients/import-bulk: every item validated and written alone; answers per item."""
+    """POST /patients/import-bulk: every item validated alone, written together; answers per item."""
 
     scopes = {"POST": "write"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = schemas.body(req, schemas.PATIENT_IMPORT_BULK)
-        results = []
-        for index, item in enumerate(body["patients"]):
-            try:
-                schemas.check(item, schemas.PATIENT_IMPORT)
-                patient, created = patient_directory.import_patient(req.context.clinic, item)
-            except APIError as exc:
-                results.append({"index": index, "status": "failed", "patientId": None, "error": exc.to_dict()})
-                continue
-            results.append({"index": index, "status": "created" if created else "updated",
-                            "patientId": str(patient.id), "error": None})
-        resp.media = {"data": results}
+        outcomes = patient_directory.import_patients(req.context.clinic, body["patients"])
+        resp.media = {"data": [
+            {"index": index, "status": status, "patientId": str(patient_id) if patient_id else None,
+             "error": error.to_dict() if error else None}
+            for index, (patient_id, status, error) in enumerate(outcomes)
+        ]}

@@ -8,10 +8,9 @@ responses are handed to the WSGI server as a file (gunicorn uses ``sendfile``).
 
 from __future__ import annotations
 
-from typing import BinaryIO, cast
+from typing import BinaryIO, Callable, cast
 
 import falcon
-
 from storage import (
     DOWNLOAD_CACHE_CONTROL,
     AccessDenied,
@@ -47,10 +46,13 @@ class StoredObject:
     "expired" vs "does not match", and never echoes the URL.
     """
 
-    def __init__(self, storage: LocalStorage) -> None:
+    def __init__(self, storage: LocalStorage, registered: Callable[[str], bool] = lambda key: False) -> None:
+        """`registered(key)`: whether an upload is registered as an attachment (the app
+        asks its database); a registered upload cannot be written again."""
         if not isinstance(storage, LocalStorage):
             raise TypeError("StoredObject serves the local storage backend only")
         self.storage = storage
+        self.registered = registered
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, key: str) -> None:
         try:
@@ -64,6 +66,10 @@ class StoredObject:
             raise _invalid_key() from None
         except AccessDenied as exc:
             raise _forbidden(str(exc)) from None
+        if self.registered(key):
+            # Registered: the record holds a copy, and this URL may not replace what was uploaded.
+            raise falcon.HTTPConflict(title="Conflict", description="the upload is registered; it cannot change",
+                                      code="ALREADY_REGISTERED")
 
         length = req.content_length
         stream = req.bounded_stream

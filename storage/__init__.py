@@ -30,6 +30,8 @@ from storage.base import (
     IncompleteUpload,
     InvalidKeyError,
     ObjectInfo,
+    ObjectNotFound,
+    Sealed,
     ObjectTooLarge,
     Readable,
     Storage,
@@ -37,6 +39,7 @@ from storage.base import (
     ascii_filename,
     content_disposition,
     new_object_key,
+    sealed_key,
     validate_key,
 )
 from storage.factory import make_storage
@@ -51,6 +54,8 @@ __all__ = [
     "Disposition",
     "IncompleteUpload",
     "InvalidKeyError",
+    "ObjectNotFound",
+    "Sealed",
     "LocalStorage",
     "ObjectInfo",
     "ObjectTooLarge",
@@ -63,5 +68,6 @@ __all__ = [
     "content_disposition",
     "make_storage",
     "new_object_key",
+    "sealed_key",
     "validate_key",
 ]

@@ -71,6 +71,10 @@ class ObjectTooLarge(StorageError):
     """The upload exceeds the configured size cap."""
 
 
+class ObjectNotFound(StorageError, LookupError):
+    """No object under that key."""
+
+
 class IncompleteUpload(StorageError):
     """The body ended before its announced length (client went away): nothing was stored."""
 
@@ -116,6 +120,12 @@ class Storage(Protocol):
         """The object's first ``size`` bytes (fewer when it is shorter; b"" when missing)."""
         ...
 
+    def seal(self, source: str, target: str) -> "Sealed":
+        """Copy object ``source`` to ``target`` (a key no upload URL names, so nothing can
+        write it afterwards) and return the SHA-256 and size of the bytes ``target`` holds.
+        ``ObjectNotFound`` when ``source`` is missing."""
+        ...
+
     def head(self, key: str) -> ObjectInfo | None:
         """Size and stored content type, or ``None`` when there is no such object."""
         ...
@@ -142,6 +152,21 @@ def validate_key(key: str) -> str:
     if not isinstance(key, str) or len(key) > _MAX_KEY_LENGTH or not _KEY_RE.fullmatch(key):
         raise InvalidKeyError("invalid object key")
     return key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sealed:
+    """What `Storage.seal` stored: the digest and size of exactly those bytes."""
+    sha256: str
+    size: int
+
+
+def sealed_key(upload_key: str) -> str:
+    """A fresh key for the registered copy of an upload: ``registered/…``, a prefix no
+    upload link is ever issued for (`new_object_key` only makes ``requests/…``)."""
+    head, _, name = upload_key.rpartition("/")
+    stem, dot, ext = name.rpartition(".")
+    return validate_key(f"registered/{head.split('/', 1)[-1]}/{secrets.token_hex(16)}{dot}{ext if dot else ''}")
 
 
 def new_object_key(request_id: uuid.UUID | str, content_type: str) -> str:

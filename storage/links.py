@@ -46,7 +46,7 @@ class LinkCache:
             if hit is not None and hit[1] - now >= self.min_left:
                 self._entries.move_to_end(key)
                 return hit[0]
-        url = self.storage.presign_get(record.file_hash, self.lifetime, content_type=record.content_type,
+        url = self.storage.presign_get(record.stored_key, self.lifetime, content_type=record.content_type,
                                        disposition=disposition, filename=ascii_filename(record.description))
         with self._lock:
             # Backends count whole seconds from the second of signing: assume the worst.

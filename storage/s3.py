@@ -6,6 +6,7 @@ Presigned URLs are credentials: never log them.
 
 from __future__ import annotations
 
+import hashlib
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ from storage.base import (
     DOWNLOAD_CACHE_CONTROL,
     Disposition,
     ObjectInfo,
+    ObjectNotFound,
+    Sealed,
     _check_expires_in,
     _check_get_params,
     content_disposition,
@@ -28,6 +31,8 @@ if TYPE_CHECKING:  # boto3 is imported lazily: a local-only service never loads 
     from botocore.client import BaseClient
 
 __all__ = ["S3Storage", "SigV4Presigner"]
+
+CHUNK_SIZE = 1024 * 1024  # bytes read at a time when hashing a registered copy
 
 
 # ------------------------------------------------------------- direct GET presigning
@@ -196,6 +201,30 @@ class S3Storage:
             raise
         with response["Body"] as body:
             return body.read(size)
+
+    def seal(self, source: str, target: str) -> Sealed:
+        """A server-side copy, then the copy read back once to hash it: the digest is of
+        the bytes the registered object holds, whatever happens to `source` meanwhile."""
+        from botocore.exceptions import ClientError
+
+        validate_key(source)
+        validate_key(target)
+        try:
+            self._client.copy_object(Bucket=self.bucket, Key=target, CopySource={"Bucket": self.bucket, "Key": source},
+                                     MetadataDirective="COPY")
+        except ClientError as exc:
+            if _is_not_found(exc):
+                raise ObjectNotFound(source) from None
+            raise
+        digest, size = hashlib.sha256(), 0
+        body = self._client.get_object(Bucket=self.bucket, Key=target)["Body"]
+        try:
+            for chunk in body.iter_chunks(CHUNK_SIZE):
+                digest.update(chunk)
+                size += len(chunk)
+        finally:
+            body.close()
+        return Sealed(sha256=digest.hexdigest(), size=size)
 
     def delete(self, key: str) -> None:
         validate_key(key)

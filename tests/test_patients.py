@@ -1,11 +1,15 @@
 """Patient search (organization scope, external ids, free text, paging) and import."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+import patient_directory
+import schemas
 from database import db
-
-from models import ExternalId, Patient, PatientRecord
+from errors import APIError
+from models import Clinic, ExternalId, Patient, PatientRecord
 from tests.support import bearer, issue_token, load
 from tests.support.live_service import api, patient_id, signing_organization, type_id
 
@@ -137,3 +141,120 @@ def test_bulk_import_answers_per_item(app, token):
     with db.connection_context():
         assert PatientRecord.select().join(Patient).where(Patient.last_name.startswith("Bulk")).count() == 1
     assert search(app, token, {"patients": []}, url=BULK, status=400)["code"] == "VALIDATION_FAILED"
+
+
+# --- issue 13: the bulk import is batched, with the answers of importing one by one ----------
+
+def _mixed_items(count: int) -> list[dict]:
+    """New ids, ids imported before, ids given twice in the batch, invalid items, and
+    optional fields present, null or absent."""
+    items = []
+    for i in range(count):
+        item = {"externalId": f"M{i % (count * 3 // 4)}", "firstName": f"First{i}", "lastName": f"Last{i}"}
+        if i % 3 == 0:
+            item["phone"] = f"+420 601 {i:03d} {i % 1000:03d}"
+        if i % 5 == 0:
+            item["phone"] = None
+        if i % 4 == 1:
+            item["email"] = f"p{i}@example.org"
+        if i % 7 == 2:
+            item["birthDate"] = f"19{50 + i % 50}-0{1 + i % 9}-1{i % 10}"
+        if i % 11 == 3:
+            item["externalIdSource"] = "other-system"
+        if i % 13 == 4:
+            item["phone"] = "not a phone"
+        if i % 17 == 5:
+            del item["firstName"]
+        items.append(item)
+    return items
+
+
+def _state(slug: str) -> dict:
+    """Each of the test's external ids in the clinic -> its patient's fields, and the
+    clinic's record count."""
+    with db.connection_context():
+        rows = (ExternalId.select(ExternalId, Patient).join(Patient)
+                .where(ExternalId.clinic == Clinic.get(Clinic.slug == slug)))
+        patients = {(r.source, r.value): (r.patient.first_name, r.patient.last_name, r.patient.phone, r.patient.email,
+                                          r.patient.birth_date) for r in rows if r.value.startswith("M")}
+        records = PatientRecord.select().join(Clinic).where(Clinic.slug == slug).count()
+    return {"patients": patients, "records": records}
+
+
+def _one_by_one(slug: str, items: list[dict]) -> list[str]:
+    """The import as it was: each item validated and imported alone."""
+    statuses = []
+    with db.connection_context():
+        home = Clinic.get(Clinic.slug == slug)
+        for item in items:
+            try:
+                schemas.check(item, schemas.PATIENT_IMPORT)
+                statuses.append("created" if patient_directory.import_patient(home, item)[1] else "updated")
+            except APIError:
+                statuses.append("failed")
+    return statuses
+
+
+def test_bulk_import_of_a_thousand_answers_as_importing_them_one_by_one(app, token):
+    earlier = _mixed_items(1000)[:200:3]  # some ids exist before the bulk import, in both clinics
+    _one_by_one("clinic-a", earlier)
+    _one_by_one("clinic-b", earlier)
+    before = {slug: _state(slug)["records"] for slug in ("clinic-a", "clinic-b")}
+    items = _mixed_items(1000)
+    answer = search(app, token, {"patients": items}, url=BULK)["data"]
+    expected = _one_by_one("clinic-b", items)
+    assert [r["status"] for r in answer] == expected
+    assert {"created", "updated", "failed"} <= set(expected)
+    bulk, single = _state("clinic-a"), _state("clinic-b")
+    assert bulk["patients"] == single["patients"]
+    assert bulk["records"] - before["clinic-a"] == single["records"] - before["clinic-b"]
+    by_key: dict = {}
+    for item, result in zip(items, answer):  # one patient per external id, the same for every item naming it
+        if result["status"] != "failed":
+            key = (item.get("externalIdSource", ""), item["externalId"])
+            assert by_key.setdefault(key, result["patientId"]) == result["patientId"]
+
+
+def test_bulk_import_statements_do_not_grow_with_the_items(app, token, monkeypatch):
+    database = db.obj
+    statements: list[str] = []
+    real = type(database).execute_sql
+    monkeypatch.setattr(database, "execute_sql",
+                        lambda sql, params=None, *a, **k: statements.append(sql) or real(database, sql, params, *a, **k))
+    counts = []
+    for size, prefix in ((20, "S"), (400, "L")):
+        statements.clear()
+        items = [{"externalId": f"{prefix}{i}", "firstName": "F", "lastName": "L", "phone": "601 123 456"}
+                 for i in range(size)]
+        items += [dict(item, lastName="again") for item in items[: size // 2]]  # updates too
+        with db.connection_context():
+            outcome = patient_directory.import_patients(Clinic.get(Clinic.slug == "clinic-a"), items)
+        assert [status for _, status, _ in outcome] == ["created"] * size + ["updated"] * (size // 2)
+        counts.append(len(statements))
+    assert counts[1] == counts[0], counts
+
+
+def test_two_overlapping_bulk_imports_at_once_give_one_patient_per_id(app, token):
+    shared = [{"externalId": f"C{i}", "firstName": "Shared", "lastName": str(i)} for i in range(300)]
+    batches = [shared + [{"externalId": f"{who}{i}", "firstName": who, "lastName": str(i)} for i in range(200)]
+               for who in ("X", "Y")]
+    outcomes: dict = {}
+
+    def run(who: str, items: list[dict]) -> None:
+        with db.connection_context():
+            outcomes[who] = patient_directory.import_patients(Clinic.get(Clinic.slug == "clinic-a"), items)
+
+    threads = [threading.Thread(target=run, args=(who, items)) for who, items in zip("XY", batches)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert set(outcomes) == {"X", "Y"}
+    for i in range(300):  # both name the same patient; exactly one of them created it
+        (x_id, x_status, _), (y_id, y_status, _) = outcomes["X"][i], outcomes["Y"][i]
+        assert x_id == y_id and sorted([x_status, y_status]) == ["created", "updated"], (i, x_status, y_status)
+    with db.connection_context():
+        links = ExternalId.select().join(Clinic).where(Clinic.slug == "clinic-a", ExternalId.value.regexp("^[CXY][0-9]+$"))
+        assert links.count() == 700
+        patients = Patient.select().where(Patient.first_name.in_(["Shared", "X", "Y"]))
+        assert patients.count() == 700, "no patient left behind by the import that lost an id"

@@ -3,6 +3,7 @@ both storage backends (local disk served by the service, S3 on a real SeaweedFS)
 every row of the error table."""
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import time
@@ -137,14 +138,27 @@ def test_section_7_checklist_end_to_end(service: str, monkeypatch: pytest.Monkey
         "categoryType": "CONSENT"})
     assert registered.status_code == 200, registered.text
     attachment = registered.json()["data"]
-    assert set(attachment) == {"id", "description", "contentType", "createdAt"}
+    assert set(attachment) == {"id", "description", "contentType", "createdAt", "sha256"}
     assert attachment["contentType"] == "application/pdf" and attachment["createdAt"].endswith("Z")
+    assert attachment["sha256"] == hashlib.sha256(PDF_BYTES).hexdigest()
+
+    # Registered is final: the upload URL (minutes left) cannot change what was registered.
+    # The local backend refuses the PUT; S3 cannot revoke a presigned URL, but the record
+    # serves a copy no URL names, so the bytes stay the registered ones either way.
+    overwrite = requests.put(link["url"], data=b"%PDF-1.4 forged", headers={"Content-Type": "application/pdf"},
+                             timeout=TIMEOUT)
+    if link["url"].startswith(service + "/storage/"):  # the local backend
+        assert overwrite.status_code == 409 and overwrite.json()["code"] == "ALREADY_REGISTERED"
+    again_registered = http.post(f"{base}/patientRequests/{rid}/attachments", timeout=TIMEOUT, json={
+        "contentType": "application/pdf", "fileHash": link["fileHash"], "description": "Souhlas s léčbou v3.pdf"})
+    assert again_registered.json()["data"] == attachment  # idempotent, the same bytes and digest
 
     # Step 7: the detail lists it; downloadUrl returns the exact bytes.
     detail = http.get(f"{base}/patientRequests/{rid}", timeout=TIMEOUT).json()["data"]
     assert detail["id"] == rid and detail["doneAt"] is None
     [record] = detail["medicalRecords"]
     assert record["id"] == attachment["id"] and record["categoryType"] == "CONSENT"
+    assert record["sha256"] == hashlib.sha256(PDF_BYTES).hexdigest()
     assert record["visibleToPatient"] is False
     download = requests.get(record["downloadUrl"], timeout=TIMEOUT)
     assert download.status_code == 200 and download.content == PDF_BYTES
