@@ -97,9 +97,9 @@ def gunicorn(app: str, port: int, workdir: Path) -> subprocess.Popen:
 
 
 def wrk(url: str, token: str, script: Path, seconds: int = 10, connections: int = 32,
-        nonce: str | None = None) -> dict:
-    """Run wrk (4 threads) and read its latency percentiles, counts and errors."""
-    out = subprocess.run(["wrk", "-t4", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
+        nonce: str | None = None, threads: int = 4) -> dict:
+    """Run wrk and read its latency percentiles, counts and errors."""
+    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
                           "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: application/json", url,
                           "--", nonce or uuid.uuid4().hex[:12]],
                          capture_output=True, text=True, check=True).stdout

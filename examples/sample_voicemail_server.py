@@ -3,14 +3,17 @@
     python examples/sample_voicemail_server.py --port 8443 --ca-out var/sample-ca.pem
 
 A throw-away CA (trustme) signs a certificate for 127.0.0.1 and localhost; its PEM is
-written to --ca-out so the service can trust it (FETCH_CA_BUNDLE). The service refuses
-loopback hosts unless UNSAFE_ALLOW_LOOPBACK_FETCH=1 is set: for trying it out only.
+written to --ca-out once the server listens (bin/run waits for it), so the service can
+trust it (FETCH_CA_BUNDLE). The service refuses loopback hosts unless
+UNSAFE_ALLOW_LOOPBACK_FETCH=1 is set: for trying it out only.
 """
 from __future__ import annotations
 
 import argparse
 import http.server
+import os
 import ssl
+import sys
 import tempfile
 from pathlib import Path
 
@@ -39,8 +42,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8443)
     parser.add_argument("--ca-out", default="var/sample-ca.pem")
     args = parser.parse_args()
+    try:  # listen first: the CA file tells whoever waits for it that the server is there
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    except OSError as exc:
+        sys.exit(f"sample server: cannot listen on 127.0.0.1:{args.port}: {exc.strerror} "
+                 "(bin/run: choose another port with SAMPLE_PORT)")
     ca = trustme.CA()
-    ca.cert_pem.write_to_path(args.ca_out)
     cert = ca.issue_cert("127.0.0.1", "localhost")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,8 +57,10 @@ def main() -> None:
             for blob in cert.cert_chain_pems:
                 out.write(blob.bytes())
         context.load_cert_chain(chain, key)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.socket = context.wrap_socket(server.socket, server_side=True)
+    partial = f"{args.ca_out}.partial"  # whole or absent: a reader never sees half a PEM
+    ca.cert_pem.write_to_path(partial)
+    os.replace(partial, args.ca_out)
     print(f"serving {AUDIO} on https://localhost:{args.port}/ (CA: {args.ca_out})", flush=True)
     server.serve_forever()
 

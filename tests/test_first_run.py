@@ -1,0 +1,191 @@
+"""`bin/run`, the README's first command: taken ports, a process dying during the start,
+and Ctrl-C.
+
+Each run gets free ports and a `VAR_DIR` of its own (database, storage, logs, sample CA),
+so the developer's `var/` and a `bin/run` they have running are left alone.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+from rq import Worker
+
+from tests.support import ROOT
+from tests.support.log_audit import remember, watch
+from tests.support.ports import free_port, listening
+from tests.support.servers import wait_until
+
+BANNER = "Ctrl-C stops it."
+LOGS = ("web.log", "worker.log", "redis.log", "sample.log")
+
+
+class Run:
+    """`bin/run` in a process group of its own (as a terminal runs it: Ctrl-C is a SIGINT
+    to that group), its output collected line by line from a thread."""
+
+    def __init__(self, var_dir: Path, ports: dict[str, int], *args: str, **env: str) -> None:
+        self.var_dir, self.ports = var_dir, ports
+        environment = {**os.environ, **{name: str(port) for name, port in ports.items()}, "VAR_DIR": str(var_dir),
+                       **env}
+        for name in ("DATABASE_URL", "REDIS_URL", "PUBLIC_BASE_URL", "STORAGE_DIR"):
+            environment.pop(name, None)  # bin/run's own defaults, under VAR_DIR
+        self.proc = subprocess.Popen([str(ROOT / "bin" / "run"), *args], cwd=ROOT, env=environment,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def finish(self, timeout: float) -> int:
+        """Its exit code; AssertionError (with its output) if it runs longer than `timeout`."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"bin/run still running after {timeout} s:\n{self.output}") from None
+        self._reader.join(timeout=5)
+        return code
+
+    def stop(self) -> None:
+        """Whatever happened: bin/run stops its children on SIGTERM; anything left over
+        (bin/run itself killed) is found by its VAR_DIR and killed."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        for pid in started_with(f"VAR_DIR={self.var_dir}"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def started_with(variable: str) -> list[int]:
+    """Pids of this user's processes whose environment holds `variable` (NAME=value)."""
+    found = []
+    wanted = variable.encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:  # gone meanwhile, or another user's
+                pass
+    return found
+
+
+@pytest.fixture
+def ports() -> dict[str, int]:
+    chosen: dict[str, int] = {}
+    for name in ("PORT", "REDIS_PORT", "SAMPLE_PORT"):
+        port = free_port()
+        while port in chosen.values():
+            port = free_port()
+        chosen[name] = port
+    return chosen
+
+
+@contextmanager
+def run(tmp_path: Path, ports: dict[str, int], *args: str, **env: str) -> Iterator[Run]:
+    started = Run(tmp_path / "var", ports, *args, **env)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.mark.parametrize("taken, args", [("PORT", ()), ("REDIS_PORT", ()), ("SAMPLE_PORT", ("--try-handoff",))])
+def test_a_taken_port_is_named_with_its_variable_before_anything_starts(tmp_path, ports, taken, args):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", ports[taken]))
+        holder.listen()
+        with run(tmp_path, ports, *args) as started:
+            code = started.finish(timeout=20)  # checked before bin/setup: well under a second
+    assert code != 0
+    first = started.lines[0]
+    assert f"port {ports[taken]} on 127.0.0.1 is taken" in first, started.output
+    assert f"choose another port with {taken}" in started.output, started.output
+    assert [line for line in started.lines if "is taken" in line] == [first], started.output  # only that one
+    assert not any((tmp_path / "var" / log).exists() for log in LOGS), "nothing was started"
+
+
+def test_a_process_that_ends_during_the_start_is_named_with_its_log(tmp_path, ports):
+    # gunicorn refuses its options: the web process exits at once, as on a port taken
+    # between bin/run's check and its start.
+    with run(tmp_path, ports, GUNICORN_CMD_ARGS="--workers=none") as started:
+        code = started.finish(timeout=60)
+    assert code == 1
+    assert f"the web process (gunicorn on 127.0.0.1:{ports['PORT']}) exited (code" in started.output, started.output
+    assert "before the service was ready" in started.output
+    assert "--workers" in started.output.split("Last lines of", 1)[1], "the tail of web.log is shown"
+    assert BANNER not in started.output
+    assert not any(listening(port) for port in ports.values()), "the others were stopped"
+
+
+def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
+    var_dir = tmp_path / "var"
+    var_dir.mkdir()
+    (var_dir / "worker.log").write_text("the previous run's log\n")
+    with run(tmp_path, ports, "--try-handoff") as started:
+        assert wait_until(lambda: BANNER in started.output or started.proc.poll() is not None, timeout=120,
+                          interval=0.1), started.output
+        assert started.proc.poll() is None, started.output
+        token = next(line for line in started.lines if line.startswith("Demo token")).split(": ", 1)[1].strip()
+        remember(token, "bin/run's demo token")
+        for log in LOGS:
+            watch(var_dir / log)
+        # The worker at work (model loaded, taking jobs, talking to Redis), as when a
+        # developer stops it; the web process, the sample server and Redis serve by now.
+        connection = redis.Redis(port=ports["REDIS_PORT"])
+        assert wait_until(lambda: any("calls" in w.queue_names() for w in Worker.all(connection=connection)),
+                          timeout=120, interval=0.2), (var_dir / "worker.log").read_text()[-3000:]
+        connection.close()
+        assert all(listening(port) for port in ports.values())
+
+        os.killpg(started.proc.pid, signal.SIGINT)  # the terminal's Ctrl-C
+        code = started.finish(timeout=45)
+    assert code in (-signal.SIGINT, 128 + signal.SIGINT), started.output
+    assert "Stopped." in started.output, started.output
+    assert not any(listening(port) for port in ports.values())
+    assert started_with(f"VAR_DIR={var_dir}") == [], "no process of the run is left"
+    for log in ("web.log", "worker.log", "redis.log", "sample.log"):
+        text = (var_dir / log).read_text()
+        assert "Traceback" not in text, f"{log}:\n{text[-3000:]}"
+    worker_log = (var_dir / "worker.log").read_text()
+    assert "unreachable" not in worker_log and "waiting for Redis" not in worker_log, worker_log[-3000:]
+    assert (var_dir / "worker.log.1").read_text() == "the previous run's log\n"
+
+
+def test_ctrl_c_during_the_start_stops_what_was_started(tmp_path, ports):
+    # gunicorn told to stop while its workers still import the app waits out its graceful
+    # timeout (30 s); bin/run gives a web process that never answered 5 s.
+    web_log = tmp_path / "var" / "web.log"
+    with run(tmp_path, ports, "--try-handoff") as started:
+        assert wait_until(lambda: (web_log.exists() and "Booting worker" in web_log.read_text())
+                          or started.proc.poll() is not None, timeout=120, interval=0.05), started.output
+        os.killpg(started.proc.pid, signal.SIGINT)
+        code = started.finish(timeout=20)
+    assert code in (-signal.SIGINT, 128 + signal.SIGINT), started.output
+    assert BANNER not in started.output
+    assert not any(listening(port) for port in ports.values())
+    assert started_with(f"VAR_DIR={tmp_path / 'var'}") == [], "no process of the run is left"
