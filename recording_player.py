@@ -44,6 +44,10 @@ def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, conf
         if job is not None:
             if queueing.is_live(job, refresh=False):
                 return job
+            # The caller read the call before taking the lock: the job may have saved a
+            # fresh link since. Only a link still expired, read now, needs another fetch.
+            if recordings.link_state(Call.get_by_id(call_id), as_of, config).state != "expired":
+                return job
             job.delete()
         delays = config.pbx_retry_intervals
         return queue.enqueue(

@@ -332,6 +332,33 @@ def test_twenty_concurrent_plays_share_one_token_exchange_and_one_refetch(rec_co
     assert platform.token_exchanges == 1 and platform.lookups("CA-crowd.mp3") == 1
 
 
+def test_a_play_that_read_the_call_before_the_refetch_finished_does_not_start_another(app, rec_config, clock):
+    """The race behind a second platform lookup: a play reads the call while its link is
+    expired, the re-fetch job saves a fresh link and finishes, then the play asks for the
+    job. The finished job is kept (the fresh link answers); no second re-fetch runs."""
+    from rq import Queue
+    from rq.job import JobStatus
+
+    from recording_player import ensure_refetch
+
+    onboard(None)
+    request = stored_call("CA-race")
+    as_of = received_at(request) + timedelta(minutes=26)
+    queue = Queue("test-refetch-race", connection=redis.Redis.from_url(REDIS_URL))  # no worker listens
+    first = ensure_refetch(queue, request.call_id, as_of, rec_config)
+    first.set_status(JobStatus.FINISHED)
+    with db.connection_context():  # what the job did before it finished
+        Call.update(recording_link="https://files.example.com/fresh.mp3",
+                    recording_link_expires_at=as_of + timedelta(hours=1)).where(Call.id == request.call_id).execute()
+        again = ensure_refetch(queue, request.call_id, as_of, rec_config)
+    assert (again.get_status(refresh=True), again.enqueued_at) == (JobStatus.FINISHED, first.enqueued_at)
+    with db.connection_context():  # still expired when read under the lock: a new fetch
+        Call.update(recording_link_expires_at=as_of).where(Call.id == request.call_id).execute()
+        third = ensure_refetch(queue, request.call_id, as_of, rec_config)
+    assert third.get_status(refresh=True) == JobStatus.QUEUED
+    queue.empty()
+
+
 # --- the endpoint's edges ----------------------------------------------------------------------
 
 def test_play_needs_a_request_made_from_a_call_and_the_read_scope(web, clock):
