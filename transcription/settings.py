@@ -49,12 +49,6 @@ VAD_MIN_SILENCE = 0.3
 # and whisper needs some lead-in to decode a word said right after the beep.
 SPEECH_PAD_BEFORE = 0.6
 SPEECH_PAD_AFTER = 0.5
-# A recording that fits whisper's one 30 s window is decoded as recorded, not as its
-# speech span: the encoder costs the same either way, and whisper reads the first and
-# last words better with the line around them. Measured on the labelled set (base,
-# beam 5): English WER 0.227 -> 0.199 (2 threads) and 0.269 -> 0.229 (1 thread),
-# Czech 0.839 -> 0.823. Longer recordings are decoded as their speech span (below).
-WHOLE_RECORDING_SECONDS = 30.0
 # Pauses inside the message longer than this are shortened to it (a caller who waits
 # 20 s between two sentences costs no 20 s of decoding).
 MAX_PAUSE = 2.0

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from transcription import engines
-from transcription.audio import Vad, load_audio, speech_runs, speech_span, to_decode
+from transcription.audio import Vad, load_audio, speech_runs, speech_span
 from transcription.decisions import (
     BLANK_AUDIO, MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, REVERSAL_MARGIN, assess, collapse_loops,
     compression_ratio, decide_message, entropy, normalize_language, repetition_score, reversed_speech, words,
@@ -101,11 +101,10 @@ class Transcriber:
                 span = speech_span(audio, runs)
             else:
                 runs, speech_seconds, span = [], None, audio
-            decoded = to_decode(audio, span)  # language and reversal are judged on the speech alone
             base = Transcript(text="", language=None, duration=round(duration, 3), speech_seconds=speech_seconds,
                               backend=self.backend, model=Path(self.model_path).name,
                               speech_start=round(runs[0][0], 2) if runs else None,
-                              decoded_seconds=round(decoded.size / SAMPLE_RATE, 2))
+                              decoded_seconds=round(span.size / SAMPLE_RATE, 2))
             backward: float | None = None
             raw: RawResult | None = None
             if span.size < SAMPLE_RATE // 2 or (speech_seconds is not None and speech_seconds < MIN_SPEECH_SECONDS):
@@ -120,12 +119,12 @@ class Transcriber:
             elif raw is None:
                 prompt = PROMPTS.get(language) if decoding.prompt else None
                 abort = (lambda: time.monotonic() >= deadline) if deadline is not None else (lambda: False)
-                raw = self._engine.run(decoded, language, decoding, prompt, abort)
+                raw = self._engine.run(span, language, decoding, prompt, abort)
                 if (speech_seconds is not None and speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS
                         and not raw.aborted and not raw.error and not words(" ".join(x.text for x in raw.segments))):
                     # A message with no words: whisper's no-speech gate dropped every
                     # window. Once more without it, so the receptionist gets what it heard.
-                    raw = self._engine.run(decoded, language, replace(decoding, no_speech_thold=1.0), prompt, abort)
+                    raw = self._engine.run(span, language, replace(decoding, no_speech_thold=1.0), prompt, abort)
                     base = replace(base, second_pass=True)
         if all_probs is not None:
             top = np.sort(all_probs)[::-1]
