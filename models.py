@@ -508,26 +508,13 @@ class PatientRequest(BaseModel):
     def open_for_caller(cls, clinic: Clinic, phone: str | None, patient_id: uuid.UUID | None) -> bool:
         """Whether the clinic has an open request of the patients with `phone` in its
         organization or of `patient_id`, or of a patient either was merged into (along
-        the whole chain): `open_for(with_survivors(...))` in one round trip, for
+        the whole chain), in one round trip, for
         `has-active-request`, which a switchboard asks on every call."""
         return bool(hot_prepared("open_for_caller", _OPEN_FOR_CALLER_SQL, (
             Patient.organization.db_value(clinic.organization_id), phone,
             Patient.id.db_value(patient_id) if patient_id else None, cls.clinic.db_value(clinic.id),
         )).fetchone()[0])
 
-    @classmethod
-    def open_for(cls, clinic: Clinic, patient_ids: list[uuid.UUID]) -> bool:
-        if not patient_ids:
-            return False
-        return (
-            cls.select()
-            .where(
-                (cls.clinic == clinic)
-                & (cls.patient.in_(patient_ids))
-                & (cls.done_at.is_null())
-            )
-            .exists()
-        )
 
 
 # The merge chains in SQL: UNION (not UNION ALL) drops ids already seen, so a cycle ends.

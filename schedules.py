@@ -52,7 +52,7 @@ class Schedule:
 
     def on_vacation_calendars(self, calendar_ids: frozenset[uuid.UUID], now: datetime) -> bool:
         """Whether one of `calendar_ids` has a switchboard vacation at `now` (as the
-        query of `vacations.is_on_vacation`: starts_at <= now < ends_at, in UTC)."""
+        vacation query: starts_at <= now < ends_at, in UTC)."""
         moment = as_utc(now)
         return any(v.calendar_id in calendar_ids and v.starts_at <= moment < v.ends_at for v in self.vacations)
 

@@ -347,8 +347,8 @@ RESERVATION = {
 }
 
 SHA256 = {"anyOf": [{"type": "string", "pattern": "^[0-9a-f]{64}$"}, {"type": "null"}],
-               "description": "SHA-256 (hex) of the registered bytes, which cannot change after registration; "
-                              "null for attachments registered before the service recorded it."}
+          "description": "SHA-256 (hex) of the registered bytes, which cannot change after registration; "
+                         "null for attachments registered before the service recorded it."}
 
 MEDICAL_RECORD = {
     "type": "object",

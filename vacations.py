@@ -9,9 +9,7 @@ from zoneinfo import ZoneInfo
 
 import holidays
 
-from clock import as_utc
-
-from models import Calendar, Clinic, Vacation
+from models import Clinic
 from schedules import Schedule
 
 
@@ -45,21 +43,9 @@ def decide(clinic: Clinic, calendars: Sequence[_IgnoresHolidays], vacation_now: 
 
 def on_vacation(clinic: Clinic, schedule: Schedule, calendar_ids: frozenset[uuid.UUID] | None,
                 now: datetime) -> bool:
-    """`is_on_vacation` answered from the clinic's schedule (schedules.py), for the
+    """Whether the clinic is on vacation, from its schedule (schedules.py), for the
     calendars `calendar_ids` (None: all of the clinic's)."""
     calendars = [c for c in schedule.calendars if calendar_ids is None or c.id in calendar_ids]
     active = bool(calendars) and schedule.on_vacation_calendars(frozenset(c.id for c in calendars), now)
     return decide(clinic, calendars, active, now)
 
-
-def is_on_vacation(clinic: Clinic, calendars: list[Calendar], now: datetime) -> bool:
-    """True for an active switchboard vacation in `calendars`, or a public holiday today,
-    read straight from the database (the reference the cached `on_vacation` is tested
-    against)."""
-    active = bool(calendars) and Vacation.select().where(
-        Vacation.calendar.in_(calendars)
-        & Vacation.applies_to_switchboard
-        & (Vacation.starts_at <= as_utc(now))
-        & (Vacation.ends_at > as_utc(now))
-    ).exists()
-    return decide(clinic, calendars, active, now)
