@@ -9,21 +9,21 @@ import falcon
 import peewee as pw
 from rq import Queue
 
-import errors
-import logs
-import metrics
-import openapi
-import strict_json
-from auth import TokenAuth
-from auth_cache import AuthCache
+from web import errors
+from plumbing import logs
+from plumbing import metrics
+from web import openapi
+from plumbing import strict_json
+from web.auth import TokenAuth
+from plumbing.row_cache import RowCache
 from config import Config
 from storage.links import LinkCache
-from errors import APIError
+from web.errors import APIError
 from models import MedicalRecord
-from intake import GroupCommit
+from switchboard.intake import GroupCommit
 from jobs import queueing
-from recording_player import RecordingPlayer
-from database import bind_database, db
+from voicemail.player import RecordingPlayer
+from plumbing.database import bind_database, db
 from resources import meta, switchboard
 from resources import catalog, patient_requests, patients
 from resources.storage_objects import StoredObject
@@ -131,7 +131,7 @@ def create_app(config: Config) -> falcon.App:
     # included) carries the id and gets timed.
     flusher = metrics.Flusher(queueing.redis_client(config.redis_url, "metrics"), config.metrics_flush_seconds)
     # Token rows and the clinics' routing schedules (schedules.py), kept current by NOTIFY.
-    cache = AuthCache.for_database(database)
+    cache = RowCache.for_database(database)
     app = falcon.App(middleware=[TakeTurns(), logs.RequestId(), metrics.RequestMetrics(flusher), NoNulInUrl(),
                                  BodyLimit(config.max_body_bytes), DatabaseConnection(),
                                  TokenAuth(config.clock, cache)])

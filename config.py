@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Callable
 
-from clock import now as wall_clock
+from plumbing.clock import now as wall_clock
 
 
 def _bool(value: str) -> bool:

@@ -20,11 +20,11 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-import auth_cache
+from plumbing import row_cache
 from config import Config
 from migrations import migrate
-from clock import iso_utc, utc_now
-from database import bind_database, db
+from plumbing.clock import iso_utc, utc_now
+from plumbing.database import bind_database, db
 from models import ApiToken, ApiTokenClinic, Clinic
 
 DEMO_FILE = Path(__file__).parent / "examples" / "onboarding.json"
@@ -42,7 +42,7 @@ def cmd_migrate(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_onboard(config: Config, args: argparse.Namespace) -> int:
-    from onboarding import OnboardingError, onboard
+    from onboarding.writer import OnboardingError, onboard
 
     try:
         document = json.loads(Path(args.file).read_text(encoding="utf-8"))
@@ -95,14 +95,14 @@ def cmd_token_revoke(config: Config, args: argparse.Namespace) -> int:
     if not updated and not ApiToken.get_or_none(ApiToken.id == token_id):
         print("error: no such token", file=sys.stderr)
         return 2
-    auth_cache.changed_here()  # other processes hear of it by NOTIFY (auth_cache.py)
+    row_cache.changed_here()  # other processes hear of it by NOTIFY (row_cache.py)
     print(f"token {token_id} revoked", file=sys.stderr)
     return 0
 
 
 def cmd_demo(config: Config, args: argparse.Namespace) -> int:
     """Onboard the example organization and print a token and a curl line per check."""
-    from onboarding import onboard
+    from onboarding.writer import onboard
 
     migrate(db.obj)
     onboard(json.loads(DEMO_FILE.read_text(encoding="utf-8")), secret_key=config.secret_key)
@@ -178,9 +178,9 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
 
     from rq import Queue
 
-    import logs
-    import metrics
-    import transcription
+    from plumbing import logs
+    from plumbing import metrics
+    from voicemail import transcription
     from jobs import companions, queueing, relay, runtime, worker
 
     logs.setup(config.log_level, config.log_format)

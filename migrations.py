@@ -14,9 +14,9 @@ import peewee as pw
 from playhouse.migrate import PostgresqlMigrator, SchemaMigrator, SqliteMigrator
 from playhouse.migrate import migrate as apply_operations
 
-import auth_cache
+from plumbing import row_cache
 import models as m
-from database import db
+from plumbing.database import db
 
 Migration = Callable[[pw.Database, SchemaMigrator], None]
 _ADVISORY_LOCK_KEY = 7_341_002  # arbitrary, constant for this application
@@ -113,12 +113,12 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH ROW EXECUTE FUNCTION call_notify_new()',
         ),
     )),
-    # The web processes cache token rows (auth_cache.py); these NOTIFY them of changes.
+    # The web processes cache token rows (row_cache.py); these NOTIFY them of changes.
     # Statement-level: one notification per change, however many rows it touched. And the
     # call trigger becomes statement-level too: a group commit's INSERT wakes the relay once.
     (6, "auth_cache", _postgresql(
         "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        f"BEGIN PERFORM pg_notify('{auth_cache.CHANNEL}', ''); RETURN NULL; END $$",
+        f"BEGIN PERFORM pg_notify('{row_cache.CHANNEL}', ''); RETURN NULL; END $$",
         *(statement for table, events in (
             ("api_token", "UPDATE OF secret_hash, scopes, expires_at, revoked_at OR DELETE OR TRUNCATE"),
             ("api_token_clinic", "INSERT OR UPDATE OR DELETE OR TRUNCATE"),

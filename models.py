@@ -16,12 +16,12 @@ from datetime import datetime, timedelta
 
 import peewee as pw
 
-from clock import as_utc, utc_now
-from database import columns, db, from_row, hot_prepared, hot_sql
-from phones import to_e164
+from plumbing.clock import as_utc, utc_now
+from plumbing.database import columns, db, from_row, hot_prepared, hot_sql
+from plumbing.phones import to_e164
 
 if TYPE_CHECKING:
-    from auth_cache import AuthCache
+    from plumbing.row_cache import RowCache
 
 
 class BaseModel(pw.Model):
@@ -314,7 +314,7 @@ class ApiToken(BaseModel):
 
     @classmethod
     def authorize(cls, text: str, slug: str, now: datetime,
-                  cache: "AuthCache | None" = None) -> "tuple[ApiToken, Clinic | None] | None":
+                  cache: "RowCache | None" = None) -> "tuple[ApiToken, Clinic | None] | None":
         """The live token for `text` (None: unknown, bad secret, revoked or expired) and
         the clinic named `slug` (None if there is none), with `covered` telling whether
         the token is bound to it.

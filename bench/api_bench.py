@@ -61,9 +61,9 @@ SOURCE = "signing-system"
 def setup(url: str) -> tuple[str, dict[str, uuid.UUID]]:
     """Migrate, onboard the demo organization, issue a token; returns it and some ids."""
     from migrations import migrate
-    from database import bind_database, db
+    from plumbing.database import bind_database, db
     from models import ApiToken, Clinic, RequestType
-    from onboarding import onboard
+    from onboarding.writer import onboard
 
     bind_database(url, pooled=False)
     with db.connection_context():
@@ -244,10 +244,9 @@ def bench_search(url: str, token: str, patients: int, repeat: int) -> bool:
         baseline = statistics.median(timed(lambda b=b: bare(b)) for b in batches[1:])
 
         # EXPLAIN the app's own query, as Peewee builds it.
-        from database import bind_database, db
+        from plumbing.database import bind_database, db
         from models import Clinic
-        import patient_directory
-
+        from documents import patients
         bind_database(url, pooled=False)
         with db.connection_context():
             clinic = Clinic.get(Clinic.slug == CLINIC)
@@ -260,7 +259,7 @@ def bench_search(url: str, token: str, patients: int, repeat: int) -> bool:
 
             db.obj.execute_sql = capture  # type: ignore[method-assign]
             try:
-                patient_directory.search(clinic, body(batches[0])["filter"], {"limit": 100})
+                patients.search(clinic, body(batches[0])["filter"], {"limit": 100})
             finally:
                 db.obj.execute_sql = original  # type: ignore[method-assign]
         db.obj.close()

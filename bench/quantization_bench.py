@@ -46,7 +46,7 @@ def _peak_rss_mb() -> float:
 
 def child(model: str, threads: int, repeat: int) -> dict[str, Any]:
     import transcription as tx
-    from spoken_numbers import word_error_rate as wer
+    from voicemail.spoken_numbers import word_error_rate as wer
     started = time.perf_counter()
     t = tx.get_transcriber("pywhispercpp", model, threads)
     load_s = time.perf_counter() - started

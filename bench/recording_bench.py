@@ -44,9 +44,9 @@ from rq import Worker  # noqa: E402
 from app import create_app  # noqa: E402
 from config import Config  # noqa: E402
 from migrations import migrate  # noqa: E402
-from database import db  # noqa: E402
+from plumbing.database import db  # noqa: E402
 from models import ApiToken, Call, Clinic, Patient, PatientRecord, PatientRequest  # noqa: E402
-from onboarding import onboard  # noqa: E402
+from onboarding.writer import onboard  # noqa: E402
 from tests.support.clocks import Clock  # noqa: E402
 from tests.support.databases import recreate_database  # noqa: E402
 from tests.support.https_server import HTTPSTestServer, TestRequest, TestResponse, json_response  # noqa: E402

@@ -129,9 +129,9 @@ def prepare(env: dict[str, str]) -> str:
     recreate_database(PG)
     manage(env, "migrate")
     manage(env, "onboard", str(ROOT / "examples" / "onboarding.json"))
-    from database import bind_database, db
+    from plumbing.database import bind_database, db
     from models import Clinic, Patient, PatientRecord, PatientRequest
-    from clock import utc_now
+    from plumbing.clock import utc_now
 
     bind_database(PG, pooled=False)
     with db.connection_context():

@@ -177,7 +177,7 @@ def ct2_model_dir() -> Path:
     import hashlib
 
     from tools import whisper_convert as wc
-    from transcription.model_file import recorded_checksum
+    from voicemail.transcription.model_file import recorded_checksum
 
     source = wc.SOURCES["base"]
     model = CT2_DIR / "model.bin"
@@ -264,7 +264,7 @@ def spawn(kind: str, args: argparse.Namespace, clips: Path) -> dict[str, Any]:
 
 def score(labels: list[dict[str, Any]], sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per clip file and side: edits, words, callback found, loop, seconds."""
-    import spoken_numbers as sn
+    from voicemail import spoken_numbers as sn
     import transcription as tx
 
     out: dict[str, dict[str, dict[str, Any]]] = {}

@@ -24,14 +24,14 @@ from rq.job import Job, JobStatus
 from rq.worker import Worker
 from rq.registry import StartedJobRegistry
 
-import metrics
-import spoken_numbers
-import transcription
+from plumbing import metrics
+from voicemail import spoken_numbers
+from voicemail import transcription
 from config import Config
 from jobs import leases, queueing
 from jobs.runtime import runtime
-from clock import utc_now
-from database import db
+from plumbing.clock import utc_now
+from plumbing.database import db
 from models import Call, Clinic, Patient, PatientRequest
 from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
 

@@ -22,8 +22,8 @@ from typing import Iterable, Iterator
 import peewee as pw
 import psycopg2
 
-from database import db
-from pg_listen import connector
+from plumbing.database import db
+from plumbing.pg_listen import connector
 
 log = logging.getLogger(__name__)
 NAMESPACE = 0x63616C6C & 0x7FFFFFFF  # "call"

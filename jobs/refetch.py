@@ -17,11 +17,11 @@ from functools import lru_cache
 
 import redis
 
-import recordings
+from voicemail import platform
 from jobs import queueing
 from jobs.runtime import runtime
-from clock import as_utc, utc_now
-from database import db
+from plumbing.clock import as_utc, utc_now
+from plumbing.database import db
 from models import Call, Clinic
 from safe_fetch import FetchError, UnsafeURL
 
@@ -45,23 +45,23 @@ def refetch_recording(call_id: str, as_of: str | None = None) -> str:
         call = Call.get_or_none(Call.id == uuid.UUID(call_id))
         if call is None:
             return "noop"
-        state = recordings.link_state(call, now, config)
+        state = platform.link_state(call, now, config)
         if state.state != "expired":
             return "noop"  # a link with time left, or known to be gone
-        creds = recordings.credentials_of(Clinic.get_by_id(call.clinic_id), config.secret_key)
-    reference = recordings.recording_reference(call)
+        creds = platform.credentials_of(Clinic.get_by_id(call.clinic_id), config.secret_key)
+    reference = platform.recording_reference(call)
     if creds is None or reference is None:
         reason = "no_credentials" if creds is None else "no_reference"
         with db.connection_context():
-            recordings.remember_gone(call.id, reason, now)
+            platform.remember_gone(call.id, reason, now)
         log.info("call %s: recording unavailable (%s)", call.id, reason)
         return "unavailable"
-    client = recordings.PlatformClient(config, _platform_redis(config.redis_url))
+    client = platform.PlatformClient(config, _platform_redis(config.redis_url))
     try:
         fresh = client.fresh_link(creds, reference, now)
-    except recordings.RecordingGone as exc:
+    except platform.RecordingGone as exc:
         with db.connection_context():
-            recordings.remember_gone(call.id, "deleted", now)
+            platform.remember_gone(call.id, "deleted", now)
         log.info("call %s: the platform has deleted the recording (%s)", call.id, exc)
         return "unavailable"
     except FetchError as exc:
@@ -70,8 +70,8 @@ def refetch_recording(call_id: str, as_of: str | None = None) -> str:
             raise
         log.warning("call %s: recording link not re-fetched: %s", call.id, exc.message)
         return "failed"
-    except (recordings.PlatformError, UnsafeURL) as exc:
-        if isinstance(exc, recordings.PlatformError) and exc.transient:
+    except (platform.PlatformError, UnsafeURL) as exc:
+        if isinstance(exc, platform.PlatformError) and exc.transient:
             raise
         log.warning("call %s: recording link not re-fetched: %s", call.id, exc)
         return "failed"

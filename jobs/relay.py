@@ -25,10 +25,10 @@ from rq import Queue
 
 from config import Config
 from jobs.calls import ensure_queued, requeue_pending
-from clock import utc_now
-from database import db
+from plumbing.clock import utc_now
+from plumbing.database import db
 from models import Call
-from pg_listen import Listener, connector
+from plumbing.pg_listen import Listener, connector
 
 log = logging.getLogger(__name__)
 

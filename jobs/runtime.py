@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 
 from config import Config
-from database import bind_database, db
+from plumbing.database import bind_database, db
 
 _config: Config | None = None
 _lock = threading.Lock()

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import falcon
 
-import documents
-import schemas
-from errors import validation_failed
+from documents import patient_requests
+from web import schemas
+from web.errors import validation_failed
 from models import Tag
 
 
@@ -16,7 +16,7 @@ class RequestTypeSearch:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         schemas.body(req, schemas.EMPTY_REQUEST, optional=True)
-        resp.media = {"data": documents.active_types(req.context.clinic)}
+        resp.media = {"data": patient_requests.active_types(req.context.clinic)}
 
 
 class Tags:
@@ -28,4 +28,4 @@ class Tags:
         tag_type = req.get_param("type")
         if tag_type is not None and tag_type not in Tag.TYPES:
             raise validation_failed(f"type: one of {', '.join(Tag.TYPES)}")
-        resp.media = {"data": documents.clinic_tags(req.context.clinic, tag_type)}
+        resp.media = {"data": patient_requests.clinic_tags(req.context.clinic, tag_type)}

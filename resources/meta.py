@@ -7,7 +7,7 @@ import falcon
 import peewee as pw
 import redis
 
-from errors import APIError
+from web.errors import APIError
 
 
 class OpenAPIDocument:

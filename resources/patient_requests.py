@@ -6,14 +6,14 @@ from typing import Callable
 
 import falcon
 
-import documents
-import schemas
-import clock
+from documents import patient_requests
+from web import schemas
+from plumbing import clock
 from storage.links import LinkCache
-from errors import APIError
-from recording_player import RecordingPlayer
+from web.errors import APIError
+from voicemail.player import RecordingPlayer
 from models import Call, PatientRequest
-from recordings import gone_message
+from voicemail.platform import gone_message
 from storage import Storage
 
 
@@ -22,8 +22,8 @@ class RequestCreate:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = schemas.body(req, schemas.CREATE_REQUEST)
-        request = documents.create_request(req.context.clinic, body, req.context.token)
-        resp.media = {"data": documents.summaries([request])[0]}
+        request = patient_requests.create_request(req.context.clinic, body, req.context.token)
+        resp.media = {"data": patient_requests.summaries([request])[0]}
 
 
 class RequestSearch:
@@ -31,7 +31,7 @@ class RequestSearch:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = schemas.body(req, schemas.REQUEST_SEARCH_REQUEST, optional=True)
-        found, cursor = documents.search_requests(req.context.clinic, body.get("filter", {}), body.get("pagination", {}))
+        found, cursor = patient_requests.search_requests(req.context.clinic, body.get("filter", {}), body.get("pagination", {}))
         resp.media = {"data": found, "pagination": {"nextCursor": cursor}}
 
 
@@ -45,17 +45,17 @@ class RequestDetail:
         self.clock = clock
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
-        request = documents.request_of(req.context.clinic, request_id)
-        data = documents.detail(request, self.links)
+        request = patient_requests.request_of(req.context.clinic, request_id)
+        data = patient_requests.detail(request, self.links)
         if request.call_id is not None and self.player is not None:
             data["call"] = self.player.describe(Call.get_by_id(request.call_id), self.clock())
         resp.media = {"data": data}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
-        request = documents.request_of(req.context.clinic, request_id)
+        request = patient_requests.request_of(req.context.clinic, request_id)
         body = schemas.body(req, schemas.REQUEST_PATCH)
-        documents.patch_request(req.context.clinic, request, body)
-        resp.media = {"data": documents.summaries([PatientRequest.get_by_id(request.id)])[0]}
+        patient_requests.patch_request(req.context.clinic, request, body)
+        resp.media = {"data": patient_requests.summaries([PatientRequest.get_by_id(request.id)])[0]}
 
 
 class UploadLink:
@@ -65,9 +65,9 @@ class UploadLink:
         self.storage = storage
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
-        request = documents.request_of(req.context.clinic, request_id)
+        request = patient_requests.request_of(req.context.clinic, request_id)
         body = schemas.body(req, schemas.UPLOAD_LINK_REQUEST)
-        resp.media = {"data": documents.issue_upload_link(self.storage, request, body["contentType"])}
+        resp.media = {"data": patient_requests.issue_upload_link(self.storage, request, body["contentType"])}
 
 
 class Attachments:
@@ -77,10 +77,10 @@ class Attachments:
         self.storage = storage
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
-        request = documents.request_of(req.context.clinic, request_id)
+        request = patient_requests.request_of(req.context.clinic, request_id)
         body = schemas.body(req, schemas.ATTACHMENT_REQUEST)
-        record = documents.register_attachment(self.storage, request, body, req.context.token)
-        resp.media = {"data": documents.attachment_json(record)}
+        record = patient_requests.register_attachment(self.storage, request, body, req.context.token)
+        resp.media = {"data": patient_requests.attachment_json(record)}
 
 
 class RequestRecording:
@@ -95,7 +95,7 @@ class RequestRecording:
         self.clock = clock
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
-        request = documents.request_of(req.context.clinic, request_id)
+        request = patient_requests.request_of(req.context.clinic, request_id)
         if request.call_id is None:
             raise APIError(404, "NOT_FOUND", "This request was not made from a call: it has no recording.")
         answer = self.player.play(Call.get_by_id(request.call_id), self.clock())

@@ -5,8 +5,8 @@ from typing import Any
 
 import falcon
 
-import patient_directory
-import schemas
+from documents import patients
+from web import schemas
 from models import Clinic
 
 
@@ -15,13 +15,13 @@ class PatientSearch:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = schemas.body(req, schemas.PATIENT_SEARCH_REQUEST, optional=True)
-        found, cursor = patient_directory.search(req.context.clinic, body.get("filter", {}), body.get("pagination", {}))
+        found, cursor = patients.search(req.context.clinic, body.get("filter", {}), body.get("pagination", {}))
         resp.media = {"data": found, "pagination": {"nextCursor": cursor}}
 
 
 def _import_one(clinic: Clinic, item: dict[str, Any]) -> dict[str, Any]:
-    patient, created = patient_directory.import_patient(clinic, item)
-    return {"patient": patient_directory.represent(clinic, [patient])[0], "created": created}
+    patient, created = patients.import_patient(clinic, item)
+    return {"patient": patients.represent(clinic, [patient])[0], "created": created}
 
 
 class PatientImport:
@@ -41,7 +41,7 @@ class PatientImportBulk:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = schemas.body(req, schemas.PATIENT_IMPORT_BULK)
-        outcomes = patient_directory.import_patients(req.context.clinic, body["patients"])
+        outcomes = patients.import_patients(req.context.clinic, body["patients"])
         resp.media = {"data": [
             {"index": index, "status": status, "patientId": str(patient_id) if patient_id else None,
              "error": error.to_dict() if error else None}

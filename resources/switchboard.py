@@ -8,23 +8,23 @@ from urllib.parse import urlsplit
 
 import falcon
 
-import schemas
+from web import schemas
 from config import Config
-from errors import APIError, validation_failed
-from intake import GroupCommit
-from auth_cache import AuthCache
+from web.errors import APIError, validation_failed
+from switchboard.intake import GroupCommit
+from plumbing.row_cache import RowCache
 from models import CallSidConflict, PatientRequest
 from safe_fetch import FetchError, ResolutionCache, UnsafeURL, validate_url
-from office_hours import is_open
-from phones import to_e164
-from schedules import schedule_of
-from vacations import on_vacation
+from switchboard.office_hours import is_open
+from plumbing.phones import to_e164
+from switchboard.schedules import schedule_of
+from switchboard.vacations import on_vacation
 
 
 class IsClinicOpened:
     scopes = {"POST": "read"}
 
-    def __init__(self, clock: Callable, cache: AuthCache | None = None) -> None:
+    def __init__(self, clock: Callable, cache: RowCache | None = None) -> None:
         self.clock = clock
         self.cache = cache
 
@@ -38,7 +38,7 @@ class IsClinicOpened:
 class IsOnVacation:
     scopes = {"POST": "read"}
 
-    def __init__(self, clock: Callable, cache: AuthCache | None = None) -> None:
+    def __init__(self, clock: Callable, cache: RowCache | None = None) -> None:
         self.clock = clock
         self.cache = cache
 

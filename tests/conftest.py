@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from app import create_app  # noqa: E402
 from config import Config  # noqa: E402
 from migrations import migrate  # noqa: E402
-from database import db  # noqa: E402
+from plumbing.database import db  # noqa: E402
 from models import MODELS, SchemaMigration  # noqa: E402
 from tests.support import SECRET_KEY  # noqa: E402
 from tests.support.clocks import WEDNESDAY, Clock  # noqa: E402

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import manage
-from database import db
+from plumbing.database import db
 from models import ApiToken
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 

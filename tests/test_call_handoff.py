@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import webtest
 
-import spoken_numbers
+from voicemail import spoken_numbers
 from app import create_app
 from config import Config
-from clock import utc_now
-from database import db
+from plumbing.clock import utc_now
+from plumbing.database import db
 from models import Call, Clinic, Patient, PatientRecord, PatientRequest
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, bearer, bodies, clinic, issue_token, load, organization, switchboard_url

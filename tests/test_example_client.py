@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import documents
-from database import db
+from documents import patient_requests
+from plumbing.database import db
 from models import MedicalRecord, PatientRequest
 from tests.support import issue_token, load
 from tests.support.live_service import serve, signing_organization
@@ -52,7 +52,7 @@ def test_client_stores_a_pdf_and_reads_back_the_same_bytes(service: str, tmp_pat
 
 def test_client_looks_before_retrying_and_re_requests_a_refused_upload(service: str, monkeypatch) -> None:
     """Create and register succeed but answer 500 once; the first upload link is refused."""
-    real_create, real_register, real_link = documents.create_request, documents.register_attachment, documents.issue_upload_link
+    real_create, real_register, real_link = patient_requests.create_request, patient_requests.register_attachment, patient_requests.issue_upload_link
     calls = {"create": 0, "register": 0, "link": 0}
 
     def create_then_fail(*args, **kwargs):

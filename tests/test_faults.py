@@ -38,12 +38,12 @@ from rq.job import Job, JobStatus
 import redis
 import webtest
 
-import transcription
+from voicemail import transcription
 from app import create_app
 from config import Config
 from jobs.calls import job_id, job_is_live
 from jobs.refetch import job_id as refetch_job_id
-from database import db
+from plumbing.database import db
 from models import Call, PatientRequest
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, bearer, bodies, clinic, issue_token, load, organization, switchboard_url

@@ -33,7 +33,7 @@ import pytest
 import redis
 import requests
 
-from onboarding import stable_id
+from onboarding.writer import stable_id
 from tests.conftest import EXAMPLE, PG_URL, REDIS_URL, ROOT
 from tests.support.databases import recreate_database
 from tests.support.gunicorn import serving, start_gunicorn

@@ -26,11 +26,11 @@ import pytest
 import webtest
 from jsonschema import Draft202012Validator
 
-import openapi
-import schemas
+from web import openapi
+from web import schemas
 from app import create_app
 from config import Config
-from database import bind_database, db
+from plumbing.database import bind_database, db
 from models import MODELS, ApiToken, Call, Clinic, Patient, PatientRequest, SchemaMigration, Tag
 from storage import LocalStorage
 from tests.conftest import PG_URL, REDIS_URL
@@ -113,7 +113,7 @@ def _seed_clinic(web: webtest.TestApp, storage: LocalStorage, slug: str, token: 
 
 
 def _stable(*parts: str) -> uuid.UUID:
-    from onboarding import stable_id
+    from onboarding.writer import stable_id
     return stable_id(*parts)
 
 

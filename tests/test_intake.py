@@ -14,8 +14,8 @@ import uuid
 import psycopg2
 import pytest
 
-from intake import GroupCommit
-from database import db
+from switchboard.intake import GroupCommit
+from plumbing.database import db
 from models import Call, Clinic
 from tests.conftest import PG_URL
 from tests.support import clinic, load, organization

@@ -11,8 +11,8 @@ from datetime import datetime
 import peewee as pw
 import pytest
 
-from errors import APIError
-from keyset import INVALID_CURSOR, Keyset
+from web.errors import APIError
+from web.keyset import INVALID_CURSOR, Keyset
 from models import Patient, PatientRequest
 
 REQUESTS = Keyset(PatientRequest.created_at, PatientRequest.id, descending=True)

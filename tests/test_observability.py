@@ -21,10 +21,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rq import Queue, Retry, SimpleWorker
 
-import errors
-import logs
-import metrics
-from database import db
+from web import errors
+from plumbing import logs
+from plumbing import metrics
+from plumbing.database import db
 from models import Call
 from tests.conftest import REDIS_URL, ROOT
 from tests.support import bearer, clinic, issue_token, load, log_audit, organization, switchboard_url

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-import crypto
+from plumbing import crypto
 import manage
-from database import db
+from plumbing.database import db
 from models import (
     MODELS, Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType, RequestTypeDefaultTag, SchemaMigration, Tag, Vacation,
 )
-from onboarding import OnboardingError, stable_id
+from onboarding.writer import OnboardingError, stable_id
 from tests.support import SECRET_KEY, load
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from database import db
+from plumbing.database import db
 from models import Organization, Patient
 
 

@@ -1,4 +1,4 @@
-"""The listening connection (pg_listen.py) that auth_cache.py and jobs/relay.py share:
+"""The listening connection (plumbing/pg_listen.py) that plumbing/row_cache.py and jobs/relay.py share:
 it hears a NOTIFY on any of its channels, waits no longer than asked, and reports a
 connection the server ended (pg_terminate_backend) by raising one of `LOST`."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import psycopg2
 import pytest
 
 from config import Config
-from database import open_database
-from pg_listen import LOST, Listener, connector
+from plumbing.database import open_database
+from plumbing.pg_listen import LOST, Listener, connector
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from jobs import leases
 from jobs.calls import QUEUE, job_id, requeue_pending
 from jobs.relay import CallRelay, start
 from migrations import migrate
-from database import db, open_database
+from plumbing.database import db, open_database
 from models import Call, Clinic
 from tests.conftest import PG_URL
 from tests.support import SECRET_KEY, clinic, load, organization

@@ -15,9 +15,9 @@ import pytest
 import webtest
 from jsonschema import Draft202012Validator
 
-import openapi
-from clock import as_utc
-from database import db
+from web import openapi
+from plumbing.clock import as_utc
+from plumbing.database import db
 from models import Call, Clinic, Patient, PatientRecord, PatientRequest
 from tests.support import bearer, issue_token, load
 from tests.support.live_service import api, patient_id, signing_organization, type_id

@@ -11,8 +11,8 @@ import jsonschema_rs
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import schemas
-from errors import APIError
+from web import schemas
+from web.errors import APIError
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 
 

@@ -5,11 +5,11 @@ import falcon.inspect
 from openapi_spec_validator import validate
 from jsonschema import Draft202012Validator
 
-import openapi
+from web import openapi
 from app import create_app
 from config import Config
 from migrations import MIGRATIONS, migrate
-from database import bind_database, db
+from plumbing.database import bind_database, db
 from models import SchemaMigration
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 
@@ -129,7 +129,7 @@ def test_upgrade_from_version_6_adds_languages_transcript_fields_and_the_kind_in
     with the schema of a fresh database; its rows read as "not set"."""
     from urllib.parse import urlparse, urlunparse
 
-    from database import open_database
+    from plumbing.database import open_database
 
     from models import Call, Clinic, Patient, PatientRequest
     from tests.conftest import PG_URL

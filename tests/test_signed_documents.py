@@ -1,4 +1,4 @@
-"""spec/signed-documents.md: the section-7 checklist end to end over real HTTP against
+"""spec/signed-patient_requests.md: the section-7 checklist end to end over real HTTP against
 both storage backends (local disk served by the service, S3 on a real SeaweedFS), and
 every row of the error table."""
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import requests
 
-import documents
-import file_types
+from documents import patient_requests
+from documents import file_types
 from storage.links import LinkCache
-from onboarding import stable_id
-from database import db
+from onboarding.writer import stable_id
+from plumbing.database import db
 from models import (
     MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest, RequestTypeDefaultTag, Reservation, Tag,
 )
@@ -409,8 +409,7 @@ def test_tags_and_patch_add_request_tags_and_its_own_user_note(app, org):
 def test_live_answers_match_the_documented_schemas(app, org):
     from jsonschema import Draft202012Validator
 
-    import openapi
-
+    from web import openapi
     document = app.get("/openapi.json").json
     h = bearer(org["write"])
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from spoken_numbers import find_callback_number, normalize_for_wer, word_error_rate, words_to_digits
+from voicemail.spoken_numbers import find_callback_number, normalize_for_wer, word_error_rate, words_to_digits
 
 WORDS_TO_DIGITS = [
     # Czech, digit by digit: each word its own group, the text between groups kept

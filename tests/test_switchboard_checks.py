@@ -13,16 +13,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import schedules
-from clock import as_utc, utc_now
-from database import db
+from switchboard import schedules
+from plumbing.clock import as_utc, utc_now
+from plumbing.database import db
 from models import Calendar, Clinic, OfficeHours, Patient, PatientRequest, Vacation
-from office_hours import is_open
-from onboarding import stable_id
-from phones import to_e164
+from switchboard.office_hours import is_open
+from onboarding.writer import stable_id
+from plumbing.phones import to_e164
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.support.servers import wait_until
-from vacations import decide, on_vacation
+from switchboard.vacations import decide, on_vacation
 
 PRAGUE = ZoneInfo("Europe/Prague")
 
@@ -447,8 +447,7 @@ def test_has_active_request_is_planned_once_per_connection_and_survives_a_lost_s
     """The recursive query runs as a prepared statement (its planning cost more than its
     work); a session that lost it (a pooler handing us another one) answers the same,
     through the plain query, and prepares it again."""
-    import database
-
+    from plumbing import database
     monkeypatch.setattr(database, "_prepare_failures", 0)
     _open_request(_with_patient())
 

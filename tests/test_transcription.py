@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import spoken_numbers
+from voicemail import spoken_numbers
 import transcription as tx
 from tests import voicemail_set
 from tools import whisper_convert as wc

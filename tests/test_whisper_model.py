@@ -18,7 +18,7 @@ import pytest
 from tools import ct2_reader
 from tools import whisper_convert as wc
 from tools import whisper_quantize as wq
-from transcription import model_file as mf
+from voicemail.transcription import model_file as mf
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "var" / "models"
@@ -242,8 +242,7 @@ def _word_error_rate(reference: str, hypothesis: str) -> tuple[int, int]:
     """transcription.word_error_rate, or spoken_numbers' where the transcription rework moved it."""
     import importlib
 
-    import transcription
-
+    from voicemail import transcription
     fn = getattr(transcription, "word_error_rate", None) or importlib.import_module("spoken_numbers").word_error_rate
     return fn(reference, hypothesis)
 

@@ -29,7 +29,7 @@ from typing import BinaryIO, Iterable, Sequence
 
 import numpy as np
 
-from transcription.model_file import FTYPE_F16, ConversionError, read_exact, read_int
+from voicemail.transcription.model_file import FTYPE_F16, ConversionError, read_exact, read_int
 
 # CTranslate2 DataType enum values.
 _CT2_FLOAT32, _CT2_INT8, _CT2_INT16, _CT2_INT32, _CT2_FLOAT16, _CT2_BFLOAT16 = range(6)

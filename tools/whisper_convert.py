@@ -32,7 +32,7 @@ from tools.ct2_reader import (
     ConcatReader, check_dropped_key_bias, hyperparameters, index_ct2, tensor_data, tensor_plan,
 )
 from tools.whisper_quantize import QUANTIZE_SKIP, quantization_type, quantize
-from transcription.model_file import (
+from voicemail.transcription.model_file import (
     FTYPE_F16, FTYPE_F32, GGML_MAGIC, HPARAM_NAMES, N_FFT, QUANTIZATIONS, ConversionError, record_checksum,
     recorded_checksum, sha256_files, verify,
 )

@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
-from transcription.model_file import (
+from voicemail.transcription.model_file import (
     FTYPE_F16, GGML_MAGIC, GGML_QNT_VERSION, GGML_QNT_VERSION_FACTOR, GGML_TYPES, HPARAM_NAMES, QUANTIZATIONS,
     ConversionError, GgmlTensorInfo, GgmlType, checksum_sidecar, read_exact, record_checksum, verify,
 )

@@ -32,15 +32,15 @@ SECRET_KEY = "test-secret-key"
 
 
 def load(document: dict[str, Any]) -> str:
-    from database import db
-    from onboarding import onboard
+    from plumbing.database import db
+    from onboarding.writer import onboard
 
     with db.connection_context():
         return onboard(document, secret_key=SECRET_KEY)
 
 
 def issue_token(slugs: list[str], scopes: list[str], expires_in: timedelta | None = None) -> str:
-    from database import db
+    from plumbing.database import db
     from models import ApiToken, Clinic
 
     with db.connection_context():

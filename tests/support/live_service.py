@@ -9,8 +9,8 @@ from typing import Any
 
 from app import create_app
 from config import Config
-from database import bind_database, db
-from onboarding import stable_id
+from plumbing.database import bind_database, db
+from onboarding.writer import stable_id
 from tests.conftest import PG_URL, REDIS_URL
 from tests.support import SECRET_KEY, clinic, organization
 from tests.support.servers import serve_wsgi

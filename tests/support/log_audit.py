@@ -157,7 +157,7 @@ def _record_issued_tokens() -> None:
 
 def _record_encrypted_plaintexts() -> None:
     try:
-        import crypto
+        from plumbing import crypto
     except ImportError:
         return
     encrypt = crypto.encrypt
@@ -225,7 +225,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_KEY] = [handler, root.level]
     root.setLevel(logging.DEBUG)
     try:  # the service's own rules, as every entry point applies them
-        import logs
+        from plumbing import logs
         logs.install_safety()
     except ImportError:
         pass

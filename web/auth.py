@@ -11,9 +11,9 @@ from typing import Any, Callable
 
 import falcon
 
-from auth_cache import AuthCache
-from errors import APIError
-from clock import as_utc
+from plumbing.row_cache import RowCache
+from web.errors import APIError
+from plumbing.clock import as_utc
 from models import ApiToken
 
 _TOUCH_EVERY = timedelta(minutes=1)  # last_used_at is advisory; spare a write per request
@@ -24,7 +24,7 @@ def _unauthorized(message: str) -> APIError:
 
 
 class TokenAuth:
-    def __init__(self, clock: Callable, cache: AuthCache | None = None) -> None:
+    def __init__(self, clock: Callable, cache: RowCache | None = None) -> None:
         self.clock = clock
         self.cache = cache
         # token id -> when this process last wrote its last_used_at; a cached token row

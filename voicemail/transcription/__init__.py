@@ -47,18 +47,18 @@ span), ``engines`` (the two whisper.cpp bindings behind one interface), ``decisi
 the per-process cache), ``model_file`` (the ggml model file's layout and its check).
 """
 
-from transcription.audio import load_audio, silero_model_path, speech_runs, speech_span
-from transcription.decisions import (
+from voicemail.transcription.audio import load_audio, silero_model_path, speech_runs, speech_span
+from voicemail.transcription.decisions import (
     MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, MIN_WORDS, RELIABLE_MEAN_LOGPROB, REVERSAL_MARGIN, assess,
     collapse_loops, compression_ratio, decide_message, failed, normalize_language, repetition_score,
     reversed_speech, words,
 )
-from transcription.results import AudioDecodeError, Segment, Transcript, TranscriptionError, UnsupportedLanguage
-from transcription.settings import (
+from voicemail.transcription.results import AudioDecodeError, Segment, Transcript, TranscriptionError, UnsupportedLanguage
+from voicemail.transcription.settings import (
     BACKENDS, DEFAULT_BACKEND, DEFAULT_DECODING, MAX_PAUSE, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE,
     SPEECH_PAD_AFTER, SPEECH_PAD_BEFORE, VAD_FRAME, VAD_MIN_SILENCE, VAD_MIN_SPEECH, VAD_THRESHOLD, Decoding,
 )
-from transcription.transcriber import Transcriber, get_transcriber, warm_up
+from voicemail.transcription.transcriber import Transcriber, get_transcriber, warm_up
 
 __all__ = [
     "AudioDecodeError", "BACKENDS", "DEFAULT_BACKEND", "DEFAULT_DECODING", "Decoding", "MAX_PAUSE",

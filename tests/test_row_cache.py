@@ -1,4 +1,4 @@
-"""Token rows cached per web process (auth_cache.py), kept current by PostgreSQL NOTIFY.
+"""Token rows cached per web process (row_cache.py), kept current by PostgreSQL NOTIFY.
 
 Every change below is made on a separate database connection, as another process (the
 token CLI, an onboarding run) would make it: nothing in this process is told but the
@@ -16,9 +16,9 @@ from datetime import datetime, timedelta, timezone
 import psycopg2
 import pytest
 
-import auth_cache
-from auth_cache import AuthCache
-from database import db
+from plumbing import row_cache
+from plumbing.row_cache import RowCache
+from plumbing.database import db
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.support.clocks import Clock
 
@@ -27,13 +27,13 @@ ROUNDS = 25
 
 @pytest.fixture
 def clinics(app):
-    assert auth_cache_enabled(), "the suite runs on PostgreSQL, where the cache is on"
+    assert row_cache_enabled(), "the suite runs on PostgreSQL, where the cache is on"
     load(organization(clinic("clinic-a"), clinic("clinic-b")))
 
 
-def auth_cache_enabled() -> bool:
+def row_cache_enabled() -> bool:
     """On for PostgreSQL (NOTIFY); the suite's database is always PostgreSQL."""
-    return AuthCache.for_database(db.obj).enabled
+    return RowCache.for_database(db.obj).enabled
 
 
 @pytest.fixture
@@ -69,8 +69,8 @@ def check(app, token: str, slug: str = "clinic-a", status: int = 200):
     return app.post(switchboard_url(slug, "is-on-vacation"), headers=bearer(token), status=status)
 
 
-def app_cache(app) -> AuthCache:
-    return next(m.cache for m in app.app._unprepared_middleware if isinstance(getattr(m, "cache", None), AuthCache))
+def app_cache(app) -> RowCache:
+    return next(m.cache for m in app.app._unprepared_middleware if isinstance(getattr(m, "cache", None), RowCache))
 
 
 @contextmanager
@@ -192,7 +192,7 @@ def test_without_the_listening_connection_nothing_is_cached_and_revocation_still
     fresh = issue_token(["clinic-a"], ["read"])
     started = time.monotonic()
     wait_cached(app, fresh, token_reads)  # listening again
-    assert time.monotonic() - started < auth_cache.RECONNECT_EVERY + 5
+    assert time.monotonic() - started < row_cache.RECONNECT_EVERY + 5
 
 
 # --- The cache alone -----------------------------------------------------------------
@@ -204,8 +204,8 @@ def fake_clock() -> Clock:
 
 @pytest.fixture
 def cache(app, fake_clock):
-    assert auth_cache_enabled(), "the suite runs on PostgreSQL, where the cache is on"
-    made = AuthCache.for_database(db.obj, ttl=60, clock=fake_clock)
+    assert row_cache_enabled(), "the suite runs on PostgreSQL, where the cache is on"
+    made = RowCache.for_database(db.obj, ttl=60, clock=fake_clock)
     deadline = time.monotonic() + 10
     while made.get("warm-up")[1] < 0:  # listening starts in the background
         assert time.monotonic() < deadline, "the cache never started listening"
@@ -217,7 +217,7 @@ def cache(app, fake_clock):
 def test_a_row_read_before_a_change_is_not_kept_after_it(cache):
     _, generation = cache.get("key")
     with other_connection() as cur:  # the change commits while the request reads the old row
-        cur.execute(f"NOTIFY {auth_cache.CHANNEL}")
+        cur.execute(f"NOTIFY {row_cache.CHANNEL}")
     deadline = time.monotonic() + 5
     while cache.get("another key")[1] == generation:  # some other request drains the notification
         assert time.monotonic() < deadline
@@ -236,7 +236,7 @@ def test_rows_expire_after_the_ttl_even_without_a_notification(cache, fake_clock
 
 def test_sqlite_gets_no_cache():
     import peewee as pw
-    disabled = AuthCache.for_database(pw.SqliteDatabase(":memory:"))
+    disabled = RowCache.for_database(pw.SqliteDatabase(":memory:"))
     assert not disabled.enabled and disabled.get("key") == (None, -1)
     disabled.put("key", ("row",), -1)
     assert disabled.get("key") == (None, -1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import schemas
+from web import schemas
 import storage
 
 SWITCHBOARD = "/external/v1/clinics/{clinic_slug}/switchboard"

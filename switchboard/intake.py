@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import peewee as pw
 
-from database import db
+from plumbing.database import db
 
 from models import ApiToken, Call, Clinic
 

@@ -38,11 +38,11 @@ from urllib.parse import quote, unquote, urlsplit
 
 import redis
 
-import crypto
+from plumbing import crypto
 from config import Config
-from clock import as_utc, iso_utc
+from plumbing.clock import as_utc, iso_utc
 from models import Call, Clinic
-import strict_json
+from plumbing import strict_json
 from safe_fetch import (
     FetchError,
     Resolver,

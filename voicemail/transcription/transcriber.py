@@ -13,16 +13,16 @@ from typing import Sequence
 
 import numpy as np
 
-from transcription import engines
-from transcription.audio import Vad, load_audio, speech_runs, speech_span
-from transcription.decisions import (
+from voicemail.transcription import engines
+from voicemail.transcription.audio import Vad, load_audio, speech_runs, speech_span
+from voicemail.transcription.decisions import (
     BLANK_AUDIO, MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, REVERSAL_MARGIN, assess, collapse_loops,
     compression_ratio, decide_message, entropy, normalize_language, repetition_score, reversed_speech, words,
 )
-from transcription.engines import ENGINES, Engine, RawResult
-from transcription.model_file import ConversionError, verify
-from transcription.results import Segment, Transcript, TranscriptionError, UnsupportedLanguage
-from transcription.settings import BACKENDS, DEFAULT_DECODING, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE, Decoding
+from voicemail.transcription.engines import ENGINES, Engine, RawResult
+from voicemail.transcription.model_file import ConversionError, verify
+from voicemail.transcription.results import Segment, Transcript, TranscriptionError, UnsupportedLanguage
+from voicemail.transcription.settings import BACKENDS, DEFAULT_DECODING, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE, Decoding
 
 
 class Transcriber:

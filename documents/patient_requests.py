@@ -15,16 +15,16 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-import file_types
-from errors import APIError, validation_failed
-from clock import as_utc, iso_utc, utc_now
-from database import db
-from keyset import Keyset
+from documents import file_types
+from web.errors import APIError, validation_failed
+from plumbing.clock import as_utc, iso_utc, utc_now
+from plumbing.database import db
+from web.keyset import Keyset
 from models import (
     ApiToken, Calendar, Clinic, IssuedUpload, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
     PatientRequestTag, RequestType, RequestTypeDefaultTag, Reservation, Tag,
 )
-from patient_directory import patient_for_create, tag_json
+from documents.patients import patient_for_create, tag_json
 from storage import ObjectNotFound, Storage, new_object_key, sealed_key
 from storage.links import LinkCache
 

@@ -9,7 +9,7 @@ import zlib
 
 import numpy as np
 
-from transcription.results import Transcript
+from voicemail.transcription.results import Transcript
 
 
 BLANK_AUDIO = re.compile(r"\[BLANK_AUDIO\]")  # whisper.cpp's marker for a silent window, not text
@@ -52,8 +52,7 @@ def collapse_loops(text: str, max_copies: int = 2) -> tuple[str, bool]:
     """Remove runs of a phrase (1-8 words) repeated more than ``max_copies`` times in a
     row, keeping ``max_copies`` of them; numbers are never collapsed ("sedm sedm sedm"
     is a phone number, not a loop). Returns the text and whether anything was removed."""
-    import spoken_numbers
-
+    from voicemail import spoken_numbers
     tokens = _TOKEN.findall(text)
     keys = [re.sub(r"[^\w]", "", t.lower()) for t in tokens]
     numeric = [bool(_NUMERIC.match(t)) or spoken_numbers.words_to_digits(k).strip().isdigit() for t, k in

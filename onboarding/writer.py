@@ -25,15 +25,15 @@ import peewee as pw
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import best_match
 
-import auth_cache
-import crypto
-from clock import as_utc, utc_now
-from database import db
+from plumbing import row_cache
+from plumbing import crypto
+from plumbing.clock import as_utc, utc_now
+from plumbing.database import db
 from models import (
     Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType, RequestTypeDefaultTag, Tag, Vacation,
 )
-from office_hours import WEEKDAYS
-from phones import to_e164
+from switchboard.office_hours import WEEKDAYS
+from plumbing.phones import to_e164
 
 MAX_LANGUAGES = 10
 NAMESPACE = uuid.UUID("5b0f3c1e-7a0e-4f7e-9a51-6f3c2d1b8e40")
@@ -496,7 +496,7 @@ def onboard(document: dict[str, Any], *, secret_key: str) -> str:
     try:
         return _onboard(document, secret_key)
     finally:
-        auth_cache.changed_here()  # clinics may have changed (other processes: NOTIFY)
+        row_cache.changed_here()  # clinics may have changed (other processes: NOTIFY)
 
 
 def _onboard(document: dict[str, Any], secret_key: str) -> str:

@@ -5,7 +5,7 @@ to autocommit and LISTENs on its channels; `wait` waits up to a timeout and read
 the server sent; `close` hangs up. A lost connection (a server restart,
 `pg_terminate_backend`, the network) is reported by `wait` raising one of `LOST`;
 recovering means opening a new Listener, when and how often is the caller's policy
-(auth_cache.py retries in the background, jobs/relay.py from its loop, with backoff).
+(plumbing/row_cache.py retries in the background, jobs/relay.py from its loop, with backoff).
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from transcription.results import AudioDecodeError, TranscriptionError
-from transcription.settings import (
+from voicemail.transcription.results import AudioDecodeError, TranscriptionError
+from voicemail.transcription.settings import (
     MAX_PAUSE, SAMPLE_RATE, SPEECH_PAD_AFTER, SPEECH_PAD_BEFORE, VAD_FRAME, VAD_MIN_SILENCE, VAD_MIN_SPEECH,
     VAD_THRESHOLD,
 )

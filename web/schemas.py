@@ -10,7 +10,7 @@ import jsonschema_rs
 from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError, best_match
 
-from errors import validation_failed
+from web.errors import validation_failed
 from models import Call, PatientRequest
 
 UUID = {"type": "string", "format": "uuid"}

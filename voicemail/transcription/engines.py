@@ -14,8 +14,8 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from transcription.results import TranscriptionError
-from transcription.settings import SAMPLE_RATE, Decoding
+from voicemail.transcription.results import TranscriptionError
+from voicemail.transcription.settings import SAMPLE_RATE, Decoding
 
 logger = logging.getLogger("transcription")
 

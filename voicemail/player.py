@@ -18,12 +18,12 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
-import clock
-import recordings
+from plumbing import clock
+from voicemail import platform
 from config import Config
 from jobs import queueing
 from jobs.refetch import JOB_TIMEOUT, job_id, refetch_recording
-from clock import as_utc, iso_utc
+from plumbing.clock import as_utc, iso_utc
 from models import Call, Clinic
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, conf
                 return job
             # The caller read the call before taking the lock: the job may have saved a
             # fresh link since. Only a link still expired, read now, needs another fetch.
-            if recordings.link_state(Call.get_by_id(call_id), as_of, config).state != "expired":
+            if platform.link_state(Call.get_by_id(call_id), as_of, config).state != "expired":
                 return job
             job.delete()
         delays = config.pbx_retry_intervals
@@ -74,14 +74,14 @@ class RecordingPlayer:
         self.config = config
         self.queue = queue
 
-    def _resolve(self, call: Call, now: datetime) -> recordings.LinkState:
+    def _resolve(self, call: Call, now: datetime) -> platform.LinkState:
         """The link state; an expired link of a clinic without credentials is gone (remembered)."""
-        state = recordings.link_state(call, now, self.config)
+        state = platform.link_state(call, now, self.config)
         if state.state == "expired":
             clinic = Clinic.get_by_id(call.clinic_id)
-            if recordings.credentials_of(clinic, self.config.secret_key) is None:
-                recordings.remember_gone(call.id, "no_credentials", now)
-                return recordings.LinkState("unavailable", reason="no_credentials")
+            if platform.credentials_of(clinic, self.config.secret_key) is None:
+                platform.remember_gone(call.id, "no_credentials", now)
+                return platform.LinkState("unavailable", reason="no_credentials")
         return state
 
     def describe(self, call: Call, now: datetime) -> dict[str, object]:

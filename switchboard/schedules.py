@@ -5,7 +5,7 @@ once per process and kept until the database says they changed.
 and the answer depends on rows that change a few times a year. Reading them from
 PostgreSQL per request cost more CPU (Peewee building the queries, two or three round
 trips) than everything else the check does. So the schedule rides the per-process
-cache of the token rows (auth_cache.py): the same NOTIFY triggers (migration 8 adds
+cache of the token rows (plumbing/row_cache.py): the same NOTIFY triggers (migration 8 adds
 `office_hours`, `calendar` and `vacation` to the tables that announce changes) empty it
 within a millisecond of a commit, and without a listening connection nothing is cached.
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, time
 from typing import NamedTuple
 
-from auth_cache import AuthCache
-from clock import as_utc
+from plumbing.row_cache import RowCache
+from plumbing.clock import as_utc
 from models import Calendar, Clinic, OfficeHours, Vacation
 
 
@@ -70,7 +70,7 @@ def read_schedule(clinic_id: uuid.UUID) -> Schedule:
     return Schedule(hours, calendars, vacations)
 
 
-def schedule_of(clinic: Clinic, cache: AuthCache | None) -> Schedule:
+def schedule_of(clinic: Clinic, cache: RowCache | None) -> Schedule:
     """The clinic's schedule, from `cache` when it holds a current one."""
     key = ("schedule", clinic.id)
     cached, generation = cache.get(key) if cache is not None else (None, -1)

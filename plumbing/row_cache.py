@@ -13,7 +13,7 @@ process's listening connection when that transaction commits.
 There is no listener thread to wait for: every lookup first drains that connection
 without blocking (a `select` with no timeout), so a revocation is honoured by the first
 request that starts after its notification arrived, well under a millisecond after the
-commit on one machine (tests/test_auth_cache.py measures it). A row read before a change
+commit on one machine (tests/test_row_cache.py measures it). A row read before a change
 but stored after its notification was drained is refused by the generation check. While
 the listening connection is down nothing is cached and every request asks the database;
 `ttl` bounds how long a row lives even if the connection died without a word.
@@ -30,15 +30,15 @@ from typing import Any, Callable, Hashable
 import peewee as pw
 import psycopg2
 
-import pg_listen
-from pg_listen import Listener
+from plumbing import pg_listen
+from plumbing.pg_listen import Listener
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "auth_changed"
 RECONNECT_EVERY = 5.0  # seconds between attempts to re-establish the listening connection
 
-_caches: "weakref.WeakSet[AuthCache]" = weakref.WeakSet()
+_caches: "weakref.WeakSet[RowCache]" = weakref.WeakSet()
 
 
 def changed_here() -> None:
@@ -48,7 +48,7 @@ def changed_here() -> None:
         cache.invalidate()
 
 
-class AuthCache:
+class RowCache:
     def __init__(self, connect: Callable[[], Any] | None, *, ttl: float = 60.0, max_entries: int = 10_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._connect = connect
@@ -65,7 +65,7 @@ class AuthCache:
         _caches.add(self)
 
     @classmethod
-    def for_database(cls, database: pw.Database, **options: Any) -> "AuthCache":
+    def for_database(cls, database: pw.Database, **options: Any) -> "RowCache":
         """A cache listening on `database` when it is PostgreSQL; a disabled one otherwise."""
         if not isinstance(database, pw.PostgresqlDatabase):
             return cls(None, **options)

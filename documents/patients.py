@@ -14,13 +14,13 @@ from typing import Any
 
 import peewee as pw
 
-import schemas
-from clock import utc_now
-from errors import APIError, validation_failed
-from database import db
-from keyset import Keyset
+from web import schemas
+from plumbing.clock import utc_now
+from web.errors import APIError, validation_failed
+from plumbing.database import db
+from web.keyset import Keyset
 from models import Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag
-from phones import to_e164
+from plumbing.phones import to_e164
 
 DEFAULT_LIMIT = 50
 SHARED_STATUS = "WAITING"

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import peewee as pw
 
-from errors import validation_failed
+from web.errors import validation_failed
 
 INVALID_CURSOR = "pagination.cursor: not a cursor of this search"
 

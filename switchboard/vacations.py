@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import holidays
 
 from models import Clinic
-from schedules import Schedule
+from switchboard.schedules import Schedule
 
 
 @lru_cache(maxsize=256)

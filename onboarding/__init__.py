@@ -1,0 +1,1 @@
+"""Organizations, clinics, tokens and their settings from one JSON document."""

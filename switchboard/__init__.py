@@ -1,0 +1,2 @@
+"""The switchboard's routing checks (office hours, vacations, schedules) and the intake of
+`recording-complete` hand-offs."""
