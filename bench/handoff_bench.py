@@ -34,7 +34,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import transcription  # noqa: E402
+from voicemail import transcription  # noqa: E402
 from tests.support.databases import recreate_database  # noqa: E402
 from tests.support.gunicorn import start_gunicorn  # noqa: E402
 from tests.support.https_server import HTTPSTestServer, static  # noqa: E402

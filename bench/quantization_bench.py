@@ -45,7 +45,7 @@ def _peak_rss_mb() -> float:
 
 
 def child(model: str, threads: int, repeat: int) -> dict[str, Any]:
-    import transcription as tx
+    from voicemail import transcription as tx
     from voicemail.spoken_numbers import word_error_rate as wer
     started = time.perf_counter()
     t = tx.get_transcriber("pywhispercpp", model, threads)

@@ -146,7 +146,7 @@ def run_project(clips: dict[str, Any], model: str, threads: int, languages: list
                 repeat: int) -> dict[str, Any]:
     from dataclasses import asdict, fields, replace
 
-    import transcription as tx
+    from voicemail import transcription as tx
 
     overrides = json.loads(decoding_json or "{}")
     unknown = set(overrides) - {f.name for f in fields(tx.Decoding)}
@@ -265,7 +265,7 @@ def spawn(kind: str, args: argparse.Namespace, clips: Path) -> dict[str, Any]:
 def score(labels: list[dict[str, Any]], sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per clip file and side: edits, words, callback found, loop, seconds."""
     from voicemail import spoken_numbers as sn
-    import transcription as tx
+    from voicemail import transcription as tx
 
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for side, result in sides.items():

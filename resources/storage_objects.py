@@ -21,20 +21,22 @@ from storage import (
     ObjectTooLarge,
     content_disposition,
 )
+from web.errors import APIError, validation_failed
+from web.middleware import require_known_end
 
 __all__ = ["StoredObject"]
 
 
-def _forbidden(reason: str) -> falcon.HTTPForbidden:
-    return falcon.HTTPForbidden(title="Forbidden", description=reason, code="FORBIDDEN")
+def _forbidden(reason: str) -> APIError:
+    return APIError(403, "FORBIDDEN", reason)
 
 
-def _invalid_key() -> falcon.HTTPBadRequest:
-    return falcon.HTTPBadRequest(title="Bad Request", description="invalid object key", code="VALIDATION_FAILED")
+def _invalid_key() -> APIError:
+    return validation_failed("invalid object key")
 
 
-def _not_found() -> falcon.HTTPNotFound:
-    return falcon.HTTPNotFound(title="Not Found", description="no such object", code="NOT_FOUND")
+def _not_found() -> APIError:
+    return APIError(404, "NOT_FOUND", "no such object")
 
 
 class StoredObject:
@@ -68,33 +70,24 @@ class StoredObject:
             raise _forbidden(str(exc)) from None
         if self.registered(key):
             # Registered: the record holds a copy, and this URL may not replace what was uploaded.
-            raise falcon.HTTPConflict(title="Conflict", description="the upload is registered; it cannot change",
-                                      code="ALREADY_REGISTERED")
+            raise APIError(409, "ALREADY_REGISTERED", "the upload is registered; it cannot change")
 
         length = req.content_length
         stream = req.bounded_stream
         if length is None:
             # A chunked upload: read to its end (the storage stops one byte past its
-            # cap), but only where the server marks that end; elsewhere a read of the
-            # raw input could block, and S3 needs the length anyway.
-            if req.get_header("Transfer-Encoding") is None or not req.env.get("wsgi.input_terminated"):
-                raise falcon.HTTPLengthRequired(
-                    title="Length Required",
-                    description="Content-Length is required",
-                    code="VALIDATION_FAILED",
-                )
+            # cap), but only where the server marks that end.
+            if req.get_header("Transfer-Encoding") is None:
+                raise APIError(411, "LENGTH_REQUIRED", "Send a Content-Length with the body.")
+            require_known_end(req)
             stream = req.stream
         try:
             self.storage.write_stream(key, stream, length, (req.content_type or "").strip())
         except ObjectTooLarge as exc:
-            raise falcon.HTTPContentTooLarge(
-                title="Content Too Large", description=str(exc), code="PAYLOAD_TOO_LARGE"
-            ) from None
+            raise APIError(413, "PAYLOAD_TOO_LARGE", str(exc)) from None
         except IncompleteUpload as exc:
             # The client is normally gone; answer for the logs' sake.
-            raise falcon.HTTPBadRequest(
-                title="Bad Request", description=str(exc), code="VALIDATION_FAILED"
-            ) from None
+            raise validation_failed(str(exc)) from None
         except InvalidKeyError:
             raise _invalid_key() from None
         resp.status = falcon.HTTP_200
@@ -166,8 +159,8 @@ def _byte_range(req: falcon.Request, size: int) -> tuple[int, int] | None:
     elif last < 0 or last >= size:  # "bytes=500-": to the end
         last = size - 1
     if first >= size or first > last:
-        raise falcon.HTTPRangeNotSatisfiable(size, title="Range Not Satisfiable", code="RANGE_NOT_SATISFIABLE",
-                                             description=f"the object has {size} bytes")
+        raise APIError(416, "RANGE_NOT_SATISFIABLE", f"the object has {size} bytes",
+                       headers={"Content-Range": f"bytes */{size}"})
     return first, last
 
 

@@ -1,4 +1,4 @@
-"""Under gevent every request first lets the others run (app.TakeTurns, issue 14).
+"""Under gevent every request first lets the others run (web.middleware.TakeTurns, issue 14).
 
 A routing check answered from memory never waits on I/O; without a yield, one keep-alive
 connection's requests ran back to back while the process's other connections waited
@@ -17,7 +17,7 @@ SCRIPT = """
 from gevent import monkey
 monkey.patch_all()
 import gevent
-from app import TakeTurns
+from web.middleware import TakeTurns
 
 order = []
 turns = TakeTurns()
@@ -40,7 +40,7 @@ def test_under_gevent_a_request_lets_the_waiting_one_start_first():
 
 
 def test_outside_gevent_it_does_nothing():
-    from app import TakeTurns
+    from web.middleware import TakeTurns
 
     turns = TakeTurns()
     assert turns._yield is None

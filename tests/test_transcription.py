@@ -15,7 +15,7 @@ import pytest
 import soundfile as sf
 
 from voicemail import spoken_numbers
-import transcription as tx
+from voicemail import transcription as tx
 from tests import voicemail_set
 from tools import whisper_convert as wc
 
