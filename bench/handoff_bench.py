@@ -157,7 +157,7 @@ def bench_call_to_request(workdir: Path) -> None:
     seconds = transcription.load_audio(voicemail).size / transcription.SAMPLE_RATE
     # The raw engine in a fresh process, as the worker has it (loaded and warmed once).
     raw_script = (
-        "import sys, time, json; sys.path.insert(0, sys.argv[1]); import transcription\n"
+        "import sys, time, json; sys.path.insert(0, sys.argv[1]); from voicemail import transcription\n"
         "e = transcription.warm_up('pywhispercpp', sys.argv[2], 2, True)\n"
         "out = []\n"
         "for _ in range(3):\n"
