@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from datetime import date, datetime, time, timedelta
-from typing import Iterable, Protocol
+from typing import Iterable, NamedTuple
 from zoneinfo import ZoneInfo
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
-class Interval(Protocol):
+class Interval(NamedTuple):
+    """One office-hours row, as the schedule keeps it."""
     weekday: int  # ISO 1..7
     opens: time
     closes: time

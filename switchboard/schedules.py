@@ -17,20 +17,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, time
+from datetime import datetime
 from typing import NamedTuple
 
 from plumbing.row_cache import RowCache
 from plumbing.clock import as_utc
 from models import Calendar, Clinic, OfficeHours, Vacation
-
-
-class Interval(NamedTuple):
-    """One office-hours row (`office_hours.Interval`)."""
-    weekday: int
-    opens: time
-    closes: time
-    weeks: str
+from switchboard.office_hours import Interval
 
 
 class CalendarFacts(NamedTuple):
