@@ -76,9 +76,9 @@ def test_client_looks_before_retrying_and_re_requests_a_refused_upload(service: 
             link["url"] = link["url"].replace("signature=", "signature=00")
         return link
 
-    monkeypatch.setattr(documents, "create_request", create_then_fail)
-    monkeypatch.setattr(documents, "register_attachment", register_then_fail)
-    monkeypatch.setattr(documents, "issue_upload_link", spoiled_first_link)
+    monkeypatch.setattr(patient_requests, "create_request", create_then_fail)
+    monkeypatch.setattr(patient_requests, "register_attachment", register_then_fail)
+    monkeypatch.setattr(patient_requests, "issue_upload_link", spoiled_first_link)
     done = run_client(service, issue_token(["clinic-a"], ["read", "write"]))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "identical" in done.stdout
