@@ -18,7 +18,7 @@ from switchboard.intake import GroupCommit
 from voicemail.player import RecordingPlayer
 from web import errors, openapi
 from web.auth import TokenAuth
-from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, TakeTurns
+from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, TakeTurns
 
 
 def create_app(config: Config) -> falcon.App:
@@ -34,7 +34,7 @@ def create_app(config: Config) -> falcon.App:
     # side): their process_response runs last, so every answer is numbered and timed.
     app = falcon.App(middleware=[TakeTurns(), logs.RequestId(), metrics.RequestMetrics(flusher), NoNulInUrl(),
                                  BodyLimit(config.max_body_bytes), DatabaseConnection(),
-                                 TokenAuth(config.clock, cache)])
+                                 TokenAuth(config.clock, cache), RetryAdvice()])
     app.req_options.strip_url_path_trailing_slash = True
     # JSON only: a form body (curl -d's default) would parse as a confusing form key: 415.
     app.req_options.media_handlers = falcon.media.Handlers(

@@ -68,7 +68,10 @@ def request_of(clinic: Clinic, request_id: str) -> PatientRequest:
 
 # --- create ----------------------------------------------------------------------------
 
-def create_request(clinic: Clinic, body: dict[str, Any], token: ApiToken) -> PatientRequest:
+def create_request(clinic: Clinic, body: dict[str, Any], token: ApiToken) -> dict[str, Any]:
+    """The new request as create answers it. The answer is read inside the transaction
+    that writes the request: once it commits nothing is left to fail, so a committed create
+    never answers 5xx and invites the retry that would duplicate it."""
     patient, record = patient_for_create(clinic, body["patientId"])
     request_type = RequestType.get_or_none((RequestType.id == uuid.UUID(body["userECRFId"]))
                                            & (RequestType.clinic == clinic) & RequestType.active)
@@ -83,7 +86,7 @@ def create_request(clinic: Clinic, body: dict[str, Any], token: ApiToken) -> Pat
         if slot:
             Reservation.create(request=request, calendar=slot[0], starts_at=slot[1], ends_at=slot[2])
         apply_default_tags(request_type, record)
-    return request
+        return summaries([request])[0]
 
 
 def _time_slot(clinic: Clinic, slot: dict[str, Any] | None) -> tuple[Calendar, datetime, datetime] | None:

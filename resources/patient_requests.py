@@ -19,11 +19,11 @@ from storage import Storage
 
 class RequestCreate:
     scopes = {"POST": "write"}
+    not_idempotent = {"POST"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = schemas.body(req, schemas.CREATE_REQUEST)
-        request = patient_requests.create_request(req.context.clinic, body, req.context.token)
-        resp.media = {"data": patient_requests.summaries([request])[0]}
+        resp.media = {"data": patient_requests.create_request(req.context.clinic, body, req.context.token)}
 
 
 class RequestSearch:
@@ -72,6 +72,7 @@ class UploadLink:
 
 class Attachments:
     scopes = {"POST": "write"}
+    not_idempotent = {"POST"}
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage

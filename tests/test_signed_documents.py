@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import peewee as pw
 import pytest
 import requests
 
@@ -273,7 +274,41 @@ def test_5xx_is_an_internal_error_without_details(app, org, monkeypatch):
 
     monkeypatch.setattr(patient_requests, "create_request", boom)
     response = _create(app, org["write"], 500)
-    assert response == {"error": "Internal error; safe to retry.", "code": "INTERNAL_ERROR"}
+    assert response["code"] == "INTERNAL_ERROR" and "hunter2" not in response["error"]
+
+
+def test_5xx_on_create_says_check_first_and_on_a_lookup_safe_to_retry(app, org, monkeypatch):
+    """The spec's retry rules: create and registration are not idempotent."""
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    existing = _create(app, org["write"])["data"]["id"]
+    monkeypatch.setattr(patient_requests, "create_request", boom)
+    monkeypatch.setattr(patient_requests, "register_attachment", boom)
+    monkeypatch.setattr(patient_requests, "search_requests", boom)
+    created = _create(app, org["write"], 500)["error"]
+    assert "check" in created and "safe to retry" not in created
+    registered = app.post_json(f"{CREATE.rsplit('/', 1)[0]}/{existing}/attachments",
+                               {"contentType": "application/pdf", "fileHash": "x", "description": "x.pdf"},
+                               headers=bearer(org["write"]), status=500).json["error"]
+    assert "check" in registered and "safe to retry" not in registered
+    searched = app.post_json(f"{CREATE.rsplit('/', 1)[0]}/search", {}, headers=bearer(org["write"]), status=500)
+    assert searched.json == {"error": "Internal error; safe to retry.", "code": "INTERNAL_ERROR"}
+
+
+def test_a_create_whose_answer_fails_stores_nothing(app, org, monkeypatch):
+    """The answer is read inside the create's transaction: a failure there rolls the
+    request back, so a 5xx never stands for a committed request (no duplicate on retry)."""
+    def boom(*args, **kwargs):
+        raise pw.OperationalError("server closed the connection unexpectedly")
+
+    with db.connection_context():
+        before = PatientRequest.select().count()
+    monkeypatch.setattr(patient_requests, "summaries", boom)
+    response = _create(app, org["write"], 503)
+    assert response["code"] == "SERVICE_UNAVAILABLE" and "check" in response["error"]
+    with db.connection_context():
+        assert PatientRequest.select().count() == before
 
 
 # --- create rules ---------------------------------------------------------------------------

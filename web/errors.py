@@ -86,6 +86,19 @@ def _integrity(req: falcon.Request, resp: falcon.Response, ex: pw.IntegrityError
     raise APIError(409, "CONFLICT", "The request conflicts with existing data.")
 
 
+SAFE_TO_RETRY = "safe to retry"
+CHECK_FIRST = ("the request or document may have been stored: check with patientRequests/search or "
+               "the request detail before retrying")
+
+
+def retry_advice(req: falcon.Request) -> str:
+    """What a 5xx tells the client about retrying (the signed-documents retry rules): a
+    create or a registration may have been stored before the failure, and retrying it
+    blindly makes a duplicate; everything else is safe to retry. A resource names its
+    methods that write once in `not_idempotent` (web.middleware.RetryAdvice reads it)."""
+    return CHECK_FIRST if getattr(req.context, "not_idempotent", False) else SAFE_TO_RETRY
+
+
 def _database_unavailable(req: falcon.Request, resp: falcon.Response, ex: Exception, params: dict) -> None:
     # The database is down, restarting or dropped the connection: nothing was claimed,
     # the pool discards the broken connection, and the client should simply retry.
@@ -93,14 +106,15 @@ def _database_unavailable(req: falcon.Request, resp: falcon.Response, ex: Except
     # names no secret; the DSN's password is never part of it.
     detail = (str(ex).strip().splitlines() or [""])[0][:200]
     log.warning("database unavailable on %s %s: %s: %s", req.method, req.path, type(ex).__name__, detail)
-    raise APIError(503, "SERVICE_UNAVAILABLE", "Database unavailable; safe to retry.", headers={"Retry-After": "2"})
+    raise APIError(503, "SERVICE_UNAVAILABLE", f"Database unavailable; {retry_advice(req)}.",
+                   headers={"Retry-After": "2"})
 
 
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, params: dict) -> None:
     if isinstance(ex, falcon.HTTPError):
         raise ex
     log.exception("unhandled error on %s %s", req.method, req.path)
-    raise APIError(500, "INTERNAL_ERROR", "Internal error; safe to retry.")
+    raise APIError(500, "INTERNAL_ERROR", f"Internal error; {retry_advice(req)}.")
 
 
 def install(app: falcon.App) -> None:

@@ -36,6 +36,14 @@ class TakeTurns:
             self._yield(0)
 
 
+class RetryAdvice:
+    """Marks the request when its resource writes once (`not_idempotent`), so that a 5xx
+    says to check before retrying (web.errors.retry_advice)."""
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: object, params: dict) -> None:
+        req.context.not_idempotent = req.method in getattr(resource, "not_idempotent", ())
+
+
 class NoNulInUrl:
     """400 for a NUL character in the (decoded) path or query string: no slug, id, key or
     parameter holds one, and PostgreSQL refuses it in a lookup, which would be a 500."""
