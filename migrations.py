@@ -155,6 +155,19 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _add_column("medical_record", "object_key", pw.CharField(max_length=512, null=True)),
         _add_column("medical_record", "sha256", pw.CharField(max_length=64, null=True)),
     )),
+    # Behind a pooler in transaction mode NOTIFY never arrives: the same triggers count
+    # every change, and the caches poll the count (plumbing/row_cache.py). The
+    # organization announces its changes too (patient sharing rides the cached clinic).
+    (10, "cache_generation", _postgresql(
+        'CREATE TABLE IF NOT EXISTS "cache_generation" ("id" smallint PRIMARY KEY, "n" bigint NOT NULL)',
+        'INSERT INTO "cache_generation" ("id", "n") VALUES (1, 0) ON CONFLICT DO NOTHING',
+        "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        'UPDATE "cache_generation" SET "n" = "n" + 1 WHERE "id" = 1; '
+        f"PERFORM pg_notify('{row_cache.CHANNEL}', ''); RETURN NULL; END $$",
+        'DROP TRIGGER IF EXISTS "auth_changed" ON "organization"',
+        'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "organization" '
+        "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
+    )),
 ]
 
 

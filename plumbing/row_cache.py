@@ -17,7 +17,13 @@ commit on one machine (tests/test_row_cache.py measures it). A row read before a
 but stored after its notification was drained is refused by the generation check. While
 the listening connection is down nothing is cached and every request asks the database;
 `ttl` bounds how long a row lives even if the connection died without a word.
-SQLite (the embedded default) has no NOTIFY and gets no cache: its lookups are local.
+
+A pooler in transaction mode (PgBouncer) accepts LISTEN and never delivers a
+notification. So the same triggers also count every change in `cache_generation`
+(migration 10), and at most every `poll_every` seconds (1 s) a lookup reads that counter
+on the listening connection: behind such a pooler a change is honoured within a second
+of its commit, at the cost of one small query a second per process. SQLite (the embedded
+default) has no NOTIFY and gets no cache: its lookups are local.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ from plumbing.pg_listen import Listener
 log = logging.getLogger(__name__)
 
 CHANNEL = "auth_changed"
+GENERATION_SQL = "SELECT n FROM cache_generation WHERE id = 1"
 RECONNECT_EVERY = 5.0  # seconds between attempts to re-establish the listening connection
 
 _caches: "weakref.WeakSet[RowCache]" = weakref.WeakSet()
@@ -50,9 +57,12 @@ def changed_here() -> None:
 
 class RowCache:
     def __init__(self, connect: Callable[[], Any] | None, *, ttl: float = 60.0, max_entries: int = 10_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 poll_every: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._connect = connect
         self.ttl = ttl
+        self.poll_every = poll_every
+        self._poll_at = 0.0
+        self._counted: int | None = None  # the last cache_generation read
         self.max_entries = max_entries
         self._clock = clock
         self._lock = threading.Lock()
@@ -112,12 +122,27 @@ class RowCache:
         try:
             if self._listener.wait(0):  # without blocking; notices a lost connection too
                 self._invalidate()
+            if self._clock() >= self._poll_at:
+                self._poll_generation()
         except pg_listen.LOST as exc:
             log.warning("auth cache: listening connection lost (%s); reading tokens from the database",
                         type(exc).__name__)
             self._drop()
             return False
         return True
+
+    def _poll_generation(self) -> None:
+        """Invalidate when the change counter moved since the last poll (the changes a
+        pooler's swallowed notifications would have announced). Holds the lock."""
+        self._poll_at = self._clock() + self.poll_every
+        assert self._listener is not None
+        with self._listener.conn.cursor() as cur:
+            cur.execute(GENERATION_SQL)
+            row = cur.fetchone()
+        counted = row[0] if row else None
+        if counted != self._counted:
+            self._counted = counted
+            self._invalidate()
 
     def _start_listening(self) -> None:
         # In the background: a request must not wait on a connect (or its timeout).

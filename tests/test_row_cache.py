@@ -265,3 +265,33 @@ def test_last_used_is_written_once_a_minute_though_the_row_is_cached(app, clinic
         assert len(writes) == 2
     finally:
         db.obj.query_hooks.remove(hook)
+
+
+# --- Behind a pooler that never delivers NOTIFY (PgBouncer in transaction mode) ------
+
+@pytest.fixture
+def deaf_cache(app, fake_clock, monkeypatch):
+    """A cache whose LISTEN is accepted and never hears anything, as behind such a pooler."""
+    monkeypatch.setattr(row_cache, "CHANNEL", "nothing_is_ever_sent_here")
+    made = RowCache.for_database(db.obj, ttl=60, clock=fake_clock)
+    deadline = time.monotonic() + 10
+    while made.get("warm-up")[1] < 0:
+        assert time.monotonic() < deadline, "the cache never started listening"
+        time.sleep(0.01)
+    yield made
+    made.close()
+
+
+@pytest.mark.parametrize("change", [
+    "UPDATE api_token SET revoked_at = now()",  # a revocation
+    "UPDATE organization SET patient_sharing = NOT patient_sharing",  # patient sharing turned off
+])
+def test_without_notifications_a_change_is_seen_within_a_poll(clinics, deaf_cache, fake_clock, change):
+    issue_token(["clinic-a"], ["read"])
+    _, generation = deaf_cache.get("key")
+    deaf_cache.put("key", ("row",), generation)
+    with other_connection() as cur:
+        cur.execute(change)
+    assert deaf_cache.get("key")[0] == ("row",), "nothing said it changed yet"
+    fake_clock.now += deaf_cache.poll_every
+    assert deaf_cache.get("key")[0] is None
