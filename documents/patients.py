@@ -14,7 +14,7 @@ from typing import Any
 
 import peewee as pw
 
-from web import schemas
+from web import schemas, validation
 from plumbing.clock import utc_now
 from web.errors import APIError, validation_failed
 from plumbing.database import db
@@ -182,7 +182,7 @@ def import_patients(clinic: Clinic, items: list[dict[str, Any]]) -> list[tuple[u
     wanted: list[tuple[int, tuple[str, str], dict[str, Any]]] = []  # (index, key, fields)
     for index, item in enumerate(items):
         try:
-            schemas.check(item, schemas.PATIENT_IMPORT)
+            validation.check(item, schemas.PATIENT_IMPORT)
             fields = _fields(clinic, item)
         except APIError as exc:
             results.append((None, "failed", exc))

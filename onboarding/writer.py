@@ -1,9 +1,10 @@
 """Onboarding: create or update an organization from one JSON document, atomically.
 
-The whole document is validated first (structure by JSON Schema, then meaning: time
-zones, countries, phones, references); the first problem is reported with the path of
-the bad field and nothing is written. Writing happens in one transaction and only
-touches rows whose values differ, so running the same file twice changes nothing.
+The whole document is validated first (structure by its JSON Schema, `onboarding/schema.py`,
+checked by `web/validation.py`; then meaning: time zones, countries, phones, languages,
+references); the first problem is reported with the path of the bad field and nothing is
+written. Writing happens in one transaction and only touches rows whose values differ, so
+running the same file twice changes nothing (README, "Onboarding").
 
 Identity: every entity gets a deterministic UUID (uuid5 of its natural key) unless the
 file gives an `id`, so references and the ids handed to integrators stay stable.
@@ -16,14 +17,11 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import date, datetime, time, timedelta
-from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import holidays
 import peewee as pw
-from jsonschema import Draft202012Validator, FormatChecker
-from jsonschema.exceptions import best_match
 
 from plumbing import row_cache
 from plumbing import crypto
@@ -32,182 +30,13 @@ from plumbing.database import db
 from models import (
     Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType, RequestTypeDefaultTag, Tag, Vacation,
 )
+from onboarding.schema import SCHEMA
 from switchboard.office_hours import WEEKDAYS
 from plumbing.phones import to_e164
+from voicemail.transcription import whisper_languages
+from web import validation
 
-MAX_LANGUAGES = 10
 NAMESPACE = uuid.UUID("5b0f3c1e-7a0e-4f7e-9a51-6f3c2d1b8e40")
-SLUG = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
-HHMM = {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}
-DAY_OR_INSTANT = {"type": "string", "minLength": 10, "maxLength": 40}
-NAME = {"type": "string", "minLength": 1, "maxLength": 200}
-UUID = {"type": "string", "format": "uuid"}
-
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["organization", "clinics"],
-    "additionalProperties": False,
-    "properties": {
-        "organization": {
-            "type": "object",
-            "required": ["slug", "name"],
-            "additionalProperties": False,
-            "properties": {"slug": SLUG, "name": NAME, "patientSharing": {"type": "boolean"}},
-        },
-        "clinics": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["slug", "name", "timezone", "country"],
-                "additionalProperties": False,
-                "properties": {
-                    "slug": SLUG,
-                    "name": NAME,
-                    "timezone": {"type": "string"},
-                    "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
-                    "subdivision": {"type": ["string", "null"]},
-                    "language": {"type": ["string", "null"], "pattern": "^[a-z]{2,3}$"},
-                    # Codes are checked against whisper.cpp's list in `_languages`, which
-                    # names the bad one; the schema only bounds the shape.
-                    "languages": {"type": ["array", "null"], "minItems": 1, "maxItems": MAX_LANGUAGES,
-                                  "items": {"type": "string", "maxLength": 20}},
-                    "missedCallRequests": {"type": "boolean"},
-                    "officeHours": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["weekday", "opens", "closes"],
-                            "additionalProperties": False,
-                            "properties": {
-                                "weekday": {"enum": list(WEEKDAYS)},
-                                "opens": HHMM,
-                                "closes": HHMM,
-                                "weeks": {"enum": list(OfficeHours.WEEKS)},
-                            },
-                        },
-                    },
-                    "calendars": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["name"],
-                            "additionalProperties": False,
-                            "properties": {
-                                "id": UUID,
-                                "name": NAME,
-                                "ignoreHolidays": {"type": "boolean"},
-                                "vacations": {
-                                    "type": "array",
-                                    "items": {
-                                        "type": "object",
-                                        "required": ["start", "end"],
-                                        "additionalProperties": False,
-                                        "properties": {
-                                            "name": {"type": "string", "maxLength": 200},
-                                            "start": DAY_OR_INSTANT,
-                                            "end": DAY_OR_INSTANT,
-                                            "switchboard": {"type": "boolean"},
-                                        },
-                                    },
-                                },
-                            },
-                        },
-                    },
-                    "tags": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["type", "name"],
-                            "additionalProperties": False,
-                            "properties": {
-                                "id": UUID,
-                                "type": {"enum": list(Tag.TYPES)},
-                                "name": NAME,
-                                "color": {"type": ["string", "null"], "maxLength": 20},
-                                "deleted": {"type": "boolean"},
-                            },
-                        },
-                    },
-                    "requestTypes": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["ecrfId", "name"],
-                            "additionalProperties": False,
-                            "properties": {
-                                "id": UUID,
-                                "ecrfId": {"type": "string", "minLength": 1, "maxLength": 100},
-                                "name": NAME,
-                                "description": {"type": "string"},
-                                "requiresReservation": {"type": "boolean"},
-                                "requiresPayment": {"type": "boolean"},
-                                "requiresSignature": {"type": "boolean"},
-                                "reservationLength": {"type": "integer", "minimum": 0},
-                                "remindDaysBefore": {"type": "integer", "minimum": 0},
-                                "active": {"type": "boolean"},
-                                "defaultPatientTags": {"type": "array", "items": NAME},
-                            },
-                        },
-                    },
-                    "switchboard": {
-                        "type": "object",
-                        "required": ["apiUrl", "username", "password"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "apiUrl": {"type": "string", "pattern": "^https://"},
-                            "username": {"type": "string", "minLength": 1},
-                            "password": {"type": "string", "minLength": 1},
-                        },
-                    },
-                },
-            },
-        },
-        "patients": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "anyOf": [{"required": ["id"]}, {"required": ["key"]}],
-                "properties": {
-                    "id": UUID,
-                    "key": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "firstName": {"type": "string", "maxLength": 200},
-                    "lastName": {"type": "string", "maxLength": 200},
-                    "phone": {"type": "string", "maxLength": 40},
-                    "email": {"type": "string", "format": "email", "maxLength": 320},
-                    "birthDate": {"type": "string", "format": "date"},
-                    "mergedInto": {"type": "string"},
-                    "records": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["clinic"],
-                            "additionalProperties": False,
-                            "properties": {
-                                "clinic": SLUG,
-                                "status": {"type": "string", "pattern": "^[A-Z_]{1,32}$"},
-                                "note": {"type": "string"},
-                                "tags": {"type": "array", "items": NAME},
-                                "externalIds": {
-                                    "type": "array",
-                                    "items": {
-                                        "type": "object",
-                                        "required": ["id"],
-                                        "additionalProperties": False,
-                                        "properties": {
-                                            "id": {"type": "string", "minLength": 1, "maxLength": 200},
-                                            "source": {"type": "string", "maxLength": 100},
-                                        },
-                                    },
-                                },
-                            },
-                        },
-                    },
-                },
-            },
-        },
-    },
-}
 
 
 class OnboardingError(ValueError):
@@ -217,14 +46,8 @@ class OnboardingError(ValueError):
 
 
 def stable_id(*parts: str) -> uuid.UUID:
+    """An entity's id when the file gives none: uuid5 of its kind and natural key."""
     return uuid.uuid5(NAMESPACE, "\x1f".join(parts))
-
-
-def _path(parts: Iterable[Any]) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(document)"
 
 
 def _hhmm(text: str) -> time:
@@ -249,17 +72,6 @@ def _instant(text: str, tz: ZoneInfo, *, end: bool, where: str) -> datetime:
     if moment.tzinfo is None:
         raise OnboardingError(where, "a date-time needs a UTC offset (or give a plain date)")
     return as_utc(moment)
-
-
-@lru_cache(maxsize=1)
-def whisper_languages() -> frozenset[str]:
-    """The language codes whisper.cpp knows ("en", "cs", ..., "haw", "yue"). Read from
-    the engine's own table (no model needed) rather than asking `whisper_lang_id` per
-    code: that also accepts full names ("lao") and prints to stderr for unknown ones.
-    Imported here, not at the top: only onboarding needs the engine's library."""
-    import _pywhispercpp as whisper
-
-    return frozenset(whisper.whisper_lang_str(i) for i in range(whisper.whisper_lang_max_id() + 1))
 
 
 def _known_language(code: str, where: str) -> None:
@@ -290,9 +102,9 @@ class _Plan:
     """The validated document, resolved to rows' values, ready to write."""
 
     def __init__(self, doc: dict[str, Any]) -> None:
-        error = best_match(Draft202012Validator(SCHEMA, format_checker=FormatChecker()).iter_errors(doc))
+        error = validation.first_error(doc, SCHEMA)
         if error is not None:
-            raise OnboardingError(_path(error.absolute_path), error.message)
+            raise OnboardingError(validation.field_path(error.absolute_path, "(document)"), error.message)
         self.doc = doc
         org = doc["organization"]
         self.org_id = stable_id("organization", org["slug"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import falcon
 
 from documents import patient_requests
-from web import schemas
+from web import schemas, validation
 from web.errors import validation_failed
 from models import Tag
 
@@ -15,7 +15,7 @@ class RequestTypeSearch:
     scopes = {"POST": "read"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        schemas.body(req, schemas.EMPTY_REQUEST, optional=True)
+        validation.body(req, schemas.EMPTY_REQUEST, optional=True)
         resp.media = {"data": patient_requests.active_types(req.context.clinic)}
 
 

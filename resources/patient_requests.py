@@ -7,7 +7,7 @@ from typing import Callable
 import falcon
 
 from documents import patient_requests
-from web import schemas
+from web import schemas, validation
 from plumbing import clock
 from storage.links import LinkCache
 from web.errors import APIError
@@ -22,7 +22,7 @@ class RequestCreate:
     not_idempotent = {"POST"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        body = schemas.body(req, schemas.CREATE_REQUEST)
+        body = validation.body(req, schemas.CREATE_REQUEST)
         resp.media = {"data": patient_requests.create_request(req.context.clinic, body, req.context.token)}
 
 
@@ -30,7 +30,7 @@ class RequestSearch:
     scopes = {"POST": "read"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        body = schemas.body(req, schemas.REQUEST_SEARCH_REQUEST, optional=True)
+        body = validation.body(req, schemas.REQUEST_SEARCH_REQUEST, optional=True)
         found, cursor = patient_requests.search_requests(req.context.clinic, body.get("filter", {}), body.get("pagination", {}))
         resp.media = {"data": found, "pagination": {"nextCursor": cursor}}
 
@@ -53,7 +53,7 @@ class RequestDetail:
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = patient_requests.request_of(req.context.clinic, request_id)
-        body = schemas.body(req, schemas.REQUEST_PATCH)
+        body = validation.body(req, schemas.REQUEST_PATCH)
         patient_requests.patch_request(req.context.clinic, request, body)
         resp.media = {"data": patient_requests.summaries([PatientRequest.get_by_id(request.id)])[0]}
 
@@ -66,7 +66,7 @@ class UploadLink:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = patient_requests.request_of(req.context.clinic, request_id)
-        body = schemas.body(req, schemas.UPLOAD_LINK_REQUEST)
+        body = validation.body(req, schemas.UPLOAD_LINK_REQUEST)
         resp.media = {"data": patient_requests.issue_upload_link(self.storage, request, body["contentType"])}
 
 
@@ -79,7 +79,7 @@ class Attachments:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = patient_requests.request_of(req.context.clinic, request_id)
-        body = schemas.body(req, schemas.ATTACHMENT_REQUEST)
+        body = validation.body(req, schemas.ATTACHMENT_REQUEST)
         record = patient_requests.register_attachment(self.storage, request, body, req.context.token)
         resp.media = {"data": patient_requests.attachment_json(record)}
 

@@ -6,7 +6,7 @@ from typing import Any
 import falcon
 
 from documents import patients
-from web import schemas
+from web import schemas, validation
 from models import Clinic
 
 
@@ -14,7 +14,7 @@ class PatientSearch:
     scopes = {"POST": "read"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        body = schemas.body(req, schemas.PATIENT_SEARCH_REQUEST, optional=True)
+        body = validation.body(req, schemas.PATIENT_SEARCH_REQUEST, optional=True)
         found, cursor = patients.search(req.context.clinic, body.get("filter", {}), body.get("pagination", {}))
         resp.media = {"data": found, "pagination": {"nextCursor": cursor}}
 
@@ -30,7 +30,7 @@ class PatientImport:
     scopes = {"POST": "write"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        body = schemas.body(req, schemas.PATIENT_IMPORT)
+        body = validation.body(req, schemas.PATIENT_IMPORT)
         resp.media = {"data": _import_one(req.context.clinic, body)}
 
 
@@ -40,7 +40,7 @@ class PatientImportBulk:
     scopes = {"POST": "write"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        body = schemas.body(req, schemas.PATIENT_IMPORT_BULK)
+        body = validation.body(req, schemas.PATIENT_IMPORT_BULK)
         outcomes = patients.import_patients(req.context.clinic, body["patients"])
         resp.media = {"data": [
             {"index": index, "status": status, "patientId": str(patient_id) if patient_id else None,

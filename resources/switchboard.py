@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import falcon
 
-from web import schemas
+from web import schemas, validation
 from config import Config
 from web.errors import APIError, validation_failed
 from switchboard.intake import GroupCommit
@@ -29,7 +29,7 @@ class IsClinicOpened:
         self.cache = cache
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        schemas.body(req, schemas.EMPTY_REQUEST, optional=True)
+        validation.body(req, schemas.EMPTY_REQUEST, optional=True)
         clinic = req.context.clinic
         hours = schedule_of(clinic, self.cache).office_hours
         resp.media = {"isOpen": is_open(hours, clinic.timezone, self.clock())}
@@ -43,7 +43,7 @@ class IsOnVacation:
         self.cache = cache
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        data = schemas.body(req, schemas.VACATION_REQUEST, optional=True)
+        data = validation.body(req, schemas.VACATION_REQUEST, optional=True)
         clinic = req.context.clinic
         schedule = schedule_of(clinic, self.cache)
         wanted = None
@@ -61,7 +61,7 @@ class HasActiveRequest:
     scopes = {"POST": "read"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        data = schemas.body(req, schemas.ACTIVE_REQUEST_REQUEST)
+        data = validation.body(req, schemas.ACTIVE_REQUEST_REQUEST)
         clinic = req.context.clinic
         if not data.get("callFrom") and not data.get("patientId"):
             raise validation_failed("body: callFrom or patientId is required")
@@ -92,7 +92,7 @@ class RecordingComplete:
         self.calls = calls
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        data = schemas.body(req, schemas.RECORDING_COMPLETE)
+        data = validation.body(req, schemas.RECORDING_COMPLETE)
         if data.get("RecordingUrl"):
             check_recording_url(data["RecordingUrl"], allow_loopback=self.config.unsafe_allow_loopback_fetch)
         fields = {column: data.get(name) for name, column in _CALL_FIELDS.items()}

@@ -122,6 +122,7 @@ def _break(doc: dict[str, Any], path: list, value: Any) -> dict[str, Any]:
     (["clinics", 0, "languages"], ["cs", "sk", "en", "de", "pl", "uk", "hu", "ro", "ru", "fr", "it"], "clinics[0].languages"),
     (["clinics", 0, "language"], "de", "clinics[0].language"),  # not among languages
     (["clinics", 1, "language"], "xx", "clinics[1].language"),
+    (["clinics", 0, "name"], "Demo\x00Clinic", "clinics[0].name"),  # PostgreSQL cannot store NUL
 ])
 def test_a_bad_file_writes_nothing_and_names_the_field(app, example, config, tmp_path, capsys, path, value, where):
     empty = snapshot()

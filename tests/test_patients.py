@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from documents import patients
-from web import schemas
+from web import schemas, validation
 from plumbing.database import db
 from web.errors import APIError
 from models import Clinic, ExternalId, Patient, PatientRecord
@@ -188,7 +188,7 @@ def _one_by_one(slug: str, items: list[dict]) -> list[str]:
         home = Clinic.get(Clinic.slug == slug)
         for item in items:
             try:
-                schemas.check(item, schemas.PATIENT_IMPORT)
+                validation.check(item, schemas.PATIENT_IMPORT)
                 statuses.append("created" if patients.import_patient(home, item)[1] else "updated")
             except APIError:
                 statuses.append("failed")

@@ -1,4 +1,4 @@
-"""schemas.check's fast path (jsonschema_rs) may only ever accept what the Python validator
+"""validation.check's fast path (jsonschema_rs) may only ever accept what the Python validator
 accepts; every refusal, and its message, is the Python validator's."""
 from __future__ import annotations
 
@@ -11,23 +11,27 @@ import jsonschema_rs
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from web import schemas
+from onboarding import schema as onboarding_schema
+from web import schemas, validation
 from web.errors import APIError
+from tests.conftest import EXAMPLE
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 
 
 def _compiles(schema: dict[str, Any]) -> bool:
     try:
-        schemas._Validator.check_schema(schema)
+        validation._Validator.check_schema(schema)
         jsonschema_rs.Draft202012Validator(schema, validate_formats=True)
     except Exception:
         return False
     return True
 
 
-# Every module-level schema of schemas.py (request bodies and the rest), plus a boolean answer.
+# Every module-level schema of schemas.py (request bodies and the rest), plus a boolean answer
+# and the onboarding document's (onboarding/schema.py: the same engine checks it).
 SCHEMAS = {
-    name: value for name, value in [*vars(schemas).items(), ("boolean_answer", schemas.boolean_answer("isOn"))]
+    name: value for name, value in [*vars(schemas).items(), ("boolean_answer", schemas.boolean_answer("isOn")),
+                                    ("ONBOARDING", onboarding_schema.SCHEMA)]
     if isinstance(value, dict) and any(k in value for k in ("type", "oneOf", "anyOf", "enum", "const"))
     and _compiles(value)
 }
@@ -55,13 +59,13 @@ REQUEST_BODIES = {
 
 def python_outcome(instance: Any, schema: dict[str, Any]) -> str | None:
     """What check() answers on the pure-Python path: None (accepted) or the 400 message."""
-    with mock.patch.object(schemas, "_fast_valid", return_value=False):
+    with mock.patch.object(validation, "_fast_valid", return_value=False):
         return outcome(instance, schema)
 
 
 def outcome(instance: Any, schema: dict[str, Any]) -> str | None:
     try:
-        schemas.check(instance, schema)
+        validation.check(instance, schema)
     except APIError as exc:
         return exc.title
     return None
@@ -166,8 +170,13 @@ STRATEGIES = {name: st.sampled_from([0, 0, 3, 10, 30]).flatmap(lambda rate, sche
 def test_every_request_schema_is_covered_and_has_a_fast_path():
     assert set(REQUEST_BODIES) <= set(SCHEMAS)
     for name, instance in REQUEST_BODIES.items():
-        assert schemas._fast_valid(instance, SCHEMAS[name]), name
+        assert validation._fast_valid(instance, SCHEMAS[name]), name
         assert python_outcome(instance, SCHEMAS[name]) is None, name
+
+
+def test_the_example_onboarding_document_has_a_fast_path():
+    assert validation._fast_valid(EXAMPLE, onboarding_schema.SCHEMA)
+    assert validation.first_error(EXAMPLE, onboarding_schema.SCHEMA) is None
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
@@ -177,8 +186,8 @@ def test_every_request_schema_is_covered_and_has_a_fast_path():
 def test_fast_path_accepts_only_what_python_accepts(name, data):
     schema = SCHEMAS[name]
     instance = data.draw(STRATEGIES[name], label="instance")
-    if schemas._fast_valid(instance, schema):
-        assert next(schemas._validator(schema).iter_errors(instance), None) is None
+    if validation._fast_valid(instance, schema):
+        assert next(validation._validator(schema).iter_errors(instance), None) is None
     assert outcome(instance, schema) == python_outcome(instance, schema)
 
 
@@ -186,7 +195,7 @@ def test_fast_path_accepts_only_what_python_accepts(name, data):
     ("0000-01-01", "date"), ("2024-06-30T23:59:60Z", "date-time"), ("2024-01-01T00:59:60+01:00", "date-time")])
 def test_formats_jsonschema_rs_alone_accepts_are_refused(value, fmt):
     schema = {"type": "object", "properties": {"at": {"type": "string", "format": fmt}}}
-    assert not schemas._fast_valid({"at": value}, schema)
+    assert not validation._fast_valid({"at": value}, schema)
     assert outcome({"at": value}, schema) == f"at: {value!r} is not a {fmt!r}"
 
 
@@ -194,9 +203,9 @@ def test_valid_body_never_reaches_the_python_validator(monkeypatch):
     def refuse(schema: Any) -> Any:
         raise AssertionError("the Python validator was used")
 
-    monkeypatch.setattr(schemas, "_validator", refuse)
+    monkeypatch.setattr(validation, "_validator", refuse)
     for name, instance in REQUEST_BODIES.items():
-        schemas.check(instance, SCHEMAS[name])
+        validation.check(instance, SCHEMAS[name])
 
 
 BODY = REQUEST_BODIES["RECORDING_COMPLETE"]
@@ -218,7 +227,7 @@ def test_unstorable_text_in_an_unknown_field_is_still_ignored():
     """Unknown fields are not validated, so NUL there was and is accepted: by the Python path,
     since the fast path declines any body holding NUL anywhere."""
     for body in ({**BODY, "Unknown": "a\x00b"}, {**BODY, "a\x00b": 1}, {**BODY, "Deep": [{"x": "\ud800"}]}):
-        assert not schemas._fast_valid(body, schemas.RECORDING_COMPLETE)
+        assert not validation._fast_valid(body, schemas.RECORDING_COMPLETE)
         assert outcome(body, schemas.RECORDING_COMPLETE) is None
         assert python_outcome(body, schemas.RECORDING_COMPLETE) is None
 

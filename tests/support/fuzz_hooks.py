@@ -49,7 +49,7 @@ SEMANTIC_REFUSALS: dict[tuple[str, str], tuple[tuple[int, str, str], ...]] = {
 
 
 #: Text PostgreSQL cannot store (NUL) or UTF-8 cannot encode (a lone surrogate, valid in
-#: JSON as "\\ud800"); every string field refuses it (schemas.py), whatever the operation.
+#: JSON as "\\ud800"); every string field refuses it (web/validation.py), whatever the operation.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _UNSTORABLE_MESSAGE = "must not contain NUL (U+0000) or unpaired surrogate characters"
 _NUL_IN_URL = "The URL contains a NUL character."  # app.py, before routing

@@ -42,7 +42,8 @@ that whisper.cpp has no abort callback inside the encoder).
 
 The package, one concern a module: ``settings`` (decoding and VAD settings, measured),
 ``results`` (errors, :class:`Transcript`), ``audio`` (decoding, Silero VAD, the speech
-span), ``engines`` (the two whisper.cpp bindings behind one interface), ``decisions``
+span), ``engines`` (the two whisper.cpp bindings behind one interface, and the language
+codes whisper.cpp knows: :func:`whisper_languages`), ``decisions``
 (is there a message, can the transcript be trusted), ``transcriber`` (one loaded model,
 the per-process cache), ``model_file`` (the ggml model file's layout and its check).
 """
@@ -53,6 +54,7 @@ from voicemail.transcription.decisions import (
     collapse_loops, compression_ratio, decide_message, failed, normalize_language, repetition_score,
     reversed_speech, words,
 )
+from voicemail.transcription.engines import whisper_languages
 from voicemail.transcription.results import AudioDecodeError, Segment, Transcript, TranscriptionError, UnsupportedLanguage
 from voicemail.transcription.settings import (
     BACKENDS, DEFAULT_BACKEND, DEFAULT_DECODING, MAX_PAUSE, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE,
@@ -67,5 +69,5 @@ __all__ = [
     "Transcriber", "Transcript", "TranscriptionError", "UnsupportedLanguage", "VAD_FRAME", "VAD_MIN_SILENCE",
     "VAD_MIN_SPEECH", "VAD_THRESHOLD", "assess", "collapse_loops", "compression_ratio", "decide_message", "failed",
     "get_transcriber", "load_audio", "normalize_language", "repetition_score", "reversed_speech",
-    "silero_model_path", "speech_runs", "speech_span", "warm_up", "words",
+    "silero_model_path", "speech_runs", "speech_span", "warm_up", "whisper_languages", "words",
 ]

@@ -1,4 +1,5 @@
-"""The two whisper.cpp bindings behind one small interface (:class:`Engine`).
+"""The two whisper.cpp bindings behind one small interface (:class:`Engine`), and
+whisper.cpp's table of language codes (:func:`whisper_languages`).
 
 ``pywhispercpp`` (default; its ``_pywhispercpp`` binding is called directly, with the abort
 callback inside whisper.cpp) and ``whisper-cpp-python`` (a 2023 whisper.cpp through ctypes;
@@ -10,6 +11,7 @@ import logging
 import math
 import threading
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -93,6 +95,17 @@ def detach_log() -> None:
         import _pywhispercpp as pw
 
         pw.whisper_log_set(None)
+
+
+@lru_cache(maxsize=1)
+def whisper_languages() -> frozenset[str]:
+    """The language codes whisper.cpp knows ("en", "cs", ..., "haw", "yue"). Read from
+    the engine's own table (no model needed) rather than asking `whisper_lang_id` per
+    code: that also accepts full names ("lao") and prints to stderr for unknown ones.
+    Onboarding checks a clinic's languages against it (`onboarding/writer.py`)."""
+    import _pywhispercpp as pw
+
+    return frozenset(pw.whisper_lang_str(i) for i in range(pw.whisper_lang_max_id() + 1))
 
 
 def _max_tokens(decoding: Decoding, seconds: float) -> int:

@@ -1,0 +1,136 @@
+"""The onboarding document's JSON Schema: its structure only (README, "Onboarding").
+
+What the schema cannot say (time zones, countries, phones, languages whisper.cpp knows,
+references between entities) is checked by the writer, `onboarding/writer.py`; both
+report the first problem with the path of the bad field.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from models import OfficeHours, Tag
+from switchboard.office_hours import WEEKDAYS
+
+MAX_LANGUAGES = 10
+SLUG = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
+HHMM = {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}
+DAY_OR_INSTANT = {"type": "string", "minLength": 10, "maxLength": 40}
+NAME = {"type": "string", "minLength": 1, "maxLength": 200}
+UUID = {"type": "string", "format": "uuid"}
+
+
+def _closed(properties: dict[str, Any], required: list[str] | None = None,
+            any_of: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An object with exactly these fields (an unknown field is an error: a typo would
+    otherwise be ignored silently)."""
+    out: dict[str, Any] = {"type": "object"}
+    if required is not None:
+        out["required"] = required
+    out["additionalProperties"] = False
+    if any_of is not None:
+        out["anyOf"] = any_of
+    out["properties"] = properties
+    return out
+
+
+def _list_of(item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": item}
+
+
+OFFICE_HOURS = _closed({
+    "weekday": {"enum": list(WEEKDAYS)},
+    "opens": HHMM,
+    "closes": HHMM,
+    "weeks": {"enum": list(OfficeHours.WEEKS)},
+}, required=["weekday", "opens", "closes"])
+
+VACATION = _closed({
+    "name": {"type": "string", "maxLength": 200},
+    "start": DAY_OR_INSTANT,
+    "end": DAY_OR_INSTANT,
+    "switchboard": {"type": "boolean"},
+}, required=["start", "end"])
+
+CALENDAR = _closed({
+    "id": UUID,
+    "name": NAME,
+    "ignoreHolidays": {"type": "boolean"},
+    "vacations": _list_of(VACATION),
+}, required=["name"])
+
+TAG = _closed({
+    "id": UUID,
+    "type": {"enum": list(Tag.TYPES)},
+    "name": NAME,
+    "color": {"type": ["string", "null"], "maxLength": 20},
+    "deleted": {"type": "boolean"},
+}, required=["type", "name"])
+
+REQUEST_TYPE = _closed({
+    "id": UUID,
+    "ecrfId": {"type": "string", "minLength": 1, "maxLength": 100},
+    "name": NAME,
+    "description": {"type": "string"},
+    "requiresReservation": {"type": "boolean"},
+    "requiresPayment": {"type": "boolean"},
+    "requiresSignature": {"type": "boolean"},
+    "reservationLength": {"type": "integer", "minimum": 0},
+    "remindDaysBefore": {"type": "integer", "minimum": 0},
+    "active": {"type": "boolean"},
+    "defaultPatientTags": _list_of(NAME),
+}, required=["ecrfId", "name"])
+
+SWITCHBOARD = _closed({
+    "apiUrl": {"type": "string", "pattern": "^https://"},
+    "username": {"type": "string", "minLength": 1},
+    "password": {"type": "string", "minLength": 1},
+}, required=["apiUrl", "username", "password"])
+
+CLINIC = _closed({
+    "slug": SLUG,
+    "name": NAME,
+    "timezone": {"type": "string"},
+    "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
+    "subdivision": {"type": ["string", "null"]},
+    "language": {"type": ["string", "null"], "pattern": "^[a-z]{2,3}$"},
+    # Codes are checked against whisper.cpp's list by the writer (`onboarding/writer.py`),
+    # which names the bad one; the schema only bounds the shape.
+    "languages": {"type": ["array", "null"], "minItems": 1, "maxItems": MAX_LANGUAGES,
+                  "items": {"type": "string", "maxLength": 20}},
+    "missedCallRequests": {"type": "boolean"},
+    "officeHours": _list_of(OFFICE_HOURS),
+    "calendars": _list_of(CALENDAR),
+    "tags": _list_of(TAG),
+    "requestTypes": _list_of(REQUEST_TYPE),
+    "switchboard": SWITCHBOARD,
+}, required=["slug", "name", "timezone", "country"])
+
+PATIENT_RECORD = _closed({
+    "clinic": SLUG,
+    "status": {"type": "string", "pattern": "^[A-Z_]{1,32}$"},
+    "note": {"type": "string"},
+    "tags": _list_of(NAME),
+    "externalIds": _list_of(_closed({
+        "id": {"type": "string", "minLength": 1, "maxLength": 200},
+        "source": {"type": "string", "maxLength": 100},
+    }, required=["id"])),
+}, required=["clinic"])
+
+PATIENT = _closed({
+    "id": UUID,
+    "key": {"type": "string", "minLength": 1, "maxLength": 200},
+    "firstName": {"type": "string", "maxLength": 200},
+    "lastName": {"type": "string", "maxLength": 200},
+    "phone": {"type": "string", "maxLength": 40},
+    "email": {"type": "string", "format": "email", "maxLength": 320},
+    "birthDate": {"type": "string", "format": "date"},
+    "mergedInto": {"type": "string"},
+    "records": _list_of(PATIENT_RECORD),
+}, any_of=[{"required": ["id"]}, {"required": ["key"]}])
+
+SCHEMA: dict[str, Any] = _closed({
+    "organization": _closed({"slug": SLUG, "name": NAME, "patientSharing": {"type": "boolean"}},
+                            required=["slug", "name"]),
+    "clinics": _list_of(CLINIC),
+    "patients": _list_of(PATIENT),
+}, required=["organization", "clinics"])
