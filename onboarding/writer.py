@@ -123,6 +123,19 @@ class _Plan:
                 raise OnboardingError(f"{where}[{i}].{field}", f"duplicate {value!r}")
             seen.add(value)
 
+    def _own(self, model: type[pw.Model], text: str, at: str) -> uuid.UUID:
+        """An explicit id from the document, refused when its row belongs to another
+        organization: upserting it would move that tenant's row into this one."""
+        key = uuid.UUID(text)
+        if model is Patient:
+            owner = Patient.select(Patient.organization).where(Patient.id == key).scalar()
+        else:
+            owner = (model.select(Clinic.organization).join(Clinic)
+                     .where(model._meta.primary_key == key).scalar())
+        if owner is not None and owner != self.org_id:
+            raise OnboardingError(at, f"{key} belongs to another organization")
+        return key
+
     def _clinic(self, i: int, c: dict[str, Any]) -> dict[str, Any]:
         at = f"clinics[{i}]"
         try:
@@ -152,7 +165,7 @@ class _Plan:
             if key in tags:
                 raise OnboardingError(f"{at}.tags[{j}].name", f"duplicate {t['type']} tag {t['name']!r}")
             tags[key] = {
-                "id": uuid.UUID(t["id"]) if t.get("id") else stable_id("tag", c["slug"], *key),
+                "id": self._own(Tag, t["id"], f"{at}.tags[{j}].id") if t.get("id") else stable_id("tag", c["slug"], *key),
                 "type": t["type"], "name": t["name"], "color": t.get("color"),
                 "deleted": bool(t.get("deleted", False)),
             }
@@ -160,7 +173,8 @@ class _Plan:
         calendars = []
         self._unique([k["name"] for k in c.get("calendars", [])], f"{at}.calendars", "name")
         for j, k in enumerate(c.get("calendars", [])):
-            cal_id = uuid.UUID(k["id"]) if k.get("id") else stable_id("calendar", c["slug"], k["name"])
+            cal_id = (self._own(Calendar, k["id"], f"{at}.calendars[{j}].id") if k.get("id")
+                      else stable_id("calendar", c["slug"], k["name"]))
             vacations = []
             for v_i, v in enumerate(k.get("vacations", [])):
                 where = f"{at}.calendars[{j}].vacations[{v_i}]"
@@ -186,7 +200,8 @@ class _Plan:
                                           f"no patient tag {name!r} in this clinic's tags")
                 default_tags.append(tags[("patient", name)]["id"])
             types.append({
-                "id": uuid.UUID(t["id"]) if t.get("id") else stable_id("request-type", c["slug"], t["ecrfId"]),
+                "id": (self._own(RequestType, t["id"], f"{at}.requestTypes[{j}].id") if t.get("id")
+                       else stable_id("request-type", c["slug"], t["ecrfId"])),
                 "ecrf_id": t["ecrfId"], "name": t["name"], "description": t.get("description", ""),
                 "requires_reservation": t.get("requiresReservation", False),
                 "requires_payment": t.get("requiresPayment", False),
@@ -208,7 +223,8 @@ class _Plan:
         clinics = {c["slug"]: c for c in self.clinics}
         ids: dict[str, uuid.UUID] = {}
         for i, p in enumerate(items):
-            pid = uuid.UUID(p["id"]) if p.get("id") else stable_id("patient", self.doc["organization"]["slug"], p["key"])
+            pid = (self._own(Patient, p["id"], f"patients[{i}].id") if p.get("id")
+                   else stable_id("patient", self.doc["organization"]["slug"], p["key"]))
             for ref in filter(None, (p.get("key"), p.get("id"))):
                 if ref in ids:
                     raise OnboardingError(f"patients[{i}]", f"duplicate patient {ref!r}")

@@ -161,6 +161,38 @@ def test_a_clinic_slug_of_another_organization_is_refused(app, example):
     assert info.value.path == "clinics[0].slug"
 
 
+@pytest.mark.parametrize("kind", ["patient", "tag", "calendar", "requestType"])
+def test_an_explicit_id_of_another_organization_is_refused_and_the_row_stays(app, example, kind):
+    """Upserting by primary key would move the other tenant's row into this organization."""
+    load(example)
+    with db.connection_context():
+        victim = {
+            "patient": lambda: Patient.select().join(Organization).where(Organization.slug == "demo-health").first(),
+            "tag": lambda: Tag.select().join(Clinic).where(Clinic.slug == "demo-clinic").first(),
+            "calendar": lambda: Calendar.select().join(Clinic).where(Clinic.slug == "demo-clinic").first(),
+            "requestType": lambda: RequestType.select().join(Clinic).where(Clinic.slug == "demo-clinic").first(),
+        }[kind]()
+    clinic = {"slug": "other-clinic", "name": "X", "timezone": "UTC", "country": "GB"}
+    other: dict[str, Any] = {"organization": {"slug": "other-org", "name": "Other"}, "clinics": [clinic]}
+    path = {
+        "patient": "patients[0].id", "tag": "clinics[0].tags[0].id",
+        "calendar": "clinics[0].calendars[0].id", "requestType": "clinics[0].requestTypes[0].id",
+    }[kind]
+    if kind == "patient":
+        other["patients"] = [{"id": str(victim.id), "firstName": "Moved"}]
+    elif kind == "tag":
+        clinic["tags"] = [{"id": str(victim.id), "type": "patient", "name": "moved"}]
+    elif kind == "calendar":
+        clinic["calendars"] = [{"id": str(victim.id), "name": "moved"}]
+    else:
+        clinic["requestTypes"] = [{"id": str(victim.id), "ecrfId": "MOVED", "name": "moved"}]
+    before = snapshot()
+    with pytest.raises(OnboardingError, match="belongs to another organization") as info:
+        load(other)
+    assert info.value.path == path and str(victim.id) in str(info.value)
+    assert snapshot() == before
+
+
 def test_unreadable_file_is_reported(config, tmp_path, capsys):
     file = tmp_path / "x.json"
     file.write_text("{not json")
