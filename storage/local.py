@@ -31,6 +31,7 @@ from storage.base import (
     Sealed,
     _check_expires_in,
     _check_get_params,
+    check_writable_key,
     validate_key,
 )
 
@@ -125,7 +126,7 @@ class LocalStorage:
     # -- Storage interface ---------------------------------------------------------
 
     def presign_put(self, key: str, content_type: str, expires_in: int) -> str:
-        validate_key(key)
+        check_writable_key(key)
         if not content_type or any(c in content_type for c in "\r\n"):
             raise ValueError("content_type must be a non-empty header value")
         expires = int(self._clock()) + _check_expires_in(expires_in)
@@ -183,8 +184,10 @@ class LocalStorage:
     # -- used by resources.storage_objects -------------------------------------------
 
     def verify_put(self, key: str, *, expires: str | None, signature: str | None, content_type: str | None) -> None:
-        """Raise ``AccessDenied`` unless the PUT URL is genuine, unexpired and for this content type."""
-        validate_key(key)
+        """Raise ``AccessDenied`` unless the PUT URL is genuine, unexpired and for this content
+        type, and its key is not sealed: a sealed copy is refused before the signature is
+        even looked at, so a signing key that leaked (or was guessed) cannot change it."""
+        check_writable_key(key)
         self._verify("PUT", key, expires, signature, (content_type or "").strip())
 
     def verify_get(
