@@ -100,11 +100,11 @@ def test_section_7_checklist_end_to_end(service: str, monkeypatch: pytest.Monkey
     rid = request["id"]
 
     # Steps 4-5: an expired upload URL is refused (nothing stored); a new one works.
-    monkeypatch.setattr(documents, "UPLOAD_URL_SECONDS", 1)
+    monkeypatch.setattr(patient_requests, "UPLOAD_URL_SECONDS", 1)
     issued = time.time()
     stale = http.post(f"{base}/patientRequests/{rid}/attachments/upload-link", json={"contentType": "application/pdf"},
                       timeout=TIMEOUT).json()["data"]
-    monkeypatch.setattr(documents, "UPLOAD_URL_SECONDS", 600)
+    monkeypatch.setattr(patient_requests, "UPLOAD_URL_SECONDS", 600)
     time.sleep(max(0.0, int(issued) + 2.2 - time.time()))
     late = requests.put(stale["url"], data=PDF_BYTES, headers={"Content-Type": "application/pdf"}, timeout=TIMEOUT)
     assert 400 <= late.status_code < 500
@@ -271,7 +271,7 @@ def test_5xx_is_an_internal_error_without_details(app, org, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("database password is hunter2")
 
-    monkeypatch.setattr(documents, "create_request", boom)
+    monkeypatch.setattr(patient_requests, "create_request", boom)
     response = _create(app, org["write"], 500)
     assert response == {"error": "Internal error; safe to retry.", "code": "INTERNAL_ERROR"}
 
@@ -288,7 +288,7 @@ def test_default_tags_best_effort_deleted_skipped_other_failures_logged(app, org
     with caplog.at_level(logging.WARNING, logger="documents"):
         created = _create(app, org["write"])
     assert created["data"]["id"]
-    assert len([r for r in caplog.records if r.name == "documents"]) == 1
+    assert len([r for r in caplog.records if r.name == patient_requests.__name__]) == 1
     with db.connection_context():
         record = PatientRecord.get((PatientRecord.patient == patient_id("jana"))
                                    & (PatientRecord.clinic == stable_id("clinic", "clinic-a")))
