@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.client
+import io
 import json
 import os
 import socket
@@ -36,6 +37,7 @@ from storage import (
     sealed_key,
     validate_key,
 )
+from tests.support.durability import record_fsyncs
 from tests.support.seaweed import SeaweedFS, run_seaweedfs
 from tests.support.servers import serve_wsgi, wait_until
 
@@ -608,3 +610,23 @@ def test_no_backend_presigns_a_put_for_a_sealed_key(local: LocalStorage) -> None
         assert storage.presign_put(new_key(), PDF, 600)  # uploads still get their links
     assert local.presign_get(key, 60, content_type=PDF, disposition="inline", filename="x.pdf")  # reading is fine
 
+
+# ------------------------------------------------------------- durability (issue 22)
+
+
+def test_an_upload_and_its_new_directories_are_durable_once_stored(local: LocalStorage,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rename is durable once its directory is fsynced, and a new directory once its
+    parent is; write_stream does both before it returns (the registered copy is written by
+    it too: tests/test_signed_documents.py checks that order against the upload's deletion)."""
+    events = record_fsyncs(monkeypatch)
+    key = new_key()
+    local.write_stream(key, io.BytesIO(b"%PDF-1.7 doc"), None, PDF)
+    directory = str(local.path_for(key).parent)
+    synced = [path for event, path in events if event == "fsync"]
+    # The file (by its temporary name), later the directory that holds its final name.
+    assert any(path.startswith(directory + "/.upload-") for path in synced), synced
+    assert synced[-1] == directory, synced
+    # requests/ and requests/<request>/ were made: each is durable in its parent.
+    assert str(local.root) in synced and str(local.root / "requests") in synced, synced
+    assert str(local._meta_path(key).parent) in synced, synced  # the sidecar's rename too
