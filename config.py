@@ -9,6 +9,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from pathlib import Path
 from typing import Callable
 
 from plumbing.clock import now as wall_clock
@@ -66,6 +67,31 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
 }
 
 
+#: The built-in SECRET_KEY. It is public (it is in this file), so only the embedded run
+#: (SQLite under var/) may use it; production processes refuse it (`require_production_secrets`).
+DEVELOPMENT_SECRET_KEY = "insecure-development-key-change-me"
+#: Shortest SECRET_KEY a production process accepts, in UTF-8 bytes: 256 bits of a random
+#: value, out of reach of guessing whatever is derived from it.
+MIN_SECRET_KEY_BYTES = 32
+
+
+class InsecureConfiguration(ValueError):
+    """A production process would start with a secret anyone can know; the message names
+    the variable and says how to make a good one."""
+
+
+def _embedded_secret_key(database_url: str) -> str | None:
+    """The SECRET_KEY the embedded run made beside its SQLite database (`secret_key`, written
+    by `bin/run` through plumbing/local_secret.py), if there is one."""
+    if not database_url.startswith("sqlite:///") or database_url == "sqlite:///:memory:":
+        return None
+    try:
+        key = (Path(database_url[len("sqlite:///"):]).parent / "secret_key").read_text("utf-8").strip()
+    except (OSError, ValueError):
+        return None
+    return key or None
+
+
 @dataclass
 class Config:
     database_url: str = "sqlite:///var/app.db"
@@ -79,8 +105,8 @@ class Config:
     # How often each web process adds its request metrics to Redis (a scrape flushes its own first).
     metrics_flush_seconds: float = 5.0
     # Encrypts provider passwords at rest (Fernet key derived from it). Must be set in
-    # production; the default only suits the embedded demo.
-    secret_key: str = "insecure-development-key-change-me"
+    # production: its processes refuse the default (require_production_secrets).
+    secret_key: str = DEVELOPMENT_SECRET_KEY
     max_body_bytes: int = 1_000_000
     public_base_url: str = "http://127.0.0.1:8000"
     storage_backend: str = "local"
@@ -132,6 +158,33 @@ class Config:
             # Derived, so one SECRET_KEY is enough; set it apart to rotate it alone.
             self.storage_signing_key = hashlib.sha256(b"storage-signing\0" + self.secret_key.encode()).hexdigest()
 
+    def require_production_secrets(self) -> None:
+        """Raise `InsecureConfiguration` if this configuration is a production one (any
+        database but SQLite: the embedded run is the only SQLite one) with the built-in
+        SECRET_KEY or one shorter than `MIN_SECRET_KEY_BYTES`.
+
+        The entry points of the web, worker and release processes call it, not `Config`
+        itself: tests and tools build a `Config` for PostgreSQL directly. With a known key a
+        database dump decrypts the platform passwords, and the storage signing key (derived
+        from it) lets one download link be turned into forged ones."""
+        if self.database_url.strip().lower().startswith("sqlite:"):
+            return
+        size = len(self.secret_key.encode("utf-8"))
+        if self.secret_key == DEVELOPMENT_SECRET_KEY:
+            problem = "is the built-in development value, which anyone can read in config.py"
+        elif size < MIN_SECRET_KEY_BYTES:
+            problem = f"is {size} bytes long; at least {MIN_SECRET_KEY_BYTES} are required"
+        else:
+            return
+        raise InsecureConfiguration(
+            f"SECRET_KEY {problem}. Outside the embedded run (a database other than SQLite) the "
+            "web process, the worker and manage.py migrate/onboard refuse to start with it: it "
+            "encrypts the switchboard platform passwords and the storage URL signing key is derived "
+            "from it. Set SECRET_KEY "
+            "to a random value of your own and keep it (another one cannot decrypt the stored "
+            "passwords), for example the output of: "
+            "python -c 'import secrets; print(secrets.token_urlsafe(48))'")
+
     @property
     def retry_delays(self) -> list[int]:
         return [int(x) for x in self.recording_retry_delays.split(",") if x.strip()]
@@ -161,6 +214,12 @@ class Config:
                     values[attr] = parse(env[name])
                 except ValueError as exc:
                     raise ValueError(f"{name}: {exc}") from None
+        if "secret_key" not in values:
+            # Unset on the embedded run's database: the key bin/run keeps beside it, so that
+            # manage.py commands run by hand (onboard) encrypt with what the service decrypts with.
+            embedded = _embedded_secret_key(str(values.get("database_url", cls.database_url)))
+            if embedded:
+                values["secret_key"] = embedded
         return cls(**values)
 
     def describe(self) -> dict[str, object]:

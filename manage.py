@@ -21,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from plumbing import row_cache
-from config import Config
+from config import Config, InsecureConfiguration
 from migrations import migrate
 from plumbing.clock import iso_utc, utc_now
 from plumbing.database import bind_database, db
@@ -250,12 +250,14 @@ def cmd_wait_ready(config: Config, args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="manage.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("migrate", help="apply pending schema migrations").set_defaults(func=cmd_migrate)
+    # needs_secret: the commands a production deployment runs with its SECRET_KEY (the
+    # release step, the worker) or that encrypt with it (onboard, demo); see main.
+    sub.add_parser("migrate", help="apply pending schema migrations").set_defaults(func=cmd_migrate, needs_secret=True)
     sub.add_parser("model", help="whisper model tools: model build [--name tiny.en|base] [--quantize TYPE], "
                    "model verify PATH (also quantized files)")
     onboard_p = sub.add_parser("onboard", help="create or update an organization from a JSON file")
     onboard_p.add_argument("file")
-    onboard_p.set_defaults(func=cmd_onboard)
+    onboard_p.set_defaults(func=cmd_onboard, needs_secret=True)
 
     token = sub.add_parser("token", help="personal access tokens").add_subparsers(dest="token_command", required=True)
     create = token.add_parser("create", help="create a token; prints it once on stdout")
@@ -272,7 +274,7 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="load the demo clinic and print a token and curl lines")
     demo.add_argument("--base-url", default="http://127.0.0.1:8000")
     demo.add_argument("--sample-recording", help="also print a recording-complete curl line with this URL")
-    demo.set_defaults(func=cmd_demo)
+    demo.set_defaults(func=cmd_demo, needs_secret=True)
     calls = sub.add_parser("calls", help="list the latest calls with their outcome and request")
     calls.add_argument("--last", type=int, default=10)
     calls.set_defaults(func=cmd_calls)
@@ -286,7 +288,7 @@ def parser() -> argparse.ArgumentParser:
     # The playback worker the worker command starts itself (jobs/companions.py).
     worker.add_argument("--playback", action="store_true", help=argparse.SUPPRESS)
     worker.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
-    worker.set_defaults(func=cmd_worker, needs_db=False)
+    worker.set_defaults(func=cmd_worker, needs_db=False, needs_secret=True)
     sub.add_parser("requeue", help="queue stored calls that are not processed yet").set_defaults(
         func=cmd_requeue, needs_db=False)
     ready = sub.add_parser("wait-ready", help="wait until a health URL answers 200")
@@ -307,6 +309,12 @@ def main(argv: list[str] | None = None, config: Config | None = None) -> int:
     if args.command == "token" and args.token_command == "create" and args.expires_in_days is not None and args.expires_in_days <= 0:
         print("error: --expires-in-days must be positive", file=sys.stderr)
         return 2
+    if getattr(args, "needs_secret", False):
+        try:
+            config.require_production_secrets()  # before anything is migrated, queued or encrypted
+        except InsecureConfiguration as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     bind_database(config.database_url, pooled=False)
     if not getattr(args, "needs_db", True):
         return args.func(config, args)

@@ -141,7 +141,7 @@ def gunicorn(url: str, env: dict[str, str]) -> Iterator[int]:
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     full_env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": "redis://127.0.0.1:6379/11",
-                "PUBLIC_BASE_URL": base_url, "LOG_LEVEL": "WARNING", **env}
+                "PUBLIC_BASE_URL": base_url, "LOG_LEVEL": "WARNING", "SECRET_KEY": "bench" * 8, **env}
     proc = start_gunicorn(port, "--workers", "1", "--worker-class", "sync", "--log-level", "warning", env=full_env,
                           ready=lambda _: serving(base_url, "/openapi.json", timeout=5))
     try:

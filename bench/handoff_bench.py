@@ -81,7 +81,7 @@ WRK_SCRIPT = calls_script(
 
 
 def env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "DATABASE_URL": PG, "REDIS_URL": REDIS, "SECRET_KEY": "bench", "LOG_LEVEL": "WARNING",
+    return {**os.environ, "DATABASE_URL": PG, "REDIS_URL": REDIS, "SECRET_KEY": "bench" * 8, "LOG_LEVEL": "WARNING",
             "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": "",
             "RECORDING_RETRY_DELAYS": "1", **extra}
 

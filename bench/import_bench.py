@@ -85,7 +85,7 @@ def main() -> int:
     args = parser.parse_args()
     figures: dict[str, list[float]] = {"baseline": [], "new": [], "again": [], "two at once": []}
     with tempfile.TemporaryDirectory(prefix="import-bench-") as tmp, RedisServer(Path(tmp)) as private_redis:
-        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench",
+        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench" * 8,
                "LOG_LEVEL": "WARNING"}
         recreate_database(PG)
         manage(env, "migrate")

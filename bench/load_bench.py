@@ -98,7 +98,7 @@ def main() -> int:
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="load-bench-") as tmp, RedisServer(Path(tmp)) as private_redis:
         workdir = Path(tmp)
-        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench",
+        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench" * 8,
                "LOG_LEVEL": "WARNING", "WHISPER_MODEL": str(ROOT / "var/models/ggml-tiny.en.bin"),
                "WHISPER_MODEL_EN": str(ROOT / "var/models/ggml-tiny.en.bin")}
         recreate_database(PG)

@@ -54,7 +54,7 @@ from tests.support.servers import serve_wsgi, wait_until  # noqa: E402
 
 DB_URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/clinic_bench_rec")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
-SECRET = "bench-secret-key"
+SECRET = "bench-secret-key" * 2  # 32 bytes: the processes refuse a shorter SECRET_KEY
 MARKERS = "benchvox"
 
 

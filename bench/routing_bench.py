@@ -157,7 +157,7 @@ def main() -> int:
     results: dict[str, dict[str, list[dict]]] = {name: {"baseline": [], "service": []} for name in CHECKS}
     with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp, RedisServer(Path(tmp)) as private_redis:
         workdir = Path(tmp)
-        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench",
+        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench" * 8,
                "LOG_LEVEL": "WARNING"}
         token = prepare(env)
         (workdir / "baseline_app.py").write_text(BASELINE_APP.format(dsn=PG))

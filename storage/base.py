@@ -64,7 +64,8 @@ class InvalidKeyError(StorageError, ValueError):
 
 
 class AccessDenied(StorageError):
-    """A presigned URL was missing, tampered with, expired or used differently than signed."""
+    """A presigned URL was missing, tampered with, expired or used differently than signed,
+    or would write a sealed object (`check_writable_key`)."""
 
 
 class ObjectTooLarge(StorageError):
@@ -98,7 +99,7 @@ class Storage(Protocol):
         """URL accepting ``PUT`` of the object's bytes with exactly this ``Content-Type``.
 
         The URL may be used any number of times until it expires; each use replaces
-        the object.
+        the object. ``AccessDenied`` for a sealed key (`check_writable_key`).
         """
         ...
 
@@ -154,6 +155,21 @@ def validate_key(key: str) -> str:
     return key
 
 
+#: Where `sealed_key` puts registered copies. No URL may ever write under it: a signature
+#: is no protection once the signing key is known (a weak SECRET_KEY), so the backends
+#: refuse by key, before and whatever the signature (`check_writable_key`).
+SEALED_PREFIX = "registered/"
+
+
+def check_writable_key(key: str) -> str:
+    """`validate_key`, and `AccessDenied` for a sealed key: a PUT URL is neither issued nor
+    honoured for one, so a registered copy changes through no URL, forged or not."""
+    validate_key(key)
+    if key.startswith(SEALED_PREFIX):
+        raise AccessDenied("sealed object: it cannot be written")
+    return key
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Sealed:
     """What `Storage.seal` stored: the digest and size of exactly those bytes."""
@@ -166,7 +182,7 @@ def sealed_key(upload_key: str) -> str:
     upload link is ever issued for (`new_object_key` only makes ``requests/…``)."""
     head, _, name = upload_key.rpartition("/")
     stem, dot, ext = name.rpartition(".")
-    return validate_key(f"registered/{head.split('/', 1)[-1]}/{secrets.token_hex(16)}{dot}{ext if dot else ''}")
+    return validate_key(f"{SEALED_PREFIX}{head.split('/', 1)[-1]}/{secrets.token_hex(16)}{dot}{ext if dot else ''}")
 
 
 def new_object_key(request_id: uuid.UUID | str, content_type: str) -> str:

@@ -31,6 +31,7 @@ from storage.base import (
     Sealed,
     _check_expires_in,
     _check_get_params,
+    check_writable_key,
     validate_key,
 )
 
@@ -125,7 +126,7 @@ class LocalStorage:
     # -- Storage interface ---------------------------------------------------------
 
     def presign_put(self, key: str, content_type: str, expires_in: int) -> str:
-        validate_key(key)
+        check_writable_key(key)
         if not content_type or any(c in content_type for c in "\r\n"):
             raise ValueError("content_type must be a non-empty header value")
         expires = int(self._clock()) + _check_expires_in(expires_in)
@@ -183,8 +184,10 @@ class LocalStorage:
     # -- used by resources.storage_objects -------------------------------------------
 
     def verify_put(self, key: str, *, expires: str | None, signature: str | None, content_type: str | None) -> None:
-        """Raise ``AccessDenied`` unless the PUT URL is genuine, unexpired and for this content type."""
-        validate_key(key)
+        """Raise ``AccessDenied`` unless the PUT URL is genuine, unexpired and for this content
+        type, and its key is not sealed: a sealed copy is refused before the signature is
+        even looked at, so a signing key that leaked (or was guessed) cannot change it."""
+        check_writable_key(key)
         self._verify("PUT", key, expires, signature, (content_type or "").strip())
 
     def verify_get(
@@ -218,8 +221,8 @@ class LocalStorage:
         target = self.path_for(key)
         meta = self._meta_path(key)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            meta.parent.mkdir(parents=True, exist_ok=True)
+            self._make_directories(target.parent)
+            self._make_directories(meta.parent)
         except (FileExistsError, NotADirectoryError) as exc:
             raise InvalidKeyError("object key collides with an existing object") from exc
         # Re-check after mkdir: a symlinked directory must not lead outside root.
@@ -250,7 +253,29 @@ class LocalStorage:
         except BaseException:
             _discard(tmp_name)
             raise
+        if self.fsync:
+            # The rename is in the directory, not in the file: until the directory is on
+            # disk a power loss can undo it. A sealed copy must be durable before the
+            # caller commits its record and deletes the upload, so before returning.
+            _fsync_directory(target.parent)
         return written
+
+    def _make_directories(self, directory: Path) -> None:
+        """``mkdir -p``; with ``fsync``, each directory made is also made durable in its
+        parent (a fresh ``registered/<request>/`` would otherwise vanish with its file)."""
+        missing: list[Path] = []
+        current = directory
+        while not current.is_dir() and current != current.parent:
+            missing.append(current)
+            current = current.parent
+        for made in reversed(missing):
+            try:
+                made.mkdir()
+            except FileExistsError:
+                if not made.is_dir():  # a file in the way: the caller's collision
+                    raise
+            if self.fsync:  # made by us or by a concurrent writer: its entry is synced here either way
+                _fsync_directory(made.parent)
 
     def seal(self, source: str, target: str) -> Sealed:
         try:
@@ -317,10 +342,24 @@ class LocalStorage:
         try:
             with open(fd, "w", encoding="utf-8", closefd=True) as out:
                 json.dump(payload, out)
+                if self.fsync:  # the content type of a sealed copy is kept like its bytes
+                    out.flush()
+                    os.fsync(out.fileno())
             os.replace(tmp_name, path)
         except BaseException:
             _discard(tmp_name)
             raise
+        if self.fsync:
+            _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the directory's entries (a rename, a new file or subdirectory) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _discard(tmp_name: str) -> None:

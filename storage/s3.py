@@ -23,6 +23,7 @@ from storage.base import (
     Sealed,
     _check_expires_in,
     _check_get_params,
+    check_writable_key,
     content_disposition,
     validate_key,
 )
@@ -130,7 +131,8 @@ class S3Storage:
         )
 
     def presign_put(self, key: str, content_type: str, expires_in: int) -> str:
-        validate_key(key)
+        # Never for a sealed key: S3 cannot revoke a presigned PUT, so none may exist for one.
+        check_writable_key(key)
         if not content_type or any(c in content_type for c in "\r\n"):
             raise ValueError("content_type must be a non-empty header value")
         return str(self._signer.generate_presigned_url(

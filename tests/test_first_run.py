@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -36,7 +37,7 @@ class Run:
         self.var_dir, self.ports = var_dir, ports
         environment = {**os.environ, **{name: str(port) for name, port in ports.items()}, "VAR_DIR": str(var_dir),
                        **env}
-        for name in ("DATABASE_URL", "REDIS_URL", "PUBLIC_BASE_URL", "STORAGE_DIR"):
+        for name in ("DATABASE_URL", "REDIS_URL", "PUBLIC_BASE_URL", "STORAGE_DIR", "SECRET_KEY"):
             environment.pop(name, None)  # bin/run's own defaults, under VAR_DIR
         self.proc = subprocess.Popen([str(ROOT / "bin" / "run"), *args], cwd=ROOT, env=environment,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -140,12 +141,17 @@ def test_a_process_that_ends_during_the_start_is_named_with_its_log(tmp_path, po
     assert "--workers" in started.output.split("Last lines of", 1)[1], "the tail of web.log is shown"
     assert BANNER not in started.output
     assert not any(listening(port) for port in ports.values()), "the others were stopped"
+    # Its own SECRET_KEY, made before anything started, for the owner's eyes only.
+    key_file = tmp_path / "var" / "secret_key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and len(key_file.read_text().strip()) >= 64
 
 
 def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
     var_dir = tmp_path / "var"
     var_dir.mkdir()
     (var_dir / "worker.log").write_text("the previous run's log\n")
+    key = "the-key-an-earlier-start-made-" + "k" * 34
+    (var_dir / "secret_key").write_text(key + "\n")  # kept from a previous start: used, not replaced
     with run(tmp_path, ports, "--try-handoff") as started:
         assert wait_until(lambda: BANNER in started.output or started.proc.poll() is not None, timeout=120,
                           interval=0.1), started.output
@@ -161,6 +167,7 @@ def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
                           timeout=120, interval=0.2), (var_dir / "worker.log").read_text()[-3000:]
         connection.close()
         assert all(listening(port) for port in ports.values())
+        assert started_with(f"SECRET_KEY={key}"), "the web process and the worker run on the kept key"
 
         os.killpg(started.proc.pid, signal.SIGINT)  # the terminal's Ctrl-C
         code = started.finish(timeout=45)
@@ -174,6 +181,7 @@ def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
     worker_log = (var_dir / "worker.log").read_text()
     assert "unreachable" not in worker_log and "waiting for Redis" not in worker_log, worker_log[-3000:]
     assert (var_dir / "worker.log.1").read_text() == "the previous run's log\n"
+    assert (var_dir / "secret_key").read_text() == key + "\n"
 
 
 def test_ctrl_c_during_the_start_stops_what_was_started(tmp_path, ports):

@@ -145,7 +145,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     recreate_database(FUZZ_DATABASE_URL)
     queue = redis.Redis.from_url(FUZZ_REDIS_URL)
     queue.flushdb()
-    env = {**os.environ, "DATABASE_URL": FUZZ_DATABASE_URL, "REDIS_URL": FUZZ_REDIS_URL, "SECRET_KEY": "fuzz-secret",
+    env = {**os.environ, "DATABASE_URL": FUZZ_DATABASE_URL, "REDIS_URL": FUZZ_REDIS_URL, "SECRET_KEY": "fuzz-secret" * 4,
            "PUBLIC_BASE_URL": base_url, "STORAGE_DIR": str(workdir / "storage"), "LOG_LEVEL": "WARNING",
            "DB_POOL_SIZE": "8",
            # The recording endpoint waits this long for a link re-fetch; no worker runs here.

@@ -7,12 +7,13 @@ import sys
 from pathlib import Path
 
 from tests.conftest import PG_URL, ROOT
+from tests.support import SECRET_KEY
 from tests.support.seaweed import run_seaweedfs
 
 
 def migrate(**env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "manage.py", "migrate"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "DATABASE_URL": PG_URL, **env})
+                          timeout=120, env={**os.environ, "DATABASE_URL": PG_URL, "SECRET_KEY": SECRET_KEY, **env})
 
 
 def test_migrate_creates_the_local_storage_directory(app, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from models import (
 )
 from storage import LocalStorage
 from tests.support import bearer, clinic, issue_token, load, organization
+from tests.support.durability import record_fsyncs
 from tests.support.live_service import api, patient_id, serve, signing_organization, tag_id, type_id
 from tests.support.seaweed import SeaweedFS, run_seaweedfs
 
@@ -323,7 +324,7 @@ def test_default_tags_best_effort_deleted_skipped_other_failures_logged(app, org
     with caplog.at_level(logging.WARNING, logger="documents.patient_requests"):
         created = _create(app, org["write"])
     assert created["data"]["id"]
-    assert len([r for r in caplog.records if r.name == "documents.patient_requests"]) == 1
+    assert len([r for r in caplog.records if r.name == patient_requests.__name__]) == 1
     with db.connection_context():
         record = PatientRecord.get((PatientRecord.patient == patient_id("jana"))
                                    & (PatientRecord.clinic == stable_id("clinic", "clinic-a")))
@@ -374,6 +375,30 @@ def test_register_only_own_uploaded_file_hashes_and_idempotent_per_hash(app, org
         assert first == second
     finally:
         storage.delete(link["fileHash"])
+
+
+def test_registration_makes_the_sealed_copy_durable_before_it_deletes_the_upload(app, org, monkeypatch):
+    """Registering seals a copy, commits the record, then deletes the upload: the copy's
+    name is on disk (its directory fsynced) before the upload can be gone, so a power loss
+    at any point leaves the registered bytes."""
+    h = bearer(org["write"])
+    rid = _create(app, org["write"])["data"]["id"]
+    link = app.post_json(f"{api()}/patientRequests/{rid}/attachments/upload-link", {"contentType": "application/pdf"},
+                         headers=h).json["data"]
+    storage = LocalStorage("var/storage", signing_key=b"x" * 16, public_base_url="http://x")  # the app's STORAGE_DIR
+    storage.write_stream(link["fileHash"], io.BytesIO(PDF_BYTES), len(PDF_BYTES), "application/pdf")
+    events = record_fsyncs(monkeypatch)
+    body = {"contentType": "application/pdf", "fileHash": link["fileHash"], "description": "signed.pdf"}
+    app.post_json(f"{api()}/patientRequests/{rid}/attachments", body, headers=h)
+    with db.connection_context():
+        sealed = MedicalRecord.get(MedicalRecord.file_hash == link["fileHash"]).object_key
+    try:
+        sealed_dir = str(storage.path_for(sealed).parent)
+        assert ("fsync", sealed_dir) in events, events
+        assert events.index(("fsync", sealed_dir)) < events.index(("delete", link["fileHash"])), events
+        assert storage.path_for(sealed).read_bytes() == PDF_BYTES and not storage.exists(link["fileHash"])
+    finally:
+        storage.delete(sealed)
 
 
 def test_detail_refuses_more_than_1000_attachments(app, org):

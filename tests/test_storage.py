@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.client
+import io
 import json
 import os
 import socket
@@ -22,6 +23,8 @@ import requests
 from config import Config
 from resources.storage_objects import StoredObject
 from storage import (
+    SEALED_PREFIX,
+    AccessDenied,
     InvalidKeyError,
     LocalStorage,
     ObjectInfo,
@@ -31,8 +34,10 @@ from storage import (
     content_disposition,
     make_storage,
     new_object_key,
+    sealed_key,
     validate_key,
 )
+from tests.support.durability import record_fsyncs
 from tests.support.seaweed import SeaweedFS, run_seaweedfs
 from tests.support.servers import serve_wsgi, wait_until
 
@@ -563,3 +568,65 @@ def local_backend_url(local_server: LocalServer, tmp_path: Path) -> tuple[str, b
     key, body = new_key(), sample_bytes(5_000)
     assert put(local.presign_put(key, PDF, 600), body).status_code == 200
     return local.presign_get(key, 60, content_type=PDF, disposition="inline", filename="x.pdf"), body
+
+
+# ------------------------------------------------------------------ sealed copies (issue 22)
+
+
+def _sealed_copy(local: LocalStorage, body: bytes) -> str:
+    """An upload sealed as registration seals it; returns the sealed key."""
+    upload = new_key()
+    assert put(local.presign_put(upload, PDF, 600), body).status_code == 200
+    target = sealed_key(upload)
+    local.seal(upload, target)
+    return target
+
+
+def test_a_correctly_signed_put_to_a_sealed_key_is_refused_and_changes_nothing(local: LocalStorage) -> None:
+    """A signing key that leaked (the built-in SECRET_KEY derives it) signs any URL; a sealed
+    copy is refused by its key, whatever the signature says."""
+    original = sample_bytes(10_000)
+    target = _sealed_copy(local, original)
+    assert target.startswith(SEALED_PREFIX)
+    expires = int(time.time()) + 600
+    forged = local._url(target, {"expires": str(expires), "signature": local._signature("PUT", target, expires, PDF)})
+    response = put(forged, b"%PDF-1.7 forged")
+    assert response.status_code == 403 and response.json()["code"] == "FORBIDDEN"
+    assert local.path_for(target).read_bytes() == original
+    assert local.head(target) == ObjectInfo(size=len(original), content_type=PDF)
+    with pytest.raises(AccessDenied):
+        local.verify_put(target, expires=str(expires), signature=local._signature("PUT", target, expires, PDF),
+                         content_type=PDF)
+
+
+def test_no_backend_presigns_a_put_for_a_sealed_key(local: LocalStorage) -> None:
+    # Presigning S3 is local computation: no server is needed to see that none is made.
+    s3 = S3Storage(bucket="sealed-test", endpoint_url="http://127.0.0.1:9", access_key_id="AKTEST",
+                   secret_access_key="secret-test-key")
+    key = sealed_key(new_key())
+    for storage in (local, s3):
+        with pytest.raises(AccessDenied):
+            storage.presign_put(key, PDF, 600)
+        assert storage.presign_put(new_key(), PDF, 600)  # uploads still get their links
+    assert local.presign_get(key, 60, content_type=PDF, disposition="inline", filename="x.pdf")  # reading is fine
+
+
+# ------------------------------------------------------------- durability (issue 22)
+
+
+def test_an_upload_and_its_new_directories_are_durable_once_stored(local: LocalStorage,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rename is durable once its directory is fsynced, and a new directory once its
+    parent is; write_stream does both before it returns (the registered copy is written by
+    it too: tests/test_signed_documents.py checks that order against the upload's deletion)."""
+    events = record_fsyncs(monkeypatch)
+    key = new_key()
+    local.write_stream(key, io.BytesIO(b"%PDF-1.7 doc"), None, PDF)
+    directory = str(local.path_for(key).parent)
+    synced = [path for event, path in events if event == "fsync"]
+    # The file (by its temporary name), later the directory that holds its final name.
+    assert any(path.startswith(directory + "/.upload-") for path in synced), synced
+    assert synced[-1] == directory, synced
+    # requests/ and requests/<request>/ were made: each is durable in its parent.
+    assert str(local.root) in synced and str(local.root / "requests") in synced, synced
+    assert str(local._meta_path(key).parent) in synced, synced  # the sidecar's rename too

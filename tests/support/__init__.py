@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-SECRET_KEY = "test-secret-key"
+# 32 bytes or more: the web, worker and release processes refuse a shorter SECRET_KEY.
+SECRET_KEY = "test-secret-key-of-at-least-32-bytes"
 
 
 def load(document: dict[str, Any]) -> str:
