@@ -186,6 +186,11 @@ def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any])
             PatientRequestTag.insert(request=request, tag=tag).on_conflict_ignore().execute()
         if "userNote" in body:
             PatientRequest.update(user_note=body["userNote"]).where(PatientRequest.id == request.id).execute()
+        if body.get("done") is True:  # a second resolve keeps the first one's time
+            PatientRequest.update(done_at=utc_now()).where(
+                (PatientRequest.id == request.id) & PatientRequest.done_at.is_null()).execute()
+        elif body.get("done") is False:
+            PatientRequest.update(done_at=None).where(PatientRequest.id == request.id).execute()
 
 
 # --- attachments -------------------------------------------------------------------------------

@@ -275,6 +275,22 @@ def test_only_open_requests_count(app):
     assert ask(app, "has-active-request", {"callFrom": "+420601123456"}).json == {"hasActiveRequest": True}
 
 
+def test_resolving_by_patch_ends_the_active_request_and_reopening_brings_it_back(app):
+    """PATCH `done`: the switchboard's very next check follows, both ways."""
+    request = _open_request(_with_patient())
+    token = issue_token(["clinic-a"], ["read", "write"])
+    url = f"/external/v1/clinics/clinic-a/patientRequests/{request.id}"
+    assert ask(app, "has-active-request", {"callFrom": "+420601123456"}).json == {"hasActiveRequest": True}
+    resolved = app.patch_json(url, {"done": True}, headers=bearer(token)).json["data"]
+    assert resolved["doneAt"] is not None
+    assert ask(app, "has-active-request", {"callFrom": "+420601123456"}).json == {"hasActiveRequest": False}
+    again = app.patch_json(url, {"done": True}, headers=bearer(token)).json["data"]
+    assert again["doneAt"] == resolved["doneAt"], "a second resolve keeps the first one's time"
+    assert app.patch_json(url, {"done": False}, headers=bearer(token)).json["data"]["doneAt"] is None
+    assert ask(app, "has-active-request", {"callFrom": "+420601123456"}).json == {"hasActiveRequest": True}
+    app.patch_json(url, {"done": "yes"}, headers=bearer(token), status=400)
+
+
 def test_only_this_clinics_requests_count(app):
     _open_request(_with_patient(), slug="clinic-b")
     assert ask(app, "has-active-request", {"callFrom": "+420601123456"}).json == {"hasActiveRequest": False}

@@ -328,6 +328,9 @@ REQUEST_PATCH = {
         "addTagIds": {"type": "array", "maxItems": 100, "items": UUID,
                       "description": "Request tags of this clinic (GET /tags?type=patient_request)."},
         "userNote": {**_TEXT, "description": "A different field from create's userNote."},
+        "done": {"type": "boolean",
+                 "description": "true resolves the request (sets doneAt, kept if already resolved); "
+                                "false reopens it (clears doneAt). has-active-request follows at once."},
     },
 }
 
