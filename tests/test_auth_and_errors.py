@@ -9,14 +9,10 @@ import pytest
 import manage
 from plumbing.database import db
 from models import ApiToken
-from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support import assert_error, bearer, issue_token, switchboard_url
+from tests.support.organizations import two_clinics  # noqa: F401 (a fixture)
 
 CHECKS = [("is-clinic-opened", None), ("is-on-vacation", {}), ("has-active-request", {"callFrom": "+420601123456"})]
-
-
-@pytest.fixture
-def two_clinics(app):
-    load(organization(clinic("clinic-a"), clinic("clinic-b")))
 
 
 def post(app, slug, check, body, headers=None, status=None):
@@ -24,12 +20,6 @@ def post(app, slug, check, body, headers=None, status=None):
     if body is None:
         return app.post(url, headers=headers or {}, status=status)
     return app.post_json(url, body, headers=headers or {}, status=status)
-
-
-def assert_error(resp, status: int, code: str) -> None:
-    assert resp.status_int == status
-    assert resp.content_type == "application/json"
-    assert set(resp.json) == {"error", "code"} and resp.json["code"] == code and resp.json["error"]
 
 
 @pytest.mark.parametrize("check, body", CHECKS)

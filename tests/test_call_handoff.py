@@ -24,9 +24,8 @@ from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, bearer, bodies, clinic, issue_token, load, organization, switchboard_url
 from tests.support.https_server import FailThenSucceed, HTTPSTestServer, redirect, static
 from tests.support.live_service import concurrently, serve, settings_of
-from tests.support.servers import wait_until
 from tests import voicemail_set
-from tests.support.worker import worker_env
+from tests.support.worker import processed_call, worker_env
 
 AUDIO = ROOT / "tests" / "audio"
 MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
@@ -78,16 +77,6 @@ def call_body(sid: str, url: str | None = None, **extra: Any) -> dict[str, Any]:
     HasRecording false when there is no recording."""
     return bodies.call_body(sid, url, HasRecording=url is not None, RecordingSid=f"{sid}.mp3", Source="test-pbx",
                             Extra=json.dumps({"flow": "voicemail", "ivr": [1, 2]}), **extra)
-
-
-def processed(sid: str, timeout: float = 90) -> Call:
-    def done() -> bool:
-        with db.connection_context():
-            return Call.select().where((Call.call_sid == sid) & (Call.state == "done")).exists()
-
-    assert wait_until(done, timeout=timeout, interval=0.1), f"call {sid} not processed within {timeout}s"
-    with db.connection_context():
-        return Call.get(Call.call_sid == sid)
 
 
 def requests_of(call: Call) -> list[PatientRequest]:
@@ -179,7 +168,7 @@ def test_redis_down_at_intake_keeps_the_call_and_the_relay_processes_it(app, han
     down = Config(**{**handoff_config.__dict__, "redis_url": "redis://127.0.0.1:1/0"})
     offline = webtest.TestApp(create_app(down))
     assert hand_off(offline, call_body("CA-redis-down", server.url("/v.mp3"))).json == {"success": True}
-    call = processed("CA-redis-down")
+    call = processed_call("CA-redis-down")
     assert call.outcome == "voice_message" and len(requests_of(call)) == 1 and call.queued_at is not None
 
 
@@ -195,7 +184,7 @@ def test_requeue_cli_queues_a_pending_call_whose_job_is_gone(app, handoff_config
     env = worker_env(handoff_config.fetch_ca_bundle)
     done = subprocess.run([sys.executable, "manage.py", "requeue"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "re-queued 1 pending call(s)" in done.stderr, done.stderr
-    call = processed("CA-requeue")
+    call = processed_call("CA-requeue")
     assert call.outcome == "voice_message" and len(requests_of(call)) == 1
 
 
@@ -204,7 +193,7 @@ def test_requeue_cli_queues_a_pending_call_whose_job_is_gone(app, handoff_config
 def test_voicemail_becomes_a_voice_message_request_with_the_spoken_words(handoff, clinics, server, worker):
     server.route("/rec/CA-voice.mp3", static(audio("msg_appointment.mp3"), "audio/mpeg"))
     hand_off(handoff, call_body("CA-voice", server.url("/rec/CA-voice.mp3")))
-    call = processed("CA-voice")
+    call = processed_call("CA-voice")
     assert call.outcome == "voice_message" and call.intelligibility == "speech"
     words = call.transcript.lower()
     assert "appointment" in words and "smith" in words and call.transcript_status in ("reliable", "unreliable")
@@ -233,7 +222,7 @@ def test_czech_voicemail_becomes_a_voice_message_with_its_callback_number(handof
     server.route("/rec/CA-cz.mp3", static(voicemail_set.clip_path(label).read_bytes(), "audio/mpeg"))
     body = call_body("CA-cz", server.url("/rec/CA-cz.mp3"), CallFrom="+420 601 123 456", CallTo="+420222333444")
     hand_off(handoff, body, slug="clinic-cz")
-    call = processed("CA-cz")
+    call = processed_call("CA-cz")
     assert call.outcome == "voice_message" and call.transcript_language == "cs", call.transcript
     # The number stored is the one in the transcript (how often base keeps every digit of
     # a Czech number is a figure of the benchmark, not of this test).
@@ -255,7 +244,7 @@ def test_english_caller_of_a_czech_clinic_is_transcribed_in_english(handoff, cli
     label = _czech_clip(language="en")
     server.route("/rec/CA-cz-en.mp3", static(voicemail_set.clip_path(label).read_bytes(), "audio/mpeg"))
     hand_off(handoff, call_body("CA-cz-en", server.url("/rec/CA-cz-en.mp3")), slug="clinic-cz")
-    call = processed("CA-cz-en")
+    call = processed_call("CA-cz-en")
     assert call.outcome == "voice_message" and call.transcript_language == "en", call.transcript
     assert call.callback_number == label["callback"], call.transcript
 
@@ -265,7 +254,7 @@ def test_a_bare_hello_becomes_a_missed_call(handoff, clinics, server, worker):
                  and x["file"].startswith("short_") and x["file"].endswith(".mp3"))
     server.route("/rec/CA-halo.mp3", static(voicemail_set.clip_path(label).read_bytes(), "audio/mpeg"))
     hand_off(handoff, call_body("CA-halo", server.url("/rec/CA-halo.mp3")), slug="clinic-cz")
-    call = processed("CA-halo")
+    call = processed_call("CA-halo")
     assert call.outcome == "missed_call" and call.transcript is None, call.transcript_signals
     assert call.intelligibility in ("no_speech", "too_little_speech")
     [request] = requests_of(call)
@@ -275,7 +264,7 @@ def test_a_bare_hello_becomes_a_missed_call(handoff, clinics, server, worker):
 def test_silence_becomes_a_missed_call_request(handoff, clinics, server, worker):
     server.route("/s.wav", static(audio("silence_digital.wav"), "audio/wav"))
     hand_off(handoff, call_body("CA-silence", server.url("/s.wav")))
-    call = processed("CA-silence")
+    call = processed_call("CA-silence")
     assert call.outcome == "missed_call" and call.transcript is None and call.intelligibility == "no_speech"
     [request] = requests_of(call)
     assert request.kind == "missed_call" and request.done_at is None
@@ -284,13 +273,13 @@ def test_silence_becomes_a_missed_call_request(handoff, clinics, server, worker)
 def test_opted_out_clinic_gets_nothing_for_an_empty_message(handoff, clinics, server, worker):
     server.route("/n.mp3", static(audio("noise_white.mp3"), "audio/mpeg"))
     hand_off(handoff, call_body("CA-opted-out", server.url("/n.mp3")), slug="clinic-opted-out")
-    call = processed("CA-opted-out")
+    call = processed_call("CA-opted-out")
     assert call.outcome == "opted_out" and requests_of(call) == []
 
 
 def test_without_recording_url_only_the_call_is_stored(handoff, clinics, worker):
     hand_off(handoff, call_body("CA-no-recording"))
-    call = processed("CA-no-recording")
+    call = processed_call("CA-no-recording")
     assert call.outcome == "no_recording" and requests_of(call) == []
     with db.connection_context():
         assert Patient.select().count() == 0
@@ -300,7 +289,7 @@ def test_same_call_sid_twice_gives_one_call_and_one_request(handoff, clinics, se
     server.route("/v.mp3", static(audio("msg_cancel.mp3"), "audio/mpeg"))
     for _ in range(2):
         assert hand_off(handoff, call_body("CA-twice", server.url("/v.mp3"))).json == {"success": True}
-    call = processed("CA-twice")
+    call = processed_call("CA-twice")
     assert hand_off(handoff, call_body("CA-twice", server.url("/v.mp3"))).json == {"success": True}
     with db.connection_context():
         assert Call.select().where(Call.call_sid == "CA-twice").count() == 1
@@ -320,7 +309,7 @@ def test_twenty_concurrent_copies_give_one_call_and_one_request(handoff_config, 
                                                         headers=bearer(token), timeout=30))
     assert [getattr(a, "status_code", a) for a in answers] == [200] * 20
     assert all(a.json() == {"success": True} for a in answers)
-    call = processed("CA-concurrent")
+    call = processed_call("CA-concurrent")
     with db.connection_context():
         assert Call.select().where(Call.call_sid == "CA-concurrent").count() == 1
     assert len(requests_of(call)) == 1
@@ -329,7 +318,7 @@ def test_twenty_concurrent_copies_give_one_call_and_one_request(handoff_config, 
 def test_server_failing_twice_then_succeeding_gives_one_request(handoff, clinics, server, worker):
     server.route("/flaky.mp3", FailThenSucceed(2, static(audio("msg_refill.mp3"), "audio/mpeg"), failure=static(b"busy", "text/plain", status=503)))
     hand_off(handoff, call_body("CA-flaky", server.url("/flaky.mp3")))
-    call = processed("CA-flaky", timeout=120)
+    call = processed_call("CA-flaky", timeout=120)
     assert call.outcome == "voice_message" and call.attempts == 3
     assert server.request_count("/flaky.mp3") == 3 and len(requests_of(call)) == 1
     assert "blood pressure" in call.transcript.lower()
@@ -338,7 +327,7 @@ def test_server_failing_twice_then_succeeding_gives_one_request(handoff, clinics
 def test_recording_that_never_comes_still_becomes_a_request_with_the_reason(handoff, clinics, server, worker):
     server.route("/down.mp3", FailThenSucceed(99, static(b"", "audio/mpeg"), failure=static(b"busy", "text/plain", status=503)))
     hand_off(handoff, call_body("CA-gone", server.url("/down.mp3")))
-    call = processed("CA-gone", timeout=120)
+    call = processed_call("CA-gone", timeout=120)
     assert call.outcome == "recording_unavailable" and "503" in call.fetch_error
     assert server.request_count("/down.mp3") == 3  # one try and the two configured retries
     [request] = requests_of(call)
@@ -351,7 +340,7 @@ def test_redirect_to_loopback_address_is_refused(handoff, clinics, server, worke
     server.route("/v.mp3", static(audio("msg_fever.mp3"), "audio/mpeg"))
     server.route("/redirect.mp3", redirect(f"https://2130706433:{server.port}/v.mp3"))
     hand_off(handoff, call_body("CA-redirect", server.url("/redirect.mp3")))
-    call = processed("CA-redirect")
+    call = processed_call("CA-redirect")
     assert call.outcome == "recording_unavailable" and server.request_count("/v.mp3") == 0
     assert len(requests_of(call)) == 1
 
@@ -359,7 +348,7 @@ def test_redirect_to_loopback_address_is_refused(handoff, clinics, server, worke
 def test_non_audio_content_is_refused(handoff, clinics, server, worker):
     server.route("/page.mp3", static(b"<html>login</html>", "text/html"))
     hand_off(handoff, call_body("CA-html", server.url("/page.mp3")))
-    call = processed("CA-html")
+    call = processed_call("CA-html")
     assert call.outcome == "recording_unavailable" and call.fetch_error
 
 
@@ -371,6 +360,6 @@ def test_known_caller_is_matched_not_duplicated(handoff, clinics, server, worker
         patients=[{"key": "known", "firstName": "Maria", "phone": "201-555-0198", "records": [{"clinic": "clinic-en"}]}]))
     server.route("/v.mp3", static(audio("msg_appointment.mp3"), "audio/mpeg"))
     hand_off(handoff, call_body("CA-known", server.url("/v.mp3")))
-    [request] = requests_of(processed("CA-known"))
+    [request] = requests_of(processed_call("CA-known"))
     with db.connection_context():
         assert request.patient.first_name == "Maria" and Patient.select().count() == 1

@@ -55,7 +55,7 @@ from tests.support.processes import stop_process as stop
 from tests.support.servers import wait_until
 from tests.test_recordings import FakePlatform, detail_call, play, received_at, stored_call
 from tests.test_recordings import onboard as rec_onboard
-from tests.support.worker import MARKER_WORDS, MODEL, MODEL_EN, worker_env
+from tests.support.worker import MARKER_WORDS, MODEL, MODEL_EN, processed_call, worker_env
 
 AUDIO = ROOT / "tests" / "audio"
 SLUG = "fault-clinic"
@@ -531,16 +531,6 @@ def web_faults(app, config, ca_bundle) -> webtest.TestApp:
                       provider_marker_words=MARKER_WORDS, pbx_retry_delays="1,1", pbx_play_wait_seconds=8,
                       pbx_fetch_timeout=5)
     return webtest.TestApp(create_app(settings))
-
-
-def processed_call(sid: str, timeout: float) -> Call:
-    def done() -> bool:
-        with db.connection_context():
-            return Call.select().where((Call.call_sid == sid) & (Call.state == "done")).exists()
-
-    assert wait_until(done, timeout=timeout, interval=0.2), f"call {sid} not processed within {timeout} s"
-    with db.connection_context():
-        return Call.get(Call.call_sid == sid)
 
 
 def hand_off_to(web: webtest.TestApp, sid: str, url: str) -> None:

@@ -30,7 +30,7 @@ from tests.support.clocks import Clock
 from tests.support.https_server import FailThenSucceed, HTTPSTestServer, TestRequest, TestResponse, json_response, static
 from tests.support.live_service import concurrently, serve, settings_of
 from tests.support.servers import wait_until
-from tests.support.worker import MARKER_WORDS
+from tests.support.worker import MARKER_WORDS, processed_call
 
 AUDIO = ROOT / "tests" / "audio"
 USER, PASSWORD = "clinic-api", "pbx-pa55word"
@@ -180,13 +180,8 @@ def test_pre_release_check_end_to_end(web, clock, platform, https_server, worker
             "HasRecording": True, "RecordingUrl": original, "RecordingSid": "CA-e2e.mp3", "Source": SOURCE}
     assert web.post_json(switchboard_url("clinic-rec", "recording-complete"), body, headers=bearer(writer)).json == {"success": True}
 
-    def done() -> bool:
-        with db.connection_context():
-            return Call.select().where((Call.call_sid == "CA-e2e") & (Call.state == "done")).exists()
-
-    assert wait_until(done, timeout=90, interval=0.1)
+    call = processed_call("CA-e2e")
     with db.connection_context():
-        call = Call.get(Call.call_sid == "CA-e2e")
         request = PatientRequest.get(PatientRequest.call == call.id)
     assert call.outcome == "voice_message" and request.kind == "voice_message"
     transcript = call.transcript

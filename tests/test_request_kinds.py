@@ -19,17 +19,12 @@ from web import openapi
 from plumbing.clock import as_utc
 from plumbing.database import db
 from models import Call, Clinic, Patient, PatientRecord, PatientRequest
-from tests.support import bearer, issue_token, load
-from tests.support.live_service import api, patient_id, signing_organization, type_id
+from tests.support import bearer
+from tests.support.live_service import api, patient_id, type_id
+from tests.support.organizations import org  # noqa: F401 (a fixture)
 
 SEARCH = "/patientRequests/search"
 EXTRA = '{"flow": "voicemail", "ivr": [1, 2], "note": "Ž"}'
-
-
-@pytest.fixture
-def org(app) -> dict[str, str]:
-    load(signing_organization())
-    return {"a": issue_token(["clinic-a"], ["read", "write"]), "b": issue_token(["clinic-b"], ["read", "write"])}
 
 
 def _now(clock) -> datetime:
@@ -82,7 +77,7 @@ def documented(app: webtest.TestApp, method: str, path: str) -> dict[str, Any]:
 # --- kind in every answer --------------------------------------------------------------------
 
 def test_kind_in_create_detail_search_and_patch(app, org):
-    h = bearer(org["a"])
+    h = bearer(org["write"])
     created = app.post_json(api() + "/patientRequests/create",
                             {"patientId": patient_id("jana"), "userECRFId": type_id("SIGNED_CONSENT")}, headers=h).json
     assert created["data"]["kind"] == "standard"
@@ -94,7 +89,7 @@ def test_kind_in_create_detail_search_and_patch(app, org):
     assert app.get(f"{api()}/patientRequests/{missed}", headers=h).json["data"]["kind"] == "missed_call"
     assert app.patch_json(f"{api()}/patientRequests/{voice}", {"userNote": "called back"},
                           headers=h).json["data"]["kind"] == "voice_message"
-    found = search(app, org["a"], {})
+    found = search(app, org["write"], {})
     assert {r["id"]: r["kind"] for r in found["data"]} == {rid: "standard", voice: "voice_message",
                                                            missed: "missed_call"}
     Draft202012Validator(documented(app, "post", SEARCH)).validate(found)
@@ -104,7 +99,7 @@ def test_kind_in_create_detail_search_and_patch(app, org):
 # --- filter.kind --------------------------------------------------------------------------------
 
 def test_filter_kind_narrows_paginates_and_combines_with_patient(app, org, clock):
-    h = bearer(org["a"])
+    h = bearer(org["write"])
     standard = [app.post_json(api() + "/patientRequests/create",
                               {"patientId": patient_id("jana"), "userECRFId": type_id("SIGNED_CONSENT")},
                               headers=h).json["data"]["id"] for _ in range(3)]
@@ -119,32 +114,32 @@ def test_filter_kind_narrows_paginates_and_combines_with_patient(app, org, clock
 
     voice = voice_jana + voice_other
     for limit in (1, 2, 50):
-        ids = all_pages(app, org["a"], {"kind": "voice_message"}, limit)
+        ids = all_pages(app, org["write"], {"kind": "voice_message"}, limit)
         assert sorted(ids) == sorted(voice) and len(ids) == len(set(ids)), limit
     # Newest first, the tie in id order (descending).
-    by_time = search(app, org["a"], {"filter": {"kind": "voice_message"}})["data"]
+    by_time = search(app, org["write"], {"filter": {"kind": "voice_message"}})["data"]
     created = [r["createdAt"] for r in by_time]
     assert created == sorted(created, reverse=True)
     assert [r["id"] for r in by_time if r["id"] in voice_jana[1:]] == sorted(voice_jana[1:], reverse=True)
 
-    assert sorted(all_pages(app, org["a"], {"kind": "standard"}, 2)) == sorted(standard)
-    assert all_pages(app, org["a"], {"kind": "missed_call"}, 1) == [missed]
+    assert sorted(all_pages(app, org["write"], {"kind": "standard"}, 2)) == sorted(standard)
+    assert all_pages(app, org["write"], {"kind": "missed_call"}, 1) == [missed]
     # With patientId: both must hold.
     jana = {"patientId": patient_id("jana")}
-    assert sorted(all_pages(app, org["a"], {**jana, "kind": "voice_message"}, 1)) == sorted(voice_jana)
-    assert sorted(all_pages(app, org["a"], {**jana, "kind": "standard"}, 2)) == sorted(standard)
-    assert all_pages(app, org["a"], {**jana, "kind": "missed_call"}, 5) == [missed]
-    assert sorted(all_pages(app, org["a"], jana, 3)) == sorted(standard + voice_jana + [missed])
+    assert sorted(all_pages(app, org["write"], {**jana, "kind": "voice_message"}, 1)) == sorted(voice_jana)
+    assert sorted(all_pages(app, org["write"], {**jana, "kind": "standard"}, 2)) == sorted(standard)
+    assert all_pages(app, org["write"], {**jana, "kind": "missed_call"}, 5) == [missed]
+    assert sorted(all_pages(app, org["write"], jana, 3)) == sorted(standard + voice_jana + [missed])
     # Another clinic's request of that kind never appears, with or without its patient.
-    assert foreign not in all_pages(app, org["a"], {"kind": "voice_message"}, 50)
-    assert all_pages(app, org["a"], {"kind": "voice_message", "patientId": patient_id("petr")}, 50) == []
+    assert foreign not in all_pages(app, org["write"], {"kind": "voice_message"}, 50)
+    assert all_pages(app, org["write"], {"kind": "voice_message", "patientId": patient_id("petr")}, 50) == []
     assert all_pages(app, org["b"], {"kind": "voice_message"}, 50, "clinic-b") == [foreign]
     assert all_pages(app, org["b"], {"kind": "missed_call"}, 50, "clinic-b") == []
 
 
 @pytest.mark.parametrize("kind", ["unknown", "VOICE_MESSAGE", "", "voice message", 5, None, ["voice_message"]])
 def test_unknown_kind_is_400_validation_failed(app, org, kind):
-    answer = search(app, org["a"], {"filter": {"kind": kind}}, status=400)
+    answer = search(app, org["write"], {"filter": {"kind": kind}}, status=400)
     assert set(answer) == {"error", "code"} and answer["code"] == "VALIDATION_FAILED"
     assert answer["error"].startswith("filter.kind: ")
 
@@ -172,7 +167,7 @@ def test_detail_shows_callback_number_language_transcript_status_issue_and_extra
         transcript="Dobrý den, zavolejte mi prosím na 602 987 654.", transcript_language="cs",
         transcript_status="unreliable", transcript_issue="low_confidence", callback_number="+420602987654",
     )
-    answer = app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["a"])).json
+    answer = app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["write"])).json
     call = answer["data"]["call"]
     assert list(call)[:3] == ["callSid", "callFrom", "callbackNumber"]  # the two numbers side by side
     assert {k: v for k, v in call.items() if k not in ("callSid", "recording")} == {
@@ -190,14 +185,14 @@ def test_detail_shows_each_transcript_status(app, org, clock, status, issue):
     rid = call_request("clinic-a", "voice_message", received_at=_now(clock), transcript_status=status,
                        transcript_issue=issue, transcript="" if status == "failed" else "Hello.",
                        transcript_language="en")
-    call = app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["a"])).json["data"]["call"]
+    call = app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["write"])).json["data"]["call"]
     assert (call["transcriptStatus"], call["transcriptIssue"], call["language"]) == (status, issue, "en")
 
 
 def test_a_call_without_transcript_shows_nulls(app, org, clock):
     """A missed call (no speech) or a call without Extra: every field is there, null."""
     rid = call_request("clinic-a", "missed_call", received_at=_now(clock))
-    answer = app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["a"])).json
+    answer = app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["write"])).json
     call = answer["data"]["call"]
     empty = ("callbackNumber", "transcript", "transcriptStatus", "transcriptIssue", "language", "transcriptLanguage",
              "extra")
@@ -209,7 +204,7 @@ def test_a_call_without_transcript_shows_nulls(app, org, clock):
 def test_another_clinics_call_detail_is_404(app, org, clock):
     foreign = call_request("clinic-b", "voice_message", patient=patient_id("petr"), received_at=_now(clock),
                            extra=EXTRA, callback_number="+420602987654")
-    answer = app.get(f"{api()}/patientRequests/{foreign}", headers=bearer(org["a"]), status=404).json
+    answer = app.get(f"{api()}/patientRequests/{foreign}", headers=bearer(org["write"]), status=404).json
     assert answer == {"error": answer["error"], "code": "PATIENT_REQUEST_NOT_FOUND"}
     assert "+420602987654" not in str(answer)
 

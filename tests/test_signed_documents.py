@@ -24,19 +24,14 @@ from models import (
     MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest, RequestTypeDefaultTag, Reservation, Tag,
 )
 from storage import LocalStorage
-from tests.support import bearer, clinic, issue_token, load, organization
+from tests.support import assert_error, bearer, clinic, issue_token, load, organization
 from tests.support.durability import record_fsyncs
 from tests.support.live_service import api, patient_id, serve, signing_organization, tag_id, type_id
-from tests.support.seaweed import SeaweedFS, run_seaweedfs
+from tests.support.organizations import org  # noqa: F401 (a fixture)
+from tests.support.seaweed import SeaweedFS, seaweedfs  # noqa: F401 (a fixture)
 
 PDF_BYTES = b"%PDF-1.7\n" + bytes(range(256)) * 400 + b"\n%%EOF\n"
 TIMEOUT = 30
-
-
-@pytest.fixture(scope="session")
-def seaweedfs() -> Iterator[SeaweedFS]:
-    with run_seaweedfs(bucket="clinic-documents-test") as server:
-        yield server
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -201,50 +196,40 @@ def test_upload_larger_than_the_json_body_limit_goes_through_the_real_app(app, t
 CREATE = api() + "/patientRequests/create"
 
 
-@pytest.fixture
-def org(app):
-    load(signing_organization())
-    return {"write": issue_token(["clinic-a"], ["read", "write"]), "read": issue_token(["clinic-a"], ["read"]),
-            "b": issue_token(["clinic-b"], ["read", "write"])}
-
-
 def _create(app, token: str, status: int = 200, **body):
     body = {"patientId": patient_id("jana"), "userECRFId": type_id("SIGNED_CONSENT"), **body}
-    return app.post_json(CREATE, body, headers=bearer(token), status=status).json
-
-
-def _error(response: dict, code: str) -> None:
-    assert response["code"] == code and isinstance(response["error"], str) and response["error"]
+    return app.post_json(CREATE, body, headers=bearer(token), status=status)
 
 
 def test_400_validation_names_the_field(app, org):
-    _error(_create(app, org["write"], 400, patientId="not-a-uuid"), "VALIDATION_FAILED")
+    assert_error(_create(app, org["write"], 400, patientId="not-a-uuid"), 400, "VALIDATION_FAILED")
     response = app.post_json(CREATE, {"userECRFId": type_id("SIGNED_CONSENT")}, headers=bearer(org["write"]), status=400)
     assert "patientId" in response.json["error"]
 
 
 def test_401_without_or_with_a_bad_token(app, org):
-    _error(app.post_json(CREATE, {}, status=401).json, "UNAUTHORIZED")
-    _error(app.post_json(CREATE, {}, headers=bearer("csk_00_bad"), status=401).json, "UNAUTHORIZED")
+    assert_error(app.post_json(CREATE, {}, status=401), 401, "UNAUTHORIZED")
+    assert_error(app.post_json(CREATE, {}, headers=bearer("csk_00_bad"), status=401), 401, "UNAUTHORIZED")
 
 
 def test_403_scope_clinic_and_patient_without_record_here(app, org):
-    _error(_create(app, org["read"], 403), "FORBIDDEN")
-    _error(_create(app, org["b"], 403), "FORBIDDEN")  # token not bound to clinic-a
-    _error(_create(app, org["write"], 403, patientId=patient_id("petr")), "FORBIDDEN")
+    assert_error(_create(app, org["read"], 403), 403, "FORBIDDEN")
+    assert_error(_create(app, org["b"], 403), 403, "FORBIDDEN")  # token not bound to clinic-a
+    assert_error(_create(app, org["write"], 403, patientId=patient_id("petr")), 403, "FORBIDDEN")
 
 
 def test_404_unknown_patient_and_request_types(app, org):
-    _error(_create(app, org["write"], 404, patientId=str(uuid.uuid4())), "PATIENT_NOT_FOUND")
-    _error(_create(app, org["write"], 404, userECRFId=str(uuid.uuid4())), "USER_ECRF_NOT_FOUND")
-    _error(_create(app, org["write"], 404, userECRFId=type_id("RETIRED")), "USER_ECRF_NOT_FOUND")
-    _error(_create(app, org["write"], 404, userECRFId=type_id("SIGNED_CONSENT", "clinic-b")), "USER_ECRF_NOT_FOUND")
+    assert_error(_create(app, org["write"], 404, patientId=str(uuid.uuid4())), 404, "PATIENT_NOT_FOUND")
+    assert_error(_create(app, org["write"], 404, userECRFId=str(uuid.uuid4())), 404, "USER_ECRF_NOT_FOUND")
+    assert_error(_create(app, org["write"], 404, userECRFId=type_id("RETIRED")), 404, "USER_ECRF_NOT_FOUND")
+    assert_error(_create(app, org["write"], 404, userECRFId=type_id("SIGNED_CONSENT", "clinic-b")), 404,
+                 "USER_ECRF_NOT_FOUND")
 
 
 def test_404_patient_of_another_organization(app, org):
     load(organization(clinic("other-clinic"), slug="other-org", sharing=True,
                       patients=[{"key": "jana", "firstName": "Jana", "records": [{"clinic": "other-clinic"}]}]))
-    _error(_create(app, org["write"], 404, patientId=patient_id("jana", "other-org")), "PATIENT_NOT_FOUND")
+    assert_error(_create(app, org["write"], 404, patientId=patient_id("jana", "other-org")), 404, "PATIENT_NOT_FOUND")
 
 
 def test_404_request_of_another_clinic_on_every_request_endpoint(app, org):
@@ -252,20 +237,22 @@ def test_404_request_of_another_clinic_on_every_request_endpoint(app, org):
     rid = app.post_json(api("clinic-b") + "/patientRequests/create", petr, headers=bearer(org["b"])).json["data"]["id"]
     h = bearer(org["write"])
     base = f"{api()}/patientRequests/{rid}"
-    _error(app.get(base, headers=h, status=404).json, "PATIENT_REQUEST_NOT_FOUND")
-    _error(app.patch_json(base, {"userNote": "x"}, headers=h, status=404).json, "PATIENT_REQUEST_NOT_FOUND")
-    _error(app.post_json(f"{base}/attachments/upload-link", {"contentType": "application/pdf"}, headers=h,
-                         status=404).json, "PATIENT_REQUEST_NOT_FOUND")
-    _error(app.post_json(f"{base}/attachments", {"contentType": "application/pdf", "fileHash": "x", "description": "x"},
-                         headers=h, status=404).json, "PATIENT_REQUEST_NOT_FOUND")
-    _error(app.get(f"{api()}/patientRequests/not-a-uuid", headers=h, status=404).json, "PATIENT_REQUEST_NOT_FOUND")
+    assert_error(app.get(base, headers=h, status=404), 404, "PATIENT_REQUEST_NOT_FOUND")
+    assert_error(app.patch_json(base, {"userNote": "x"}, headers=h, status=404), 404, "PATIENT_REQUEST_NOT_FOUND")
+    assert_error(app.post_json(f"{base}/attachments/upload-link", {"contentType": "application/pdf"}, headers=h,
+                               status=404), 404, "PATIENT_REQUEST_NOT_FOUND")
+    assert_error(app.post_json(f"{base}/attachments", {"contentType": "application/pdf", "fileHash": "x",
+                                                       "description": "x"}, headers=h, status=404),
+                 404, "PATIENT_REQUEST_NOT_FOUND")
+    assert_error(app.get(f"{api()}/patientRequests/not-a-uuid", headers=h, status=404), 404,
+                 "PATIENT_REQUEST_NOT_FOUND")
 
 
 def test_410_merged_patient_carries_the_survivor_and_the_retry_works(app, org):
     gone = _create(app, org["write"], 410, patientId=patient_id("jana-dup"))
-    _error(gone, "PATIENT_MERGED")
-    assert gone["mergedInto"] == patient_id("jana")
-    retried = _create(app, org["write"], patientId=gone["mergedInto"])
+    assert_error(gone, 410, "PATIENT_MERGED", mergedInto=patient_id("jana"))
+    assert gone.json["mergedInto"] == patient_id("jana")
+    retried = _create(app, org["write"], patientId=gone.json["mergedInto"]).json
     assert retried["data"]["patientId"] == patient_id("jana")
 
 
@@ -274,7 +261,7 @@ def test_5xx_is_an_internal_error_without_details(app, org, monkeypatch):
         raise RuntimeError("database password is hunter2")
 
     monkeypatch.setattr(patient_requests, "create_request", boom)
-    response = _create(app, org["write"], 500)
+    response = _create(app, org["write"], 500).json
     assert response["code"] == "INTERNAL_ERROR" and "hunter2" not in response["error"]
 
 
@@ -283,11 +270,11 @@ def test_5xx_on_create_says_check_first_and_on_a_lookup_safe_to_retry(app, org, 
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
-    existing = _create(app, org["write"])["data"]["id"]
+    existing = _create(app, org["write"]).json["data"]["id"]
     monkeypatch.setattr(patient_requests, "create_request", boom)
     monkeypatch.setattr(patient_requests, "register_attachment", boom)
     monkeypatch.setattr(patient_requests, "search_requests", boom)
-    created = _create(app, org["write"], 500)["error"]
+    created = _create(app, org["write"], 500).json["error"]
     assert "check" in created and "safe to retry" not in created
     registered = app.post_json(f"{CREATE.rsplit('/', 1)[0]}/{existing}/attachments",
                                {"contentType": "application/pdf", "fileHash": "x", "description": "x.pdf"},
@@ -306,7 +293,7 @@ def test_a_create_whose_answer_fails_stores_nothing(app, org, monkeypatch):
     with db.connection_context():
         before = PatientRequest.select().count()
     monkeypatch.setattr(patient_requests, "summaries", boom)
-    response = _create(app, org["write"], 503)
+    response = _create(app, org["write"], 503).json
     assert response["code"] == "SERVICE_UNAVAILABLE" and "check" in response["error"]
     with db.connection_context():
         assert PatientRequest.select().count() == before
@@ -322,7 +309,7 @@ def test_default_tags_best_effort_deleted_skipped_other_failures_logged(app, org
         RequestTypeDefaultTag.create(request_type=type_id("SIGNED_CONSENT"),
                                      tag=tag_id("patient_request", "needs-callback"))
     with caplog.at_level(logging.WARNING, logger="documents.patient_requests"):
-        created = _create(app, org["write"])
+        created = _create(app, org["write"]).json
     assert created["data"]["id"]
     assert len([r for r in caplog.records if r.name == patient_requests.__name__]) == 1
     with db.connection_context():
@@ -330,13 +317,13 @@ def test_default_tags_best_effort_deleted_skipped_other_failures_logged(app, org
                                    & (PatientRecord.clinic == stable_id("clinic", "clinic-a")))
         names = sorted(t.name for t in Tag.select().join(PatientRecordTag).where(PatientRecordTag.record == record))
     assert names == ["signed-consent"]
-    assert _create(app, org["write"])["data"]["id"]  # tags already there: no error either
+    assert _create(app, org["write"]).json["data"]["id"]  # tags already there: no error either
 
 
 def test_time_slot_creates_a_reservation_and_closes_the_request(app, org):
     calendar = str(stable_id("calendar", "clinic-a", "Doctor"))
     slot = {"start": "2026-11-20T09:00:00+01:00", "end": "2026-11-20T09:30:00+01:00", "calendarId": calendar}
-    data = _create(app, org["write"], timeSlotInput=slot)["data"]
+    data = _create(app, org["write"], timeSlotInput=slot).json["data"]
     assert data["doneAt"] is not None
     assert data["reservations"] == [{"id": data["reservations"][0]["id"], "start": "2026-11-20T08:00:00.000Z",
                                      "end": "2026-11-20T08:30:00.000Z", "calendarId": calendar}]
@@ -345,17 +332,17 @@ def test_time_slot_creates_a_reservation_and_closes_the_request(app, org):
         assert request.created_by.name == "test-service" and request.clinic_note == ""
         assert Reservation.select().where(Reservation.request == request).count() == 1
     bad = dict(slot, calendarId=str(uuid.uuid4()))
-    assert "calendarId" in _create(app, org["write"], 400, timeSlotInput=bad)["error"]
+    assert "calendarId" in _create(app, org["write"], 400, timeSlotInput=bad).json["error"]
     backwards = dict(slot, end="2026-11-20T08:00:00+01:00")
-    _error(_create(app, org["write"], 400, timeSlotInput=backwards), "VALIDATION_FAILED")
+    assert_error(_create(app, org["write"], 400, timeSlotInput=backwards), 400, "VALIDATION_FAILED")
 
 
 # --- attachments, detail, search, tags, patch ---------------------------------------------------
 
 def test_register_only_own_uploaded_file_hashes_and_idempotent_per_hash(app, org, tmp_path):
     h = bearer(org["write"])
-    rid = _create(app, org["write"])["data"]["id"]
-    other = _create(app, org["write"])["data"]["id"]
+    rid = _create(app, org["write"]).json["data"]["id"]
+    other = _create(app, org["write"]).json["data"]["id"]
     link = app.post_json(f"{api()}/patientRequests/{other}/attachments/upload-link", {"contentType": "image/png"},
                          headers=h).json["data"]
     assert link["fileHash"].endswith(".png")
@@ -382,7 +369,7 @@ def test_registration_makes_the_sealed_copy_durable_before_it_deletes_the_upload
     name is on disk (its directory fsynced) before the upload can be gone, so a power loss
     at any point leaves the registered bytes."""
     h = bearer(org["write"])
-    rid = _create(app, org["write"])["data"]["id"]
+    rid = _create(app, org["write"]).json["data"]["id"]
     link = app.post_json(f"{api()}/patientRequests/{rid}/attachments/upload-link", {"contentType": "application/pdf"},
                          headers=h).json["data"]
     storage = LocalStorage("var/storage", signing_key=b"x" * 16, public_base_url="http://x")  # the app's STORAGE_DIR
@@ -402,7 +389,7 @@ def test_registration_makes_the_sealed_copy_durable_before_it_deletes_the_upload
 
 
 def test_detail_refuses_more_than_1000_attachments(app, org):
-    rid = _create(app, org["write"])["data"]["id"]
+    rid = _create(app, org["write"]).json["data"]["id"]
     rows = [{"id": uuid.uuid4(), "request": rid, "file_hash": f"requests/{rid}/{i:032x}.pdf",
              "content_type": "application/pdf", "description": f"doc {i}.pdf"} for i in range(1001)]
     with db.connection_context():
@@ -411,7 +398,8 @@ def test_detail_refuses_more_than_1000_attachments(app, org):
     assert len(detail["medicalRecords"]) == 1000
     with db.connection_context():
         MedicalRecord.insert_many(rows[1000:]).execute()
-    _error(app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["read"]), status=400).json, "VALIDATION_FAILED")
+    assert_error(app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["read"]), status=400), 400,
+                 "VALIDATION_FAILED")
 
 
 def test_link_cache_hands_out_links_with_at_least_30_minutes_left(tmp_path):
@@ -431,7 +419,7 @@ def test_link_cache_hands_out_links_with_at_least_30_minutes_left(tmp_path):
 
 
 def test_request_search_by_patient_with_pagination(app, org):
-    ids = [_create(app, org["write"])["data"]["id"] for _ in range(3)]
+    ids = [_create(app, org["write"]).json["data"]["id"] for _ in range(3)]
     h = bearer(org["read"])
     url = api() + "/patientRequests/search"
     page = app.post_json(url, {"filter": {"patientId": patient_id("jana")}, "pagination": {"limit": 2}}, headers=h).json
@@ -442,7 +430,8 @@ def test_request_search_by_patient_with_pagination(app, org):
     assert sorted(r["id"] for r in page["data"] + rest["data"]) == sorted(ids)
     assert all(r["medicalRecords"] == [] for r in page["data"])
     assert app.post_json(url, {"filter": {"patientId": patient_id("petr")}}, headers=h).json["data"] == []
-    _error(app.post_json(url, {"pagination": {"cursor": "garbage"}}, headers=h, status=400).json, "VALIDATION_FAILED")
+    assert_error(app.post_json(url, {"pagination": {"cursor": "garbage"}}, headers=h, status=400), 400,
+                 "VALIDATION_FAILED")
 
 
 def test_tags_and_patch_add_request_tags_and_its_own_user_note(app, org):
@@ -450,20 +439,20 @@ def test_tags_and_patch_add_request_tags_and_its_own_user_note(app, org):
     tags = app.get(api() + "/tags?type=patient_request", headers=h).json["data"]
     assert [t["name"] for t in tags] == ["needs-callback"]
     assert {t["name"] for t in app.get(api() + "/tags?type=patient", headers=h).json["data"]} == {"signed-consent"}
-    _error(app.get(api() + "/tags?type=other", headers=h, status=400).json, "VALIDATION_FAILED")
-    rid = _create(app, org["write"], userNote="clinic note")["data"]["id"]
+    assert_error(app.get(api() + "/tags?type=other", headers=h, status=400), 400, "VALIDATION_FAILED")
+    rid = _create(app, org["write"], userNote="clinic note").json["data"]["id"]
     patched = app.patch_json(f"{api()}/patientRequests/{rid}", {"addTagIds": [tags[0]["id"]], "userNote": "mine"},
                              headers=h).json["data"]
     assert [t["name"] for t in patched["tags"]] == ["needs-callback"] and patched["userNote"] == "mine"
     app.patch_json(f"{api()}/patientRequests/{rid}", {"addTagIds": [tags[0]["id"]]}, headers=h)  # idempotent
     for foreign in (tag_id("patient", "signed-consent"), tag_id("patient_request", "b-only", "clinic-b")):
-        _error(app.patch_json(f"{api()}/patientRequests/{rid}", {"addTagIds": [foreign]}, headers=h, status=400).json,
-               "VALIDATION_FAILED")
+        assert_error(app.patch_json(f"{api()}/patientRequests/{rid}", {"addTagIds": [foreign]}, headers=h,
+                                    status=400), 400, "VALIDATION_FAILED")
     with db.connection_context():
         request = PatientRequest.get_by_id(rid)
         assert (request.clinic_note, request.user_note) == ("clinic note", "mine")
-    _error(app.patch_json(f"{api()}/patientRequests/{rid}", {"userNote": "x"}, headers=bearer(org["read"]),
-                          status=403).json, "FORBIDDEN")
+    assert_error(app.patch_json(f"{api()}/patientRequests/{rid}", {"userNote": "x"}, headers=bearer(org["read"]),
+                                status=403), 403, "FORBIDDEN")
 
 
 def test_live_answers_match_the_documented_schemas(app, org):
@@ -478,8 +467,8 @@ def test_live_answers_match_the_documented_schemas(app, org):
         schema = document["paths"][template][method]["responses"]["200"]["content"]["application/json"]["schema"]
         Draft202012Validator(schema).validate(answer)
 
-    rid = _create(app, org["write"])["data"]["id"]
-    check("post", "/patientRequests/create", _create(app, org["write"]))
+    rid = _create(app, org["write"]).json["data"]["id"]
+    check("post", "/patientRequests/create", _create(app, org["write"]).json)
     check("post", "/patientRequestTypes/search", app.post_json(api() + "/patientRequestTypes/search", {}, headers=h).json)
     check("post", "/patients/search", app.post_json(api() + "/patients/search", {}, headers=h).json)
     check("post", "/patients/import", app.post_json(api() + "/patients/import", {

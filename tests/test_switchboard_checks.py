@@ -21,6 +21,7 @@ from switchboard.office_hours import is_open
 from onboarding.writer import stable_id
 from plumbing.phones import to_e164
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.organizations import two_clinics  # noqa: F401 (a fixture)
 from tests.support.servers import wait_until
 from switchboard.vacations import decide, on_vacation
 
@@ -382,11 +383,6 @@ def _written(e164: str, form: str) -> str:
     national = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.NATIONAL)
     spaced = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.INTERNATIONAL)
     return form.format(e164=e164, spaced=spaced, digits=e164[1:], national=national, cc=f"+{number.country_code}")
-
-
-@pytest.fixture
-def two_clinics(app):
-    load(organization(clinic(), clinic("clinic-b")))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

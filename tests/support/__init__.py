@@ -1,7 +1,8 @@
-"""Helpers shared by the tests and the benchmarks (fixtures live in conftest.py), one of each.
+"""Helpers shared by the tests and the benchmarks, one of each (fixtures most modules use
+live in conftest.py; those a few import live here, in the module of their concern).
 
-This module holds the API helpers (onboard a document, issue a token, build requests);
-the others, by concern:
+This module holds the API helpers (onboard a document, issue a token, build requests,
+`assert_error`: the one check of an error answer); the others, by concern:
 
 - `ports`: a free loopback port, whether a port accepts connections;
 - `databases`: drop and create a PostgreSQL database;
@@ -12,10 +13,11 @@ the others, by concern:
 - `bodies`: the switchboard's `recording-complete` body;
 - `https_server`: an HTTPS test server with a trustme CA (a pytest plugin: its fixtures);
 - `live_service`: the whole service behind a real HTTP server in a thread;
-- `worker`: the session's RQ worker (a pytest plugin);
+- `worker`: the session's RQ worker (a pytest plugin), `processed_call` (wait for it);
 - `log_audit`: no secret in any log (a pytest plugin);
 - `faults`: private Redis and PostgreSQL servers the fault tests break on purpose;
-- `seaweed`: a throw-away SeaweedFS;
+- `seaweed`: a throw-away SeaweedFS (and its session fixture);
+- `organizations`: fixtures of the organizations a test starts from;
 - `fuzz_hooks`: schemathesis hooks (`SCHEMATHESIS_HOOKS=tests.support.fuzz_hooks`).
 
 Importing the package does not import the service: the benchmarks, `pytest -p` plugins
@@ -66,3 +68,20 @@ def organization(*clinics: dict[str, Any], slug: str = "test-org", sharing: bool
 
 def clinic(slug: str = "clinic-a", *, tz: str = "Europe/Prague", country: str = "CZ", **extra: Any) -> dict[str, Any]:
     return {"slug": slug, "name": slug.title(), "timezone": tz, "country": country, **extra}
+
+
+def assert_error(answer: Any, status: int, code: str, **fields: Any) -> None:
+    """An error answer as DESIGN.md has it: `status`, and a JSON body that is exactly
+    `{"error": <a message>, "code": code}` (plus `fields`, where the error carries more).
+
+    `answer` is a WebTest response or a `requests` one."""
+    if hasattr(answer, "status_int"):  # WebTest
+        got, content_type, body = answer.status_int, answer.content_type, answer.json
+    else:  # requests
+        got, content_type = answer.status_code, answer.headers.get("Content-Type", "").split(";")[0].strip()
+        body = answer.json()
+    assert got == status, (got, body)
+    assert content_type == "application/json", content_type
+    assert set(body) == {"error", "code", *fields} and body["code"] == code, body
+    assert isinstance(body["error"], str) and body["error"], body
+    assert {name: body[name] for name in fields} == fields, body

@@ -5,12 +5,8 @@ on free ports, with telemetry, WebDAV and the admin UI off, and one S3 identity
 with Admin/Read/Write rights. Startup waits on a condition (a probe object can be
 written and deleted through S3) with a deadline; teardown stops the process.
 
-Use as a context manager, e.g. a session fixture::
-
-    @pytest.fixture(scope="session")
-    def seaweedfs():
-        with run_seaweedfs(bucket="clinic-test") as server:
-            yield server
+Use as a context manager, or import the session fixture ``seaweedfs`` into a test module
+(each module that imports it gets a server of its own for the session).
 """
 
 from __future__ import annotations
@@ -30,9 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.processes import stop_process
 
-__all__ = ["SeaweedFS", "SeaweedStartError", "find_weed", "run_seaweedfs"]
+__all__ = ["SeaweedFS", "SeaweedStartError", "find_weed", "run_seaweedfs", "seaweedfs"]
 
 
 class SeaweedStartError(RuntimeError):
@@ -252,3 +250,8 @@ def _wait_ready(proc: subprocess.Popen[bytes], server: SeaweedFS, timeout: float
     )
 
 
+@pytest.fixture(scope="session")
+def seaweedfs() -> Iterator[SeaweedFS]:
+    """A SeaweedFS with the bucket ``clinic-test``, for the S3 backend's tests."""
+    with run_seaweedfs(bucket="clinic-test") as server:
+        yield server

@@ -4,7 +4,7 @@ Started like the Procfile starts it (`python manage.py worker`), on the test Red
 database, with the test-only loopback setting and the session CA, so it can fetch
 voicemails from and talk to a fake switchboard platform on 127.0.0.1. Every module that
 needs a worker shares this one: two workers on the same queues would take each other's
-jobs with different settings.
+jobs with different settings. `processed_call` waits until it has processed a call.
 """
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ from typing import Iterator
 
 import pytest
 
+from models import Call
+from plumbing.database import db
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, log_audit
 from tests.support.processes import start_worker, stop_process
+from tests.support.servers import wait_until
 
 MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
 MODEL = ROOT / "var" / "models" / "ggml-base.bin"
@@ -57,3 +60,14 @@ def worker(wsgi_app, ca_bundle, worker_log) -> Iterator[subprocess.Popen]:
         yield proc
     finally:
         stop_process(proc, 30)
+
+
+def processed_call(sid: str, timeout: float = 90) -> Call:
+    """The call `sid` once a worker has processed it (state `done`); fails after `timeout` s."""
+    def done() -> bool:
+        with db.connection_context():
+            return Call.select().where((Call.call_sid == sid) & (Call.state == "done")).exists()
+
+    assert wait_until(done, timeout=timeout, interval=0.1), f"call {sid} not processed within {timeout} s"
+    with db.connection_context():
+        return Call.get(Call.call_sid == sid)
