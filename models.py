@@ -459,13 +459,26 @@ class Call(BaseModel):
                 "received_at": utc_now(), "state": "pending", "attempts": 0, **fields}
 
     @classmethod
-    def insert_rows(cls, rows: list[dict]) -> set[uuid.UUID]:
+    def insert_rows(cls, rows: list[dict], request_ids: dict[uuid.UUID, str | None] | None = None) -> set[uuid.UUID]:
         """INSERT the rows in one statement, so one commit; returns the ids stored (a row
-        whose CallSid is already stored, or repeated among `rows`, is skipped)."""
+        whose CallSid is already stored, or repeated among `rows`, is skipped).
+
+        Each stored row's `call.receive` audit event (`request_ids`: the request that
+        handed each row off) is written by the same statement on PostgreSQL: a multi-row
+        INSERT in a WITH, so still one round trip and one commit; none for a row skipped."""
         names = tuple(dict.fromkeys(name for row in rows for name in row))
         fields = [cls._meta.fields[name] for name in names]
         params = [field.db_value(row.get(field.name)) for row in rows for field in fields]
-        return {cls.id.python_value(r[0]) for r in hot_sql(_insert_call_sql(names, len(rows)), params).fetchall()}
+        request_ids = request_ids or {}
+        if not isinstance(db.obj, pw.PostgresqlDatabase):  # SQLite has no INSERT inside a WITH
+            with db.atomic():
+                stored = {cls.id.python_value(r[0]) for r in hot_sql(_insert_call_sql(names, len(rows)), params)}
+                AuditEvent.calls_received([row for row in rows if row["id"] in stored], request_ids)
+            return stored
+        for row in rows:
+            params += [cls.id.db_value(row["id"]), request_ids.get(row["id"])]
+        sql = _insert_call_sql(names, len(rows), audited=True)
+        return {cls.id.python_value(r[0]) for r in hot_sql(sql, params).fetchall()}
 
     @classmethod
     def stored(cls, clinic: Clinic, call_sid: str) -> "Call":
@@ -729,10 +742,28 @@ _AUTHORIZE_SQL = (
 
 
 @lru_cache(maxsize=256)
-def _insert_call_sql(names: tuple[str, ...], rows: int) -> str:
+def _insert_call_sql(names: tuple[str, ...], rows: int, audited: bool = False) -> str:
     columns = ", ".join(f'"{Call._meta.fields[n].column_name}"' for n in names)
     values = ", ".join([f'({", ".join(["%s"] * len(names))})'] * rows)
-    return f'INSERT INTO "call" ({columns}) VALUES {values} ON CONFLICT DO NOTHING RETURNING "id"'
+    insert = f'INSERT INTO "call" ({columns}) VALUES {values} ON CONFLICT DO NOTHING RETURNING "id"'
+    if not audited:
+        return insert
+    # The stored rows (RETURNING: a skipped row gets no event) joined to their token for the
+    # service account's name, and to (call id, request id) pairs passed after the rows.
+    a, c = AuditEvent._meta.fields, Call._meta.fields
+    events = ", ".join(f'"{a[n].column_name}"' for n in (
+        "at", "actor_kind", "token", "actor_name", "clinic_id", "action", "target_type", "target_id", "details",
+        "request_id"))
+    handed = ", ".join(["(%s::uuid, %s::text)"] * rows)
+    received_by, clinic, received_at = (c[n].column_name for n in ("received_by", "clinic", "received_at"))
+    return (
+        f'WITH stored AS ({insert}, "{clinic}", "{received_by}", "{received_at}"), '
+        f'audited AS (INSERT INTO "audit_event" ({events}) '
+        f"SELECT s.\"{received_at}\", 'token', s.\"{received_by}\", t.\"name\", s.\"{clinic}\", 'call.receive', 'call', "
+        f"s.\"id\"::text, '{{}}', h.request_id FROM stored AS s JOIN \"api_token\" AS t ON t.\"id\" = s.\"{received_by}\" "
+        f"LEFT JOIN (VALUES {handed}) AS h(call_id, request_id) ON h.call_id = s.\"id\") "
+        'SELECT "id" FROM stored'
+    )
 
 
 MODELS: list[type[BaseModel]] = [
