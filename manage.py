@@ -5,6 +5,7 @@
     python manage.py token create --name NAME --clinic SLUG [--clinic SLUG ...] --scope read [--scope write] [--expires-in-days N]
     python manage.py token list
     python manage.py token revoke TOKEN_ID
+    python manage.py audit [--clinic SLUG] [--since ISO] [--limit N]
     python manage.py demo [--base-url URL]
     python manage.py worker [QUEUE ...]
     python manage.py requeue
@@ -14,10 +15,11 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from plumbing import row_cache
@@ -25,7 +27,7 @@ from config import Config, InsecureConfiguration
 from migrations import migrate
 from plumbing.clock import iso_utc, utc_now
 from plumbing.database import bind_database, db
-from models import ApiToken, ApiTokenClinic, Clinic
+from models import Actor, ApiToken, ApiTokenClinic, AuditEvent, Clinic
 
 DEMO_FILE = Path(__file__).parent / "examples" / "onboarding.json"
 
@@ -66,7 +68,11 @@ def cmd_token_create(config: Config, args: argparse.Namespace) -> int:
         print(f"error: unknown clinic(s): {', '.join(sorted(missing))}", file=sys.stderr)
         return 2
     expires = timedelta(days=args.expires_in_days) if args.expires_in_days else None
-    token, text = ApiToken.issue(args.name, clinics, args.scope, expires)
+    with db.atomic():
+        token, text = ApiToken.issue(args.name, clinics, args.scope, expires)
+        # A token may cover several clinics: the event names them in its details, none as its clinic.
+        AuditEvent.record(operator(), None, "token.create", token, {
+            "name": token.name, "clinics": slugs, "scopes": token.scopes, "expiresInDays": args.expires_in_days})
     print(text)  # the only thing on stdout: scripts capture it
     print(f"token {token.id} created for {', '.join(slugs)} ({token.scopes}); it is shown only once", file=sys.stderr)
     return 0
@@ -90,13 +96,54 @@ def cmd_token_revoke(config: Config, args: argparse.Namespace) -> int:
     except ValueError:
         print("error: not a token id", file=sys.stderr)
         return 2
-    updated = ApiToken.update(revoked_at=utc_now()).where(
-        (ApiToken.id == token_id) & ApiToken.revoked_at.is_null()).execute()
+    with db.atomic():
+        updated = ApiToken.update(revoked_at=utc_now()).where(
+            (ApiToken.id == token_id) & ApiToken.revoked_at.is_null()).execute()
+        if updated:  # not for a token revoked already: nothing was written
+            AuditEvent.record(operator(), None, "token.revoke", (ApiToken._meta.table_name, token_id))
     if not updated and not ApiToken.get_or_none(ApiToken.id == token_id):
         print("error: no such token", file=sys.stderr)
         return 2
     row_cache.changed_here()  # other processes hear of it by NOTIFY (row_cache.py)
     print(f"token {token_id} revoked", file=sys.stderr)
+    return 0
+
+
+def operator() -> Actor:
+    """Who runs this CLI: its operating-system user (a PaaS one-off process may have none)."""
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = "unknown"
+    return Actor("operator", name)
+
+
+def cmd_audit(config: Config, args: argparse.Namespace) -> int:
+    """The audit trail, newest first, one line per event: when, clinic, who, what, target,
+    details, request id. Details hold names, counts and ids, never secrets or values."""
+    clinic_id = None
+    if args.clinic:
+        clinic = Clinic.get_or_none(Clinic.slug == args.clinic)
+        if clinic is None:
+            print(f"error: unknown clinic: {args.clinic}", file=sys.stderr)
+            return 2
+        clinic_id = clinic.id
+    since = None
+    if args.since:
+        try:
+            since = datetime.fromisoformat(args.since.replace("Z", "+00:00"))  # naive: taken as UTC
+        except ValueError:
+            print(f"error: --since: not an ISO 8601 date or date-time: {args.since}", file=sys.stderr)
+            return 2
+    events = AuditEvent.trail(clinic_id, since, args.limit)
+    slugs = {c.id: c.slug for c in Clinic.select(Clinic.id, Clinic.slug)
+             .where(Clinic.id.in_(list({e.clinic_id for e in events if e.clinic_id})))}
+    for event in events:
+        who = f"{event.actor_kind}:{visible(event.actor_name)}" + (f" ({event.token_id})" if event.token_id else "")
+        where = slugs.get(event.clinic_id, str(event.clinic_id)) if event.clinic_id else "-"
+        target = f"{event.target_type}:{event.target_id}" if event.target_type else "-"
+        print(f"{iso_utc(event.at)}  {where}  {who}  {event.action}  {target}  {visible(event.details)}"
+              f"  request={visible(event.request_id or '-')}")
     return 0
 
 
@@ -247,6 +294,13 @@ def cmd_wait_ready(config: Config, args: argparse.Namespace) -> int:
         time.sleep(0.2)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="manage.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -270,6 +324,12 @@ def parser() -> argparse.ArgumentParser:
     revoke = token.add_parser("revoke", help="revoke a token at once")
     revoke.add_argument("token_id")
     revoke.set_defaults(func=cmd_token_revoke)
+
+    audit = sub.add_parser("audit", help="print the audit trail, newest first")
+    audit.add_argument("--clinic", metavar="SLUG", help="only this clinic's events")
+    audit.add_argument("--since", metavar="ISO", help="only events at or after this time (UTC unless it says)")
+    audit.add_argument("--limit", type=_positive, default=100, metavar="N", help="at most N events (default 100)")
+    audit.set_defaults(func=cmd_audit)
 
     demo = sub.add_parser("demo", help="load the demo clinic and print a token and curl lines")
     demo.add_argument("--base-url", default="http://127.0.0.1:8000")

@@ -168,6 +168,22 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "organization" '
         "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
     )),
+    # Issue 22: who made every write. The trail is append-only for every client, not only
+    # for this code: a statement-level trigger refuses any UPDATE or DELETE (even of no
+    # rows). TRUNCATE is not refused: the tests empty every table between cases.
+    (11, "audit_trail", _steps(
+        _create(m.AuditEvent),
+        _postgresql(
+            "CREATE OR REPLACE FUNCTION audit_event_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            # No % placeholder: the statement runs through a driver that formats parameters.
+            "RAISE EXCEPTION USING MESSAGE = 'audit_event is append-only: ' || TG_OP || ' refused', "
+            "ERRCODE = 'insufficient_privilege'; "
+            "END $$",
+            'DROP TRIGGER IF EXISTS "append_only" ON "audit_event"',
+            'CREATE TRIGGER "append_only" BEFORE UPDATE OR DELETE ON "audit_event" '
+            "FOR EACH STATEMENT EXECUTE FUNCTION audit_event_append_only()",
+        ),
+    )),
 ]
 
 

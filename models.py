@@ -10,14 +10,16 @@ import hmac
 import json
 import secrets
 import uuid
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 from datetime import datetime, timedelta
 
 import peewee as pw
 
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import columns, db, from_row, hot_prepared, hot_sql
+from plumbing.logs import request_id as current_request_id
 from plumbing.phones import to_e164
 
 if TYPE_CHECKING:
@@ -457,13 +459,26 @@ class Call(BaseModel):
                 "received_at": utc_now(), "state": "pending", "attempts": 0, **fields}
 
     @classmethod
-    def insert_rows(cls, rows: list[dict]) -> set[uuid.UUID]:
+    def insert_rows(cls, rows: list[dict], request_ids: dict[uuid.UUID, str | None] | None = None) -> set[uuid.UUID]:
         """INSERT the rows in one statement, so one commit; returns the ids stored (a row
-        whose CallSid is already stored, or repeated among `rows`, is skipped)."""
+        whose CallSid is already stored, or repeated among `rows`, is skipped).
+
+        Each stored row's `call.receive` audit event (`request_ids`: the request that
+        handed each row off) is written by the same statement on PostgreSQL: a multi-row
+        INSERT in a WITH, so still one round trip and one commit; none for a row skipped."""
         names = tuple(dict.fromkeys(name for row in rows for name in row))
         fields = [cls._meta.fields[name] for name in names]
         params = [field.db_value(row.get(field.name)) for row in rows for field in fields]
-        return {cls.id.python_value(r[0]) for r in hot_sql(_insert_call_sql(names, len(rows)), params).fetchall()}
+        request_ids = request_ids or {}
+        if not isinstance(db.obj, pw.PostgresqlDatabase):  # SQLite has no INSERT inside a WITH
+            with db.atomic():
+                stored = {cls.id.python_value(r[0]) for r in hot_sql(_insert_call_sql(names, len(rows)), params)}
+                AuditEvent.calls_received([row for row in rows if row["id"] in stored], request_ids)
+            return stored
+        for row in rows:
+            params += [cls.id.db_value(row["id"]), request_ids.get(row["id"])]
+        sql = _insert_call_sql(names, len(rows), audited=True)
+        return {cls.id.python_value(r[0]) for r in hot_sql(sql, params).fetchall()}
 
     @classmethod
     def stored(cls, clinic: Clinic, call_sid: str) -> "Call":
@@ -594,6 +609,122 @@ class MedicalRecord(BaseModel):
         return cls.select().where(cls.file_hash == upload_key).exists()
 
 
+@dataclass(frozen=True)
+class Actor:
+    """Who made a write: a token's service account (`token`), the operator at the CLI
+    (`operator`), or, once the staff console exists, a staff user (`staff`)."""
+
+    kind: str
+    name: str
+    token_id: uuid.UUID | None = None
+
+    @classmethod
+    def of(cls, who: "ApiToken | Actor") -> "Actor":
+        return who if isinstance(who, Actor) else cls("token", who.name, who.id)
+
+
+class AppendOnly(Exception):
+    """An audit event was to be changed or deleted: the trail never allows it."""
+
+
+class AuditEvent(BaseModel):
+    """One write in the append-only audit trail: when, who (the token and its service
+    account's name as it was then; later a staff user), in which clinic, what (a stable
+    verb such as `patient_request.patch`) and to what, with a few details that are never
+    sensitive values (field names, counts, ids).
+
+    `record` writes it inside the transaction of the write it describes, so a write that
+    rolls back leaves no event and a committed one always has its event. The group commit
+    of call hand-offs writes its events in its own single statement (`Call.insert_rows`).
+
+    Append-only: nothing here changes or deletes a row (`update`, `delete` and saving an
+    existing row raise `AppendOnly`), and on PostgreSQL a trigger refuses UPDATE and
+    DELETE from any client (migration `audit_trail`). TRUNCATE stays possible: the tests
+    empty every table between cases.
+    """
+
+    ACTOR_KINDS = ("token", "operator", "staff")
+
+    id = pw.BigAutoField()
+    at = pw.DateTimeField(default=utc_now, index=True)  # UTC
+    actor_kind = pw.CharField(max_length=16)
+    # No ON DELETE action: SET NULL or CASCADE would be an UPDATE or DELETE of the trail,
+    # which the trigger refuses. A token that wrote is revoked, never deleted. No index:
+    # every call hand-off writes a row, and nothing reads the trail by token yet.
+    token = pw.ForeignKeyField(ApiToken, null=True, backref="audit_events", index=False)
+    actor_name = pw.CharField(max_length=200)  # the service account as named when it wrote
+    # Not a foreign key: the trail must outlive what it names (a clinic's cascade would
+    # delete it).
+    clinic_id = pw.UUIDField(null=True)
+    action = pw.CharField(max_length=64)
+    target_type = pw.CharField(max_length=40, null=True)  # a table name: patient_request, call, ...
+    target_id = pw.CharField(max_length=64, null=True)
+    details = pw.TextField(default="{}")  # JSON object
+    request_id = pw.CharField(max_length=128, null=True)  # the X-Request-Id of the access log line
+
+    class Meta:
+        indexes = ((("clinic_id", "at"), False),)
+
+    @classmethod
+    def record(cls, actor: "ApiToken | Actor", clinic: "Clinic | uuid.UUID | None", action: str,
+               target: "pw.Model | tuple[str, object] | None" = None, details: dict | None = None) -> None:
+        """Append the event of a write; call it inside that write's transaction."""
+        if not db.in_transaction():
+            # Outside the write's transaction the event could outlive a rolled-back write,
+            # or be missing from a committed one.
+            raise RuntimeError("AuditEvent.record belongs inside the transaction of the write it records")
+        who = Actor.of(actor)
+        if isinstance(target, pw.Model):
+            target = (target._meta.table_name, target.get_id())
+        cls.insert(
+            at=utc_now(), actor_kind=who.kind, token=who.token_id, actor_name=who.name,
+            clinic_id=clinic.id if isinstance(clinic, Clinic) else clinic, action=action,
+            target_type=target[0] if target else None, target_id=str(target[1]) if target else None,
+            details=json.dumps(details or {}, sort_keys=True, default=str), request_id=current_request_id.get(),
+        ).execute()
+
+    @classmethod
+    def calls_received(cls, rows: list[dict], request_ids: dict[uuid.UUID, str | None]) -> None:
+        """The `call.receive` events of stored call rows (`Call.row_for`), in one INSERT;
+        rows without a token are nobody's write to attribute. (On PostgreSQL
+        `Call.insert_rows` writes them in its own statement instead.)"""
+        names = {t.id: t.name for t in ApiToken.select(ApiToken.id, ApiToken.name)
+                 .where(ApiToken.id.in_([r["received_by"] for r in rows if r.get("received_by")]))}
+        events = [{"at": r["received_at"], "actor_kind": "token", "token": r["received_by"],
+                   "actor_name": names[r["received_by"]], "clinic_id": r["clinic"], "action": "call.receive",
+                   "target_type": "call", "target_id": str(r["id"]), "details": "{}",
+                   "request_id": request_ids.get(r["id"])} for r in rows if r.get("received_by") in names]
+        if events:
+            cls.insert_many(events).execute()
+
+    @classmethod
+    def trail(cls, clinic_id: uuid.UUID | None = None, since: datetime | None = None,
+              limit: int = 100) -> list["AuditEvent"]:
+        """Newest first (insertion order breaks ties of one timestamp)."""
+        query = cls.select()
+        if clinic_id is not None:
+            query = query.where(cls.clinic_id == clinic_id)
+        if since is not None:
+            query = query.where(cls.at >= as_utc(since))
+        return list(query.order_by(cls.at.desc(), cls.id.desc()).limit(limit))
+
+    @classmethod
+    def update(cls, *args: object, **kwargs: object) -> NoReturn:
+        raise AppendOnly("audit events are never changed")
+
+    @classmethod
+    def delete(cls) -> NoReturn:
+        raise AppendOnly("audit events are never deleted")
+
+    def delete_instance(self, *args: object, **kwargs: object) -> NoReturn:
+        raise AppendOnly("audit events are never deleted")
+
+    def save(self, force_insert: bool = False, only: object = None) -> int | bool:
+        if self.id is not None and not force_insert:  # saving a loaded row would UPDATE it
+            raise AppendOnly("audit events are never changed")
+        return super().save(force_insert=force_insert, only=only)
+
+
 class SchemaMigration(BaseModel):
     version = pw.IntegerField(primary_key=True)
     name = pw.CharField(max_length=200)
@@ -611,10 +742,28 @@ _AUTHORIZE_SQL = (
 
 
 @lru_cache(maxsize=256)
-def _insert_call_sql(names: tuple[str, ...], rows: int) -> str:
+def _insert_call_sql(names: tuple[str, ...], rows: int, audited: bool = False) -> str:
     columns = ", ".join(f'"{Call._meta.fields[n].column_name}"' for n in names)
     values = ", ".join([f'({", ".join(["%s"] * len(names))})'] * rows)
-    return f'INSERT INTO "call" ({columns}) VALUES {values} ON CONFLICT DO NOTHING RETURNING "id"'
+    insert = f'INSERT INTO "call" ({columns}) VALUES {values} ON CONFLICT DO NOTHING RETURNING "id"'
+    if not audited:
+        return insert
+    # The stored rows (RETURNING: a skipped row gets no event) joined to their token for the
+    # service account's name, and to (call id, request id) pairs passed after the rows.
+    a, c = AuditEvent._meta.fields, Call._meta.fields
+    events = ", ".join(f'"{a[n].column_name}"' for n in (
+        "at", "actor_kind", "token", "actor_name", "clinic_id", "action", "target_type", "target_id", "details",
+        "request_id"))
+    handed = ", ".join(["(%s::uuid, %s::text)"] * rows)
+    received_by, clinic, received_at = (c[n].column_name for n in ("received_by", "clinic", "received_at"))
+    return (
+        f'WITH stored AS ({insert}, "{clinic}", "{received_by}", "{received_at}"), '
+        f'audited AS (INSERT INTO "audit_event" ({events}) '
+        f"SELECT s.\"{received_at}\", 'token', s.\"{received_by}\", t.\"name\", s.\"{clinic}\", 'call.receive', 'call', "
+        f"s.\"id\"::text, '{{}}', h.request_id FROM stored AS s JOIN \"api_token\" AS t ON t.\"id\" = s.\"{received_by}\" "
+        f"LEFT JOIN (VALUES {handed}) AS h(call_id, request_id) ON h.call_id = s.\"id\") "
+        'SELECT "id" FROM stored'
+    )
 
 
 MODELS: list[type[BaseModel]] = [
@@ -638,4 +787,5 @@ MODELS: list[type[BaseModel]] = [
     Reservation,
     IssuedUpload,
     MedicalRecord,
+    AuditEvent,
 ]

@@ -21,7 +21,7 @@ from plumbing.clock import as_utc, iso_utc, utc_now
 from plumbing.database import db
 from web.keyset import Keyset
 from models import (
-    ApiToken, Calendar, Clinic, IssuedUpload, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
+    ApiToken, AuditEvent, Calendar, Clinic, IssuedUpload, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
     PatientRequestTag, RequestType, RequestTypeDefaultTag, Reservation, Tag,
 )
 from documents.patients import patient_for_create, tag_json
@@ -86,6 +86,8 @@ def create_request(clinic: Clinic, body: dict[str, Any], token: ApiToken) -> dic
         if slot:
             Reservation.create(request=request, calendar=slot[0], starts_at=slot[1], ends_at=slot[2])
         apply_default_tags(request_type, record)
+        AuditEvent.record(token, clinic, "patient_request.create", request,
+                          {"patientId": str(patient.id), "requestTypeId": str(request_type.id)})
         return summaries([request])[0]
 
 
@@ -174,7 +176,7 @@ def detail(request: PatientRequest, links: LinkCache) -> dict[str, Any]:
     return out
 
 
-def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any]) -> None:
+def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any], token: ApiToken) -> None:
     wanted = {uuid.UUID(i) for i in body.get("addTagIds", [])}
     tags = list(Tag.select(Tag.id).where(Tag.id.in_(list(wanted)) & (Tag.clinic == clinic)
                                          & (Tag.type == "patient_request") & Tag.deleted_at.is_null())) if wanted else []
@@ -191,14 +193,24 @@ def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any])
                 (PatientRequest.id == request.id) & PatientRequest.done_at.is_null()).execute()
         elif body.get("done") is False:
             PatientRequest.update(done_at=None).where(PatientRequest.id == request.id).execute()
+        # The names of the fields set, never their values (a note may hold anything); a
+        # resolve or reopen is recorded with its direction.
+        fields = sorted(k for k in ("addTagIds", "userNote", "done") if k in body)
+        details: dict[str, Any] = {"fields": fields}
+        if "done" in body:
+            details["done"] = body["done"]
+        AuditEvent.record(token, clinic, "patient_request.patch", request, details)
 
 
 # --- attachments -------------------------------------------------------------------------------
 
-def issue_upload_link(storage: Storage, request: PatientRequest, content_type: str) -> dict[str, str]:
+def issue_upload_link(storage: Storage, request: PatientRequest, content_type: str, token: ApiToken) -> dict[str, str]:
     content_type = content_type.strip()
     key = new_object_key(request.id, content_type)
-    IssuedUpload.create(request=request, file_hash=key, content_type=content_type)
+    with db.atomic():
+        IssuedUpload.create(request=request, file_hash=key, content_type=content_type)
+        AuditEvent.record(token, request.clinic_id, "attachment.upload_link", request,
+                          {"fileHash": key, "contentType": content_type})
     return {"url": storage.presign_put(key, content_type, UPLOAD_URL_SECONDS), "fileHash": key}
 
 
@@ -224,12 +236,17 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
     if not file_types.matches(body["contentType"], storage.read_prefix(target, file_types.PREFIX_BYTES)):
         storage.delete(target)
         raise validation_failed(f"contentType: the uploaded file is not {body['contentType']}")
-    MedicalRecord.insert(
-        id=uuid.uuid4(), request=request, file_hash=link.file_hash, object_key=target, sha256=sealed.sha256,
-        content_type=body["contentType"], description=body["description"], category_type=body.get("categoryType"),
-        visible_to_patient=body.get("visibleToPatient", False), created_by=token, created_at=utc_now(),
-    ).on_conflict_ignore().execute()
-    record = MedicalRecord.get(MedicalRecord.file_hash == link.file_hash)
+    with db.atomic():
+        MedicalRecord.insert(
+            id=(ours := uuid.uuid4()), request=request, file_hash=link.file_hash, object_key=target, sha256=sealed.sha256,
+            content_type=body["contentType"], description=body["description"], category_type=body.get("categoryType"),
+            visible_to_patient=body.get("visibleToPatient", False), created_by=token, created_at=utc_now(),
+        ).on_conflict_ignore().execute()
+        record = MedicalRecord.get(MedicalRecord.file_hash == link.file_hash)
+        if record.id == ours:  # not when a concurrent registration of the same upload won
+            # Not the description: a file name may carry a patient's name.
+            AuditEvent.record(token, request.clinic_id, "attachment.register", record, {
+                "patientRequestId": str(request.id), "contentType": record.content_type, "sha256": record.sha256})
     storage.delete(target if record.object_key != target else link.file_hash)  # a concurrent registration won
     return record
 

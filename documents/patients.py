@@ -19,7 +19,7 @@ from plumbing.clock import utc_now
 from web.errors import APIError, validation_failed
 from plumbing.database import db
 from web.keyset import Keyset
-from models import Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag
+from models import Actor, ApiToken, AuditEvent, Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag
 from plumbing.phones import to_e164
 
 DEFAULT_LIMIT = 50
@@ -124,7 +124,7 @@ def _fields(clinic: Clinic, item: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def import_patient(clinic: Clinic, item: dict[str, Any]) -> tuple[Patient, bool]:
+def import_patient(clinic: Clinic, item: dict[str, Any], actor: ApiToken | Actor) -> tuple[Patient, bool]:
     """Create the patient with a record and the external id here, or update the patient
     that already carries that external id in this clinic. Returns (patient, created).
 
@@ -143,12 +143,15 @@ def import_patient(clinic: Clinic, item: dict[str, Any]) -> tuple[Patient, bool]
                     PatientRecord.create(patient=patient, clinic=clinic)
                     ExternalId.create(clinic=clinic, patient=patient, source=item.get("externalIdSource", ""),
                                       value=item["externalId"])
+                    AuditEvent.record(actor, clinic, "patient.import", patient, {"created": True})
                 return patient, True
             except pw.IntegrityError:
                 link = ExternalId.get(key)  # a concurrent import of the same id won
         Patient.update(**fields).where(Patient.id == link.patient_id).execute()
         PatientRecord.insert(patient=link.patient_id, clinic=clinic).on_conflict_ignore().execute()
-        return Patient.get_by_id(link.patient_id), False
+        patient = Patient.get_by_id(link.patient_id)
+        AuditEvent.record(actor, clinic, "patient.import", patient, {"created": False})
+        return patient, False
 
 
 # --- bulk import ----------------------------------------------------------------------
@@ -169,7 +172,8 @@ WHERE p."id" = v.id
 _BULK_UPDATE_ROW = "(%s::uuid, %s::text, %s::text, %s::boolean, %s::text, %s::boolean, %s::text, %s::boolean, %s::date)"
 
 
-def import_patients(clinic: Clinic, items: list[dict[str, Any]]) -> list[tuple[uuid.UUID | None, str, APIError | None]]:
+def import_patients(clinic: Clinic, items: list[dict[str, Any]],
+                    actor: ApiToken | Actor) -> list[tuple[uuid.UUID | None, str, APIError | None]]:
     """`import_patient` for many items at once, with the same outcome per item, in order:
     (patient id, "created" | "updated" | "failed", the error of a failed one).
 
@@ -177,7 +181,10 @@ def import_patients(clinic: Clinic, items: list[dict[str, Any]]) -> list[tuple[u
     instead of several round trips (and a savepoint) per item. An external id given
     twice creates one patient and then updates it, as importing the items one by one
     would. An external id another import creates meanwhile wins as in `import_patient`:
-    our patient for it is dropped and the item updates theirs."""
+    our patient for it is dropped and the item updates theirs.
+
+    One audit event for the whole import, with its counts (no event when every item
+    failed validation: nothing was written)."""
     results: list[tuple[uuid.UUID | None, str, APIError | None]] = []
     wanted: list[tuple[int, tuple[str, str], dict[str, Any]]] = []  # (index, key, fields)
     for index, item in enumerate(items):
@@ -212,6 +219,9 @@ def import_patients(clinic: Clinic, items: list[dict[str, Any]]) -> list[tuple[u
                 if key in lost:
                     results[index] = (lost[key], "updated", None)
         _update(clinic, [(known[key], fields) for _, key, fields in wanted if key in known])
+        statuses = [status for _, status, _ in results]
+        AuditEvent.record(actor, clinic, "patient.import_bulk", None,
+                          {s: statuses.count(s) for s in ("created", "updated", "failed")})
     return results
 
 

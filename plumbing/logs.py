@@ -137,9 +137,9 @@ access_log = logging.getLogger("access")
 class RequestId:
     """Falcon middleware: take a valid `X-Request-Id` or make one, expose it to logging
     for the request, echo it on every answer (errors included), and write the access log
-    line (JSON like every other line, with the id; the query string is never logged, it
-    may hold a presigned signature). First in the chain, so its `process_response` runs
-    last, after every other middleware."""
+    line (JSON like every other line, with the id and, for an authenticated request, the
+    token's id; the query string is never logged, it may hold a presigned signature).
+    First in the chain, so its `process_response` runs last, after every other middleware."""
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         given = req.get_header(_HEADER)
@@ -155,7 +155,10 @@ class RequestId:
         resp.set_header(_HEADER, rid)
         if access_log.isEnabledFor(logging.INFO):
             ms = round((time.perf_counter() - req.context.request_started) * 1000, 2)
-            access_log.info("%s %s %s %.2fms", req.method, req.path, resp.status_code, ms, extra={
-                "method": req.method, "path": req.path, "route": req.uri_template, "status": resp.status_code,
-                "duration_ms": ms})
+            fields = {"method": req.method, "path": req.path, "route": req.uri_template, "status": resp.status_code,
+                      "duration_ms": ms}
+            token = getattr(req.context, "token", None)  # set by web.auth once the bearer token checked out
+            if token is not None:
+                fields["token"] = str(token.id)  # its id, which the audit trail names too; never the secret
+            access_log.info("%s %s %s %.2fms", req.method, req.path, resp.status_code, ms, extra=fields)
         request_id.reset(req.context.request_id_token)

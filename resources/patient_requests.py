@@ -54,7 +54,7 @@ class RequestDetail:
     def on_patch(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = patient_requests.request_of(req.context.clinic, request_id)
         body = validation.body(req, schemas.REQUEST_PATCH)
-        patient_requests.patch_request(req.context.clinic, request, body)
+        patient_requests.patch_request(req.context.clinic, request, body, req.context.token)
         resp.media = {"data": patient_requests.summaries([PatientRequest.get_by_id(request.id)])[0]}
 
 
@@ -67,7 +67,8 @@ class UploadLink:
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = patient_requests.request_of(req.context.clinic, request_id)
         body = validation.body(req, schemas.UPLOAD_LINK_REQUEST)
-        resp.media = {"data": patient_requests.issue_upload_link(self.storage, request, body["contentType"])}
+        resp.media = {"data": patient_requests.issue_upload_link(self.storage, request, body["contentType"],
+                                                                     req.context.token)}
 
 
 class Attachments:

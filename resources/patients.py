@@ -7,7 +7,7 @@ import falcon
 
 from documents import patients
 from web import schemas, validation
-from models import Clinic
+from models import ApiToken, Clinic
 
 
 class PatientSearch:
@@ -19,8 +19,8 @@ class PatientSearch:
         resp.media = {"data": found, "pagination": {"nextCursor": cursor}}
 
 
-def _import_one(clinic: Clinic, item: dict[str, Any]) -> dict[str, Any]:
-    patient, created = patients.import_patient(clinic, item)
+def _import_one(clinic: Clinic, item: dict[str, Any], token: ApiToken) -> dict[str, Any]:
+    patient, created = patients.import_patient(clinic, item, token)
     return {"patient": patients.represent(clinic, [patient])[0], "created": created}
 
 
@@ -31,7 +31,7 @@ class PatientImport:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.PATIENT_IMPORT)
-        resp.media = {"data": _import_one(req.context.clinic, body)}
+        resp.media = {"data": _import_one(req.context.clinic, body, req.context.token)}
 
 
 class PatientImportBulk:
@@ -41,7 +41,7 @@ class PatientImportBulk:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.PATIENT_IMPORT_BULK)
-        outcomes = patients.import_patients(req.context.clinic, body["patients"])
+        outcomes = patients.import_patients(req.context.clinic, body["patients"], req.context.token)
         resp.media = {"data": [
             {"index": index, "status": status, "patientId": str(patient_id) if patient_id else None,
              "error": error.to_dict() if error else None}

@@ -8,7 +8,8 @@ flight queue up, and the next write stores all of them at once. Nobody waits for
 timer: the first request with nothing in flight writes at once (alone, when the switchboard
 is quiet), and the others are written by whichever of them is promoted next. Every
 request is still answered only after its own row is committed; a failed write fails
-exactly the requests whose rows it carried.
+exactly the requests whose rows it carried. The same statement writes each stored call's
+`call.receive` audit event (`Call.insert_rows`).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 import peewee as pw
 
 from plumbing.database import db
+from plumbing.logs import request_id
 
 from models import ApiToken, Call, Clinic
 
@@ -26,6 +28,8 @@ from models import ApiToken, Call, Clinic
 @dataclass(eq=False)
 class _Waiting:
     row: dict
+    # For the call's audit event: the batch is written from another request's thread.
+    request_id: str | None = field(default_factory=request_id.get)
     woken: threading.Event = field(default_factory=threading.Event)
     done: bool = False
     stored: bool = False
@@ -93,7 +97,7 @@ def _insert(batch: list[_Waiting]) -> tuple[set[uuid.UUID], dict[uuid.UUID, Base
     it out. A row the database refuses (a clinic deleted meanwhile, ...) fails alone:
     the batch is retried row by row. A database outage fails the whole batch."""
     try:
-        return Call.insert_rows([w.row for w in batch]), {}
+        return Call.insert_rows([w.row for w in batch], {w.row["id"]: w.request_id for w in batch}), {}
     except (pw.IntegrityError, pw.DataError) as exc:
         if len(batch) == 1:
             return set(), {batch[0].row["id"]: exc}

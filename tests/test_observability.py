@@ -113,6 +113,25 @@ def test_access_line_never_carries_the_query_string(app, json_lines):
     assert "PLANTED-QUERY" not in json_lines.getvalue()
 
 
+def test_access_line_names_the_token_by_id_never_its_secret(app, json_lines):
+    """Issue 22: the access line of an authenticated request carries the token's id (the
+    one the audit trail names), also when the clinic or scope check refuses it; never the
+    token text or its secret, and no token field when nothing authenticated."""
+    load(organization(clinic(), clinic("clinic-b")))
+    token = issue_token(["clinic-a"], ["read"])
+    token_id = str(uuid.UUID(hex=token.split("_")[1]))
+    h = bearer(token)
+    app.post(switchboard_url("clinic-a", "is-clinic-opened"), headers={**h, "X-Request-Id": "rid-tok-ok"})
+    app.post(switchboard_url("clinic-b", "is-clinic-opened"), headers={**h, "X-Request-Id": "rid-tok-403"}, status=403)
+    app.post(switchboard_url("clinic-a", "is-clinic-opened"), status=401, headers={
+        "Authorization": token[:-4] + "xxxx", "X-Request-Id": "rid-tok-bad"})
+    access = {line["request_id"]: line for line in parsed(json_lines) if line["logger"] == "access"}
+    assert access["rid-tok-ok"]["token"] == token_id and access["rid-tok-ok"]["status"] == 200
+    assert access["rid-tok-403"]["token"] == token_id and access["rid-tok-403"]["status"] == 403
+    assert "token" not in access["rid-tok-bad"]
+    assert token.split("_")[2] not in json_lines.getvalue()
+
+
 def test_concurrent_requests_in_threads_keep_their_own_ids(wsgi_app):
     with serve() as base:
         ids = iter([f"thread-{i:02d}" for i in range(20)])

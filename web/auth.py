@@ -44,6 +44,9 @@ class TokenAuth:
         if found is None:
             raise _unauthorized("Invalid, expired or revoked token.")
         token, clinic = found
+        # Authenticated from here on: the access log names the token even when the
+        # clinic or scope check below refuses it (resources run only if none does).
+        req.context.token = token
         if clinic is None:
             raise APIError(404, "CLINIC_NOT_FOUND", "Unknown clinic.")
         if scopes[req.method] not in token.scope_set or not clinic.covered:
@@ -54,5 +57,4 @@ class TokenAuth:
             if len(self._touched) > 10_000:
                 self._touched.clear()
             self._touched[token.id] = as_utc(now)
-        req.context.token = token
         req.context.clinic = clinic
