@@ -163,7 +163,8 @@ def test_a_service_process_writes_one_json_object_per_line():
     """What `create_app` and the worker do at start, in a fresh process: every line on
     stderr is JSON, SQL parameters dropped, multi-line tracebacks inside one line."""
     code = textwrap.dedent("""
-        import logging, logs
+        import logging
+        from plumbing import logs
         logs.setup("DEBUG", "json")
         logging.getLogger("peewee").debug(("SELECT 1 WHERE url = %s", ["https://r.example.com/a?sig=PLANTED"]))
         try:
@@ -267,7 +268,8 @@ def test_other_processes_metrics_are_aggregated_through_redis(app):
     any web process's scrape shows it."""
     route = f"/other-process/{uuid.uuid4().hex[:6]}"
     code = textwrap.dedent(f"""
-        import redis, metrics
+        import redis
+        from plumbing import metrics
         metrics.RECORDER.request({route!r}, "GET", 200, 0.003)
         metrics.RECORDER.request({route!r}, "GET", 200, 0.2)
         assert metrics.RECORDER.flush(redis.Redis.from_url({REDIS_URL!r}))
