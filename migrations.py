@@ -168,6 +168,11 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "organization" '
         "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
     )),
+    # Storage limits: the open upload links of a clinic are counted, and expired unregistered
+    # uploads purged, by issue time. Named as Peewee names the model's index (no second copy).
+    (11, "upload_link_created_at_index", _sql(
+        'CREATE INDEX IF NOT EXISTS "upload_link_created_at" ON "upload_link" ("created_at")',
+    )),
 ]
 
 
