@@ -57,7 +57,7 @@ def create_app(config: Config) -> falcon.App:
         (f"{clinic}/patientRequests/search", patient_requests.RequestSearch()),
         (request, patient_requests.RequestDetail(LinkCache(storage), player, config.clock)),
         (f"{request}/recording", patient_requests.RequestRecording(player, config.clock)),
-        (f"{request}/attachments/upload-link", patient_requests.UploadLink(storage)),
+        (f"{request}/attachments/upload-link", patient_requests.UploadLink(storage, config.upload_links_per_clinic)),
         (f"{request}/attachments", patient_requests.Attachments(storage)),
         ("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url))),
         ("/healthz", meta.Healthz(database, queue_redis)),

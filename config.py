@@ -38,7 +38,10 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "STORAGE_BACKEND": ("storage_backend", str),
     "STORAGE_DIR": ("storage_dir", str),
     "STORAGE_SIGNING_KEY": ("storage_signing_key", str),
-    "STORAGE_MAX_UPLOAD_BYTES": ("storage_max_upload_bytes", int),
+    "UPLOAD_MAX_BYTES": ("upload_max_bytes", int),
+    "UPLOAD_PURGE_GRACE_SECONDS": ("upload_purge_grace_seconds", int),
+    "UPLOAD_PURGE_EVERY_SECONDS": ("upload_purge_every_seconds", float),
+    "UPLOAD_LINKS_PER_CLINIC": ("upload_links_per_clinic", int),
     "S3_ENDPOINT_URL": ("s3_endpoint_url", str),
     "S3_PUBLIC_ENDPOINT_URL": ("s3_public_endpoint_url", str),
     "S3_BUCKET": ("s3_bucket", str),
@@ -65,6 +68,9 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "FETCH_CA_BUNDLE": ("fetch_ca_bundle", str),
     "UNSAFE_ALLOW_LOOPBACK_FETCH": ("unsafe_allow_loopback_fetch", _bool),
 }
+# Current name -> the name it had before; the former is still read when the current one is
+# unset, so a deployment's environment keeps working across the rename.
+_FORMER_NAMES: dict[str, str] = {"UPLOAD_MAX_BYTES": "STORAGE_MAX_UPLOAD_BYTES"}
 
 
 #: The built-in SECRET_KEY. It is public (it is in this file), so only the embedded run
@@ -112,8 +118,18 @@ class Config:
     storage_backend: str = "local"
     storage_dir: str = "var/storage"
     storage_signing_key: str = ""
-    # Cap of one upload through the local backend's presigned URLs (chunked ones too).
-    storage_max_upload_bytes: int = 100 * 1024 * 1024
+    # Cap of one uploaded document. The local backend refuses a larger PUT while streaming
+    # it (413); a presigned S3 PUT cannot carry a size limit, so registration refuses an
+    # object over it (and deletes it). The spec asks documents to stay under 5 MB.
+    upload_max_bytes: int = 25 * 1024 * 1024
+    # Unregistered uploads are deleted this long after their upload link expired
+    # (documents/uploads.py, run by every worker and `manage.py storage purge`).
+    upload_purge_grace_seconds: int = 3600
+    # How often each worker runs that purge (workers purging at once take disjoint rows).
+    upload_purge_every_seconds: float = 600.0
+    # Upload links of one clinic issued within a link's lifetime and not registered yet;
+    # one more answers 429 TOO_MANY_UPLOAD_LINKS until the oldest expires.
+    upload_links_per_clinic: int = 500
     s3_endpoint_url: str = ""
     # Endpoint written into presigned S3 URLs when clients reach the bucket under another
     # address than the service does; empty: s3_endpoint_url.
@@ -154,6 +170,11 @@ class Config:
     clock: Callable[[], datetime] = field(default=wall_clock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        for name in ("upload_max_bytes", "upload_links_per_clinic", "upload_purge_every_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name.upper()} must be positive")
+        if self.upload_purge_grace_seconds < 0:
+            raise ValueError("UPLOAD_PURGE_GRACE_SECONDS must not be negative")
         if not self.storage_signing_key:
             # Derived, so one SECRET_KEY is enough; set it apart to rotate it alone.
             self.storage_signing_key = hashlib.sha256(b"storage-signing\0" + self.secret_key.encode()).hexdigest()
@@ -209,11 +230,12 @@ class Config:
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}
         for name, (attr, parse) in _ENV.items():
-            if name in env:
+            source = name if name in env else _FORMER_NAMES.get(name)
+            if source is not None and source in env:
                 try:
-                    values[attr] = parse(env[name])
+                    values[attr] = parse(env[source])
                 except ValueError as exc:
-                    raise ValueError(f"{name}: {exc}") from None
+                    raise ValueError(f"{source}: {exc}") from None
         if "secret_key" not in values:
             # Unset on the embedded run's database: the key bin/run keeps beside it, so that
             # manage.py commands run by hand (onboard) encrypt with what the service decrypts with.

@@ -9,6 +9,7 @@
     python manage.py demo [--base-url URL]
     python manage.py worker [QUEUE ...]
     python manage.py requeue
+    python manage.py storage purge [--grace-seconds N]
     python manage.py model build [--name tiny.en|base] [--quantize q8_0|q5_0|...] [--out var/models]
     python manage.py model verify PATH
 """
@@ -228,7 +229,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     from plumbing import logs
     from plumbing import metrics
     from voicemail import transcription
-    from jobs import companions, queueing, relay, runtime, worker
+    from jobs import companions, queueing, relay, runtime, storage_purge, worker
 
     logs.setup(config.log_level, config.log_format)
     log = logging.getLogger("worker")
@@ -256,6 +257,9 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         # Hands stored calls to the queue (the web only commits them); re-queues, at once
         # and then periodically, the pending calls left without a live job (jobs/relay.py).
         relay.start(Queue(queueing.CALLS, connection=connection), config)
+        # Deletes uploads never registered once their link expired (and a grace), at once
+        # and then every UPLOAD_PURGE_EVERY_SECONDS; safe in every worker (jobs/storage_purge.py).
+        storage_purge.start(config)
         # This worker takes plays too (first) when it is idle: the playback worker may be
         # restarting. Heartbeats during jobs and short TTLs: a killed worker's job is re-run
         # quickly (jobs/worker.py). Job durations and outcomes go to the service's metrics
@@ -272,6 +276,25 @@ def cmd_requeue(config: Config, args: argparse.Namespace) -> int:
     from jobs.calls import requeue_pending
 
     print(f"re-queued {requeue_pending(_calls_queue(config), config)} pending call(s)", file=sys.stderr)
+    return 0
+
+
+def cmd_storage_purge(config: Config, args: argparse.Namespace) -> int:
+    """What every worker does periodically, once: delete the uploads never registered whose
+    link expired over the grace ago, and the local backend's interrupted upload files."""
+    import dataclasses
+
+    from jobs.storage_purge import purge_storage
+    from storage import make_storage
+
+    if args.grace_seconds is not None:
+        if args.grace_seconds < 0:
+            print("error: --grace-seconds must not be negative", file=sys.stderr)
+            return 2
+        config = dataclasses.replace(config, upload_purge_grace_seconds=args.grace_seconds)
+    purged = purge_storage(make_storage(config), config)
+    print(f"purged {purged.uploads} unregistered upload(s) and {purged.partial_files} interrupted upload "
+          "file(s)", file=sys.stderr)
     return 0
 
 
@@ -351,6 +374,12 @@ def parser() -> argparse.ArgumentParser:
     worker.set_defaults(func=cmd_worker, needs_db=False, needs_secret=True)
     sub.add_parser("requeue", help="queue stored calls that are not processed yet").set_defaults(
         func=cmd_requeue, needs_db=False)
+    storage = sub.add_parser("storage", help="document storage").add_subparsers(dest="storage_command",
+                                                                               required=True)
+    purge = storage.add_parser("purge", help="delete uploads never registered whose link expired over "
+                               "UPLOAD_PURGE_GRACE_SECONDS ago (every worker does it periodically)")
+    purge.add_argument("--grace-seconds", type=int, metavar="N", help="instead of UPLOAD_PURGE_GRACE_SECONDS")
+    purge.set_defaults(func=cmd_storage_purge)
     ready = sub.add_parser("wait-ready", help="wait until a health URL answers 200")
     ready.add_argument("--url", required=True)
     ready.add_argument("--timeout", type=float, default=30)

@@ -184,6 +184,11 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             "FOR EACH STATEMENT EXECUTE FUNCTION audit_event_append_only()",
         ),
     )),
+    # Storage limits: the open upload links of a clinic are counted, and expired unregistered
+    # uploads purged, by issue time. Named as Peewee names the model's index (no second copy).
+    (12, "upload_link_created_at_index", _sql(
+        'CREATE INDEX IF NOT EXISTS "upload_link_created_at" ON "upload_link" ("created_at")',
+    )),
 ]
 
 

@@ -15,7 +15,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from documents import file_types
+from documents import file_types, uploads
 from web.errors import APIError, validation_failed
 from plumbing.clock import as_utc, iso_utc, utc_now
 from plumbing.database import db
@@ -204,10 +204,14 @@ def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any],
 
 # --- attachments -------------------------------------------------------------------------------
 
-def issue_upload_link(storage: Storage, request: PatientRequest, content_type: str, token: ApiToken) -> dict[str, str]:
+def issue_upload_link(storage: Storage, request: PatientRequest, content_type: str, token: ApiToken, *,
+                      open_links_limit: int) -> dict[str, str]:
+    """A fresh key and its presigned PUT; 429 TOO_MANY_UPLOAD_LINKS while the clinic holds
+    `open_links_limit` links that are neither expired nor registered (`uploads.check_open_links`)."""
     content_type = content_type.strip()
     key = new_object_key(request.id, content_type)
-    with db.atomic():
+    with db.atomic():  # counted and issued in one transaction, under the clinic's lock
+        uploads.check_open_links(request.clinic_id, open_links_limit, UPLOAD_URL_SECONDS)
         IssuedUpload.create(request=request, file_hash=key, content_type=content_type)
         AuditEvent.record(token, request.clinic_id, "attachment.upload_link", request,
                           {"fileHash": key, "contentType": content_type})
@@ -228,11 +232,17 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
     registered = MedicalRecord.get_or_none(MedicalRecord.file_hash == link.file_hash)
     if registered is not None:
         return registered
+    # Over the size cap: refused before the copy (S3 lets any size through its PUT), and the
+    # copy checked again, as the reusable upload URL may have replaced the object meanwhile.
+    uploaded = storage.head(link.file_hash)
+    if uploaded is not None:
+        uploads.check_size(storage, uploaded.size, link.file_hash)
     target = sealed_key(link.file_hash)
     try:
         sealed = storage.seal(link.file_hash, target)
     except ObjectNotFound:
         raise validation_failed("fileHash: no file was uploaded for it") from None
+    uploads.check_size(storage, sealed.size, link.file_hash, target)
     if not file_types.matches(body["contentType"], storage.read_prefix(target, file_types.PREFIX_BYTES)):
         storage.delete(target)
         raise validation_failed(f"contentType: the uploaded file is not {body['contentType']}")

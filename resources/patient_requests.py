@@ -61,14 +61,16 @@ class RequestDetail:
 class UploadLink:
     scopes = {"POST": "write"}
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, open_links_limit: int) -> None:
         self.storage = storage
+        self.open_links_limit = open_links_limit  # Config.upload_links_per_clinic
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = patient_requests.request_of(req.context.clinic, request_id)
         body = validation.body(req, schemas.UPLOAD_LINK_REQUEST)
         resp.media = {"data": patient_requests.issue_upload_link(self.storage, request, body["contentType"],
-                                                                     req.context.token)}
+                                                                     req.context.token,
+                                                                     open_links_limit=self.open_links_limit)}
 
 
 class Attachments:

@@ -95,6 +95,11 @@ class ObjectInfo:
 class Storage(Protocol):
     """Operations the service needs from object storage, whatever the backend."""
 
+    #: Largest upload accepted (`Config.upload_max_bytes`). The local backend refuses a
+    #: larger PUT itself; a presigned S3 PUT cannot carry a size limit, so registration
+    #: checks the stored object against it (documents.patient_requests).
+    max_upload_bytes: int
+
     def presign_put(self, key: str, content_type: str, expires_in: int) -> str:
         """URL accepting ``PUT`` of the object's bytes with exactly this ``Content-Type``.
 

@@ -12,11 +12,11 @@ __all__ = ["make_storage"]
 def make_storage(cfg: Config) -> LocalStorage | S3Storage:
     """Build the configured backend from the ``Config``.
 
-    Reads ``storage_backend`` (``local`` | ``s3``), ``storage_dir``,
-    ``storage_signing_key``, ``public_base_url`` and ``storage_max_upload_bytes``
-    (local), or ``s3_endpoint_url``, ``s3_public_endpoint_url``, ``s3_bucket``,
-    ``s3_region``, ``s3_access_key_id`` and ``s3_secret_access_key`` (s3). Their
-    defaults are ``Config``'s.
+    Reads ``storage_backend`` (``local`` | ``s3``), ``upload_max_bytes`` (both),
+    ``storage_dir``, ``storage_signing_key`` and ``public_base_url`` (local), or
+    ``s3_endpoint_url``, ``s3_public_endpoint_url``, ``s3_bucket``, ``s3_region``,
+    ``s3_access_key_id`` and ``s3_secret_access_key`` (s3). Their defaults are
+    ``Config``'s.
     """
     backend = cfg.storage_backend.strip().lower()
     if backend == "local":
@@ -24,7 +24,7 @@ def make_storage(cfg: Config) -> LocalStorage | S3Storage:
             cfg.storage_dir,
             signing_key=cfg.storage_signing_key,
             public_base_url=cfg.public_base_url,
-            max_upload_bytes=cfg.storage_max_upload_bytes,
+            max_upload_bytes=cfg.upload_max_bytes,
         )
     if backend == "s3":
         return S3Storage(
@@ -34,5 +34,6 @@ def make_storage(cfg: Config) -> LocalStorage | S3Storage:
             access_key_id=cfg.s3_access_key_id,
             secret_access_key=cfg.s3_secret_access_key,
             public_endpoint_url=cfg.s3_public_endpoint_url,
+            max_upload_bytes=cfg.upload_max_bytes,
         )
     raise ValueError(f"unknown storage_backend {backend!r}; expected 'local' or 's3'")

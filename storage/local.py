@@ -65,8 +65,8 @@ class LocalStorage:
         *,
         signing_key: bytes | str,
         public_base_url: str,
-        # The default is the configuration's (``storage_max_upload_bytes``); make_storage passes it.
-        max_upload_bytes: int = Config.storage_max_upload_bytes,
+        # The default is the configuration's (``upload_max_bytes``); make_storage passes it.
+        max_upload_bytes: int = Config.upload_max_bytes,
         fsync: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:

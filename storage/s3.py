@@ -90,10 +90,17 @@ class S3Storage:
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
         public_endpoint_url: str | None = None,
+        max_upload_bytes: int = Config.upload_max_bytes,
     ) -> None:
         if not bucket:
             raise ValueError("s3_bucket is required for the s3 storage backend")
+        if max_upload_bytes < 1:
+            raise ValueError("max_upload_bytes must be positive")
         self.bucket = bucket
+        # Not enforced by the bucket: a presigned PUT limits the size only when the exact
+        # Content-Length is signed, which the integrator does not announce (README, "Signed
+        # documents"). Registration refuses a larger object instead.
+        self.max_upload_bytes = max_upload_bytes
         self.region = region or Config.s3_region  # the configuration's default region
         self._client = self._make_client(endpoint_url, access_key_id, secret_access_key)
         if public_endpoint_url and public_endpoint_url != endpoint_url:

@@ -491,10 +491,10 @@ def test_make_storage_validates_config(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         make_storage(Config(storage_backend="s3", s3_bucket=""))
     default = make_storage(Config(storage_dir=str(tmp_path)))
-    assert isinstance(default, LocalStorage) and default.max_upload_bytes == Config().storage_max_upload_bytes
+    assert isinstance(default, LocalStorage) and default.max_upload_bytes == Config().upload_max_bytes
     storage = make_storage(Config(storage_backend="local", storage_dir=str(tmp_path),
                                   storage_signing_key="k" * 32, public_base_url="http://x/",
-                                  storage_max_upload_bytes=5))
+                                  upload_max_bytes=5))
     assert isinstance(storage, LocalStorage) and storage.max_upload_bytes == 5
     assert storage.presign_put("a/b.pdf", PDF, 60).startswith("http://x/storage/a/b.pdf?expires=")
     assert isinstance(storage, Storage)

@@ -22,6 +22,7 @@ _ERROR_TEXT = {
     410: "Gone.",
     413: "Body larger than the configured limit.",
     415: "Body is not JSON.",
+    429: "Too many at once; try again after Retry-After seconds.",
     503: "Service dependency unavailable.",
 }
 
@@ -205,6 +206,17 @@ def _recording_operation() -> dict[str, Any]:
     return op
 
 
+def _upload_link_operation() -> dict[str, Any]:
+    op = operation(
+        "Step 4: a presigned PUT URL (10 minutes, reusable, one object) and its `fileHash`. The URL is a "
+        "credential: do not log or persist it. 429 TOO_MANY_UPLOAD_LINKS while the clinic holds the most "
+        "open links (issued within 10 minutes, not registered) it may; Retry-After says when the oldest expires.",
+        scope="write", request=schemas.UPLOAD_LINK_REQUEST, response=schemas.data(schemas.UPLOAD_LINK),
+        errors=(429,), tag=_DOCS)
+    op["responses"]["429"]["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
+    return op
+
+
 OPERATIONS.update({
     f"{CLINIC}/patientRequestTypes/search": {"post": operation(
         "Step 1: the clinic's active request types (`id` is create's `userECRFId`).", scope="read",
@@ -247,13 +259,11 @@ OPERATIONS.update({
             request=schemas.REQUEST_PATCH, response=schemas.data(schemas.PATIENT_REQUEST), tag=_DOCS),
     },
     f"{_REQUEST}/recording": {"get": _recording_operation()},
-    f"{_REQUEST}/attachments/upload-link": {"post": operation(
-        "Step 4: a presigned PUT URL (10 minutes, reusable, one object) and its `fileHash`. The URL is a "
-        "credential: do not log or persist it.", scope="write", request=schemas.UPLOAD_LINK_REQUEST,
-        response=schemas.data(schemas.UPLOAD_LINK), tag=_DOCS)},
+    f"{_REQUEST}/attachments/upload-link": {"post": _upload_link_operation()},
     f"{_REQUEST}/attachments": {"post": operation(
         "Step 6: register an uploaded file (fileHash from an upload link of this request). Registering "
-        "the same fileHash again answers the first registration.", scope="write",
+        "the same fileHash again answers the first registration. A file over the service's upload size "
+        "limit is refused with 400 naming the limit, and deleted.", scope="write",
         request=schemas.ATTACHMENT_REQUEST, response=schemas.data(schemas.ATTACHMENT), tag=_DOCS)},
     f"{CLINIC}/tags": {"get": _tags_operation()},
 })

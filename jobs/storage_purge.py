@@ -1,0 +1,70 @@
+"""The storage purge every worker runs, so that storage does not only grow.
+
+Each round deletes the uploads never registered whose link expired over
+`UPLOAD_PURGE_GRACE_SECONDS` ago (`documents.uploads.purge_expired_uploads`, both
+backends) and, on the local backend, the temporary `.upload-*.part` files a killed
+process left behind, as old (`LocalStorage.purge_stale_uploads`).
+
+A thread of every worker process, like the call relay (jobs/relay.py): a starting worker
+purges at once, then every `UPLOAD_PURGE_EVERY_SECONDS`. Workers purging at the same time
+take disjoint rows (FOR UPDATE SKIP LOCKED), so running it in every worker needs no
+election and goes on while any one worker lives. `python manage.py storage purge` runs
+one round by hand. Logs carry counts only, never keys or URLs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+
+from config import Config
+from documents import patient_requests, uploads
+from plumbing.database import db
+from storage import LocalStorage, Storage, make_storage
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Purged:
+    uploads: int  # unregistered uploads removed (object and issued-link row)
+    partial_files: int  # temporary files of interrupted local uploads removed
+
+
+def purge_storage(storage: Storage, config: Config) -> Purged:
+    """One round; needs a database connection (the caller's)."""
+    lifetime = patient_requests.UPLOAD_URL_SECONDS
+    grace = config.upload_purge_grace_seconds
+    purged = uploads.purge_expired_uploads(storage, lifetime=lifetime, grace=grace)
+    # A `.part` file younger than that may belong to an upload still streaming.
+    partial = storage.purge_stale_uploads(lifetime + grace) if isinstance(storage, LocalStorage) else 0
+    return Purged(uploads=purged, partial_files=partial)
+
+
+def run(storage: Storage | None, config: Config, stop: threading.Event) -> None:
+    """Purge until `stop` is set, once every `config.upload_purge_every_seconds`; with no
+    `storage`, the configured one, built here: a storage misconfigured for the worker is
+    then a warning each round, and the worker goes on with its calls."""
+    while not stop.is_set():
+        try:
+            if storage is None:
+                storage = make_storage(config)
+            with db.connection_context():
+                purged = purge_storage(storage, config)
+            if purged.uploads or purged.partial_files:
+                log.info("storage purge removed %d unregistered upload(s) and %d interrupted upload file(s)",
+                         purged.uploads, purged.partial_files)
+        except Exception as exc:
+            # Whatever fails (database, bucket, disk), the thread must outlive it: the next
+            # round retries, and a batch that failed was rolled back whole.
+            log.warning("storage purge failed (%s); next round in %.0f s", type(exc).__name__,
+                        config.upload_purge_every_seconds)
+        stop.wait(config.upload_purge_every_seconds)
+
+
+def start(config: Config, storage: Storage | None = None) -> tuple[threading.Thread, threading.Event]:
+    """Run the purge in a daemon thread of this process; set the event to stop it."""
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(storage, config, stop), name="storage-purge", daemon=True)
+    thread.start()
+    return thread, stop
