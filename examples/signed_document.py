@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Store an externally signed PDF through the public REST API (spec/signed-documents.md).
+"""Store an externally signed PDF through the public REST API (docs/spec/signed-documents.md).
 
 Runs steps 1-7: find the request type and the patient, create a patient request, get
 an upload link, PUT the file to storage, register it, read it back and compare bytes.

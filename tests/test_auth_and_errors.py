@@ -1,5 +1,5 @@
 """Spec section 5 (authentication) and section 7 (errors), for every switchboard check,
-plus the DESIGN.md error conventions: one `{error, code}` body for every failure."""
+plus the error conventions of docs/design.md: one `{error, code}` body for every failure."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone

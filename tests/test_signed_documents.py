@@ -1,4 +1,4 @@
-"""spec/signed-patient_requests.md: the section-7 checklist end to end over real HTTP against
+"""docs/spec/signed-documents.md: the section-7 checklist end to end over real HTTP against
 both storage backends (local disk served by the service, S3 on a real SeaweedFS), and
 every row of the error table."""
 from __future__ import annotations

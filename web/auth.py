@@ -1,6 +1,6 @@
 """Bearer-token authentication and clinic authorization for `/external/v1/clinics/{slug}`.
 
-Check order (DESIGN.md): token (401), clinic exists (404), token covers the clinic and
+Check order (docs/design.md): token (401), clinic exists (404), token covers the clinic and
 the scope (403); the body is validated later, by the resource (400). A resource opts in
 by declaring `scopes = {"POST": "read", ...}`.
 """

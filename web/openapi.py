@@ -178,7 +178,7 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-# --- Signed documents (spec/signed-documents.md) ------------------------------------
+# --- Signed documents (docs/spec/signed-documents.md) ------------------------------------
 CLINIC = "/external/v1/clinics/{clinic_slug}"
 _REQUEST = f"{CLINIC}/patientRequests/{{request_id}}"
 _DOCS = "signed documents"

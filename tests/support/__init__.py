@@ -71,7 +71,7 @@ def clinic(slug: str = "clinic-a", *, tz: str = "Europe/Prague", country: str = 
 
 
 def assert_error(answer: Any, status: int, code: str, **fields: Any) -> None:
-    """An error answer as DESIGN.md has it: `status`, and a JSON body that is exactly
+    """An error answer as docs/design.md has it: `status`, and a JSON body that is exactly
     `{"error": <a message>, "code": code}` (plus `fields`, where the error carries more).
 
     `answer` is a WebTest response or a `requests` one."""
