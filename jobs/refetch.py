@@ -19,7 +19,7 @@ import redis
 
 from voicemail import platform
 from jobs import queueing
-from jobs.runtime import runtime
+from jobs.runtime import job_config
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from models import Call, Clinic
@@ -37,7 +37,7 @@ def job_id(call_id: uuid.UUID | str) -> str:
 def refetch_recording(call_id: str, as_of: str | None = None) -> str:
     """Get a fresh link for the call's recording. `as_of` is the requester's time (ISO);
     the job never reasons with an earlier time than its own clock."""
-    config = runtime()
+    config = job_config()
     now = utc_now()
     if as_of:
         now = max(now, as_utc(datetime.fromisoformat(as_of)))

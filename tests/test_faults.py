@@ -41,7 +41,8 @@ import webtest
 from voicemail import transcription
 from app import create_app
 from config import Config
-from jobs.calls import job_id, job_is_live
+from jobs.calls import job_id
+from jobs.queueing import is_live
 from jobs.refetch import job_id as refetch_job_id
 from plumbing.database import db
 from models import Call, PatientRequest
@@ -165,7 +166,7 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
 
         assert wait_until(transcribing, timeout=60, interval=0.02), log.read_text()[-2000:]
         job = Job.fetch(job_id(call["id"]), connection=connection)
-        assert job_is_live(job), "a running job of a live worker is live"
+        assert is_live(job), "a running job of a live worker is live"
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
     finally:
@@ -176,7 +177,7 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
     assert store.call("CA-killed")["state"] == "pending" and store.call("CA-killed")["requests"] == 0
     assert job.get_status(refresh=True) == JobStatus.STARTED
     assert connection.exists(f"rq:worker:{job.worker_name}")
-    assert not job_is_live(job)
+    assert not is_live(job)
 
     second = start_worker(env, log)
     back = time.monotonic()
@@ -190,7 +191,7 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
         done = store.call("CA-killed")
         assert done["outcome"] == "voice_message" and done["attempts"] == 2 and done["requests"] == 1
         # Never two: once nothing is queued or running for the call, still one request.
-        assert wait_until(lambda: not job_is_live(Job.fetch(job_id(done["id"]), connection=connection)),
+        assert wait_until(lambda: not is_live(Job.fetch(job_id(done["id"]), connection=connection)),
                           timeout=30)
         assert store.call("CA-killed")["requests"] == 1
         print(f"recovered {recovered_in:.1f} s after the new worker registered")
