@@ -256,5 +256,5 @@ def test_two_overlapping_bulk_imports_at_once_give_one_patient_per_id(app, token
     with db.connection_context():
         links = ExternalId.select().join(Clinic).where(Clinic.slug == "clinic-a", ExternalId.value.regexp("^[CXY][0-9]+$"))
         assert links.count() == 700
-        patients = Patient.select().where(Patient.first_name.in_(["Shared", "X", "Y"]))
-        assert patients.count() == 700, "no patient left behind by the import that lost an id"
+        created = Patient.select().where(Patient.first_name.in_(["Shared", "X", "Y"]))
+        assert created.count() == 700, "no patient left behind by the import that lost an id"

@@ -19,7 +19,7 @@ import pytest
 import redis
 import webtest
 
-from voicemail import platform
+from voicemail import platform as platform_api
 from app import create_app
 from config import Config
 from plumbing.database import db
@@ -396,8 +396,8 @@ def _public(host: str, port: int) -> list[str]:
     b'\xff\xfe{"url": "https://cdn.example.com/r.mp3"}',
 ])
 def test_platform_json_is_parsed_strictly(answer: bytes) -> None:
-    with pytest.raises(platform.PlatformError, match="did not answer a JSON object"):
-        platform._json(answer, "https://pbx.example.com/api/recordings/1/url")
+    with pytest.raises(platform_api.PlatformError, match="did not answer a JSON object"):
+        platform_api._json(answer, "https://pbx.example.com/api/recordings/1/url")
 
 
 @pytest.mark.parametrize("data,lifetime", [
@@ -409,7 +409,7 @@ def test_platform_json_is_parsed_strictly(answer: bytes) -> None:
     ({"expiresIn": 900}, timedelta(seconds=900)),
 ])
 def test_fresh_link_expiry_is_bounded(data: dict[str, Any], lifetime: timedelta) -> None:
-    link = platform._link_from({"url": "https://cdn.example.com/r.mp3", **data}, "https://pbx.example.com/api",
+    link = platform_api._link_from({"url": "https://cdn.example.com/r.mp3", **data}, "https://pbx.example.com/api",
                                  NOW, Config(), resolver=_public)
     assert (link.url, link.expires_at) == ("https://cdn.example.com/r.mp3", NOW + lifetime)
 
@@ -417,8 +417,8 @@ def test_fresh_link_expiry_is_bounded(data: dict[str, Any], lifetime: timedelta)
 @pytest.mark.parametrize("addresses", [["10.1.2.3"], ["93.184.215.14", "192.168.0.1"], ["::1"], ["169.254.169.254"]])
 def test_a_fresh_link_to_a_host_resolving_to_a_private_address_is_refused(addresses: list[str]) -> None:
     """The link goes to a doctor's browser as a 302: the same resolution check as RecordingUrl."""
-    with pytest.raises(platform.PlatformError, match="unusable link"):
-        platform._link_from({"url": "https://rebind.example.com/r.mp3", "expiresIn": 600},
+    with pytest.raises(platform_api.PlatformError, match="unusable link"):
+        platform_api._link_from({"url": "https://rebind.example.com/r.mp3", "expiresIn": 600},
                               "https://pbx.example.com/api", NOW, Config(), resolver=lambda host, port: addresses)
 
 
@@ -426,8 +426,8 @@ def test_a_huge_token_lifetime_is_cached_a_day_at_most(rec_config: Config, https
     https_server.route("/huge/auth/token", lambda req: json_response({"access_token": "tok", "expires_in": 1e20}),
                        methods=("POST",))
     connection = redis.Redis.from_url(REDIS_URL)
-    creds = platform.Credentials(f"huge-{uuid.uuid4().hex[:6]}", https_server.url("/huge"), USER, PASSWORD)
-    client = platform.PlatformClient(rec_config, connection)
+    creds = platform_api.Credentials(f"huge-{uuid.uuid4().hex[:6]}", https_server.url("/huge"), USER, PASSWORD)
+    client = platform_api.PlatformClient(rec_config, connection)
     assert client.token(creds) == "tok"
     assert 0 < connection.ttl(creds.cache_key) <= 86400
     connection.delete(creds.cache_key)
