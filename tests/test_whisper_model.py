@@ -239,11 +239,11 @@ def quantized(request: pytest.FixtureRequest) -> Path:
 
 
 def _word_error_rate(reference: str, hypothesis: str) -> tuple[int, int]:
-    """transcription.word_error_rate, or spoken_numbers' where the transcription rework moved it."""
+    """transcription.word_error_rate, or voicemail.word_error's where the transcription rework moved it."""
     import importlib
 
     from voicemail import transcription
-    fn = getattr(transcription, "word_error_rate", None) or importlib.import_module("spoken_numbers").word_error_rate
+    fn = getattr(transcription, "word_error_rate", None) or importlib.import_module("voicemail.word_error").word_error_rate
     return fn(reference, hypothesis)
 
 
@@ -279,7 +279,7 @@ def _type_offset(info: mf.GgmlInfo, name: str) -> int:
 
 def _assert_refused(path: Path, match: str) -> None:
     """verify refuses ``path``, and so does the transcriber, before whisper.cpp opens it."""
-    import transcription as tx
+    from voicemail import transcription as tx
 
     try:
         _, problems = mf.verify(path)
@@ -393,7 +393,7 @@ def test_quantize_refusals(tiny_en: Path, base_q5_0: Path, tmp_path: Path) -> No
 
 
 def test_quantized_models_transcribe_like_f16(base: Path, base_q8_0: Path, base_q5_0: Path) -> None:
-    import transcription as tx
+    from voicemail import transcription as tx
 
     wq.ggml_library()  # loaded by quantizing: must not stand in for the VAD's own ggml (it did: a segfault)
     label = next(x for x in json.loads((AUDIO / "labels.json").read_text()) if x["file"] == "msg_wav16.wav")
