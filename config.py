@@ -56,14 +56,17 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "RECORDING_FETCH_TIMEOUT": ("recording_fetch_timeout", float),
     "RECORDING_URL_LIFETIME_MINUTES": ("recording_url_lifetime_minutes", int),
     "PROVIDER_MARKER_WORDS": ("provider_marker_words", str),
-    "PBX_TOKEN_PATH": ("pbx_token_path", str),
-    "PBX_RECORDING_PATH": ("pbx_recording_path", str),
-    "PBX_FETCH_TIMEOUT": ("pbx_fetch_timeout", float),
-    "PBX_RETRY_DELAYS": ("pbx_retry_delays", str),
-    "PBX_PLAY_WAIT_SECONDS": ("pbx_play_wait_seconds", float),
+    "PLATFORM_TOKEN_PATH": ("platform_token_path", str),
+    "PLATFORM_RECORDING_PATH": ("platform_recording_path", str),
+    "PLATFORM_FETCH_TIMEOUT": ("platform_fetch_timeout", float),
+    "PLATFORM_RETRY_DELAYS": ("platform_retry_delays", str),
+    "PLATFORM_PLAY_WAIT_SECONDS": ("platform_play_wait_seconds", float),
     "FETCH_CA_BUNDLE": ("fetch_ca_bundle", str),
     "UNSAFE_ALLOW_LOOPBACK_FETCH": ("unsafe_allow_loopback_fetch", _bool),
 }
+# Earlier names, still read when the new one is not set (existing deployments).
+_FORMER_NAMES = {f"PLATFORM_{name}": f"PBX_{name}" for name in
+                 ("TOKEN_PATH", "RECORDING_PATH", "FETCH_TIMEOUT", "RETRY_DELAYS", "PLAY_WAIT_SECONDS")}
 
 
 @dataclass
@@ -114,13 +117,13 @@ class Config:
     recording_fetch_timeout: float = 30.0
     recording_url_lifetime_minutes: int = 25
     provider_marker_words: str = ""
-    # Switchboard platform API (re-fetching expired recording links), relative to a
-    # clinic's `pbx_api_url`; `{recording}` is the recording reference (RecordingSid).
-    pbx_token_path: str = "/auth/token"
-    pbx_recording_path: str = "/recordings/{recording}/url"
-    pbx_fetch_timeout: float = 10.0
-    pbx_retry_delays: str = "2,10,60"
-    pbx_play_wait_seconds: float = 5.0
+    # The platform's API (re-fetching expired recording links), relative to a clinic's
+    # `platform_api_url`; `{recording}` is the recording reference (RecordingSid).
+    platform_token_path: str = "/auth/token"
+    platform_recording_path: str = "/recordings/{recording}/url"
+    platform_fetch_timeout: float = 10.0
+    platform_retry_delays: str = "2,10,60"
+    platform_play_wait_seconds: float = 5.0
     fetch_ca_bundle: str = ""
     # Test-only: lets server-side fetches reach 127.0.0.1 (never private ranges).
     unsafe_allow_loopback_fetch: bool = False
@@ -143,8 +146,8 @@ class Config:
         return [w.strip().lower() for w in self.provider_marker_words.split(",") if w.strip()]
 
     @property
-    def pbx_retry_intervals(self) -> list[int]:
-        return [int(x) for x in self.pbx_retry_delays.split(",") if x.strip()]
+    def platform_retry_intervals(self) -> list[int]:
+        return [int(x) for x in self.platform_retry_delays.split(",") if x.strip()]
 
     def whisper_model_for(self, language: str | None) -> str:
         if language == "en" and self.whisper_model_en:
@@ -156,6 +159,9 @@ class Config:
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}
         for name, (attr, parse) in _ENV.items():
+            former = _FORMER_NAMES.get(name)
+            if former is not None and name not in env and former in env:
+                name = former
             if name in env:
                 try:
                     values[attr] = parse(env[name])

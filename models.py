@@ -50,10 +50,10 @@ class Clinic(BaseModel):
     # the transcriber detects the language among these only. None = not set.
     languages = pw.TextField(null=True)
     missed_call_requests = pw.BooleanField(default=True)  # False = clinic opted out
-    # Switchboard platform API credentials (re-fetching recordings); password encrypted.
-    pbx_api_url = pw.CharField(max_length=500, null=True)
-    pbx_username = pw.CharField(max_length=200, null=True)
-    pbx_password_encrypted = pw.TextField(null=True)
+    # The platform's API credentials (re-fetching recordings); password encrypted.
+    platform_api_url = pw.CharField(max_length=500, null=True)
+    platform_username = pw.CharField(max_length=200, null=True)
+    platform_password_encrypted = pw.TextField(null=True)
 
     @classmethod
     def by_slug(cls, slug: str) -> "Clinic":

@@ -521,7 +521,7 @@ def test_postgresql_restarted_under_load_web_recovers_without_restart_and_never_
 
 
 # --- 4. recording server and platform API slow or failing --------------------------------
-# The session's worker: RECORDING_FETCH_TIMEOUT=5, PBX_FETCH_TIMEOUT=5, retries after 1 s, 1 s.
+# The session's worker: RECORDING_FETCH_TIMEOUT=5, PLATFORM_FETCH_TIMEOUT=5, retries after 1 s, 1 s.
 
 @pytest.fixture
 def web_faults(app, config, ca_bundle) -> webtest.TestApp:
@@ -529,8 +529,8 @@ def web_faults(app, config, ca_bundle) -> webtest.TestApp:
     playing expired links after waiting 8 s at most for a re-fetch."""
     settings = Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
                       unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1",
-                      provider_marker_words=MARKER_WORDS, pbx_retry_delays="1,1", pbx_play_wait_seconds=8,
-                      pbx_fetch_timeout=5)
+                      provider_marker_words=MARKER_WORDS, platform_retry_delays="1,1", platform_play_wait_seconds=8,
+                      platform_fetch_timeout=5)
     return webtest.TestApp(create_app(settings))
 
 
@@ -579,14 +579,14 @@ def test_platform_slow_or_failing_answers_503_never_410_then_plays_once_it_is_ba
         web_faults, clock, https_server, worker, failure):
     platform = FakePlatform(https_server, clock)
     tokens = redis.Redis.from_url(REDIS_URL)
-    for key in tokens.scan_iter("pbx-token:*"):  # a cached token of an earlier test's platform
+    for key in tokens.scan_iter("platform-token:*"):  # a cached token of an earlier test's platform
         tokens.delete(key)
     rec_onboard(platform)
     sid = f"CA-pbx-{uuid.uuid4().hex[:6]}"
     request = stored_call(sid, recording_sid=f"{sid}.mp3")
     if failure == "slow beyond the timeout":
         platform.serve(f"{sid}.mp3")
-        platform.link_delay = 8.0  # beyond PBX_FETCH_TIMEOUT=5
+        platform.link_delay = 8.0  # beyond PLATFORM_FETCH_TIMEOUT=5
     else:
         https_server.route(platform.path(f"{sid}.mp3"), static(b"busy", "text/plain", status=503))
     reader = issue_token(["clinic-rec"], ["read"])
@@ -614,10 +614,10 @@ def test_a_play_is_answered_while_the_worker_transcribes_a_long_voicemail(
         web_faults, clock, https_server, worker, voicemail):
     """A doctor's play of an expired link does not wait behind another caller's
     voicemail: the worker command's playback worker re-fetches it while the transcription
-    worker is busy (before, the play answered 503 after PBX_PLAY_WAIT_SECONDS)."""
+    worker is busy (before, the play answered 503 after PLATFORM_PLAY_WAIT_SECONDS)."""
     platform = FakePlatform(https_server, clock)
     tokens = redis.Redis.from_url(REDIS_URL)
-    for key in tokens.scan_iter("pbx-token:*"):  # a cached token of an earlier test's platform
+    for key in tokens.scan_iter("platform-token:*"):  # a cached token of an earlier test's platform
         tokens.delete(key)
     rec_onboard(platform)
     audio, rate = sf.read(io.BytesIO(voicemail))

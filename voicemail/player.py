@@ -1,6 +1,6 @@
 """Playing a call's recording from a request: what the detail shows, and a play answered
 with a 302 to a live link, 410 when the recording is gone, or 503 + Retry-After while a
-re-fetch (`jobs/refetch.py`) has not brought a fresh link within `PBX_PLAY_WAIT_SECONDS`.
+re-fetch (`jobs/refetch.py`) has not brought a fresh link within `PLATFORM_PLAY_WAIT_SECONDS`.
 The re-fetch is enqueued under a stable job id per call and waited for, bounded.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, conf
 
     job, _ = queueing.enqueue_once(
         queue, refetch_recording, str(call_id), as_utc(as_of).isoformat(), job_id=job_id(call_id),
-        replace=still_expired, job_timeout=JOB_TIMEOUT, retry=queueing.retry(config.pbx_retry_intervals),
+        replace=still_expired, job_timeout=JOB_TIMEOUT, retry=queueing.retry(config.platform_retry_intervals),
         result_ttl=300, failure_ttl=86400,
     )
     return job
@@ -108,7 +108,7 @@ class RecordingPlayer:
         return self._await(job, call.id, now)
 
     def _await(self, job: Job, call_id: uuid.UUID, now: datetime) -> PlayAnswer:
-        deadline = time.monotonic() + self.config.pbx_play_wait_seconds
+        deadline = time.monotonic() + self.config.platform_play_wait_seconds
         while True:
             try:
                 status = job.get_status(refresh=True)
@@ -146,5 +146,5 @@ class RecordingPlayer:
         due = self._scheduled_in(job) if job is not None else None
         if due is not None:
             return max(1, math.ceil(due + _SCHEDULER_LAG))
-        delays = self.config.pbx_retry_intervals
+        delays = self.config.platform_retry_intervals
         return max(1, delays[0] if delays else 5)
