@@ -60,17 +60,21 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "RECORDING_FETCH_TIMEOUT": ("recording_fetch_timeout", float),
     "RECORDING_URL_LIFETIME_MINUTES": ("recording_url_lifetime_minutes", int),
     "PROVIDER_MARKER_WORDS": ("provider_marker_words", str),
-    "PBX_TOKEN_PATH": ("pbx_token_path", str),
-    "PBX_RECORDING_PATH": ("pbx_recording_path", str),
-    "PBX_FETCH_TIMEOUT": ("pbx_fetch_timeout", float),
-    "PBX_RETRY_DELAYS": ("pbx_retry_delays", str),
-    "PBX_PLAY_WAIT_SECONDS": ("pbx_play_wait_seconds", float),
+    "PLATFORM_TOKEN_PATH": ("platform_token_path", str),
+    "PLATFORM_RECORDING_PATH": ("platform_recording_path", str),
+    "PLATFORM_FETCH_TIMEOUT": ("platform_fetch_timeout", float),
+    "PLATFORM_RETRY_DELAYS": ("platform_retry_delays", str),
+    "PLATFORM_PLAY_WAIT_SECONDS": ("platform_play_wait_seconds", float),
     "FETCH_CA_BUNDLE": ("fetch_ca_bundle", str),
     "UNSAFE_ALLOW_LOOPBACK_FETCH": ("unsafe_allow_loopback_fetch", _bool),
 }
 # Current name -> the name it had before; the former is still read when the current one is
 # unset, so a deployment's environment keeps working across the rename.
-_FORMER_NAMES: dict[str, str] = {"UPLOAD_MAX_BYTES": "STORAGE_MAX_UPLOAD_BYTES"}
+_FORMER_NAMES: dict[str, str] = {
+    "UPLOAD_MAX_BYTES": "STORAGE_MAX_UPLOAD_BYTES",
+    **{f"PLATFORM_{name}": f"PBX_{name}" for name in
+       ("TOKEN_PATH", "RECORDING_PATH", "FETCH_TIMEOUT", "RETRY_DELAYS", "PLAY_WAIT_SECONDS")},
+}
 
 
 #: The built-in SECRET_KEY. It is public (it is in this file), so only the embedded run
@@ -156,13 +160,13 @@ class Config:
     recording_fetch_timeout: float = 30.0
     recording_url_lifetime_minutes: int = 25
     provider_marker_words: str = ""
-    # Switchboard platform API (re-fetching expired recording links), relative to a
-    # clinic's `pbx_api_url`; `{recording}` is the recording reference (RecordingSid).
-    pbx_token_path: str = "/auth/token"
-    pbx_recording_path: str = "/recordings/{recording}/url"
-    pbx_fetch_timeout: float = 10.0
-    pbx_retry_delays: str = "2,10,60"
-    pbx_play_wait_seconds: float = 5.0
+    # The platform's API (re-fetching expired recording links), relative to a clinic's
+    # `platform_api_url`; `{recording}` is the recording reference (RecordingSid).
+    platform_token_path: str = "/auth/token"
+    platform_recording_path: str = "/recordings/{recording}/url"
+    platform_fetch_timeout: float = 10.0
+    platform_retry_delays: str = "2,10,60"
+    platform_play_wait_seconds: float = 5.0
     fetch_ca_bundle: str = ""
     # Test-only: lets server-side fetches reach 127.0.0.1 (never private ranges).
     unsafe_allow_loopback_fetch: bool = False
@@ -217,8 +221,8 @@ class Config:
         return [w.strip().lower() for w in self.provider_marker_words.split(",") if w.strip()]
 
     @property
-    def pbx_retry_intervals(self) -> list[int]:
-        return [int(x) for x in self.pbx_retry_delays.split(",") if x.strip()]
+    def platform_retry_intervals(self) -> list[int]:
+        return [int(x) for x in self.platform_retry_delays.split(",") if x.strip()]
 
     def whisper_model_for(self, language: str | None) -> str:
         if language == "en" and self.whisper_model_en:

@@ -273,7 +273,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
 
 def cmd_requeue(config: Config, args: argparse.Namespace) -> int:
     """Queue every stored call that is not processed yet and has no live job."""
-    from jobs.calls import requeue_pending
+    from jobs.relay import requeue_pending
 
     print(f"re-queued {requeue_pending(_calls_queue(config), config)} pending call(s)", file=sys.stderr)
     return 0

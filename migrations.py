@@ -74,6 +74,17 @@ def _add_column(table: str, column: str, field: pw.Field) -> Migration:
     return run
 
 
+def _rename_column(table: str, old: str, new: str) -> Migration:
+    """Rename a column the table still has under its old name (a table created from the
+    current models has the new one already). Both databases rename in place."""
+    def run(database: pw.Database, migrator: SchemaMigrator) -> None:
+        names = {c.name for c in database.get_columns(table)}
+        if old in names and new not in names:
+            apply_operations(migrator.rename_column(table, old, new))
+
+    return run
+
+
 def _steps(*steps: Migration) -> Migration:
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
         for step in steps:
@@ -189,6 +200,11 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (12, "upload_link_created_at_index", _sql(
         'CREATE INDEX IF NOT EXISTS "upload_link_created_at" ON "upload_link" ("created_at")',
     )),
+    # One name for the switchboard vendor's API that re-fetches recordings: the platform.
+    (13, "platform_names", _steps(*(
+        _rename_column("clinic", f"pbx_{name}", f"platform_{name}")
+        for name in ("api_url", "username", "password_encrypted")
+    ))),
 ]
 
 

@@ -52,10 +52,10 @@ class Clinic(BaseModel):
     # the transcriber detects the language among these only. None = not set.
     languages = pw.TextField(null=True)
     missed_call_requests = pw.BooleanField(default=True)  # False = clinic opted out
-    # Switchboard platform API credentials (re-fetching recordings); password encrypted.
-    pbx_api_url = pw.CharField(max_length=500, null=True)
-    pbx_username = pw.CharField(max_length=200, null=True)
-    pbx_password_encrypted = pw.TextField(null=True)
+    # The platform's API credentials (re-fetching recordings); password encrypted.
+    platform_api_url = pw.CharField(max_length=500, null=True)
+    platform_username = pw.CharField(max_length=200, null=True)
+    platform_password_encrypted = pw.TextField(null=True)
 
     @classmethod
     def by_slug(cls, slug: str) -> "Clinic":
@@ -441,20 +441,8 @@ class Call(BaseModel):
             cls.update(queued_at=None).where(cls.id.in_(ids)).execute()
 
     @classmethod
-    def receive(cls, clinic: Clinic, fields: dict, token: "ApiToken | None") -> tuple["Call", bool]:
-        """Store the call once per CallSid (a unique constraint, not check-then-insert).
-
-        Returns the stored call, which may be an earlier copy, and whether this request
-        created it. Raises `CallSidConflict` when the CallSid belongs to another clinic.
-        (`intake.GroupCommit` does the same for many concurrent requests at once.)
-        """
-        row = cls.row_for(clinic, fields, token)
-        if row["id"] in cls.insert_rows([row]):
-            return cls(**row), True  # RETURNING answered: ours, no need to read it back
-        return cls.stored(clinic, fields["call_sid"]), False
-
-    @classmethod
     def row_for(cls, clinic: Clinic, fields: dict, token: "ApiToken | None") -> dict:
+        """The row `recording-complete` stores (`switchboard.intake.GroupCommit` writes it)."""
         return {"id": uuid.uuid4(), "clinic": clinic.id, "received_by": token.id if token else None,
                 "received_at": utc_now(), "state": "pending", "attempts": 0, **fields}
 
@@ -488,6 +476,20 @@ class Call(BaseModel):
             raise CallSidConflict(call_sid)
         return call
 
+    def finish(self, outcome: str, *, transcript: str | None = None, language: str | None = None,
+               signals: str | None = None, intelligibility: str | None = None, fetch_error: str | None = None,
+               status: str | None = None, issue: str | None = None, callback: str | None = None) -> None:
+        """Record what the ingest made of the call and create its request, in one
+        transaction, once: a call already done is left as it is, and a call has at most one
+        request (`PatientRequest.from_call`)."""
+        with db.atomic():
+            PatientRequest.from_call(self, outcome)
+            Call.update(
+                state="done", outcome=outcome, processed_at=utc_now(), transcript=transcript,
+                transcript_language=language, transcript_signals=signals, intelligibility=intelligibility,
+                fetch_error=fetch_error, transcript_status=status, transcript_issue=issue, callback_number=callback,
+            ).where((Call.id == self.id) & (Call.state == "pending")).execute()
+
 
 class CallSidConflict(Exception):
     pass
@@ -518,6 +520,28 @@ class PatientRequest(BaseModel):
             # many other requests are found without walking past the others).
             (("clinic", "kind", "created_at"), False),
         )
+
+    # The request a call's outcome makes: kind and title ("no_recording" and "opted_out" make none).
+    FROM_CALL = {
+        "voice_message": ("voice_message", "Voice message from {number}"),
+        "missed_call": ("missed_call", "Missed call from {number}"),
+        "recording_unavailable": ("voice_message", "Voice message from {number} (recording could not be fetched)"),
+    }
+
+    @classmethod
+    def from_call(cls, call: Call, outcome: str) -> None:
+        """The request `outcome` makes of the call, for the patient the caller is
+        (`Patient.for_caller`); nothing when the call already has one (the unique
+        `call_id`) or the outcome makes none. Call inside a transaction."""
+        if outcome not in cls.FROM_CALL:
+            return
+        kind, title = cls.FROM_CALL[outcome]
+        clinic = Clinic.get_by_id(call.clinic_id)
+        patient = Patient.for_caller(clinic, call.call_from)
+        cls.insert(
+            clinic=clinic, patient=patient, kind=kind, call=call.id,
+            title=title.format(number=patient.phone or call.call_from)[:300],
+        ).on_conflict_ignore().execute()
 
     @classmethod
     def open_for_caller(cls, clinic: Clinic, phone: str | None, patient_id: uuid.UUID | None) -> bool:

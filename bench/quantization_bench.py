@@ -12,7 +12,7 @@ machine is shared). Prints, per model and against f16 measured in the same run:
 * total transcription seconds over the clips and the real-time factor
   (processing seconds / audio seconds);
 * word error rate over the speech clips: summed word edits / summed reference words
-  (``spoken_numbers.word_error_rate``), and
+  (``voicemail.word_error.word_error_rate``), and
   the same with each clip's edits capped at its word count ("capped"), since one
   hallucinated loop can add hundreds of edits;
 * load seconds and peak RSS of the child (VmHWM: ru_maxrss would carry the parent's
@@ -46,7 +46,7 @@ def _peak_rss_mb() -> float:
 
 def child(model: str, threads: int, repeat: int) -> dict[str, Any]:
     from voicemail import transcription as tx
-    from voicemail.spoken_numbers import word_error_rate as wer
+    from voicemail.word_error import word_error_rate as wer
     started = time.perf_counter()
     t = tx.get_transcriber("pywhispercpp", model, threads)
     load_s = time.perf_counter() - started

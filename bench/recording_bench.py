@@ -6,7 +6,7 @@ Real parts: the WSGI app behind a threaded HTTP server on 127.0.0.1 (requests cl
 one connection per play), PostgreSQL and Redis (a database and a Redis db of its own:
 BENCH_DATABASE_URL, default postgresql://postgres@127.0.0.1:5432/clinic_bench_rec,
 recreated; BENCH_REDIS_URL, default redis://127.0.0.1:6379/13, flushed), a real RQ worker
-(`manage.py worker recordings`) and a fake switchboard platform API over HTTPS on
+(`manage.py worker recordings`) and a fake platform API over HTTPS on
 127.0.0.1 (tests/support/https_server.py, trustme CA, loopback allowed by the test-only setting).
 
 Scenarios:

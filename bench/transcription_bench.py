@@ -38,7 +38,7 @@ Measured, per language (cs, en) x channel, per language, per channel and over al
 messages, for both sides side by side:
 
 * word error rate: summed word edits / summed reference words over the speech clips
-  (``spoken_numbers.word_error_rate``: numbers compare as digits, so "sedm set dvacet
+  (``voicemail.word_error.word_error_rate``: numbers compare as digits, so "sedm set dvacet
   čtyři" == "724"); the project's hypothesis is ``Transcript.text`` (what a clinic
   reads, loops collapsed), the reference's its segments' text;
 * callback numbers: ``spoken_numbers.find_callback_number(text, "CZ")`` equal to the
@@ -264,7 +264,7 @@ def spawn(kind: str, args: argparse.Namespace, clips: Path) -> dict[str, Any]:
 
 def score(labels: list[dict[str, Any]], sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per clip file and side: edits, words, callback found, loop, seconds."""
-    from voicemail import spoken_numbers as sn
+    from voicemail import spoken_numbers as sn, word_error
     from voicemail import transcription as tx
 
     out: dict[str, dict[str, dict[str, Any]]] = {}
@@ -273,7 +273,7 @@ def score(labels: list[dict[str, Any]], sides: dict[str, dict[str, Any]]) -> dic
         by_file = {row["file"]: row for row in rows}
         for label in labels:
             row = by_file[label["file"]]
-            edits, words = sn.word_error_rate(label["text"], row["text"]) if label["kind"] == "speech" else (0, 0)
+            edits, words = word_error.word_error_rate(label["text"], row["text"]) if label["kind"] == "speech" else (0, 0)
             raw = row["raw_text"]
             loop = tx.repetition_score(raw) > LOOP_REPETITION or tx.collapse_loops(raw, LOOP_COPIES)[1]
             callback = sn.find_callback_number(row["text"], "CZ")

@@ -1,4 +1,4 @@
-"""Call hand-off jobs: download the voicemail safely, transcribe it, create the request.
+"""The ingest job: download the voicemail safely, transcribe it, create the request.
 
 `ingest_call(call_id)` is idempotent: it re-reads the call, does nothing for a call that
 is already done, and relies on the unique `patient_request.call_id` for "at most one
@@ -10,29 +10,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import tempfile
 import time
 import uuid
-from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-from rq import Queue
-from rq.job import Job, JobStatus
-from rq.worker import Worker
-from rq.registry import StartedJobRegistry
 
 from plumbing import metrics
 from voicemail import spoken_numbers
 from voicemail import transcription
 from config import Config
 from jobs import leases, queueing
-from jobs.runtime import runtime
-from plumbing.clock import utc_now
+from jobs.runtime import job_config
 from plumbing.database import db
-from models import Call, Clinic, Patient, PatientRequest
+from models import Call, Clinic
 from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
 
 log = logging.getLogger(__name__)
@@ -43,114 +34,17 @@ def job_id(call_id: uuid.UUID | str) -> str:
     return f"ingest-call-{call_id}"
 
 
-def _ingest_options(config: Config) -> dict[str, Any]:
+def job_options(config: Config) -> dict[str, Any]:
+    """How the ingest job is enqueued (`jobs.relay` queues it): its limit, retries and TTLs."""
     return dict(job_timeout=config.job_timeout, retry=queueing.retry(config.retry_delays),
                 result_ttl=3600, failure_ttl=7 * 86400)
-
-
-def enqueue_ingest(queue: Queue, call_id: uuid.UUID | str, config: Config) -> None:
-    """Queue the ingest job under its stable id, replacing a dead one. Raises `redis.RedisError`."""
-    queue.enqueue(ingest_call, str(call_id), job_id=job_id(call_id), **_ingest_options(config))
-
-
-def ensure_queued(queue: Queue, call_id: uuid.UUID | str, config: Config) -> bool:
-    """Queue the call's ingest unless a job for it exists; whether it was queued.
-    Raises `redis.RedisError` (the relay keeps the call in its outbox then)."""
-    return queueing.enqueue_once(queue, ingest_call, str(call_id), job_id=job_id(call_id),
-                                 **_ingest_options(config)) is not None
-
-
-def job_is_live(job: Job, *, refresh: bool = True) -> bool:
-    """Whether the job will still run or finish by itself: waiting (queued, scheduled,
-    deferred), or STARTED by a worker that is alive.
-
-    A worker killed with SIGKILL leaves its job STARTED and its worker key in Redis. Such
-    a job is dead when the worker key has expired (`jobs.worker.ClinicWorker` beats during
-    jobs and lets it expire `HEARTBEAT_TTL` = 70 s after its last beat) or, at once, when
-    the worker ran on this host and its process is gone. `refresh=False` trusts the
-    status the job was just fetched with.
-    """
-    status = job.get_status(refresh=refresh)
-    if status not in queueing.LIVE_STATES:
-        return False
-    if status != JobStatus.STARTED:
-        return True
-    if not job.worker_name:
-        return False
-    hostname, pid = job.connection.hmget(Worker.redis_worker_namespace_prefix + job.worker_name, "hostname", "pid")
-    if hostname is None:
-        return False  # the worker stopped beating long enough for its key to expire
-    if hostname.decode() == socket.gethostname() and pid and not _process_alive(int(pid)):
-        return False
-    return True
-
-
-def _process_alive(pid: int) -> bool:
-    """A process with this pid exists here and is not a zombie (a killed worker its
-    parent has not reaped yet is dead all the same)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, owned by another user
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no procfs: existence is all we can tell
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def forget_job(job: Job) -> None:
-    """Delete a dead job and every StartedJobRegistry entry of it (`Job.delete` leaves
-    those whose execution record expired), so RQ's abandoned-job cleanup never acts
-    later on the fresh job that reuses the id."""
-    job.delete()
-    registry = StartedJobRegistry(job.origin or QUEUE, connection=job.connection)
-    stale = [entry for entry in job.connection.zrange(registry.key, 0, -1)
-             if entry.decode().split(":", 1)[0] == job.id]
-    if stale:
-        job.connection.zrem(registry.key, *stale)
-
-
-def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | None = None) -> int:
-    """Queue every pending call that has no live job (all of them, or those the relay
-    queued before `queued_before`, giving a fresh job time to start). Returns how many.
-
-    Exact: a call is queued again only when RQ holds no live job for it, no live job
-    holds its lease (jobs/leases.py: survives a Redis restart that emptied RQ's view),
-    and it is still pending once both were looked at (a job that finished in between)."""
-    query = Call.select(Call.id).where(Call.state == "pending")
-    if queued_before is not None:
-        query = query.where(Call.queued_at < queued_before)
-    with db.connection_context():
-        pending = [c.id for c in query]
-    # One round trip for all the jobs, not two a call: a backlog can be tens of thousands.
-    jobs = Job.fetch_many([job_id(i) for i in pending], connection=queue.connection)
-    orphans = {call_id: job for call_id, job in zip(pending, jobs)
-               if job is None or not job_is_live(job, refresh=False)}
-    for call_id in leases.held(orphans):
-        del orphans[call_id]
-    if orphans:
-        with db.connection_context():
-            still = {c.id for c in Call.select(Call.id).where(Call.id.in_(list(orphans)) & (Call.state == "pending"))}
-        orphans = {call_id: job for call_id, job in orphans.items() if call_id in still}
-    for call_id, job in orphans.items():
-        if job is not None:
-            log.warning("call %s: its job is %s with no live worker; queued again", call_id, job.get_status(refresh=False))
-            forget_job(job)
-        enqueue_ingest(queue, call_id, config)
-    if orphans:
-        with db.connection_context():
-            Call.update(queued_at=utc_now()).where(Call.id.in_(list(orphans)) & (Call.state == "pending")).execute()
-    return len(orphans)
 
 
 def ingest_call(call_id: str) -> str:
     """Turn the stored call into its request (see the module's docstring), holding the
     call's lease throughout: another live job on the same call (a duplicate queued while
     Redis had forgotten this one) leaves it alone."""
-    config = runtime()
+    config = job_config()
     with leases.hold(call_id) as mine:
         if not mine:
             log.info("call %s: another job is working on it", call_id)
@@ -232,29 +126,8 @@ def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -
     )
 
 
-_TITLES = {
-    "voice_message": "Voice message from {number}",
-    "missed_call": "Missed call from {number}",
-    "recording_unavailable": "Voice message from {number} (recording could not be fetched)",
-}
-_KINDS = {"voice_message": "voice_message", "missed_call": "missed_call", "recording_unavailable": "voice_message"}
-
-
-def _finish(call: Call, outcome: str, *, transcript: str | None = None, language: str | None = None,
-            signals: str | None = None, intelligibility: str | None = None, fetch_error: str | None = None,
-            status: str | None = None, issue: str | None = None, callback: str | None = None) -> str:
-    """Record the outcome and create the request, once, in one transaction."""
-    with db.connection_context(), db.atomic():
-        clinic = Clinic.get_by_id(call.clinic_id)
-        if outcome in _KINDS:
-            patient = Patient.for_caller(clinic, call.call_from)
-            title = _TITLES[outcome].format(number=patient.phone or call.call_from)
-            PatientRequest.insert(
-                clinic=clinic, patient=patient, kind=_KINDS[outcome], title=title[:300], call=call.id,
-            ).on_conflict_ignore().execute()
-        Call.update(
-            state="done", outcome=outcome, processed_at=utc_now(), transcript=transcript,
-            transcript_language=language, transcript_signals=signals, intelligibility=intelligibility,
-            fetch_error=fetch_error, transcript_status=status, transcript_issue=issue, callback_number=callback,
-        ).where((Call.id == call.id) & (Call.state == "pending")).execute()
+def _finish(call: Call, outcome: str, **results: str | None) -> str:
+    """Record the outcome and create the request, once, in one transaction (`Call.finish`)."""
+    with db.connection_context():
+        call.finish(outcome, **results)
     return outcome

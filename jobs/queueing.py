@@ -1,13 +1,18 @@
-"""What the jobs share about RQ: the queues, the Redis clients, retries, live job states,
-and enqueueing under a stable job id."""
+"""What the jobs share about RQ: the queues, the Redis clients, retries, whether a job is
+live, and enqueueing once under a stable job id."""
 from __future__ import annotations
 
+import os
+import socket
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import redis
 from rq import Queue, Retry
-from rq.exceptions import DuplicateJobError
+from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
+from rq.registry import StartedJobRegistry
+from rq.worker import Worker
 
 CALLS = "calls"  # ingest a stored call: download, transcribe, make its request
 RECORDINGS = "recordings"  # re-fetch an expired recording link from the platform
@@ -43,15 +48,90 @@ def retry(delays: Sequence[int]) -> Retry | None:
 
 
 def is_live(job: Job, *, refresh: bool = True) -> bool:
-    """Whether RQ still holds the job to run (by its status only; see jobs.calls for the
-    check of a STARTED job's worker)."""
-    return job.get_status(refresh=refresh) in LIVE_STATES
+    """Whether the job will still run or finish by itself: waiting (queued, scheduled,
+    deferred), or STARTED by a worker that is alive.
+
+    A worker killed with SIGKILL leaves its job STARTED and its worker key in Redis. Such
+    a job is dead when the worker key has expired (`jobs.worker.ClinicWorker` beats during
+    jobs and lets it expire `HEARTBEAT_TTL` = 70 s after its last beat) or, at once, when
+    the worker ran on this host and its process is gone. `refresh=False` trusts the
+    status the job was just fetched with.
+    """
+    status = job.get_status(refresh=refresh)
+    if status not in LIVE_STATES:
+        return False
+    if status != JobStatus.STARTED:
+        return True
+    if not job.worker_name:
+        return False
+    hostname, pid = job.connection.hmget(Worker.redis_worker_namespace_prefix + job.worker_name, "hostname", "pid")
+    if hostname is None:
+        return False  # the worker stopped beating long enough for its key to expire
+    if hostname.decode() == socket.gethostname() and pid and not _process_alive(int(pid)):
+        return False
+    return True
 
 
-def enqueue_once(queue: Queue, func: Callable[..., Any], *args: Any, job_id: str, **options: Any) -> Job | None:
-    """Enqueue under ``job_id`` unless a job with that id exists (atomically, RQ's
-    ``unique``); the job, or None when one existed. Raises ``redis.RedisError``."""
+def _process_alive(pid: int) -> bool:
+    """A process with this pid exists here and is not a zombie (a killed worker its
+    parent has not reaped yet is dead all the same)."""
     try:
-        return queue.enqueue(func, *args, job_id=job_id, unique=True, **options)
-    except DuplicateJobError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, owned by another user
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: existence is all we can tell
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def forget_job(job: Job, queue: Queue) -> None:
+    """Delete a dead job and every StartedJobRegistry entry of it (`Job.delete` leaves
+    those whose execution record expired), so RQ's abandoned-job cleanup never acts
+    later on the fresh job that reuses the id."""
+    job.delete()
+    registry = StartedJobRegistry(job.origin or queue.name, connection=job.connection)
+    stale = [entry for entry in job.connection.zrange(registry.key, 0, -1)
+             if entry.decode().split(":", 1)[0] == job.id]
+    if stale:
+        job.connection.zrem(registry.key, *stale)
+
+
+def enqueue_once(queue: Queue, func: Callable[..., Any], *args: Any, job_id: str,
+                 replace: Callable[[Job], bool] | None = None, **options: Any) -> tuple[Job, bool]:
+    """The job under ``job_id``, and whether this call enqueued it. Raises ``redis.RedisError``.
+
+    The job is enqueued unless one with that id exists (atomically: RQ's ``unique``), so
+    concurrent callers share one job. An existing job is kept, unless it is no longer
+    live (`is_live`) and ``replace(job)`` says it must run again: it is then forgotten and
+    enqueued anew. ``replace`` is asked under a lock on the id, so concurrent callers
+    replace a job once, and it may read what the job changed meanwhile.
+    """
+    while True:
+        try:
+            return queue.enqueue(func, *args, job_id=job_id, unique=True, **options), True
+        except DuplicateJobError:
+            pass
+        if replace is None:
+            job = _fetch(job_id, queue.connection)
+            if job is not None:
+                return job, False
+            continue  # it expired meanwhile: the id is free again
+        with queue.connection.lock(f"lock:{job_id}", timeout=10, blocking_timeout=5):
+            job = _fetch(job_id, queue.connection)
+            if job is not None:
+                if is_live(job, refresh=False) or not replace(job):
+                    return job, False
+                forget_job(job, queue)
+        # Enqueued (uniquely) outside the lock: a caller that takes it before then finds no
+        # job and races for the id like this one, and the loser shares the winner's job.
+
+
+def _fetch(job_id: str, connection: redis.Redis) -> Job | None:
+    try:
+        return Job.fetch(job_id, connection=connection)
+    except NoSuchJobError:
         return None

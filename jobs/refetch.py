@@ -1,12 +1,12 @@
-"""Re-fetching an expired recording link from the switchboard platform (an RQ job).
+"""Re-fetching an expired recording link from the platform (an RQ job).
 
 `refetch_recording(call_id, as_of)` is idempotent: it re-reads the call and does nothing
 when the call already has a link with time left or is known to be gone, so concurrent
 plays of one call cost one platform round trip. A deleted recording (404/410) or missing
 credentials are remembered on the call; a transient failure (timeout, connection error,
-5xx) raises so RQ retries it after `PBX_RETRY_DELAYS`; any other refusal is logged and
+5xx) raises so RQ retries it after `PLATFORM_RETRY_DELAYS`; any other refusal is logged and
 the job ends without changing the call (the next play tries again). The web side, which
-enqueues it and waits for it, is `recording_player.py`.
+enqueues it and waits for it, is `voicemail/player.py`.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import redis
 
 from voicemail import platform
 from jobs import queueing
-from jobs.runtime import runtime
+from jobs.runtime import job_config
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from models import Call, Clinic
@@ -37,7 +37,7 @@ def job_id(call_id: uuid.UUID | str) -> str:
 def refetch_recording(call_id: str, as_of: str | None = None) -> str:
     """Get a fresh link for the call's recording. `as_of` is the requester's time (ISO);
     the job never reasons with an earlier time than its own clock."""
-    config = runtime()
+    config = job_config()
     now = utc_now()
     if as_of:
         now = max(now, as_utc(datetime.fromisoformat(as_of)))

@@ -16,21 +16,63 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
+import uuid
+from datetime import datetime, timedelta
 
 import peewee as pw
 import psycopg2
 import redis
 from rq import Queue
+from rq.job import Job
 
 from config import Config
-from jobs.calls import ensure_queued, requeue_pending
+from jobs import leases, queueing
+from jobs.calls import ingest_call, job_id, job_options
 from plumbing.clock import utc_now
 from plumbing.database import db
 from models import Call
 from plumbing.pg_listen import Listener, connector
 
 log = logging.getLogger(__name__)
+
+
+def ensure_queued(queue: Queue, call_id: uuid.UUID | str, config: Config) -> bool:
+    """Queue the call's ingest unless a job for it exists; whether it was queued.
+    Raises `redis.RedisError` (the relay keeps the call in its outbox then)."""
+    return queueing.enqueue_once(queue, ingest_call, str(call_id), job_id=job_id(call_id), **job_options(config))[1]
+
+
+def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | None = None) -> int:
+    """Queue every pending call that has no live job (all of them, or those the relay
+    queued before `queued_before`, giving a fresh job time to start). Returns how many.
+
+    Exact: a call is queued again only when RQ holds no live job for it, no live job
+    holds its lease (jobs/leases.py: survives a Redis restart that emptied RQ's view),
+    and it is still pending once both were looked at (a job that finished in between)."""
+    query = Call.select(Call.id).where(Call.state == "pending")
+    if queued_before is not None:
+        query = query.where(Call.queued_at < queued_before)
+    with db.connection_context():
+        pending = [c.id for c in query]
+    # One round trip for all the jobs, not two a call: a backlog can be tens of thousands.
+    jobs = Job.fetch_many([job_id(i) for i in pending], connection=queue.connection)
+    orphans = {call_id: job for call_id, job in zip(pending, jobs)
+               if job is None or not queueing.is_live(job, refresh=False)}
+    for call_id in leases.held(orphans):
+        del orphans[call_id]
+    if orphans:
+        with db.connection_context():
+            still = {c.id for c in Call.select(Call.id).where(Call.id.in_(list(orphans)) & (Call.state == "pending"))}
+        orphans = {call_id: job for call_id, job in orphans.items() if call_id in still}
+    for call_id, job in orphans.items():
+        if job is not None:
+            log.warning("call %s: its job is %s with no live worker; queued again", call_id, job.get_status(refresh=False))
+            queueing.forget_job(job, queue)
+        ensure_queued(queue, call_id, config)
+    if orphans:
+        with db.connection_context():
+            Call.update(queued_at=utc_now()).where(Call.id.in_(list(orphans)) & (Call.state == "pending")).execute()
+    return len(orphans)
 
 
 class CallRelay:

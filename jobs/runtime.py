@@ -18,7 +18,7 @@ def start(config: Config) -> None:
         _config = config
 
 
-def runtime() -> Config:
+def job_config() -> Config:
     """The worker's configuration (from the environment when no command gave one: a job
     run by hand); binds the database unless the process has (manage.py does, before the
     relay starts). Rebinding would swap `db.obj` under the relay thread while it is inside

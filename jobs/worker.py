@@ -11,7 +11,7 @@ like RQ's forking worker does for its work horse, so everything a dead worker le
 behind expires quickly:
 
 - worker key `rq:worker:<name>`: `HEARTBEAT_INTERVAL + 60` = 70 s after the last beat
-  (RQ's own choice for the forking worker); `jobs.calls.job_is_live` treats a STARTED job
+  (RQ's own choice for the forking worker); `jobs.queueing.is_live` treats a STARTED job
   whose worker key is gone as dead, and, on the same host, at once when the worker's
   process no longer exists;
 - the job's StartedJobRegistry entry: also 70 s, so RQ's abandoned-job cleanup (run by any

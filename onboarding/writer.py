@@ -363,16 +363,16 @@ def _write_clinic(w: _Writer, org_id: uuid.UUID, c: dict[str, Any]) -> None:
     current = Clinic.get_or_none(Clinic.id == c["id"])
     sb = c["switchboard"]
     if sb is None:
-        values |= {"pbx_api_url": None, "pbx_username": None, "pbx_password_encrypted": None}
+        values |= {"platform_api_url": None, "platform_username": None, "platform_password_encrypted": None}
     else:
-        values |= {"pbx_api_url": sb["apiUrl"], "pbx_username": sb["username"]}
-        stored = current.pbx_password_encrypted if current else None
+        values |= {"platform_api_url": sb["apiUrl"], "platform_username": sb["username"]}
+        stored = current.platform_password_encrypted if current else None
         try:
             same = stored is not None and crypto.decrypt(stored, w.secret_key) == sb["password"]
         except crypto.InvalidToken:
             same = False  # encrypted under another SECRET_KEY: re-encrypt
         if not same:
-            values["pbx_password_encrypted"] = crypto.encrypt(sb["password"], w.secret_key)
+            values["platform_password_encrypted"] = crypto.encrypt(sb["password"], w.secret_key)
     w.upsert(Clinic, c["id"], values)
 
     w.replace(OfficeHours, OfficeHours.clinic == c["id"], set(c["hours"]), ("weekday", "opens", "closes", "weeks"), {"clinic": c["id"]})

@@ -1,4 +1,4 @@
-"""Secrets at rest (switchboard platform passwords): Fernet with a key from SECRET_KEY."""
+"""Secrets at rest (platform passwords): Fernet with a key from SECRET_KEY."""
 from __future__ import annotations
 
 import base64
@@ -11,6 +11,7 @@ __all__ = ["encrypt", "decrypt", "InvalidToken"]
 
 def _fernet(secret_key: str) -> Fernet:
     # Fernet wants 32 url-safe base64 bytes; derive them so operators set any long secret.
+    # The label keeps its first name: another would not decrypt the stored passwords.
     digest = hashlib.sha256(b"clinic-service/pbx-password\0" + secret_key.encode()).digest()
     return Fernet(base64.urlsafe_b64encode(digest))
 

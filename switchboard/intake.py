@@ -46,7 +46,11 @@ class GroupCommit:
         self.writes = 0  # INSERT statements issued (each one commit)
 
     def receive(self, clinic: Clinic, fields: dict, token: ApiToken | None) -> tuple[Call, bool]:
-        """As `Call.receive`: the stored call and whether this request created it."""
+        """Store the call once per CallSid (a unique constraint, not check-then-insert).
+
+        Returns the stored call, which may be an earlier copy, and whether this request
+        created it. Raises `models.CallSidConflict` when the CallSid belongs to another
+        clinic."""
         me = _Waiting(Call.row_for(clinic, fields, token))
         if not db.is_closed() and not db.in_transaction():
             # Hand this request's pooled connection back before waiting on others: with

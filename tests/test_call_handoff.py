@@ -19,6 +19,7 @@ from app import create_app
 from config import Config
 from plumbing.clock import utc_now
 from plumbing.database import db
+from switchboard.intake import GroupCommit
 from models import Call, Clinic, Patient, PatientRecord, PatientRequest
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, bearer, bodies, clinic, issue_token, load, organization, switchboard_url
@@ -178,9 +179,10 @@ def test_requeue_cli_queues_a_pending_call_whose_job_is_gone(app, handoff_config
     server.route("/v.mp3", static(audio("msg_fever.mp3"), "audio/mpeg"))
     with db.connection_context():
         clinic_row = Clinic.get(Clinic.slug == "clinic-en")
-        # As if the relay had queued it into a Redis that then lost everything.
-        Call.receive(clinic_row, {"call_sid": "CA-requeue", "call_from": "+12015550198", "call_to": "+12015550100",
-                                  "recording_url": server.url("/v.mp3"), "queued_at": utc_now()}, None)
+    # As if the relay had queued it into a Redis that then lost everything.
+    GroupCommit().receive(clinic_row, {"call_sid": "CA-requeue", "call_from": "+12015550198", "call_to": "+12015550100",
+                                       "recording_url": server.url("/v.mp3"), "queued_at": utc_now()}, None)
+    db.close()
     env = worker_env(handoff_config.fetch_ca_bundle)
     done = subprocess.run([sys.executable, "manage.py", "requeue"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "re-queued 1 pending call(s)" in done.stderr, done.stderr

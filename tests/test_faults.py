@@ -41,7 +41,8 @@ import webtest
 from voicemail import transcription
 from app import create_app
 from config import Config
-from jobs.calls import job_id, job_is_live
+from jobs.calls import job_id
+from jobs.queueing import is_live
 from jobs.refetch import job_id as refetch_job_id
 from plumbing.database import db
 from models import Call, PatientRequest
@@ -165,7 +166,7 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
 
         assert wait_until(transcribing, timeout=60, interval=0.02), log.read_text()[-2000:]
         job = Job.fetch(job_id(call["id"]), connection=connection)
-        assert job_is_live(job), "a running job of a live worker is live"
+        assert is_live(job), "a running job of a live worker is live"
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
     finally:
@@ -176,7 +177,7 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
     assert store.call("CA-killed")["state"] == "pending" and store.call("CA-killed")["requests"] == 0
     assert job.get_status(refresh=True) == JobStatus.STARTED
     assert connection.exists(f"rq:worker:{job.worker_name}")
-    assert not job_is_live(job)
+    assert not is_live(job)
 
     second = start_worker(env, log)
     back = time.monotonic()
@@ -190,7 +191,7 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
         done = store.call("CA-killed")
         assert done["outcome"] == "voice_message" and done["attempts"] == 2 and done["requests"] == 1
         # Never two: once nothing is queued or running for the call, still one request.
-        assert wait_until(lambda: not job_is_live(Job.fetch(job_id(done["id"]), connection=connection)),
+        assert wait_until(lambda: not is_live(Job.fetch(job_id(done["id"]), connection=connection)),
                           timeout=30)
         assert store.call("CA-killed")["requests"] == 1
         print(f"recovered {recovered_in:.1f} s after the new worker registered")
@@ -520,7 +521,7 @@ def test_postgresql_restarted_under_load_web_recovers_without_restart_and_never_
 
 
 # --- 4. recording server and platform API slow or failing --------------------------------
-# The session's worker: RECORDING_FETCH_TIMEOUT=5, PBX_FETCH_TIMEOUT=5, retries after 1 s, 1 s.
+# The session's worker: RECORDING_FETCH_TIMEOUT=5, PLATFORM_FETCH_TIMEOUT=5, retries after 1 s, 1 s.
 
 @pytest.fixture
 def web_faults(app, config, ca_bundle) -> webtest.TestApp:
@@ -528,8 +529,8 @@ def web_faults(app, config, ca_bundle) -> webtest.TestApp:
     playing expired links after waiting 8 s at most for a re-fetch."""
     settings = Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
                       unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1",
-                      provider_marker_words=MARKER_WORDS, pbx_retry_delays="1,1", pbx_play_wait_seconds=8,
-                      pbx_fetch_timeout=5)
+                      provider_marker_words=MARKER_WORDS, platform_retry_delays="1,1", platform_play_wait_seconds=8,
+                      platform_fetch_timeout=5)
     return webtest.TestApp(create_app(settings))
 
 
@@ -568,14 +569,14 @@ def test_platform_slow_or_failing_answers_503_never_410_then_plays_once_it_is_ba
         web_faults, clock, https_server, worker, failure):
     platform = FakePlatform(https_server, clock)
     tokens = redis.Redis.from_url(REDIS_URL)
-    for key in tokens.scan_iter("pbx-token:*"):  # a cached token of an earlier test's platform
+    for key in tokens.scan_iter("platform-token:*"):  # a cached token of an earlier test's platform
         tokens.delete(key)
     rec_onboard(platform)
     sid = f"CA-pbx-{uuid.uuid4().hex[:6]}"
     request = stored_call(sid, recording_sid=f"{sid}.mp3")
     if failure == "slow beyond the timeout":
         platform.serve(f"{sid}.mp3")
-        platform.link_delay = 8.0  # beyond PBX_FETCH_TIMEOUT=5
+        platform.link_delay = 8.0  # beyond PLATFORM_FETCH_TIMEOUT=5
     else:
         https_server.route(platform.path(f"{sid}.mp3"), static(b"busy", "text/plain", status=503))
     reader = issue_token(["clinic-rec"], ["read"])
@@ -603,10 +604,10 @@ def test_a_play_is_answered_while_the_worker_transcribes_a_long_voicemail(
         web_faults, clock, https_server, worker, voicemail):
     """A doctor's play of an expired link does not wait behind another caller's
     voicemail: the worker command's playback worker re-fetches it while the transcription
-    worker is busy (before, the play answered 503 after PBX_PLAY_WAIT_SECONDS)."""
+    worker is busy (before, the play answered 503 after PLATFORM_PLAY_WAIT_SECONDS)."""
     platform = FakePlatform(https_server, clock)
     tokens = redis.Redis.from_url(REDIS_URL)
-    for key in tokens.scan_iter("pbx-token:*"):  # a cached token of an earlier test's platform
+    for key in tokens.scan_iter("platform-token:*"):  # a cached token of an earlier test's platform
         tokens.delete(key)
     rec_onboard(platform)
     audio, rate = sf.read(io.BytesIO(voicemail))

@@ -57,9 +57,9 @@ def test_example_file_loads_everything(app, example):
         ext = ExternalId.get(ExternalId.value == "EXT-1001")
         assert (ext.clinic_id, ext.patient_id, ext.source) == (clinic.id, jana.id, "signing-system")
         # The platform password is stored encrypted, and decrypts with the configured key.
-        assert "change-me" not in clinic.pbx_password_encrypted
-        assert crypto.decrypt(clinic.pbx_password_encrypted, SECRET_KEY) == "change-me"
-        assert clinic.pbx_api_url == "https://pbx.example.net/openapi" and clinic.pbx_username == "demo-clinic-api"
+        assert "change-me" not in clinic.platform_password_encrypted
+        assert crypto.decrypt(clinic.platform_password_encrypted, SECRET_KEY) == "change-me"
+        assert clinic.platform_api_url == "https://pbx.example.net/openapi" and clinic.platform_username == "demo-clinic-api"
 
 
 def test_running_the_same_file_twice_changes_nothing(app, example):
@@ -84,7 +84,7 @@ def test_changes_in_the_file_are_applied(app, example):
         assert Vacation.select().join(Calendar).where(Calendar.name == "Dr. Novak").count() == 0
         signed = RequestType.get(RequestType.ecrf_id == "SIGNED_CONSENT")
         assert [d.tag.name for d in signed.default_tags] == ["vip"]
-        assert crypto.decrypt(clinic.pbx_password_encrypted, SECRET_KEY) == "rotated"
+        assert crypto.decrypt(clinic.platform_password_encrypted, SECRET_KEY) == "rotated"
         assert Tag.get((Tag.clinic == clinic) & (Tag.name == "vip")).deleted_at is not None
 
 

@@ -1,7 +1,7 @@
-"""Playable recordings (spec: "Recording lifetime and re-fetching", "Provider-specific
-handling"), with real parts: the real RQ worker (tests/support/worker.py) runs the
-re-fetch job against a fake switchboard platform API served over real HTTPS from
-127.0.0.1 (trustme CA; loopback allowed only through the test-only setting).
+"""Playable recordings (README: "Playable recordings"), with real parts: the real RQ
+worker (tests/support/worker.py) runs the re-fetch job against a fake platform API
+served over real HTTPS from 127.0.0.1 (trustme CA; loopback allowed only through the
+test-only setting).
 
 The web side's clock is the settable test clock; the worker's is the wall clock, so the
 play endpoint hands the job its time (`as_of`) and the fake platform answers absolute
@@ -38,7 +38,7 @@ SOURCE = "AcmeVox Cloud PBX 4.2"  # contains a marker word of the tests ("acmevo
 
 
 class FakePlatform:
-    """The switchboard platform's API: token exchange and fresh recording links, on the
+    """The platform's API: token exchange and fresh recording links, on the
     default paths (`/auth/token`, `/recordings/{recording}/url`) under `/api`."""
 
     def __init__(self, server: HTTPSTestServer, clock: Clock) -> None:
@@ -107,7 +107,7 @@ class FakePlatform:
 @pytest.fixture
 def platform(https_server: HTTPSTestServer, clock: Clock) -> Iterator[FakePlatform]:
     tokens = redis.Redis.from_url(REDIS_URL)
-    for key in tokens.scan_iter("pbx-token:*"):  # a cached token of an earlier test's platform
+    for key in tokens.scan_iter("platform-token:*"):  # a cached token of an earlier test's platform
         tokens.delete(key)
     yield FakePlatform(https_server, clock)
 
@@ -116,8 +116,8 @@ def platform(https_server: HTTPSTestServer, clock: Clock) -> Iterator[FakePlatfo
 def rec_config(config, ca_bundle) -> Config:
     return Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
                   unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1",
-                  provider_marker_words=MARKER_WORDS, pbx_retry_delays="1,1", pbx_play_wait_seconds=8,
-                  pbx_fetch_timeout=5)
+                  provider_marker_words=MARKER_WORDS, platform_retry_delays="1,1", platform_play_wait_seconds=8,
+                  platform_fetch_timeout=5)
 
 
 @pytest.fixture
@@ -258,8 +258,8 @@ def test_reference_falls_back_to_the_file_name_and_410_counts_as_deleted(web, cl
 
 def test_server_error_answers_503_with_retry_after_then_the_retry_succeeds(app, rec_config, clock, platform, worker):
     # The job retries after 3 s; the play waits 1 s at most, so it answers 503 meanwhile.
-    web = webtest.TestApp(create_app(Config(**{**rec_config.__dict__, "pbx_retry_delays": "3",
-                                                "pbx_play_wait_seconds": 1.0})))
+    web = webtest.TestApp(create_app(Config(**{**rec_config.__dict__, "platform_retry_delays": "3",
+                                                "platform_play_wait_seconds": 1.0})))
     onboard(platform)
     request = stored_call("CA-5xx", recording_sid="CA-5xx.mp3")
     platform.serve("CA-5xx.mp3", "flaky")
@@ -352,6 +352,15 @@ def test_a_play_that_read_the_call_before_the_refetch_finished_does_not_start_an
         third = ensure_refetch(queue, request.call_id, as_of, rec_config)
     assert third.get_status(refresh=True) == JobStatus.QUEUED
     queue.empty()
+
+
+def test_platform_settings_are_read_under_their_former_pbx_names_too() -> None:
+    """PLATFORM_* is read first; a deployment that still sets PBX_* keeps its settings."""
+    config = Config.from_env({"PBX_RETRY_DELAYS": "1,1", "PLATFORM_FETCH_TIMEOUT": "3", "PBX_FETCH_TIMEOUT": "9",
+                              "PBX_PLAY_WAIT_SECONDS": "0.5"})
+    assert (config.platform_retry_intervals, config.platform_fetch_timeout, config.platform_play_wait_seconds) == (
+        [1, 1], 3.0, 0.5)
+    assert Config.from_env({}).platform_token_path == "/auth/token"
 
 
 # --- the endpoint's edges ----------------------------------------------------------------------

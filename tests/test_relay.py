@@ -22,10 +22,11 @@ from rq.job import Job, JobStatus
 
 from config import Config
 from jobs import leases
-from jobs.calls import QUEUE, job_id, requeue_pending
-from jobs.relay import CallRelay, start
+from jobs.calls import QUEUE, job_id
+from jobs.relay import CallRelay, requeue_pending, start
 from migrations import migrate
 from plumbing.database import db, open_database
+from switchboard.intake import GroupCommit
 from models import Call, Clinic
 from tests.conftest import PG_URL
 from tests.support import SECRET_KEY, clinic, load, organization
@@ -72,8 +73,12 @@ def relay_config() -> Config:
 def store_calls(count: int) -> list[uuid.UUID]:
     with db.connection_context():
         clinic_row = Clinic.get(Clinic.slug == "relay-clinic")
-        return [Call.receive(clinic_row, {"call_sid": f"CA-relay-{uuid.uuid4().hex}", "call_from": "+12015550198",
-                                          "call_to": "+12015550100"}, None)[0].id for _ in range(count)]
+    commit = GroupCommit()  # as `recording-complete` stores them; it manages its connection
+    try:
+        return [commit.receive(clinic_row, {"call_sid": f"CA-relay-{uuid.uuid4().hex}", "call_from": "+12015550198",
+                                            "call_to": "+12015550100"}, None)[0].id for _ in range(count)]
+    finally:
+        db.close()
 
 
 def queued_job_ids(queue: Queue) -> list[str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import falcon.inspect
+import pytest
 from openapi_spec_validator import validate
 from jsonschema import Draft202012Validator
 
@@ -195,4 +196,43 @@ def test_sqlite_fresh_database_has_migration_7(config, tmp_path):
             assert Clinic.by_slug("clinic-a").language_list == ["cs", "uk", "en"]
     finally:
         database.close()
+        bind_database(config.database_url, pool_size=config.db_pool_size)
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite"])
+def test_upgrade_from_version_12_renames_the_platform_columns_keeping_the_credentials(config, tmp_path, kind):
+    """A database left at migration 12 keeps a clinic's platform credentials in `pbx_*`
+    columns; migration 13 renames them to `platform_*`, values kept, on both databases."""
+    from models import Clinic
+    from tests.conftest import PG_URL
+    from tests.support.databases import recreate_database
+
+    if kind == "postgresql":
+        url = PG_URL + "_upgrade_v12"  # beside the session's own database
+        recreate_database(url)
+    else:
+        url = f"sqlite:///{tmp_path}/v12.db"
+    database = bind_database(url, pool_size=1)
+    names = ("api_url", "username", "password_encrypted")
+    try:
+        with database.connection_context():
+            migrate(database)
+            load(organization(clinic()))
+            Clinic.update(platform_api_url="https://platform.example.net/api", platform_username="clinic-api",
+                          platform_password_encrypted="sealed").execute()
+            for name in names:  # back to version 12
+                database.execute_sql(f'ALTER TABLE "clinic" RENAME COLUMN "platform_{name}" TO "pbx_{name}"')
+            SchemaMigration.delete().where(SchemaMigration.version == 13).execute()
+            assert migrate(database) == ["0013_platform_names"]
+            columns = {c.name for c in database.get_columns("clinic")}
+            assert {f"platform_{name}" for name in names} <= columns and not {f"pbx_{name}" for name in names} & columns
+            home = Clinic.by_slug("clinic-a")
+            assert (home.platform_api_url, home.platform_username, home.platform_password_encrypted) == (
+                "https://platform.example.net/api", "clinic-api", "sealed")
+            assert migrate(database) == []
+    finally:
+        if kind == "postgresql":
+            database.close_all()
+        else:
+            database.close()
         bind_database(config.database_url, pool_size=config.db_pool_size)

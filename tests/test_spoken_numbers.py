@@ -1,5 +1,6 @@
 """Callback numbers out of voicemail transcripts, and number-aware word error rate
-(spoken_numbers.py). Pure functions: no database, no models.
+(voicemail/number_words.py, spoken_numbers.py, word_error.py). Pure functions: no
+database, no models.
 
 Each table reads as a checklist; every row is one way a plausible implementation goes
 wrong (a digit dropped, two groups run together, a date taken for a phone number)."""
@@ -7,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from voicemail.spoken_numbers import find_callback_number, normalize_for_wer, word_error_rate, words_to_digits
+from voicemail.number_words import words_to_digits
+from voicemail.spoken_numbers import find_callback_number
+from voicemail.word_error import normalize_for_wer, word_error_rate
 
 WORDS_TO_DIGITS = [
     # Czech, digit by digit: each word its own group, the text between groups kept

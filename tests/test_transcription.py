@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from voicemail import spoken_numbers
+from voicemail import spoken_numbers, word_error
 from voicemail import transcription as tx
 from tests import voicemail_set
 from tools import whisper_convert as wc
@@ -57,7 +57,7 @@ def base(base_path: str) -> tx.Transcriber:
 
 def test_transcribes_a_spoken_sentence(transcriber: tx.Transcriber) -> None:
     t = transcriber.transcribe(str(AUDIO / "msg_wav16.wav"), "en")
-    words = set(spoken_numbers.normalize_for_wer(t.text))
+    words = set(word_error.normalize_for_wer(t.text))
     assert {"laura", "white", "appointment", "next", "week"} <= words, t.text
     assert (t.message, t.message_reason, t.status) == (True, "speech", "reliable")
     assert t.language == "en" and t.backend == transcriber.backend and t.model == "ggml-tiny.en.bin"
@@ -65,13 +65,13 @@ def test_transcribes_a_spoken_sentence(transcriber: tx.Transcriber) -> None:
     assert t.speech_seconds is not None and 7 < t.speech_seconds <= t.duration
     assert -1.0 < t.mean_logprob < 0 and 0 < t.mean_token_prob <= 1 and t.n_tokens >= 15
     assert t.repetition == 0 and t.segments
-    errors, words_in_ref = spoken_numbers.word_error_rate(_label("msg_wav16.wav")["text"], t.text)
+    errors, words_in_ref = word_error.word_error_rate(_label("msg_wav16.wav")["text"], t.text)
     assert errors / words_in_ref <= 0.15
 
 
 def test_transcribes_telephone_mp3(transcriber: tx.Transcriber) -> None:
     t = transcriber.transcribe(str(AUDIO / "msg_appointment.mp3"), "en")
-    said = spoken_numbers.normalize_for_wer(t.text)
+    said = word_error.normalize_for_wer(t.text)
     # The first word after the beep survives; tiny.en hears this voice's "back" as "Mac".
     assert said[0] == "hello" and {"please", "call", "me"} <= set(said), t.text
     assert any(w.startswith("appointment") for w in said), t.text
@@ -111,8 +111,8 @@ def test_a_czech_voicemail_keeps_its_first_words(base: tx.Transcriber) -> None:
         assert (t.message, t.language) == (True, "cs"), t.text
         assert t.speech_start is not None and abs(t.speech_start - label["onset"]) < 0.5
         assert t.decoded_seconds is not None and t.decoded_seconds >= label["speech_end"] - label["onset"]
-        first = spoken_numbers.normalize_for_wer(label["text"])[0]
-        kept.append(first in spoken_numbers.normalize_for_wer(t.text)[:3])
+        first = word_error.normalize_for_wer(label["text"])[0]
+        kept.append(first in word_error.normalize_for_wer(t.text)[:3])
     assert sum(kept) >= 3, kept
 
 
@@ -215,7 +215,7 @@ def test_multilingual_model_follows_the_clinic_language(base: tx.Transcriber) ->
         base.resolve_languages(["xx"])
     t = base.transcribe(str(AUDIO / "msg_de.mp3"), "de-DE")
     assert t.language == "de" and t.message
-    assert {"guten", "tag", "termin"} <= set(spoken_numbers.normalize_for_wer(t.text)), t.text
+    assert {"guten", "tag", "termin"} <= set(word_error.normalize_for_wer(t.text)), t.text
     detected = base.transcribe(str(AUDIO / "msg_de.mp3"), None)
     assert detected.language == "de"
 

@@ -239,11 +239,11 @@ def quantized(request: pytest.FixtureRequest) -> Path:
 
 
 def _word_error_rate(reference: str, hypothesis: str) -> tuple[int, int]:
-    """transcription.word_error_rate, or spoken_numbers' where the transcription rework moved it."""
+    """transcription.word_error_rate, or voicemail.word_error's where the transcription rework moved it."""
     import importlib
 
     from voicemail import transcription
-    fn = getattr(transcription, "word_error_rate", None) or importlib.import_module("spoken_numbers").word_error_rate
+    fn = getattr(transcription, "word_error_rate", None) or importlib.import_module("voicemail.word_error").word_error_rate
     return fn(reference, hypothesis)
 
 

@@ -1,2 +1,3 @@
-"""A handed-off call becomes a request: the switchboard platform's API and recording links,
-what a play answers, transcription and the callback numbers in a transcript."""
+"""A handed-off call becomes a request: the platform's API (the switchboard vendor's, which
+hands out recording links) and link state, what a play answers, transcription, and the
+numbers in a transcript."""

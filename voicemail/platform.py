@@ -1,5 +1,6 @@
-"""Playable call recordings: link state, and the switchboard platform API that hands out
-fresh download links once the original `RecordingUrl` has expired.
+"""Playable call recordings: link state, and the API of the platform (the switchboard
+vendor's system) that hands out fresh download links once the original `RecordingUrl`
+has expired.
 
 The service does not copy recordings. A call's recording is playable through
 
@@ -10,11 +11,11 @@ The service does not copy recordings. A call's recording is playable through
   `PROVIDER_MARKER_WORDS` have a re-fetch strategy; the recording is referenced by
   `RecordingSid`, else by the file name in `RecordingUrl`.
 
-Platform API (paths are configuration, relative to the clinic's `pbx_api_url`):
+Platform API (paths are configuration, relative to the clinic's `platform_api_url`):
 
-- token exchange: `POST {PBX_TOKEN_PATH}` with JSON `{"username", "password"}` answers
+- token exchange: `POST {PLATFORM_TOKEN_PATH}` with JSON `{"username", "password"}` answers
   `{"access_token" | "accessToken" | "token", "expires_in" | "expiresIn" (seconds)}`;
-- fresh link: `GET {PBX_RECORDING_PATH}` (`{recording}` = the reference, URL-encoded)
+- fresh link: `GET {PLATFORM_RECORDING_PATH}` (`{recording}` = the reference, URL-encoded)
   with `Authorization: Bearer <token>` answers `{"url" | "downloadUrl" | "link",
   "expiresAt" | "expires_at" (ISO 8601) | "expiresIn" | "expires_in" (seconds)}`;
   404 or 410 means the platform has deleted the recording.
@@ -163,19 +164,19 @@ class Credentials:
     def cache_key(self) -> str:
         # Per clinic, and per credential set so that re-onboarding drops the old token.
         digest = hashlib.sha256(f"{self.api_url}\0{self.username}\0{self.password}".encode()).hexdigest()[:16]
-        return f"pbx-token:{self.clinic_id}:{digest}"
+        return f"platform-token:{self.clinic_id}:{digest}"
 
 
 def credentials_of(clinic: Clinic, secret_key: str) -> Credentials | None:
     """The clinic's platform API credentials, or None when they were not supplied."""
-    if not (clinic.pbx_api_url and clinic.pbx_username and clinic.pbx_password_encrypted):
+    if not (clinic.platform_api_url and clinic.platform_username and clinic.platform_password_encrypted):
         return None
     try:
-        password = crypto.decrypt(clinic.pbx_password_encrypted, secret_key)
+        password = crypto.decrypt(clinic.platform_password_encrypted, secret_key)
     except crypto.InvalidToken:
         log.error("clinic %s: platform password not decryptable with SECRET_KEY (re-onboard it)", clinic.slug)
         return None
-    return Credentials(str(clinic.id), clinic.pbx_api_url.rstrip("/"), clinic.pbx_username, password)
+    return Credentials(str(clinic.id), clinic.platform_api_url.rstrip("/"), clinic.platform_username, password)
 
 
 class RecordingGone(Exception):
@@ -209,7 +210,7 @@ class PlatformClient:
 
     def _fetch(self, method: str, url: str, *, headers: dict[str, str] | None = None, body: bytes | None = None):
         return fetch(method, url, headers={"Accept": "application/json", **(headers or {})}, body=body,
-                     max_bytes=_MAX_API_BYTES, timeout=self.config.pbx_fetch_timeout, max_redirects=0,
+                     max_bytes=_MAX_API_BYTES, timeout=self.config.platform_fetch_timeout, max_redirects=0,
                      allow_loopback=self.config.unsafe_allow_loopback_fetch,
                      ca_certs=self.config.fetch_ca_bundle or None, raise_for_status=False)
 
@@ -221,8 +222,8 @@ class PlatformClient:
             if cached:
                 return cached
         # One exchange at a time per clinic; whoever waited finds the new token cached.
-        with self.redis.lock(f"{key}:lock", timeout=self.config.pbx_fetch_timeout + 5,
-                             blocking_timeout=self.config.pbx_fetch_timeout + 5):
+        with self.redis.lock(f"{key}:lock", timeout=self.config.platform_fetch_timeout + 5,
+                             blocking_timeout=self.config.platform_fetch_timeout + 5):
             if not renew:
                 cached = self._cached(key)
                 if cached:
@@ -245,7 +246,7 @@ class PlatformClient:
             return None
 
     def _exchange(self, creds: Credentials) -> tuple[str, int]:
-        url = creds.api_url + self.config.pbx_token_path
+        url = creds.api_url + self.config.platform_token_path
         body = json.dumps({"username": creds.username, "password": creds.password}).encode()
         self.token_exchanges += 1
         result = self._fetch("POST", url, headers={"Content-Type": "application/json"}, body=body)
@@ -266,7 +267,7 @@ class PlatformClient:
     def fresh_link(self, creds: Credentials, reference: str, now: datetime) -> FreshLink:
         """A fresh download link for `reference`. Raises RecordingGone (404/410),
         PlatformError, FetchError (transient: timeout, connection, 5xx) or UnsafeURL."""
-        path = self.config.pbx_recording_path.replace("{recording}", quote(reference, safe=""))
+        path = self.config.platform_recording_path.replace("{recording}", quote(reference, safe=""))
         url = creds.api_url + path
         for attempt in (1, 2):
             token = self.token(creds, renew=attempt == 2)

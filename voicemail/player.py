@@ -1,6 +1,6 @@
 """Playing a call's recording from a request: what the detail shows, and a play answered
 with a 302 to a live link, 410 when the recording is gone, or 503 + Retry-After while a
-re-fetch (`jobs/refetch.py`) has not brought a fresh link within `PBX_PLAY_WAIT_SECONDS`.
+re-fetch (`jobs/refetch.py`) has not brought a fresh link within `PLATFORM_PLAY_WAIT_SECONDS`.
 The re-fetch is enqueued under a stable job id per call and waited for, bounded.
 """
 from __future__ import annotations
@@ -33,28 +33,19 @@ _SCHEDULER_LAG = 1.5  # seconds RQ's scheduler may take to re-queue a due retry,
 
 def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, config: Config) -> Job:
     """The live re-fetch job of the call, enqueued unless one is queued, running or
-    waiting for a retry. Concurrent callers share one job (a lock around the check)."""
-    jid = job_id(call_id)
-    conn = queue.connection
-    with conn.lock(f"lock:{jid}", timeout=10, blocking_timeout=5):
-        try:
-            job = Job.fetch(jid, connection=conn)
-        except NoSuchJobError:
-            job = None
-        if job is not None:
-            if queueing.is_live(job, refresh=False):
-                return job
-            # The caller read the call before taking the lock: the job may have saved a
-            # fresh link since. Only a link still expired, read now, needs another fetch.
-            if platform.link_state(Call.get_by_id(call_id), as_of, config).state != "expired":
-                return job
-            job.delete()
-        delays = config.pbx_retry_intervals
-        return queue.enqueue(
-            refetch_recording, str(call_id), as_utc(as_of).isoformat(), job_id=jid, job_timeout=JOB_TIMEOUT,
-            retry=queueing.retry(delays),
-            result_ttl=300, failure_ttl=86400,
-        )
+    waiting for a retry (`queueing.enqueue_once`: concurrent callers share one job)."""
+
+    def still_expired(job: Job) -> bool:
+        # The caller read the call before the lock was taken: the job may have saved a
+        # fresh link since. Only a link still expired, read now, needs another fetch.
+        return platform.link_state(Call.get_by_id(call_id), as_of, config).state == "expired"
+
+    job, _ = queueing.enqueue_once(
+        queue, refetch_recording, str(call_id), as_utc(as_of).isoformat(), job_id=job_id(call_id),
+        replace=still_expired, job_timeout=JOB_TIMEOUT, retry=queueing.retry(config.platform_retry_intervals),
+        result_ttl=300, failure_ttl=86400,
+    )
+    return job
 
 
 @dataclass(frozen=True)
@@ -117,7 +108,7 @@ class RecordingPlayer:
         return self._await(job, call.id, now)
 
     def _await(self, job: Job, call_id: uuid.UUID, now: datetime) -> PlayAnswer:
-        deadline = time.monotonic() + self.config.pbx_play_wait_seconds
+        deadline = time.monotonic() + self.config.platform_play_wait_seconds
         while True:
             try:
                 status = job.get_status(refresh=True)
@@ -155,5 +146,5 @@ class RecordingPlayer:
         due = self._scheduled_in(job) if job is not None else None
         if due is not None:
             return max(1, math.ceil(due + _SCHEDULER_LAG))
-        delays = self.config.pbx_retry_intervals
+        delays = self.config.platform_retry_intervals
         return max(1, delays[0] if delays else 5)

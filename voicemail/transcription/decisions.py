@@ -52,10 +52,10 @@ def collapse_loops(text: str, max_copies: int = 2) -> tuple[str, bool]:
     """Remove runs of a phrase (1-8 words) repeated more than ``max_copies`` times in a
     row, keeping ``max_copies`` of them; numbers are never collapsed ("sedm sedm sedm"
     is a phone number, not a loop). Returns the text and whether anything was removed."""
-    from voicemail import spoken_numbers
+    from voicemail import number_words
     tokens = _TOKEN.findall(text)
     keys = [re.sub(r"[^\w]", "", t.lower()) for t in tokens]
-    numeric = [bool(_NUMERIC.match(t)) or spoken_numbers.words_to_digits(k).strip().isdigit() for t, k in
+    numeric = [bool(_NUMERIC.match(t)) or number_words.words_to_digits(k).strip().isdigit() for t, k in
                zip(tokens, keys)]
     out_tokens: list[str] = []
     out_keys: list[str] = []
