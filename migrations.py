@@ -16,7 +16,7 @@ from playhouse.migrate import migrate as apply_operations
 
 from plumbing import row_cache
 import models as m
-from plumbing.database import db
+from plumbing.database import db, is_postgresql
 
 Migration = Callable[[pw.Database, SchemaMigrator], None]
 _ADVISORY_LOCK_KEY = 7_341_002  # arbitrary, constant for this application
@@ -51,7 +51,7 @@ def _sql(*statements: str) -> Migration:
 def _postgresql(*statements: str) -> Migration:
     """Statements only PostgreSQL has (triggers with NOTIFY); SQLite skips them."""
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
-        if isinstance(database, pw.PostgresqlDatabase):
+        if is_postgresql(database):
             _sql(*statements)(database, migrator)
 
     return run
@@ -209,7 +209,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
 
 
 def _migrator(database: pw.Database) -> SchemaMigrator:
-    if isinstance(database, pw.PostgresqlDatabase):
+    if is_postgresql(database):
         return PostgresqlMigrator(database)
     return SqliteMigrator(database)
 
@@ -229,7 +229,7 @@ def migrate(database: pw.Database | None = None) -> list[str]:
         migrator = _migrator(database)
         for version, name, run in MIGRATIONS:
             with database.atomic():
-                if isinstance(database, pw.PostgresqlDatabase):
+                if is_postgresql(database):
                     database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_ADVISORY_LOCK_KEY,))
                 if m.SchemaMigration.get_or_none(m.SchemaMigration.version == version):
                     continue

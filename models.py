@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 import peewee as pw
 
 from plumbing.clock import as_utc, utc_now
-from plumbing.database import columns, db, from_row, hot_prepared, hot_sql
+from plumbing.database import columns, db, from_row, hot_prepared, hot_sql, is_postgresql
 from plumbing.logs import request_id as current_request_id
 from plumbing.phones import to_e164
 
@@ -153,7 +153,7 @@ class Patient(BaseModel):
                 id=anonymous, organization=clinic.organization_id, last_name="Unknown caller")
             PatientRecord.insert(patient=patient, clinic=clinic).on_conflict_ignore().execute()
             return patient
-        if isinstance(db.obj, pw.PostgresqlDatabase):
+        if is_postgresql():
             # Serialize first calls from one new number, so they share one new patient.
             db.execute_sql("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{clinic.organization_id}:{phone}",))
         survivors = cls.with_survivors(cls.ids_with_phone(clinic.organization_id, phone))
@@ -458,7 +458,7 @@ class Call(BaseModel):
         fields = [cls._meta.fields[name] for name in names]
         params = [field.db_value(row.get(field.name)) for row in rows for field in fields]
         request_ids = request_ids or {}
-        if not isinstance(db.obj, pw.PostgresqlDatabase):  # SQLite has no INSERT inside a WITH
+        if not is_postgresql():  # SQLite has no INSERT inside a WITH
             with db.atomic():
                 stored = {cls.id.python_value(r[0]) for r in hot_sql(_insert_call_sql(names, len(rows)), params)}
                 AuditEvent.calls_received([row for row in rows if row["id"] in stored], request_ids)

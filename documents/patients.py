@@ -17,7 +17,7 @@ import peewee as pw
 from web import schemas, validation
 from plumbing.clock import utc_now
 from web.errors import APIError, validation_failed
-from plumbing.database import db
+from plumbing.database import db, is_postgresql
 from web.keyset import Keyset
 from models import Actor, ApiToken, AuditEvent, Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag
 from plumbing.phones import to_e164
@@ -252,7 +252,7 @@ def _create(clinic: Clinic, new: dict[tuple[str, str], dict[str, Any]]) -> dict[
         chunk = keys[start:start + _CHUNK]
         query = ExternalId.insert_many([{"clinic": clinic, "patient": new[key]["id"], "source": key[0], "value": key[1]}
                                         for key in chunk]).on_conflict_ignore()
-        if isinstance(db.obj, pw.PostgresqlDatabase):
+        if is_postgresql():
             won |= {(row.source, row.value) for row in query.returning(ExternalId.source, ExternalId.value).execute()}
         else:  # SQLite (bin/run): one importer at a time, nothing to lose
             query.execute()
@@ -273,7 +273,7 @@ def _update(clinic: Clinic, updates: list[tuple[uuid.UUID, dict[str, Any]]]) -> 
     if not merged:
         return
     ids = list(merged)
-    if isinstance(db.obj, pw.PostgresqlDatabase):
+    if is_postgresql():
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start:start + _CHUNK]
             params: list[Any] = []

@@ -18,7 +18,7 @@ import peewee as pw
 
 from models import IssuedUpload, MedicalRecord, PatientRequest
 from plumbing.clock import utc_now
-from plumbing.database import db
+from plumbing.database import db, is_postgresql
 from storage import Storage
 from web.errors import APIError, validation_failed
 
@@ -35,10 +35,6 @@ _LINKS_LOCK_NAMESPACE = 0x75706C64  # "upld"
 def _registered() -> pw.Node:
     """True for an issued upload registered as an attachment (correlated EXISTS)."""
     return pw.fn.EXISTS(MedicalRecord.select(pw.SQL("1")).where(MedicalRecord.file_hash == IssuedUpload.file_hash))
-
-
-def _on_postgres() -> bool:
-    return isinstance(db.obj, pw.PostgresqlDatabase)
 
 
 # --- the size of one upload ----------------------------------------------------------------
@@ -69,7 +65,7 @@ def check_open_links(clinic_id: uuid.UUID, limit: int, lifetime: int, now: datet
 
     On PostgreSQL the clinic's links are counted under a transaction advisory lock, held
     until the issuing transaction ends, so two calls at once cannot both take the last slot."""
-    if _on_postgres():
+    if is_postgresql():
         key = int.from_bytes(uuid.UUID(str(clinic_id)).bytes[:4], "big", signed=True)  # uuid4s are random
         db.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)", (_LINKS_LOCK_NAMESPACE, key))
     now = now or utc_now()
@@ -111,7 +107,7 @@ def purge_expired_uploads(storage: Storage, *, lifetime: int, grace: int, batch:
             query = (IssuedUpload.select(IssuedUpload.id, IssuedUpload.file_hash)
                      .where((IssuedUpload.created_at < cutoff) & ~_registered())
                      .order_by(IssuedUpload.created_at).limit(batch))
-            if _on_postgres():
+            if is_postgresql():
                 query = query.for_update(skip_locked=True)
             rows = list(query)
             for row in rows:

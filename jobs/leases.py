@@ -19,10 +19,9 @@ import logging
 import uuid
 from typing import Iterable, Iterator
 
-import peewee as pw
 import psycopg2
 
-from plumbing.database import db
+from plumbing.database import db, is_postgresql
 from plumbing.pg_listen import connector
 
 log = logging.getLogger(__name__)
@@ -35,16 +34,12 @@ def _key(call_id: uuid.UUID | str) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def _on_postgres() -> bool:
-    return isinstance(db.obj, pw.PostgresqlDatabase)
-
-
 @contextlib.contextmanager
 def hold(call_id: uuid.UUID | str) -> Iterator[bool]:
     """Hold the call's lease while the block runs; yields False when another live job
     holds it (the caller must not work on the call then). Without PostgreSQL (SQLite, a
     single local worker) there is nothing to hold and it yields True."""
-    if not _on_postgres():
+    if not is_postgresql():
         yield True
         return
     conn = connector(db.obj, application_name="ingest-lease",
@@ -65,7 +60,7 @@ def hold(call_id: uuid.UUID | str) -> Iterator[bool]:
 def held(call_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
     """The calls among `call_ids` whose lease a live job holds (one query)."""
     ids = [uuid.UUID(str(c)) for c in call_ids]
-    if not ids or not _on_postgres():
+    if not ids or not is_postgresql():
         return set()
     with db.connection_context():
         cursor = db.execute_sql("SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' "

@@ -29,7 +29,7 @@ from config import Config
 from jobs import leases, queueing
 from jobs.calls import ingest_call, job_id, job_options
 from plumbing.clock import utc_now
-from plumbing.database import db
+from plumbing.database import db, is_postgresql
 from models import Call
 from plumbing.pg_listen import Listener, connector
 
@@ -80,7 +80,7 @@ class CallRelay:
                  sweep_every: float = 30.0, batch: int = 200) -> None:
         self.queue = queue
         self.config = config
-        self.listening = isinstance(db.obj, pw.PostgresqlDatabase)
+        self.listening = is_postgresql()
         # With LISTEN the poll is only a safety net; SQLite has nothing else.
         self.poll_every = poll_every if poll_every is not None else (5.0 if self.listening else 0.5)
         self.sweep_every = sweep_every

@@ -138,6 +138,12 @@ def _pgcode(exc: BaseException) -> str | None:
     return getattr(original, "pgcode", None)
 
 
+def is_postgresql(database: pw.Database | None = None) -> bool:
+    """Whether `database` (default: the bound one) is PostgreSQL: the one way to ask, for
+    the features SQLite lacks (LISTEN, advisory locks, triggers, SKIP LOCKED, PREPARE)."""
+    return isinstance(database if database is not None else db.obj, pw.PostgresqlDatabase)
+
+
 def hot_prepared(name: str, sql: str, params: list | tuple):
     """`hot_sql`, planned once per connection on PostgreSQL (PREPARE, then EXECUTE).
 
@@ -148,7 +154,7 @@ def hot_prepared(name: str, sql: str, params: list | tuple):
     this process stops trying."""
     global _prepare_failures
     database = db.obj
-    if (not isinstance(database, pw.PostgresqlDatabase) or database.in_transaction()
+    if (not is_postgresql(database) or database.in_transaction()
             or _prepare_failures >= _PREPARE_GIVE_UP):
         return hot_sql(sql, params)
     conn = database.connection()

@@ -38,6 +38,7 @@ import psycopg2
 
 from plumbing import pg_listen
 from plumbing.pg_listen import Listener
+from plumbing.database import is_postgresql
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class RowCache:
     @classmethod
     def for_database(cls, database: pw.Database, **options: Any) -> "RowCache":
         """A cache listening on `database` when it is PostgreSQL; a disabled one otherwise."""
-        if not isinstance(database, pw.PostgresqlDatabase):
+        if not is_postgresql(database):
             return cls(None, **options)
         # The URL's own parameters (host, sslmode, ...), with ours on top; keepalives notice
         # a connection that died silently, `ttl` covers the rest.
