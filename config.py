@@ -57,6 +57,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "INGEST_MAX_ATTEMPTS": ("ingest_max_attempts", int),
     "WHISPER_THREADS": ("whisper_threads", int),
     "RECORDING_MAX_BYTES": ("recording_max_bytes", int),
+    "RECORDING_MAX_SECONDS": ("recording_max_seconds", float),
     "RECORDING_FETCH_TIMEOUT": ("recording_fetch_timeout", float),
     "RECORDING_URL_LIFETIME_MINUTES": ("recording_url_lifetime_minutes", int),
     "PROVIDER_MARKER_WORDS": ("provider_marker_words", str),
@@ -157,6 +158,10 @@ class Config:
     # call still becomes a voice message request, its transcript marked as failed.
     ingest_max_attempts: int = 6
     recording_max_bytes: int = 25 * 1024 * 1024
+    # A longer recording is not decoded (a voice message, transcript failed `too_long`):
+    # 25 MiB of 8 kbps MP3 is seven hours, 2.5 GB decoded whole. 20 minutes decode to 77 MB
+    # and transcribe in about 6 min with base, inside JOB_TIMEOUT.
+    recording_max_seconds: float = 1200.0
     recording_fetch_timeout: float = 30.0
     recording_url_lifetime_minutes: int = 25
     provider_marker_words: str = ""

@@ -112,7 +112,7 @@ def _transcribe(config: Config, path: str, clinic: Clinic, deadline: float) -> t
     languages = clinic.caller_languages
     model = config.whisper_model_for(languages[0] if len(languages) == 1 else None)
     engine = transcription.get_transcriber(config.transcriber, model, config.whisper_threads, config.whisper_vad)
-    return engine.transcribe(path, languages, deadline=deadline)
+    return engine.transcribe(path, languages, deadline=deadline, max_seconds=config.recording_max_seconds)
 
 
 def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -> str:

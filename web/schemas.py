@@ -286,7 +286,8 @@ CALL = {
         },
         "transcriptIssue": {**NULLABLE_STRING, "description": "Why the transcript is unreliable or failed, a "
                                                               "short code such as low_confidence, timeout, "
-                                                              "engine_error."},
+                                                              "engine_error, too_long (the recording is over "
+                                                              "the length limit and was not transcribed)."},
         "language": {**NULLABLE_STRING, "description": "Detected language of the message (ISO 639-1)."},
         "transcriptLanguage": {**NULLABLE_STRING, "description": "The same as language (kept for compatibility)."},
         "extra": {**NULLABLE_STRING, "description": "The Extra the switchboard sent with the call, as received."},

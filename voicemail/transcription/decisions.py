@@ -184,6 +184,7 @@ def assess(t: Transcript, looped: bool) -> tuple[str, str | None]:
 
 
 def failed(duration: float, speech_seconds: float | None, issue: str) -> Transcript:
-    """A message whose transcription failed outright (the call's attempts ran out)."""
+    """A message whose transcription failed outright (the call's attempts ran out, the
+    recording is too long to decode)."""
     return Transcript(text="", language=None, duration=duration, speech_seconds=speech_seconds,
                       message=True, message_reason="speech", status="failed", issue=issue)

@@ -15,6 +15,17 @@ class AudioDecodeError(TranscriptionError):
     pass
 
 
+class RecordingTooLong(TranscriptionError):
+    """The recording is longer than the limit it was loaded with (nothing of it is kept).
+    ``at_least``: its decoding was stopped at the limit, so it is at least ``seconds`` long."""
+
+    def __init__(self, seconds: float, limit: float, *, at_least: bool = False) -> None:
+        self.seconds = seconds
+        self.limit = limit
+        super().__init__(f"recording is longer than the limit of {limit:g} s (stopped after {seconds:.0f} s of it)"
+                         if at_least else f"recording is {seconds:.0f} s long, over the limit of {limit:g} s")
+
+
 class UnsupportedLanguage(TranscriptionError, ValueError):
     """The language is unknown to Whisper, or the model is English-only."""
 
@@ -70,6 +81,9 @@ class Transcript:
     message_reason: str = "no_speech"  # "speech" when a message, else why not
     status: str | None = None  # reliable | unreliable | failed; None when no message
     issue: str | None = None
+    # The length of a recording refused as too long (issue ``too_long``; nothing decoded,
+    # so ``duration`` is 0).
+    recording_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (nan becomes None)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import math
 import os
 import threading
@@ -17,12 +18,16 @@ from voicemail.transcription import engines
 from voicemail.transcription.audio import Vad, load_audio, speech_runs, speech_span
 from voicemail.transcription.decisions import (
     BLANK_AUDIO, MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, REVERSAL_MARGIN, assess, collapse_loops,
-    compression_ratio, decide_message, entropy, normalize_language, repetition_score, reversed_speech, words,
+    compression_ratio, decide_message, entropy, failed, normalize_language, repetition_score, reversed_speech, words,
 )
 from voicemail.transcription.engines import ENGINES, Engine, RawResult
 from voicemail.transcription.model_file import ConversionError, verify
-from voicemail.transcription.results import Segment, Transcript, TranscriptionError, UnsupportedLanguage
+from voicemail.transcription.results import (
+    RecordingTooLong, Segment, Transcript, TranscriptionError, UnsupportedLanguage,
+)
 from voicemail.transcription.settings import BACKENDS, DEFAULT_DECODING, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE, Decoding
+
+logger = logging.getLogger("transcription")
 
 
 class Transcriber:
@@ -78,13 +83,24 @@ class Transcriber:
         return codes
 
     def transcribe(self, path: str, languages: str | Sequence[str] | None = None, *,
-                   deadline: float | None = None, decoding: Decoding | None = None) -> Transcript:
+                   deadline: float | None = None, decoding: Decoding | None = None,
+                   max_seconds: float | None = None) -> Transcript:
         """Transcribe an mp3/wav file and decide (see module doc). ``languages``: the one
         language, the clinic's languages to detect among, or None for any. ``deadline``:
-        a ``time.monotonic()`` value at which whisper.cpp is stopped."""
+        a ``time.monotonic()`` value at which whisper.cpp is stopped. ``max_seconds``: a
+        longer recording is not decoded; it is a message whose transcript failed
+        (``too_long``), for the clinic to listen to."""
         started = time.perf_counter()
         codes = self.resolve_languages(languages)
-        audio = load_audio(path)
+        try:
+            audio = load_audio(path, max_seconds=max_seconds)
+        except RecordingTooLong as exc:
+            # Hours of audio would not fit the worker's memory nor the job's time; whatever
+            # it holds, a person listens to it.
+            logger.warning("not transcribed: %s", exc)
+            return replace(failed(0.0, None, "too_long"), recording_seconds=round(exc.seconds, 1),
+                           backend=self.backend, model=Path(self.model_path).name,
+                           elapsed=round(time.perf_counter() - started, 4))
         return self.transcribe_audio(audio, codes, deadline=deadline, decoding=decoding, started=started)
 
     def transcribe_audio(self, audio: np.ndarray, languages: Sequence[str], *, deadline: float | None = None,
