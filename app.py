@@ -23,7 +23,7 @@ from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, TakeTurns
 
 def create_app(config: Config) -> falcon.App:
     logs.setup(config.log_level, config.log_format)
-    database = bind_database(config.database_url, pool_size=config.db_pool_size)
+    database = bind_database(config.database_url, pool_size=config.db_pool_size, pool_wait=config.db_pool_wait_seconds)
     queue_redis = queueing.redis_client(config.redis_url, "web")
     flusher = metrics.Flusher(queueing.redis_client(config.redis_url, "metrics"), config.metrics_flush_seconds)
     cache = RowCache.for_database(database)  # token rows and routing schedules, kept current by NOTIFY

@@ -26,6 +26,7 @@ def _bool(value: str) -> bool:
 _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "DATABASE_URL": ("database_url", str),
     "DB_POOL_SIZE": ("db_pool_size", int),
+    "DB_POOL_WAIT_SECONDS": ("db_pool_wait_seconds", float),
     "REDIS_URL": ("redis_url", str),
     "LOG_LEVEL": ("log_level", str),
     "LOG_FORMAT": ("log_format", str),
@@ -70,6 +71,10 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
 class Config:
     database_url: str = "sqlite:///var/app.db"
     db_pool_size: int = 10
+    # How long a request waits for a pooled connection when all are in use; then 503 +
+    # Retry-After. Nothing holds one while waiting on a client or another service, so
+    # the pool runs dry only when queries are slow or more run at once than it holds.
+    db_pool_wait_seconds: float = 10.0
     redis_url: str = "redis://127.0.0.1:6379/0"
     log_level: str = "INFO"
     # "json": one JSON object per line (production); "text": plain lines for reading locally.

@@ -18,7 +18,7 @@ from typing import Any
 from documents import file_types
 from web.errors import APIError, validation_failed
 from plumbing.clock import as_utc, iso_utc, utc_now
-from plumbing.database import db
+from plumbing.database import db, release_connection
 from web.keyset import Keyset
 from models import (
     ApiToken, Calendar, Clinic, IssuedUpload, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
@@ -209,6 +209,9 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
     if registered is not None:
         return registered
     target = sealed_key(link.file_hash)
+    # The copy and the read-back are storage round trips (S3: the network, the bytes read
+    # back to hash them): no pooled connection is held through them. Not in a transaction.
+    release_connection()
     try:
         sealed = storage.seal(link.file_hash, target)
     except ObjectNotFound:
@@ -222,6 +225,7 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
         visible_to_patient=body.get("visibleToPatient", False), created_by=token, created_at=utc_now(),
     ).on_conflict_ignore().execute()
     record = MedicalRecord.get(MedicalRecord.file_hash == link.file_hash)
+    release_connection()
     storage.delete(target if record.object_key != target else link.file_hash)  # a concurrent registration won
     return record
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import BinaryIO, Callable, cast
 
 import falcon
+
+from config import Config
+from plumbing.database import release_connection
 from storage import (
     DOWNLOAD_CACHE_CONTROL,
     AccessDenied,
@@ -71,6 +74,9 @@ class StoredObject:
         if self.registered(key):
             # Registered: the record holds a copy, and this URL may not replace what was uploaded.
             raise APIError(409, "ALREADY_REGISTERED", "the upload is registered; it cannot change")
+        # The body may take minutes; the pool has a handful of connections for a thousand
+        # clients: ten trickled uploads holding theirs left every other request none.
+        release_connection()
 
         length = req.content_length
         stream = req.bounded_stream
