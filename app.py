@@ -32,9 +32,11 @@ def create_app(config: Config) -> falcon.App:
 
     # The request id and metrics come first (after the turn taking, which has no response
     # side): their process_response runs last, so every answer is numbered and timed.
+    # BodyLimit after TokenAuth: a body is read only once the token, the clinic and the
+    # scope are checked (its declared-length refusal, in process_request, still comes first).
     app = falcon.App(middleware=[TakeTurns(), logs.RequestId(), metrics.RequestMetrics(flusher), NoNulInUrl(),
-                                 BodyLimit(config.max_body_bytes), DatabaseConnection(),
-                                 TokenAuth(config.clock, cache)])
+                                 DatabaseConnection(), TokenAuth(config.clock, cache),
+                                 BodyLimit(config.max_body_bytes, config.body_read_seconds)])
     app.req_options.strip_url_path_trailing_slash = True
     # JSON only: a form body (curl -d's default) would parse as a confusing form key: 415.
     app.req_options.media_handlers = falcon.media.Handlers(
@@ -64,7 +66,8 @@ def create_app(config: Config) -> falcon.App:
         ("/metrics", metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
     ]
     if isinstance(storage, LocalStorage):  # S3 serves its own presigned URLs
-        routes.append(("/storage/{key:path}", StoredObject(storage, MedicalRecord.is_registered)))
+        routes.append(("/storage/{key:path}",
+                       StoredObject(storage, MedicalRecord.is_registered, read_seconds=config.upload_read_seconds)))
     for path, resource in routes:
         app.add_route(path, resource)
     return app

@@ -34,6 +34,8 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "METRICS_FLUSH_SECONDS": ("metrics_flush_seconds", float),
     "SECRET_KEY": ("secret_key", str),
     "MAX_BODY_BYTES": ("max_body_bytes", int),
+    "BODY_READ_SECONDS": ("body_read_seconds", float),
+    "UPLOAD_READ_SECONDS": ("upload_read_seconds", float),
     "PUBLIC_BASE_URL": ("public_base_url", str),
     "STORAGE_BACKEND": ("storage_backend", str),
     "STORAGE_DIR": ("storage_dir", str),
@@ -87,6 +89,12 @@ class Config:
     # production; the default only suits the embedded demo.
     secret_key: str = "insecure-development-key-change-me"
     max_body_bytes: int = 1_000_000
+    # Whole-body deadlines, counted from when the service starts reading the body: an API
+    # (JSON) body, then an upload through the local backend's presigned URLs. A client
+    # trickling past them gets 408; without them each would keep its connection (and a
+    # gevent greenlet, a socket, a partial file) for as long as it liked.
+    body_read_seconds: float = 10.0
+    upload_read_seconds: float = 60.0
     public_base_url: str = "http://127.0.0.1:8000"
     storage_backend: str = "local"
     storage_dir: str = "var/storage"

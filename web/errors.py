@@ -25,6 +25,7 @@ _DEFAULT_CODES = {
     403: "FORBIDDEN",
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
+    408: "REQUEST_TIMEOUT",
     409: "CONFLICT",
     410: "GONE",
     411: "LENGTH_REQUIRED",
@@ -51,6 +52,11 @@ class APIError(falcon.HTTPError):
 
 def validation_failed(message: str) -> APIError:
     return APIError(400, "VALIDATION_FAILED", message)
+
+
+def body_too_slow(seconds: float) -> APIError:
+    """408: the request body did not arrive within its deadline (`web.middleware.Deadline`)."""
+    return APIError(408, "REQUEST_TIMEOUT", f"The request body did not arrive within {seconds:g} seconds.")
 
 
 def _body(req: falcon.Request, ex: falcon.HTTPError) -> dict[str, Any]:
