@@ -23,7 +23,7 @@ from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvic
 
 def create_app(config: Config) -> falcon.App:
     logs.setup(config.log_level, config.log_format)
-    database = bind_database(config.database_url, pool_size=config.db_pool_size)
+    database = bind_database(config.database_url, pool_size=config.db_pool_size, pool_wait=config.db_pool_wait_seconds)
     queue_redis = queueing.redis_client(config.redis_url, "web")
     flusher = metrics.Flusher(queueing.redis_client(config.redis_url, "metrics"), config.metrics_flush_seconds)
     cache = RowCache.for_database(database)  # token rows and routing schedules, kept current by NOTIFY
@@ -32,9 +32,11 @@ def create_app(config: Config) -> falcon.App:
 
     # The request id and metrics come first (after the turn taking, which has no response
     # side): their process_response runs last, so every answer is numbered and timed.
+    # BodyLimit after TokenAuth: a body is read only once the token, the clinic and the
+    # scope are checked (its declared-length refusal, in process_request, still comes first).
     app = falcon.App(middleware=[TakeTurns(), logs.RequestId(), metrics.RequestMetrics(flusher), NoNulInUrl(),
-                                 BodyLimit(config.max_body_bytes), DatabaseConnection(),
-                                 TokenAuth(config.clock, cache), RetryAdvice()])
+                                 DatabaseConnection(), TokenAuth(config.clock, cache), RetryAdvice(),
+                                 BodyLimit(config.max_body_bytes, config.body_read_seconds)])
     app.req_options.strip_url_path_trailing_slash = True
     # JSON only: a form body (curl -d's default) would parse as a confusing form key: 415.
     app.req_options.media_handlers = falcon.media.Handlers(
@@ -64,7 +66,8 @@ def create_app(config: Config) -> falcon.App:
         ("/metrics", metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
     ]
     if isinstance(storage, LocalStorage):  # S3 serves its own presigned URLs
-        routes.append(("/storage/{key:path}", StoredObject(storage, MedicalRecord.is_registered)))
+        routes.append(("/storage/{key:path}",
+                       StoredObject(storage, MedicalRecord.is_registered, read_seconds=config.upload_read_seconds)))
     for path, resource in routes:
         app.add_route(path, resource)
     return app

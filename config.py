@@ -27,6 +27,7 @@ def _bool(value: str) -> bool:
 _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "DATABASE_URL": ("database_url", str),
     "DB_POOL_SIZE": ("db_pool_size", int),
+    "DB_POOL_WAIT_SECONDS": ("db_pool_wait_seconds", float),
     "REDIS_URL": ("redis_url", str),
     "LOG_LEVEL": ("log_level", str),
     "LOG_FORMAT": ("log_format", str),
@@ -34,6 +35,8 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "METRICS_FLUSH_SECONDS": ("metrics_flush_seconds", float),
     "SECRET_KEY": ("secret_key", str),
     "MAX_BODY_BYTES": ("max_body_bytes", int),
+    "BODY_READ_SECONDS": ("body_read_seconds", float),
+    "UPLOAD_READ_SECONDS": ("upload_read_seconds", float),
     "PUBLIC_BASE_URL": ("public_base_url", str),
     "STORAGE_BACKEND": ("storage_backend", str),
     "STORAGE_DIR": ("storage_dir", str),
@@ -107,6 +110,10 @@ def _embedded_secret_key(database_url: str) -> str | None:
 class Config:
     database_url: str = "sqlite:///var/app.db"
     db_pool_size: int = 10
+    # How long a request waits for a pooled connection when all are in use; then 503 +
+    # Retry-After. Nothing holds one while waiting on a client or another service, so
+    # the pool runs dry only when queries are slow or more run at once than it holds.
+    db_pool_wait_seconds: float = 10.0
     redis_url: str = "redis://127.0.0.1:6379/0"
     log_level: str = "INFO"
     # "json": one JSON object per line (production); "text": plain lines for reading locally.
@@ -119,6 +126,12 @@ class Config:
     # production: its processes refuse the default (require_production_secrets).
     secret_key: str = DEVELOPMENT_SECRET_KEY
     max_body_bytes: int = 1_000_000
+    # Whole-body deadlines, counted from when the service starts reading the body: an API
+    # (JSON) body, then an upload through the local backend's presigned URLs. A client
+    # trickling past them gets 408; without them each would keep its connection (and a
+    # gevent greenlet, a socket, a partial file) for as long as it liked.
+    body_read_seconds: float = 10.0
+    upload_read_seconds: float = 60.0
     public_base_url: str = "http://127.0.0.1:8000"
     storage_backend: str = "local"
     storage_dir: str = "var/storage"

@@ -18,7 +18,7 @@ from typing import Any
 from documents import file_types, uploads
 from web.errors import APIError, validation_failed
 from plumbing.clock import as_utc, iso_utc, utc_now
-from plumbing.database import db
+from plumbing.database import db, release_connection
 from web.keyset import Keyset
 from models import (
     ApiToken, AuditEvent, Calendar, Clinic, IssuedUpload, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
@@ -238,6 +238,9 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
     if uploaded is not None:
         uploads.check_size(storage, uploaded.size, link.file_hash)
     target = sealed_key(link.file_hash)
+    # The copy and the read-back are storage round trips (S3: the network, the bytes read
+    # back to hash them): no pooled connection is held through them. Not in a transaction.
+    release_connection()
     try:
         sealed = storage.seal(link.file_hash, target)
     except ObjectNotFound:
@@ -257,6 +260,7 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
             # Not the description: a file name may carry a patient's name.
             AuditEvent.record(token, request.clinic_id, "attachment.register", record, {
                 "patientRequestId": str(request.id), "contentType": record.content_type, "sha256": record.sha256})
+    release_connection()
     storage.delete(target if record.object_key != target else link.file_hash)  # a concurrent registration won
     return record
 

@@ -66,10 +66,10 @@ def _cooperative_psycopg2() -> None:
         patch_psycopg()
 
 
-def open_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.Database:
-    """Build the database for `url`: PostgreSQL (pooled for the web process; plain for
-    the CLI and RQ workers, whose forked work horses must not inherit pooled sockets),
-    or SQLite in WAL mode."""
+def open_database(url: str, *, pool_size: int = 10, pool_wait: float = 10, pooled: bool = True) -> pw.Database:
+    """Build the database for `url`: PostgreSQL (pooled for the web process, a request
+    waiting `pool_wait` seconds at most for a free connection; plain for the CLI and RQ
+    workers, whose forked work horses must not inherit pooled sockets), or SQLite in WAL mode."""
     scheme = urlparse(url).scheme
     if scheme in ("postgres", "postgresql"):
         _cooperative_psycopg2()
@@ -81,7 +81,7 @@ def open_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.D
             name,
             max_connections=pool_size,
             stale_timeout=300,
-            timeout=10,  # wait for a free pooled connection, then fail loudly
+            timeout=pool_wait,  # wait for a free pooled connection, then MaxConnectionsExceeded: errors.py's 503
             connect_timeout=5,
             **params,
         )
@@ -95,10 +95,24 @@ def open_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.D
     raise ValueError(f"unsupported DATABASE_URL scheme: {scheme!r}")
 
 
-def bind_database(url: str, *, pool_size: int = 10, pooled: bool = True) -> pw.Database:
-    database = open_database(url, pool_size=pool_size, pooled=pooled)
+def bind_database(url: str, *, pool_size: int = 10, pool_wait: float = 10, pooled: bool = True) -> pw.Database:
+    database = open_database(url, pool_size=pool_size, pool_wait=pool_wait, pooled=pooled)
     db.initialize(database)
     return database
+
+
+def release_connection() -> bool:
+    """Hand this request's pooled connection back before it waits on something slow (a
+    client's body, another service, a job); the next query takes one again (Peewee's
+    autoconnect). A web process has a few pooled connections for up to a thousand gevent
+    connections: a request holding one while it waits starves all the others (ten slow
+    uploads did). A connection inside a transaction stays: giving it back would end the
+    transaction; so does one a `connection_context()` holds (a script's or a test's), whose
+    end would then find its context gone. True when one was handed back."""
+    if db.obj is None or db.is_closed() or db.in_transaction() or db.obj._state.ctx:
+        return False  # (None: no database bound, as for storage served on its own)
+    db.close()
+    return True
 
 
 # --- SQL by hand on the hot path, written from the models' metadata (a renamed column

@@ -4,6 +4,7 @@ Route it only when ``storage_backend`` is ``local``; with S3 the URLs point at t
 bucket and the service is not in the data path. Both directions stream, so memory
 stays flat whatever the file size: PUT bodies go to disk in 1 MiB pieces, GET
 responses are handed to the WSGI server as a file (gunicorn uses ``sendfile``).
+A PUT body streams without a pooled database connection and within a deadline.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 from typing import BinaryIO, Callable, cast
 
 import falcon
+
+from config import Config
+from plumbing.database import release_connection
 from storage import (
     DOWNLOAD_CACHE_CONTROL,
     AccessDenied,
@@ -22,7 +26,7 @@ from storage import (
     content_disposition,
 )
 from web.errors import APIError, validation_failed
-from web.middleware import require_known_end
+from web.middleware import Deadline, require_known_end
 
 __all__ = ["StoredObject"]
 
@@ -48,13 +52,16 @@ class StoredObject:
     "expired" vs "does not match", and never echoes the URL.
     """
 
-    def __init__(self, storage: LocalStorage, registered: Callable[[str], bool] = lambda key: False) -> None:
+    def __init__(self, storage: LocalStorage, registered: Callable[[str], bool] = lambda key: False, *,
+                 read_seconds: float = Config.upload_read_seconds) -> None:
         """`registered(key)`: whether an upload is registered as an attachment (the app
-        asks its database); a registered upload cannot be written again."""
+        asks its database); a registered upload cannot be written again. `read_seconds`:
+        the whole body's deadline; past it, 408 and nothing stored."""
         if not isinstance(storage, LocalStorage):
             raise TypeError("StoredObject serves the local storage backend only")
         self.storage = storage
         self.registered = registered
+        self.read_seconds = read_seconds
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, key: str) -> None:
         try:
@@ -71,6 +78,9 @@ class StoredObject:
         if self.registered(key):
             # Registered: the record holds a copy, and this URL may not replace what was uploaded.
             raise APIError(409, "ALREADY_REGISTERED", "the upload is registered; it cannot change")
+        # The body may take minutes; the pool has a handful of connections for a thousand
+        # clients: ten trickled uploads holding theirs left every other request none.
+        release_connection()
 
         length = req.content_length
         stream = req.bounded_stream
@@ -82,7 +92,10 @@ class StoredObject:
             require_known_end(req)
             stream = req.stream
         try:
-            self.storage.write_stream(key, stream, length, (req.content_type or "").strip())
+            # Past the deadline the read raises 408 (an APIError, passed through here);
+            # write_stream removes its partial file on any error.
+            self.storage.write_stream(key, Deadline(stream, self.read_seconds), length,
+                                      (req.content_type or "").strip())
         except ObjectTooLarge as exc:
             raise APIError(413, "PAYLOAD_TOO_LARGE", str(exc)) from None
         except IncompleteUpload as exc:

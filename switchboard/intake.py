@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import peewee as pw
 
-from plumbing.database import db
+from plumbing.database import db, release_connection
 from plumbing.logs import request_id
 
 from models import ApiToken, Call, Clinic
@@ -52,12 +52,11 @@ class GroupCommit:
         created it. Raises `models.CallSidConflict` when the CallSid belongs to another
         clinic."""
         me = _Waiting(Call.row_for(clinic, fields, token))
-        if not db.is_closed() and not db.in_transaction():
-            # Hand this request's pooled connection back before waiting on others: with
-            # more requests in flight than pooled connections (gevent workers), waiting
-            # requests holding them all would leave the writer none. Deadlock, until the
-            # pool's timeout.
-            db.close()
+        # Hand this request's pooled connection back before waiting on others: with
+        # more requests in flight than pooled connections (gevent workers), waiting
+        # requests holding them all would leave the writer none. Deadlock, until the
+        # pool's timeout.
+        release_connection()
         with self._lock:
             self._queue.append(me)
             me.lead = not self._writing

@@ -24,6 +24,7 @@ from config import Config
 from jobs import queueing
 from jobs.refetch import JOB_TIMEOUT, job_id, refetch_recording
 from plumbing.clock import as_utc, iso_utc
+from plumbing.database import release_connection
 from models import Call, Clinic
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class RecordingPlayer:
         (not waited for), so a play right after is answered from the fresh link."""
         state = self._resolve(call, now)
         if state.state == "expired":
+            release_connection()  # as in `play`: the call's lock may be waited for
             try:
                 ensure_refetch(self.queue, call.id, now, self.config)
             except redis.RedisError as exc:
@@ -100,6 +102,7 @@ class RecordingPlayer:
             return PlayAnswer("link", url=state.url)
         if state.state == "unavailable":
             return PlayAnswer("gone", reason=state.reason)
+        release_connection()  # ensure_refetch may wait for the call's lock (plays of one call share a job)
         try:
             job = ensure_refetch(self.queue, call.id, now, self.config)
         except redis.RedisError as exc:
@@ -108,6 +111,9 @@ class RecordingPlayer:
         return self._await(job, call.id, now)
 
     def _await(self, job: Job, call_id: uuid.UUID, now: datetime) -> PlayAnswer:
+        # Seconds of waiting on the job: no pooled connection is held meanwhile (the
+        # re-read of the call below takes one again).
+        release_connection()
         deadline = time.monotonic() + self.config.platform_play_wait_seconds
         while True:
             try:

@@ -1,8 +1,9 @@
 """One error family, one serializer: every non-2xx body is `{"error", "code"}`.
 
 Falcon's own errors (unknown route, wrong method, malformed JSON, ...) go through the
-same serializer; `DoesNotExist`, `IntegrityError` and the database being unreachable
-(`OperationalError`, `InterfaceError`: 503 with `Retry-After`) are mapped here, centrally, and
+same serializer; `DoesNotExist`, `IntegrityError`, the database being unreachable
+(`OperationalError`, `InterfaceError`) and every pooled connection being in use
+(`MaxConnectionsExceeded`), both 503 with `Retry-After`, are mapped here, centrally, and
 anything unexpected becomes a logged 500 `INTERNAL_ERROR` that leaks nothing.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import falcon
 import peewee as pw
+from playhouse.pool import MaxConnectionsExceeded
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,7 @@ _DEFAULT_CODES = {
     403: "FORBIDDEN",
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
+    408: "REQUEST_TIMEOUT",
     409: "CONFLICT",
     410: "GONE",
     411: "LENGTH_REQUIRED",
@@ -49,6 +52,11 @@ class APIError(falcon.HTTPError):
 
 def validation_failed(message: str) -> APIError:
     return APIError(400, "VALIDATION_FAILED", message)
+
+
+def body_too_slow(seconds: float) -> APIError:
+    """408: the request body did not arrive within its deadline (`web.middleware.Deadline`)."""
+    return APIError(408, "REQUEST_TIMEOUT", f"The request body did not arrive within {seconds:g} seconds.")
 
 
 def _body(req: falcon.Request, ex: falcon.HTTPError) -> dict[str, Any]:
@@ -110,6 +118,14 @@ def _database_unavailable(req: falcon.Request, resp: falcon.Response, ex: Except
                    headers={"Retry-After": "2"})
 
 
+def _pool_exhausted(req: falcon.Request, resp: falcon.Response, ex: MaxConnectionsExceeded, params: dict) -> None:
+    # Every pooled connection stayed in use for the pool's whole wait: the database is
+    # slow, or more requests query at once than DB_POOL_SIZE serves. Nothing was done;
+    # a retry shortly after is the remedy, not a 500.
+    log.warning("database pool exhausted on %s %s", req.method, req.path)
+    raise APIError(503, "SERVICE_UNAVAILABLE", "The service is busy; safe to retry.", headers={"Retry-After": "2"})
+
+
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, params: dict) -> None:
     if isinstance(ex, falcon.HTTPError):
         raise ex
@@ -123,3 +139,4 @@ def install(app: falcon.App) -> None:
     app.add_error_handler(pw.DoesNotExist, _not_found)
     app.add_error_handler(pw.IntegrityError, _integrity)
     app.add_error_handler((pw.OperationalError, pw.InterfaceError), _database_unavailable)
+    app.add_error_handler(MaxConnectionsExceeded, _pool_exhausted)

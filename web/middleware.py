@@ -1,15 +1,28 @@
-"""The web process's middleware, in the order `create_app` installs it, and the one rule
-for reading a body that declares no length."""
+"""The web process's middleware, in the order `create_app` installs it, and the rules
+for reading a body: one that declares no length (`require_known_end`), and every body
+within a deadline (`Deadline`)."""
 from __future__ import annotations
 
 import io
+import time
 import urllib.parse
+from typing import Any
 
 import falcon
 
-from plumbing.database import db
+from config import Config
+from plumbing.database import db, release_connection
 from storage import Readable
-from web.errors import APIError
+from web.errors import APIError, body_too_slow
+
+
+def _gevent_patched() -> bool:
+    """Does this process run under gevent (the Procfile's web workers)?"""
+    try:
+        from gevent import monkey
+    except ImportError:
+        return False
+    return monkey.is_module_patched("socket")
 
 
 class TakeTurns:
@@ -24,11 +37,8 @@ class TakeTurns:
 
     def __init__(self) -> None:
         self._yield = None
-        try:
-            from gevent import monkey, sleep
-        except ImportError:
-            return
-        if monkey.is_module_patched("socket"):
+        if _gevent_patched():
+            from gevent import sleep
             self._yield = sleep
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -61,32 +71,81 @@ def require_known_end(req: falcon.Request) -> None:
         raise APIError(411, "LENGTH_REQUIRED", "Send a Content-Length with the body.")
 
 
-class BodyLimit:
-    """Refuse a body over the limit without reading it whole.
+class Deadline:
+    """A request body to be read within `seconds` of this wrapper's making; past that,
+    408 (`errors.body_too_slow`).
 
-    A declared length over the limit is refused before a byte is read. A body without
-    one (chunked transfer encoding) is read here, at most limit + 1 bytes, and handed
-    on with its length, so the JSON handler sees an ordinary body; Falcon alone would
-    read such a body as empty.
+    Under gevent (the Procfile's workers) a read blocked on a client that trickles or
+    stalls is interrupted at the deadline: one `read(n)` of a WSGI input waits for all n
+    bytes, so checking the clock between reads would let a few bytes a second hold the
+    request for ever. Elsewhere (threads, the tests' in-process servers) the deadline is
+    checked before each read only. The 408 is an ordinary exception, so gunicorn marks the
+    body failed and closes the connection after the answer rather than drain the rest."""
+
+    def __init__(self, stream: Readable, seconds: float) -> None:
+        self._stream = stream
+        self._expired = body_too_slow(seconds)
+        self._timeout: Any = None
+        if _gevent_patched():
+            from gevent import Timeout
+            self._timeout = Timeout
+        self._ends = time.monotonic() + seconds
+
+    def read(self, size: int = -1, /) -> bytes:
+        left = self._ends - time.monotonic()
+        if left <= 0:
+            raise self._expired
+        if self._timeout is None:
+            return self._stream.read(size)
+        with self._timeout(left, self._expired):
+            return self._stream.read(size)
+
+
+class BodyLimit:
+    """Refuse a body over the limit without reading it whole, and read a body only once
+    the request is authorized, within a deadline, holding no database connection.
+
+    A declared length over the limit is refused before a byte is read, ahead of the token
+    check (`process_request`). Every other body is read in `process_resource`, which runs
+    after `TokenAuth`'s (this middleware is installed after it): an unauthenticated client
+    cannot make the service buffer a byte (a chunked body was read before the token was
+    checked: a megabyte per connection, a thousand connections per gevent worker). So the
+    check order is the API's: token (401), clinic (404), scope (403), then the body. Only
+    a resource that authorizes the method reads a body; the public ones (OpenAPI, health,
+    metrics) and 404/405 answers take none, and their bodies are left unread.
+
+    The body is read once the request's pooled connection is handed back (the token check
+    may have taken one), at most limit + 1 bytes, within `read_seconds` (`Deadline`), and
+    handed on in memory with its length: the JSON handler sees an ordinary body (Falcon
+    alone would read a chunked one as empty), and no resource waits on a slow client while
+    it holds a pooled connection.
 
     Not for `/storage/` (local backend uploads): those stream to disk under their own
-    cap, `LocalStorage.max_upload_bytes`, checked after the signature, before reading.
+    cap, `LocalStorage.max_upload_bytes`, checked after the signature, before reading,
+    and their own deadline (`StoredObject`).
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, read_seconds: float = Config.body_read_seconds) -> None:
         self.max_bytes = max_bytes
+        self.read_seconds = read_seconds
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         if req.path.startswith("/storage/"):
             return
-        if req.content_length is not None:
-            if req.content_length > self.max_bytes:
-                raise APIError(413, "PAYLOAD_TOO_LARGE", f"Body over {self.max_bytes} bytes.")
+        if req.content_length is not None and req.content_length > self.max_bytes:
+            raise APIError(413, "PAYLOAD_TOO_LARGE", f"Body over {self.max_bytes} bytes.")
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict) -> None:
+        if req.path.startswith("/storage/") or req.method not in (getattr(resource, "scopes", None) or {}):
             return
-        if req.get_header("Transfer-Encoding") is None:
+        length = req.content_length
+        if length == 0 or (length is None and req.get_header("Transfer-Encoding") is None):
             return  # no body at all
-        require_known_end(req)
-        body = read_at_most(req.stream, self.max_bytes + 1)
+        if length is None:
+            require_known_end(req)
+        release_connection()
+        wanted = self.max_bytes + 1 if length is None else length
+        body = read_at_most(Deadline(req.stream, self.read_seconds), wanted)
         if len(body) > self.max_bytes:
             raise APIError(413, "PAYLOAD_TOO_LARGE", f"Body over {self.max_bytes} bytes.")
         req.env["wsgi.input"] = io.BytesIO(body)

@@ -19,6 +19,7 @@ _ERROR_TEXT = {
     403: "Token lacks the scope or has no access to the clinic.",
     404: "Unknown clinic (CLINIC_NOT_FOUND) or resource.",
     409: "Conflict.",
+    408: "The body did not arrive within the configured deadline.",
     410: "Gone.",
     413: "Body larger than the configured limit.",
     415: "Body is not JSON.",
@@ -49,7 +50,7 @@ def operation(
         codes |= {401, 403, 404}
     if request is not None:
         op["requestBody"] = {"required": request_required, "content": _json(request)}
-        codes |= {400, 413, 415}
+        codes |= {400, 408, 413, 415}
     for code in sorted(codes):
         op["responses"][str(code)] = {"description": _ERROR_TEXT[code], "content": _json({"$ref": "#/components/schemas/Error"})}
     return op
@@ -106,6 +107,7 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
                    for c, d in ((400, "Bad key."), (403, "Bad, expired or foreign signature, or other content type."),
                                 (409, "`ALREADY_REGISTERED`: the upload is registered as an attachment and "
                                       "cannot change."),
+                                (408, "The body did not arrive within the upload deadline; nothing stored."),
                                 (411, "Content-Length required."), (413, "Too large."))},
             },
         },
