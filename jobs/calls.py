@@ -120,7 +120,9 @@ def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | N
     Exact: a call is queued again only when RQ holds no live job for it, no live job
     holds its lease (jobs/leases.py: survives a Redis restart that emptied RQ's view),
     and it is still pending once both were looked at (a job that finished in between)."""
-    query = Call.select(Call.id).where(Call.state == "pending")
+    # Only calls the relay claimed: the others are its to queue, in the fair share's turns
+    # (a sweep queueing a whole backlog at a worker's start would undo them).
+    query = Call.select(Call.id).where((Call.state == "pending") & Call.queued_at.is_null(False))
     if queued_before is not None:
         query = query.where(Call.queued_at < queued_before)
     with db.connection_context():
