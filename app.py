@@ -19,6 +19,7 @@ from voicemail.player import RecordingPlayer
 from web import errors, openapi
 from web.auth import TokenAuth
 from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, TakeTurns
+from web.rate_limit import RateLimit, RateLimiter
 
 
 def create_app(config: Config) -> falcon.App:
@@ -29,14 +30,17 @@ def create_app(config: Config) -> falcon.App:
     cache = RowCache.for_database(database)  # token rows and routing schedules, kept current by NOTIFY
     storage = make_storage(config)
     player = RecordingPlayer(config, Queue(queueing.RECORDINGS, connection=queue_redis))
+    limiter = RateLimiter(queueing.redis_client(config.redis_url, "limits"), {
+        "handoffs": config.rate_limit_handoffs_per_minute, "writes": config.rate_limit_writes_per_minute})
 
     # The request id and metrics come first (after the turn taking, which has no response
     # side): their process_response runs last, so every answer is numbered and timed.
-    # BodyLimit after TokenAuth: a body is read only once the token, the clinic and the
-    # scope are checked (its declared-length refusal, in process_request, still comes first).
+    # The token checks (401/404/403), then the rate limits, then the body: a body is read
+    # only once the token, the clinic and the scope are checked and the token is within its
+    # rate (BodyLimit's declared-length refusal, in process_request, still comes first).
     app = falcon.App(middleware=[TakeTurns(), logs.RequestId(), metrics.RequestMetrics(flusher), NoNulInUrl(),
-                                 DatabaseConnection(), TokenAuth(config.clock, cache), RetryAdvice(),
-                                 BodyLimit(config.max_body_bytes, config.body_read_seconds)])
+                                 DatabaseConnection(), TokenAuth(config.clock, cache), RateLimit(limiter),
+                                 RetryAdvice(), BodyLimit(config.max_body_bytes, config.body_read_seconds)])
     app.req_options.strip_url_path_trailing_slash = True
     # JSON only: a form body (curl -d's default) would parse as a confusing form key: 415.
     app.req_options.media_handlers = falcon.media.Handlers(

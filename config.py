@@ -71,6 +71,9 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "PLATFORM_PLAY_WAIT_SECONDS": ("platform_play_wait_seconds", float),
     "FETCH_CA_BUNDLE": ("fetch_ca_bundle", str),
     "UNSAFE_ALLOW_LOOPBACK_FETCH": ("unsafe_allow_loopback_fetch", _bool),
+    "RELAY_PER_CLINIC": ("relay_per_clinic", int),
+    "RATE_LIMIT_HANDOFFS_PER_MINUTE": ("rate_limit_handoffs_per_minute", int),
+    "RATE_LIMIT_WRITES_PER_MINUTE": ("rate_limit_writes_per_minute", int),
 }
 # Current name -> the name it had before; the former is still read when the current one is
 # unset, so a deployment's environment keeps working across the rename.
@@ -188,6 +191,15 @@ class Config:
     fetch_ca_bundle: str = ""
     # Test-only: lets server-side fetches reach 127.0.0.1 (never private ranges).
     unsafe_allow_loopback_fetch: bool = False
+    # Fair share (jobs/relay.py): calls of one clinic queued and not finished at a time, so
+    # a burst from one clinic delays the others' by a few transcriptions, not by the burst.
+    # One clinic alone keeps at most this many workers busy. 0: oldest first, no share.
+    relay_per_clinic: int = 2
+    # Per-token request rates (web/rate_limit.py; 0: no limit), counted in Redis for every
+    # web process. Far above a switchboard's normal traffic with its retries: one token may
+    # serve a whole clinic group, hundreds of calls a minute.
+    rate_limit_handoffs_per_minute: int = 1200
+    rate_limit_writes_per_minute: int = 600
     # Not from the environment: the wall clock, replaceable in tests.
     clock: Callable[[], datetime] = field(default=wall_clock, repr=False, compare=False)
 

@@ -233,7 +233,8 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
 
     logs.setup(config.log_level, config.log_format)
     log = logging.getLogger("worker")
-    worker_class = metrics.with_job_metrics(worker.ClinicWorker)
+    # Job metrics; and each job's end wakes the relay, which queues that clinic's next call.
+    worker_class = metrics.with_job_metrics(relay.waking_relay(worker.ClinicWorker))
     connection = queueing.redis_client(config.redis_url, "worker")
     level = config.log_level.upper()
     if args.playback:

@@ -426,14 +426,33 @@ class Call(BaseModel):
     NEW_CALL_CHANNEL = "call_pending"
 
     @classmethod
-    def claim_unqueued(cls, limit: int = 200) -> list[uuid.UUID]:
-        """Mark up to `limit` pending calls, oldest first, as being queued, and return
-        their ids. Atomic per row: two relays never claim the same call."""
-        waiting = (cls.select(cls.id).where((cls.state == "pending") & cls.queued_at.is_null())
-                   .order_by(cls.received_at).limit(limit))
-        claimed = (cls.update(queued_at=utc_now())
-                   .where(cls.id.in_(waiting) & cls.queued_at.is_null()).returning(cls.id))
-        return [row.id for row in claimed.execute()]
+    def claim_unqueued(cls, limit: int = 200, per_clinic: int = 0) -> list[uuid.UUID]:
+        """Mark up to `limit` pending calls as being queued and return their ids, in the
+        order to queue them. Atomic per row: two relays never claim the same call.
+
+        `per_clinic` > 0 is the fair share (issue 22): a clinic has at most that many
+        calls in flight (claimed, not done), and clinics take turns: every clinic's next
+        call comes before any clinic's call after it. So one clinic's burst holds at most
+        `per_clinic` places in the queue, and another clinic's call waits behind those,
+        not behind the whole burst. A call waiting for a download retry (`fetch_error`
+        set by its job) holds no place: it would block its clinic for minutes. 0: oldest
+        first, no limit (the order before the fair share)."""
+        if per_clinic <= 0:
+            oldest = (cls.select(cls.id).where((cls.state == "pending") & cls.queued_at.is_null())
+                      .order_by(cls.received_at).limit(limit))
+            claimed = (cls.update(queued_at=utc_now())
+                       .where(cls.id.in_(oldest) & cls.queued_at.is_null()).returning(cls.id))
+            return [row.id for row in claimed.execute()]
+        waiting = [cls.id.python_value(row[0]) for row in hot_sql(_FAIR_CLAIM_SQL, (per_clinic, limit)).fetchall()]
+        if not waiting:
+            return []
+        # Selected, then claimed row by row: a call another relay claimed in between is
+        # skipped. Two relays at once pick from the front of the same per-clinic order, so
+        # together they stay within the share (bar a call stored with an earlier
+        # received_at than one already claimed: one more in flight for a while).
+        taken = {row.id for row in cls.update(queued_at=utc_now()).where(
+            cls.id.in_(waiting) & cls.queued_at.is_null()).returning(cls.id).execute()}
+        return [call_id for call_id in waiting if call_id in taken]
 
     @classmethod
     def unclaim(cls, ids: list[uuid.UUID]) -> None:
@@ -766,6 +785,27 @@ _AUTHORIZE_SQL = (
     'SELECT 1 FROM "api_token_clinic" AS l WHERE l."token_id" = t."id" AND l."clinic_id" = c."id") '
     'FROM "api_token" AS t LEFT JOIN "clinic" AS c ON c."slug" = %s WHERE t."id" = %s'
 )
+
+
+# The relay's fair claim (`Call.claim_unqueued`): each clinic's calls not queued yet,
+# numbered oldest first, after its calls in flight; those whose place is within the
+# share, by place (clinics take turns), then by age. Plain SQL with window functions:
+# PostgreSQL and SQLite (3.25+, the embedded run) both run it.
+_FAIR_CLAIM_SQL = """
+WITH busy AS (
+    SELECT "clinic_id", COUNT(*) AS "n" FROM "call"
+    WHERE "state" = 'pending' AND "queued_at" IS NOT NULL AND "fetch_error" IS NULL
+    GROUP BY "clinic_id"
+), waiting AS (
+    SELECT "id", "clinic_id", "received_at",
+           ROW_NUMBER() OVER (PARTITION BY "clinic_id" ORDER BY "received_at", "id") AS "turn"
+    FROM "call" WHERE "state" = 'pending' AND "queued_at" IS NULL
+)
+SELECT w."id" FROM waiting AS w LEFT JOIN busy AS b ON b."clinic_id" = w."clinic_id"
+WHERE w."turn" + COALESCE(b."n", 0) <= %s
+ORDER BY w."turn" + COALESCE(b."n", 0), w."received_at", w."id"
+LIMIT %s
+"""
 
 
 @lru_cache(maxsize=256)

@@ -30,6 +30,9 @@ LIVE_STATES = frozenset({JobStatus.CREATED, JobStatus.QUEUED, JobStatus.SCHEDULE
 # connection blocks on dequeue and must not time out there (None).
 _TIMEOUTS: dict[str, tuple[float | None, float | None]] = {
     "web": (2, 5),
+    # Rate limits (web/rate_limit.py) are counted on every write request and fail open:
+    # a slow Redis must cost a request little before it passes uncounted.
+    "limits": (0.5, 0.5),
     "metrics": (1, 2),
     "job": (2, 10),
     "worker": (None, None),

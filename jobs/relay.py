@@ -10,14 +10,25 @@ for a lost notification, it polls. While Redis is down it keeps the claims undon
 backs off, and every `sweep_every` seconds it re-queues pending calls whose job is
 gone (a worker killed mid-job): `requeue_pending`. When Redis comes back as a new server
 (its run id changed: restarted, so empty without persistence) it sweeps at once.
+
+Fair share (issue 22): RQ's queue is first in, first out, so a burst of one clinic's calls
+(after a phone outage, or an integration gone wrong) made every other clinic wait behind
+all of it. The relay keeps at most `RELAY_PER_CLINIC` calls of a clinic in flight (queued
+and not finished) and claims the clinics' calls in turn (`Call.claim_unqueued`); the rest
+wait in the outbox. When a job ends, its worker wakes this process's relay (`WakesRelay`),
+which queues that clinic's next call at once: every worker runs a relay, so the worker
+that finished a call is enough to keep the queue fed.
 """
 from __future__ import annotations
 
 import logging
+import os
+import select
 import threading
 import time
 import uuid
 from datetime import datetime, timedelta
+from typing import Any
 
 import peewee as pw
 import psycopg2
@@ -49,7 +60,9 @@ def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | N
     Exact: a call is queued again only when RQ holds no live job for it, no live job
     holds its lease (jobs/leases.py: survives a Redis restart that emptied RQ's view),
     and it is still pending once both were looked at (a job that finished in between)."""
-    query = Call.select(Call.id).where(Call.state == "pending")
+    # Only calls the relay claimed: the others are its to queue, in the fair share's turns
+    # (a sweep queueing a whole backlog at a worker's start would undo them).
+    query = Call.select(Call.id).where((Call.state == "pending") & Call.queued_at.is_null(False))
     if queued_before is not None:
         query = query.where(Call.queued_at < queued_before)
     with db.connection_context():
@@ -93,7 +106,7 @@ class CallRelay:
         queued = 0
         while True:
             with db.connection_context():
-                ids = Call.claim_unqueued(self.batch)
+                ids = Call.claim_unqueued(self.batch, self.config.relay_per_clinic)
             for i, call_id in enumerate(ids):
                 try:
                     queued += ensure_queued(self.queue, call_id, self.config)
@@ -145,23 +158,79 @@ class CallRelay:
         self._listener = Listener.open(connector(db.obj), Call.NEW_CALL_CHANNEL)
 
     def _wait(self, stop: threading.Event, timeout: float) -> None:
-        """Until a new call is notified, `timeout` passes or `stop` is set."""
-        if self._listener is None:
-            stop.wait(timeout)
-            return
+        """Until a new call is notified, a job of this process ends (`job_ended`),
+        `timeout` passes or `stop` is set."""
         deadline = time.monotonic() + timeout
         while not stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            # Short slices so `stop` is honoured promptly; a notification returns at once.
-            if self._listener.wait(min(left, 0.5), drain=False):
+            watched: list[Any] = [_wake_up] if self._listener is None else [_wake_up, self._listener.conn]
+            # Short slices so `stop` is honoured promptly; a wake-up returns at once.
+            ready = select.select(watched, [], [], min(left, 0.5))[0]
+            if _wake_up in ready:
+                _wake_up.clear()
+                return
+            if ready and self._listener is not None and self._listener.wait(0, drain=False):
                 return
 
     def _close_listener(self) -> None:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+
+
+class _WakeUp:
+    """A wake-up the relay's thread can wait on together with its LISTEN connection (a
+    pipe, so one `select` watches both): set by `job_ended` from the worker's thread. A
+    wake-up set while the relay is busy stays pending, so none is lost."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+
+    def fileno(self) -> int:
+        return self._read
+
+    def set(self) -> None:
+        try:
+            os.write(self._write, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full: wake-ups are pending anyway
+
+    def clear(self) -> None:
+        try:
+            while os.read(self._read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+
+_wake_up = _WakeUp()
+
+
+def job_ended() -> None:
+    """Wake this process's relay: a call may have left flight, so its clinic's next one
+    can be queued (the fair share). Cheap, and harmless in a process without a relay."""
+    _wake_up.set()
+
+
+class WakesRelay:
+    """RQ worker mixin (`class W(WakesRelay, SimpleWorker)`): every job's end, finished or
+    failed, wakes the relay (`job_ended`). Without it a clinic's next call would wait for
+    the relay's poll, seconds on PostgreSQL, with the worker idle meanwhile."""
+
+    def perform_job(self, job: Any, queue: Queue) -> bool:
+        try:
+            return super().perform_job(job, queue)  # type: ignore[misc]
+        finally:
+            job_ended()
+
+
+def waking_relay(worker_class: type) -> type:
+    """`worker_class` with `WakesRelay` mixed in (the worker keeps its own name)."""
+    return type(worker_class.__name__, (WakesRelay, worker_class), {})
 
 
 def start(queue: Queue, config: Config, **options: float) -> tuple[threading.Thread, threading.Event]:

@@ -86,6 +86,7 @@ class RecordingComplete:
     """
 
     scopes = {"POST": "write"}
+    rate_limit = "handoffs"  # its own budget per token, apart from document writes (web/rate_limit.py)
 
     def __init__(self, config: Config, calls: GroupCommit) -> None:
         self.config = config

@@ -9,6 +9,7 @@ once (PostgreSQL NOTIFY), long before its poll.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import uuid
@@ -33,7 +34,8 @@ from tests.support import SECRET_KEY, clinic, load, organization
 from tests.support.databases import recreate_database
 from tests.support.servers import wait_until
 
-RELAY_PG = PG_URL.rsplit("/", 1)[0] + "/clinic_test_relay"
+# Named after the session's database, so runs on different TEST_DATABASE_URLs never share it.
+RELAY_PG = PG_URL + "_relay"
 RELAY_REDIS = os.environ.get("TEST_RELAY_REDIS_URL", "redis://127.0.0.1:6379/7")
 
 
@@ -67,7 +69,10 @@ def queue() -> Iterator[Queue]:
 
 @pytest.fixture
 def relay_config() -> Config:
-    return Config(database_url="unused", redis_url=RELAY_REDIS, secret_key=SECRET_KEY, recording_retry_delays="1")
+    # A fair share no test here reaches: these are about the outbox (each call queued once,
+    # nothing lost); the share itself is tests/test_fair_share.py's.
+    return Config(database_url="unused", redis_url=RELAY_REDIS, secret_key=SECRET_KEY, recording_retry_delays="1",
+                  relay_per_clinic=100)
 
 
 def store_calls(count: int) -> list[uuid.UUID]:
@@ -161,26 +166,33 @@ def test_sweep_leaves_a_call_a_live_job_holds_even_when_redis_forgot_the_job(out
     assert sorted(queued_job_ids(queue)) == sorted([job_id(lost), job_id(working)])
 
 
-@pytest.mark.parametrize("outbox", ["postgresql"], indirect=True)  # LISTEN/NOTIFY; SQLite relays poll
-def test_a_new_call_wakes_a_listening_relay_long_before_its_poll(outbox, queue, relay_config):
-    thread, stop = start(queue, relay_config, poll_every=60.0, sweep_every=3600.0)
+@contextlib.contextmanager
+def relay_thread(queue: Queue, config: Config, **options: float) -> Iterator[threading.Thread]:
+    """A relay running in a thread of this process for the block; stopped after it."""
+    thread, stop = start(queue, config, **options)
     try:
-        # The first round (outbox empty) is done once the listener is up.
-        assert wait_until(lambda: thread.is_alive() and _listeners() >= 1, timeout=10, interval=0.05)
-        [call_id] = store_calls(1)
-        assert wait_until(lambda: job_id(call_id) in queued_job_ids(queue), timeout=5, interval=0.05), \
-            "not queued within 5 s although the relay polls only every 60 s"
+        yield thread
     finally:
         stop.set()
         thread.join(timeout=10)
     assert not thread.is_alive()
 
 
+@pytest.mark.parametrize("outbox", ["postgresql"], indirect=True)  # LISTEN/NOTIFY; SQLite relays poll
+def test_a_new_call_wakes_a_listening_relay_long_before_its_poll(outbox, queue, relay_config):
+    with relay_thread(queue, relay_config, poll_every=60.0, sweep_every=3600.0) as thread:
+        # The first round (outbox empty) is done once the listener is up.
+        assert wait_until(lambda: thread.is_alive() and _listeners() >= 1, timeout=10, interval=0.05)
+        [call_id] = store_calls(1)
+        assert wait_until(lambda: job_id(call_id) in queued_job_ids(queue), timeout=5, interval=0.05), \
+            "not queued within 5 s although the relay polls only every 60 s"
+
+
 def _listeners() -> int:
     with db.connection_context():
         return db.execute_sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = 'clinic_test_relay' AND query LIKE 'LISTEN%%'"
-        ).fetchone()[0]
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN%%'",
+            (RELAY_PG.rsplit("/", 1)[1],)).fetchone()[0]
 
 
 def test_a_redis_restart_makes_the_relay_requeue_at_once(outbox, relay_config, tmp_path):

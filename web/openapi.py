@@ -23,7 +23,9 @@ _ERROR_TEXT = {
     410: "Gone.",
     413: "Body larger than the configured limit.",
     415: "Body is not JSON.",
-    429: "Too many at once; try again after Retry-After seconds.",
+    429: "Too many: RATE_LIMITED when the token sent more write requests than its per-minute limit "
+         "(recording-complete and the document writes have one each), TOO_MANY_UPLOAD_LINKS when the "
+         "clinic holds too many open upload links; retry after the Retry-After seconds.",
     503: "Service dependency unavailable.",
 }
 
@@ -48,11 +50,16 @@ def operation(
         op["security"] = [{"bearerAuth": [scope]}]
         op["description"] = f"Requires the `{scope}` scope on a token bound to the clinic."
         codes |= {401, 403, 404}
+    if scope == "write":
+        codes.add(429)  # every write is counted against its token's rate limit (web/rate_limit.py)
     if request is not None:
         op["requestBody"] = {"required": request_required, "content": _json(request)}
         codes |= {400, 408, 413, 415}
     for code in sorted(codes):
         op["responses"][str(code)] = {"description": _ERROR_TEXT[code], "content": _json({"$ref": "#/components/schemas/Error"})}
+    if 429 in codes:
+        op["responses"]["429"]["headers"] = {"Retry-After": {"description": "Seconds to wait.",
+                                                             "schema": {"type": "integer", "minimum": 1}}}
     return op
 
 

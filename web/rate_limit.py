@@ -1,0 +1,109 @@
+"""Per-token request rates (issue 22): one token cannot flood the service.
+
+Any write token could send unlimited `recording-complete` calls or document writes; a
+misbehaving integration would fill the database and the transcription queue. Every
+request a resource serves with the `write` scope counts against its token's budget:
+`recording-complete` against `RATE_LIMIT_HANDOFFS_PER_MINUTE` (the resource declares
+`rate_limit = "handoffs"`), every other write (patientRequests create, PATCH, attachment
+upload links and registration, patients import and import-bulk) against
+`RATE_LIMIT_WRITES_PER_MINUTE`. Over it: 429 `RATE_LIMITED` with `Retry-After`.
+
+Where 429 sits: after the token (401), the clinic (404) and the scope (403), whose checks
+it needs (it counts a known token, never an unauthenticated caller), and before the body
+is read (400, 415): a flood costs neither parsing nor validation, and a refused request
+counts, so invalid bodies are no way around the budget.
+
+The count lives in Redis, so every web process and every web dyno shares it: a GCRA
+(generic cell rate algorithm, a token bucket of `limit` requests refilled evenly over a
+minute) in one Lua script, atomic, one round trip, one key per token and budget that
+expires once the bucket is full again; Redis's clock, so processes' clocks do not matter.
+
+Redis down fails open: the hand-off path never depends on Redis (README "Faults"), and a
+limit that cannot be counted is not enforced rather than refusing calls. After a Redis
+error the limiter does not ask again for `PAUSE_SECONDS`, so a Redis that hangs costs
+one short timeout per process per pause, not one per request.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Callable
+
+import falcon
+import redis
+
+from web.errors import APIError
+
+log = logging.getLogger(__name__)
+
+PERIOD_MS = 60_000  # limits are per minute
+PAUSE_SECONDS = 5.0  # after a Redis error, requests pass uncounted this long
+
+# KEYS[1]: the token's key for one budget. ARGV[1]: the period (ms), ARGV[2]: requests
+# allowed per period. The key holds the theoretical arrival time (TAT, ms): when the
+# bucket would be full again. A request is allowed when, with its own share of the
+# period added, the TAT stays within one period of now; else the answer is how many
+# milliseconds until it would. 0: allowed (and counted).
+_GCRA = """
+if redis.replicate_commands then redis.replicate_commands() end
+local period = tonumber(ARGV[1])
+local interval = period / tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local next_tat = tat + interval
+local over = next_tat - now - period
+if over > 0 then return math.ceil(over) end
+redis.call('SET', KEYS[1], string.format('%.3f', next_tat), 'PX', math.ceil(next_tat - now))
+return 0
+"""
+
+
+class RateLimiter:
+    """Budgets per token, counted in Redis; `limits` maps a budget's name to requests
+    per minute (0 or less: not limited)."""
+
+    def __init__(self, connection: redis.Redis, limits: dict[str, int],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.connection = connection
+        self.limits = limits
+        self.clock = clock
+        self._script = connection.register_script(_GCRA)
+        self._paused_until = 0.0
+
+    def retry_after(self, budget: str, token_id: Any) -> int | None:
+        """Seconds until the token may send another request on `budget` (at least 1), or
+        None when this one is allowed (and counted), unlimited, or not countable now."""
+        limit = self.limits.get(budget, 0)
+        if limit <= 0 or self.clock() < self._paused_until:
+            return None
+        try:
+            wait_ms = int(self._script(keys=[f"clinic:rate:{budget}:{token_id}"], args=[PERIOD_MS, limit]))
+        except redis.RedisError as exc:
+            self._paused_until = self.clock() + PAUSE_SECONDS
+            log.warning("rate limits not counted for %.0f s: Redis unavailable (%s)", PAUSE_SECONDS,
+                        type(exc).__name__)
+            return None
+        return max(1, math.ceil(wait_ms / 1000)) if wait_ms > 0 else None
+
+
+class RateLimit:
+    """Middleware, after `TokenAuth`: counts the requests a resource serves with the
+    `write` scope against the token's budget (`rate_limit` on the resource, else
+    "writes"); 429 over it."""
+
+    def __init__(self, limiter: RateLimiter) -> None:
+        self.limiter = limiter
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: object, params: dict) -> None:
+        scopes: dict[str, str] = getattr(resource, "scopes", None) or {}
+        token = getattr(req.context, "token", None)
+        if scopes.get(req.method) != "write" or token is None:
+            return
+        budget = getattr(resource, "rate_limit", "writes")
+        wait = self.limiter.retry_after(budget, token.id)
+        if wait is not None:
+            raise APIError(429, "RATE_LIMITED", f"This token's rate limit for {budget} is reached; "
+                           f"retry after {wait} s.", headers={"Retry-After": str(wait)})
