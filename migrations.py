@@ -189,6 +189,8 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (12, "upload_link_created_at_index", _sql(
         'CREATE INDEX IF NOT EXISTS "upload_link_created_at" ON "upload_link" ("created_at")',
     )),
+    # Issue 20: the staff console's users, their clinics and their server-side sessions.
+    (13, "staff_console", _create(m.StaffUser, m.StaffMembership, m.StaffSession)),
 ]
 
 
