@@ -3,16 +3,21 @@ rendering). Sessions and CSRF are checked by console.middleware.ConsoleSession b
 these run; a resource with `login_required` never runs without a session."""
 from __future__ import annotations
 
+import urllib.parse
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 import falcon
 
-from console import passwords, sessions
+from console import inbox, passwords, sessions
 from console.middleware import PREFIX
 from console.rendering import DEFAULT_LANGUAGE, LANGUAGES, Renderer
 from console.throttle import LoginThrottle
-from models import Clinic, StaffUser
+from documents import patient_requests
+from models import Actor, Clinic, StaffUser
+from plumbing.clock import as_utc
+from voicemail.player import RecordingPlayer
 
 LANGUAGE_COOKIE = "console_lang"  # the login page's language choice, before anyone is known
 
@@ -103,7 +108,45 @@ class ConsoleLogout:
         raise _redirect(PREFIX + "/login")
 
 
+def _clinic_of(req: falcon.Request, user: StaffUser) -> tuple[Clinic | None, list[Clinic]]:
+    """?clinic=slug picks among the user's own clinics only; anything else: the first."""
+    clinics = user.clinics()
+    return next((c for c in clinics if c.slug == req.get_param("clinic")), clinics[0] if clinics else None), clinics
+
+
+def _filters(req: falcon.Request) -> dict[str, str]:
+    return {"state": req.get_param("state") if req.get_param("state") in inbox.STATES else "open",
+            "kind": req.get_param("kind") if req.get_param("kind") in inbox.KINDS else "",
+            "q": (req.get_param("q") or "")[:100]}
+
+
 class Inbox:
+    login_required = True
+
+    def __init__(self, renderer: Renderer, clock: Callable) -> None:
+        self.renderer = renderer
+        self.clock = clock
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        session = req.context.console_session
+        user: StaffUser = session.user
+        clinic, clinics = _clinic_of(req, user)
+        filters = _filters(req)
+        rows = []
+        if clinic is not None:
+            found = inbox.requests(clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"])
+            rows = [inbox.row(r, clinic, user.language) for r in found]
+        # The live update asks for rows newer than the newest shown (or than now).
+        after = rows[0]["created"] if rows else as_utc(self.clock()).isoformat()
+        rows_url = "/console/rows?" + urllib.parse.urlencode({"clinic": clinic.slug if clinic else "", **filters})
+        _html(resp, self.renderer.render("console/inbox.html", user.language, user=user, csrf_token=session.csrf_token,
+                                         clinic=clinic, clinics=clinics, rows=rows, after=after, rows_url=rows_url,
+                                         **filters))
+
+
+class InboxRows:
+    """The live update: the rows created after `after`, rendered by the row template."""
+
     login_required = True
 
     def __init__(self, renderer: Renderer) -> None:
@@ -112,11 +155,73 @@ class Inbox:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         session = req.context.console_session
         user: StaffUser = session.user
-        clinics: list[Clinic] = user.clinics()
-        # ?clinic=slug picks among the user's own clinics only; anything else: the first.
-        clinic = next((c for c in clinics if c.slug == req.get_param("clinic")), clinics[0] if clinics else None)
-        _html(resp, self.renderer.render("console/inbox.html", user.language, user=user,
-                                         csrf_token=session.csrf_token, clinic=clinic, clinics=clinics))
+        clinic, _ = _clinic_of(req, user)
+        try:
+            after = datetime.fromisoformat(req.get_param("after") or "")
+        except ValueError:
+            raise falcon.HTTPBadRequest() from None
+        filters = _filters(req)
+        found = inbox.requests(clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"],
+                               after=after) if clinic else []
+        html = "".join(self.renderer.render("console/_row.html", user.language, row=inbox.row(r, clinic, user.language),
+                                            csrf_token=session.csrf_token) for r in found)
+        _html(resp, html)
+
+
+class RequestResolution:
+    """Resolve (done=1) or reopen (done=0) from a row's button; back to the inbox (PRG)."""
+
+    login_required = True
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        user: StaffUser = req.context.console_session.user
+        request = inbox.request_for(user, request_id)
+        if request is None:
+            raise falcon.HTTPNotFound()
+        done = req.context.form.get("done")
+        if done not in ("0", "1"):
+            raise falcon.HTTPBadRequest()
+        # The API's PATCH `done` path, recorded in the audit trail as this staff user.
+        patient_requests.patch_request(request.clinic, request, {"done": done == "1"}, Actor.staff(user))
+        raise _redirect("/console/?" + urllib.parse.urlencode({"clinic": request.clinic.slug}))
+
+
+class ConsoleRecording:
+    """The <audio> element's source: the API's play logic (RecordingPlayer) behind the
+    session: 302 to a working link, 410 when the recording is gone (the transcript stays)."""
+
+    login_required = True
+
+    def __init__(self, renderer: Renderer, player: RecordingPlayer, clock: Callable) -> None:
+        self.renderer = renderer
+        self.player = player
+        self.clock = clock
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        user: StaffUser = req.context.console_session.user
+        request = inbox.request_for(user, request_id)
+        if request is None or request.call_id is None:
+            raise falcon.HTTPNotFound()
+        answer = self.player.play(request.call, self.clock())
+        if answer.kind == "link":
+            resp.status = falcon.HTTP_302
+            resp.location = answer.url
+            resp.cache_control = ["no-store"]
+            return
+        tr = self.renderer.translations[user.language]
+        if answer.kind == "gone":
+            _html(resp, self.renderer.render("console/refused.html", user.language, user=user,
+                                             csrf_token=req.context.console_session.csrf_token,
+                                             title=tr.gettext("Recording"),
+                                             message=tr.gettext("The recording is no longer available; the transcript stays.")),
+                  falcon.HTTP_410)
+            return
+        resp.set_header("Retry-After", str(answer.retry_after))
+        _html(resp, self.renderer.render("console/refused.html", user.language, user=user,
+                                         csrf_token=req.context.console_session.csrf_token,
+                                         title=tr.gettext("Recording"),
+                                         message=tr.gettext("The recording is not ready yet; try again shortly.")),
+              falcon.HTTP_503)
 
 
 class ConsoleStatic:
