@@ -70,6 +70,7 @@ def create_app(config: Config) -> falcon.App:
         ("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url))),
         ("/console", console.Inbox(renderer, config.clock)),
         ("/console/rows", console.InboxRows(renderer)),
+        ("/console/requests/{request_id}", console.RequestPage(renderer, LinkCache(storage))),
         ("/console/requests/{request_id}/resolution", console.RequestResolution()),
         ("/console/requests/{request_id}/recording", console.ConsoleRecording(renderer, player, config.clock)),
         ("/console/login", console.ConsoleLogin(renderer, throttle, config.clock, config.trust_forwarded_proto,

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import peewee as pw
 from babel.dates import format_date, format_time
 
-from models import Call, Clinic, Patient, PatientRequest, StaffUser
+from models import AuditEvent, Call, Clinic, Patient, PatientRequest, StaffUser
 from plumbing.clock import as_utc
 
 PAGE = 50
@@ -72,3 +72,13 @@ def row(request: PatientRequest, clinic: Clinic, language: str) -> dict[str, obj
         "language": call.transcript_language if call else None,
         "playable": bool(call and call.has_recording),
     }
+
+
+def history(request: PatientRequest) -> list[AuditEvent]:
+    """The request's audit trail, oldest first: its creation (by a token's `create`, or the
+    call hand-off it came from), then every change, with who made it."""
+    about = (AuditEvent.target_type == "patient_request") & (AuditEvent.target_id == str(request.id))
+    if request.call_id:
+        about |= (AuditEvent.target_type == "call") & (AuditEvent.target_id == str(request.call_id))
+    return list(AuditEvent.select().where((AuditEvent.clinic_id == request.clinic_id) & about)
+                .order_by(AuditEvent.at, AuditEvent.id).limit(200))

@@ -3,6 +3,7 @@ rendering). Sessions and CSRF are checked by console.middleware.ConsoleSession b
 these run; a resource with `login_required` never runs without a session."""
 from __future__ import annotations
 
+import json
 import urllib.parse
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ from console.throttle import LoginThrottle
 from documents import patient_requests
 from models import Actor, Clinic, StaffUser
 from plumbing.clock import as_utc
+from storage.links import LinkCache
 from voicemail.player import RecordingPlayer
 
 LANGUAGE_COOKIE = "console_lang"  # the login page's language choice, before anyone is known
@@ -166,6 +168,48 @@ class InboxRows:
         html = "".join(self.renderer.render("console/_row.html", user.language, row=inbox.row(r, clinic, user.language),
                                             csrf_token=session.csrf_token) for r in found)
         _html(resp, html)
+
+
+class RequestPage:
+    """One request: its row, type, notes, tags, signed documents (the API detail's
+    presigned links) and its history from the audit trail. Another clinic's id: 404."""
+
+    login_required = True
+    _WHAT = {"patient_request.create": "Created", "call.receive": "Call received",
+             "patient_request.patch": "Changed"}
+
+    def __init__(self, renderer: Renderer, links: LinkCache) -> None:
+        self.renderer = renderer
+        self.links = links
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        session = req.context.console_session
+        user: StaffUser = session.user
+        request = inbox.request_for(user, request_id)
+        if request is None:
+            raise falcon.HTTPNotFound()
+        clinic, language = request.clinic, user.language
+        tr = self.renderer.translations[language]
+        data = patient_requests.detail(request, self.links)
+        documents = [{"description": d["description"], "category": d["categoryType"], "sha256": d["sha256"],
+                      "visible": d["visibleToPatient"], "url": d["downloadUrl"],
+                      "registered": inbox.local_time(datetime.fromisoformat(d["createdAt"].replace("Z", "+00:00")),
+                                                     clinic, language)} for d in data["medicalRecords"]]
+        events = []
+        for event in inbox.history(request):
+            details = json.loads(event.details or "{}")
+            what = self._WHAT.get(event.action, event.action)
+            if event.action == "patient_request.patch" and "done" in details:
+                what = "Marked resolved" if details["done"] else "Reopened"
+            events.append({"time": inbox.local_time(event.at, clinic, language), "what": tr.gettext(what),
+                           "who": f"{event.actor_kind}: {event.actor_name}"})
+        row = inbox.row(request, clinic, language)
+        _html(resp, self.renderer.render(
+            "console/request.html", language, user=user, csrf_token=session.csrf_token, clinic=clinic, row=row,
+            title=row["name"] or tr.gettext("unknown caller"),
+            type_name=request.request_type.name if request.request_type_id else None,
+            clinic_note=request.clinic_note, user_note=request.user_note, tags=data["tags"],
+            documents=documents, events=events))
 
 
 class RequestResolution:

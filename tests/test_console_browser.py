@@ -12,7 +12,7 @@ import requests
 import soundfile
 
 from console.passwords import hash_password
-from models import Clinic, StaffMembership, StaffUser
+from models import Call, Clinic, StaffMembership, StaffUser
 from plumbing.database import db
 from tests.conftest import ROOT
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
@@ -115,8 +115,25 @@ def test_a_voicemail_arrives_live_plays_and_is_resolved(service, staff, app, bro
     page.wait_for_url(service + "/console/?clinic=clinic-en")
     assert page.locator("li.row").count() == 1 and active()
 
-    # Clinic B's user cannot reach clinic A's request.
+    # The request page, with its history (the resolve and the reopen by Anna).
     request_id = page.locator("li.row").get_attribute("id").removeprefix("r-")
+    page.locator("li.row a.who").click()
+    page.wait_for_url(f"{service}/console/requests/{request_id}")
+    history = page.locator("ol.history").inner_text()
+    assert "Označeno jako vyřízené – staff: anna@example.cz" in history and "Znovu otevřeno" in history
+    page.screenshot(path=str(tmp_path / "console-request.png"), full_page=True)
+    shutil.copy(tmp_path / "console-request.png", ROOT / "docs" / "console-request.png")
+
+    # A hostile transcript is text, never markup: no dialog opens.
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    with db.connection_context():
+        stored = Call.get(Call.call_sid == "CA-live")
+        Call.update(transcript="<script>alert(1)</script>").where(Call.id == stored.id).execute()
+    page.goto(service + "/console/")
+    assert page.locator("li.row .transcript").inner_text() == "<script>alert(1)</script>" and dialogs == []
+
+    # Clinic B's user cannot reach clinic A's request.
     other = browser.new_page()
     log_in(other, service, "bob@example.cz")
     other.wait_for_url(service + "/console/")

@@ -119,3 +119,22 @@ def test_the_play_route_redirects_or_says_the_recording_is_gone(staff, app, cloc
     assert "Nahrávka už není k dispozici; přepis zůstává." in page.text
     app.reset()
     app.get(f"/console/requests/{live.id}/recording", status=303), "no session: the login page"
+
+
+def test_the_request_page_shows_notes_and_history_and_hides_other_clinics(staff, app):  # noqa: F811
+    request = make("clinic-a", "voice_message", name=("Jana", "Dvořáková"), transcript="x", status="reliable")
+    other = make("clinic-b", "missed_call", phone="+420603000000")
+    with db.connection_context():
+        PatientRequest.update(clinic_note="<b>bold</b> note", user_note="called back").where(
+            PatientRequest.id == request.id).execute()
+    login(app, status=303)
+    inbox_page = app.get("/console/")
+    inbox_page.forms[2].submit(status=303)
+    page = app.get(f"/console/requests/{request.id}")
+    assert page.html.h1.text == "Jana Dvořáková"
+    assert "&lt;b&gt;bold&lt;/b&gt; note" in page.text and "called back" in page.text
+    history = page.html.select_one("ol.history").text
+    assert "Označeno jako vyřízené – staff: anna@example.cz" in history
+    assert "Podepsané dokumenty" in page.text and "Žádné." in page.text
+    app.get(f"/console/requests/{other.id}", status=404)
+    app.get("/console/requests/nonsense", status=404)
