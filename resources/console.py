@@ -230,6 +230,22 @@ class RequestResolution:
         raise _redirect("/console/?" + urllib.parse.urlencode({"clinic": request.clinic.slug}))
 
 
+class RequestNote:
+    """Set the request's note (the API's PATCH `userNote`), audited as the staff user."""
+
+    login_required = True
+    MAX_LENGTH = 5000
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        user: StaffUser = req.context.console_session.user
+        request = inbox.request_for(user, request_id)
+        if request is None:
+            raise falcon.HTTPNotFound()
+        note = req.context.form.get("note", "").replace("\r\n", "\n")[:self.MAX_LENGTH]
+        patient_requests.patch_request(request.clinic, request, {"userNote": note}, Actor.staff(user))
+        raise _redirect(f"/console/requests/{request.id}")
+
+
 class ConsoleRecording:
     """The <audio> element's source: the API's play logic (RecordingPlayer) behind the
     session: 302 to a working link, 410 when the recording is gone (the transcript stays)."""

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from models import AuditEvent, Call, Clinic, Patient, PatientRequest
+from models import AuditEvent, Call, Clinic, Patient, PatientRequest, StaffUser
 from plumbing.clock import as_utc
 from plumbing.database import db
 from tests.support import bearer, issue_token, switchboard_url
@@ -133,8 +133,26 @@ def test_the_request_page_shows_notes_and_history_and_hides_other_clinics(staff,
     page = app.get(f"/console/requests/{request.id}")
     assert page.html.h1.text == "Jana Dvořáková"
     assert "&lt;b&gt;bold&lt;/b&gt; note" in page.text and "called back" in page.text
+    note = page.forms[2]  # logout, the row's resolve, the note
+    note["note"] = "<i>rang twice</i>"
+    note.submit(status=303)
+    page = app.get(f"/console/requests/{request.id}")
+    assert page.html.textarea.text == "<i>rang twice</i>" and "&lt;i&gt;rang twice" in page.text
+    with db.connection_context():
+        assert PatientRequest.get_by_id(request.id).user_note == "<i>rang twice</i>"
     history = page.html.select_one("ol.history").text
     assert "Označeno jako vyřízené – staff: anna@example.cz" in history
     assert "Podepsané dokumenty" in page.text and "Žádné." in page.text
     app.get(f"/console/requests/{other.id}", status=404)
     app.get("/console/requests/nonsense", status=404)
+
+
+def test_a_user_who_prefers_english_gets_english_and_english_dates(staff, app):  # noqa: F811
+    make("clinic-a", "missed_call", phone="+420602000000")
+    with db.connection_context():
+        StaffUser.update(language="en").execute()
+    login(app, status=303)
+    page = app.get("/console/")
+    assert "Inbox – Clinic-A" in page.text and "unknown caller" in page.text and "Call back" in page.text
+    assert page.html.select_one("li.row time").text == "Nov 18, 2026 11:00\u202fAM" or \
+        page.html.select_one("li.row time").text.replace("\u202f", " ") == "Nov 18, 2026 11:00 AM"
