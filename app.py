@@ -10,7 +10,10 @@ from models import MedicalRecord
 from plumbing import logs, metrics, strict_json
 from plumbing.database import bind_database
 from plumbing.row_cache import RowCache
-from resources import catalog, meta, patient_requests, patients, switchboard
+from console import rendering
+from console.middleware import ConsoleSession, lifetime_of
+from console.throttle import LoginThrottle
+from resources import catalog, console, meta, patient_requests, patients, switchboard
 from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
@@ -32,6 +35,9 @@ def create_app(config: Config) -> falcon.App:
     player = RecordingPlayer(config, Queue(queueing.RECORDINGS, connection=queue_redis))
     limiter = RateLimiter(queueing.redis_client(config.redis_url, "limits"), {
         "handoffs": config.rate_limit_handoffs_per_minute, "writes": config.rate_limit_writes_per_minute})
+    renderer = rendering.Renderer()
+    session_lifetime = lifetime_of(config.console_session_idle_hours, config.console_session_max_hours)
+    throttle = LoginThrottle(queue_redis, config.console_login_max_failures, config.console_login_window_seconds)
 
     # The request id and metrics come first (after the turn taking, which has no response
     # side): their process_response runs last, so every answer is numbered and timed.
@@ -39,7 +45,10 @@ def create_app(config: Config) -> falcon.App:
     # only once the token, the clinic and the scope are checked and the token is within its
     # rate (BodyLimit's declared-length refusal, in process_request, still comes first).
     app = falcon.App(middleware=[TakeTurns(), logs.RequestId(), metrics.RequestMetrics(flusher), NoNulInUrl(),
-                                 DatabaseConnection(), TokenAuth(config.clock, cache), RateLimit(limiter),
+                                 DatabaseConnection(),
+                                 # /console only: the staff session (cookie) and CSRF; never the API's
+                                 ConsoleSession(config.clock, session_lifetime, renderer),
+                                 TokenAuth(config.clock, cache), RateLimit(limiter),
                                  RetryAdvice(), BodyLimit(config.max_body_bytes, config.body_read_seconds)])
     app.req_options.strip_url_path_trailing_slash = True
     # JSON only: a form body (curl -d's default) would parse as a confusing form key: 415.
@@ -66,6 +75,16 @@ def create_app(config: Config) -> falcon.App:
         (f"{request}/attachments/upload-link", patient_requests.UploadLink(storage, config.upload_links_per_clinic)),
         (f"{request}/attachments", patient_requests.Attachments(storage)),
         ("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url))),
+        ("/console", console.Inbox(renderer, config.clock)),
+        ("/console/rows", console.InboxRows(renderer)),
+        ("/console/requests/{request_id}", console.RequestPage(renderer, LinkCache(storage))),
+        ("/console/requests/{request_id}/note", console.RequestNote()),
+        ("/console/requests/{request_id}/resolution", console.RequestResolution()),
+        ("/console/requests/{request_id}/recording", console.ConsoleRecording(renderer, player, config.clock)),
+        ("/console/login", console.ConsoleLogin(renderer, throttle, config.clock, config.trust_forwarded_proto,
+                                                int(session_lifetime.absolute.total_seconds()))),
+        ("/console/logout", console.ConsoleLogout()),
+        ("/console/static/{name}", console.ConsoleStatic(rendering.HERE / "static")),
         ("/healthz", meta.Healthz(database, queue_redis)),
         ("/metrics", metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
     ]

@@ -74,6 +74,11 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "RELAY_PER_CLINIC": ("relay_per_clinic", int),
     "RATE_LIMIT_HANDOFFS_PER_MINUTE": ("rate_limit_handoffs_per_minute", int),
     "RATE_LIMIT_WRITES_PER_MINUTE": ("rate_limit_writes_per_minute", int),
+    "CONSOLE_SESSION_IDLE_HOURS": ("console_session_idle_hours", float),
+    "CONSOLE_SESSION_MAX_HOURS": ("console_session_max_hours", float),
+    "CONSOLE_LOGIN_MAX_FAILURES": ("console_login_max_failures", int),
+    "CONSOLE_LOGIN_WINDOW_SECONDS": ("console_login_window_seconds", int),
+    "TRUST_FORWARDED_PROTO": ("trust_forwarded_proto", _bool),
 }
 # Current name -> the name it had before; the former is still read when the current one is
 # unset, so a deployment's environment keeps working across the rename.
@@ -200,6 +205,16 @@ class Config:
     # serve a whole clinic group, hundreds of calls a minute.
     rate_limit_handoffs_per_minute: int = 1200
     rate_limit_writes_per_minute: int = 600
+    # Staff console sessions: ended after this long without a page, and this long after login
+    # whatever the activity (a shared clinic computer must not stay logged in for days).
+    console_session_idle_hours: float = 12.0
+    console_session_max_hours: float = 24.0
+    # Logins refused for the window after this many failures, per account and per address.
+    console_login_max_failures: int = 5
+    console_login_window_seconds: int = 900
+    # Behind the operator's TLS-terminating proxy: believe its X-Forwarded-Proto for the
+    # session cookie's Secure flag. Off by default: a client could send the header itself.
+    trust_forwarded_proto: bool = False
     # Not from the environment: the wall clock, replaceable in tests.
     clock: Callable[[], datetime] = field(default=wall_clock, repr=False, compare=False)
 

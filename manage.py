@@ -5,6 +5,9 @@
     python manage.py token create --name NAME --clinic SLUG [--clinic SLUG ...] --scope read [--scope write] [--expires-in-days N]
     python manage.py token list
     python manage.py token revoke TOKEN_ID
+    python manage.py user create --clinic SLUG [--clinic SLUG ...] --email E --name N --role staff|admin [--language cs|en] --password-stdin
+    python manage.py user reset-password --email E --password-stdin
+    python manage.py user disable --email E
     python manage.py audit [--clinic SLUG] [--since ISO] [--limit N]
     python manage.py demo [--base-url URL]
     python manage.py worker [QUEUE ...]
@@ -28,7 +31,7 @@ from config import Config, InsecureConfiguration
 from migrations import migrate
 from plumbing.clock import iso_utc, utc_now
 from plumbing.database import bind_database, db
-from models import Actor, ApiToken, ApiTokenClinic, AuditEvent, Clinic
+from models import Actor, ApiToken, ApiTokenClinic, AuditEvent, Clinic, StaffMembership, StaffUser
 
 DEMO_FILE = Path(__file__).parent / "examples" / "onboarding.json"
 
@@ -61,12 +64,20 @@ def cmd_onboard(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_token_create(config: Config, args: argparse.Namespace) -> int:
-    slugs = list(dict.fromkeys(args.clinic))
+def _clinics(slugs: list[str]) -> list[Clinic] | None:
+    """The clinics of `--clinic` options; None, naming the unknown ones on stderr, if any is."""
     clinics = list(Clinic.select().where(Clinic.slug.in_(slugs)))
     missing = set(slugs) - {c.slug for c in clinics}
     if missing:
         print(f"error: unknown clinic(s): {', '.join(sorted(missing))}", file=sys.stderr)
+        return None
+    return clinics
+
+
+def cmd_token_create(config: Config, args: argparse.Namespace) -> int:
+    slugs = list(dict.fromkeys(args.clinic))
+    clinics = _clinics(slugs)
+    if clinics is None:
         return 2
     expires = timedelta(days=args.expires_in_days) if args.expires_in_days else None
     with db.atomic():
@@ -107,6 +118,85 @@ def cmd_token_revoke(config: Config, args: argparse.Namespace) -> int:
         return 2
     row_cache.changed_here()  # other processes hear of it by NOTIFY (row_cache.py)
     print(f"token {token_id} revoked", file=sys.stderr)
+    return 0
+
+
+def _read_password() -> str | None:
+    """The password from the first line of stdin (never an argument: the process list and the
+    shell history would show it); None, with the reason on stderr, when too short."""
+    from console.passwords import MIN_LENGTH
+
+    password = sys.stdin.readline().rstrip("\r\n")
+    if len(password) < MIN_LENGTH:
+        print(f"error: the password on stdin must be at least {MIN_LENGTH} characters", file=sys.stderr)
+        return None
+    return password
+
+
+def cmd_user_create(config: Config, args: argparse.Namespace) -> int:
+    from console.passwords import hash_password
+
+    slugs = list(dict.fromkeys(args.clinic))
+    clinics = _clinics(slugs)
+    if clinics is None:
+        return 2
+    email = StaffUser.normal_email(args.email)
+    if "@" not in email:
+        print("error: not an e-mail address", file=sys.stderr)
+        return 2
+    if StaffUser.by_email(email):
+        print(f"error: a user with e-mail {email} exists already", file=sys.stderr)
+        return 2
+    password = _read_password()
+    if password is None:
+        return 2
+    with db.atomic():
+        user = StaffUser.create(email=email, name=args.name, password_hash=hash_password(password),
+                                language=args.language)
+        for clinic in clinics:
+            StaffMembership.create(user=user, clinic=clinic, role=args.role)
+            AuditEvent.record(operator(), clinic, "staff_user.create", user, {"role": args.role})
+    print(f"user {email} created for {', '.join(slugs)} ({args.role})", file=sys.stderr)
+    return 0
+
+
+def _existing_user(email: str) -> StaffUser | None:
+    user = StaffUser.by_email(email)
+    if user is None:
+        print("error: no such user", file=sys.stderr)
+    return user
+
+
+def cmd_user_reset_password(config: Config, args: argparse.Namespace) -> int:
+    from console import sessions
+    from console.passwords import hash_password
+
+    user = _existing_user(args.email)
+    if user is None:
+        return 2
+    password = _read_password()
+    if password is None:
+        return 2
+    with db.atomic():
+        StaffUser.update(password_hash=hash_password(password)).where(StaffUser.id == user.id).execute()
+        ended = sessions.end_all(user)  # whoever knew the old password is logged out
+        AuditEvent.record(operator(), None, "staff_user.reset_password", user, {"sessionsEnded": ended})
+    print(f"password of {user.email} reset; {ended} session(s) ended", file=sys.stderr)
+    return 0
+
+
+def cmd_user_disable(config: Config, args: argparse.Namespace) -> int:
+    from console import sessions
+
+    user = _existing_user(args.email)
+    if user is None:
+        return 2
+    with db.atomic():
+        if user.disabled_at is None:
+            StaffUser.update(disabled_at=utc_now()).where(StaffUser.id == user.id).execute()
+            AuditEvent.record(operator(), None, "staff_user.disable", user)
+        ended = sessions.end_all(user)
+    print(f"user {user.email} disabled; {ended} session(s) ended", file=sys.stderr)
     return 0
 
 
@@ -348,6 +438,23 @@ def parser() -> argparse.ArgumentParser:
     revoke = token.add_parser("revoke", help="revoke a token at once")
     revoke.add_argument("token_id")
     revoke.set_defaults(func=cmd_token_revoke)
+
+    user = sub.add_parser("user", help="staff console users").add_subparsers(dest="user_command", required=True)
+    ucreate = user.add_parser("create", help="create a staff user; the password is read from stdin")
+    ucreate.add_argument("--clinic", action="append", required=True, metavar="SLUG")
+    ucreate.add_argument("--email", required=True)
+    ucreate.add_argument("--name", required=True)
+    ucreate.add_argument("--role", required=True, choices=StaffMembership.ROLES)
+    ucreate.add_argument("--language", default="cs", choices=StaffUser.LANGUAGES)
+    ucreate.add_argument("--password-stdin", action="store_true", required=True)
+    ucreate.set_defaults(func=cmd_user_create)
+    ureset = user.add_parser("reset-password", help="set a new password (from stdin); ends the user's sessions")
+    ureset.add_argument("--email", required=True)
+    ureset.add_argument("--password-stdin", action="store_true", required=True)
+    ureset.set_defaults(func=cmd_user_reset_password)
+    udisable = user.add_parser("disable", help="refuse the user's logins and end their sessions")
+    udisable.add_argument("--email", required=True)
+    udisable.set_defaults(func=cmd_user_disable)
 
     audit = sub.add_parser("audit", help="print the audit trail, newest first")
     audit.add_argument("--clinic", metavar="SLUG", help="only this clinic's events")

@@ -205,6 +205,8 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _rename_column("clinic", f"pbx_{name}", f"platform_{name}")
         for name in ("api_url", "username", "password_encrypted")
     ))),
+    # Issue 20: the staff console's users, their clinics and their server-side sessions.
+    (14, "staff_console", _create(m.StaffUser, m.StaffMembership, m.StaffSession)),
 ]
 
 

@@ -655,10 +655,65 @@ class MedicalRecord(BaseModel):
         return cls.select().where(cls.file_hash == upload_key).exists()
 
 
+class StaffUser(BaseModel):
+    """A clinic employee who logs in to the staff console with a password (never to the
+    API). Disabled, not deleted: the audit trail names who wrote."""
+
+    LANGUAGES = ("cs", "en")  # Czech first: the clinics are Czech
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    email = pw.CharField(max_length=254, unique=True)  # stored lower case (`normal_email`)
+    name = pw.CharField(max_length=200)
+    password_hash = pw.TextField()  # Argon2id, console.passwords
+    language = pw.CharField(max_length=2, default="cs")
+    created_at = pw.DateTimeField(default=utc_now)
+    disabled_at = pw.DateTimeField(null=True)
+
+    @staticmethod
+    def normal_email(email: str) -> str:
+        return email.strip().lower()
+
+    @classmethod
+    def by_email(cls, email: str) -> "StaffUser | None":
+        return cls.get_or_none(cls.email == cls.normal_email(email))
+
+    def clinics(self) -> list[Clinic]:
+        """The clinics of the user's memberships, by name."""
+        return list(Clinic.select().join(StaffMembership).where(StaffMembership.user == self)
+                    .order_by(Clinic.name, Clinic.slug))
+
+
+class StaffMembership(BaseModel):
+    """Which clinics a staff user works for, and as what."""
+
+    ROLES = ("staff", "admin")
+
+    user = pw.ForeignKeyField(StaffUser, backref="memberships", on_delete="CASCADE")
+    clinic = pw.ForeignKeyField(Clinic, backref="staff", on_delete="CASCADE")
+    role = pw.CharField(max_length=8, default="staff")
+
+    class Meta:
+        indexes = ((("user", "clinic"), True),)
+
+
+class StaffSession(BaseModel):
+    """A console login, held server-side. The cookie carries a random token; only its
+    SHA-256 is stored (the id), so a database dump opens no session. Logging out or
+    disabling the user deletes the row, which ends the session at once."""
+
+    id = pw.CharField(max_length=64, primary_key=True)  # sha256 hex of the cookie's token
+    user = pw.ForeignKeyField(StaffUser, backref="sessions", on_delete="CASCADE")
+    created_at = pw.DateTimeField()
+    last_seen_at = pw.DateTimeField()
+    csrf_token = pw.CharField(max_length=64)
+    ip = pw.CharField(max_length=64, null=True)
+    user_agent = pw.CharField(max_length=300, null=True)
+
+
 @dataclass(frozen=True)
 class Actor:
     """Who made a write: a token's service account (`token`), the operator at the CLI
-    (`operator`), or, once the staff console exists, a staff user (`staff`)."""
+    (`operator`), or a staff user in the console (`staff`, `Actor.staff`)."""
 
     kind: str
     name: str
@@ -667,6 +722,11 @@ class Actor:
     @classmethod
     def of(cls, who: "ApiToken | Actor") -> "Actor":
         return who if isinstance(who, Actor) else cls("token", who.name, who.id)
+
+    @classmethod
+    def staff(cls, user: "StaffUser") -> "Actor":
+        # The e-mail is the stable name (unique); the display name may repeat.
+        return cls("staff", user.email)
 
 
 class AppendOnly(Exception):
@@ -855,4 +915,7 @@ MODELS: list[type[BaseModel]] = [
     IssuedUpload,
     MedicalRecord,
     AuditEvent,
+    StaffUser,
+    StaffMembership,
+    StaffSession,
 ]

@@ -1,0 +1,84 @@
+"""What the inbox shows: a clinic's requests, newest first, filtered, each with its
+patient and its call read in the same query (one round trip for a page of rows)."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import peewee as pw
+from babel.dates import format_date, format_time
+
+from models import AuditEvent, Call, Clinic, Patient, PatientRequest, StaffUser
+from plumbing.clock import as_utc
+
+PAGE = 50
+KINDS = ("voice_message", "missed_call", "other")  # "other": every kind not from a call
+STATES = ("open", "resolved")
+
+
+def requests(clinic: Clinic, *, state: str = "open", kind: str | None = None, search: str = "",
+             after: datetime | None = None, limit: int = PAGE) -> list[PatientRequest]:
+    query = (PatientRequest.select(PatientRequest, Patient, Call).join(Patient)
+             .switch(PatientRequest).join(Call, join_type=pw.JOIN.LEFT_OUTER)
+             .where(PatientRequest.clinic == clinic))
+    query = query.where(PatientRequest.done_at.is_null() if state == "open" else PatientRequest.done_at.is_null(False))
+    if kind == "other":
+        query = query.where(PatientRequest.kind.not_in(["voice_message", "missed_call"]))
+    elif kind in KINDS:
+        query = query.where(PatientRequest.kind == kind)
+    search = search.strip()[:100]
+    if search:
+        # Name parts or phone digits; ILIKE patterns with the user's % and _ taken literally.
+        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        query = query.where(Patient.first_name.ilike(pattern) | Patient.last_name.ilike(pattern)
+                            | Patient.phone.ilike(pattern) | Call.call_from.ilike(pattern))
+    if after is not None:
+        query = query.where(PatientRequest.created_at > as_utc(after))
+    return list(query.order_by(PatientRequest.created_at.desc(), PatientRequest.id.desc()).limit(limit))
+
+
+def request_for(user: StaffUser, request_id: str) -> PatientRequest | None:
+    """A request of one of the user's clinics; None otherwise (another clinic's id, a bad id)."""
+    try:
+        rid = uuid.UUID(request_id)
+    except ValueError:
+        return None
+    clinic_ids = [c.id for c in user.clinics()]
+    return (PatientRequest.select(PatientRequest, Patient, Call, Clinic).join(Patient)
+            .switch(PatientRequest).join(Call, join_type=pw.JOIN.LEFT_OUTER)
+            .switch(PatientRequest).join(Clinic)
+            .where((PatientRequest.id == rid) & (PatientRequest.clinic.in_(clinic_ids))).get_or_none())
+
+
+def local_time(value: datetime, clinic: Clinic, language: str) -> str:
+    """A stored (naive UTC) time in the clinic's timezone, written the user's way."""
+    local = as_utc(value).replace(tzinfo=ZoneInfo("UTC")).astimezone(ZoneInfo(clinic.timezone))
+    # The date in full, the time to the minute (babel's "medium" time shows seconds).
+    return f"{format_date(local, 'medium', locale=language)} {format_time(local, 'short', locale=language)}"
+
+
+def row(request: PatientRequest, clinic: Clinic, language: str) -> dict[str, object]:
+    """The values one row template shows (the page and the live update render the same)."""
+    call: Call | None = request.call if request.call_id else None
+    patient = request.patient
+    name = f"{patient.first_name} {patient.last_name}".strip()
+    return {
+        "id": str(request.id), "kind": request.kind, "title": request.title, "name": name,
+        "created": as_utc(request.created_at).isoformat(), "time": local_time(request.created_at, clinic, language),
+        "open": request.done_at is None, "call_from": call.call_from if call else patient.phone,
+        "callback": call.callback_number if call and call.callback_number != call.call_from else None,
+        "transcript": call.transcript if call else None, "status": call.transcript_status if call else None,
+        "language": call.transcript_language if call else None,
+        "playable": bool(call and call.has_recording),
+    }
+
+
+def history(request: PatientRequest) -> list[AuditEvent]:
+    """The request's audit trail, oldest first: its creation (by a token's `create`, or the
+    call hand-off it came from), then every change, with who made it."""
+    about = (AuditEvent.target_type == "patient_request") & (AuditEvent.target_id == str(request.id))
+    if request.call_id:
+        about |= (AuditEvent.target_type == "call") & (AuditEvent.target_id == str(request.call_id))
+    return list(AuditEvent.select().where((AuditEvent.clinic_id == request.clinic_id) & about)
+                .order_by(AuditEvent.at, AuditEvent.id).limit(200))

@@ -1,0 +1,68 @@
+"""The console's session and CSRF middleware: only `/console` paths, never the API's.
+
+It reads the session cookie into `req.context.console_session`, parses a form body into
+`req.context.form`, refuses (403) every POST whose `csrf_token` does not match, and sends
+a resource that declares `login_required` to the login page when there is no session.
+The API's TokenAuth reads only the Authorization header, so a session cookie opens
+nothing there; and this reads only the cookie, so a token opens nothing here."""
+from __future__ import annotations
+
+import urllib.parse
+from datetime import timedelta
+from typing import Any, Callable
+
+import falcon
+
+from console import sessions
+from console.rendering import DEFAULT_LANGUAGE, Renderer
+
+PREFIX = "/console"
+_FORM = "application/x-www-form-urlencoded"
+
+
+def is_console(req: falcon.Request) -> bool:
+    return req.path == PREFIX or req.path.startswith(PREFIX + "/")
+
+
+class ConsoleSession:
+    def __init__(self, clock: Callable, lifetime: sessions.Lifetime, renderer: Renderer) -> None:
+        self.clock = clock
+        self.lifetime = lifetime
+        self.renderer = renderer
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        req.context.console_session = None
+        req.context.form = {}
+        if not is_console(req) or req.path.startswith(PREFIX + "/static/"):
+            return
+        cookie = req.get_cookie_values(sessions.COOKIE)
+        session = sessions.find(cookie[0] if cookie else None, self.clock(), self.lifetime)
+        req.context.console_session = session
+        if req.method != "POST":
+            return
+        if (req.content_type or "").split(";")[0].strip().lower() == _FORM:
+            body = req.bounded_stream.read().decode("utf-8", "replace")
+            req.context.form = {k: v[0] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True).items()}
+        # The login form is checked against the pre-login cookie (there is no session yet);
+        # every other form against the session's own token.
+        if req.path == PREFIX + "/login":
+            expected = (req.get_cookie_values(sessions.PRELOGIN_COOKIE) or [None])[0]
+        else:
+            expected = session.csrf_token if session else None
+        if not sessions.same(req.context.form.get("csrf_token"), expected):
+            language = session.user.language if session else DEFAULT_LANGUAGE
+            tr = self.renderer.translations[language]
+            resp.status = falcon.HTTP_403
+            resp.content_type = "text/html; charset=utf-8"
+            resp.text = self.renderer.render("console/refused.html", language, user=None, csrf_token="",
+                                             title=tr.gettext("Forbidden"),
+                                             message=tr.gettext("The form expired. Please try again."))
+            resp.complete = True  # the responder does not run
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict) -> None:
+        if getattr(resource, "login_required", False) and req.context.console_session is None:
+            raise falcon.HTTPSeeOther(PREFIX + "/login")
+
+
+def lifetime_of(idle_hours: float, max_hours: float) -> sessions.Lifetime:
+    return sessions.Lifetime(idle=timedelta(hours=idle_hours), absolute=timedelta(hours=max_hours))

@@ -1,0 +1,57 @@
+"""Rendering the console's pages: Jinja2 with autoescape on (every value from outside is
+escaped), gettext through the Jinja2 i18n extension, Czech first and English second.
+
+The catalogue (locale/cs/LC_MESSAGES/messages.po, English msgids) is compiled in memory
+at start with Babel: no build step and no .mo file to forget to regenerate."""
+from __future__ import annotations
+
+import gettext
+import io
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+from babel.messages.mofile import write_mo
+from babel.messages.pofile import read_po
+
+HERE = Path(__file__).parent
+LANGUAGES = ("cs", "en")  # the first is the default
+DEFAULT_LANGUAGE = LANGUAGES[0]
+
+
+def _compile(language: str) -> gettext.NullTranslations:
+    po = HERE / "locale" / language / "LC_MESSAGES" / "messages.po"
+    if not po.exists():  # English: the msgids themselves
+        return gettext.NullTranslations()
+    with po.open("rb") as f:
+        catalog = read_po(f, locale=language)
+    mo = io.BytesIO()
+    write_mo(mo, catalog)
+    mo.seek(0)
+    return gettext.GNUTranslations(mo)
+
+
+class Renderer:
+    def __init__(self) -> None:
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,  # all templates are HTML
+            extensions=["jinja2.ext.i18n"],
+            undefined=jinja2.StrictUndefined,  # a misspelt variable fails a test, not a page silently
+        )
+        self.env.install_null_translations(newstyle=True)
+        self.translations = {language: _compile(language) for language in LANGUAGES}
+
+    def render(self, name: str, language: str, **context: Any) -> str:
+        # The translation functions go in with each page's context, not the environment's
+        # globals: one worker renders pages in several languages at once (gevent).
+        tr = self.translations.get(language) or self.translations[DEFAULT_LANGUAGE]
+
+        def gettext_(message: str, **values: Any) -> str:
+            # Markup's % escapes the values (they may come from outside); the catalogue's
+            # own text is trusted.
+            return Markup(tr.gettext(message)) % values if values else tr.gettext(message)
+
+        return self.env.get_template(name).render(
+            gettext=gettext_, _=gettext_, ngettext=tr.ngettext, language=language, **context)

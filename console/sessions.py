@@ -1,0 +1,75 @@
+"""Server-side console sessions: the cookie carries a random token; the database holds
+its SHA-256 (the session id), the user, the CSRF token and the times that expire it."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from models import StaffSession, StaffUser
+from plumbing.clock import as_utc
+
+COOKIE = "console_session"
+# Before login there is no session: the login form's CSRF token is a random value in its
+# own cookie, repeated in the form (double submit). A cross-site page can neither read
+# the cookie nor set it, so it cannot post a matching pair.
+PRELOGIN_COOKIE = "console_csrf"
+_TOUCH_EVERY = timedelta(minutes=1)  # spare a write per page; idle expiry is hours
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def same(a: str | None, b: str | None) -> bool:
+    """Constant-time comparison of two tokens; a missing one never matches."""
+    return bool(a) and bool(b) and hmac.compare_digest(a.encode(), b.encode())
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    idle: timedelta
+    absolute: timedelta
+
+
+def start(user: StaffUser, now: datetime, ip: str | None, user_agent: str | None) -> str:
+    """A new session for `user`; returns the cookie's token (shown once, never stored)."""
+    token = new_token()
+    StaffSession.create(id=_digest(token), user=user, created_at=as_utc(now), last_seen_at=as_utc(now),
+                        csrf_token=new_token(), ip=(ip or "")[:64] or None, user_agent=(user_agent or "")[:300] or None)
+    return token
+
+
+def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession | None:
+    """The live session of a cookie's token, its user loaded; None when unknown, expired
+    (idle or absolute; the row is deleted then) or its user is disabled."""
+    if not token or len(token) > 100:
+        return None
+    session = (StaffSession.select(StaffSession, StaffUser).join(StaffUser)
+               .where(StaffSession.id == _digest(token)).get_or_none())
+    if session is None:
+        return None
+    now = as_utc(now)
+    if (session.user.disabled_at is not None or now - as_utc(session.last_seen_at) > lifetime.idle
+            or now - as_utc(session.created_at) > lifetime.absolute):
+        StaffSession.delete().where(StaffSession.id == session.id).execute()
+        return None
+    if now - as_utc(session.last_seen_at) > _TOUCH_EVERY:
+        StaffSession.update(last_seen_at=now).where(StaffSession.id == session.id).execute()
+    return session
+
+
+def end(token: str | None) -> None:
+    if token:
+        StaffSession.delete().where(StaffSession.id == _digest(token)).execute()
+
+
+def end_all(user: StaffUser) -> int:
+    """Every session of the user (password reset, disable)."""
+    return StaffSession.delete().where(StaffSession.user == user).execute()

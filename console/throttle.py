@@ -1,0 +1,41 @@
+"""Login throttling: failures counted in Redis per account and per client address.
+
+After `limit` failures within `window` seconds the login is refused before the password
+is checked, for the account (by the e-mail as typed, lower case, known or not: counting
+only known accounts would tell which exist) and for the address. Counters live in Redis
+so that every gunicorn worker and process sees the same count; each expires `window`
+seconds after its first failure."""
+from __future__ import annotations
+
+import hashlib
+
+import redis
+
+
+class LoginThrottle:
+    def __init__(self, client: redis.Redis, limit: int, window: int) -> None:
+        self.client = client
+        self.limit = limit
+        self.window = window
+
+    @staticmethod
+    def _keys(email: str, address: str) -> tuple[str, str]:
+        # Hashed: the keys need not show e-mails to whoever reads Redis.
+        account = hashlib.sha256(email.strip().lower().encode()).hexdigest()[:32]
+        return f"console:login-fail:account:{account}", f"console:login-fail:addr:{address}"
+
+    def blocked(self, email: str, address: str) -> bool:
+        counts = self.client.mget(self._keys(email, address))
+        return any(int(c or 0) >= self.limit for c in counts)
+
+    def failed(self, email: str, address: str) -> None:
+        pipe = self.client.pipeline()
+        for key in self._keys(email, address):
+            pipe.incr(key)
+            pipe.expire(key, self.window, nx=True)
+        pipe.execute()
+
+    def succeeded(self, email: str) -> None:
+        """A good login clears its account's count (not the address's: one office's
+        shared address must not reset an attacker's count by logging in)."""
+        self.client.delete(self._keys(email, "")[0])

@@ -1,0 +1,167 @@
+"""The staff console in a real headless Chromium (Debian's /usr/bin/chromium, driven by
+Playwright; never `playwright install`), against gunicorn started from the Procfile, the
+session's real RQ worker, PostgreSQL and Redis: a real voicemail hand-off becomes an inbox
+row without a reload, its recording plays, resolve and reopen drive has-active-request."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import requests
+import soundfile
+
+from console.passwords import hash_password
+from models import Call, Clinic, StaffMembership, StaffUser
+from plumbing.database import db
+from tests.conftest import ROOT
+from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.gunicorn import serving, start_gunicorn
+from tests.support.https_server import static
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
+from tests.support.worker import processed_call, worker_env
+from tests.test_call_handoff import audio, call_body
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        # The recordings come from the test HTTPS server, whose CA (trustme) Chromium does not know.
+        "--ignore-certificate-errors"]
+PASSWORD = "a long password"
+WAIT_MS = 120_000  # a loaded machine: generous bounded waits, never sleeps
+
+
+@pytest.fixture(scope="module")
+def service(wsgi_app, ca_bundle, tmp_path_factory):
+    """gunicorn as the Procfile runs it, with the worker's settings (loopback recordings)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("console-web") / "web.log"
+    proc = start_gunicorn(port, env=worker_env(ca_bundle, LOG_FORMAT="text"), log=log,
+                          ready=lambda _: serving(f"http://127.0.0.1:{port}"), timeout=120)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc, 30)
+
+
+@pytest.fixture
+def browser():
+    with playwright_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def staff(app):
+    load(organization(clinic("clinic-en", tz="America/New_York", country="US", language="en"), clinic("clinic-b")))
+    with db.connection_context():
+        for email, slug in (("anna@example.cz", "clinic-en"), ("bob@example.cz", "clinic-b")):
+            user = StaffUser.create(email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD))
+            StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == slug), role="staff")
+
+
+def log_in(page, base: str, email: str = "anna@example.cz", password: str = PASSWORD) -> None:
+    page.goto(base + "/console/login")
+    page.get_by_label("E-mail").fill(email)
+    page.get_by_label("Heslo").fill(password)
+    page.get_by_role("button", name="Přihlásit").click()
+
+
+def test_a_voicemail_arrives_live_plays_and_is_resolved(service, staff, app, browser, https_server, worker, tmp_path):
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.set_default_timeout(WAIT_MS)
+    log_in(page, service)
+    page.wait_for_url(service + "/console/")
+    assert page.locator("h1").inner_text().startswith("Příchozí – ")
+
+    https_server.route("/rec/CA-live.mp3", static(audio("msg_appointment.mp3"), "audio/mpeg"))
+    token = issue_token(["clinic-en"], ["read", "write"])
+    # To gunicorn itself: it allows the test server's loopback recording URL (worker_env).
+    handed = requests.post(service + switchboard_url("clinic-en", "recording-complete"),
+                           json=call_body("CA-live", https_server.url("/rec/CA-live.mp3")), headers=bearer(token), timeout=60)
+    assert handed.status_code == 200, handed.text
+    call = processed_call("CA-live", timeout=180)
+    row = page.locator("li.row.voice_message")
+    row.wait_for()  # inserted by the live update, no reload
+    text = row.inner_text()
+    assert "appointment" in text.lower() and ("Přepis je" in text or "Přepis se" in text)
+    assert call.transcript_status in ("reliable", "unreliable")
+    assert page.locator("p.empty").count() == 0, "the live update removes 'Nothing here.'"
+
+    # The <audio> loads the recording through the session-authenticated play route.
+    page.wait_for_function("document.querySelector('li.row audio').readyState >= 2", timeout=WAIT_MS)
+    duration = page.evaluate("document.querySelector('li.row audio').duration")
+    info = soundfile.info(str(ROOT / "tests" / "audio" / "msg_appointment.mp3"))
+    assert abs(duration - info.duration) <= 0.5, (duration, info.duration)
+
+    page.screenshot(path=str(tmp_path / "console-inbox.png"), full_page=True)
+    shutil.copy(tmp_path / "console-inbox.png", ROOT / "docs" / "console-inbox.png")
+
+    def active() -> bool:
+        return app.post_json(switchboard_url("clinic-en", "has-active-request"), {"callFrom": call.call_from},
+                             headers=bearer(token)).json["hasActiveRequest"]
+
+    assert active()
+    row.get_by_role("button", name="Vyřízeno").click()
+    page.wait_for_url(service + "/console/?clinic=clinic-en")
+    assert page.locator("li.row").count() == 0 and not active()
+    page.goto(service + "/console/?state=resolved")
+    page.locator("li.row").get_by_role("button", name="Znovu otevřít").click()
+    page.wait_for_url(service + "/console/?clinic=clinic-en")
+    assert page.locator("li.row").count() == 1 and active()
+
+    # The request page, with its history (the resolve and the reopen by Anna).
+    request_id = page.locator("li.row").get_attribute("id").removeprefix("r-")
+    page.locator("li.row a.who").click()
+    page.wait_for_url(f"{service}/console/requests/{request_id}")
+    history = page.locator("ol.history").inner_text()
+    assert "Označeno jako vyřízené – staff: anna@example.cz" in history and "Znovu otevřeno" in history
+    page.screenshot(path=str(tmp_path / "console-request.png"), full_page=True)
+    shutil.copy(tmp_path / "console-request.png", ROOT / "docs" / "console-request.png")
+
+    # A hostile transcript is text, never markup: no dialog opens.
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    with db.connection_context():
+        stored = Call.get(Call.call_sid == "CA-live")
+        Call.update(transcript="<script>alert(1)</script>").where(Call.id == stored.id).execute()
+    page.goto(service + "/console/")
+    assert page.locator("li.row .transcript").inner_text() == "<script>alert(1)</script>" and dialogs == []
+
+    # Clinic B's user cannot reach clinic A's request.
+    other = browser.new_page()
+    log_in(other, service, "bob@example.cz")
+    other.wait_for_url(service + "/console/")
+    assert other.goto(f"{service}/console/requests/{request_id}/recording").status == 404
+
+
+def test_csrf_throttling_languages_and_escaping_in_the_browser(service, staff, app, browser):
+    import redis as redis_lib
+    from tests.conftest import REDIS_URL
+
+    client = redis_lib.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter("console:*"):
+        client.delete(key)
+    page = browser.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.goto(service + "/console/login?lang=en")
+    assert page.get_by_role("button", name="Log in").is_visible()
+    page.goto(service + "/console/login?lang=cs")
+    assert page.get_by_role("button", name="Přihlásit").is_visible()
+    # A form without its CSRF token is refused.
+    page.evaluate("document.querySelector('input[name=csrf_token]').remove()")
+    page.get_by_label("E-mail").fill("anna@example.cz")
+    page.get_by_label("Heslo").fill(PASSWORD)
+    with page.expect_response(lambda r: r.url.endswith("/console/login") and r.request.method == "POST") as answer:
+        page.get_by_role("button", name="Přihlásit").click()
+    assert answer.value.status == 403
+    for _ in range(5):
+        log_in(page, service, password="wrong password")
+        assert "Nesprávný e-mail nebo heslo." in page.content()
+    log_in(page, service)
+    assert "Příliš mnoho neúspěšných přihlášení" in page.content()

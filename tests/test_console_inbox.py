@@ -1,0 +1,158 @@
+"""The console's inbox (WebTest): rows of voice messages and missed calls, filters, the
+live update's rows, resolve and reopen (audited as the staff user), the play route,
+another clinic's requests, escaping."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from models import AuditEvent, Call, Clinic, Patient, PatientRequest, StaffUser
+from plumbing.clock import as_utc
+from plumbing.database import db
+from tests.support import bearer, issue_token, switchboard_url
+from tests.support.clocks import WEDNESDAY
+from tests.test_console_sessions import csrf_of, login, staff  # noqa: F401 (the fixture)
+
+
+def make(slug: str, kind: str, *, name: tuple[str, str] = ("", ""), phone: str = "+420601123456",
+         transcript: str | None = None, status: str | None = None, minutes: int = 0, **call_fields) -> PatientRequest:
+    with db.connection_context():
+        clinic = Clinic.get(Clinic.slug == slug)
+        patient = Patient.create(organization=clinic.organization_id, first_name=name[0], last_name=name[1], phone=phone)
+        call = Call.create(clinic=clinic, call_sid=f"CA{kind}{minutes}{slug}{phone}", call_from=phone, call_to="+420222000111",
+                           state="done", outcome=kind, transcript=transcript, transcript_status=status,
+                           transcript_language="cs" if transcript else None,
+                           received_at=as_utc(WEDNESDAY + timedelta(minutes=minutes)), **call_fields)
+        return PatientRequest.create(clinic=clinic, patient=patient, kind=kind, title=kind, call=call,
+                                     created_at=as_utc(WEDNESDAY + timedelta(minutes=minutes)))
+
+
+def test_rows_show_voice_messages_and_missed_calls_in_czech(staff, app):  # noqa: F811
+    make("clinic-a", "voice_message", name=("Jana", "Dvořáková"), transcript="Prosím o recept.", status="unreliable",
+         callback_number="+420777888999", has_recording=True, recording_url="https://example.test/r.wav")
+    make("clinic-a", "missed_call", phone="+420602000000", minutes=1)
+    make("clinic-b", "missed_call", phone="+420603000000", minutes=2)
+    login(app, status=303)
+    page = app.get("/console/")
+    rows = page.html.select("li.row")
+    assert [r["class"][1] for r in rows] == ["missed_call", "voice_message"], "newest first, clinic-a only"
+    voice = rows[1]
+    assert "Jana Dvořáková" in voice.text and "Prosím o recept." in voice.text
+    assert "Přepis je nespolehlivý: poslechněte si nahrávku" in voice.text
+    assert voice.select_one('a[href="tel:+420601123456"]') and voice.select_one('a[href="tel:+420777888999"]')
+    assert voice.select_one("audio")["src"].endswith("/recording")
+    assert voice.select_one("time").text == "18. 11. 2026 11:00", "Prague time, the Czech way"
+    missed = rows[0]
+    assert "neznámý volající" in missed.text and "Zavolat zpět" in missed.text
+
+
+def test_filters_and_search(staff, app):  # noqa: F811
+    make("clinic-a", "voice_message", name=("Jana", "Dvořáková"), transcript="x", status="reliable")
+    make("clinic-a", "missed_call", phone="+420602000000", minutes=1)
+    login(app, status=303)
+    assert len(app.get("/console/?kind=missed_call").html.select("li.row")) == 1
+    assert len(app.get("/console/?kind=other").html.select("li.row")) == 0
+    assert len(app.get("/console/?q=dvořák").html.select("li.row")) == 1
+    assert len(app.get("/console/?q=602000").html.select("li.row")) == 1
+    assert len(app.get("/console/?q=%25").html.select("li.row")) == 0, "% is literal"
+    assert len(app.get("/console/?state=resolved").html.select("li.row")) == 0
+
+
+def test_the_live_update_renders_the_rows_created_after(staff, app):  # noqa: F811
+    make("clinic-a", "missed_call", phone="+420602000000")
+    login(app, status=303)
+    after = app.get("/console/").html.select_one("ul.rows")["data-after"]
+    assert app.get(f"/console/rows?clinic=clinic-a&state=open&kind=&q=&after={after}").text == ""
+    make("clinic-a", "voice_message", transcript="<script>alert(1)</script>", status="reliable", minutes=3)
+    fresh = app.get(f"/console/rows?clinic=clinic-a&state=open&kind=&q=&after={after}")
+    assert fresh.text.count('<li class="row') == 1
+    assert "<script>alert(1)</script>" not in fresh.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in fresh.text
+    app.get("/console/rows?after=nonsense", status=400)
+
+
+def test_resolve_and_reopen_drive_has_active_request_and_are_audited(staff, app):  # noqa: F811
+    request = make("clinic-a", "voice_message", transcript="x", status="reliable")
+    token = issue_token(["clinic-a"], ["read"])
+
+    def active() -> bool:
+        return app.post_json(switchboard_url("clinic-a", "has-active-request"), {"callFrom": "+420601123456"},
+                             headers=bearer(token)).json["hasActiveRequest"]
+
+    assert active()
+    login(app, status=303)
+    page = app.get("/console/")
+    done = page.forms[2].submit(status=303)
+    assert done.headers["Location"].endswith("/console/?clinic=clinic-a")
+    assert not active()
+    page = app.get("/console/?state=resolved")
+    assert "Znovu otevřít" in page.text
+    page.forms[2].submit(status=303)
+    assert active()
+    with db.connection_context():
+        events = [e for e in AuditEvent.trail() if e.action == "patient_request.patch"]
+    assert [(e.actor_kind, e.actor_name, e.target_id) for e in events] == [("staff", "anna@example.cz", str(request.id))] * 2
+    assert app.post(f"/console/requests/{request.id}/resolution", {"done": "1"}, status=403), "no CSRF token"
+
+
+def test_another_clinics_request_is_not_found(staff, app):  # noqa: F811
+    other = make("clinic-b", "voice_message", transcript="x", status="reliable", has_recording=True,
+                 recording_url="https://example.test/r.wav")
+    login(app, status=303)
+    csrf = csrf_of(app.get("/console/"))
+    app.post(f"/console/requests/{other.id}/resolution", {"done": "1", "csrf_token": csrf}, status=404)
+    app.get(f"/console/requests/{other.id}/recording", status=404)
+    app.get("/console/requests/not-a-uuid/recording", status=404)
+    assert "Clinic-A" in app.get("/console/?clinic=clinic-b").text, "not a membership: the user's own clinic"
+
+
+def test_the_play_route_redirects_or_says_the_recording_is_gone(staff, app, clock):  # noqa: F811
+    live = make("clinic-a", "voice_message", transcript="x", status="reliable", has_recording=True,
+                recording_url="https://example.test/r.wav")
+    gone = make("clinic-a", "voice_message", transcript="x", status="reliable", has_recording=True, minutes=1,
+                recording_url="https://example.test/g.wav", recording_gone_reason="deleted")
+    clock.set(WEDNESDAY + timedelta(minutes=2))
+    login(app, status=303)
+    played = app.get(f"/console/requests/{live.id}/recording", status=302)
+    assert played.headers["Location"] == "https://example.test/r.wav"
+    page = app.get(f"/console/requests/{gone.id}/recording", status=410)
+    assert "Nahrávka už není k dispozici; přepis zůstává." in page.text
+    app.reset()
+    app.get(f"/console/requests/{live.id}/recording", status=303), "no session: the login page"
+
+
+def test_the_request_page_shows_notes_and_history_and_hides_other_clinics(staff, app):  # noqa: F811
+    request = make("clinic-a", "voice_message", name=("Jana", "Dvořáková"), transcript="x", status="reliable")
+    other = make("clinic-b", "missed_call", phone="+420603000000")
+    with db.connection_context():
+        PatientRequest.update(clinic_note="<b>bold</b> note", user_note="called back").where(
+            PatientRequest.id == request.id).execute()
+    login(app, status=303)
+    inbox_page = app.get("/console/")
+    inbox_page.forms[2].submit(status=303)
+    page = app.get(f"/console/requests/{request.id}")
+    assert page.html.h1.text == "Jana Dvořáková"
+    assert "&lt;b&gt;bold&lt;/b&gt; note" in page.text and "called back" in page.text
+    note = page.forms[2]  # logout, the row's resolve, the note
+    note["note"] = "<i>rang twice</i>"
+    note.submit(status=303)
+    page = app.get(f"/console/requests/{request.id}")
+    assert page.html.textarea.text == "<i>rang twice</i>" and "&lt;i&gt;rang twice" in page.text
+    with db.connection_context():
+        assert PatientRequest.get_by_id(request.id).user_note == "<i>rang twice</i>"
+    history = page.html.select_one("ol.history").text
+    assert "Označeno jako vyřízené – staff: anna@example.cz" in history
+    assert "Podepsané dokumenty" in page.text and "Žádné." in page.text
+    app.get(f"/console/requests/{other.id}", status=404)
+    app.get("/console/requests/nonsense", status=404)
+
+
+def test_a_user_who_prefers_english_gets_english_and_english_dates(staff, app):  # noqa: F811
+    make("clinic-a", "missed_call", phone="+420602000000")
+    with db.connection_context():
+        StaffUser.update(language="en").execute()
+    login(app, status=303)
+    page = app.get("/console/")
+    assert "Inbox – Clinic-A" in page.text and "unknown caller" in page.text and "Call back" in page.text
+    assert page.html.select_one("li.row time").text == "Nov 18, 2026 11:00\u202fAM" or \
+        page.html.select_one("li.row time").text.replace("\u202f", " ") == "Nov 18, 2026 11:00 AM"

@@ -1,0 +1,178 @@
+"""Staff console logins and sessions (WebTest): passwords, CSRF, throttling, expiry, the
+cookie's flags, and the wall between console sessions and API tokens."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+import redis
+
+from console.passwords import hash_password
+from models import AuditEvent, Clinic, StaffMembership, StaffSession, StaffUser
+from plumbing.database import db
+from tests.conftest import PG_URL, REDIS_URL, ROOT
+from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.clocks import WEDNESDAY
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def staff(app):
+    """clinic-a and clinic-b; anna works for clinic-a; the login counters are cleared."""
+    load(organization(clinic("clinic-a"), clinic("clinic-b")))
+    client = redis.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter("console:*"):
+        client.delete(key)
+    with db.connection_context():
+        user = StaffUser.create(email="anna@example.cz", name="Anna Nováková", password_hash=hash_password(PASSWORD))
+        StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == "clinic-a"), role="staff")
+    return user
+
+
+def login(app, email: str = "anna@example.cz", password: str = PASSWORD, status: int | str = "*", **environ):
+    page = app.get("/console/login", extra_environ=environ)
+    form = page.forms[0]
+    form["email"], form["password"] = email, password
+    return form.submit(status=status, extra_environ=environ)
+
+
+def csrf_of(page) -> str:
+    return page.html.find("input", {"name": "csrf_token"})["value"]
+
+
+def test_login_page_is_czech_first_and_english_on_request(staff, app):
+    cs = app.get("/console/login")
+    assert "Přihlásit" in cs.text and '<html lang="cs">' in cs.text
+    en = app.get("/console/login?lang=en")
+    assert "Log in" in en.text and "Přihlásit" not in en.text.split("<nav")[0]
+    assert "Log in" in app.get("/console/login").text, "the choice is remembered"
+    assert en.headers["Cache-Control"] == "no-store"
+
+
+def test_login_opens_the_inbox_with_a_httponly_lax_cookie_and_logout_ends_it(staff, app):
+    done = login(app, status=303)
+    assert done.headers["Location"].endswith("/console/")
+    cookie = next(c for c in done.headers.getall("Set-Cookie") if c.startswith("console_session="))
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Path=/console" in cookie
+    assert "Secure" not in cookie, "plain http (the embedded run): a Secure cookie would never come back"
+    inbox = app.get("/console/", status=200)
+    assert "Anna Nováková" in inbox.text and "Clinic-A" in inbox.text
+    with db.connection_context():
+        stored = StaffSession.get()
+    token = cookie.split(";")[0].split("=", 1)[1]
+    assert stored.id != token and len(stored.id) == 64, "only the token's hash is stored"
+    app.post("/console/logout", {"csrf_token": csrf_of(inbox)}, status=303)
+    app.get("/console/", status=303)
+    with db.connection_context():
+        assert StaffSession.select().count() == 0
+
+
+def test_the_cookie_is_secure_over_https_and_behind_a_trusted_proxy_only(staff, app):
+    done = login(app, status=303, **{"wsgi.url_scheme": "https"})
+    assert "Secure" in next(c for c in done.headers.getall("Set-Cookie") if c.startswith("console_session="))
+    app.reset()
+    spoofed = login(app, status=303, HTTP_X_FORWARDED_PROTO="https")
+    assert "Secure" not in next(c for c in spoofed.headers.getall("Set-Cookie") if c.startswith("console_session="))
+
+
+def test_unknown_email_and_wrong_password_get_the_same_answer(staff, app):
+    wrong = login(app, password="not the password", status=401)
+    unknown = login(app, email="nobody@example.cz", status=401)
+    for page in (wrong, unknown):
+        assert "Nesprávný e-mail nebo heslo." in page.text
+    app.get("/console/", status=303)
+
+
+def test_a_disabled_user_cannot_log_in(staff, app):
+    with db.connection_context():
+        StaffUser.update(disabled_at=WEDNESDAY).execute()
+    assert "Nesprávný e-mail nebo heslo." in login(app, status=401).text
+
+
+def test_posts_without_the_csrf_token_are_refused(staff, app):
+    app.get("/console/login")
+    app.post("/console/login", {"email": "anna@example.cz", "password": PASSWORD}, status=403)
+    app.post("/console/login", {"email": "anna@example.cz", "password": PASSWORD, "csrf_token": "guess"}, status=403)
+    login(app, status=303)
+    app.post("/console/logout", {}, status=403)
+    app.post("/console/logout", {"csrf_token": "guess"}, status=403)
+    app.get("/console/", status=200), "still logged in"
+
+
+def test_the_sixth_attempt_is_throttled_per_account_even_with_the_right_password(staff, app):
+    for _ in range(5):
+        login(app, password="wrong password", status=401)
+    throttled = login(app, status=429)
+    assert "Příliš mnoho neúspěšných přihlášení" in throttled.text
+    app.get("/console/", status=303)
+    login(app, status=429, REMOTE_ADDR="10.1.2.3"), "the account is locked from any address"
+
+
+def test_failures_from_one_address_throttle_it_whatever_the_email(staff, app):
+    for n in range(5):
+        login(app, email=f"guess{n}@example.cz", status=401, REMOTE_ADDR="10.9.9.9")
+    login(app, status=429, REMOTE_ADDR="10.9.9.9")
+    app.reset()
+    login(app, status=303, REMOTE_ADDR="10.0.0.1")
+
+
+def test_sessions_expire_when_idle_and_absolutely(staff, app, clock):
+    login(app, status=303)
+    clock.set(WEDNESDAY + timedelta(hours=11))
+    app.get("/console/", status=200)
+    clock.set(WEDNESDAY + timedelta(hours=22))
+    app.get("/console/", status=200), "idle time counts from the last page"
+    clock.set(WEDNESDAY + timedelta(hours=24, minutes=1))
+    app.get("/console/", status=303), "past the absolute lifetime"
+    login(app, status=303)
+    clock.set(WEDNESDAY + timedelta(hours=36, minutes=2))
+    app.get("/console/", status=303), "12 hours idle"
+
+
+def test_a_session_never_opens_the_api_and_a_token_never_opens_the_console(staff, app):
+    login(app, status=303)
+    app.post_json(switchboard_url("clinic-a", "is-on-vacation"), {}, status=401)
+    app.reset()
+    with db.connection_context():
+        token = issue_token(["clinic-a"], ["read", "write"])
+    app.get("/console/", headers=bearer(token), status=303)
+
+
+def test_the_stylesheet_is_cached(app):
+    css = app.get("/console/static/console.css")
+    assert css.content_type == "text/css" and "max-age=86400" in css.headers["Cache-Control"]
+    app.get("/console/static/nothing.css", status=404)
+
+
+def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    env = {**os.environ, "DATABASE_URL": PG_URL}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_creates_resets_and_disables_users(staff, app):
+    made = run("user", "create", "--clinic", "clinic-a", "--clinic", "clinic-b", "--email", "Petr@Example.cz",
+               "--name", "Petr", "--role", "admin", "--password-stdin", stdin="a long password\n")
+    assert made.returncode == 0, made.stderr
+    login(app, email="petr@example.cz", password="a long password", status=303)
+    assert run("user", "create", "--clinic", "clinic-a", "--email", "petr@example.cz", "--name", "P",
+               "--role", "staff", "--password-stdin", stdin="a long password\n").returncode == 2
+    assert "at least" in run("user", "reset-password", "--email", "petr@example.cz", "--password-stdin",
+                             stdin="short\n").stderr
+    reset = run("user", "reset-password", "--email", "petr@example.cz", "--password-stdin", stdin="another long one\n")
+    assert reset.returncode == 0 and "1 session(s) ended" in reset.stderr
+    app.get("/console/", status=303)
+    login(app, email="petr@example.cz", password="another long one", status=303)
+    assert run("user", "disable", "--email", "petr@example.cz").returncode == 0
+    app.get("/console/", status=303)
+    login(app, email="petr@example.cz", password="another long one", status=401)
+    with db.connection_context():
+        user = StaffUser.by_email("petr@example.cz")
+        assert {m.clinic.slug: m.role for m in user.memberships} == {"clinic-a": "admin", "clinic-b": "admin"}
+        actions = [e.action for e in AuditEvent.trail()]
+    assert actions.count("staff_user.create") == 2 and "staff_user.disable" in actions
+    assert run("user", "disable", "--email", "nobody@example.cz").returncode == 2
