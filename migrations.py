@@ -106,7 +106,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _add_column("patient_request", "call_id",
                     pw.ForeignKeyField(m.Call, null=True, unique=True, field=m.Call.id, on_delete="SET NULL")),
     )),
-    (3, "documents", _create(m.Reservation, m.IssuedUpload, m.MedicalRecord)),
+    (3, "documents", _create(m.Reservation, m.UploadLink, m.MedicalRecord)),
     (4, "recordings", _steps(
         _add_column("call", "recording_link", pw.TextField(null=True)),
         _add_column("call", "recording_link_expires_at", pw.DateTimeField(null=True)),

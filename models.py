@@ -607,15 +607,15 @@ class Reservation(BaseModel):
     created_at = pw.DateTimeField(default=utc_now)
 
 
-class IssuedUpload(BaseModel):
-    """A `fileHash` (object key) handed out by upload-link for one request; registration
-    accepts only keys issued here for the same request. (The resource that hands them out
-    is `resources.patient_requests.UploadLink`; the table keeps its first name.)"""
+class UploadLink(BaseModel):
+    """An upload link handed out for one request (table `upload_link`, resource
+    `resources.patient_requests.UploadLink`): its `fileHash` is the object key the signing
+    system PUTs to; registration accepts only keys issued here for the same request."""
 
     class Meta:
         table_name = "upload_link"
 
-    request = pw.ForeignKeyField(PatientRequest, backref="issued_uploads", on_delete="CASCADE")
+    request = pw.ForeignKeyField(PatientRequest, backref="upload_links", on_delete="CASCADE")
     file_hash = pw.CharField(max_length=512, unique=True)
     content_type = pw.CharField(max_length=200)
     # Indexed (migration "upload_link_created_at_index"): a clinic's open links are counted
@@ -912,7 +912,7 @@ MODELS: list[type[BaseModel]] = [
     PatientRequest,
     PatientRequestTag,
     Reservation,
-    IssuedUpload,
+    UploadLink,
     MedicalRecord,
     AuditEvent,
     StaffUser,

@@ -21,7 +21,7 @@ from plumbing.clock import as_utc, iso_utc, utc_now
 from plumbing.database import db, release_connection
 from web.keyset import Keyset
 from models import (
-    ApiToken, AuditEvent, Calendar, Clinic, IssuedUpload, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
+    ApiToken, AuditEvent, Calendar, Clinic, UploadLink, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
     PatientRequestTag, RequestType, RequestTypeDefaultTag, Reservation, Tag,
 )
 from documents.patients import patient_for_create, tag_json
@@ -212,7 +212,7 @@ def issue_upload_link(storage: Storage, request: PatientRequest, content_type: s
     key = new_object_key(request.id, content_type)
     with db.atomic():  # counted and issued in one transaction, under the clinic's lock
         uploads.check_open_links(request.clinic_id, open_links_limit, UPLOAD_URL_SECONDS)
-        IssuedUpload.create(request=request, file_hash=key, content_type=content_type)
+        UploadLink.create(request=request, file_hash=key, content_type=content_type)
         AuditEvent.record(token, request.clinic_id, "attachment.upload_link", request,
                           {"fileHash": key, "contentType": content_type})
     return {"url": storage.presign_put(key, content_type, UPLOAD_URL_SECONDS), "fileHash": key}
@@ -226,7 +226,7 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
     (`storage.seal`), so the upload URL, valid for minutes more, cannot change them, and
     the record keeps their SHA-256. The type check reads that copy; the upload itself is
     deleted once registered."""
-    link = IssuedUpload.get_or_none((IssuedUpload.request == request) & (IssuedUpload.file_hash == body["fileHash"]))
+    link = UploadLink.get_or_none((UploadLink.request == request) & (UploadLink.file_hash == body["fileHash"]))
     if link is None:
         raise validation_failed("fileHash: not issued by an upload link of this request")
     registered = MedicalRecord.get_or_none(MedicalRecord.file_hash == link.file_hash)

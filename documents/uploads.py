@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 import peewee as pw
 
-from models import IssuedUpload, MedicalRecord, PatientRequest
+from models import UploadLink, MedicalRecord, PatientRequest
 from plumbing.clock import utc_now
 from plumbing.database import db, is_postgresql
 from storage import Storage
@@ -34,7 +34,7 @@ _LINKS_LOCK_NAMESPACE = 0x75706C64  # "upld"
 
 def _registered() -> pw.Node:
     """True for an issued upload registered as an attachment (correlated EXISTS)."""
-    return pw.fn.EXISTS(MedicalRecord.select(pw.SQL("1")).where(MedicalRecord.file_hash == IssuedUpload.file_hash))
+    return pw.fn.EXISTS(MedicalRecord.select(pw.SQL("1")).where(MedicalRecord.file_hash == UploadLink.file_hash))
 
 
 # --- the size of one upload ----------------------------------------------------------------
@@ -69,11 +69,11 @@ def check_open_links(clinic_id: uuid.UUID, limit: int, lifetime: int, now: datet
         key = int.from_bytes(uuid.UUID(str(clinic_id)).bytes[:4], "big", signed=True)  # uuid4s are random
         db.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)", (_LINKS_LOCK_NAMESPACE, key))
     now = now or utc_now()
-    count, oldest = (IssuedUpload
-                     .select(pw.fn.COUNT(IssuedUpload.id), pw.fn.MIN(IssuedUpload.created_at))
+    count, oldest = (UploadLink
+                     .select(pw.fn.COUNT(UploadLink.id), pw.fn.MIN(UploadLink.created_at))
                      .join(PatientRequest)
                      .where((PatientRequest.clinic == clinic_id)
-                            & (IssuedUpload.created_at > now - timedelta(seconds=lifetime)) & ~_registered())
+                            & (UploadLink.created_at > now - timedelta(seconds=lifetime)) & ~_registered())
                      .scalar(as_tuple=True))
     if count < limit:
         return
@@ -90,7 +90,7 @@ def check_open_links(clinic_id: uuid.UUID, limit: int, lifetime: int, now: datet
 def purge_expired_uploads(storage: Storage, *, lifetime: int, grace: int, batch: int = PURGE_BATCH,
                           now: datetime | None = None) -> int:
     """Delete every upload whose link expired over `grace` seconds ago without being
-    registered: its stored object (a missing one is no error) and its `IssuedUpload` row,
+    registered: its stored object (a missing one is no error) and its `UploadLink` row,
     so a later registration of that fileHash answers 400 ("not issued by an upload link").
     Returns how many were purged. Needs a database connection (the caller's).
 
@@ -104,9 +104,9 @@ def purge_expired_uploads(storage: Storage, *, lifetime: int, grace: int, batch:
     purged = 0
     while True:
         with db.atomic():
-            query = (IssuedUpload.select(IssuedUpload.id, IssuedUpload.file_hash)
-                     .where((IssuedUpload.created_at < cutoff) & ~_registered())
-                     .order_by(IssuedUpload.created_at).limit(batch))
+            query = (UploadLink.select(UploadLink.id, UploadLink.file_hash)
+                     .where((UploadLink.created_at < cutoff) & ~_registered())
+                     .order_by(UploadLink.created_at).limit(batch))
             if is_postgresql():
                 query = query.for_update(skip_locked=True)
             rows = list(query)
@@ -115,7 +115,7 @@ def purge_expired_uploads(storage: Storage, *, lifetime: int, grace: int, batch:
             if rows:
                 # Checked again: a registration committed since the select (it sealed a copy
                 # before the upload went) keeps its row, so its retry still finds it.
-                purged += (IssuedUpload.delete()
-                           .where(IssuedUpload.id.in_([row.id for row in rows]) & ~_registered()).execute())
+                purged += (UploadLink.delete()
+                           .where(UploadLink.id.in_([row.id for row in rows]) & ~_registered()).execute())
         if len(rows) < batch:
             return purged

@@ -18,7 +18,7 @@ import pytest
 
 from plumbing.database import db
 from models import (
-    Actor, ApiToken, AppendOnly, AuditEvent, Call, Clinic, IssuedUpload, MedicalRecord, Patient, PatientRequest,
+    Actor, ApiToken, AppendOnly, AuditEvent, Call, Clinic, UploadLink, MedicalRecord, Patient, PatientRequest,
     PatientRequestTag,
 )
 from onboarding.writer import stable_id
@@ -221,7 +221,7 @@ def test_a_write_whose_transaction_rolls_back_leaves_no_event(app, token, monkey
     storage.write_stream(link["fileHash"], io.BytesIO(PNG), len(PNG), "image/png")
     forget_events()
     with db.connection_context():
-        before = {m.__name__: m.select().count() for m in (PatientRequest, PatientRequestTag, IssuedUpload,
+        before = {m.__name__: m.select().count() for m in (PatientRequest, PatientRequestTag, UploadLink,
                                                             MedicalRecord, Patient)}
     real = AuditEvent.record.__func__
 
@@ -251,7 +251,7 @@ def test_a_write_whose_transaction_rolls_back_leaves_no_event(app, token, monkey
         storage.delete(link["fileHash"])
         shutil.rmtree(Path("var/storage/registered") / rid, ignore_errors=True)  # the sealed copy, if made
     with db.connection_context():
-        after = {m.__name__: m.select().count() for m in (PatientRequest, PatientRequestTag, IssuedUpload,
+        after = {m.__name__: m.select().count() for m in (PatientRequest, PatientRequestTag, UploadLink,
                                                            MedicalRecord, Patient)}
         assert PatientRequest.get_by_id(rid).user_note == ""
     assert after == before, "the write rolled back"

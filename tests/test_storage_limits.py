@@ -22,7 +22,7 @@ from config import Config
 from documents import patient_requests, uploads
 from jobs import storage_purge
 from jobs.storage_purge import purge_storage
-from models import IssuedUpload, MedicalRecord
+from models import UploadLink, MedicalRecord
 from plumbing.clock import utc_now
 from plumbing.database import db
 from storage import ObjectInfo, S3Storage, Storage, make_storage
@@ -112,12 +112,12 @@ def sealed_copies(storage: Any, rid: str) -> list[Any]:
 
 def backdate(*file_hashes: str, by: timedelta = EXPIRED) -> None:
     with db.connection_context():
-        IssuedUpload.update(created_at=utc_now() - by).where(IssuedUpload.file_hash.in_(file_hashes)).execute()
+        UploadLink.update(created_at=utc_now() - by).where(UploadLink.file_hash.in_(file_hashes)).execute()
 
 
 def rows(*file_hashes: str) -> set[str]:
     with db.connection_context():
-        return {r.file_hash for r in IssuedUpload.select().where(IssuedUpload.file_hash.in_(file_hashes))}
+        return {r.file_hash for r in UploadLink.select().where(UploadLink.file_hash.in_(file_hashes))}
 
 
 # --- the size cap ------------------------------------------------------------------------------
