@@ -63,7 +63,6 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "RECORDING_MAX_SECONDS": ("recording_max_seconds", float),
     "RECORDING_FETCH_TIMEOUT": ("recording_fetch_timeout", float),
     "RECORDING_URL_LIFETIME_MINUTES": ("recording_url_lifetime_minutes", int),
-    "PROVIDER_MARKER_WORDS": ("provider_marker_words", str),
     "PLATFORM_TOKEN_PATH": ("platform_token_path", str),
     "PLATFORM_RECORDING_PATH": ("platform_recording_path", str),
     "PLATFORM_FETCH_TIMEOUT": ("platform_fetch_timeout", float),
@@ -185,7 +184,6 @@ class Config:
     recording_max_seconds: float = 1200.0
     recording_fetch_timeout: float = 30.0
     recording_url_lifetime_minutes: int = 25
-    provider_marker_words: str = ""
     # The platform's API (re-fetching expired recording links), relative to a clinic's
     # `platform_api_url`; `{recording}` is the recording reference (RecordingSid).
     platform_token_path: str = "/auth/token"
@@ -258,12 +256,6 @@ class Config:
     @property
     def retry_delays(self) -> list[int]:
         return [int(x) for x in self.recording_retry_delays.split(",") if x.strip()]
-
-    @property
-    def marker_words(self) -> list[str]:
-        """Provider marker words (lower case); a call's `Source` containing one selects
-        that platform family's re-fetch strategy."""
-        return [w.strip().lower() for w in self.provider_marker_words.split(",") if w.strip()]
 
     @property
     def platform_retry_intervals(self) -> list[int]:

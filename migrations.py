@@ -207,6 +207,10 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     ))),
     # Issue 20: the staff console's users, their clinics and their server-side sessions.
     (14, "staff_console", _create(m.StaffUser, m.StaffMembership, m.StaffSession)),
+    # A clinic's own marker words for its platform (were one setting for every clinic).
+    (15, "platform_source_markers", _steps(
+        _add_column("clinic", "platform_source_markers", pw.TextField(null=True)),
+    )),
 ]
 
 

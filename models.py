@@ -56,6 +56,9 @@ class Clinic(BaseModel):
     platform_api_url = pw.CharField(max_length=500, null=True)
     platform_username = pw.CharField(max_length=200, null=True)
     platform_password_encrypted = pw.TextField(null=True)
+    # The words a call's `Source` names this clinic's platform by (JSON list, lower case;
+    # onboarding's switchboard `sourceMarkers`): only such calls get expired links re-fetched.
+    platform_source_markers = pw.TextField(null=True)
 
     @classmethod
     def by_slug(cls, slug: str) -> "Clinic":

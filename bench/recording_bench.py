@@ -116,22 +116,22 @@ def main() -> int:
     with HTTPSTestServer() as server:
         platform(server, max(args.plays, args.refetches))
         config = Config(database_url=DB_URL, redis_url=REDIS_URL, secret_key=SECRET, clock=clock, log_level="WARNING",
-                        unsafe_allow_loopback_fetch=True, fetch_ca_bundle=server.ca_path, provider_marker_words=MARKERS)
+                        unsafe_allow_loopback_fetch=True, fetch_ca_bundle=server.ca_path)
         app = create_app(config)
         migrate(db.obj)
         slug = "bench-clinic"
         with db.connection_context():
             onboard({"organization": {"slug": "bench-org", "name": "Bench"}, "clinics": [{
                 "slug": slug, "name": "Bench", "timezone": "Europe/Prague", "country": "CZ",
-                "switchboard": {"apiUrl": server.url("/api"), "username": "u", "password": "p"}}], "patients": []},
+                "switchboard": {"apiUrl": server.url("/api"), "username": "u", "password": "p",
+                                "sourceMarkers": [MARKERS]}}], "patients": []},
                 secret_key=SECRET)
             _, token = ApiToken.issue("bench", [Clinic.by_slug(slug)], ["read"])
             cached = seed(args.plays, slug)
             expired = seed(args.refetches, slug)
 
         env = {**os.environ, "DATABASE_URL": DB_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET,
-               "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": server.ca_path,
-               "PROVIDER_MARKER_WORDS": MARKERS, "LOG_LEVEL": "WARNING"}
+               "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": server.ca_path, "LOG_LEVEL": "WARNING"}
         worker = subprocess.Popen([sys.executable, "manage.py", "worker", "recordings", "--no-warm-up"], cwd=ROOT,
                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         connection = redis.Redis.from_url(REDIS_URL)

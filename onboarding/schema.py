@@ -84,6 +84,10 @@ SWITCHBOARD = _closed({
     "apiUrl": {"type": "string", "pattern": "^https://"},
     "username": {"type": "string", "minLength": 1},
     "password": {"type": "string", "minLength": 1},
+    # Words the platform's `Source` values contain; a call re-fetches expired recording
+    # links through this clinic's credentials only when its `Source` holds one.
+    "sourceMarkers": {"type": "array", "maxItems": 10, "uniqueItems": True,
+                      "items": {"type": "string", "minLength": 2, "maxLength": 50, "pattern": "^[^,]+$"}},
 }, required=["apiUrl", "username", "password"])
 
 CLINIC = _closed({

@@ -363,9 +363,12 @@ def _write_clinic(w: _Writer, org_id: uuid.UUID, c: dict[str, Any]) -> None:
     current = Clinic.get_or_none(Clinic.id == c["id"])
     sb = c["switchboard"]
     if sb is None:
-        values |= {"platform_api_url": None, "platform_username": None, "platform_password_encrypted": None}
+        values |= {"platform_api_url": None, "platform_username": None, "platform_password_encrypted": None,
+                   "platform_source_markers": None}
     else:
-        values |= {"platform_api_url": sb["apiUrl"], "platform_username": sb["username"]}
+        markers = [word.strip().lower() for word in sb.get("sourceMarkers", []) if word.strip()]
+        values |= {"platform_api_url": sb["apiUrl"], "platform_username": sb["username"],
+                   "platform_source_markers": json.dumps(markers) if markers else None}
         stored = current.platform_password_encrypted if current else None
         try:
             same = stored is not None and crypto.decrypt(stored, w.secret_key) == sb["password"]

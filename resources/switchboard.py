@@ -19,6 +19,7 @@ from switchboard.office_hours import is_open
 from plumbing.phones import to_e164
 from switchboard.schedules import schedule_of
 from switchboard.vacations import on_vacation
+from voicemail.platform import names_its_recording
 
 
 class IsClinicOpened:
@@ -96,6 +97,9 @@ class RecordingComplete:
         data = validation.body(req, schemas.RECORDING_COMPLETE)
         if data.get("RecordingUrl"):
             check_recording_url(data["RecordingUrl"], allow_loopback=self.config.unsafe_allow_loopback_fetch)
+            if data.get("RecordingSid") and not names_its_recording(data["RecordingSid"], data["RecordingUrl"]):
+                raise validation_failed("RecordingSid: must be the file name of RecordingUrl (with or without "
+                                        "its extension)")
         fields = {column: data.get(name) for name, column in _CALL_FIELDS.items()}
         try:
             self.calls.receive(req.context.clinic, fields, req.context.token)

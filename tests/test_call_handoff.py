@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import PurePosixPath
+from urllib.parse import urlsplit
 from typing import Any
 
 import pytest
@@ -76,7 +78,9 @@ def hand_off(client: webtest.TestApp, body: dict[str, Any], slug: str = "clinic-
 def call_body(sid: str, url: str | None = None, **extra: Any) -> dict[str, Any]:
     """The shared body as the test PBX sends it: its recording's id, its flow in Extra,
     HasRecording false when there is no recording."""
-    return bodies.call_body(sid, url, HasRecording=url is not None, RecordingSid=f"{sid}.mp3", Source="test-pbx",
+    # The platform's recording id is the recording's file name (intake holds them to it).
+    recording_sid = PurePosixPath(urlsplit(url).path).name if url else f"{sid}.mp3"
+    return bodies.call_body(sid, url, HasRecording=url is not None, RecordingSid=recording_sid, Source="test-pbx",
                             Extra=json.dumps({"flow": "voicemail", "ivr": [1, 2]}), **extra)
 
 
@@ -94,7 +98,7 @@ def test_call_record_keeps_every_input_and_answers_success(handoff, clinics, ser
     with db.connection_context():
         call = Call.get(Call.call_sid == "CA-inputs")
         assert (call.call_from, call.call_to, call.status, call.has_recording, call.recording_sid, call.source) == (
-            body["CallFrom"], body["CallTo"], "completed", True, "CA-inputs.mp3", "test-pbx")
+            body["CallFrom"], body["CallTo"], "completed", True, "v.mp3", "test-pbx")
         assert call.recording_url == body["RecordingUrl"] and json.loads(call.extra) == {"flow": "voicemail", "ivr": [1, 2]}
         assert call.clinic.slug == "clinic-en"
 
@@ -114,6 +118,20 @@ def test_fields_are_validated_for_type(handoff, clinics, body, field):
     assert answer["code"] == "VALIDATION_FAILED" and answer["error"].startswith(field)
     with db.connection_context():
         assert Call.select().count() == 0
+
+
+@pytest.mark.parametrize("recording_sid, stored", [("RE77.mp3", True), ("RE77", True), ("RE78", False),
+                                                   ("other/RE77.mp3", False)])
+def test_recording_sid_must_name_the_recording_url(handoff, clinics, recording_sid, stored):
+    """The sid is what the platform is asked about with the clinic's credentials later:
+    one that names another recording than the URL handed off is refused at intake."""
+    body = bodies.call_body(f"CA-sid-{stored}-{len(recording_sid)}", "https://recordings.example.com/x/RE77.mp3?sig=s",
+                            RecordingSid=recording_sid)
+    answer = hand_off(handoff, body, status=200 if stored else 400).json
+    if not stored:
+        assert answer["code"] == "VALIDATION_FAILED" and answer["error"].startswith("RecordingSid: ")
+    with db.connection_context():
+        assert Call.select().where(Call.call_sid == body["CallSid"]).exists() is stored
 
 
 def test_write_scope_is_required(handoff, clinics):

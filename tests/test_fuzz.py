@@ -80,7 +80,7 @@ def _request_from_call(base_url: str, token: str, slug: str, env: dict[str, str]
     sid = "fuzz-seed-call"
     r = requests.post(f"{base_url}/external/v1/clinics/{slug}/switchboard/recording-complete",
                       json={"CallSid": sid, "CallFrom": "+420 601 123 456", "CallTo": "+420 222 000 111",
-                            "RecordingUrl": "https://recordings.fuzz.example.net/v.mp3", "RecordingSid": "RE-fuzz"},
+                            "RecordingUrl": "https://recordings.fuzz.example.net/RE-fuzz.mp3", "RecordingSid": "RE-fuzz"},
                       headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert r.status_code == 200, r.text
     conn = psycopg2.connect(FUZZ_DATABASE_URL)

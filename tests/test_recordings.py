@@ -116,7 +116,7 @@ def platform(https_server: HTTPSTestServer, clock: Clock) -> Iterator[FakePlatfo
 def rec_config(config, ca_bundle) -> Config:
     return Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
                   unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1",
-                  provider_marker_words=MARKER_WORDS, platform_retry_delays="1,1", platform_play_wait_seconds=8,
+                  platform_retry_delays="1,1", platform_play_wait_seconds=8,
                   platform_fetch_timeout=5)
 
 
@@ -128,7 +128,8 @@ def web(app, rec_config) -> webtest.TestApp:
 def onboard(platform: FakePlatform | None, slug: str = "clinic-rec") -> None:
     extra: dict[str, Any] = {}
     if platform is not None:
-        extra["switchboard"] = {"apiUrl": platform.base_url, "username": USER, "password": PASSWORD}
+        extra["switchboard"] = {"apiUrl": platform.base_url, "username": USER, "password": PASSWORD,
+                                "sourceMarkers": MARKER_WORDS.split(",")}
     load(organization(clinic(slug, tz="America/New_York", country="US", language="en", **extra)))
 
 
@@ -289,10 +290,10 @@ def test_without_credentials_an_expired_recording_is_unavailable(web, clock, pla
     clock.set(received_at(request) + timedelta(minutes=26))
     assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"
     shown = detail_call(web, request, reader)
-    assert shown["recording"]["state"] == "unavailable" and shown["recording"]["reason"] == "no_credentials"
+    # No credentials, so no marker words either (they name the clinic's platform): the link
+    # simply expired, and nothing is asked of any platform.
+    assert shown["recording"]["state"] == "unavailable" and shown["recording"]["reason"] == "expired"
     assert shown["transcript"] == "Please call me back about my test results."
-    with db.connection_context():
-        assert Call.get_by_id(request.call_id).recording_gone_reason == "no_credentials"
     assert https_requests(platform) == 0
 
 
@@ -304,6 +305,23 @@ def test_source_without_a_marker_word_plays_the_original_link_until_it_expires(w
     clock.set(received_at(request) + timedelta(minutes=24))
     assert play(web, request, reader, 302).location.endswith("ORIGINAL-SECRET")
     assert detail_call(web, request, reader)["recording"]["state"] == "available"
+    clock.set(received_at(request) + timedelta(minutes=26))
+    assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"
+    assert detail_call(web, request, reader)["recording"]["reason"] == "expired"
+    assert https_requests(platform) == 0
+
+
+@pytest.mark.parametrize("markers", [None, ["ringfrog"]])
+def test_only_the_clinics_own_marker_words_select_its_platform(web, clock, platform, worker, markers):
+    """A clinic's credentials re-fetch only for calls whose Source names its platform by the
+    words its onboarding gives (`sourceMarkers`); none given, none re-fetched."""
+    block = {"apiUrl": platform.base_url, "username": USER, "password": PASSWORD}
+    if markers is not None:
+        block["sourceMarkers"] = markers
+    load(organization(clinic("clinic-rec", tz="America/New_York", country="US", language="en", switchboard=block)))
+    request = stored_call("CA-theirs", recording_sid="CA-theirs.mp3")  # Source says "AcmeVox"
+    platform.serve("CA-theirs.mp3")
+    reader = issue_token(["clinic-rec"], ["read"])
     clock.set(received_at(request) + timedelta(minutes=26))
     assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"
     assert detail_call(web, request, reader)["recording"]["reason"] == "expired"
@@ -336,7 +354,9 @@ def test_a_play_that_read_the_call_before_the_refetch_finished_does_not_start_an
 
     from voicemail.player import ensure_refetch
 
-    onboard(None)
+    block = {"apiUrl": "https://platform.example.net/api", "username": USER, "password": PASSWORD,
+             "sourceMarkers": MARKER_WORDS.split(",")}  # no platform is asked: no worker runs the jobs
+    load(organization(clinic("clinic-rec", tz="America/New_York", country="US", language="en", switchboard=block)))
     request = stored_call("CA-race")
     as_of = received_at(request) + timedelta(minutes=26)
     queue = Queue("test-refetch-race", connection=redis.Redis.from_url(REDIS_URL))  # no worker listens

@@ -43,7 +43,6 @@ from tests.support.live_service import patient_id, serve, signing_organization, 
 from tests.support.ports import free_port
 from tests.support.processes import stop_process
 from tests.support.servers import wait_until
-from tests.support.worker import MARKER_WORDS
 from tests.test_hostile import _head
 from tests.test_recordings import FakePlatform, received_at, request_url, stored_call
 from tests.test_recordings import onboard as onboard_with_platform
@@ -332,7 +331,7 @@ def test_a_play_waiting_for_a_refetch_leaves_the_pool_to_other_requests(app, clo
     clock.set(received_at(request) + timedelta(minutes=26))  # the original link has expired
     queue = redis.Redis.from_url(REDIS_URL)
     job = refetch_job_id(request.call_id)
-    settings = {"provider_marker_words": MARKER_WORDS, "platform_play_wait_seconds": 3, "unsafe_allow_loopback_fetch": True,
+    settings = {"platform_play_wait_seconds": 3, "unsafe_allow_loopback_fetch": True,
                 "fetch_ca_bundle": ca_bundle, "clock": clock, "db_pool_size": 1}
     try:
         with serve(**settings) as base_url:

@@ -7,9 +7,10 @@ The service does not copy recordings. A call's recording is playable through
 - the original `RecordingUrl`, treated as expired `RECORDING_URL_LIFETIME_MINUTES`
   after the call was received (the platforms' links live about 30 minutes);
 - then a link re-fetched from the platform API (jobs/refetch.py), valid until the
-  expiry the platform gives. Only calls whose `Source` contains one of the configured
-  `PROVIDER_MARKER_WORDS` have a re-fetch strategy; the recording is referenced by
-  `RecordingSid`, else by the file name in `RecordingUrl`.
+  expiry the platform gives. Only calls whose `Source` contains one of the marker words
+  the clinic's onboarding names for its platform (`sourceMarkers`) have a re-fetch
+  strategy; the recording is referenced by `RecordingSid`, which intake holds to the file
+  name of `RecordingUrl`, else by that file name.
 
 Platform API (paths are configuration, relative to the clinic's `platform_api_url`):
 
@@ -103,10 +104,26 @@ def gone_message(reason: str) -> str:
     return f"The recording is no longer available ({GONE_REASONS.get(reason, reason)}); the transcript remains."
 
 
-def has_strategy(source: str | None, config: Config) -> bool:
-    """Whether `Source` names a platform family the service can re-fetch links from."""
-    text = (source or "").lower()
-    return any(word in text for word in config.marker_words)
+def has_strategy(call: Call) -> bool:
+    """Whether the call's `Source` names the platform of its clinic: one of the marker
+    words the clinic's onboarding gives for it (`sourceMarkers`). Only then are the
+    clinic's credentials used to re-fetch its recording links."""
+    stored = Clinic.select(Clinic.platform_source_markers).where(Clinic.id == call.clinic_id).scalar()
+    text = (call.source or "").lower()
+    return any(word in text for word in json.loads(stored or "[]"))
+
+
+def _file_name(url: str) -> str:
+    return PurePosixPath(unquote(urlsplit(url).path)).name
+
+
+def names_its_recording(recording_sid: str, recording_url: str) -> bool:
+    """Whether `RecordingSid` names the recording `RecordingUrl` points at: the URL's file
+    name, with or without its extension. The sid is the reference the platform is asked
+    about with the clinic's credentials when the link expires; tied to the URL the
+    switchboard handed off, it cannot point those credentials at another recording."""
+    name = _file_name(recording_url)
+    return bool(name) and recording_sid.strip() in (name, PurePosixPath(name).stem)
 
 
 def recording_reference(call: Call) -> str | None:
@@ -114,8 +131,7 @@ def recording_reference(call: Call) -> str | None:
     if call.recording_sid and call.recording_sid.strip():
         return call.recording_sid.strip()
     if call.recording_url:
-        name = PurePosixPath(unquote(urlsplit(call.recording_url).path)).name
-        return name or None
+        return _file_name(call.recording_url) or None
     return None
 
 
@@ -137,7 +153,7 @@ def link_state(call: Call, now: datetime, config: Config) -> LinkState:
     expires_at, url = max(candidates, key=lambda c: c[0])
     if expires_at - now >= MIN_LEFT:
         return LinkState("available", url=url, expires_at=expires_at)
-    if not has_strategy(call.source, config):
+    if not has_strategy(call):
         return LinkState("unavailable", reason="expired")
     return LinkState("expired")
 

@@ -57,7 +57,9 @@ RECORDING_COMPLETE = {
         "HasRecording": {"type": ["boolean", "null"], "description": "Informational only."},
         "RecordingUrl": {"type": ["string", "null"], "maxLength": 4096,
                          "description": "Public https URL of the .mp3/.wav recording."},
-        "RecordingSid": {"type": ["string", "null"], "maxLength": 500},
+        "RecordingSid": {"type": ["string", "null"], "maxLength": 500,
+                         "description": "With RecordingUrl: its file name, with or without the extension "
+                                        "(else 400)."},
         "Source": {"type": ["string", "null"], "maxLength": 200},
         "Extra": {"type": ["string", "null"], "maxLength": 65536},
     },

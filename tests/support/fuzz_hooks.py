@@ -29,7 +29,8 @@ _CURSOR = (400, "VALIDATION_FAILED", "pagination.cursor: not a cursor of this se
 SEMANTIC_REFUSALS: dict[tuple[str, str], tuple[tuple[int, str, str], ...]] = {
     ("POST", f"{SWITCHBOARD}/is-on-vacation"): ((400, "VALIDATION_FAILED", "calendarIds: not calendars of this clinic"),),
     ("POST", f"{SWITCHBOARD}/has-active-request"): ((400, "VALIDATION_FAILED", "callFrom: not a phone number"),),
-    ("POST", f"{SWITCHBOARD}/recording-complete"): ((400, "VALIDATION_FAILED", "RecordingUrl: "),),
+    ("POST", f"{SWITCHBOARD}/recording-complete"): ((400, "VALIDATION_FAILED", "RecordingUrl: "),
+                                                    (400, "VALIDATION_FAILED", "RecordingSid: ")),
     ("POST", f"{CLINIC}/patients/search"): (_CURSOR,),
     ("POST", f"{CLINIC}/patients/import"): ((400, "VALIDATION_FAILED", "phone: not a phone number"),),
     ("POST", f"{CLINIC}/patientRequests/search"): (_CURSOR,),

@@ -39,7 +39,7 @@ def worker_env(ca_bundle: str, **extra: str) -> dict[str, str]:
         **os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
         "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": ca_bundle, "RECORDING_RETRY_DELAYS": "1,1",
         "RECORDING_FETCH_TIMEOUT": "5", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": str(MODEL_EN),
-        "PROVIDER_MARKER_WORDS": MARKER_WORDS, "PBX_RETRY_DELAYS": "1,1", "PBX_FETCH_TIMEOUT": "5",
+        "PBX_RETRY_DELAYS": "1,1", "PBX_FETCH_TIMEOUT": "5",
         # DEBUG: the log audit (tests/support/log_audit.py) checks everything a worker may log.
         "LOG_LEVEL": "DEBUG", **extra,
     }
