@@ -97,7 +97,7 @@ def test_upgrade_from_version_1_adds_the_call_tables(config):
     from tests.conftest import PG_URL
     from tests.support.databases import recreate_database
 
-    url = PG_URL.rsplit("/", 1)[0] + "/clinic_test_upgrade"
+    url = PG_URL + "_upgrade_v1"  # beside the session's own database, never another suite's
     recreate_database(url)
     database = bind_database(url, pool_size=1)
     try:
