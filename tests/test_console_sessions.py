@@ -176,3 +176,37 @@ def test_cli_creates_resets_and_disables_users(staff, app):
         actions = [e.action for e in AuditEvent.trail()]
     assert actions.count("staff_user.create") == 2 and "staff_user.disable" in actions
     assert run("user", "disable", "--email", "nobody@example.cz").returncode == 2
+
+
+def test_the_demo_prints_an_admin_and_a_staff_login_that_open_the_console(app, config, capsys):
+    """`manage.py demo` (what bin/run prints): the console URL and a login per role, each
+    with a fresh password; a later run's passwords replace the earlier ones."""
+    import re
+
+    import manage
+
+    client = redis.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter("console:*"):
+        client.delete(key)
+
+    def demo() -> dict[str, tuple[str, str]]:
+        assert manage.main(["demo", "--base-url", "http://127.0.0.1:8000"], config) == 0
+        out = capsys.readouterr().out
+        assert "Staff console: http://127.0.0.1:8000/console/" in out
+        return {role: (email, password) for role, email, password in
+                re.findall(r"^  (admin|staff): (\S+)  password: (\S+)$", out, flags=re.M)}
+
+    first = demo()
+    assert set(first) == {"admin", "staff"}
+    for role, (email, password) in first.items():
+        with db.connection_context():
+            user = StaffUser.get(StaffUser.email == email)
+            assert [m.role for m in StaffMembership.select().where(StaffMembership.user == user)] == [role]
+        done = login(app, email, password)
+        assert done.status_int == 303 and done.headers["Location"].endswith("/console/"), role
+        app.reset()
+    second = demo()
+    assert second["staff"][1] != first["staff"][1]
+    login(app, second["staff"][0], second["staff"][1], status=303)
+    app.reset()
+    assert login(app, *first["admin"]).status_int != 303, "the earlier password no longer opens it"
