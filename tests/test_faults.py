@@ -451,7 +451,10 @@ def cluster() -> Iterator[PostgresCluster]:
 def test_postgresql_restarted_under_load_web_recovers_without_restart_and_never_claims_a_lost_call(
         cluster, tmp_path, ca_bundle):
     with RedisServer(tmp_path) as private_redis:
-        env = worker_env(ca_bundle, DATABASE_URL=cluster.url("clinic"), REDIS_URL=private_redis.url)
+        # The per-token rate limit (issue 22) is not what this test measures: six senders in a
+        # loop pass 1200 hand-offs a minute on a fast machine.
+        env = worker_env(ca_bundle, DATABASE_URL=cluster.url("clinic"), REDIS_URL=private_redis.url,
+                         RATE_LIMIT_HANDOFFS_PER_MINUTE="0")
         token = prepare_database(env, SLUG)
         web, base_url = gunicorn(env, tmp_path / "web.log")
         workers_before = children(web.pid)
