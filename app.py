@@ -13,7 +13,7 @@ from plumbing.row_cache import RowCache
 from console import rendering
 from console.middleware import ConsoleSession, lifetime_of
 from console.throttle import LoginThrottle
-from resources import catalog, console, meta, patient_requests, patients, switchboard
+from resources import catalog, console, console_settings, meta, patient_requests, patients, switchboard
 from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
@@ -85,6 +85,7 @@ def create_app(config: Config) -> falcon.App:
                                                 int(session_lifetime.absolute.total_seconds()))),
         ("/console/logout", console.ConsoleLogout()),
         ("/console/static/{name}", console.ConsoleStatic(rendering.HERE / "static")),
+        ("/console/settings", console_settings.SettingsIndex(renderer)),
         ("/healthz", meta.Healthz(database, queue_redis)),
         ("/metrics", metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
     ]

@@ -680,10 +680,17 @@ class StaffUser(BaseModel):
     def by_email(cls, email: str) -> "StaffUser | None":
         return cls.get_or_none(cls.email == cls.normal_email(email))
 
-    def clinics(self) -> list[Clinic]:
-        """The clinics of the user's memberships, by name."""
-        return list(Clinic.select().join(StaffMembership).where(StaffMembership.user == self)
-                    .order_by(Clinic.name, Clinic.slug))
+    def clinics(self, role: str | None = None) -> list[Clinic]:
+        """The clinics of the user's memberships (only those with `role` when given), by name."""
+        query = Clinic.select().join(StaffMembership).where(StaffMembership.user == self)
+        if role is not None:
+            query = query.where(StaffMembership.role == role)
+        return list(query.order_by(Clinic.name, Clinic.slug))
+
+    def role_in(self, clinic: Clinic) -> str | None:
+        """`staff`, `admin`, or None when the user does not work for the clinic."""
+        membership = StaffMembership.get_or_none(StaffMembership.user == self, StaffMembership.clinic == clinic)
+        return membership.role if membership else None
 
 
 class StaffMembership(BaseModel):

@@ -60,8 +60,34 @@ class ConsoleSession:
             resp.complete = True  # the responder does not run
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict) -> None:
-        if getattr(resource, "login_required", False) and req.context.console_session is None:
+        admin_only = getattr(resource, "admin_required", False)
+        if (admin_only or getattr(resource, "login_required", False)) and req.context.console_session is None:
             raise falcon.HTTPSeeOther(PREFIX + "/login")
+        if admin_only:
+            # The clinic an admin page acts on: ?clinic=slug among the user's admin clinics,
+            # or the first of them. A staff member (or an admin of another clinic) gets 403.
+            req.context.admin_clinic, req.context.admin_clinics = admin_clinic(req)
+            if req.context.admin_clinic is None:
+                session = req.context.console_session
+                language = session.user.language
+                tr = self.renderer.translations[language]
+                resp.status = falcon.HTTP_403
+                resp.content_type = "text/html; charset=utf-8"
+                resp.cache_control = ["no-store"]
+                resp.text = self.renderer.render("console/refused.html", language, user=session.user,
+                                                 csrf_token=session.csrf_token, title=tr.gettext("Forbidden"),
+                                                 message=tr.gettext("Only the clinic's administrators can open this page."))
+                resp.complete = True
+
+
+def admin_clinic(req: falcon.Request) -> tuple[Any, list]:
+    """(the clinic an admin page acts on or None, the user's admin clinics)."""
+    user = req.context.console_session.user
+    clinics = user.clinics(role="admin")
+    wanted = req.get_param("clinic") or req.context.form.get("clinic")
+    if wanted:
+        return next((c for c in clinics if c.slug == wanted), None), clinics
+    return (clinics[0] if clinics else None), clinics
 
 
 def lifetime_of(idle_hours: float, max_hours: float) -> sessions.Lifetime:
