@@ -79,6 +79,7 @@ def create_app(config: Config) -> falcon.App:
         ("/console/rows", console.InboxRows(renderer)),
         ("/console/requests/{request_id}", console.RequestPage(renderer, LinkCache(storage))),
         ("/console/requests/{request_id}/note", console.RequestNote()),
+        ("/console/requests/{request_id}/tags", console.RequestTags()),
         ("/console/requests/{request_id}/resolution", console.RequestResolution()),
         ("/console/requests/{request_id}/recording", console.ConsoleRecording(renderer, player, config.clock)),
         ("/console/login", console.ConsoleLogin(renderer, throttle, config.clock, config.trust_forwarded_proto,

@@ -24,9 +24,17 @@ class LoginThrottle:
         account = hashlib.sha256(email.strip().lower().encode()).hexdigest()[:32]
         return f"console:login-fail:account:{account}", f"console:login-fail:addr:{address}"
 
-    def blocked(self, email: str, address: str) -> bool:
-        counts = self.client.mget(self._keys(email, address))
-        return any(int(c or 0) >= self.limit for c in counts)
+    def blocked(self, email: str, address: str) -> int:
+        """Seconds until a login is allowed again (0: allowed now): the longest remaining
+        window of the counters over the limit, so the page can say how long to wait."""
+        keys = self._keys(email, address)
+        pipe = self.client.pipeline()
+        for key in keys:
+            pipe.get(key)
+            pipe.ttl(key)
+        answers = pipe.execute()
+        waits = [max(int(ttl), 1) for count, ttl in zip(answers[::2], answers[1::2]) if int(count or 0) >= self.limit]
+        return max(waits, default=0)
 
     def failed(self, email: str, address: str) -> None:
         pipe = self.client.pipeline()

@@ -21,7 +21,7 @@ from plumbing.clock import as_utc, iso_utc, utc_now
 from plumbing.database import db, release_connection
 from web.keyset import Keyset
 from models import (
-    ApiToken, AuditEvent, Calendar, Clinic, UploadLink, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
+    Actor, ApiToken, AuditEvent, Calendar, Clinic, UploadLink, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
     PatientRequestTag, RequestType, RequestTypeDefaultTag, Reservation, Tag,
 )
 from documents.patients import patient_for_create, tag_json
@@ -200,6 +200,18 @@ def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any],
         if "done" in body:
             details["done"] = body["done"]
         AuditEvent.record(token, clinic, "patient_request.patch", request, details)
+
+
+def remove_tag(request: PatientRequest, tag_id: uuid.UUID, actor: Actor) -> bool:
+    """Take one tag off a request (the console's remove; the API only adds, as the spec
+    says). False when the request did not carry it."""
+    with db.atomic():
+        removed = PatientRequestTag.delete().where((PatientRequestTag.request == request)
+                                                   & (PatientRequestTag.tag == tag_id)).execute()
+        if removed:
+            AuditEvent.record(actor, request.clinic_id, "patient_request.patch", request,
+                              {"fields": ["removeTagIds"]})
+    return bool(removed)
 
 
 # --- attachments -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
@@ -61,7 +62,7 @@ class ConsoleLogin:
         return DEFAULT_LANGUAGE
 
     def _form(self, req: falcon.Request, resp: falcon.Response, language: str, status: str = falcon.HTTP_200,
-              message: str = "", email: str = "") -> None:
+              message: str = "", email: str = "", **values: object) -> None:
         token = (req.get_cookie_values(sessions.PRELOGIN_COOKIE) or [None])[0]
         if not token or len(token) > 100:
             token = sessions.new_token()
@@ -71,7 +72,8 @@ class ConsoleLogin:
                         max_age=365 * 86400)
         tr = self.renderer.translations[language]
         _html(resp, self.renderer.render("console/login.html", language, user=None, csrf_token=token,
-                                         message=tr.gettext(message) if message else "", email=email), status)
+                                         message=tr.gettext(message) % values if message else "", email=email),
+              status)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         if req.context.console_session is not None:
@@ -83,9 +85,11 @@ class ConsoleLogin:
         email, password = form.get("email", "")[:254], form.get("password", "")[:1024]
         language = self._language(req, form.get("lang"))
         address = req.remote_addr or "unknown"
-        if self.throttle.blocked(email, address):
+        wait = self.throttle.blocked(email, address)
+        if wait:
+            resp.set_header("Retry-After", str(wait))
             self._form(req, resp, language, falcon.HTTP_429,
-                       "Too many failed logins. Wait 15 minutes and try again.", email)
+                       "Too many failed logins. Try again in %(minutes)d min.", email, minutes=-(-wait // 60))
             return
         user = StaffUser.by_email(email) if email else None
         # An unknown e-mail is checked against a dummy hash: the same answer in the same time.
@@ -209,6 +213,8 @@ class RequestPage:
             title=row["name"] or tr.gettext("unknown caller"),
             type_name=request.request_type.name if request.request_type_id else None,
             clinic_note=request.clinic_note, user_note=request.user_note, tags=data["tags"],
+            other_tags=[t for t in patient_requests.clinic_tags(clinic, "patient_request")
+                        if t["id"] not in {held["id"] for held in data["tags"]}],
             documents=documents, events=events))
 
 
@@ -243,6 +249,29 @@ class RequestNote:
             raise falcon.HTTPNotFound()
         note = req.context.form.get("note", "").replace("\r\n", "\n")[:self.MAX_LENGTH]
         patient_requests.patch_request(request.clinic, request, {"userNote": note}, Actor.staff(user))
+        raise _redirect(f"/console/requests/{request.id}")
+
+
+class RequestTags:
+    """Add one of the clinic's request tags (the API's PATCH `addTagIds`) or remove one,
+    audited as the staff user; back to the request page (PRG)."""
+
+    login_required = True
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        user: StaffUser = req.context.console_session.user
+        request = inbox.request_for(user, request_id)
+        if request is None:
+            raise falcon.HTTPNotFound()
+        form = req.context.form
+        try:
+            added, removed = (uuid.UUID(form[k]) if form.get(k) else None for k in ("add", "remove"))
+        except ValueError:
+            raise falcon.HTTPBadRequest() from None
+        if added is not None:  # another clinic's tag: refused by patch_request's own check (400)
+            patient_requests.patch_request(request.clinic, request, {"addTagIds": [str(added)]}, Actor.staff(user))
+        if removed is not None:
+            patient_requests.remove_tag(request, removed, Actor.staff(user))
         raise _redirect(f"/console/requests/{request.id}")
 
 

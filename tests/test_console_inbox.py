@@ -156,3 +156,35 @@ def test_a_user_who_prefers_english_gets_english_and_english_dates(staff, app): 
     assert "Inbox – Clinic-A" in page.text and "unknown caller" in page.text and "Call back" in page.text
     assert page.html.select_one("li.row time").text == "Nov 18, 2026 11:00\u202fAM" or \
         page.html.select_one("li.row time").text.replace("\u202f", " ") == "Nov 18, 2026 11:00 AM"
+
+
+def test_tags_are_added_and_removed_on_the_request_page_and_audited(staff, app):  # noqa: F811
+    from models import PatientRequestTag, Tag
+    request = make("clinic-a", "voice_message", transcript="x", status="reliable")
+    with db.connection_context():
+        clinic_a, clinic_b = Clinic.get(Clinic.slug == "clinic-a"), Clinic.get(Clinic.slug == "clinic-b")
+        urgent = Tag.create(clinic=clinic_a, type="patient_request", name="<urgent>")
+        Tag.create(clinic=clinic_a, type="patient", name="a patient tag, not offered")
+        foreign = Tag.create(clinic=clinic_b, type="patient_request", name="clinic-b's")
+    login(app, status=303)
+    page = app.get(f"/console/requests/{request.id}")
+    offered = [o.text for o in page.html.select("#add-tag option")]
+    assert offered == ["<urgent>"], offered
+    add = next(f for f in page.forms.values() if "add" in f.fields)
+    add.submit(status=303)
+    page = app.get(f"/console/requests/{request.id}")
+    assert [t.text for t in page.html.select("ul.tags .tag")] == ["<urgent>"] and "&lt;urgent&gt;" in page.text
+    assert not page.html.select("#add-tag"), "nothing left to add"
+    # Another clinic's tag typed into the form is refused and not attached.
+    app.post(f"/console/requests/{request.id}/tags", {"csrf_token": csrf_of(page), "add": str(foreign.id)}, status=400)
+    remove = next(f for f in page.forms.values() if "remove" in f.fields)
+    remove.submit(status=303)
+    page = app.get(f"/console/requests/{request.id}")
+    assert not page.html.select("ul.tags .tag")
+    with db.connection_context():
+        assert PatientRequestTag.select().where(PatientRequestTag.request == request.id).count() == 0
+        fields = [e.details for e in AuditEvent.select().where((AuditEvent.target_id == str(request.id))
+                                                                & (AuditEvent.action == "patient_request.patch"))
+                  .order_by(AuditEvent.at)]
+    assert len(fields) == 2 and "addTagIds" in fields[0] and "removeTagIds" in fields[1], fields
+    app.post(f"/console/requests/{request.id}/tags", {"add": str(urgent.id)}, status=403)  # no CSRF token
