@@ -7,6 +7,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import peewee as pw
+from babel import Locale, UnknownLocaleError
 from babel.dates import format_date, format_time
 
 from models import AuditEvent, Call, Clinic, Patient, PatientRequest, StaffUser
@@ -58,6 +59,16 @@ def local_time(value: datetime, clinic: Clinic, language: str) -> str:
     return f"{format_date(local, 'medium', locale=language)} {format_time(local, 'short', locale=language)}"
 
 
+def language_name(code: str | None, language: str) -> str | None:
+    """A detected language's name in the user's language ("cs" → "čeština" / "Czech")."""
+    if not code:
+        return None
+    try:
+        return Locale.parse(code).get_display_name(language) or code
+    except (ValueError, UnknownLocaleError):
+        return code
+
+
 def row(request: PatientRequest, clinic: Clinic, language: str) -> dict[str, object]:
     """The values one row template shows (the page and the live update render the same)."""
     call: Call | None = request.call if request.call_id else None
@@ -70,6 +81,7 @@ def row(request: PatientRequest, clinic: Clinic, language: str) -> dict[str, obj
         "callback": call.callback_number if call and call.callback_number != call.call_from else None,
         "transcript": call.transcript if call else None, "status": call.transcript_status if call else None,
         "language": call.transcript_language if call else None,
+        "language_name": language_name(call.transcript_language, language) if call else None,
         "playable": bool(call and call.has_recording),
     }
 

@@ -14,7 +14,7 @@ import falcon
 
 from console import inbox, passwords, sessions
 from console.middleware import PREFIX
-from console.rendering import DEFAULT_LANGUAGE, LANGUAGES, Renderer
+from console.rendering import DEFAULT_LANGUAGE, LANGUAGES, N_, Renderer
 from console.throttle import LoginThrottle
 from documents import patient_requests
 from models import Actor, Clinic, StaffUser
@@ -89,14 +89,14 @@ class ConsoleLogin:
         if wait:
             resp.set_header("Retry-After", str(wait))
             self._form(req, resp, language, falcon.HTTP_429,
-                       "Too many failed logins. Try again in %(minutes)d min.", email, minutes=-(-wait // 60))
+                       N_("Too many failed logins. Try again in %(minutes)d min."), email, minutes=-(-wait // 60))
             return
         user = StaffUser.by_email(email) if email else None
         # An unknown e-mail is checked against a dummy hash: the same answer in the same time.
         ok = passwords.verify(user.password_hash if user else None, password)
         if not ok or user is None or user.disabled_at is not None:
             self.throttle.failed(email, address)
-            self._form(req, resp, language, falcon.HTTP_401, "Wrong e-mail or password.", email)
+            self._form(req, resp, language, falcon.HTTP_401, N_("Wrong e-mail or password."), email)
             return
         self.throttle.succeeded(email)
         token = sessions.start(user, self.clock(), address, req.user_agent)
@@ -179,8 +179,9 @@ class RequestPage:
     presigned links) and its history from the audit trail. Another clinic's id: 404."""
 
     login_required = True
-    _WHAT = {"patient_request.create": "Created", "call.receive": "Call received",
-             "patient_request.patch": "Changed"}
+    _WHAT = {"patient_request.create": N_("Created"), "call.receive": N_("Call received"),
+             "patient_request.patch": N_("Changed")}
+    _WHO = {"token": N_("API key"), "staff": N_("staff"), "operator": N_("operator")}
 
     def __init__(self, renderer: Renderer, links: LinkCache) -> None:
         self.renderer = renderer
@@ -204,9 +205,9 @@ class RequestPage:
             details = json.loads(event.details or "{}")
             what = self._WHAT.get(event.action, event.action)
             if event.action == "patient_request.patch" and "done" in details:
-                what = "Marked resolved" if details["done"] else "Reopened"
+                what = N_("Marked resolved") if details["done"] else N_("Reopened")
             events.append({"time": inbox.local_time(event.at, clinic, language), "what": tr.gettext(what),
-                           "who": f"{event.actor_kind}: {event.actor_name}"})
+                           "who": f"{tr.gettext(self._WHO.get(event.actor_kind, event.actor_kind))}: {event.actor_name}"})
         row = inbox.row(request, clinic, language)
         _html(resp, self.renderer.render(
             "console/request.html", language, user=user, csrf_token=session.csrf_token, clinic=clinic, row=row,

@@ -141,7 +141,7 @@ def test_the_request_page_shows_notes_and_history_and_hides_other_clinics(staff,
     with db.connection_context():
         assert PatientRequest.get_by_id(request.id).user_note == "<i>rang twice</i>"
     history = page.html.select_one("ol.history").text
-    assert "Označeno jako vyřízené – staff: anna@example.cz" in history
+    assert "Označeno jako vyřízené – personál: anna@example.cz" in history
     assert "Podepsané dokumenty" in page.text and "Žádné." in page.text
     app.get(f"/console/requests/{other.id}", status=404)
     app.get("/console/requests/nonsense", status=404)

@@ -1,0 +1,75 @@
+"""The README's console screenshots, taken from a running service (the demo of `bin/run
+--try-handoff`): the inbox at desktop and phone width, a request page, the inbox in English,
+and the settings index when the login is an admin's.
+
+    .venv/bin/python tools/console_screenshots.py --email admin@demo-clinic.example \\
+        --password '…' [--base-url http://127.0.0.1:8000] [--out docs]
+
+Reads the password from --password or, when it is "-", from standard input. Drives Debian's
+Chromium (/usr/bin/chromium) through Playwright; nothing is downloaded.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from playwright.sync_api import Page, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+DESKTOP = {"width": 1100, "height": 800}
+PHONE = {"width": 390, "height": 844}
+
+
+def login(page: Page, base: str, email: str, password: str, language: str) -> None:
+    page.goto(f"{base}/console/login?lang={language}")
+    page.fill("#email", email)
+    page.fill("#password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/console/")
+
+
+def shoot(page: Page, path: Path) -> None:
+    page.screenshot(path=str(path), full_page=True)
+    print(path)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base-url", default="http://127.0.0.1:8000")
+    ap.add_argument("--email", required=True)
+    ap.add_argument("--password", required=True)
+    ap.add_argument("--out", default="docs", type=Path)
+    args = ap.parse_args()
+    password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
+    args.out.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        # The demo's sample server has a throw-away CA (var/sample-ca.pem) the browser does not know.
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--ignore-certificate-errors"])
+        try:
+            for language, viewport, name in (("cs", DESKTOP, "console-inbox.png"),
+                                              ("cs", PHONE, "console-inbox-phone.png"),
+                                              ("en", DESKTOP, "console-inbox-en.png")):
+                page = browser.new_page(viewport=viewport)
+                login(page, args.base_url, args.email, password, language)
+                page.wait_for_function("document.querySelectorAll('audio').length === 0 || "
+                                       "[...document.querySelectorAll('audio')].every(a => a.readyState >= 1)",
+                                       timeout=15_000)
+                shoot(page, args.out / name)
+                if name == "console-inbox.png":
+                    first = page.query_selector("ul.rows a.who")
+                    if first is not None:
+                        first.click()
+                        page.wait_for_selector("ol.history")
+                        shoot(page, args.out / "console-request.png")
+                    if page.query_selector("a[href='/console/settings']"):
+                        page.goto(f"{args.base_url}/console/settings")
+                        shoot(page, args.out / "console-settings.png")
+                page.close()
+        finally:
+            browser.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
