@@ -85,6 +85,7 @@ def create_app(config: Config) -> falcon.App:
         ("/console/login", console.ConsoleLogin(renderer, throttle, config.clock, config.trust_forwarded_proto,
                                                 int(session_lifetime.absolute.total_seconds()))),
         ("/console/logout", console.ConsoleLogout()),
+        ("/console/language", console.ConsoleLanguage()),
         ("/console/static/{name}", console.ConsoleStatic(rendering.HERE / "static")),
         ("/console/settings", console_settings.SettingsIndex(renderer)),
         ("/healthz", meta.Healthz(database, queue_redis)),

@@ -106,6 +106,26 @@ class ConsoleLogin:
         raise _redirect(PREFIX + "/")
 
 
+class ConsoleLanguage:
+    """The user's language (Czech or English), switched from the header; kept on the
+    account, so every later page and session uses it. Back to the page it was switched on."""
+
+    login_required = True
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        user: StaffUser = req.context.console_session.user
+        language = req.context.form.get("language")
+        if language not in LANGUAGES:
+            raise falcon.HTTPBadRequest()
+        StaffUser.update(language=language).where(StaffUser.id == user.id).execute()
+        # Back to the page the switch was on (the browser's Referer, same-origin), and only
+        # to a console path: never an open redirect.
+        referer = urllib.parse.urlsplit(req.get_header("Referer") or "")
+        back = referer.path + ("?" + referer.query if referer.query else "")
+        same_site = referer.netloc in ("", req.host if req.port in (80, 443) else f"{req.host}:{req.port}")
+        raise _redirect(back if same_site and back.startswith(PREFIX + "/") and "//" not in back else PREFIX + "/")
+
+
 class ConsoleLogout:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         cookie = req.get_cookie_values(sessions.COOKIE)

@@ -15,6 +15,11 @@ from tests.support.clocks import WEDNESDAY
 from tests.test_console_sessions import csrf_of, login, staff  # noqa: F401 (the fixture)
 
 
+def form_to(page, action_end: str):
+    """The page's (first) form posting to a path ending with `action_end`."""
+    return next(f for f in page.forms.values() if (f.action or "").endswith(action_end))
+
+
 def make(slug: str, kind: str, *, name: tuple[str, str] = ("", ""), phone: str = "+420601123456",
          transcript: str | None = None, status: str | None = None, minutes: int = 0, **call_fields) -> PatientRequest:
     with db.connection_context():
@@ -82,12 +87,12 @@ def test_resolve_and_reopen_drive_has_active_request_and_are_audited(staff, app)
     assert active()
     login(app, status=303)
     page = app.get("/console/")
-    done = page.forms[2].submit(status=303)
+    done = form_to(page, "/resolution").submit(status=303)
     assert done.headers["Location"].endswith("/console/?clinic=clinic-a")
     assert not active()
     page = app.get("/console/?state=resolved")
     assert "Znovu otevřít" in page.text
-    page.forms[2].submit(status=303)
+    form_to(page, "/resolution").submit(status=303)
     assert active()
     with db.connection_context():
         events = [e for e in AuditEvent.trail() if e.action == "patient_request.patch"]
@@ -129,11 +134,11 @@ def test_the_request_page_shows_notes_and_history_and_hides_other_clinics(staff,
             PatientRequest.id == request.id).execute()
     login(app, status=303)
     inbox_page = app.get("/console/")
-    inbox_page.forms[2].submit(status=303)
+    form_to(inbox_page, "/resolution").submit(status=303)
     page = app.get(f"/console/requests/{request.id}")
     assert page.html.h1.text == "Jana Dvořáková"
     assert "&lt;b&gt;bold&lt;/b&gt; note" in page.text and "called back" in page.text
-    note = page.forms[2]  # logout, the row's resolve, the note
+    note = form_to(page, "/note")
     note["note"] = "<i>rang twice</i>"
     note.submit(status=303)
     page = app.get(f"/console/requests/{request.id}")

@@ -212,3 +212,21 @@ def test_the_demo_prints_an_admin_and_a_staff_login_that_open_the_console(app, c
     login(app, second["staff"][0], second["staff"][1], status=303)
     app.reset()
     assert login(app, *first["admin"]).status_int != 303, "the earlier password no longer opens it"
+
+
+def test_the_user_switches_language_from_the_header_and_it_stays_with_the_account(staff, app):
+    login(app, status=303)
+    inbox = app.get("/console/?state=resolved")
+    assert "Příchozí" in inbox.text
+    switched = app.post("/console/language", {"csrf_token": csrf_of(inbox), "language": "en"},
+                        headers={"Referer": "http://localhost/console/?state=resolved"}, status=303)
+    assert switched.headers["Location"].endswith("/console/?state=resolved"), "back where it was switched"
+    assert "Inbox" in app.get("/console/").text
+    with db.connection_context():
+        assert StaffUser.get_by_id(staff.id).language == "en"
+    # Another site in the Referer is not followed; an unknown language is refused; no CSRF, 403.
+    away = app.post("/console/language", {"csrf_token": csrf_of(inbox), "language": "cs"},
+                    headers={"Referer": "https://evil.example/console/x"}, status=303)
+    assert away.headers["Location"].endswith("/console/")
+    app.post("/console/language", {"csrf_token": csrf_of(inbox), "language": "de"}, status=400)
+    app.post("/console/language", {"language": "en"}, status=403)
