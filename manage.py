@@ -7,6 +7,7 @@
     python manage.py token revoke TOKEN_ID
     python manage.py user create --clinic SLUG [--clinic SLUG ...] --email E --name N --role staff|admin [--language cs|en] --password-stdin
     python manage.py user reset-password --email E --password-stdin
+    python manage.py user hash-password --password-stdin   (for an onboarding file's users)
     python manage.py user disable --email E
     python manage.py audit [--clinic SLUG] [--since ISO] [--limit N]
     python manage.py demo [--base-url URL]
@@ -183,6 +184,16 @@ def cmd_user_reset_password(config: Config, args: argparse.Namespace) -> int:
         ended = sessions.end_all(user)  # whoever knew the old password is logged out
         AuditEvent.record(operator(), None, "staff_user.reset_password", user, {"sessionsEnded": ended})
     print(f"password of {user.email} reset; {ended} session(s) ended", file=sys.stderr)
+    return 0
+
+
+def cmd_user_hash_password(config: Config, args: argparse.Namespace) -> int:
+    from console.passwords import hash_password
+
+    password = _read_password()
+    if password is None:
+        return 2
+    print(hash_password(password))
     return 0
 
 
@@ -476,6 +487,10 @@ def parser() -> argparse.ArgumentParser:
     ureset.add_argument("--email", required=True)
     ureset.add_argument("--password-stdin", action="store_true", required=True)
     ureset.set_defaults(func=cmd_user_reset_password)
+    uhash = user.add_parser("hash-password", help="print the Argon2id hash of the password on stdin, "
+                                                   "for an onboarding file's users[].passwordHash")
+    uhash.add_argument("--password-stdin", action="store_true", required=True)
+    uhash.set_defaults(func=cmd_user_hash_password, needs_db=False)
     udisable = user.add_parser("disable", help="refuse the user's logins and end their sessions")
     udisable.add_argument("--email", required=True)
     udisable.set_defaults(func=cmd_user_disable)

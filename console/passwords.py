@@ -1,7 +1,7 @@
 """Staff passwords: Argon2id (argon2-cffi's defaults, RFC 9106's low-memory profile)."""
 from __future__ import annotations
 
-from argon2 import PasswordHasher
+from argon2 import PasswordHasher, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError
 
 _hasher = PasswordHasher()
@@ -23,3 +23,12 @@ def verify(password_hash: str | None, password: str) -> bool:
     except (VerificationError, InvalidHashError):
         return False
     return ok and password_hash is not None
+
+
+def readable_hash(text: str) -> bool:
+    """Whether `text` is an Argon2id hash this service can verify against (onboarding files
+    carry hashes only, never passwords)."""
+    try:
+        return extract_parameters(text).type.name == "ID"
+    except InvalidHashError:
+        return False

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models import OfficeHours, Tag
+from models import OfficeHours, StaffMembership, StaffUser, Tag
 from switchboard.office_hours import WEEKDAYS
 
 MAX_LANGUAGES = 10
@@ -132,9 +132,22 @@ PATIENT = _closed({
     "records": _list_of(PATIENT_RECORD),
 }, any_of=[{"required": ["id"]}, {"required": ["key"]}])
 
+# A staff console login. Only an Argon2 hash of the password (`manage.py user hash-password`):
+# the file is shared and versioned, a password in it would be read by everyone who reads it.
+USER = _closed({
+    "email": {"type": "string", "format": "email", "maxLength": 254},
+    "name": NAME,
+    "language": {"enum": list(StaffUser.LANGUAGES)},
+    "passwordHash": {"type": "string", "pattern": "^\\$argon2id\\$", "maxLength": 500},
+    "disabled": {"type": "boolean"},
+    "clinics": {"type": "array", "minItems": 1, "items": _closed(
+        {"clinic": SLUG, "role": {"enum": list(StaffMembership.ROLES)}}, required=["clinic", "role"])},
+}, required=["email", "name", "clinics"])
+
 SCHEMA: dict[str, Any] = _closed({
     "organization": _closed({"slug": SLUG, "name": NAME, "patientSharing": {"type": "boolean"}},
                             required=["slug", "name"]),
     "clinics": _list_of(CLINIC),
     "patients": _list_of(PATIENT),
+    "users": _list_of(USER),
 }, required=["organization", "clinics"])

@@ -28,8 +28,10 @@ from plumbing import crypto
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from models import (
-    Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType, RequestTypeDefaultTag, Tag, Vacation,
+    Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType,
+    RequestTypeDefaultTag, StaffMembership, StaffSession, StaffUser, Tag, Vacation,
 )
+from console import passwords
 from onboarding.schema import SCHEMA
 from switchboard.office_hours import WEEKDAYS
 from plumbing.phones import to_e164
@@ -114,6 +116,37 @@ class _Plan:
         self.clinics = [self._clinic(i, c) for i, c in enumerate(doc["clinics"])]
         self._unique([c["slug"] for c in doc["clinics"]], "clinics", "slug")
         self.patients = self._patients(doc.get("patients", []))
+        self.users = self._users(doc.get("users", []))
+
+    def _users(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Staff logins: e-mails unique, clinics among this document's, a password hash
+        Argon2 can read (required for a new user: else nobody could log in), and no
+        account that works for another organization (writing it would take it over)."""
+        slugs = {c["slug"]: c["id"] for c in self.clinics}
+        self._unique([StaffUser.normal_email(u["email"]) for u in items], "users", "email")
+        out = []
+        for i, u in enumerate(items):
+            at = f"users[{i}]"
+            email = StaffUser.normal_email(u["email"])
+            existing = StaffUser.by_email(email)
+            if existing is not None:
+                foreign = (StaffMembership.select().join(Clinic)
+                           .where((StaffMembership.user == existing) & (Clinic.organization != self.org_id)).exists())
+                if foreign:
+                    raise OnboardingError(f"{at}.email", f"{email} works for another organization")
+            if u.get("passwordHash") is not None and not passwords.readable_hash(u["passwordHash"]):
+                raise OnboardingError(f"{at}.passwordHash", "not an Argon2id hash (manage.py user hash-password)")
+            if existing is None and not u.get("passwordHash"):
+                raise OnboardingError(f"{at}.passwordHash", "required for a new user")
+            roles: dict[uuid.UUID, str] = {}
+            for j, m in enumerate(u["clinics"]):
+                if m["clinic"] not in slugs:
+                    raise OnboardingError(f"{at}.clinics[{j}].clinic", f"no clinic {m['clinic']!r} in this document")
+                roles[slugs[m["clinic"]]] = m["role"]
+            out.append({"id": existing.id if existing else stable_id("staff_user", email), "email": email,
+                        "name": u["name"], "language": u.get("language"), "password_hash": u.get("passwordHash"),
+                        "disabled": u.get("disabled"), "roles": roles})
+        return out
 
     @staticmethod
     def _unique(values: list[str], where: str, field: str) -> None:
@@ -353,7 +386,42 @@ def _onboard(document: dict[str, Any], secret_key: str) -> str:
                     if owner is not None and owner.patient_id != p["id"]:
                         raise OnboardingError("patients", f"external id {source}:{value} already belongs to another patient")
                     w.ensure(ExternalId, clinic=r["clinic_id"], patient=p["id"], source=source, value=value)
-        return f"onboarded {org['slug']}: {len(plan.clinics)} clinic(s), {len(plan.patients)} patient(s), {w.changes} change(s)"
+        for u in plan.users:
+            _write_user(w, u, [c["id"] for c in plan.clinics])
+        return (f"onboarded {org['slug']}: {len(plan.clinics)} clinic(s), {len(plan.patients)} patient(s), "
+                f"{len(plan.users)} user(s), {w.changes} change(s)")
+
+
+def _write_user(w: _Writer, u: dict[str, Any], clinic_ids: list[uuid.UUID]) -> None:
+    """A user's row and their roles in this document's clinics (the document's list is the
+    truth there; memberships elsewhere are not this document's). A new password hash or a
+    disable ends the user's sessions, as `manage.py user reset-password` and `disable` do."""
+    before = StaffUser.get_or_none(StaffUser.id == u["id"])
+    values: dict[str, Any] = {"email": u["email"], "name": u["name"]}
+    if u["language"]:
+        values["language"] = u["language"]
+    if u["password_hash"]:
+        values["password_hash"] = u["password_hash"]
+    if u["disabled"] is not None:
+        disabled = before.disabled_at if before and before.disabled_at else utc_now()
+        values["disabled_at"] = disabled if u["disabled"] else None
+    user = w.upsert(StaffUser, u["id"], values)
+    if before is not None and (("password_hash" in values and values["password_hash"] != before.password_hash)
+                               or (u["disabled"] and before.disabled_at is None)):
+        StaffSession.delete().where(StaffSession.user == user.id).execute()
+    have = {m.clinic_id: m for m in StaffMembership.select().where(
+        (StaffMembership.user == user.id) & StaffMembership.clinic.in_(clinic_ids))}
+    for clinic_id, membership in have.items():
+        if clinic_id not in u["roles"]:
+            w.changes += 1
+            membership.delete_instance()
+        elif membership.role != u["roles"][clinic_id]:
+            w.changes += 1
+            StaffMembership.update(role=u["roles"][clinic_id]).where(StaffMembership.id == membership.id).execute()
+    for clinic_id, role in u["roles"].items():
+        if clinic_id not in have:
+            w.changes += 1
+            StaffMembership.create(user=user.id, clinic=clinic_id, role=role)
 
 
 def _write_clinic(w: _Writer, org_id: uuid.UUID, c: dict[str, Any]) -> None:
