@@ -393,6 +393,7 @@ ATTACHMENT_REQUEST = component("AttachmentRegistration", {
         "description": {"type": "string", "minLength": 1, "maxLength": 255,
                         "description": "Download file name (normalized to ASCII); no patient identifiers."},
         "categoryType": CATEGORY_TYPE,
-        "visibleToPatient": {"type": "boolean", "default": False},
+        # "false when omitted" in words, not `default`: openapi-typescript makes a field with a default required.
+        "visibleToPatient": {"type": "boolean", "description": "Shown to the patient in the app; false when omitted."},
     },
 })
