@@ -1,8 +1,8 @@
 """Clients generated from the running service's /openapi.json (issue 25), as integrators
 make them: openapi-python-client, and openapi-typescript with openapi-fetch.
 
-For each generator: the service on a real HTTP server with the session's RQ worker, the
-client generated from the document it serves, then the integrator's code
+For each generator: the web process as the Procfile runs it (gunicorn) with the session's
+RQ worker, the client generated from the document it serves, then the integrator's code
 (tests/clients/drive_python.py, tests/clients/drive.ts) run against it: the three routing
 checks, the hand-off of a call, the signed-document flow (steps 1-7, the PDF's bytes
 compared after download), the imports, tags and a PATCH, and the request the hand-off
@@ -15,6 +15,7 @@ nothing is fetched at test time but the service's own document.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -24,9 +25,13 @@ import pytest
 
 from models import Call, MedicalRecord, PatientRequest
 from plumbing.database import db
-from tests.support import ROOT, issue_token, load
+from tests.conftest import PG_URL, REDIS_URL
+from tests.support import ROOT, SECRET_KEY, issue_token, load
+from tests.support.gunicorn import serving, start_gunicorn
 from tests.support.https_server import static
-from tests.support.live_service import serve, signing_organization
+from tests.support.live_service import signing_organization
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
 from web import openapi
 
 CLIENTS = ROOT / "tests" / "clients"
@@ -54,12 +59,21 @@ def generators() -> None:
 
 @pytest.fixture
 def service(app, tmp_path: Path, https_server, worker) -> Iterator[str]:
+    """The web process as the Procfile starts it (gunicorn), on the suite's database."""
     load(signing_organization())
     https_server.route("/rec/CA-generated.wav", static(SILENCE.read_bytes(), "audio/wav"))
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
     # Loopback recording URLs pass intake (the session's worker, which fetches them, trusts the test CA).
-    with serve(storage_backend="local", storage_dir=str(tmp_path / "storage"),
-               unsafe_allow_loopback_fetch=True) as base_url:
+    env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
+           "DB_POOL_SIZE": "2", "STORAGE_BACKEND": "local", "STORAGE_DIR": str(tmp_path / "storage"),
+           "PUBLIC_BASE_URL": base_url, "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "LOG_LEVEL": "WARNING"}
+    web = start_gunicorn(port, "--workers", "1", env=env, log=tmp_path / "gunicorn.log",
+                         ready=lambda _: serving(base_url))
+    try:
         yield base_url
+    finally:
+        stop_process(web, 15)
 
 
 def expected_lines(recording_sid: str, sha256: str) -> list[str]:
