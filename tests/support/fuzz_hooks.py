@@ -90,18 +90,21 @@ def documented_refusal(method: str, path: str, status: int, body: Any, sent: Any
     return False
 
 
+def _json_of(response: Any) -> Any:
+    try:
+        return json.loads(response.content)
+    except ValueError:
+        return None
+
+
 @schemathesis.check
 def positive_data_acceptance_beyond_schema(ctx: Any, response: Any, case: Any) -> bool | None:
     """The built-in positive_data_acceptance, minus the refusals listed above."""
     try:
         return positive_data_acceptance(ctx, response, case)
     except RejectedPositiveData:
-        try:
-            body = json.loads(response.content)
-        except ValueError:
-            body = None
         sent = [getattr(case, name, None) for name in ("body", "query", "path_parameters")]
-        if documented_refusal(case.method, case.path, response.status_code, body, sent):
+        if documented_refusal(case.method, case.path, response.status_code, _json_of(response), sent):
             return None
         raise
 
@@ -129,10 +132,7 @@ def negative_data_rejection_beyond_items(ctx: Any, response: Any, case: Any) -> 
     try:
         return negative_data_rejection(ctx, response, case)
     except AcceptedNegativeData:
-        try:
-            body = json.loads(response.content)
-        except ValueError:
-            body = None
-        if (case.method.upper(), case.path) == BULK_IMPORT and items_answered_alone(case.body, response.status_code, body):
+        if ((case.method.upper(), case.path) == BULK_IMPORT
+                and items_answered_alone(case.body, response.status_code, _json_of(response))):
             return None
         raise
