@@ -40,7 +40,7 @@ class PatientImportBulk:
     scopes = {"POST": "write"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        body = validation.body(req, schemas.PATIENT_IMPORT_BULK)
+        body = validation.body(req, schemas.PATIENT_IMPORT_BULK_ENVELOPE)
         outcomes = patients.import_patients(req.context.clinic, body["patients"], req.context.token)
         resp.media = {"data": [
             {"index": index, "status": status, "patientId": str(patient_id) if patient_id else None,

@@ -46,7 +46,8 @@ REQUEST_BODIES = {
     "PATIENT_SEARCH_REQUEST": {"filter": {"externalIds": ["a"], "inClinic": True}, "pagination": {"limit": 9.0}},
     "PATIENT_IMPORT": {"externalId": "e1", "firstName": "Jan", "lastName": "Novák", "email": "a@b.cz",
                        "birthDate": "1980-02-29", "phone": None},
-    "PATIENT_IMPORT_BULK": {"patients": [{"anything": 1}]},
+    "PATIENT_IMPORT_BULK": {"patients": [{"externalId": "e1", "firstName": "Jan", "lastName": "Novák"}]},
+    "PATIENT_IMPORT_BULK_ENVELOPE": {"patients": [{"anything": 1}]},
     "CREATE_REQUEST": {"patientId": U, "userECRFId": U.upper(), "timeSlotInput": {
         "start": "2026-11-18T10:00:00Z", "end": "2026-11-18T10:30:00+01:00", "calendarId": U}},
     "REQUEST_SEARCH_REQUEST": {"filter": {"patientId": U}, "pagination": {"cursor": "c"}},

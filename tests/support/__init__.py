@@ -18,7 +18,8 @@ This module holds the API helpers (onboard a document, issue a token, build requ
 - `faults`: private Redis and PostgreSQL servers the fault tests break on purpose;
 - `seaweed`: a throw-away SeaweedFS (and its session fixture);
 - `organizations`: fixtures of the organizations a test starts from;
-- `fuzz_hooks`: schemathesis hooks (`SCHEMATHESIS_HOOKS=tests.support.fuzz_hooks`).
+- `fuzz_hooks`: schemathesis hooks (`SCHEMATHESIS_HOOKS=tests.support.fuzz_hooks`);
+- `documented`: the OpenAPI document's schemas with their `$ref`s resolved.
 
 Importing the package does not import the service: the benchmarks, `pytest -p` plugins
 and schemathesis import its modules in processes of their own.

@@ -1,0 +1,136 @@
+// The integrator's side, written against the types openapi-typescript generates from the
+// service's /openapi.json (./schema.d.ts, made by tests/test_generated_clients.py) and the
+// openapi-fetch client. Checked with `tsc --noEmit --strict`: no casts, no `any`.
+// Storage URLs get a plain fetch (no bearer token goes there); the recording endpoint is
+// asked with redirect: "manual" (its answer is a 302 to the recording, not JSON).
+//
+//   node drive.js BASE_URL TOKEN CLINIC PDF CALL_SID RECORDING_URL
+import { readFileSync } from "node:fs";
+import createClient from "openapi-fetch";
+import type { components, paths } from "./schema.js";
+
+type PatientImport = components["schemas"]["PatientImport"];
+type RecordingState = components["schemas"]["RecordingState"];
+
+const [baseUrl, token, clinicSlug, pdfPath, callSid, recordingUrl] = process.argv.slice(2);
+const api = createClient<paths>({ baseUrl, headers: { Authorization: `Bearer ${token}` } });
+const CLINIC = "/external/v1/clinics/{clinicSlug}";
+const inClinic = { path: { clinicSlug } };
+
+function must<T>(step: string, answer: { data?: T; error?: unknown }): T {
+  if (answer.data === undefined) {
+    throw new Error(`${step}: unexpected answer ${JSON.stringify(answer.error)}`);
+  }
+  return answer.data;
+}
+
+function recordingLink(recording: RecordingState): string | null {
+  return recording.state === "available" ? recording.url : null; // narrowed by the `state` discriminator
+}
+
+async function main(): Promise<void> {
+  // --- switchboard: the three routing checks and the hand-off ------------------------
+  const opened = must("is-clinic-opened", await api.POST(`${CLINIC}/switchboard/is-clinic-opened`, { params: inClinic }));
+  const vacation = must("is-on-vacation",
+    await api.POST(`${CLINIC}/switchboard/is-on-vacation`, { params: inClinic, body: {} }));
+  const active = must("has-active-request", await api.POST(`${CLINIC}/switchboard/has-active-request`,
+    { params: inClinic, body: { callFrom: "+420 601 123 456" } }));
+  console.log(`checks: open=${opened.isOpen} vacation=${vacation.isOnVacation} active=${active.hasActiveRequest}`);
+  const handed = must("recording-complete", await api.POST(`${CLINIC}/switchboard/recording-complete`, {
+    params: inClinic,
+    body: {
+      CallSid: callSid, CallFrom: "+420 601 123 456", CallTo: "+420 200 000 000", HasRecording: true,
+      RecordingUrl: recordingUrl, RecordingSid: recordingUrl.split("/").pop() ?? null, Source: "generated-client",
+    },
+  }));
+  console.log(`hand-off: success=${handed.success}`);
+
+  // --- signed documents, steps 1-7 -------------------------------------------------
+  const types = must("1", await api.POST(`${CLINIC}/patientRequestTypes/search`, { params: inClinic }));
+  const consent = types.data.find((t) => t.ecrfId === "SIGNED_CONSENT");
+  if (!consent) throw new Error("1: no SIGNED_CONSENT type");
+  console.log(`1. type: ${consent.name} requiresSignature=${consent.requiresSignature}`);
+
+  const found = must("2", await api.POST(`${CLINIC}/patients/search`, {
+    params: inClinic, body: { filter: { externalId: "EXT-1", externalIdSource: "signing-system" } },
+  }));
+  const patient = found.data.find((p) => p.isInClinic);
+  if (!patient) throw new Error("2: no patient with a record here");
+  console.log(`2. patient: ${patient.firstName} ${patient.lastName} tags=${patient.tags.map((t) => t.name)} ` +
+    `externalIds=${patient.externalIds.map((e) => `${e.source}:${e.id}`)} next=${found.pagination.nextCursor}`);
+
+  const one: PatientImport = { externalId: "GEN-TS-1", externalIdSource: "signing-system", firstName: "Eva",
+    lastName: "Dvořáková" };
+  const imported = must("import", await api.POST(`${CLINIC}/patients/import`, { params: inClinic, body: one }));
+  const bulk = must("import-bulk", await api.POST(`${CLINIC}/patients/import-bulk`, {
+    params: inClinic,
+    body: { patients: [{ externalId: "GEN-TS-2", firstName: "Adam", lastName: "Beneš", phone: "+420 603 111 222" },
+      { externalId: "GEN-TS-3", firstName: "Běla", lastName: "Černá", phone: "not a phone" }] },
+  }));
+  const failed = bulk.data.filter((item) => item.error !== null).map((item) => `${item.index}:${item.error?.code}`);
+  console.log(`import: created=${imported.data.created} bulk=${bulk.data.map((item) => item.status)} failed=${failed}`);
+
+  const created = must("3", await api.POST(`${CLINIC}/patientRequests/create`, {
+    params: inClinic, body: { patientId: patient.id, userECRFId: consent.id, userNote: "Signed consent, version 3" },
+  }));
+  const request = created.data;
+  console.log(`3. request: ${request.title} kind=${request.kind} doneAt=${request.doneAt}`);
+  const inRequest = { path: { clinicSlug, requestId: request.id } };
+
+  const link = must("4", await api.POST(`${CLINIC}/patientRequests/{requestId}/attachments/upload-link`, {
+    params: inRequest, body: { contentType: "application/pdf" },
+  }));
+  console.log("4. upload link issued");
+
+  const pdf = readFileSync(pdfPath);
+  const put = await fetch(link.data.url, { method: "PUT", body: pdf, headers: { "Content-Type": "application/pdf" } });
+  console.log(`5. upload: ${put.status}`);
+  if (!put.ok) throw new Error(`5: ${await put.text()}`);
+
+  const registered = must("6", await api.POST(`${CLINIC}/patientRequests/{requestId}/attachments`, {
+    params: inRequest,
+    body: { contentType: "application/pdf", fileHash: link.data.fileHash, description: "signed-consent.pdf",
+      categoryType: "CONSENT" },
+  }));
+  console.log(`6. attachment: ${registered.data.contentType} sha256=${registered.data.sha256}`);
+
+  const detail = must("7", await api.GET(`${CLINIC}/patientRequests/{requestId}`, { params: inRequest }));
+  const [record] = detail.data.medicalRecords;
+  const downloaded = Buffer.from(await (await fetch(record.downloadUrl)).arrayBuffer());
+  const same = downloaded.equals(pdf) ? "identical" : "DIFFERENT";
+  console.log(`7. read back: ${downloaded.length} bytes, ${same}; category=${record.categoryType}`);
+  if (!downloaded.equals(pdf)) throw new Error("the PDF read back differs from the one uploaded");
+
+  const tags = must("tags", await api.GET(`${CLINIC}/tags`, { params: { ...inClinic, query: { type: "patient_request" } } }));
+  const patched = must("patch", await api.PATCH(`${CLINIC}/patientRequests/{requestId}`, {
+    params: inRequest, body: { addTagIds: tags.data.map((t) => t.id), done: true },
+  }));
+  console.log(`patch: tags=${patched.data.tags.map((t) => t.name)} done=${patched.data.doneAt !== null}`);
+
+  // --- the hand-off's request, once the worker made it (bounded wait) ----------------
+  const deadline = Date.now() + 120_000;
+  let page = must("search", await api.POST(`${CLINIC}/patientRequests/search`, {
+    params: inClinic, body: { filter: { kind: "missed_call" } },
+  }));
+  while (page.data.length === 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    page = must("search", await api.POST(`${CLINIC}/patientRequests/search`, {
+      params: inClinic, body: { filter: { kind: "missed_call" } },
+    }));
+  }
+  const [fromCall] = page.data;
+  const inCall = { path: { clinicSlug, requestId: fromCall.id } };
+  const callDetail = must("call detail", await api.GET(`${CLINIC}/patientRequests/{requestId}`, { params: inCall }));
+  const call = callDetail.data.call;
+  if (!call) throw new Error("the request made from a call has no call");
+  console.log(`call: sid=${call.callSid} kind=${callDetail.data.kind} transcriptStatus=${call.transcriptStatus} ` +
+    `recording=${call.recording.state}`);
+  const played = await api.GET(`${CLINIC}/patientRequests/{requestId}/recording`, { params: inCall, redirect: "manual" });
+  const location = played.response.headers.get("location");
+  console.log(`recording: ${played.response.status} to the call's link=${location === recordingLink(call.recording)}`);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
