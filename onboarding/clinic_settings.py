@@ -23,7 +23,7 @@ from models import (
 )
 from onboarding.writer import OnboardingError, onboard
 from plumbing import crypto, row_cache
-from plumbing.database import db
+from plumbing.database import db, is_postgresql
 from switchboard.office_hours import WEEKDAYS
 
 _PREFIX = "clinics[0]."
@@ -69,8 +69,14 @@ def clinic_document(clinic: Clinic, secret_key: str) -> dict[str, Any]:
                          RequestType.select().where(RequestType.clinic == clinic).order_by(RequestType.name)],
     }
     if clinic.platform_api_url:
+        try:
+            password = crypto.decrypt(clinic.platform_password_encrypted, secret_key)
+        except crypto.InvalidToken:
+            # Written under another SECRET_KEY: only the operator's onboarding file can say it again.
+            raise SettingsError("switchboard.password", "cannot be read with this SECRET_KEY; "
+                                "the operator must onboard the clinic's switchboard again") from None
         c["switchboard"] = {"apiUrl": clinic.platform_api_url, "username": clinic.platform_username,
-                            "password": crypto.decrypt(clinic.platform_password_encrypted, secret_key)}
+                            "password": password}
         if clinic.platform_source_markers:
             c["switchboard"]["sourceMarkers"] = json.loads(clinic.platform_source_markers)
     return {"organization": {"slug": org.slug, "name": org.name, "patientSharing": org.patient_sharing},
@@ -100,6 +106,10 @@ class ClinicSettings:
         and record `action`, all in one transaction."""
         try:
             with db.atomic():
+                if is_postgresql():
+                    # Two admins at once: each change reads the whole clinic and writes it back,
+                    # so they take turns or the later one would undo the earlier.
+                    db.execute_sql("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"settings:{self.clinic.id}",))
                 document = clinic_document(self.clinic, self.secret_key)
                 edit(document["clinics"][0])
                 onboard(document, secret_key=self.secret_key)

@@ -6,6 +6,7 @@ another clinic's rows 404."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
@@ -14,16 +15,19 @@ import redis
 
 from console.passwords import hash_password
 from models import (
-    AuditEvent, Calendar, Clinic, OfficeHours, RequestType, RequestTypeDefaultTag, StaffMembership, StaffUser, Tag,
+    Actor, AuditEvent, Calendar, Clinic, OfficeHours, RequestType, RequestTypeDefaultTag, StaffMembership, StaffUser, Tag,
     Vacation,
 )
+from onboarding.clinic_settings import ClinicSettings
 from plumbing.database import db
 from tests.conftest import REDIS_URL
-from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.test_console_sessions import csrf_of
 
 PASSWORD = "correct horse battery"
 PRAGUE = ZoneInfo("Europe/Prague")
+SWITCHBOARD = {"apiUrl": "https://pbx.example.cz/api", "username": "clinic-a", "password": "pbx-Secret-42",
+               "sourceMarkers": ["pbx"]}
 PAGES = ("/console/settings/office-hours", "/console/settings/calendars", "/console/settings/calls",
          "/console/settings/request-types")
 B_SETUP = {"officeHours": [{"weekday": "mon", "opens": "08:00", "closes": "12:00"}],
@@ -36,7 +40,7 @@ B_SETUP = {"officeHours": [{"weekday": "mon", "opens": "08:00", "closes": "12:00
 def people(app):
     """clinic-a (Prague) and clinic-b with a little of everything; anna administers
     clinic-a, bob is a staff member there."""
-    load(organization(clinic("clinic-a"), clinic("clinic-b", **B_SETUP)))
+    load(organization(clinic("clinic-a", switchboard=SWITCHBOARD), clinic("clinic-b", **B_SETUP)))
     client = redis.Redis.from_url(REDIS_URL)
     for key in client.scan_iter("console:*"):
         client.delete(key)
@@ -295,3 +299,49 @@ def test_a_change_without_the_csrf_token_is_refused(people, app):
     log_in(app)
     app.post(PAGES[2], {"clinic": "clinic-a", "languages": "cs"}, status=403)
     assert events("settings.calls.update") == []
+
+
+def test_a_change_keeps_the_switchboard_credentials_and_never_shows_them(people, app):
+    with db.connection_context():
+        before = Clinic.get(Clinic.slug == "clinic-a")
+    log_in(app)
+    post(app, PAGES[2], {"languages": "cs"})
+    post(app, PAGES[0], {"action": "add", "weekday": "mon", "opens": "08:00", "closes": "12:00"})
+    with db.connection_context():
+        after = Clinic.get(Clinic.slug == "clinic-a")
+        trail = " ".join(e.details for e in AuditEvent.trail(limit=1000))
+    assert (after.platform_api_url, after.platform_username, after.platform_password_encrypted,
+            after.platform_source_markers) == (before.platform_api_url, before.platform_username,
+                                               before.platform_password_encrypted, before.platform_source_markers)
+    assert "pbx-Secret-42" not in trail
+    for path in PAGES:
+        assert "pbx-Secret-42" not in app.get(path).text
+
+
+def test_two_admins_changing_at_once_both_land(people):
+    """Each change reads the whole clinic and writes it back: without taking turns, a change
+    would undo one committed in between. Four at once (the test pool's size), five rounds."""
+    with db.connection_context():
+        a = Clinic.get(Clinic.slug == "clinic-a")
+    days = ("mon", "tue", "wed", "thu")
+    errors: list[BaseException] = []
+    for round_ in range(5):
+        barrier = threading.Barrier(len(days))
+
+        def add(weekday: str) -> None:
+            try:
+                with db.connection_context():
+                    barrier.wait(timeout=10)
+                    ClinicSettings(a, Actor("staff", f"{weekday}@example.cz"), SECRET_KEY).add_office_hours(
+                        weekday, f"{8 + round_:02d}:00", "20:00", "every")
+            except BaseException as exc:  # the assertion below names it
+                errors.append(exc)
+
+        threads = [threading.Thread(target=add, args=(day,)) for day in days]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert errors == []
+    assert len(one_of(OfficeHours, OfficeHours.clinic == a.id)) == 20
+    assert len(events("settings.office_hours.add")) == 20
