@@ -124,7 +124,8 @@ class CalendarsPage(_SettingsPage):
         calendars = list(clinic.calendars.order_by(Calendar.name))
         vacations = {k.id: list(k.vacations.order_by(Vacation.starts_at)) for k in calendars}
         return {"calendars": calendars, "vacations": vacations, "tz": tz, "utc": timezone.utc,
-                "holidays": coming_holidays(clinic.country, clinic.subdivision, today)}
+                "holidays": coming_holidays(clinic.country, clinic.subdivision, today,
+                                            req.context.console_session.user.language)}
 
     def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
         if action == "remove-vacation":

@@ -51,9 +51,12 @@ def on_vacation(clinic: Clinic, schedule: Schedule, calendar_ids: frozenset[uuid
 
 
 
-def coming_holidays(country: str, subdivision: str | None, today: date, days: int = 366) -> list[tuple[date, str]]:
+def coming_holidays(country: str, subdivision: str | None, today: date, language: str | None = None,
+                    days: int = 366) -> list[tuple[date, str]]:
     """The public holidays of `country` (and `subdivision`) from `today` on, for `days`
-    days: what the settings page shows beside the clinic's vacations."""
+    days, named in `language` where the package has it: what the settings page shows
+    beside the clinic's vacations."""
     end = today + timedelta(days=days)
-    found = holidays.country_holidays(country, subdiv=subdivision, years=range(today.year, end.year + 1))
+    found = holidays.country_holidays(country, subdiv=subdivision, years=range(today.year, end.year + 1),
+                                      language=language)
     return sorted((day, name) for day, name in found.items() if today <= day < end)

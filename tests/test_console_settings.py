@@ -179,7 +179,7 @@ def test_a_switchboard_vacation_in_local_time_turns_is_on_vacation_true(people, 
     log_in(app)
     token = issue_token(["clinic-a"], ["read"])
     page = app.get(PAGES[1])
-    assert "2026-12-24" in page.text and "Christmas" in page.text, "the coming year's public holidays"
+    assert "2026-12-24" in page.text and "Štědrý den" in page.text, "the coming year's public holidays, in Czech"
     assert "2027-11-17" in page.text and "2025-12-24" not in page.text
     post(app, PAGES[1], {"action": "save-calendar", "name": "Ordinace", "ignore_holidays": "1"})
     (calendar,) = one_of(Calendar, Calendar.clinic == a_id())
