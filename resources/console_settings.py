@@ -4,7 +4,7 @@ for an admin of the clinic it acts on, and puts that clinic in `req.context.admi
 from __future__ import annotations
 
 import urllib.parse
-from datetime import datetime, timezone
+from datetime import datetime, time, timedelta, timezone
 from typing import Any, Callable
 from zoneinfo import ZoneInfo
 
@@ -122,8 +122,8 @@ class CalendarsPage(_SettingsPage):
         tz = ZoneInfo(clinic.timezone)
         today = self.clock().astimezone(tz).date()
         calendars = list(clinic.calendars.order_by(Calendar.name))
-        vacations = {k.id: list(k.vacations.order_by(Vacation.starts_at)) for k in calendars}
-        return {"calendars": calendars, "vacations": vacations, "tz": tz, "utc": timezone.utc,
+        vacations = {k.id: [(v, *_span(v, tz)) for v in k.vacations.order_by(Vacation.starts_at)] for k in calendars}
+        return {"calendars": calendars, "vacations": vacations,
                 "holidays": coming_holidays(clinic.country, clinic.subdivision, today,
                                             req.context.console_session.user.language)}
 
@@ -135,6 +135,16 @@ class CalendarsPage(_SettingsPage):
                                   form.get("end", ""), _checked(form, "switchboard"))
         else:
             settings.save_calendar(form.get("id") or None, form.get("name", ""), _checked(form, "ignore_holidays"))
+
+
+def _span(vacation: Vacation, tz: ZoneInfo) -> tuple[str, str]:
+    """A vacation's start and end as the form takes them: whole local days as dates, the end
+    day included (as onboarding reads a date), otherwise local dates and times."""
+    start, end = (moment.replace(tzinfo=timezone.utc).astimezone(tz)
+                  for moment in (vacation.starts_at, vacation.ends_at))
+    if start.time() == end.time() == time(0):
+        return start.date().isoformat(), (end.date() - timedelta(days=1)).isoformat()
+    return start.strftime("%Y-%m-%d %H:%M"), end.strftime("%Y-%m-%d %H:%M")
 
 
 class CallsPage(_SettingsPage):

@@ -198,10 +198,13 @@ def test_a_switchboard_vacation_in_local_time_turns_is_on_vacation_true(people, 
     assert (vacation.starts_at, vacation.ends_at) == (datetime(2026, 11, 20, 11, 0), datetime(2026, 11, 20, 13, 0))
     (event,) = events("settings.vacation.add")
     assert event.target_id == str(calendar.id) and json.loads(event.details)["start"] == "2026-11-20T12:00:00+01:00"
-    assert "Školení" in app.get(PAGES[1]).text and "2026-11-20 12:00" in app.get(PAGES[1]).text
+    shown = app.get(PAGES[1]).html.select_one("table.vacations tbody tr").text
+    assert "Školení" in shown and "2026-11-20 12:00" in shown and "2026-11-20 14:00" in shown
     # A vacation that leaves the switchboard alone, and whole days (the end day included).
     post(app, PAGES[1], {"action": "add-vacation", "calendar": str(calendar.id), "start": "2026-12-01",
                          "end": "2026-12-02"})
+    rows = [r.text for r in app.get(PAGES[1]).html.select("table.vacations tbody tr")]
+    assert "2026-12-01" in rows[1] and "2026-12-02" in rows[1] and "00:00" not in rows[1], "whole days, as typed"
     move(app, clock, datetime(2026, 12, 2, 20, 0, tzinfo=timezone.utc))
     assert not on_vacation()
     post(app, PAGES[1], {"action": "remove-vacation", "id": str(vacation.id)})
