@@ -50,6 +50,18 @@ def clinic_document(clinic: Clinic, secret_key: str) -> dict[str, Any]:
     org = Organization.get_by_id(clinic.organization_id)
     tags = list(Tag.select().where(Tag.clinic == clinic).order_by(Tag.type, Tag.name))
     tag_names = {t.id: t.name for t in tags}
+    calendars = list(Calendar.select().where(Calendar.clinic == clinic).order_by(Calendar.name))
+    vacations: dict[uuid.UUID, list[dict[str, Any]]] = {k.id: [] for k in calendars}
+    for v in (Vacation.select().join(Calendar).where(Calendar.clinic == clinic)
+              .order_by(Vacation.starts_at, Vacation.id)):
+        vacations[v.calendar_id].append({"name": v.name, "start": _iso(v.starts_at), "end": _iso(v.ends_at),
+                                         "switchboard": v.applies_to_switchboard})
+    types = list(RequestType.select().where(RequestType.clinic == clinic).order_by(RequestType.name))
+    defaults: dict[uuid.UUID, list[str]] = {t.id: [] for t in types}
+    for d in (RequestTypeDefaultTag.select().join(RequestType)
+              .where(RequestType.clinic == clinic)):
+        if d.tag_id in tag_names:
+            defaults[d.request_type_id].append(tag_names[d.tag_id])
     c: dict[str, Any] = {
         "slug": clinic.slug, "name": clinic.name, "timezone": clinic.timezone, "country": clinic.country,
         "subdivision": clinic.subdivision, "language": clinic.language,
@@ -57,16 +69,15 @@ def clinic_document(clinic: Clinic, secret_key: str) -> dict[str, Any]:
         "officeHours": [{"weekday": WEEKDAYS[h.weekday - 1], "opens": h.opens.strftime("%H:%M"),
                          "closes": h.closes.strftime("%H:%M"), "weeks": h.weeks}
                         for h in OfficeHours.select().where(OfficeHours.clinic == clinic).order_by(OfficeHours.id)],
-        "calendars": [{"id": str(k.id), "name": k.name, "ignoreHolidays": k.ignore_holidays,
-                       "vacations": [{"name": v.name, "start": _iso(v.starts_at), "end": _iso(v.ends_at),
-                                      "switchboard": v.applies_to_switchboard}
-                                     for v in Vacation.select().where(Vacation.calendar == k)
-                                     .order_by(Vacation.starts_at, Vacation.id)]}
-                      for k in Calendar.select().where(Calendar.clinic == clinic).order_by(Calendar.name)],
+        "calendars": [{"id": str(k.id), "name": k.name, "ignoreHolidays": k.ignore_holidays, "vacations": vacations[k.id]}
+                      for k in calendars],
         "tags": [{"id": str(t.id), "type": t.type, "name": t.name, "color": t.color, "deleted": t.deleted_at is not None}
                  for t in tags],
-        "requestTypes": [_request_type(t, tag_names) for t in
-                         RequestType.select().where(RequestType.clinic == clinic).order_by(RequestType.name)],
+        "requestTypes": [{"id": str(t.id), "ecrfId": t.ecrf_id, "name": t.name, "description": t.description,
+                          "requiresReservation": t.requires_reservation, "requiresPayment": t.requires_payment,
+                          "requiresSignature": t.requires_signature, "reservationLength": t.reservation_length,
+                          "remindDaysBefore": t.remind_days_before, "active": t.active,
+                          "defaultPatientTags": sorted(defaults[t.id])} for t in types],
     }
     if clinic.platform_api_url:
         try:
@@ -81,15 +92,6 @@ def clinic_document(clinic: Clinic, secret_key: str) -> dict[str, Any]:
             c["switchboard"]["sourceMarkers"] = json.loads(clinic.platform_source_markers)
     return {"organization": {"slug": org.slug, "name": org.name, "patientSharing": org.patient_sharing},
             "clinics": [c]}
-
-
-def _request_type(t: RequestType, tag_names: dict[uuid.UUID, str]) -> dict[str, Any]:
-    defaults = [tag_names[d.tag_id] for d in RequestTypeDefaultTag.select()
-                .where(RequestTypeDefaultTag.request_type == t) if d.tag_id in tag_names]
-    return {"id": str(t.id), "ecrfId": t.ecrf_id, "name": t.name, "description": t.description,
-            "requiresReservation": t.requires_reservation, "requiresPayment": t.requires_payment,
-            "requiresSignature": t.requires_signature, "reservationLength": t.reservation_length,
-            "remindDaysBefore": t.remind_days_before, "active": t.active, "defaultPatientTags": sorted(defaults)}
 
 
 class ClinicSettings:

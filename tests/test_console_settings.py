@@ -348,3 +348,16 @@ def test_two_admins_changing_at_once_both_land(people):
     assert errors == []
     assert len(one_of(OfficeHours, OfficeHours.clinic == a.id)) == 20
     assert len(events("settings.office_hours.add")) == 20
+
+
+def test_a_clinic_read_back_as_a_document_writes_back_unchanged(app, example):
+    """The settings pages edit `clinic_document`: for the example organization (hours past
+    midnight, vacations, tags, request types with default tags, a switchboard) it must be
+    the clinic exactly, or every change would also rewrite what it did not touch."""
+    from onboarding.clinic_settings import clinic_document
+    from onboarding.writer import onboard
+
+    load(example)
+    with db.connection_context():
+        for c in Clinic.select():
+            assert onboard(clinic_document(c, SECRET_KEY), secret_key=SECRET_KEY).endswith(" 0 change(s)"), c.slug
