@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import falcon
 
-from console.rendering import Renderer
+from console.rendering import N_, Renderer
 from models import Actor, Calendar, Clinic, OfficeHours, RequestType, Tag, Vacation
 from onboarding.clinic_settings import ClinicSettings, NotFound, SettingsError, local_moment
 from plumbing.row_cache import RowCache
@@ -193,6 +193,6 @@ def _ticked_tags(form: dict[str, str]) -> list[str]:
     return [name.removeprefix("tag-") for name in form if name.startswith("tag-") and form[name] == "1"]
 
 
-for _title, _page in (("Office hours", OfficeHoursPage), ("Calendars and vacations", CalendarsPage),
-                      ("Calls", CallsPage), ("Request types", RequestTypesPage)):
+for _title, _page in ((N_("Office hours"), OfficeHoursPage), (N_("Calendars and vacations"), CalendarsPage),
+                      (N_("Calls"), CallsPage), (N_("Request types"), RequestTypesPage)):
     SECTIONS.append({"title": _title, "url": _page.path})
