@@ -128,6 +128,8 @@ class ClinicSettings:
             key = uuid.UUID(str(row_id)) if model is not OfficeHours else int(row_id)
         except (TypeError, ValueError):
             raise NotFound(row_id) from None
+        if isinstance(key, int) and not 0 < key < 2**31:  # beyond the column: nobody's row
+            raise NotFound(row_id)
         query = model.select().where(model._meta.primary_key == key, *where)
         if model in (OfficeHours, Calendar, Tag, RequestType):
             query = query.where(model.clinic == self.clinic)

@@ -118,6 +118,8 @@ def test_an_admin_cannot_act_on_another_clinic_nor_its_rows(people, app):
     post(app, PAGES[3], {"action": "save-type", "id": str(request_type.id), "ecrfId": "X", "name": "X"}, status=404)
     post(app, PAGES[3], {"action": "save-type", "ecrfId": "X", "name": "X", f"tag-{tag.id}": "1"}, status=404)
     post(app, PAGES[0], {"action": "remove", "id": "not-a-number"}, status=404)
+    post(app, PAGES[0], {"action": "remove", "id": str(2**40)}, status=404)
+    post(app, PAGES[1], {"action": "remove-vacation", "id": "not-a-uuid"}, status=404)
     with db.connection_context():
         assert Vacation.select().count() == 1 and Calendar.get_by_id(calendar.id).name == "B"
         assert OfficeHours.select().count() == 1 and RequestType.select().count() == 1
