@@ -88,6 +88,9 @@ def create_app(config: Config) -> falcon.App:
         ("/console/language", console.ConsoleLanguage()),
         ("/console/static/{name}", console.ConsoleStatic(rendering.HERE / "static")),
         ("/console/settings", console_settings.SettingsIndex(renderer)),
+        *[(page.path, page(renderer, config.secret_key, config.clock, cache)) for page in (
+            console_settings.OfficeHoursPage, console_settings.CalendarsPage, console_settings.CallsPage,
+            console_settings.RequestTypesPage)],
         ("/healthz", meta.Healthz(database, queue_redis)),
         ("/metrics", metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
     ]

@@ -3,10 +3,21 @@ ConsoleSession (console/middleware.py) lets a resource with `admin_required` run
 for an admin of the clinic it acts on, and puts that clinic in `req.context.admin_clinic`."""
 from __future__ import annotations
 
+import urllib.parse
+from datetime import datetime, time, timedelta, timezone
+from typing import Any, Callable
+from zoneinfo import ZoneInfo
+
 import falcon
 
-from console.rendering import Renderer
-from resources.console import _html
+from console.rendering import N_, Renderer
+from models import Actor, Calendar, Clinic, OfficeHours, RequestType, Tag, Vacation
+from onboarding.clinic_settings import ClinicSettings, NotFound, SettingsError, local_moment
+from plumbing.row_cache import RowCache
+from resources.console import _html, _redirect
+from switchboard.office_hours import WEEKDAYS
+from switchboard.schedules import is_clinic_open
+from switchboard.vacations import coming_holidays
 
 # The settings sections, in the order the index lists them; each section's page adds itself here.
 SECTIONS: list[dict[str, str]] = []
@@ -23,3 +34,165 @@ class SettingsIndex:
         _html(resp, self.renderer.render("console/settings/index.html", session.user.language, user=session.user,
                                          csrf_token=session.csrf_token, clinic=req.context.admin_clinic,
                                          clinics=req.context.admin_clinics, sections=SECTIONS))
+
+
+class _SettingsPage:
+    """A settings section: GET renders it, POST makes one change through `ClinicSettings`
+    (onboarding's validator and writer), then 303 back; a refused change re-renders the
+    page with 400 and the validator's message; a row of another clinic is 404."""
+
+    admin_required = True
+    template = ""
+    path = ""
+
+    def __init__(self, renderer: Renderer, secret_key: str, clock: Callable[[], datetime],
+                 cache: RowCache | None = None) -> None:
+        self.renderer = renderer
+        self.secret_key = secret_key
+        self.clock = clock
+        self.cache = cache
+
+    def facts(self, req: falcon.Request, clinic: Clinic) -> dict[str, Any]:
+        return {}
+
+    def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def _render(self, req: falcon.Request, resp: falcon.Response, status: str = falcon.HTTP_200,
+                error: SettingsError | None = None) -> None:
+        session, clinic = req.context.console_session, req.context.admin_clinic
+        _html(resp, self.renderer.render(self.template, session.user.language, user=session.user,
+                                         csrf_token=session.csrf_token, clinic=clinic,
+                                         clinics=req.context.admin_clinics, error=error,
+                                         form=req.context.form, **self.facts(req, clinic)), status)
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        self._render(req, resp)
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        clinic = req.context.admin_clinic
+        settings = ClinicSettings(clinic, Actor.staff(req.context.console_session.user), self.secret_key)
+        try:
+            self.change(settings, req.context.form.get("action", ""), req.context.form)
+        except NotFound:
+            raise falcon.HTTPNotFound() from None
+        except SettingsError as error:
+            self._render(req, resp, falcon.HTTP_400, error)
+            return
+        raise _redirect(f"{self.path}?" + urllib.parse.urlencode({"clinic": clinic.slug}))
+
+
+def _checked(form: dict[str, str], name: str) -> bool:
+    return form.get(name) == "1"
+
+
+class OfficeHoursPage(_SettingsPage):
+    """Office hours, and the preview: "open now?" and "open at …?" answered by
+    `is_clinic_open`, the function `is-clinic-opened` answers with."""
+
+    template = "console/settings/office_hours.html"
+    path = "/console/settings/office-hours"
+
+    def facts(self, req: falcon.Request, clinic: Clinic) -> dict[str, Any]:
+        tz = ZoneInfo(clinic.timezone)
+        now = self.clock().astimezone(tz)
+        at_text = req.get_param("at") or ""
+        at = local_moment(at_text, tz) if at_text else None
+        return {"hours": clinic.office_hours.order_by(OfficeHours.weekday, OfficeHours.opens, OfficeHours.id),
+                "weekdays": WEEKDAYS, "weeks": OfficeHours.WEEKS, "now": now,
+                "open_now": is_clinic_open(clinic, self.cache, now), "at_text": at_text,
+                "at": at.astimezone(tz) if at else None, "bad_at": bool(at_text) and at is None,
+                "open_at": is_clinic_open(clinic, self.cache, at) if at else None}
+
+    def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
+        if action == "remove":
+            settings.remove_office_hours(form.get("id"))
+        else:
+            settings.add_office_hours(form.get("weekday", ""), form.get("opens", ""), form.get("closes", ""),
+                                      form.get("weeks", "every"))
+
+
+class CalendarsPage(_SettingsPage):
+    """Calendars and their vacations, beside the public holidays of the coming year."""
+
+    template = "console/settings/calendars.html"
+    path = "/console/settings/calendars"
+
+    def facts(self, req: falcon.Request, clinic: Clinic) -> dict[str, Any]:
+        tz = ZoneInfo(clinic.timezone)
+        today = self.clock().astimezone(tz).date()
+        calendars = list(clinic.calendars.order_by(Calendar.name))
+        vacations = {k.id: [(v, *_span(v, tz)) for v in k.vacations.order_by(Vacation.starts_at)] for k in calendars}
+        return {"calendars": calendars, "vacations": vacations,
+                "holidays": coming_holidays(clinic.country, clinic.subdivision, today,
+                                            req.context.console_session.user.language)}
+
+    def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
+        if action == "remove-vacation":
+            settings.remove_vacation(form.get("id"))
+        elif action == "add-vacation":
+            settings.add_vacation(form.get("calendar"), form.get("name", ""), form.get("start", ""),
+                                  form.get("end", ""), _checked(form, "switchboard"))
+        else:
+            settings.save_calendar(form.get("id") or None, form.get("name", ""), _checked(form, "ignore_holidays"))
+
+
+def _span(vacation: Vacation, tz: ZoneInfo) -> tuple[str, str]:
+    """A vacation's start and end as the form takes them: whole local days as dates, the end
+    day included (as onboarding reads a date), otherwise local dates and times."""
+    start, end = (moment.replace(tzinfo=timezone.utc).astimezone(tz)
+                  for moment in (vacation.starts_at, vacation.ends_at))
+    if start.time() == end.time() == time(0):
+        return start.date().isoformat(), (end.date() - timedelta(days=1)).isoformat()
+    return start.strftime("%Y-%m-%d %H:%M"), end.strftime("%Y-%m-%d %H:%M")
+
+
+class CallsPage(_SettingsPage):
+    """Missed-call requests on or off; the languages the transcription chooses among."""
+
+    template = "console/settings/calls.html"
+    path = "/console/settings/calls"
+
+    def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
+        languages = [code for code in form.get("languages", "").replace(",", " ").split() if code]
+        settings.set_calls(_checked(form, "missed_call_requests"), languages)
+
+
+class RequestTypesPage(_SettingsPage):
+    """Request types with their flags and default patient tags; new patient tags."""
+
+    template = "console/settings/request_types.html"
+    path = "/console/settings/request-types"
+    FLAGS = ("requiresReservation", "requiresPayment", "requiresSignature", "active")
+    NUMBERS = ("reservationLength", "remindDaysBefore")
+
+    def facts(self, req: falcon.Request, clinic: Clinic) -> dict[str, Any]:
+        types = list(clinic.request_types.order_by(RequestType.name))
+        defaults = {t.id: {d.tag_id for d in t.default_tags} for t in types}
+        tags = list(clinic.tags.where((Tag.type == "patient") & Tag.deleted_at.is_null()).order_by(Tag.name))
+        return {"types": types, "defaults": defaults, "tags": tags}
+
+    def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
+        if action == "add-tag":
+            settings.add_patient_tag(form.get("name", ""), form.get("color", "").strip())
+            return
+        fields: dict[str, Any] = {"ecrfId": form.get("ecrfId", "").strip(), "name": form.get("name", "").strip(),
+                                  "description": form.get("description", "").replace("\r\n", "\n")}
+        fields |= {flag: _checked(form, flag) for flag in self.FLAGS}
+        for number in self.NUMBERS:
+            text = form.get(number, "").strip() or "0"
+            # Not a number: passed on as text, for the onboarding schema to refuse with its path.
+            fields[number] = int(text) if text.lstrip("-").isdigit() else text
+        tag_ids = _ticked_tags(form)
+        settings.save_request_type(form.get("id") or None, fields, tag_ids)
+
+
+def _ticked_tags(form: dict[str, str]) -> list[str]:
+    """The ids of the default tags ticked: fields `tag-<id>` (the form parser keeps one
+    value per name, so each tag has a field of its own)."""
+    return [name.removeprefix("tag-") for name in form if name.startswith("tag-") and form[name] == "1"]
+
+
+for _title, _page in ((N_("Office hours"), OfficeHoursPage), (N_("Calendars and vacations"), CalendarsPage),
+                      (N_("Calls"), CallsPage), (N_("Request types"), RequestTypesPage)):
+    SECTIONS.append({"title": _title, "url": _page.path})

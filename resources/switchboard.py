@@ -15,9 +15,8 @@ from switchboard.intake import GroupCommit
 from plumbing.row_cache import RowCache
 from models import CallSidConflict, PatientRequest
 from safe_fetch import FetchError, ResolutionCache, UnsafeURL, validate_url
-from switchboard.office_hours import is_open
 from plumbing.phones import to_e164
-from switchboard.schedules import schedule_of
+from switchboard.schedules import is_clinic_open, schedule_of
 from switchboard.vacations import on_vacation
 from voicemail.platform import names_its_recording
 
@@ -31,9 +30,7 @@ class IsClinicOpened:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         validation.body(req, schemas.EMPTY_REQUEST, optional=True)
-        clinic = req.context.clinic
-        hours = schedule_of(clinic, self.cache).office_hours
-        resp.media = {"isOpen": is_open(hours, clinic.timezone, self.clock())}
+        resp.media = {"isOpen": is_clinic_open(req.context.clinic, self.cache, self.clock())}
 
 
 class IsOnVacation:

@@ -23,7 +23,7 @@ from typing import NamedTuple
 from plumbing.row_cache import RowCache
 from plumbing.clock import as_utc
 from models import Calendar, Clinic, OfficeHours, Vacation
-from switchboard.office_hours import Interval
+from switchboard.office_hours import Interval, is_open
 
 
 class CalendarFacts(NamedTuple):
@@ -73,3 +73,8 @@ def schedule_of(clinic: Clinic, cache: RowCache | None) -> Schedule:
     if cache is not None:
         cache.put(key, (schedule,), generation)
     return schedule
+
+
+def is_clinic_open(clinic: Clinic, cache: RowCache | None, now: datetime) -> bool:
+    """`is-clinic-opened`'s answer at `now`; the console's preview asks this very function."""
+    return is_open(schedule_of(clinic, cache).office_hours, clinic.timezone, now)

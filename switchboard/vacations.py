@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol, Sequence
 from zoneinfo import ZoneInfo
@@ -49,3 +49,14 @@ def on_vacation(clinic: Clinic, schedule: Schedule, calendar_ids: frozenset[uuid
     active = bool(calendars) and schedule.on_vacation_calendars(frozenset(c.id for c in calendars), now)
     return decide(clinic, calendars, active, now)
 
+
+
+def coming_holidays(country: str, subdivision: str | None, today: date, language: str | None = None,
+                    days: int = 366) -> list[tuple[date, str]]:
+    """The public holidays of `country` (and `subdivision`) from `today` on, for `days`
+    days, named in `language` where the package has it: what the settings page shows
+    beside the clinic's vacations."""
+    end = today + timedelta(days=days)
+    found = holidays.country_holidays(country, subdiv=subdivision, years=range(today.year, end.year + 1),
+                                      language=language)
+    return sorted((day, name) for day, name in found.items() if today <= day < end)

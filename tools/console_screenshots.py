@@ -1,6 +1,6 @@
 """The README's console screenshots, taken from a running service (the demo of `bin/run
 --try-handoff`): the inbox at desktop and phone width, a request page, the inbox in English,
-and the settings index when the login is an admin's.
+and the office hours settings page when the login is an admin's.
 
     .venv/bin/python tools/console_screenshots.py --email admin@demo-clinic.example \\
         --password '…' [--base-url http://127.0.0.1:8000] [--out docs]
@@ -63,7 +63,8 @@ def main() -> int:
                         page.wait_for_selector("ol.history")
                         shoot(page, args.out / "console-request.png")
                     if page.query_selector("a[href='/console/settings']"):
-                        page.goto(f"{args.base_url}/console/settings")
+                        # A settings page with content (the README's "Settings" shows it), not the index.
+                        page.goto(f"{args.base_url}/console/settings/office-hours")
                         shoot(page, args.out / "console-settings.png")
                 page.close()
         finally:
