@@ -241,7 +241,7 @@ def operator() -> Actor:
 
 def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     """The audit trail, newest first, one line per event: when, clinic, who, what, target,
-    details, request id. Details hold names, counts and ids, never secrets or values."""
+    details, request id, the client's address. Details hold names, counts and ids, never secrets or values."""
     clinic_id = None
     if args.clinic:
         clinic = Clinic.get_or_none(Clinic.slug == args.clinic)
@@ -264,7 +264,7 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
         where = slugs.get(event.clinic_id, str(event.clinic_id)) if event.clinic_id else "-"
         target = f"{event.target_type}:{event.target_id}" if event.target_type else "-"
         print(f"{iso_utc(event.at)}  {where}  {who}  {event.action}  {target}  {visible(event.details)}"
-              f"  request={visible(event.request_id or '-')}")
+              f"  request={visible(event.request_id or '-')}  from={visible(event.address or '-')}")
     return 0
 
 

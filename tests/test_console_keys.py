@@ -14,7 +14,6 @@ from plumbing.clock import as_utc
 from plumbing.database import db
 from tests.support import bearer, switchboard_url
 from tests.support.clocks import WEDNESDAY
-from tests.test_console_admin import make_admin
 from tests.test_console_sessions import csrf_of, login, staff  # noqa: F401 (fixture)
 
 PAGE = "/console/settings/api-keys"
