@@ -146,7 +146,7 @@ def cmd_token_revoke(config: Config, args: argparse.Namespace) -> int:
     token = _token(args.token_id)
     if token is None:
         return 2
-    rules.revoke(operator(), token, config.clock())  # other processes drop it within a second (row_cache.py)
+    rules.revoke(operator(), token)  # other processes drop it within a second (row_cache.py)
     print(f"token {token.id} revoked", file=sys.stderr)
     return 0
 

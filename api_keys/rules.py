@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from models import Actor, ApiToken, ApiTokenClinic, AuditEvent, Clinic
 from plumbing import row_cache
-from plumbing.clock import as_utc, iso_utc
+from plumbing.clock import as_utc, iso_utc, utc_now
 from plumbing.database import db
 
 DEFAULT_LIFETIME = timedelta(days=90)
@@ -129,10 +129,10 @@ def rotate(actor: Actor, token: ApiToken, old_until: datetime, now: datetime,
     return new, text
 
 
-def revoke(actor: Actor, token: ApiToken, now: datetime) -> bool:
+def revoke(actor: Actor, token: ApiToken, now: datetime | None = None) -> bool:
     """Stop the key at once; False when it was revoked already (nothing written)."""
     with db.atomic():
-        revoked = ApiToken.update(revoked_at=as_utc(now)).where(
+        revoked = ApiToken.update(revoked_at=as_utc(now) if now else utc_now()).where(
             (ApiToken.id == token.id) & ApiToken.revoked_at.is_null()).execute()
         if revoked:
             for clinic in clinics_of(token):

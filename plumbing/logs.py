@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import os
 import logging
 import re
 import sys
@@ -158,8 +159,9 @@ class RequestId:
         resp.set_header(_HEADER, rid)
         if access_log.isEnabledFor(logging.INFO):
             ms = round((time.perf_counter() - req.context.request_started) * 1000, 2)
+            # pid: which web process answered (a check that must hold in every process can tell).
             fields = {"method": req.method, "path": req.path, "route": req.uri_template, "status": resp.status_code,
-                      "duration_ms": ms}
+                      "duration_ms": ms, "pid": os.getpid()}
             token = getattr(req.context, "token", None)  # set by web.auth once the bearer token checked out
             if token is not None:
                 fields["token"] = str(token.id)  # its id, which the audit trail names too; never the secret
