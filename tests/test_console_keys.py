@@ -68,7 +68,7 @@ def test_an_admin_creates_a_key_shown_once_that_works_and_is_listed_without_its_
     listed = app.get(PAGE + "?clinic=clinic-a")
     assert text.split("_")[2] not in listed.text and "new-key" not in listed.text, "shown once: never again"
     token = the_token(text)
-    row = listed.html.find("tr", {"id": f"key-{token.id}"}).text
+    row = listed.html.find(id=f"key-{token.id}").text
     assert "pbx" in row and "clinic-a" in row and "read write" in row and "staff:anna@example.cz" in row
     assert "nikdy" not in row, "used once: its last use is shown (the page's clock)"
     assert as_utc(token.expires_at) == as_utc(WEDNESDAY) + timedelta(days=90), "90 days unless chosen"
@@ -112,10 +112,10 @@ def test_a_key_expiring_within_14_days_is_flagged(admin, app):
         forever, _ = rules.issue(Actor("operator", "ops"), "forever", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY,
                                  None, never_expires=True)
     page = app.get(PAGE + "?clinic=clinic-a")
-    assert "soon" in page.html.find("tr", {"id": f"key-{soon.id}"})["class"]
-    assert "vyprší do 14 dnů" in page.html.find("tr", {"id": f"key-{soon.id}"}).text
-    assert "soon" not in page.html.find("tr", {"id": f"key-{later.id}"})["class"]
-    assert "nikdy (nastavil provozovatel)" in page.html.find("tr", {"id": f"key-{forever.id}"}).text
+    assert "soon" in page.html.find(id=f"key-{soon.id}")["class"]
+    assert "vyprší do 14 dnů" in page.html.find(id=f"key-{soon.id}").text
+    assert "soon" not in page.html.find(id=f"key-{later.id}")["class"]
+    assert "nikdy (nastavil provozovatel)" in page.html.find(id=f"key-{forever.id}").text
 
 
 def test_never_expires_is_the_operators_explicit_choice_only(admin):
@@ -166,7 +166,7 @@ def test_revoke_stops_the_key_at_once_and_is_recorded(admin, app):
     done = form.submit(status=303, extra_environ=ADDRESS)
     assert done.headers["Location"].endswith(PAGE + "?clinic=clinic-a")
     assert not works(app, text)
-    row = app.get(PAGE + "?clinic=clinic-a").html.find("tr", {"id": f"key-{the_token(text).id}"})
+    row = app.get(PAGE + "?clinic=clinic-a").html.find(id=f"key-{the_token(text).id}")
     assert "revoked" in row["class"] and row.find("form") is None, "nothing more to do with it"
     with db.connection_context():
         event = AuditEvent.get(AuditEvent.action == "token.revoke")
@@ -196,9 +196,9 @@ def test_an_admin_revokes_but_cannot_rotate_a_key_that_also_opens_another_clinic
                                    ["read"], WEDNESDAY)
         other, other_text = rules.issue(Actor("operator", "ops"), "b-only", [Clinic.by_slug("clinic-b")], ["read"], WEDNESDAY)
     page = app.get(PAGE + "?clinic=clinic-a")
-    row = page.html.find("tr", {"id": f"key-{shared.id}"})
+    row = page.html.find(id=f"key-{shared.id}")
     assert "clinic-a, clinic-b" in row.text and row.find("form", {"class": "rotate"}) is None
-    assert page.html.find("tr", {"id": f"key-{other.id}"}) is None, "another clinic's key is not listed"
+    assert page.html.find(id=f"key-{other.id}") is None, "another clinic's key is not listed"
     csrf = csrf_of(page)
     app.post(f"{PAGE}/{shared.id}/rotate", {"csrf_token": csrf, "clinic": "clinic-a",
                                             "old_until": "2026-11-18T12:00:00"}, status=404)
