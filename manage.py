@@ -270,12 +270,13 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
 
 def cmd_demo(config: Config, args: argparse.Namespace) -> int:
     """Onboard the example organization and print a token and a curl line per check."""
+    from api_keys import rules
     from onboarding.writer import onboard
 
     migrate(db.obj)
     onboard(json.loads(DEMO_FILE.read_text(encoding="utf-8")), secret_key=config.secret_key)
     clinic = Clinic.get(Clinic.slug == "demo-clinic")
-    _, text = ApiToken.issue("demo-switchboard", [clinic], ["read", "write"], timedelta(days=7))
+    _, text = rules.issue(operator(), "demo-switchboard", [clinic], ["read", "write"], config.clock(), timedelta(days=7))
     logins = [(role, *_demo_login(clinic, role)) for role in ("admin", "staff")]
     print(f"Staff console: {args.base_url.rstrip('/')}/console/")
     for role, email, password in logins:

@@ -94,10 +94,10 @@ def is_live(token: ApiToken, now: datetime) -> bool:
     return token.revoked_at is None and (token.expires_at is None or as_utc(token.expires_at) > as_utc(now))
 
 
-def may_rotate(token: ApiToken, admin_clinics: list[Clinic]) -> bool:
+def may_rotate(token: ApiToken | KeyView, admin_clinics: list[Clinic]) -> bool:
     """A rotation grants the key's clinics again: only an admin of every one of them."""
-    mine = {c.id for c in admin_clinics}
-    return all(c.id in mine for c in clinics_of(token))
+    slugs = token.clinics if isinstance(token, KeyView) else [c.slug for c in clinics_of(token)]
+    return set(slugs) <= {c.slug for c in admin_clinics}
 
 
 def may_revoke(token: ApiToken, admin_clinics: list[Clinic]) -> bool:

@@ -60,7 +60,7 @@ class _KeysPage:
             return local_time(value, clinic, language) if value else ""
 
         keys = [{"view": key, "created": when(key.token.created_at), "last_used": when(key.token.last_used_at),
-                 "expires": when(key.token.expires_at), "rotatable": rules.may_rotate(key.token, req.context.admin_clinics)}
+                 "expires": when(key.token.expires_at), "rotatable": rules.may_rotate(key, req.context.admin_clinics)}
                 for key in rules.keys_of(clinic, now)]
         _html(resp, self.renderer.render(
             "console/settings/api_keys.html", language, user=session.user, csrf_token=session.csrf_token,
