@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from models import Actor, ApiToken, ApiTokenClinic, AuditEvent, Clinic
 from plumbing import row_cache
 from plumbing.clock import as_utc, iso_utc, utc_now
-from plumbing.database import db
+from plumbing.database import db, is_postgresql
 
 DEFAULT_LIFETIME = timedelta(days=90)
 MAX_LIFETIME = timedelta(days=365)
@@ -68,9 +68,10 @@ def _created_by(actor: Actor) -> str:
 
 
 def issue(actor: Actor, name: str, clinics: list[Clinic], scopes: list[str], now: datetime,
-          expires_in: timedelta | None = DEFAULT_LIFETIME, never_expires: bool = False) -> tuple[ApiToken, str]:
+          expires_in: timedelta | None = DEFAULT_LIFETIME, never_expires: bool = False,
+          replacing: ApiToken | None = None) -> tuple[ApiToken, str]:
     """A new key (the row, and its text shown once). `expires_in` None is refused unless
-    `never_expires` says so explicitly."""
+    `never_expires` says so explicitly; `replacing`: the key a rotation replaces."""
     name = _check_grants(name, clinics, scopes)
     if never_expires != (expires_in is None):
         raise KeyRuleError("An expiry is required (a key that never expires only by the explicit flag).")
@@ -78,7 +79,8 @@ def issue(actor: Actor, name: str, clinics: list[Clinic], scopes: list[str], now
         raise KeyRuleError("The expiry must be between 1 and 365 days ahead.")
     expires_at = as_utc(now) + expires_in if expires_in is not None else None
     with db.atomic():
-        token, text = ApiToken.issue(name, clinics, scopes, created_by=_created_by(actor), expires_at=expires_at)
+        token, text = ApiToken.issue(name, clinics, scopes, created_by=_created_by(actor), expires_at=expires_at,
+                                     rotated_from=replacing.id if replacing else None)
         for clinic in clinics:
             AuditEvent.record(actor, clinic, "token.create", token, {
                 "name": token.name, "clinics": [c.slug for c in clinics], "scopes": token.scopes,
@@ -116,11 +118,15 @@ def rotate(actor: Actor, token: ApiToken, old_until: datetime, now: datetime,
     if not now <= old_until <= now + MAX_OVERLAP:
         raise KeyRuleError("The old key may keep working for at most 7 days.")
     clinics = clinics_of(token)
-    until = min(old_until, as_utc(token.expires_at)) if token.expires_at else old_until
     with db.atomic():
-        new, text = issue(actor, token.name, clinics, sorted(token.scope_set), now, expires_in)
-        ApiToken.update(rotated_from=token.id).where(ApiToken.id == new.id).execute()
-        new.rotated_from = token.id
+        # Rotations of one key are serialized: the second of two at once sees the first's
+        # shortened expiry (and revocation), as if they came one after the other.
+        query = ApiToken.select().where(ApiToken.id == token.id)
+        token = (query.for_update() if is_postgresql() else query).get()
+        if not is_live(token, now):
+            raise KeyRuleError("Only a key that works can be rotated.")
+        until = min(old_until, as_utc(token.expires_at)) if token.expires_at else old_until
+        new, text = issue(actor, token.name, clinics, sorted(token.scope_set), now, expires_in, replacing=token)
         # The cached rows of every web process are dropped (the token trigger counts the change).
         ApiToken.update(expires_at=until).where(ApiToken.id == token.id).execute()
         for clinic in clinics:

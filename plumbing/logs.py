@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextvars
 import json
-import os
 import logging
+import os
 import re
 import sys
 import time
