@@ -13,7 +13,7 @@ from plumbing.row_cache import RowCache
 from console import rendering
 from console.middleware import ConsoleSession, lifetime_of
 from console.throttle import LoginThrottle
-from resources import catalog, console, console_settings, meta, patient_requests, patients, switchboard
+from resources import catalog, console, console_audit, console_keys, console_settings, meta, patient_requests, patients, switchboard
 from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
@@ -91,6 +91,11 @@ def create_app(config: Config) -> falcon.App:
         *[(page.path, page(renderer, config.secret_key, config.clock, cache)) for page in (
             console_settings.OfficeHoursPage, console_settings.CalendarsPage, console_settings.CallsPage,
             console_settings.RequestTypesPage)],
+        # Issue 21, items 5 and 6: the API keys (a settings section) and the audit list.
+        (console_keys.URL, console_keys.ApiKeys(renderer, config.clock)),
+        (console_keys.URL + "/{token_id}/rotate", console_keys.ApiKeyRotation(renderer, config.clock)),
+        (console_keys.URL + "/{token_id}/revoke", console_keys.ApiKeyRevocation(renderer, config.clock)),
+        ("/console/audit", console_audit.AuditList(renderer)),
         ("/healthz", meta.Healthz(database, queue_redis)),
         ("/metrics", metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
     ]

@@ -2,8 +2,9 @@
 
     python manage.py migrate
     python manage.py onboard FILE.json
-    python manage.py token create --name NAME --clinic SLUG [--clinic SLUG ...] --scope read [--scope write] [--expires-in-days N]
+    python manage.py token create --name NAME --clinic SLUG [--clinic SLUG ...] --scope read [--scope write] (--expires-in-days N | --never-expires)
     python manage.py token list
+    python manage.py token rotate TOKEN_ID --old-valid-hours H [--expires-in-days N]
     python manage.py token revoke TOKEN_ID
     python manage.py user create --clinic SLUG [--clinic SLUG ...] --email E --name N --role staff|admin [--language cs|en] --password-stdin
     python manage.py user reset-password --email E --password-stdin
@@ -28,12 +29,11 @@ import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from plumbing import row_cache
 from config import Config, InsecureConfiguration
 from migrations import migrate
-from plumbing.clock import iso_utc, utc_now
+from plumbing.clock import as_utc, iso_utc, utc_now
 from plumbing.database import bind_database, db
-from models import Actor, ApiToken, ApiTokenClinic, AuditEvent, Clinic, StaffMembership, StaffUser
+from models import Actor, ApiToken, AuditEvent, Clinic, StaffMembership, StaffUser
 
 DEMO_FILE = Path(__file__).parent / "examples" / "onboarding.json"
 
@@ -77,49 +77,78 @@ def _clinics(slugs: list[str]) -> list[Clinic] | None:
 
 
 def cmd_token_create(config: Config, args: argparse.Namespace) -> int:
+    from api_keys import rules
+
     slugs = list(dict.fromkeys(args.clinic))
     clinics = _clinics(slugs)
     if clinics is None:
         return 2
-    expires = timedelta(days=args.expires_in_days) if args.expires_in_days else None
-    with db.atomic():
-        token, text = ApiToken.issue(args.name, clinics, args.scope, expires)
-        # A token may cover several clinics: the event names them in its details, none as its clinic.
-        AuditEvent.record(operator(), None, "token.create", token, {
-            "name": token.name, "clinics": slugs, "scopes": token.scopes, "expiresInDays": args.expires_in_days})
+    try:
+        expires = None if args.never_expires else rules.lifetime(args.expires_in_days)
+        token, text = rules.issue(operator(), args.name, clinics, args.scope, config.clock(), expires,
+                                  never_expires=args.never_expires)
+    except rules.KeyRuleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(text)  # the only thing on stdout: scripts capture it
-    print(f"token {token.id} created for {', '.join(slugs)} ({token.scopes}); it is shown only once", file=sys.stderr)
+    until = f"expires {iso_utc(token.expires_at)}" if token.expires_at else "NEVER expires (--never-expires)"
+    print(f"token {token.id} created for {', '.join(slugs)} ({token.scopes}), {until}; it is shown only once",
+          file=sys.stderr)
     return 0
 
 
 def cmd_token_list(config: Config, args: argparse.Namespace) -> int:
-    for token in ApiToken.select().order_by(ApiToken.created_at):
-        slugs = [link.clinic.slug for link in ApiTokenClinic.select().where(ApiTokenClinic.token == token)]
-        state = "revoked" if token.revoked_at else (
-            "expired" if token.expires_at and token.expires_at <= utc_now() else "active")
+    from api_keys import rules
+
+    for key in reversed(rules.keys_of(None, config.clock())):
+        token = key.token
+        expires = "never(--never-expires)" if key.never_expires else iso_utc(token.expires_at)
         print("\t".join([
-            str(token.id), token.name, ",".join(slugs), token.scopes, state,
-            f"expires={iso_utc(token.expires_at) or 'never'}", f"last_used={iso_utc(token.last_used_at) or 'never'}",
+            str(token.id), token.name, ",".join(key.clinics), token.scopes,
+            key.state + (" expiring-soon" if key.expiring_soon else ""),
+            f"expires={expires}", f"last_used={iso_utc(token.last_used_at) or 'never'}",
+            f"created_by={token.created_by or '-'}",
         ]))
     return 0
 
 
-def cmd_token_revoke(config: Config, args: argparse.Namespace) -> int:
+def _token(text: str) -> ApiToken | None:
     try:
-        token_id = uuid.UUID(args.token_id)
+        token = ApiToken.get_or_none(ApiToken.id == uuid.UUID(text))
     except ValueError:
-        print("error: not a token id", file=sys.stderr)
-        return 2
-    with db.atomic():
-        updated = ApiToken.update(revoked_at=utc_now()).where(
-            (ApiToken.id == token_id) & ApiToken.revoked_at.is_null()).execute()
-        if updated:  # not for a token revoked already: nothing was written
-            AuditEvent.record(operator(), None, "token.revoke", (ApiToken._meta.table_name, token_id))
-    if not updated and not ApiToken.get_or_none(ApiToken.id == token_id):
+        token = None
+    if token is None:
         print("error: no such token", file=sys.stderr)
+    return token
+
+
+def cmd_token_rotate(config: Config, args: argparse.Namespace) -> int:
+    from api_keys import rules
+
+    token = _token(args.token_id)
+    if token is None:
         return 2
-    row_cache.changed_here()  # other processes hear of it by NOTIFY (row_cache.py)
-    print(f"token {token_id} revoked", file=sys.stderr)
+    now = config.clock()
+    until = as_utc(now) + timedelta(hours=args.old_valid_hours)
+    try:
+        new, text = rules.rotate(operator(), token, until, now, rules.lifetime(args.expires_in_days))
+    except rules.KeyRuleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(text)
+    print(f"token {new.id} replaces {token.id}, which works until {iso_utc(until)} at the latest; the new one "
+          f"expires {iso_utc(new.expires_at)}; it is shown only once", file=sys.stderr)
+    return 0
+
+
+def cmd_token_revoke(config: Config, args: argparse.Namespace) -> int:
+    from api_keys import rules
+
+    token = _token(args.token_id)
+    if token is None:
+        return 2
+    rules.revoke(operator(), token)  # other processes drop it within a second (row_cache.py)
+    print(f"token {token.id} revoked", file=sys.stderr)
     return 0
 
 
@@ -223,7 +252,7 @@ def operator() -> Actor:
 
 def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     """The audit trail, newest first, one line per event: when, clinic, who, what, target,
-    details, request id. Details hold names, counts and ids, never secrets or values."""
+    details, request id, the client's address. Details hold names, counts and ids, never secrets or values."""
     clinic_id = None
     if args.clinic:
         clinic = Clinic.get_or_none(Clinic.slug == args.clinic)
@@ -246,18 +275,19 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
         where = slugs.get(event.clinic_id, str(event.clinic_id)) if event.clinic_id else "-"
         target = f"{event.target_type}:{event.target_id}" if event.target_type else "-"
         print(f"{iso_utc(event.at)}  {where}  {who}  {event.action}  {target}  {visible(event.details)}"
-              f"  request={visible(event.request_id or '-')}")
+              f"  request={visible(event.request_id or '-')}  from={visible(event.address or '-')}")
     return 0
 
 
 def cmd_demo(config: Config, args: argparse.Namespace) -> int:
     """Onboard the example organization and print a token and a curl line per check."""
+    from api_keys import rules
     from onboarding.writer import onboard
 
     migrate(db.obj)
     onboard(json.loads(DEMO_FILE.read_text(encoding="utf-8")), secret_key=config.secret_key)
     clinic = Clinic.get(Clinic.slug == "demo-clinic")
-    _, text = ApiToken.issue("demo-switchboard", [clinic], ["read", "write"], timedelta(days=7))
+    _, text = rules.issue(operator(), "demo-switchboard", [clinic], ["read", "write"], config.clock(), timedelta(days=7))
     logins = [(role, *_demo_login(clinic, role)) for role in ("admin", "staff")]
     print(f"Staff console: {args.base_url.rstrip('/')}/console/")
     for role, email, password in logins:
@@ -467,9 +497,18 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--name", required=True)
     create.add_argument("--clinic", action="append", required=True, metavar="SLUG")
     create.add_argument("--scope", action="append", required=True, choices=ApiToken.SCOPES)
-    create.add_argument("--expires-in-days", type=int, metavar="N")
+    # An expiry is required (api_keys.rules): N days (at most 365), or --never-expires said out loud.
+    expiry = create.add_mutually_exclusive_group(required=True)
+    expiry.add_argument("--expires-in-days", type=int, metavar="N", help="1 to 365")
+    expiry.add_argument("--never-expires", action="store_true", help="a key without expiry (the list shows it)")
     create.set_defaults(func=cmd_token_create)
     token.add_parser("list", help="list tokens (never their secrets)").set_defaults(func=cmd_token_list)
+    rotate = token.add_parser("rotate", help="a new token with the same grants; prints it once on stdout")
+    rotate.add_argument("token_id")
+    rotate.add_argument("--old-valid-hours", type=float, required=True, metavar="H",
+                        help="how long the old token keeps working (0 to 168)")
+    rotate.add_argument("--expires-in-days", type=int, metavar="N", help="the new token's expiry (default 90)")
+    rotate.set_defaults(func=cmd_token_rotate)
     revoke = token.add_parser("revoke", help="revoke a token at once")
     revoke.add_argument("token_id")
     revoke.set_defaults(func=cmd_token_revoke)
@@ -542,9 +581,6 @@ def main(argv: list[str] | None = None, config: Config | None = None) -> int:
         return whisper_convert.main(argv[1:])
     args = parser().parse_args(argv)
     config = config or Config.from_env()
-    if args.command == "token" and args.token_command == "create" and args.expires_in_days is not None and args.expires_in_days <= 0:
-        print("error: --expires-in-days must be positive", file=sys.stderr)
-        return 2
     if getattr(args, "needs_secret", False):
         try:
             config.require_production_secrets()  # before anything is migrated, queued or encrypted

@@ -211,6 +211,13 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (15, "platform_source_markers", _steps(
         _add_column("clinic", "platform_source_markers", pw.TextField(null=True)),
     )),
+    # Issue 21: who issued each API key and which key a rotation replaced; and the audit
+    # trail's "from where" (the client's address).
+    (16, "api_key_rules", _steps(
+        _add_column("api_token", "created_by", pw.CharField(max_length=220, null=True)),
+        _add_column("api_token", "rotated_from", pw.UUIDField(null=True)),
+        _add_column("audit_event", "address", pw.CharField(max_length=64, null=True)),
+    )),
 ]
 
 

@@ -19,6 +19,7 @@ import peewee as pw
 
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import columns, db, from_row, hot_prepared, hot_sql, is_postgresql
+from plumbing.logs import client_address as current_client_address
 from plumbing.logs import request_id as current_request_id
 from plumbing.phones import to_e164
 
@@ -291,6 +292,10 @@ class ApiToken(BaseModel):
     expires_at = pw.DateTimeField(null=True)
     revoked_at = pw.DateTimeField(null=True)
     last_used_at = pw.DateTimeField(null=True)
+    # Who issued it, as the audit trail names them ("staff:anna@example.cz", "operator:deploy")
+    # and the key it replaced when issued by a rotation (migration 50; None before).
+    created_by = pw.CharField(max_length=220, null=True)
+    rotated_from = pw.UUIDField(null=True)
 
     @staticmethod
     def _hash(secret: str) -> str:
@@ -303,15 +308,21 @@ class ApiToken(BaseModel):
         clinics: list[Clinic],
         scopes: list[str],
         expires_in: timedelta | None = None,
+        created_by: str | None = None,
+        expires_at: datetime | None = None,
+        rotated_from: uuid.UUID | None = None,
     ) -> tuple["ApiToken", str]:
-        """Create a token; returns the row and the token text (never stored)."""
+        """Create a token; returns the row and the token text (never stored). The rules
+        (expiry required, at most a year, ...) are `api_keys`'s: this only writes."""
         secret = secrets.token_urlsafe(32)
         with db.atomic():
             token = cls.create(
                 name=name,
                 secret_hash=cls._hash(secret),
                 scopes=" ".join(sorted(set(scopes))),
-                expires_at=utc_now() + expires_in if expires_in else None,
+                expires_at=as_utc(expires_at) if expires_at else (utc_now() + expires_in if expires_in else None),
+                created_by=created_by,
+                rotated_from=rotated_from,
             )
             for clinic in clinics:
                 ApiTokenClinic.create(token=token, clinic=clinic)
@@ -367,6 +378,18 @@ class ApiToken(BaseModel):
     @property
     def scope_set(self) -> set[str]:
         return set(self.scopes.split())
+
+    @classmethod
+    def touch(cls, token_id: uuid.UUID, now: datetime, every: timedelta) -> datetime:
+        """Record a use at `now` unless one within `every` is recorded already (by any
+        process): at most one write per token per `every`. Returns the recorded last use."""
+        now = as_utc(now)
+        written = cls.update(last_used_at=now).where(
+            (cls.id == token_id) & (cls.last_used_at.is_null() | (cls.last_used_at <= now - every))).execute()
+        if written:
+            return now
+        row = cls.select(cls.last_used_at).where(cls.id == token_id).first()
+        return as_utc(row.last_used_at) if row and row.last_used_at else now
 
 
 class ApiTokenClinic(BaseModel):
@@ -469,24 +492,26 @@ class Call(BaseModel):
                 "received_at": utc_now(), "state": "pending", "attempts": 0, **fields}
 
     @classmethod
-    def insert_rows(cls, rows: list[dict], request_ids: dict[uuid.UUID, str | None] | None = None) -> set[uuid.UUID]:
+    def insert_rows(cls, rows: list[dict], origins: "dict[uuid.UUID, Origin] | None" = None) -> set[uuid.UUID]:
         """INSERT the rows in one statement, so one commit; returns the ids stored (a row
         whose CallSid is already stored, or repeated among `rows`, is skipped).
 
-        Each stored row's `call.receive` audit event (`request_ids`: the request that
-        handed each row off) is written by the same statement on PostgreSQL: a multi-row
-        INSERT in a WITH, so still one round trip and one commit; none for a row skipped."""
+        Each stored row's `call.receive` audit event (`origins`: the request that handed
+        each row off, and its client's address) is written by the same statement on
+        PostgreSQL: a multi-row INSERT in a WITH, so still one round trip and one commit;
+        none for a row skipped."""
         names = tuple(dict.fromkeys(name for row in rows for name in row))
         fields = [cls._meta.fields[name] for name in names]
         params = [field.db_value(row.get(field.name)) for row in rows for field in fields]
-        request_ids = request_ids or {}
+        origins = origins or {}
         if not is_postgresql():  # SQLite has no INSERT inside a WITH
             with db.atomic():
                 stored = {cls.id.python_value(r[0]) for r in hot_sql(_insert_call_sql(names, len(rows)), params)}
-                AuditEvent.calls_received([row for row in rows if row["id"] in stored], request_ids)
+                AuditEvent.calls_received([row for row in rows if row["id"] in stored], origins)
             return stored
         for row in rows:
-            params += [cls.id.db_value(row["id"]), request_ids.get(row["id"])]
+            origin = origins.get(row["id"], Origin())
+            params += [cls.id.db_value(row["id"]), origin.request_id, origin.address]
         sql = _insert_call_sql(names, len(rows), audited=True)
         return {cls.id.python_value(r[0]) for r in hot_sql(sql, params).fetchall()}
 
@@ -721,6 +746,19 @@ class StaffSession(BaseModel):
 
 
 @dataclass(frozen=True)
+class Origin:
+    """Where a write came from, for its audit event: the request's id and client address
+    (None outside a request: the CLI, a job)."""
+
+    request_id: str | None = None
+    address: str | None = None
+
+    @classmethod
+    def current(cls) -> "Origin":
+        return cls(current_request_id.get(), current_client_address.get())
+
+
+@dataclass(frozen=True)
 class Actor:
     """Who made a write: a token's service account (`token`), the operator at the CLI
     (`operator`), or a staff user in the console (`staff`, `Actor.staff`)."""
@@ -777,6 +815,8 @@ class AuditEvent(BaseModel):
     target_id = pw.CharField(max_length=64, null=True)
     details = pw.TextField(default="{}")  # JSON object
     request_id = pw.CharField(max_length=128, null=True)  # the X-Request-Id of the access log line
+    # From where: the client's address as the web process saw it (None: the CLI, a job).
+    address = pw.CharField(max_length=64, null=True)
 
     class Meta:
         indexes = ((("clinic_id", "at"), False),)
@@ -789,18 +829,19 @@ class AuditEvent(BaseModel):
             # Outside the write's transaction the event could outlive a rolled-back write,
             # or be missing from a committed one.
             raise RuntimeError("AuditEvent.record belongs inside the transaction of the write it records")
-        who = Actor.of(actor)
+        who, origin = Actor.of(actor), Origin.current()
         if isinstance(target, pw.Model):
             target = (target._meta.table_name, target.get_id())
         cls.insert(
             at=utc_now(), actor_kind=who.kind, token=who.token_id, actor_name=who.name,
             clinic_id=clinic.id if isinstance(clinic, Clinic) else clinic, action=action,
             target_type=target[0] if target else None, target_id=str(target[1]) if target else None,
-            details=json.dumps(details or {}, sort_keys=True, default=str), request_id=current_request_id.get(),
+            details=json.dumps(details or {}, sort_keys=True, default=str), request_id=origin.request_id,
+            address=origin.address,
         ).execute()
 
     @classmethod
-    def calls_received(cls, rows: list[dict], request_ids: dict[uuid.UUID, str | None]) -> None:
+    def calls_received(cls, rows: list[dict], origins: "dict[uuid.UUID, Origin]") -> None:
         """The `call.receive` events of stored call rows (`Call.row_for`), in one INSERT;
         rows without a token are nobody's write to attribute. (On PostgreSQL
         `Call.insert_rows` writes them in its own statement instead.)"""
@@ -809,7 +850,8 @@ class AuditEvent(BaseModel):
         events = [{"at": r["received_at"], "actor_kind": "token", "token": r["received_by"],
                    "actor_name": names[r["received_by"]], "clinic_id": r["clinic"], "action": "call.receive",
                    "target_type": "call", "target_id": str(r["id"]), "details": "{}",
-                   "request_id": request_ids.get(r["id"])} for r in rows if r.get("received_by") in names]
+                   "request_id": origins.get(r["id"], Origin()).request_id,
+                   "address": origins.get(r["id"], Origin()).address} for r in rows if r.get("received_by") in names]
         if events:
             cls.insert_many(events).execute()
 
@@ -890,15 +932,15 @@ def _insert_call_sql(names: tuple[str, ...], rows: int, audited: bool = False) -
     a, c = AuditEvent._meta.fields, Call._meta.fields
     events = ", ".join(f'"{a[n].column_name}"' for n in (
         "at", "actor_kind", "token", "actor_name", "clinic_id", "action", "target_type", "target_id", "details",
-        "request_id"))
-    handed = ", ".join(["(%s::uuid, %s::text)"] * rows)
+        "request_id", "address"))
+    handed = ", ".join(["(%s::uuid, %s::text, %s::text)"] * rows)
     received_by, clinic, received_at = (c[n].column_name for n in ("received_by", "clinic", "received_at"))
     return (
         f'WITH stored AS ({insert}, "{clinic}", "{received_by}", "{received_at}"), '
         f'audited AS (INSERT INTO "audit_event" ({events}) '
         f"SELECT s.\"{received_at}\", 'token', s.\"{received_by}\", t.\"name\", s.\"{clinic}\", 'call.receive', 'call', "
-        f"s.\"id\"::text, '{{}}', h.request_id FROM stored AS s JOIN \"api_token\" AS t ON t.\"id\" = s.\"{received_by}\" "
-        f"LEFT JOIN (VALUES {handed}) AS h(call_id, request_id) ON h.call_id = s.\"id\") "
+        f"s.\"id\"::text, '{{}}', h.request_id, h.address FROM stored AS s JOIN \"api_token\" AS t ON t.\"id\" = s.\"{received_by}\" "
+        f"LEFT JOIN (VALUES {handed}) AS h(call_id, request_id, address) ON h.call_id = s.\"id\") "
         'SELECT "id" FROM stored'
     )
 

@@ -70,7 +70,7 @@ def onboard(env: dict[str, str]) -> str:
         document.flush()
         manage(env, "onboard", document.name)
     return manage(env, "token", "create", "--name", "switchboard", "--clinic", "clinic-a", "--clinic", "clinic-b",
-                  "--scope", "write")
+                  "--scope", "write", "--expires-in-days", "1")
 
 
 def run_mode(env: dict[str, str], base_url: str, token: str, recording: str, calls: int, log: Path) -> dict:

@@ -120,7 +120,8 @@ def bench_intake(workdir: Path) -> None:
     (workdir / "baseline_app.py").write_text(BASELINE_APP)
     script = workdir / "calls.lua"
     script.write_text(WRK_SCRIPT)
-    token = manage("token", "create", "--name", "bench", "--clinic", "bench-clinic", "--scope", "write")
+    token = manage("token", "create", "--name", "bench", "--clinic", "bench-clinic", "--scope", "write",
+                   "--expires-in-days", "1")
     path = "/external/v1/clinics/bench-clinic/switchboard/recording-complete"
     results = {}
     answered = 0
@@ -170,7 +171,8 @@ def bench_call_to_request(workdir: Path) -> None:
     done = subprocess.run([sys.executable, "-c", raw_script, str(ROOT), str(MODEL), str(voicemail)],
                           capture_output=True, text=True, check=True, timeout=600)
     raw = json.loads(done.stdout.strip().splitlines()[-1])
-    token = manage("token", "create", "--name", "bench2", "--clinic", "bench-clinic", "--scope", "write")
+    token = manage("token", "create", "--name", "bench2", "--clinic", "bench-clinic", "--scope", "write",
+                   "--expires-in-days", "1")
     with HTTPSTestServer() as server:
         server.route("/v.wav", static(voicemail.read_bytes(), "audio/wav"))
         worker_log = open(workdir / "worker.log", "wb")

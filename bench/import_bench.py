@@ -90,7 +90,8 @@ def main() -> int:
         recreate_database(PG)
         manage(env, "migrate")
         manage(env, "onboard", str(ROOT / "examples" / "onboarding.json"))
-        token = manage(env, "token", "create", "--name", "import-bench", "--clinic", SLUG, "--scope", "write")
+        token = manage(env, "token", "create", "--name", "import-bench", "--clinic", SLUG, "--scope", "write",
+                       "--expires-in-days", "1")
         web, base_url = gunicorn(env, Path(tmp) / "web.log")
         url = f"{base_url}/external/v1/clinics/{SLUG}/patients/import-bulk"
         try:

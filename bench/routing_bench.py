@@ -142,7 +142,8 @@ def prepare(env: dict[str, str]) -> str:
         for title in ("Prescription refill", "Test results"):
             PatientRequest.create(clinic=clinic, patient=patient, kind="voice_message", title=title,
                                   done_at=utc_now())
-    return manage(env, "token", "create", "--name", "routing-bench", "--clinic", SLUG, "--scope", "read")
+    return manage(env, "token", "create", "--name", "routing-bench", "--clinic", SLUG, "--scope", "read",
+                  "--expires-in-days", "1")
 
 
 def main() -> int:

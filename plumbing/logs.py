@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -29,6 +30,8 @@ import falcon
 #: The id of the request being handled in this context (each gevent greenlet or thread
 #: has its own); None outside.
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+#: The client address of that request (the audit trail's "from where"); None outside.
+client_address: contextvars.ContextVar[str | None] = contextvars.ContextVar("client_address", default=None)
 
 _QUIET = ("urllib3", "botocore", "boto3", "s3transfer")
 _HEADER = "X-Request-Id"
@@ -146,6 +149,7 @@ class RequestId:
         rid = given if given is not None and _VALID_ID.fullmatch(given) else uuid.uuid4().hex
         req.context.request_id = rid
         req.context.request_id_token = request_id.set(rid)
+        req.context.client_address_token = client_address.set((req.remote_addr or "")[:64] or None)
         req.context.request_started = time.perf_counter()
 
     def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool) -> None:
@@ -155,10 +159,12 @@ class RequestId:
         resp.set_header(_HEADER, rid)
         if access_log.isEnabledFor(logging.INFO):
             ms = round((time.perf_counter() - req.context.request_started) * 1000, 2)
+            # pid: which web process answered (a check that must hold in every process can tell).
             fields = {"method": req.method, "path": req.path, "route": req.uri_template, "status": resp.status_code,
-                      "duration_ms": ms}
+                      "duration_ms": ms, "pid": os.getpid()}
             token = getattr(req.context, "token", None)  # set by web.auth once the bearer token checked out
             if token is not None:
                 fields["token"] = str(token.id)  # its id, which the audit trail names too; never the secret
             access_log.info("%s %s %s %.2fms", req.method, req.path, resp.status_code, ms, extra=fields)
         request_id.reset(req.context.request_id_token)
+        client_address.reset(req.context.client_address_token)

@@ -12,12 +12,13 @@ from typing import Callable
 
 import falcon
 
-from console import inbox, passwords, sessions
+from console import audit, inbox, passwords, sessions
 from console.middleware import PREFIX
 from console.rendering import DEFAULT_LANGUAGE, LANGUAGES, N_, Renderer
 from console.throttle import LoginThrottle
 from documents import patient_requests
 from models import Actor, Clinic, StaffUser
+from plumbing.database import db
 from plumbing.clock import as_utc
 from storage.links import LinkCache
 from voicemail.player import RecordingPlayer
@@ -96,10 +97,13 @@ class ConsoleLogin:
         ok = passwords.verify(user.password_hash if user else None, password)
         if not ok or user is None or user.disabled_at is not None:
             self.throttle.failed(email, address)
+            audit.login_failed(user)
             self._form(req, resp, language, falcon.HTTP_401, N_("Wrong e-mail or password."), email)
             return
         self.throttle.succeeded(email)
-        token = sessions.start(user, self.clock(), address, req.user_agent)
+        with db.atomic():
+            token = sessions.start(user, self.clock(), address, req.user_agent)
+            audit.logged_in(user)
         resp.set_cookie(sessions.COOKIE, token, path=PREFIX, http_only=True, secure=_secure(req, self.trust),
                         same_site="Lax", max_age=self.max_age)
         resp.unset_cookie(sessions.PRELOGIN_COOKIE, path=PREFIX)  # a fresh one for the next login

@@ -20,16 +20,14 @@ from dataclasses import dataclass, field
 import peewee as pw
 
 from plumbing.database import db, release_connection
-from plumbing.logs import request_id
-
-from models import ApiToken, Call, Clinic
+from models import ApiToken, Call, Clinic, Origin
 
 
 @dataclass(eq=False)
 class _Waiting:
     row: dict
     # For the call's audit event: the batch is written from another request's thread.
-    request_id: str | None = field(default_factory=request_id.get)
+    origin: Origin = field(default_factory=Origin.current)
     woken: threading.Event = field(default_factory=threading.Event)
     done: bool = False
     stored: bool = False
@@ -100,7 +98,7 @@ def _insert(batch: list[_Waiting]) -> tuple[set[uuid.UUID], dict[uuid.UUID, Base
     it out. A row the database refuses (a clinic deleted meanwhile, ...) fails alone:
     the batch is retried row by row. A database outage fails the whole batch."""
     try:
-        return Call.insert_rows([w.row for w in batch], {w.row["id"]: w.request_id for w in batch}), {}
+        return Call.insert_rows([w.row for w in batch], {w.row["id"]: w.origin for w in batch}), {}
     except (pw.IntegrityError, pw.DataError) as exc:
         if len(batch) == 1:
             return set(), {batch[0].row["id"]: exc}

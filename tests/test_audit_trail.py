@@ -322,7 +322,7 @@ def test_audit_cli_prints_the_trail_newest_first_filtered_and_without_secrets(ap
 
 def test_token_create_and_revoke_are_recorded_as_the_operators(app, token):
     forget_events()
-    created = manage("token", "create", "--name", "pbx", "--clinic", "clinic-a", "--scope", "read")
+    created = manage("token", "create", "--name", "pbx", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "30")
     assert created.returncode == 0, created.stderr
     made = token_id(created.stdout.strip())
     assert manage("token", "revoke", str(made)).returncode == 0
@@ -331,6 +331,7 @@ def test_token_create_and_revoke_are_recorded_as_the_operators(app, token):
     assert [(e.actor_kind, e.token_id, e.action, e.target_type, e.target_id) for e in trail] == [
         ("operator", None, "token.create", "api_token", str(made)),
         ("operator", None, "token.revoke", "api_token", str(made))]
-    assert json.loads(trail[0].details) == {"name": "pbx", "clinics": ["clinic-a"], "scopes": "read",
-                                            "expiresInDays": None}
+    details = json.loads(trail[0].details)
+    assert details.pop("expiresAt").endswith("Z")
+    assert details == {"name": "pbx", "clinics": ["clinic-a"], "scopes": "read"}
     assert trail[0].actor_name and created.stdout.strip() not in trail[0].details

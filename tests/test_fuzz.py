@@ -156,7 +156,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     manage(env, "migrate")
     manage(env, "onboard", str(ROOT / "examples" / "onboarding.json"))
     slugs = [arg for c in EXAMPLE["clinics"] for arg in ("--clinic", c["slug"])]
-    token = manage(env, "token", "create", "--name", "fuzz", *slugs, "--scope", "read", "--scope", "write")
+    token = manage(env, "token", "create", "--name", "fuzz", *slugs, "--scope", "read", "--scope", "write",
+                   "--expires-in-days", "1")
     log = workdir / "gunicorn.log"
     web = start_gunicorn(port, "--log-level", "warning", env=env, log=log, ready=lambda _: serving(base_url),
                          timeout=60)

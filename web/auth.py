@@ -51,10 +51,12 @@ class TokenAuth:
             raise APIError(404, "CLINIC_NOT_FOUND", "Unknown clinic.")
         if scopes[req.method] not in token.scope_set or not clinic.covered:
             raise APIError(403, "FORBIDDEN", "The token has no access to this clinic or lacks the scope.")
+        # Last use, at most a minute stale, at most one write a minute per token: this
+        # process asks only when its own record is a minute old, and the conditional UPDATE
+        # writes only when no process recorded a use within the minute (then it reads when).
         last_used = max(filter(None, (token.last_used_at, self._touched.get(token.id))), default=None)
-        if last_used is None or as_utc(now) - last_used > _TOUCH_EVERY:
-            ApiToken.update(last_used_at=as_utc(now)).where(ApiToken.id == token.id).execute()
+        if last_used is None or as_utc(now) - last_used >= _TOUCH_EVERY:
             if len(self._touched) > 10_000:
                 self._touched.clear()
-            self._touched[token.id] = as_utc(now)
+            self._touched[token.id] = ApiToken.touch(token.id, now, _TOUCH_EVERY)
         req.context.clinic = clinic

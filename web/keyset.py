@@ -28,6 +28,7 @@ INVALID_CURSOR = "pagination.cursor: not a cursor of this search"
 _FORMS: tuple[tuple[type[pw.Field], Callable[[Any], str], Callable[[str], Any]], ...] = (
     (pw.DateTimeField, lambda value: value.isoformat(), datetime.fromisoformat),
     (pw.UUIDField, str, uuid.UUID),
+    (pw.IntegerField, str, int),  # BigAutoField too (the audit trail's insertion order)
 )
 
 

@@ -142,7 +142,8 @@ def prepare_database(env: dict[str, str], slug: str = "fault-clinic") -> str:
                                 "language": "en"}]}, document)
         document.flush()
         manage(env, "onboard", document.name)
-    return manage(env, "token", "create", "--name", "faults", "--clinic", slug, "--scope", "read", "--scope", "write")
+    return manage(env, "token", "create", "--name", "faults", "--clinic", slug, "--scope", "read", "--scope", "write",
+                  "--expires-in-days", "1")
 
 
 def gunicorn(env: dict[str, str], log: Path, *, workers: int = 2,

@@ -1,0 +1,123 @@
+"""The API keys page, /console/settings/api-keys (issue 21, item 5): list, create, rotate
+and revoke a clinic's keys. Admins only (`admin_required`: ConsoleSession lets the clinic's
+admins in, from `?clinic=` or the form's `clinic`). Every rule is `api_keys.rules`'s, the
+same `manage.py token` follows; a new key's text is in the answer to its POST only."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any, Callable
+from zoneinfo import ZoneInfo
+
+import falcon
+
+from api_keys import rules
+from console.inbox import local_time
+from console.rendering import Renderer
+from models import Actor, ApiToken, Clinic
+from plumbing.clock import as_utc
+from resources.console import _html, _redirect
+from resources.console_settings import SECTIONS
+
+URL = "/console/settings/api-keys"
+SECTIONS.append({"url": URL, "title": "API keys"})
+
+
+def _local_input(value: datetime, clinic: Clinic) -> str:
+    """A naive UTC time as a datetime-local input's value in the clinic's timezone."""
+    local = as_utc(value).replace(tzinfo=ZoneInfo("UTC")).astimezone(ZoneInfo(clinic.timezone))
+    return local.replace(tzinfo=None, microsecond=0).isoformat()
+
+
+def _from_local_input(text: str, clinic: Clinic) -> datetime | None:
+    try:
+        return as_utc(datetime.fromisoformat(text).replace(tzinfo=ZoneInfo(clinic.timezone)))
+    except ValueError:
+        return None
+
+
+def _days(text: str) -> int | None:
+    try:
+        return int(text) if text.strip() else None
+    except ValueError:
+        raise rules.KeyRuleError("The expiry must be between 1 and 365 days ahead.") from None
+
+
+class _KeysPage:
+    admin_required = True
+
+    def __init__(self, renderer: Renderer, clock: Callable) -> None:
+        self.renderer = renderer
+        self.clock = clock
+
+    def render(self, req: falcon.Request, resp: falcon.Response, status: str = falcon.HTTP_200,
+               error: str = "", created: dict[str, Any] | None = None) -> None:
+        session, clinic = req.context.console_session, req.context.admin_clinic
+        language, now = session.user.language, self.clock()
+        tr = self.renderer.translations[language]
+
+        def when(value: datetime | None) -> str:
+            return local_time(value, clinic, language) if value else ""
+
+        keys = [{"view": key, "created": when(key.token.created_at), "last_used": when(key.token.last_used_at),
+                 "expires": when(key.token.expires_at), "rotatable": rules.may_rotate(key, req.context.admin_clinics)}
+                for key in rules.keys_of(clinic, now)]
+        _html(resp, self.renderer.render(
+            "console/settings/api_keys.html", language, user=session.user, csrf_token=session.csrf_token,
+            clinic=clinic, clinics=req.context.admin_clinics, keys=keys, error=tr.gettext(error) if error else "",
+            created=created, default_days=rules.DEFAULT_LIFETIME.days, max_days=rules.MAX_LIFETIME.days,
+            rotate_default=_local_input(as_utc(now) + timedelta(days=1), clinic),
+            rotate_max=_local_input(as_utc(now) + rules.MAX_OVERLAP, clinic)), status)
+
+    def token(self, req: falcon.Request, token_id: str, allowed: Callable) -> ApiToken:
+        """The key of the URL if this admin may act on it; 404 otherwise (another clinic's
+        key is not told apart from no key)."""
+        try:
+            token = ApiToken.get_or_none(ApiToken.id == uuid.UUID(token_id))
+        except ValueError:
+            token = None
+        if token is None or not allowed(token, req.context.admin_clinics):
+            raise falcon.HTTPNotFound()
+        return token
+
+
+class ApiKeys(_KeysPage):
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        self.render(req, resp)
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        form, user = req.context.form, req.context.console_session.user
+        clinics = [c for c in req.context.admin_clinics if form.get(f"grant_{c.slug}") == "on"]
+        scopes = [s for s in ApiToken.SCOPES if form.get(f"scope_{s}") == "on"]
+        try:
+            token, text = rules.issue(Actor.staff(user), form.get("name", ""), clinics, scopes, self.clock(),
+                                      rules.lifetime(_days(form.get("expires_in_days", ""))))
+        except rules.KeyRuleError as exc:
+            self.render(req, resp, falcon.HTTP_400, error=str(exc))
+            return
+        self.render(req, resp, falcon.HTTP_201, created={"text": text, "name": token.name, "rotated": False})
+
+
+class ApiKeyRotation(_KeysPage):
+    def on_post(self, req: falcon.Request, resp: falcon.Response, token_id: str) -> None:
+        form, user = req.context.form, req.context.console_session.user
+        token = self.token(req, token_id, rules.may_rotate)
+        until = _from_local_input(form.get("old_until", ""), req.context.admin_clinic)
+        try:
+            if until is None:
+                raise rules.KeyRuleError("The old key may keep working for at most 7 days.")
+            new, text = rules.rotate(Actor.staff(user), token, until, self.clock(),
+                                     rules.lifetime(_days(form.get("expires_in_days", ""))))
+        except rules.KeyRuleError as exc:
+            self.render(req, resp, falcon.HTTP_400, error=str(exc))
+            return
+        self.render(req, resp, falcon.HTTP_201, created={"text": text, "name": new.name, "rotated": True,
+                                                         "old_until": local_time(until, req.context.admin_clinic,
+                                                                                 user.language)})
+
+
+class ApiKeyRevocation(_KeysPage):
+    def on_post(self, req: falcon.Request, resp: falcon.Response, token_id: str) -> None:
+        token = self.token(req, token_id, rules.may_revoke)
+        rules.revoke(Actor.staff(req.context.console_session.user), token, self.clock())
+        raise _redirect(f"{URL}?clinic={req.context.admin_clinic.slug}")

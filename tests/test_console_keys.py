@@ -1,0 +1,234 @@
+"""The API keys page, /console/settings/api-keys (issue 21, item 5), through WebTest:
+admins only; create (the secret shown once), rotate, revoke; the list's facts; and the
+key rules of api_keys.rules, the same for the console and `manage.py token`."""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+
+from api_keys import rules
+from models import Actor, ApiToken, AuditEvent, Clinic
+from plumbing.clock import as_utc
+from plumbing.database import db
+from tests.support import bearer, switchboard_url
+from tests.support.clocks import WEDNESDAY
+from tests.test_console_sessions import csrf_of, login, staff  # noqa: F401 (fixture)
+
+PAGE = "/console/settings/api-keys"
+ADDRESS = {"REMOTE_ADDR": "203.0.113.9"}
+
+
+@pytest.fixture
+def admin(staff, app):  # noqa: F811
+    """anna: admin of clinic-a (and staff of nothing else); logged in."""
+    with db.connection_context():
+        from models import StaffMembership
+        StaffMembership.update(role="admin").where(StaffMembership.user == staff).execute()
+    login(app, status=303)
+    return staff
+
+
+def create(app, name: str = "pbx", days: str = "", scopes: tuple[str, ...] = ("read", "write"),
+           grants: tuple[str, ...] = ("clinic-a",), status: int = 201):
+    form = new_key_form(app.get(PAGE + "?clinic=clinic-a"))
+    form["name"] = name
+    if days:
+        form["expires_in_days"] = days
+    for scope in ("read", "write"):
+        form[f"scope_{scope}"] = scope in scopes
+    for field in [f for f in form.fields if f and f.startswith("grant_")]:
+        form[field] = field.removeprefix("grant_") in grants
+    return form.submit(status=status, extra_environ=ADDRESS)
+
+
+def new_key_form(page):
+    return next(f for f in page.forms.values() if f.action == PAGE)
+
+
+def secret_of(page) -> str:
+    return page.html.find("code", {"id": "new-key"}).text
+
+
+def works(app, text: str, slug: str = "clinic-a") -> bool:
+    return app.post(switchboard_url(slug, "is-on-vacation"), headers=bearer(text), expect_errors=True).status_int == 200
+
+
+def the_token(text: str) -> ApiToken:
+    with db.connection_context():
+        return ApiToken.get_by_id(text.split("_")[1])
+
+
+def test_an_admin_creates_a_key_shown_once_that_works_and_is_listed_without_its_secret(admin, app):
+    page = create(app)
+    text = secret_of(page)
+    assert text.startswith("csk_") and "zobrazí se jen teď" in page.text and page.headers["Cache-Control"] == "no-store"
+    assert works(app, text)
+    listed = app.get(PAGE + "?clinic=clinic-a")
+    assert text.split("_", 2)[2] not in listed.text and "new-key" not in listed.text, "shown once: never again"
+    token = the_token(text)
+    row = listed.html.find(id=f"key-{token.id}").text
+    assert "pbx" in row and "clinic-a" in row and "read write" in row and "staff:anna@example.cz" in row
+    assert "nikdy" not in row, "used once: its last use is shown (the page's clock)"
+    assert as_utc(token.expires_at) == as_utc(WEDNESDAY) + timedelta(days=90), "90 days unless chosen"
+    with db.connection_context():
+        event = AuditEvent.get(AuditEvent.action == "token.create")
+    assert (event.actor_kind, event.actor_name, event.target_id, event.address) == (
+        "staff", "anna@example.cz", str(token.id), "203.0.113.9")
+    assert text.split("_", 2)[2] not in event.details and token.secret_hash not in event.details
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"days": "366"}, "Platnost musí být 1 až 365 dní."),
+    ({"days": "0"}, "Platnost musí být 1 až 365 dní."),
+    ({"scopes": ()}, "Vyberte oprávnění"),
+    ({"grants": ()}, "Vyberte aspoň jednu kliniku."),
+    ({"name": "   "}, "Servisní účet potřebuje název"),
+])
+def test_the_key_rules_refuse_a_bad_key_with_400_and_issue_nothing(admin, app, fields, message):
+    page = create(app, status=400, **fields)
+    assert message in page.text and page.html.find("code", {"id": "new-key"}) is None
+    with db.connection_context():
+        assert ApiToken.select().count() == 0
+
+
+def test_a_key_grants_only_clinics_the_admin_administers(admin, app):
+    form = new_key_form(app.get(PAGE + "?clinic=clinic-a"))
+    assert [f for f in form.fields if f and f.startswith("grant_")] == ["grant_clinic-a"]
+    fields = {k: v[0].value for k, v in form.fields.items() if v[0].value is not None}
+    fields.update({"name": "sneaky", "scope_read": "on", "grant_clinic-b": "on"})
+    fields.pop("grant_clinic-a", None)
+    page = app.post(PAGE, fields, status=400)
+    assert "Vyberte aspoň jednu kliniku." in page.text
+
+
+def test_a_key_expiring_within_14_days_is_flagged(admin, app):
+    with db.connection_context():
+        soon, _ = rules.issue(Actor("operator", "ops"), "soon", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY,
+                              timedelta(days=14))
+        later, _ = rules.issue(Actor("operator", "ops"), "later", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY,
+                               timedelta(days=15))
+        forever, _ = rules.issue(Actor("operator", "ops"), "forever", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY,
+                                 None, never_expires=True)
+    page = app.get(PAGE + "?clinic=clinic-a")
+    assert "soon" in page.html.find(id=f"key-{soon.id}")["class"]
+    assert "vyprší do 14 dnů" in page.html.find(id=f"key-{soon.id}").text
+    assert "soon" not in page.html.find(id=f"key-{later.id}")["class"]
+    assert "nikdy (nastavil provozovatel)" in page.html.find(id=f"key-{forever.id}").text
+
+
+def test_never_expires_is_the_operators_explicit_choice_only(admin):
+    with db.connection_context():
+        clinics = [Clinic.by_slug("clinic-a")]
+        with pytest.raises(rules.KeyRuleError, match="An expiry is required"):
+            rules.issue(Actor("operator", "ops"), "x", clinics, ["read"], WEDNESDAY, None)  # no expiry, no flag
+        with pytest.raises(rules.KeyRuleError, match="between 1 and 365"):
+            rules.issue(Actor("operator", "ops"), "x", clinics, ["read"], WEDNESDAY, timedelta(days=366))
+        assert ApiToken.select().count() == 0
+
+
+def test_rotate_keeps_the_old_key_until_the_chosen_time_then_only_the_new_one(admin, app, clock):
+    old = secret_of(create(app, scopes=("read",)))
+    listed = app.get(PAGE + "?clinic=clinic-a")
+    form = next(f for f in listed.forms.values() if f.action.endswith("/rotate"))
+    form["old_until"] = "2026-11-18T12:00:00"  # clinic-a is in Prague: 11:00 UTC, an hour ahead
+    page = form.submit(status=201, extra_environ=ADDRESS)
+    new = secret_of(page)
+    assert new != old and "Starý klíč funguje do" in page.text
+    assert works(app, old) and works(app, new)
+    new_token, old_token = the_token(new), the_token(old)
+    assert (new_token.name, new_token.scopes, new_token.rotated_from) == ("pbx", "read", old_token.id)
+    assert as_utc(old_token.expires_at) == as_utc(WEDNESDAY) + timedelta(hours=1)
+    clock.set(WEDNESDAY + timedelta(hours=1, seconds=1))
+    assert not works(app, old) and works(app, new)
+    with db.connection_context():
+        event = AuditEvent.get(AuditEvent.action == "token.rotate")
+    assert (event.actor_name, event.target_id, event.address) == ("anna@example.cz", str(old_token.id), "203.0.113.9")
+    assert new.split("_", 2)[2] not in event.details
+
+
+@pytest.mark.parametrize("until", ["2026-11-25T11:00:01", "2026-11-18T10:59:00", "not a time"])
+def test_rotation_keeps_the_old_key_at_most_7_days_and_not_in_the_past(admin, app, until):
+    old = secret_of(create(app))
+    form = next(f for f in app.get(PAGE + "?clinic=clinic-a").forms.values() if f.action.endswith("/rotate"))
+    form["old_until"] = until
+    page = form.submit(status=400)
+    assert "nejvýše 7 dní" in page.text and works(app, old)
+    with db.connection_context():
+        assert ApiToken.select().count() == 1
+
+
+def test_revoke_stops_the_key_at_once_and_is_recorded(admin, app):
+    text = secret_of(create(app))
+    assert works(app, text)
+    form = next(f for f in app.get(PAGE + "?clinic=clinic-a").forms.values() if f.action.endswith("/revoke"))
+    done = form.submit(status=303, extra_environ=ADDRESS)
+    assert done.headers["Location"].endswith(PAGE + "?clinic=clinic-a")
+    assert not works(app, text)
+    row = app.get(PAGE + "?clinic=clinic-a").html.find(id=f"key-{the_token(text).id}")
+    assert "revoked" in row["class"] and row.find("form") is None, "nothing more to do with it"
+    with db.connection_context():
+        event = AuditEvent.get(AuditEvent.action == "token.revoke")
+    assert (event.actor_name, event.address) == ("anna@example.cz", "203.0.113.9")
+
+
+def test_a_staff_member_gets_403_on_the_keys_page_and_its_actions(staff, app):  # noqa: F811
+    with db.connection_context():
+        token, text = rules.issue(Actor("operator", "ops"), "pbx", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY)
+    login(app, status=303)
+    csrf = csrf_of(app.get("/console/"))
+    app.get(PAGE, status=403)
+    app.get(PAGE + "?clinic=clinic-a", status=403)
+    for action in ("rotate", "revoke"):
+        app.post(f"{PAGE}/{token.id}/{action}", {"csrf_token": csrf, "clinic": "clinic-a",
+                                                 "old_until": "2026-11-18T12:00:00"}, status=403)
+    app.post(PAGE, {"csrf_token": csrf, "clinic": "clinic-a", "name": "x", "scope_read": "on",
+                    "grant_clinic-a": "on"}, status=403)
+    assert works(app, text)
+    with db.connection_context():
+        assert ApiToken.select().count() == 1
+
+
+def test_an_admin_revokes_but_cannot_rotate_a_key_that_also_opens_another_clinic(admin, app):
+    with db.connection_context():
+        shared, text = rules.issue(Actor("operator", "ops"), "shared", [Clinic.by_slug("clinic-a"), Clinic.by_slug("clinic-b")],
+                                   ["read"], WEDNESDAY)
+        other, other_text = rules.issue(Actor("operator", "ops"), "b-only", [Clinic.by_slug("clinic-b")], ["read"], WEDNESDAY)
+    page = app.get(PAGE + "?clinic=clinic-a")
+    row = page.html.find(id=f"key-{shared.id}")
+    assert "clinic-a, clinic-b" in row.text and row.find("form", {"class": "rotate"}) is None
+    assert page.html.find(id=f"key-{other.id}") is None, "another clinic's key is not listed"
+    csrf = csrf_of(page)
+    app.post(f"{PAGE}/{shared.id}/rotate", {"csrf_token": csrf, "clinic": "clinic-a",
+                                            "old_until": "2026-11-18T12:00:00"}, status=404)
+    app.post(f"{PAGE}/{other.id}/revoke", {"csrf_token": csrf, "clinic": "clinic-a"}, status=404)
+    assert works(app, other_text, "clinic-b")
+    app.post(f"{PAGE}/{shared.id}/revoke", {"csrf_token": csrf, "clinic": "clinic-a"}, status=303)
+    assert not works(app, text, "clinic-b"), "a leaked key is stopped everywhere"
+
+
+def test_the_settings_index_lists_the_api_keys_section(admin, app):
+    page = app.get("/console/settings?clinic=clinic-a")
+    assert re.search(r'href="/console/settings/api-keys\?clinic=clinic-a">API klíče<', page.text)
+
+
+def test_last_use_is_written_at_most_once_a_minute_per_token_by_any_process(admin, app, clock):
+    text = secret_of(create(app))
+    token_id = the_token(text).id
+    assert works(app, text)
+    with db.connection_context():
+        first = ApiToken.get_by_id(token_id).last_used_at
+        assert first == as_utc(WEDNESDAY)
+        # Another process (its own throttle) at +30 s: the row already has a use within the minute.
+        assert ApiToken.touch(token_id, WEDNESDAY + timedelta(seconds=30), timedelta(minutes=1)) == first
+        assert ApiToken.get_by_id(token_id).last_used_at == first
+    clock.set(WEDNESDAY + timedelta(seconds=30))
+    assert works(app, text)
+    with db.connection_context():
+        assert ApiToken.get_by_id(token_id).last_used_at == first, "no write per request"
+    clock.set(WEDNESDAY + timedelta(seconds=61))
+    assert works(app, text)
+    with db.connection_context():
+        assert ApiToken.get_by_id(token_id).last_used_at == as_utc(WEDNESDAY + timedelta(seconds=61)), \
+            "at most a minute stale"
