@@ -211,6 +211,12 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (15, "platform_source_markers", _steps(
         _add_column("clinic", "platform_source_markers", pw.TextField(null=True)),
     )),
+    # Issue 26: a callback number whose digits were not confirmed as heard is kept apart
+    # from callback_number, and where in the recording the number was said.
+    (30, "heard_callback_number", _steps(
+        _add_column("call", "heard_number", pw.CharField(max_length=20, null=True)),
+        _add_column("call", "callback_number_at", pw.FloatField(null=True)),
+    )),
 ]
 
 

@@ -1,0 +1,99 @@
+"""Was the callback number heard, or only written? A transcript is as sure of "700 1 2 3"
+as of the words the caller said (base writes "sedm sedm sedm, jedna dva tři" so), so a
+number read from it goes on a request only when the decoder's own signals say its digits
+were heard (README, "Callback number"):
+
+* every token of the number came out at least ``MIN_DIGIT_P`` probable, and
+* a second look at the number's own seconds (decoded alone, greedy, with a prompt of
+  number words so digits are written one by one) reads the same number.
+
+Otherwise the number is *unconfirmed*: the digits as heard, with where in the recording
+they were said, for a person to listen to. (The caller's own line, ``CallFrom``, within
+one digit of what was heard, confirms it too: `jobs/calls.py`.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from voicemail import spoken_numbers
+from voicemail.transcription.results import Segment
+from voicemail.transcription.settings import SAMPLE_RATE, Decoding
+
+# Every token of a confirmed number at least this probable (the labelled set: README).
+MIN_DIGIT_P = 0.5
+# The second look decodes the number's seconds with this much audio either side.
+SECOND_LOOK_PAD = 0.4
+SECOND_LOOK = Decoding(beam_size=1, temperature_inc=0.0)
+# Number words in the call's language: whisper then writes a number word by word, one
+# digit each, instead of grouping what it half heard into "700". No digits, so none can
+# surface as the caller's.
+SECOND_LOOK_PROMPTS = {
+    "cs": "Moje číslo je sedm sedm sedm, jedna dva tři, čtyři pět šest.",
+    "sk": "Moje číslo je sedem sedem sedem, jedna dva tri, štyri päť šesť.",
+    "en": "My number is seven seven seven, one two three, four five six.",
+}
+
+
+@dataclass(frozen=True)
+class HeardNumber:
+    """A callback number read from a transcript and whether its digits were heard."""
+
+    number: str  # E.164 as the transcript has it
+    start: float | None  # seconds into the decoded span where its first token was said
+    end: float | None
+    min_p: float  # least probable of its tokens
+    second_look: str | None = None  # what the second look read there (E.164 or its text)
+    confirmed: bool = False
+
+
+Token = tuple[float, float, float, bytes]  # probability, start, end, bytes (results.Segment.tokens)
+
+
+def _text(tokens: Sequence[Token]) -> str:
+    return b"".join(t[3] for t in tokens).decode("utf-8", errors="ignore")
+
+
+def _has(tokens: Sequence[Token], number: str, country: str) -> bool:
+    return any(n == number for _, n in spoken_numbers.numbers_said(_text(tokens), country))
+
+
+def locate(tokens: Sequence[Token], number: str, country: str) -> tuple[int, int] | None:
+    """First and last index of the tokens that say ``number`` (its last mention)."""
+    if not _has(tokens, number, country):
+        return None
+    first = max(i for i in range(len(tokens)) if _has(tokens[i:], number, country))
+    last = min(j for j in range(first, len(tokens)) if _has(tokens[first:j + 1], number, country))
+    return first, last
+
+
+def _spoken(token: Token) -> bool:
+    return any(c.isalnum() for c in token[3].decode("utf-8", errors="ignore")) or not token[3].isascii()
+
+
+def heard_number(segments: Sequence[Segment], country: str, language: str | None, span: np.ndarray | None,
+                 decode: Callable[[np.ndarray, str, Decoding, str | None], str] | None) -> HeardNumber | None:
+    """The callback number of a transcript's segments, confirmed or not. ``decode(audio,
+    language, decoding, prompt)`` gives the text of a piece of ``span`` (the second look);
+    without it a number is confirmed by its tokens alone never."""
+    text = " ".join(s.text for s in segments if s.text)
+    number = spoken_numbers.find_callback_number(text, country)
+    if number is None:
+        return None
+    tokens = [t for s in segments for t in s.tokens]
+    where = locate(tokens, number, country)
+    if where is None:  # loops collapsed away the tokens' order: cannot say where it was heard
+        return HeardNumber(number, None, None, 0.0)
+    said = [t for t in tokens[where[0]:where[1] + 1] if _spoken(t)]
+    min_p = round(min((t[0] for t in said), default=0.0), 3)
+    start, end = tokens[where[0]][1], tokens[where[1]][2]
+    heard = HeardNumber(number, round(start, 2), round(end, 2), min_p)
+    if min_p < MIN_DIGIT_P or decode is None or span is None or language is None:
+        return heard
+    piece = span[max(0, int((start - SECOND_LOOK_PAD) * SAMPLE_RATE)):int((end + SECOND_LOOK_PAD) * SAMPLE_RATE)]
+    again = decode(np.ascontiguousarray(piece), language, SECOND_LOOK, SECOND_LOOK_PROMPTS.get(language))
+    seen = [n for _, n in spoken_numbers.numbers_said(again, country)]
+    return HeardNumber(number, heard.start, heard.end, min_p, seen[-1] if seen else again[:80],
+                       confirmed=number in seen)
