@@ -121,6 +121,19 @@ def test_a_callback_number_written_as_digits_is_found() -> None:
     assert spoken_numbers.find_callback_number(said, "CZ") == "+420777123456"
 
 
+def test_a_number_written_but_not_heard_is_not_confirmed(base: tx.Transcriber) -> None:
+    """Issue 26's failure: "sedm sedm sedm, jedna dva tři, čtyři pět šest" decoded as
+    "700, 1, 2, 3, 4, 5, 6" (+420700123456). Whatever base writes, a number it reads is
+    confirmed only when it is the number said, and where it was said is in the speech."""
+    label = next(x for x in voicemail_set.load_labels() if x["file"] == "cs_objednani_czech_dita_ulaw8k.wav")
+    t = base.transcribe(str(voicemail_set.clip_path(label)), ["cs"], country="CZ")
+    heard = t.heard_number
+    assert heard is not None and heard.number == spoken_numbers.find_callback_number(t.text, "CZ"), t.text
+    assert heard.number == label["callback"] or not heard.confirmed, (heard, t.text)
+    assert heard.start is not None and label["onset"] < heard.start < heard.end <= label["speech_end"] + 0.5
+    assert t.status in ("check", "unreliable"), (t.status, t.label_signals)
+
+
 def test_detection_chooses_among_the_clinic_languages_only(base: tx.Transcriber) -> None:
     czech, english = _clip("cs"), _clip("en")
     assert base.transcribe(str(voicemail_set.clip_path(czech)), ["cs", "en"]).language == "cs"
