@@ -13,12 +13,15 @@ one digit of what was heard, confirms it too: `jobs/calls.py`.)"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+import phonenumbers
 
 from voicemail import spoken_numbers
+from voicemail.number_words import words_to_digits
 from voicemail.transcription.results import Segment
 from voicemail.transcription.settings import SAMPLE_RATE, Decoding
 
@@ -45,7 +48,7 @@ class HeardNumber:
     start: float | None  # seconds into the decoded span where its first token was said
     end: float | None
     min_p: float  # least probable of its tokens
-    second_look: str | None = None  # what the second look read there (E.164 or its text)
+    second_look: str | None = None  # what the second look read there
     confirmed: bool = False
 
 
@@ -67,6 +70,14 @@ def locate(tokens: Sequence[Token], number: str, country: str) -> tuple[int, int
     first = max(i for i in range(len(tokens)) if _has(tokens[i:], number, country))
     last = min(j for j in range(first, len(tokens)) if _has(tokens[first:j + 1], number, country))
     return first, last
+
+
+def heard_again(number: str, text: str) -> bool:
+    """Whether ``text`` (the second look) says the digits of ``number`` one after another
+    (its national digits: the look may or may not catch the country code, and catches
+    the words around the number: "on six oh two ..." may come out "One six zero two")."""
+    national = str(phonenumbers.parse(number).national_number)
+    return national in "".join(re.findall(r"\d", words_to_digits(text)))
 
 
 def _spoken(token: Token) -> bool:
@@ -94,6 +105,5 @@ def heard_number(segments: Sequence[Segment], country: str, language: str | None
         return heard
     piece = span[max(0, int((start - SECOND_LOOK_PAD) * SAMPLE_RATE)):int((end + SECOND_LOOK_PAD) * SAMPLE_RATE)]
     again = decode(np.ascontiguousarray(piece), language, SECOND_LOOK, SECOND_LOOK_PROMPTS.get(language))
-    seen = [n for _, n in spoken_numbers.numbers_said(again, country)]
-    return HeardNumber(number, heard.start, heard.end, min_p, seen[-1] if seen else again[:80],
-                       confirmed=number in seen)
+    return HeardNumber(number, heard.start, heard.end, min_p, again.strip()[:120],
+                       confirmed=heard_again(number, again))
