@@ -627,7 +627,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-FIT_SIGNALS = ["known_share", "low_share", "mean_logprob"]
+FIT_SIGNALS = ["known_share", "low_share", "mean_logprob", "language_probability"]
 
 
 def refit(path: Path) -> int:

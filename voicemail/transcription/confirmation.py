@@ -4,8 +4,8 @@ number read from it goes on a request only when the decoder's own signals say it
 were heard (README, "Callback number"):
 
 * every token of the number came out at least ``MIN_DIGIT_P`` probable, and
-* a second look at the number's own seconds (decoded alone, greedy, with a prompt of
-  number words so digits are written one by one) reads the same number.
+* a second look at the number's own seconds (decoded alone, with a prompt of number
+  words so digits are written one by one) says the same digits in a row.
 
 Otherwise the number is *unconfirmed*: the digits as heard, with where in the recording
 they were said, for a person to listen to. (The caller's own line, ``CallFrom``, within
@@ -27,9 +27,12 @@ from voicemail.transcription.settings import SAMPLE_RATE, Decoding
 
 # Every token of a confirmed number at least this probable (the labelled set: README).
 MIN_DIGIT_P = 0.5
-# The second look decodes the number's seconds with this much audio either side.
-SECOND_LOOK_PAD = 0.4
-SECOND_LOOK = Decoding(beam_size=1, temperature_inc=0.0)
+# The second look decodes the number's seconds with this much audio before and after
+# (whisper's token times are late by up to a word: with 0.4 s the first digits of a
+# number were cut off), with beam search and no sampled fallback (the same text each time).
+SECOND_LOOK_BEFORE = 1.0
+SECOND_LOOK_AFTER = 0.4
+SECOND_LOOK = Decoding(beam_size=5, temperature_inc=0.0)
 # Number words in the call's language: whisper then writes a number word by word, one
 # digit each, instead of grouping what it half heard into "700". No digits, so none can
 # surface as the caller's.
@@ -103,7 +106,7 @@ def heard_number(segments: Sequence[Segment], country: str, language: str | None
     heard = HeardNumber(number, round(start, 2), round(end, 2), min_p)
     if min_p < MIN_DIGIT_P or decode is None or span is None or language is None:
         return heard
-    piece = span[max(0, int((start - SECOND_LOOK_PAD) * SAMPLE_RATE)):int((end + SECOND_LOOK_PAD) * SAMPLE_RATE)]
+    piece = span[max(0, int((start - SECOND_LOOK_BEFORE) * SAMPLE_RATE)):int((end + SECOND_LOOK_AFTER) * SAMPLE_RATE)]
     again = decode(np.ascontiguousarray(piece), language, SECOND_LOOK, SECOND_LOOK_PROMPTS.get(language))
     return HeardNumber(number, heard.start, heard.end, min_p, again.strip()[:120],
                        confirmed=heard_again(number, again))
