@@ -134,6 +134,17 @@ def test_a_number_written_but_not_heard_is_not_confirmed(base: tx.Transcriber) -
     assert t.status in ("check", "unreliable"), (t.status, t.label_signals)
 
 
+def test_the_second_look_prompts_say_no_phone_number_anywhere() -> None:
+    """The prompt of the number's second look must not be a number whisper could copy."""
+    import phonenumbers
+
+    from voicemail.transcription.confirmation import SECOND_LOOK_PROMPTS
+
+    for prompt in SECOND_LOOK_PROMPTS.values():
+        for region in phonenumbers.SUPPORTED_REGIONS:
+            assert not spoken_numbers.numbers_said(f"{prompt} {prompt}", region), (prompt, region)
+
+
 def test_detection_chooses_among_the_clinic_languages_only(base: tx.Transcriber) -> None:
     czech, english = _clip("cs"), _clip("en")
     assert base.transcribe(str(voicemail_set.clip_path(czech)), ["cs", "en"]).language == "cs"

@@ -5,16 +5,18 @@ were heard (README, "Callback number"):
 
 * every token of the number came out at least ``MIN_DIGIT_P`` probable, and
 * a second look at the number's own seconds (decoded alone, with a prompt of number
-  words so digits are written one by one) says the same digits in a row.
+  words so digits are written one by one) says the same digits in a row;
 
-Otherwise the number is *unconfirmed*: the digits as heard, with where in the recording
-they were said, for a person to listen to. (The caller's own line, ``CallFrom``, within
+or the second look reads another whole number there and a third (greedy) look says its
+digits too: then that number, which the transcript's text may not show. Otherwise the
+number is *unconfirmed*: the digits as heard, with where in the recording they were
+said, for a person to listen to. (The caller's own line, ``CallFrom``, within
 one digit of what was heard, confirms it too: `jobs/calls.py`.)"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -33,13 +35,15 @@ MIN_DIGIT_P = 0.5
 SECOND_LOOK_BEFORE = 1.0
 SECOND_LOOK_AFTER = 0.4
 SECOND_LOOK = Decoding(beam_size=5, temperature_inc=0.0)
-# Number words in the call's language: whisper then writes a number word by word, one
-# digit each, instead of grouping what it half heard into "700". No digits, so none can
-# surface as the caller's.
+THIRD_LOOK = Decoding(beam_size=1, temperature_inc=0.0)
+# Digits in words, in the call's language: whisper then writes a number word by word,
+# one digit each, instead of grouping what it half heard into "700". Digits that are no
+# phone number in any country, twice over (tests/test_transcription.py): a prompt with a
+# number in it would be the number whisper writes on unclear audio.
 SECOND_LOOK_PROMPTS = {
-    "cs": "Moje číslo je sedm sedm sedm, jedna dva tři, čtyři pět šest.",
-    "sk": "Moje číslo je sedem sedem sedem, jedna dva tri, štyri päť šesť.",
-    "en": "My number is seven seven seven, one two three, four five six.",
+    "cs": "Nula, nula, jedna, jedna, dva, dva, tři, tři.",
+    "sk": "Nula, nula, jedna, jedna, dva, dva, tri, tri.",
+    "en": "Zero, zero, one, one, two, two, three, three.",
 }
 
 
@@ -47,7 +51,7 @@ SECOND_LOOK_PROMPTS = {
 class HeardNumber:
     """A callback number read from a transcript and whether its digits were heard."""
 
-    number: str  # E.164 as the transcript has it
+    number: str  # E.164 as the transcript has it (or as two looks agreed, when confirmed so)
     start: float | None  # seconds into the decoded span where its first token was said
     end: float | None
     min_p: float  # least probable of its tokens
@@ -104,9 +108,18 @@ def heard_number(segments: Sequence[Segment], country: str, language: str | None
     min_p = round(min((t[0] for t in said), default=0.0), 3)
     start, end = tokens[where[0]][1], tokens[where[1]][2]
     heard = HeardNumber(number, round(start, 2), round(end, 2), min_p)
-    if min_p < MIN_DIGIT_P or decode is None or span is None or language is None:
+    if decode is None or span is None or language is None:
         return heard
-    piece = span[max(0, int((start - SECOND_LOOK_BEFORE) * SAMPLE_RATE)):int((end + SECOND_LOOK_AFTER) * SAMPLE_RATE)]
-    again = decode(np.ascontiguousarray(piece), language, SECOND_LOOK, SECOND_LOOK_PROMPTS.get(language))
-    return HeardNumber(number, heard.start, heard.end, min_p, again.strip()[:120],
-                       confirmed=heard_again(number, again))
+    piece = np.ascontiguousarray(
+        span[max(0, int((start - SECOND_LOOK_BEFORE) * SAMPLE_RATE)):int((end + SECOND_LOOK_AFTER) * SAMPLE_RATE)])
+    prompt = SECOND_LOOK_PROMPTS.get(language)
+    again = decode(piece, language, SECOND_LOOK, prompt).strip()
+    if min_p >= MIN_DIGIT_P and heard_again(number, again):
+        return replace(heard, second_look=again[:120], confirmed=True)
+    # The look read another whole number there (base wrote "sedm sedm sedm" as "700", the
+    # look, prompted with number words, "sedm sedm sedm"): it is the number only when a
+    # third, greedy look at the same seconds says its digits too.
+    other = [n for _, n in spoken_numbers.numbers_said(again, country)]
+    if other and other[-1] != number and heard_again(other[-1], decode(piece, language, THIRD_LOOK, prompt)):
+        return replace(heard, number=other[-1], second_look=again[:120], confirmed=True)
+    return replace(heard, second_look=again[:120])
