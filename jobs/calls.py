@@ -127,7 +127,7 @@ def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -
     return _finish(
         call, "voice_message", transcript=t.text, language=t.language, signals=signals, intelligibility="speech",
         status=t.status, issue=t.issue, callback=callback, heard_number=unconfirmed,
-        callback_number_at=heard.start if heard else None,
+        callback_number_at=heard.start if heard and heard.number else None,
     )
 
 

@@ -134,6 +134,30 @@ def test_a_number_written_but_not_heard_is_not_confirmed(base: tx.Transcriber) -
     assert t.status in ("check", "unreliable"), (t.status, t.label_signals)
 
 
+def _tokens(*pieces: str) -> list[tuple[float, float, float, bytes]]:
+    return [(0.9, i * 0.3, i * 0.3 + 0.3, p.encode()) for i, p in enumerate(pieces)]
+
+
+def test_a_number_is_found_among_the_tokens_that_say_it_last() -> None:
+    from voicemail.transcription import confirmation as cf
+
+    tokens = _tokens(" Zavolejte", " na", " 777", " 123", " 456", ",", " opakuji", " 777", " 123", " 456", ".")
+    assert cf.locate(tokens, "+420777123456", "CZ") == (7, 9)
+    assert cf.locate(tokens, "+420700123456", "CZ") is None
+
+
+@pytest.mark.parametrize("number,look,same", [
+    ("+420602123456", "One six zero two one two three four five six.", True),  # "on" heard as "one"
+    ("+420700123456", "Číslo sedm sedm sedm, jedna dva tři, čtyři pět šest.", False),
+    ("+420604555121", "plus čtyři sta dvacet, šest nula čtyři, pět pět pět, jedna dva jedna", True),
+    ("+420777909815", "Number seven seven nine zero nine eight one five.", False),  # a seven short
+])
+def test_the_second_look_must_say_the_same_digits_in_a_row(number: str, look: str, same: bool) -> None:
+    from voicemail.transcription.confirmation import heard_again
+
+    assert heard_again(number, look) is same
+
+
 def test_the_second_look_prompts_say_no_phone_number_anywhere() -> None:
     """The prompt of the number's second look must not be a number whisper could copy."""
     import phonenumbers

@@ -51,7 +51,9 @@ SECOND_LOOK_PROMPTS = {
 class HeardNumber:
     """A callback number read from a transcript and whether its digits were heard."""
 
-    number: str  # E.164 as the transcript has it (or as two looks agreed, when confirmed so)
+    # E.164 as the transcript has it, or as two looks agreed (confirmed so; the transcript
+    # may hold no number there, only digits in a row: "7-2-0-1-1-2-2-2").
+    number: str
     start: float | None  # seconds into the decoded span where its first token was said
     end: float | None
     min_p: float  # least probable of its tokens
@@ -66,25 +68,41 @@ def _text(tokens: Sequence[Token]) -> str:
     return b"".join(t[3] for t in tokens).decode("utf-8", errors="ignore")
 
 
-def _has(tokens: Sequence[Token], number: str, country: str) -> bool:
-    return any(n == number for _, n in spoken_numbers.numbers_said(_text(tokens), country))
+def _digits(text: str) -> str:
+    return "".join(re.findall(r"\d", words_to_digits(text)))
+
+
+def _locate(tokens: Sequence[Token], says: Callable[[str], bool]) -> tuple[int, int] | None:
+    """First and last index of the fewest tokens, last in the text, whose text ``says``."""
+    if not says(_text(tokens)):
+        return None
+    first = max(i for i in range(len(tokens)) if says(_text(tokens[i:])))
+    last = min(j for j in range(first, len(tokens)) if says(_text(tokens[first:j + 1])))
+    return first, last
 
 
 def locate(tokens: Sequence[Token], number: str, country: str) -> tuple[int, int] | None:
     """First and last index of the tokens that say ``number`` (its last mention)."""
-    if not _has(tokens, number, country):
-        return None
-    first = max(i for i in range(len(tokens)) if _has(tokens[i:], number, country))
-    last = min(j for j in range(first, len(tokens)) if _has(tokens[first:j + 1], number, country))
-    return first, last
+    return _locate(tokens, lambda text: any(n == number for _, n in spoken_numbers.numbers_said(text, country)))
+
+
+# Digits in a row that are no number but may be one misheard ("7-2-0-1-1-2-2-2" for
+# 720 111 222): the looks are asked what was said there.
+MIN_RUN_DIGITS = 6
+_DIGIT_RUN = re.compile(r"\d(?:[\s,.\-–/]*\d)+")
+
+
+def _digit_run(text: str) -> str | None:
+    runs = [_digits(m.group()) for m in _DIGIT_RUN.finditer(words_to_digits(text))]
+    runs = [r for r in runs if len(r) >= MIN_RUN_DIGITS]
+    return runs[-1] if runs else None
 
 
 def heard_again(number: str, text: str) -> bool:
     """Whether ``text`` (the second look) says the digits of ``number`` one after another
     (its national digits: the look may or may not catch the country code, and catches
     the words around the number: "on six oh two ..." may come out "One six zero two")."""
-    national = str(phonenumbers.parse(number).national_number)
-    return national in "".join(re.findall(r"\d", words_to_digits(text)))
+    return str(phonenumbers.parse(number).national_number) in _digits(text)
 
 
 def _spoken(token: Token) -> bool:
@@ -98,23 +116,25 @@ def heard_number(segments: Sequence[Segment], country: str, language: str | None
     without it a number is confirmed by its tokens alone never."""
     text = " ".join(s.text for s in segments if s.text)
     number = spoken_numbers.find_callback_number(text, country)
-    if number is None:
-        return None
     tokens = [t for s in segments for t in s.tokens]
-    where = locate(tokens, number, country)
-    if where is None:  # loops collapsed away the tokens' order: cannot say where it was heard
-        return HeardNumber(number, None, None, 0.0)
+    if number is None:
+        run = _digit_run(text)
+        where = _locate(tokens, lambda t: run in _digits(t)) if run else None
+    else:
+        where = locate(tokens, number, country)
+    if where is None:  # no number; or loops collapsed away the tokens' order: cannot say where
+        return HeardNumber(number, None, None, 0.0) if number else None
     said = [t for t in tokens[where[0]:where[1] + 1] if _spoken(t)]
     min_p = round(min((t[0] for t in said), default=0.0), 3)
     start, end = tokens[where[0]][1], tokens[where[1]][2]
-    heard = HeardNumber(number, round(start, 2), round(end, 2), min_p)
+    heard = HeardNumber(number or "", round(start, 2), round(end, 2), min_p)
     if decode is None or span is None or language is None:
-        return heard
+        return heard if number else None
     piece = np.ascontiguousarray(
         span[max(0, int((start - SECOND_LOOK_BEFORE) * SAMPLE_RATE)):int((end + SECOND_LOOK_AFTER) * SAMPLE_RATE)])
     prompt = SECOND_LOOK_PROMPTS.get(language)
     again = decode(piece, language, SECOND_LOOK, prompt).strip()
-    if min_p >= MIN_DIGIT_P and heard_again(number, again):
+    if number and min_p >= MIN_DIGIT_P and heard_again(number, again):
         return replace(heard, second_look=again[:120], confirmed=True)
     # The look read another whole number there (base wrote "sedm sedm sedm" as "700", the
     # look, prompted with number words, "sedm sedm sedm"): it is the number only when a
@@ -122,4 +142,4 @@ def heard_number(segments: Sequence[Segment], country: str, language: str | None
     other = [n for _, n in spoken_numbers.numbers_said(again, country)]
     if other and other[-1] != number and heard_again(other[-1], decode(piece, language, THIRD_LOOK, prompt)):
         return replace(heard, number=other[-1], second_look=again[:120], confirmed=True)
-    return replace(heard, second_look=again[:120])
+    return replace(heard, second_look=again[:120]) if number else None
