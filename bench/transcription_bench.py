@@ -442,41 +442,50 @@ def report_trust(rows: list[dict[str, Any]]) -> None:
     print("(unconfirmed: numbers kept apart as heard, never callbackNumber; 'N of M': M kept, N of them right)")
 
 
-def fit_label(rows: list[dict[str, Any]], signals: list[str]) -> dict[str, Any]:
-    """The label's model (reliability.MODEL) fitted on the fit half: a logistic
-    regression of WER <= RELIABLE_WER on the standardised signals; per language, the
-    lowest probability whose 'reliable' transcripts of the fit half are at least
-    LABEL_TARGETS[0] precise (none reach it: never reliable), and below which a
-    transcript is 'unreliable': the highest cut under which every fit transcript has
-    WER > 0.5."""
+CHECKABLE_WER = 0.6  # a language with no reliable transcript to fit on: the score of "at most this"
+UNRELIABLE_WER = 0.5  # below the second cut, every fitting transcript had more word error than this
+
+
+def fit_label(rows: list[dict[str, Any]], signals: list[str]) -> dict[str, dict[str, Any]]:
+    """The label's models (reliability.MODEL), per language, fitted on the fit half: a
+    logistic regression (scikit-learn) of WER <= RELIABLE_WER on the standardised signals
+    (of WER <= CHECKABLE_WER where no fitting transcript is that good: never reliable);
+    the first cut is the lowest score whose fitting transcripts at or above it are at
+    least LABEL_TARGETS[0] at WER <= RELIABLE_WER, the second the highest under which
+    every fitting transcript has WER > UNRELIABLE_WER."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
     from voicemail.transcription import reliability
 
-    fit = [r for r in rows if r["half"] == "fit" and all(r["signals"].get(k) is not None for k in signals)]
-    x = np.array([[r["signals"][k] for k in signals] for r in fit], dtype=float)
-    y = np.array([r["wer"] <= RELIABLE_WER for r in fit])
-    mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
-    lr = LogisticRegression(C=1.0).fit((x - mean) / scale, y)
-    model: dict[str, Any] = {"signals": signals, "mean": [round(v, 4) for v in mean],
-                             "scale": [round(v, 4) for v in scale],
-                             "weights": [round(float(w), 4) for w in lr.coef_[0]],
-                             "bias": round(float(lr.intercept_[0]), 4), "thresholds": {}}
+    models: dict[str, dict[str, Any]] = {}
     for language in LANGUAGES:
-        mine = sorted(((reliability.probability(r["signals"], model), r["wer"]) for r in fit
-                       if r["language"] == language), key=lambda pw: -pw[0])
+        fit = [r for r in rows if r["half"] == "fit" and r["language"] == language and r["wer"] is not None
+               and r["status"] != "failed" and all(r["signals"].get(k) is not None for k in signals)]
+        goal = RELIABLE_WER if any(r["wer"] <= RELIABLE_WER for r in fit) else CHECKABLE_WER
+        y = np.array([r["wer"] <= goal for r in fit])
+        if len(set(y)) < 2:
+            continue
+        x = np.array([[r["signals"][k] for k in signals] for r in fit], dtype=float)
+        mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
+        lr = LogisticRegression(C=1.0).fit((x - mean) / scale, y)
+        model: dict[str, Any] = {"signals": signals, "mean": [round(float(v), 4) for v in mean],
+                                 "scale": [round(float(v), 4) for v in scale],
+                                 "weights": [round(float(w), 4) for w in lr.coef_[0]],
+                                 "bias": round(float(lr.intercept_[0]), 4)}
+        scored = sorted(((reliability.probability(r["signals"], model), r["wer"]) for r in fit), key=lambda pw: -pw[0])
         reliable_at = 1.01
-        for i in range(len(mine)):
-            above = mine[:i + 1]
-            if sum(w <= RELIABLE_WER for _, w in above) / len(above) >= LABEL_TARGETS[0]:
-                reliable_at = above[-1][0]
+        if goal == RELIABLE_WER:
+            for i in range(len(scored)):
+                if sum(w <= RELIABLE_WER for _, w in scored[:i + 1]) / (i + 1) >= LABEL_TARGETS[0]:
+                    reliable_at = scored[i][0]
         unreliable_below = 0.0
-        for p, _ in reversed(mine):  # lowest first
-            if all(w > 0.5 for q, w in mine if q <= p):
-                unreliable_below = p + 1e-6
-        model["thresholds"][language] = (round(reliable_at, 4), round(min(unreliable_below, reliable_at), 4))
-    return model
+        for p, _ in reversed(scored):  # lowest score first
+            if all(w > UNRELIABLE_WER for q, w in scored if q <= p):
+                unreliable_below = p + 1e-4
+        model["cuts"] = [round(reliable_at, 4), round(min(unreliable_below, reliable_at), 4)]
+        models[language] = model
+    return models
 
 
 # ------------------------------------------------------------------ report
@@ -627,7 +636,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-FIT_SIGNALS = ["known_share", "low_share", "mean_logprob", "language_probability"]
+FIT_SIGNALS = ["known_share", "low_share", "mean_logprob", "language_probability", "words_per_second", "compression_ratio"]
 
 
 def refit(path: Path) -> int:

@@ -151,6 +151,7 @@ def test_a_number_is_found_among_the_tokens_that_say_it_last() -> None:
     ("+420700123456", "Číslo sedm sedm sedm, jedna dva tři, čtyři pět šest.", False),
     ("+420604555121", "plus čtyři sta dvacet, šest nula čtyři, pět pět pět, jedna dva jedna", True),
     ("+420777909815", "Number seven seven nine zero nine eight one five.", False),  # a seven short
+    ("+420777909815", "It's possible on seven, double, seven, nine, zero, nine, eight, one, five.", True),
 ])
 def test_the_second_look_must_say_the_same_digits_in_a_row(number: str, look: str, same: bool) -> None:
     from voicemail.transcription.confirmation import heard_again
@@ -387,8 +388,18 @@ def test_decide_message(transcript: tx.Transcript, reason: str) -> None:
     assert tx.decide_message(transcript) == (reason == "speech", reason)
 
 
+CLEAR = {"known_share": 1.0, "low_share": 0.0, "mean_logprob": -0.1, "language_probability": 0.99}
+GARBLED = {"known_share": 0.4, "low_share": 0.4, "mean_logprob": -0.7, "language_probability": 0.05}
+
+
 @pytest.mark.parametrize("transcript,looped,expected", [
-    (_transcript("Dobrý den."), False, ("reliable", None)),
+    # The label (reliability.py): clear signals in a language with a fitted model are
+    # reliable, garbled ones unreliable; without its signals, or in a language the label
+    # was not fitted for, a transcript is to be checked, never reliable.
+    (_transcript("Hello, call me back.", language="en", label_signals=CLEAR), False, ("reliable", None)),
+    (_transcript("Dobrý den.", label_signals=GARBLED), False, ("unreliable", "low_confidence")),
+    (_transcript("Dobrý den."), False, ("check", "low_confidence")),
+    (_transcript("Guten Tag.", language="de", label_signals=CLEAR), False, ("check", "low_confidence")),
     (_transcript("Dobrý den.", mean_logprob=-1.5), False, ("unreliable", "low_confidence")),
     (_transcript("Dobrý den vám vám"), True, ("unreliable", "loop")),
     (_transcript("Dobrý den", aborted=True), False, ("unreliable", "incomplete")),
