@@ -367,6 +367,8 @@ def halves(labels: list[dict[str, Any]]) -> dict[str, str]:
 def trust_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per speech clip: language, channel, half, WER, the project's status, its
     label's signals, callbacks (project confirmed and unconfirmed, reference)."""
+    from voicemail import spoken_numbers as sn
+
     labels = [c["label"] for c in run["clips"]]
     side = halves(labels)
     rows = []
@@ -379,6 +381,7 @@ def trust_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
                      "wer": p["wer"], "status": p["status"], "issue": p["issue"],
                      "signals": p.get("label_signals") or {},
                      "expected": x.get("callback"), "callback": p["callback"], "unconfirmed": p.get("unconfirmed"),
+                     "parsed": sn.find_callback_number(p["text"], "CZ"),
                      "reference": ref and ref["callback"]})
     return rows
 
@@ -429,17 +432,21 @@ def report_trust(rows: list[dict[str, Any]]) -> None:
           "a clip that said none):")
     print(f"{'':22s} {'clips':>5s} | {'reliable':>8s} {'<=0.35':>6s} {'check':>5s} {'unrel.':>6s} | "
           f"{'good':>4s} {'not rel.':>8s} | {'met':>3s} | {'callback project':>16s} | {'unconfirmed':>11s} | "
-          f"{'callback ref':>12s}")
+          f"{'text parsed':>11s} | {'callback ref':>12s}")
     for name, members in trust_groups(rows):
         f = label_figures(members)
         p, ref = callback_figures(members, "callback"), callback_figures(members, "reference")
+        parsed = callback_figures(members, "parsed")
         heard = [r for r in members if r["unconfirmed"]]
         heard_right = sum(r["unconfirmed"] == r["expected"] for r in heard)
         print(f"{name:22s} {f['clips']:5d} | {f['reliable']:8d} {f['precise']:6d} {f['check']:5d} {f['unreliable']:6d} | "
               f"{f['good']:4d} {f['good_missed']:8d} | {'yes' if f['met'] else 'no':>3s} | "
               f"{p['right']:>4d} {p['none']:>4d} {p['wrong']:>4d} /{p['said']:<3d} | {heard_right:>4d} of {len(heard):<3d} | "
+              f"{parsed['right']:>3d} {parsed['none']:>3d} {parsed['wrong']:>3d} | "
               f"{ref['right']:>3d} {ref['none']:>3d} {ref['wrong']:>3d}")
-    print("(unconfirmed: numbers kept apart as heard, never callbackNumber; 'N of M': M kept, N of them right)")
+    print("(unconfirmed: numbers kept apart as heard, never callbackNumber; 'N of M': M kept, N of them right; "
+          "text parsed: the parser on the project's transcript, what became callbackNumber before issue 26; "
+          "ref: faster-whisper's transcript through the same parser)")
 
 
 CHECKABLE_WER = 0.6  # a language with no reliable transcript to fit on: the score of "at most this"

@@ -3,7 +3,6 @@ as of the words the caller said (base writes "sedm sedm sedm, jedna dva tři" so
 number read from it goes on a request only when the decoder's own signals say its digits
 were heard (README, "Callback number"):
 
-* every token of the number came out at least ``MIN_DIGIT_P`` probable, and
 * a second look at the number's own seconds (decoded alone, with a prompt of number
   words so digits are written one by one) says the same digits in a row;
 
@@ -27,10 +26,6 @@ from voicemail.number_words import words_to_digits
 from voicemail.transcription.results import Segment
 from voicemail.transcription.settings import SAMPLE_RATE, Decoding
 
-# Every token of a number confirmed as written at least this probable. Only a first
-# filter: the second look does the confirming (on the labelled set the right numbers' least
-# probable tokens were 0.40-0.76, the wrong ones' 0.14-0.32; README).
-MIN_DIGIT_P = 0.3
 # The second look decodes the number's seconds with this much audio before and after
 # (whisper's token times are late by up to a word: with 0.4 s the first digits of a
 # number were cut off), with beam search and no sampled fallback (the same text each time).
@@ -141,7 +136,11 @@ def heard_number(segments: Sequence[Segment], country: str, language: str | None
         span[max(0, int((start - SECOND_LOOK_BEFORE) * SAMPLE_RATE)):int((end + SECOND_LOOK_AFTER) * SAMPLE_RATE)])
     prompt = SECOND_LOOK_PROMPTS.get(language)
     again = decode(piece, language, SECOND_LOOK, prompt).strip()
-    if number and min_p >= MIN_DIGIT_P and heard_again(number, again):
+    # No threshold on the tokens' probabilities: on the labelled set the right numbers' least
+    # probable token was 0.40-0.76 and the wrong ones' 0.14-0.32, but a cut between them
+    # would be fitted to a dozen numbers, 0.5 lost two right ones, and the look alone
+    # confirmed no wrong one (README). min_p is kept with the number.
+    if number and heard_again(number, again):
         return replace(heard, second_look=again[:120], confirmed=True)
     # The look read another whole number there (base wrote "sedm sedm sedm" as "700", the
     # look, prompted with number words, "sedm sedm sedm"): it is the number only when a
