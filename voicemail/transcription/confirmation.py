@@ -3,11 +3,12 @@ as of the words the caller said (base writes "sedm sedm sedm, jedna dva tři" so
 number read from it goes on a request only when the decoder's own signals say its digits
 were heard (README, "Callback number"):
 
-* a second look at the number's own seconds (decoded alone, with a prompt of number
-  words so digits are written one by one) says the same digits in a row;
+* a second look at the number's own seconds (decoded alone with beam search, with a
+  prompt of digits in words so digits are written one by one) says the same digits in a
+  row, or else a third, greedy look does;
 
-or the second look reads another whole number there and a third (greedy) look says its
-digits too: then that number, which the transcript's text may not show. Otherwise the
+or the second look reads another whole number there and the third says its digits too:
+then that number, which the transcript's text may not show. Otherwise the
 number is *unconfirmed*: the digits as heard, with where in the recording they were
 said, for a person to listen to. (The caller's own line, ``CallFrom``, within
 one digit of what was heard, confirms it too: `jobs/calls.py`.)"""
@@ -55,6 +56,7 @@ class HeardNumber:
     end: float | None
     min_p: float  # least probable of its tokens
     second_look: str | None = None  # what the second look read there
+    third_look: str | None = None  # and the third, when the second did not confirm it
     confirmed: bool = False
 
 
@@ -138,14 +140,18 @@ def heard_number(segments: Sequence[Segment], country: str, language: str | None
     again = decode(piece, language, SECOND_LOOK, prompt).strip()
     # No threshold on the tokens' probabilities: on the labelled set the right numbers' least
     # probable token was 0.40-0.76 and the wrong ones' 0.14-0.32, but a cut between them
-    # would be fitted to a dozen numbers, 0.5 lost two right ones, and the look alone
+    # would be fitted to a dozen numbers, 0.5 lost two right ones, and the looks alone
     # confirmed no wrong one (README). min_p is kept with the number.
     if number and heard_again(number, again):
         return replace(heard, second_look=again[:120], confirmed=True)
-    # The look read another whole number there (base wrote "sedm sedm sedm" as "700", the
-    # look, prompted with number words, "sedm sedm sedm"): it is the number only when a
-    # third, greedy look at the same seconds says its digits too.
+    third = decode(piece, language, THIRD_LOOK, prompt).strip()
+    heard = replace(heard, second_look=again[:120], third_look=third[:120])
+    if number and heard_again(number, third):
+        return replace(heard, confirmed=True)
+    # The second look read another whole number there (base wrote "sedm sedm sedm" as
+    # "700", the look, prompted with number words, "sedm sedm sedm"): it is the number
+    # only when the third look says its digits too.
     other = [n for _, n in spoken_numbers.numbers_said(again, country)]
-    if other and other[-1] != number and heard_again(other[-1], decode(piece, language, THIRD_LOOK, prompt)):
-        return replace(heard, number=other[-1], second_look=again[:120], confirmed=True)
-    return replace(heard, second_look=again[:120]) if number else None
+    if other and other[-1] != number and heard_again(other[-1], third):
+        return replace(heard, number=other[-1], confirmed=True)
+    return heard if number else None
