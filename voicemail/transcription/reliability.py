@@ -37,7 +37,24 @@ LOW_P = 0.4  # a text token below this probability is a doubtful one
 # score: reliable at or above the first, unreliable below the second. Where the fitting
 # half had no transcript with a word error of 0.35 or less (Czech with base), the score is
 # of "at most CHECKABLE_WER" and the first cut is above 1: never reliable.
-MODEL: dict[str, dict[str, Any]] = {}
+MODEL: dict[str, dict[str, Any]] = {
+    "cs": {
+        "signals": ["known_share", "low_share", "mean_logprob", "language_probability", "words_per_second",
+                    "compression_ratio"],
+        "mean": [0.5479, 0.2124, -0.5328, 0.2981, 2.1687, 2.0428],
+        "scale": [0.1579, 0.1404, 0.2646, 0.3242, 0.6499, 2.0813],
+        "weights": [0.3684, -0.261, 0.0292, 0.6007, 0.1409, -0.2596],
+        "bias": -3.718, "cuts": [1.01, 0.0514],
+    },
+    "en": {
+        "signals": ["known_share", "low_share", "mean_logprob", "language_probability", "words_per_second",
+                    "compression_ratio"],
+        "mean": [0.9817, 0.1163, -0.3692, 0.8954, 3.0008, 1.1752],
+        "scale": [0.0346, 0.0867, 0.1684, 0.0758, 0.6775, 0.1011],
+        "weights": [0.7432, -0.0434, 0.2985, 1.1284, 0.2595, 0.2278],
+        "bias": 1.073, "cuts": [0.6952, 0.1335],
+    },
+}
 
 _dictionaries: dict[str, Any] = {}
 _lock = threading.Lock()
