@@ -88,7 +88,10 @@ def _result(lib: Any, ctx: Any, language: str, rc: int, aborted: bool) -> RawRes
                          lib.whisper_full_get_segment_t1(ctx, i) / 100.0, text)
         for j in range(lib.whisper_full_n_tokens(ctx, i)):
             td = lib.whisper_full_get_token_data(ctx, i, j)
-            piece = lib.whisper_full_get_token_text(ctx, i, j)
+            # Bytes: a token may end inside a UTF-8 character ("č" split in two), and
+            # pywhispercpp's str-returning getter raises on it.
+            piece = (lib.whisper_token_to_bytes(ctx, td.id) if hasattr(lib, "whisper_token_to_bytes")
+                     else lib.whisper_full_get_token_text(ctx, i, j))
             seg.tokens.append(Token(int(td.id), float(td.p), float(td.plog), td.t0 / 100.0, td.t1 / 100.0,
                                     piece if isinstance(piece, bytes) else str(piece).encode("utf-8")))
         segments.append(seg)
