@@ -218,6 +218,12 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _add_column("api_token", "rotated_from", pw.UUIDField(null=True)),
         _add_column("audit_event", "address", pw.CharField(max_length=64, null=True)),
     )),
+    # Issue 26: a callback number whose digits were not confirmed as heard is kept apart
+    # from callback_number, and where in the recording the number was said.
+    (17, "heard_callback_number", _steps(
+        _add_column("call", "heard_number", pw.CharField(max_length=20, null=True)),
+        _add_column("call", "callback_number_at", pw.FloatField(null=True)),
+    )),
 ]
 
 

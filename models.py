@@ -408,7 +408,9 @@ class Call(BaseModel):
     """
 
     OUTCOMES = ("no_recording", "voice_message", "missed_call", "opted_out", "recording_unavailable")
-    TRANSCRIPT_STATUSES = ("reliable", "unreliable", "failed")
+    # reliable / check / unreliable: the reliability label (transcription/reliability.py);
+    # failed: no usable text.
+    TRANSCRIPT_STATUSES = ("reliable", "check", "unreliable", "failed")
 
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     clinic = pw.ForeignKeyField(Clinic, backref="calls", on_delete="CASCADE")
@@ -434,7 +436,11 @@ class Call(BaseModel):
     # (`low_confidence`, `timeout`, `engine_error`, ...) when it is not `reliable`.
     transcript_status = pw.CharField(max_length=12, null=True)
     transcript_issue = pw.CharField(max_length=40, null=True)
-    callback_number = pw.CharField(max_length=20, null=True)  # E.164, as the caller said it
+    callback_number = pw.CharField(max_length=20, null=True)  # E.164, its digits confirmed as heard
+    # A number read from the transcript whose digits were not confirmed (E.164 of the
+    # digits as written): never callback_number, for a person to listen to.
+    heard_number = pw.CharField(max_length=20, null=True)
+    callback_number_at = pw.FloatField(null=True)  # seconds into the recording where either was said
     transcript_signals = pw.TextField(null=True)  # JSON: confidence signals of the engine
     intelligibility = pw.CharField(max_length=30, null=True)  # "ok" or the reason it is not
     processed_at = pw.DateTimeField(null=True)
@@ -525,7 +531,8 @@ class Call(BaseModel):
 
     def finish(self, outcome: str, *, transcript: str | None = None, language: str | None = None,
                signals: str | None = None, intelligibility: str | None = None, fetch_error: str | None = None,
-               status: str | None = None, issue: str | None = None, callback: str | None = None) -> None:
+               status: str | None = None, issue: str | None = None, callback: str | None = None,
+               heard_number: str | None = None, callback_number_at: float | None = None) -> None:
         """Record what the ingest made of the call and create its request, in one
         transaction, once: a call already done is left as it is, and a call has at most one
         request (`PatientRequest.from_call`)."""
@@ -535,6 +542,7 @@ class Call(BaseModel):
                 state="done", outcome=outcome, processed_at=utc_now(), transcript=transcript,
                 transcript_language=language, transcript_signals=signals, intelligibility=intelligibility,
                 fetch_error=fetch_error, transcript_status=status, transcript_issue=issue, callback_number=callback,
+                heard_number=heard_number, callback_number_at=callback_number_at,
             ).where((Call.id == self.id) & (Call.state == "pending")).execute()
 
 

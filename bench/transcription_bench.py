@@ -161,14 +161,27 @@ def run_project(clips: dict[str, Any], model: str, threads: int, languages: list
     rss_loaded = _peak_rss_mb()
 
     def one(label: dict[str, Any], times: int) -> dict[str, Any]:
-        seconds, r = _timed(lambda: t.transcribe(label["path"], languages, decoding=decoding), times)
+        seconds, r = _timed(lambda: t.transcribe(label["path"], languages, decoding=decoding, country="CZ"), times)
         return {"file": label["file"], "seconds": seconds, "text": r.text,
                 "raw_text": " ".join(s.text for s in r.segments if s.text), "language": r.language,
                 "message": r.message, "reason": r.message_reason, "status": r.status, "issue": r.issue,
-                "repetition": r.repetition, "speech_seconds": r.speech_seconds, "elapsed": r.elapsed}
+                "repetition": r.repetition, "speech_seconds": r.speech_seconds, "elapsed": r.elapsed,
+                **_heard(r)}
 
     return _run_clips({"side": "project", "engine": f"pywhispercpp {Path(model).name}", "decoding": asdict(decoding),
                        "load_s": load_s, "rss_start_mb": rss_start, "rss_loaded_mb": rss_loaded}, clips, one, repeat)
+
+
+def _heard(r: Any) -> dict[str, Any]:
+    """The label's signals and the callback number as the ingest job stores them (no
+    CallFrom here: a caller's own line is not in the labels)."""
+    from voicemail import spoken_numbers as sn
+
+    heard = r.heard_number
+    callback, unconfirmed = sn.callback_numbers(heard and heard.number, bool(heard and heard.confirmed), "", "CZ")
+    return {"label_signals": r.label_signals, "callback": callback, "unconfirmed": unconfirmed,
+            "heard": None if heard is None else {"number": heard.number, "start": heard.start, "min_p": heard.min_p,
+                                                 "second_look": heard.second_look, "confirmed": heard.confirmed}}
 
 
 def ct2_model_dir() -> Path:
@@ -276,10 +289,14 @@ def score(labels: list[dict[str, Any]], sides: dict[str, dict[str, Any]]) -> dic
             edits, words = word_error.word_error_rate(label["text"], row["text"]) if label["kind"] == "speech" else (0, 0)
             raw = row["raw_text"]
             loop = tx.repetition_score(raw) > LOOP_REPETITION or tx.collapse_loops(raw, LOOP_COPIES)[1]
-            callback = sn.find_callback_number(row["text"], "CZ")
+            # The project's callback number as the ingest job stores it (confirmed only); the
+            # reference's transcript through the same parser.
+            callback = row["callback"] if "callback" in row else sn.find_callback_number(row["text"], "CZ")
             out.setdefault(label["file"], {})[side] = {
                 "edits": edits, "words": words, "callback": callback, "loop": loop, "seconds": row["seconds"],
                 "callback_ok": bool(label.get("callback")) and callback == label["callback"],
+                "callback_wrong": callback is not None and callback != label.get("callback"),
+                "wer": edits / words if words else None,
             }
     return out
 
@@ -290,6 +307,7 @@ def aggregate(labels: list[dict[str, Any]], scores: dict[str, dict[str, dict[str
     seconds, audio = sum(r["seconds"] for r in rows), sum(x["duration"] for x in labels)
     return {"clips": len(rows), "edits": edits, "words": words, "wer": edits / words if words else None,
             "callbacks": sum(r["callback_ok"] for r in rows),
+            "callbacks_wrong": sum(r["callback_wrong"] for r in rows),
             "callback_clips": sum(bool(x.get("callback")) for x in labels),
             "loops": sum(r["loop"] for r in rows), "seconds": seconds, "audio_seconds": audio,
             "rtf": seconds / audio if audio else None}
@@ -328,6 +346,153 @@ def confusion(labels: list[dict[str, Any]], rows: list[dict[str, Any]], language
             key = row["status"] + (f" ({row['issue']})" if row["issue"] else "")
             result["status"][key] = result["status"].get(key, 0) + 1
     return result
+
+
+# ------------------------------------------------------------------ what a receptionist is told to trust
+
+RELIABLE_WER = 0.35  # of the transcripts said reliable, at least 90% at or below this
+GOOD_WER = 0.25  # of the transcripts at or below this, at most a third not said reliable
+LABEL_TARGETS = (0.9, 1 / 3)
+
+
+def halves(labels: list[dict[str, Any]]) -> dict[str, str]:
+    """file -> "fit" or "held-out": the messages (one text, said on two channels) whose
+    text sorts to an even position are the label's fitting half; a message's two channels
+    stay on one side, so the held-out figures never see a message the fit saw."""
+    texts = sorted({x["text"] for x in labels if x["kind"] == "speech"})
+    half = {t: ("fit" if i % 2 == 0 else "held-out") for i, t in enumerate(texts)}
+    return {x["file"]: half[x["text"]] for x in labels if x["kind"] == "speech"}
+
+
+def trust_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per speech clip: language, channel, half, WER, the project's status, its
+    label's signals, callbacks (project confirmed and unconfirmed, reference)."""
+    from voicemail import spoken_numbers as sn
+
+    labels = [c["label"] for c in run["clips"]]
+    side = halves(labels)
+    rows = []
+    for c in run["clips"]:
+        x, p = c["label"], c["project"]
+        if x["kind"] != "speech":
+            continue
+        ref = c.get("reference")
+        rows.append({"file": x["file"], "language": x["language"], "channel": x["channel"], "half": side[x["file"]],
+                     "wer": p["wer"], "status": p["status"], "issue": p["issue"],
+                     "signals": p.get("label_signals") or {},
+                     "expected": x.get("callback"), "callback": p["callback"], "unconfirmed": p.get("unconfirmed"),
+                     "parsed": sn.find_callback_number(p["text"], "CZ"),
+                     "reference": ref and ref["callback"]})
+    return rows
+
+
+def label_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The label against the word error: reliable (and at most RELIABLE_WER of them),
+    check, unreliable, and the good ones (WER at most GOOD_WER) not said reliable."""
+    reliable = [r for r in rows if r["status"] == "reliable"]
+    good = [r for r in rows if r["wer"] is not None and r["wer"] <= GOOD_WER]
+    precise = sum(r["wer"] <= RELIABLE_WER for r in reliable)
+    missed = sum(r["status"] != "reliable" for r in good)
+    return {"clips": len(rows), "reliable": len(reliable), "precise": precise,
+            "check": sum(r["status"] == "check" for r in rows),
+            "unreliable": sum(r["status"] in ("unreliable", "failed") for r in rows),
+            "good": len(good), "good_missed": missed,
+            "precision": precise / len(reliable) if reliable else None,
+            "missed_share": missed / len(good) if good else None,
+            "met": (not reliable or precise / len(reliable) >= LABEL_TARGETS[0])
+            and (not good or missed / len(good) <= LABEL_TARGETS[1])}
+
+
+def callback_figures(rows: list[dict[str, Any]], key: str) -> dict[str, int]:
+    """right / none / wrong of the number in ``key`` against the clips that said one; a
+    number on a clip that said none is wrong too."""
+    said = [r for r in rows if r["expected"]]
+    return {"said": len(said), "right": sum(r[key] == r["expected"] for r in said),
+            "none": sum(r[key] is None for r in said),
+            "wrong": sum(r[key] is not None and r[key] != r["expected"] for r in rows)}
+
+
+def trust_groups(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    out = []
+    for language in LANGUAGES:
+        for channel in CHANNELS:
+            out.append((f"{language} {channel}", [r for r in rows if r["language"] == language
+                                                   and r["channel"] == channel]))
+        for half in ("fit", "held-out"):
+            out.append((f"{language} {half} half", [r for r in rows if r["language"] == language and r["half"] == half]))
+        out.append((f"{language} all", [r for r in rows if r["language"] == language]))
+    out.append(("all", rows))
+    return [(name, members) for name, members in out if members]
+
+
+def report_trust(rows: list[dict[str, Any]]) -> None:
+    print(f"\nreliability label against word error (targets per language: of 'reliable', >= "
+          f"{LABEL_TARGETS[0]:.0%} at WER <= {RELIABLE_WER}; of WER <= {GOOD_WER}, at most a third not 'reliable'),"
+          " and callback numbers (right / none / wrong of the clips that said one; wrong also counts a number on "
+          "a clip that said none):")
+    print(f"{'':22s} {'clips':>5s} | {'reliable':>8s} {'<=0.35':>6s} {'check':>5s} {'unrel.':>6s} | "
+          f"{'good':>4s} {'not rel.':>8s} | {'met':>3s} | {'callback project':>16s} | {'unconfirmed':>11s} | "
+          f"{'text parsed':>11s} | {'callback ref':>12s}")
+    for name, members in trust_groups(rows):
+        f = label_figures(members)
+        p, ref = callback_figures(members, "callback"), callback_figures(members, "reference")
+        parsed = callback_figures(members, "parsed")
+        heard = [r for r in members if r["unconfirmed"]]
+        heard_right = sum(r["unconfirmed"] == r["expected"] for r in heard)
+        print(f"{name:22s} {f['clips']:5d} | {f['reliable']:8d} {f['precise']:6d} {f['check']:5d} {f['unreliable']:6d} | "
+              f"{f['good']:4d} {f['good_missed']:8d} | {'yes' if f['met'] else 'no':>3s} | "
+              f"{p['right']:>4d} {p['none']:>4d} {p['wrong']:>4d} /{p['said']:<3d} | {heard_right:>4d} of {len(heard):<3d} | "
+              f"{parsed['right']:>3d} {parsed['none']:>3d} {parsed['wrong']:>3d} | "
+              f"{ref['right']:>3d} {ref['none']:>3d} {ref['wrong']:>3d}")
+    print("(unconfirmed: numbers kept apart as heard, never callbackNumber; 'N of M': M kept, N of them right; "
+          "text parsed: the parser on the project's transcript, what became callbackNumber before issue 26; "
+          "ref: faster-whisper's transcript through the same parser)")
+
+
+CHECKABLE_WER = 0.6  # a language with no reliable transcript to fit on: the score of "at most this"
+UNRELIABLE_WER = 0.5  # below the second cut, every fitting transcript had more word error than this
+
+
+def fit_label(rows: list[dict[str, Any]], signals: list[str]) -> dict[str, dict[str, Any]]:
+    """The label's models (reliability.MODEL), per language, fitted on the fit half: a
+    logistic regression (scikit-learn) of WER <= RELIABLE_WER on the standardised signals
+    (of WER <= CHECKABLE_WER where no fitting transcript is that good: never reliable);
+    the first cut is the lowest score whose fitting transcripts at or above it are at
+    least LABEL_TARGETS[0] at WER <= RELIABLE_WER, the second the highest under which
+    every fitting transcript has WER > UNRELIABLE_WER."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    from voicemail.transcription import reliability
+
+    models: dict[str, dict[str, Any]] = {}
+    for language in LANGUAGES:
+        fit = [r for r in rows if r["half"] == "fit" and r["language"] == language and r["wer"] is not None
+               and r["status"] != "failed" and all(r["signals"].get(k) is not None for k in signals)]
+        goal = RELIABLE_WER if any(r["wer"] <= RELIABLE_WER for r in fit) else CHECKABLE_WER
+        y = np.array([r["wer"] <= goal for r in fit])
+        if len(set(y)) < 2:
+            continue
+        x = np.array([[r["signals"][k] for k in signals] for r in fit], dtype=float)
+        mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
+        lr = LogisticRegression(C=1.0).fit((x - mean) / scale, y)
+        model: dict[str, Any] = {"signals": signals, "mean": [round(float(v), 4) for v in mean],
+                                 "scale": [round(float(v), 4) for v in scale],
+                                 "weights": [round(float(w), 4) for w in lr.coef_[0]],
+                                 "bias": round(float(lr.intercept_[0]), 4)}
+        scored = sorted(((reliability.probability(r["signals"], model), r["wer"]) for r in fit), key=lambda pw: -pw[0])
+        reliable_at = 1.01
+        if goal == RELIABLE_WER:
+            for i in range(len(scored)):
+                if sum(w <= RELIABLE_WER for _, w in scored[:i + 1]) / (i + 1) >= LABEL_TARGETS[0]:
+                    reliable_at = scored[i][0]
+        unreliable_below = 0.0
+        for p, _ in reversed(scored):  # lowest score first
+            if all(w > UNRELIABLE_WER for q, w in scored if q <= p):
+                unreliable_below = p + 1e-4
+        model["cuts"] = [round(reliable_at, 4), round(min(unreliable_below, reliable_at), 4)]
+        models[language] = model
+    return models
 
 
 # ------------------------------------------------------------------ report
@@ -407,12 +572,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--long", type=float, default=None, metavar="SECONDS",
                         help="also a long Czech voicemail of about this many seconds")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON here")
+    parser.add_argument("--fit-label", default=None, metavar="RUN_JSON",
+                        help="fit the reliability label on a --json run's fit half, print the model (for "
+                             "voicemail/transcription/reliability.MODEL) and the label's figures with it")
     parser.add_argument("--child", choices=("prepare", "project", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--clips", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child_main(args)))
         return 0
+    if args.fit_label:
+        return refit(Path(args.fit_label))
     try:
         decoding_overrides = json.loads(args.decoding or "{}")
     except json.JSONDecodeError as exc:
@@ -466,9 +636,29 @@ def main(argv: list[str]) -> int:
             run["long"][side] = dict(x, rtf=x["seconds"] / long["duration"], wer=x["edits"] / max(x["words"], 1),
                                      text=sides[side]["long"]["text"])
     report(run)
+    report_trust(trust_rows(run))
     if args.json:
         Path(args.json).write_text(json.dumps(run, indent=1, ensure_ascii=False))
         print(f"\nwrote {args.json}")
+    return 0
+
+
+FIT_SIGNALS = ["known_share", "low_share", "mean_logprob", "language_probability", "words_per_second", "compression_ratio"]
+
+
+def refit(path: Path) -> int:
+    """--fit-label: the model fitted on a saved run, the labels it would give, the figures."""
+    from voicemail.transcription import reliability
+    from voicemail.transcription.decisions import RELIABLE_MEAN_LOGPROB
+
+    rows = trust_rows(json.loads(path.read_text()))
+    model = fit_label(rows, FIT_SIGNALS)
+    print("MODEL =", json.dumps(model))
+    for r in rows:  # the label's call only: loops, incomplete and doubtful decodes stay unreliable
+        labelled = r["status"] in ("reliable", "check") or (r["status"], r["issue"]) == ("unreliable", "low_confidence")
+        if labelled and (r["signals"].get("mean_logprob") or 0) >= RELIABLE_MEAN_LOGPROB:
+            r["status"] = reliability.label(r["signals"], r["language"], model)
+    report_trust(rows)
     return 0
 
 

@@ -2,6 +2,7 @@
 patient and its call read in the same query (one round trip for a page of rows)."""
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -79,6 +80,11 @@ def row(request: PatientRequest, clinic: Clinic, language: str) -> dict[str, obj
         "created": as_utc(request.created_at).isoformat(), "time": local_time(request.created_at, clinic, language),
         "open": request.done_at is None, "call_from": call.call_from if call else patient.phone,
         "callback": call.callback_number if call and call.callback_number != call.call_from else None,
+        # Digits read but not confirmed as heard: shown as heard, never as a link to call.
+        "heard": call.heard_number if call and not call.callback_number else None,
+        # A second before the number: the listener hears it whole.
+        "heard_from": (max(0, math.floor(call.callback_number_at) - 1)
+                       if call and call.callback_number_at is not None else 0),
         "transcript": call.transcript if call else None, "status": call.transcript_status if call else None,
         "language": call.transcript_language if call else None,
         "language_name": language_name(call.transcript_language, language) if call else None,

@@ -112,7 +112,8 @@ def _transcribe(config: Config, path: str, clinic: Clinic, deadline: float) -> t
     languages = clinic.caller_languages
     model = config.whisper_model_for(languages[0] if len(languages) == 1 else None)
     engine = transcription.get_transcriber(config.transcriber, model, config.whisper_threads, config.whisper_vad)
-    return engine.transcribe(path, languages, deadline=deadline, max_seconds=config.recording_max_seconds)
+    return engine.transcribe(path, languages, deadline=deadline, max_seconds=config.recording_max_seconds,
+                             country=clinic.country)
 
 
 def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -> str:
@@ -120,13 +121,17 @@ def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -
     if not t.message:
         outcome = "missed_call" if clinic.missed_call_requests else "opted_out"
         return _finish(call, outcome, signals=signals, intelligibility=t.message_reason)
+    heard = t.heard_number
+    callback, unconfirmed = spoken_numbers.callback_numbers(heard and heard.number, bool(heard and heard.confirmed),
+                                                            call.call_from, clinic.country)
     return _finish(
         call, "voice_message", transcript=t.text, language=t.language, signals=signals, intelligibility="speech",
-        status=t.status, issue=t.issue, callback=spoken_numbers.find_callback_number(t.text, clinic.country),
+        status=t.status, issue=t.issue, callback=callback, heard_number=unconfirmed,
+        callback_number_at=heard.start if heard and heard.number else None,
     )
 
 
-def _finish(call: Call, outcome: str, **results: str | None) -> str:
+def _finish(call: Call, outcome: str, **results: str | float | None) -> str:
     """Record the outcome and create the request, once, in one transaction (`Call.finish`)."""
     with db.connection_context():
         call.finish(outcome, **results)

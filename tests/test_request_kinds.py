@@ -154,10 +154,11 @@ def test_openapi_documents_kind_and_the_filter(app):
     detail = document["paths"][openapi.public_path(openapi.CLINIC + "/patientRequests/{request_id}")]["get"]
     call = detail["responses"]["200"]["content"]["application/json"]["schema"]["properties"]["data"]["properties"]
     call = call["call"]["properties"]
-    assert {"callbackNumber", "language", "transcriptLanguage", "transcriptStatus", "transcriptIssue",
-            "extra"} <= set(call)
+    assert {"callbackNumber", "unconfirmedCallbackNumber", "callbackNumberAt", "language", "transcriptLanguage",
+            "transcriptStatus", "transcriptIssue", "extra"} <= set(call)
     status, null = call["transcriptStatus"]["anyOf"]
-    assert status["enum"] == ["reliable", "unreliable", "failed"] and null == {"type": "null"}
+    assert status["enum"] == ["reliable", "check", "unreliable", "failed"] and null == {"type": "null"}
+    assert "UNCONFIRMED" in call["unconfirmedCallbackNumber"]["description"]
 
 
 # --- the detail's call --------------------------------------------------------------------------
@@ -169,12 +170,14 @@ def test_detail_shows_callback_number_language_transcript_status_issue_and_extra
         recording_url="https://files.example.com/r/CA-1.mp3", has_recording=True, extra=EXTRA,
         transcript="Dobrý den, zavolejte mi prosím na 602 987 654.", transcript_language="cs",
         transcript_status="unreliable", transcript_issue="low_confidence", callback_number="+420602987654",
+        callback_number_at=4.2,
     )
     answer = app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["write"])).json
     call = answer["data"]["call"]
     assert list(call)[:3] == ["callSid", "callFrom", "callbackNumber"]  # the two numbers side by side
     assert {k: v for k, v in call.items() if k not in ("callSid", "recording")} == {
         "callFrom": "+420 601 123 456", "callbackNumber": "+420602987654", "callTo": "+420222333444",
+        "unconfirmedCallbackNumber": None, "callbackNumberAt": 4.2,
         "status": "completed", "receivedAt": received.isoformat(timespec="milliseconds") + "Z",
         "transcript": "Dobrý den, zavolejte mi prosím na 602 987 654.", "transcriptStatus": "unreliable",
         "transcriptIssue": "low_confidence", "language": "cs", "transcriptLanguage": "cs", "extra": EXTRA,
@@ -183,7 +186,21 @@ def test_detail_shows_callback_number_language_transcript_status_issue_and_extra
     Draft202012Validator(documented(app, "get", "/patientRequests/{request_id}")).validate(answer)
 
 
-@pytest.mark.parametrize("status, issue", [("reliable", None), ("failed", "timeout"), ("failed", "engine_error")])
+def test_an_unconfirmed_number_is_never_the_callback_number(app, org, clock):
+    """Digits the decoder wrote but the second look did not confirm: apart, marked, with
+    where they were said."""
+    rid = call_request("clinic-a", "voice_message", received_at=_now(clock), transcript_status="check",
+                       transcript_issue="low_confidence", transcript="Zavolejte mi na 700 1 2 3 4 5 6.",
+                       transcript_language="cs", heard_number="+420700123456", callback_number_at=13.3)
+    answer = app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["write"])).json
+    call = answer["data"]["call"]
+    assert (call["callbackNumber"], call["unconfirmedCallbackNumber"], call["callbackNumberAt"]) == (
+        None, "+420700123456", 13.3)
+    Draft202012Validator(documented(app, "get", "/patientRequests/{request_id}")).validate(answer)
+
+
+@pytest.mark.parametrize("status, issue", [("reliable", None), ("check", "low_confidence"), ("failed", "timeout"),
+                                           ("failed", "engine_error")])
 def test_detail_shows_each_transcript_status(app, org, clock, status, issue):
     rid = call_request("clinic-a", "voice_message", received_at=_now(clock), transcript_status=status,
                        transcript_issue=issue, transcript="" if status == "failed" else "Hello.",
@@ -197,7 +214,7 @@ def test_a_call_without_transcript_shows_nulls(app, org, clock):
     rid = call_request("clinic-a", "missed_call", received_at=_now(clock))
     answer = app.get(f"{api()}/patientRequests/{rid}", headers=bearer(org["write"])).json
     call = answer["data"]["call"]
-    empty = ("callbackNumber", "transcript", "transcriptStatus", "transcriptIssue", "language", "transcriptLanguage",
+    empty = ("callbackNumber", "unconfirmedCallbackNumber", "callbackNumberAt", "transcript", "transcriptStatus", "transcriptIssue", "language", "transcriptLanguage",
              "extra")
     assert {k: call[k] for k in empty} == dict.fromkeys(empty)
     assert (call["recording"]["state"], call["recording"]["reason"]) == ("unavailable", "no_recording")

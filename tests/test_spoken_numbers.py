@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from voicemail.number_words import words_to_digits
-from voicemail.spoken_numbers import find_callback_number
+from voicemail.spoken_numbers import callback_numbers, find_callback_number, numbers_said
 from voicemail.word_error import normalize_for_wer, word_error_rate
 
 WORDS_TO_DIGITS = [
@@ -183,3 +183,31 @@ WER = [
 @pytest.mark.parametrize("reference,hypothesis,result", [row[1:] for row in WER], ids=[row[0] for row in WER])
 def test_word_error_rate(reference: str, hypothesis: str, result: tuple[int, int]) -> None:
     assert word_error_rate(reference, hypothesis) == result
+
+
+def test_every_number_said_with_its_cue() -> None:
+    said = "Volám z 602 111 222, zavolejte mi ale prosím na 777 123 456. Je mi 75 let."
+    assert numbers_said(said, "CZ") == [(0, "+420602111222"), (2, "+420777123456")]
+    assert find_callback_number(said, "CZ") == "+420777123456"
+
+
+CALLBACKS = [
+    # (name, heard, confirmed, CallFrom, (callbackNumber, unconfirmed))
+    ("nothing heard", None, False, "+420601123456", (None, None)),
+    ("confirmed digits are the callback number", "+420777123456", True, "+420601123456", ("+420777123456", None)),
+    ("unconfirmed digits are kept apart, never the callback number", "+420700123456", False, "+420601123456",
+     (None, "+420700123456")),
+    ("one digit off the caller's own line: the line", "+420601123457", False, "+420 601 123 456",
+     ("+420601123456", None)),
+    ("the caller's own line heard exactly", "+420601123456", False, "601123456", ("+420601123456", None)),
+    ("two digits off the caller's line: not the line", "+420601123477", False, "+420601123456",
+     (None, "+420601123477")),
+    ("a withheld caller confirms nothing", "+420700123456", False, "anonymous", (None, "+420700123456")),
+]
+
+
+@pytest.mark.parametrize("heard,confirmed,call_from,expected", [row[1:] for row in CALLBACKS],
+                         ids=[row[0] for row in CALLBACKS])
+def test_callback_numbers(heard: str | None, confirmed: bool, call_from: str,
+                          expected: tuple[str | None, str | None]) -> None:
+    assert callback_numbers(heard, confirmed, call_from, "CZ") == expected

@@ -88,6 +88,7 @@ class RecordingPlayer:
                 log.warning("call %s: re-fetch not queued (Redis: %s)", call.id, type(exc).__name__)
         return {
             "callSid": call.call_sid, "callFrom": call.call_from, "callbackNumber": call.callback_number,
+            "unconfirmedCallbackNumber": call.heard_number, "callbackNumberAt": call.callback_number_at,
             "callTo": call.call_to, "status": call.status, "receivedAt": iso_utc(call.received_at),
             "transcript": call.transcript, "transcriptStatus": call.transcript_status,
             "transcriptIssue": call.transcript_issue, "language": call.transcript_language,

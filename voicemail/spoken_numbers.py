@@ -14,7 +14,7 @@ import re
 from plumbing.phones import to_e164
 from voicemail.number_words import fold, words_to_digits
 
-__all__ = ["find_callback_number"]
+__all__ = ["callback_numbers", "find_callback_number", "numbers_said"]
 
 
 # Digit groups that one caller's number may be made of: digits with spaces, commas,
@@ -157,6 +157,19 @@ def _cue(words: list[str]) -> int:
     return 0
 
 
+def numbers_said(text: str, country: str = "CZ") -> list[tuple[int, str]]:
+    """Every phone number in the transcript, in order, as (cue, E.164): cue 2 after a
+    call-back cue ("zavolejte", "call me"), 1 after a number cue ("číslo", "telefon",
+    "number"), else 0. Dates, times, birth numbers and amounts are not numbers."""
+    masked = _mask(fold(words_to_digits(text)))
+    found: list[tuple[int, str]] = []
+    since = 0
+    for start, end, number in _runs(masked, country):
+        found.append((_cue(_CUE_WORD.findall(masked, since, start)[-_CUE_WINDOW:]), number))
+        since = end
+    return found
+
+
 def find_callback_number(text: str, country: str = "CZ") -> str | None:
     """The phone number the caller asks to be called back on, in E.164, or None.
 
@@ -166,11 +179,20 @@ def find_callback_number(text: str, country: str = "CZ") -> str | None:
     after a call-back cue ("zavolejte", "call me") wins, then the last one after a
     number cue ("číslo", "telefon", "number"), then the last one.
     """
-    masked = _mask(fold(words_to_digits(text)))
-    found: list[tuple[int, int, str]] = []  # (cue, position, number)
-    since = 0
-    for start, end, number in _runs(masked, country):
-        words = _CUE_WORD.findall(masked, since, start)[-_CUE_WINDOW:]
-        found.append((_cue(words), start, number))
-        since = end
+    found = [(cue, i, number) for i, (cue, number) in enumerate(numbers_said(text, country))]
     return max(found)[2] if found else None
+
+
+def callback_numbers(heard: str | None, confirmed: bool, call_from: str, country: str) -> tuple[str | None, str | None]:
+    """(callback number, unconfirmed number) of a call from the number read in its
+    transcript. The caller's own line within one digit of it is what was said (base
+    mishears a digit more often than a caller gives a number one digit off their own):
+    the callback number is then ``call_from`` in E.164. Otherwise the number is the
+    callback number only when its digits were ``confirmed`` as heard
+    (`voicemail.transcription.confirmation`), else it is kept apart, unconfirmed."""
+    if heard is None:
+        return None, None
+    caller = to_e164(call_from, country)
+    if caller and len(caller) == len(heard) and sum(a != b for a, b in zip(caller, heard)) <= 1:
+        return caller, None
+    return (heard, None) if confirmed else (None, heard)

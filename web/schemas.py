@@ -135,8 +135,8 @@ REQUEST_KIND = component("RequestKind", {
     "description": "standard (created through the API), voice_message or missed_call (from a call)."})
 TRANSCRIPT_STATUS = component("TranscriptStatus", {
     "type": "string", "enum": list(Call.TRANSCRIPT_STATUSES),
-    "description": "reliable; unreliable (listen to the recording: see transcriptIssue); failed (no usable "
-                   "transcript)."})
+    "description": "reliable (few words wrong); check (read it with the recording at hand); unreliable "
+                   "(listen to the recording: see transcriptIssue); failed (no usable transcript)."})
 IMPORT_STATUS = component("ImportStatus", {"type": "string", "enum": ["created", "updated", "failed"]})
 
 
@@ -315,13 +315,29 @@ CALL = component("Call", answer({
     "callSid": {"type": "string"},
     "callFrom": {"type": "string", "description": "The caller's number as the switchboard sent it."},
     "callbackNumber": {**NULLABLE_STRING,
-                       "description": "E.164 number the caller asked to be called back on, if they said one."},
+                       "description": "E.164 number the caller asked to be called back on, if they said one "
+                                      "and its digits were confirmed as heard (every digit clearly decoded "
+                                      "and read again from the number's own seconds, or within one digit "
+                                      "of callFrom, which is then given). Never a number only guessed."},
+    "unconfirmedCallbackNumber": {
+        **NULLABLE_STRING,
+        "description": "UNCONFIRMED: the digits of a callback number as the transcript has them (E.164), "
+                       "when they could not be confirmed as heard; then callbackNumber is null. Listen to "
+                       "the recording from callbackNumberAt before calling it.",
+    },
+    "callbackNumberAt": {
+        "type": ["number", "null"], "minimum": 0,
+        "description": "Seconds into the recording where the callback number (confirmed or not) starts.",
+    },
     "callTo": {"type": "string"},
     "status": NULLABLE_STRING,
     "receivedAt": DATE_TIME,
     "transcript": {**NULLABLE_STRING, "description": "Kept whatever happens to the recording."},
-    "transcriptStatus": nullable(TRANSCRIPT_STATUS, description="null when none was attempted (no recording, "
-                                                                "recording not fetched, no speech)."),
+    "transcriptStatus": nullable(TRANSCRIPT_STATUS, description=(
+        "How far the text can be trusted, predicted from the decoder's signals (README, Transcription): "
+        "reliable (few words wrong); check (read it with the recording at hand); unreliable (listen to the "
+        "recording: see transcriptIssue); failed (no usable transcript); null when none was attempted (no "
+        "recording, recording not fetched, no speech).")),
     "transcriptIssue": {**NULLABLE_STRING, "description": "Why the transcript is unreliable or failed, a short code "
                                                           "such as low_confidence, timeout, engine_error, too_long "
                                                           "(the recording is over the length limit and was not "

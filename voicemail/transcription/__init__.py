@@ -10,10 +10,13 @@ decisions kept apart on purpose:
   time (5 s and more is a message), and below that whether the decoder found words in it
   at all (see :func:`decide_message`). A real message with a poor transcript is still a
   message;
-* **can the transcript be trusted** (:attr:`Transcript.status`): ``reliable``,
-  ``unreliable`` (with :attr:`Transcript.issue`: ``low_confidence``, ``loop``,
-  ``incomplete``, ``doubtful_speech``) or ``failed`` (``timeout``, ``engine_error``,
-  ``no_words``: no text at all; ``too_long``: over ``max_seconds``, not decoded).
+* **can the transcript be trusted** (:attr:`Transcript.status`): the reliability label
+  (``reliability``): ``reliable``, ``check``, ``unreliable`` (with :attr:`Transcript.issue`:
+  ``low_confidence``, ``loop``, ``incomplete``, ``doubtful_speech``) or ``failed``
+  (``timeout``, ``engine_error``, ``no_words``: no text at all; ``too_long``: over
+  ``max_seconds``, not decoded);
+* given the clinic's country, **the callback number** read from the text and whether its
+  digits were heard (:attr:`Transcript.heard_number`, ``confirmation``).
 
 How a recording is processed (the figures behind every setting are in the README,
 "Transcription"):

@@ -232,16 +232,32 @@ def speech_runs(probs: np.ndarray) -> list[tuple[float, float]]:
     return [(s * frame, e * frame) for s, e in runs if (e - s) * frame >= VAD_MIN_SPEECH]
 
 
+def span_pieces(runs: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The stretches of the recording (seconds) that :func:`speech_span` joins: from the
+    first to the last speech run, padded, long pauses shortened."""
+    if not runs:
+        return []
+    pieces: list[tuple[float, float]] = []
+    start = max(0.0, runs[0][0] - SPEECH_PAD_BEFORE)
+    for (_, end), (nxt, _) in zip(runs, runs[1:]):
+        if nxt - end > MAX_PAUSE:
+            pieces.append((start, end + MAX_PAUSE / 2))
+            start = nxt - MAX_PAUSE / 2
+    return pieces + [(start, runs[-1][1] + SPEECH_PAD_AFTER)]
+
+
+def recording_time(seconds: float, pieces: list[tuple[float, float]]) -> float:
+    """Where ``seconds`` into the speech span is in the recording."""
+    for start, end in pieces:
+        if seconds <= end - start:
+            return start + seconds
+        seconds -= end - start
+    return pieces[-1][1] if pieces else seconds
+
+
 def speech_span(audio: np.ndarray, runs: list[tuple[float, float]]) -> np.ndarray:
     """The audio from the first to the last speech run, padded, long pauses shortened."""
     if not runs:
         return audio[:0]
-    pieces: list[np.ndarray] = []
-    start = max(0.0, runs[0][0] - SPEECH_PAD_BEFORE)
-    for (_, end), (nxt, _) in zip(runs, runs[1:]):
-        if nxt - end > MAX_PAUSE:
-            keep = MAX_PAUSE / 2
-            pieces.append(audio[int(start * SAMPLE_RATE):int((end + keep) * SAMPLE_RATE)])
-            start = nxt - keep
-    pieces.append(audio[int(start * SAMPLE_RATE):int((runs[-1][1] + SPEECH_PAD_AFTER) * SAMPLE_RATE)])
+    pieces = [audio[int(start * SAMPLE_RATE):int(end * SAMPLE_RATE)] for start, end in span_pieces(runs)]
     return np.ascontiguousarray(np.concatenate(pieces), dtype=np.float32)

@@ -109,7 +109,8 @@ MIN_WORDS = 2
 # the other way (84 messages, 13 voices), reversed recordings 0.11-2.95 (README).
 REVERSAL_MARGIN = 1.0
 
-# Can the transcript be trusted? Mean log-probability of its text tokens.
+# Mean log-probability of the text tokens below which a transcript is unreliable whatever
+# the reliability label's other signals say (reliability.py has the label).
 RELIABLE_MEAN_LOGPROB = -0.8
 
 # Whole-transcript texts Whisper is known to invent on silence and noise.
@@ -164,7 +165,12 @@ def _hallucination(ws: list[str]) -> bool:
 
 
 def assess(t: Transcript, looped: bool) -> tuple[str, str | None]:
-    """(status, issue) of a message's transcript."""
+    """(status, issue) of a message's transcript: ``failed`` (no usable text), or the
+    reliability label (``reliable``, ``check``, ``unreliable``; reliability.py) from
+    ``t.label_signals``, ``unreliable`` outright for an incomplete, doubtful or looping
+    decode or a very unsure one."""
+    from voicemail.transcription import reliability  # it reads this module's words()
+
     if t.engine_error:
         return "failed", "engine_error"
     if t.aborted and not t.text:
@@ -180,7 +186,8 @@ def assess(t: Transcript, looped: bool) -> tuple[str, str | None]:
         return "unreliable", "loop"
     if not math.isnan(t.mean_logprob) and t.mean_logprob < RELIABLE_MEAN_LOGPROB:
         return "unreliable", "low_confidence"
-    return "reliable", None
+    level = reliability.label(t.label_signals or {}, t.language)
+    return level, None if level == "reliable" else "low_confidence"
 
 
 def failed(duration: float, speech_seconds: float | None, issue: str) -> Transcript:

@@ -27,6 +27,12 @@ class Token:
     id: int
     p: float
     plog: float
+    # Where the token was said, in seconds of the decoded audio (whisper.cpp's token
+    # timestamps), and its bytes (a Czech letter may be split over two tokens): what a
+    # callback number's confirmation reads (voicemail/transcription/confirmation.py).
+    t0: float = math.nan
+    t1: float = math.nan
+    piece: bytes = b""
 
 
 @dataclass
@@ -82,7 +88,12 @@ def _result(lib: Any, ctx: Any, language: str, rc: int, aborted: bool) -> RawRes
                          lib.whisper_full_get_segment_t1(ctx, i) / 100.0, text)
         for j in range(lib.whisper_full_n_tokens(ctx, i)):
             td = lib.whisper_full_get_token_data(ctx, i, j)
-            seg.tokens.append(Token(int(td.id), float(td.p), float(td.plog)))
+            # Bytes: a token may end inside a UTF-8 character ("č" split in two), and
+            # pywhispercpp's str-returning getter raises on it.
+            piece = (lib.whisper_token_to_bytes(ctx, td.id) if hasattr(lib, "whisper_token_to_bytes")
+                     else lib.whisper_full_get_token_text(ctx, i, j))
+            seg.tokens.append(Token(int(td.id), float(td.p), float(td.plog), td.t0 / 100.0, td.t1 / 100.0,
+                                    piece if isinstance(piece, bytes) else str(piece).encode("utf-8")))
         segments.append(seg)
     error = None if rc == 0 or aborted else f"whisper_full failed with code {rc}"
     return RawResult(segments, language, aborted=aborted, error=error)
@@ -168,6 +179,7 @@ class _PyWhisperCpp:
         params.suppress_blank = True
         params.suppress_nst = True  # no "(music)", "[laughs]": a transcript is words
         params.vad = False  # done before (speech_span): whisper.cpp's own would cut the first word
+        params.token_timestamps = True  # where a callback number was said (confirmation, console)
         return params
 
     def lang_id(self, code: str) -> int:
@@ -269,6 +281,7 @@ class _WhisperCppPython:
         p.no_context = True
         p.suppress_blank = True
         p.suppress_non_speech_tokens = True
+        p.token_timestamps = True
         seconds = audio.size / SAMPLE_RATE
         p.max_tokens = _max_tokens(decoding, seconds)
         p.audio_ctx = _audio_ctx(decoding, seconds)

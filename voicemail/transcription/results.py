@@ -37,6 +37,8 @@ class Segment:
     text: str
     mean_logprob: float  # over the segment's text tokens; nan when it has none
     n_tokens: int
+    # The text tokens: (probability, start, end in seconds of the decoded span, bytes).
+    tokens: tuple[tuple[float, float, float, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,17 +81,24 @@ class Transcript:
     second_pass: bool = False
     message: bool = False
     message_reason: str = "no_speech"  # "speech" when a message, else why not
-    status: str | None = None  # reliable | unreliable | failed; None when no message
+    status: str | None = None  # reliable | check | unreliable | failed; None when no message
     issue: str | None = None
     # The length of a recording refused as too long (issue ``too_long``; nothing decoded,
     # so ``duration`` is 0).
     recording_seconds: float | None = None
+    # The reliability label's signals (reliability.signals), and the callback number read
+    # from the text with whether its digits were heard (confirmation.py; start and end in
+    # seconds of the recording). Filled by transcribe() when it is given the country.
+    label_signals: dict[str, Any] | None = None
+    heard_number: Any = None  # confirmation.HeardNumber
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (nan becomes None)."""
+        """JSON-ready (nan becomes None, token bytes text)."""
         def clean(v: Any) -> Any:
             if isinstance(v, float) and math.isnan(v):
                 return None
+            if isinstance(v, bytes):
+                return v.decode("utf-8", errors="replace")
             if isinstance(v, dict):
                 return {k: clean(x) for k, x in v.items()}
             if isinstance(v, (list, tuple)):

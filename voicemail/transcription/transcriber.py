@@ -10,12 +10,12 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from voicemail.transcription import engines
-from voicemail.transcription.audio import Vad, load_audio, speech_runs, speech_span
+from voicemail.transcription import confirmation, engines, reliability
+from voicemail.transcription.audio import Vad, load_audio, recording_time, span_pieces, speech_runs, speech_span
 from voicemail.transcription.decisions import (
     BLANK_AUDIO, MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, REVERSAL_MARGIN, assess, collapse_loops,
     compression_ratio, decide_message, entropy, failed, normalize_language, repetition_score, reversed_speech, words,
@@ -84,12 +84,13 @@ class Transcriber:
 
     def transcribe(self, path: str, languages: str | Sequence[str] | None = None, *,
                    deadline: float | None = None, decoding: Decoding | None = None,
-                   max_seconds: float | None = None) -> Transcript:
+                   max_seconds: float | None = None, country: str | None = None) -> Transcript:
         """Transcribe an mp3/wav file and decide (see module doc). ``languages``: the one
         language, the clinic's languages to detect among, or None for any. ``deadline``:
         a ``time.monotonic()`` value at which whisper.cpp is stopped. ``max_seconds``: a
         longer recording is not decoded; it is a message whose transcript failed
-        (``too_long``), for the clinic to listen to."""
+        (``too_long``), for the clinic to listen to. ``country``: the clinic's, to read
+        the callback number in (``Transcript.heard_number``; None: not read)."""
         started = time.perf_counter()
         codes = self.resolve_languages(languages)
         try:
@@ -101,10 +102,12 @@ class Transcriber:
             return replace(failed(0.0, None, "too_long"), recording_seconds=round(exc.seconds, 1),
                            backend=self.backend, model=Path(self.model_path).name,
                            elapsed=round(time.perf_counter() - started, 4))
-        return self.transcribe_audio(audio, codes, deadline=deadline, decoding=decoding, started=started)
+        return self.transcribe_audio(audio, codes, deadline=deadline, decoding=decoding, started=started,
+                                     country=country)
 
     def transcribe_audio(self, audio: np.ndarray, languages: Sequence[str], *, deadline: float | None = None,
-                         decoding: Decoding | None = None, started: float | None = None) -> Transcript:
+                         decoding: Decoding | None = None, started: float | None = None,
+                         country: str | None = None) -> Transcript:
         """Transcribe 16 kHz mono float32 samples; ``languages`` as from :meth:`resolve_languages`."""
         started = time.perf_counter() if started is None else started
         decoding = decoding or self.decoding
@@ -117,6 +120,7 @@ class Transcriber:
                 span = speech_span(audio, runs)
             else:
                 runs, speech_seconds, span = [], None, audio
+            abort = (lambda: time.monotonic() >= deadline) if deadline is not None else (lambda: False)
             base = Transcript(text="", language=None, duration=round(duration, 3), speech_seconds=speech_seconds,
                               backend=self.backend, model=Path(self.model_path).name,
                               speech_start=round(runs[0][0], 2) if runs else None,
@@ -134,7 +138,6 @@ class Transcriber:
                 raw = RawResult([], language)  # words played backwards: nothing to decode
             elif raw is None:
                 prompt = PROMPTS.get(language) if decoding.prompt else None
-                abort = (lambda: time.monotonic() >= deadline) if deadline is not None else (lambda: False)
                 raw = self._engine.run(span, language, decoding, prompt, abort)
                 if (speech_seconds is not None and speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS
                         and not raw.aborted and not raw.error and not words(" ".join(x.text for x in raw.segments))):
@@ -147,7 +150,26 @@ class Transcriber:
             base = replace(base, top_language_probability=round(float(top[0]), 4),
                            top3_language_probability=round(float(top[:3].sum()), 4),
                            language_entropy=round(entropy(all_probs), 3))
-        return self._summarise(base, raw, language, probability, started)
+        t = self._summarise(base, raw, language, probability, started)
+        if country and t.message and t.text and not t.aborted:
+            t = replace(t, heard_number=self._heard_number(t, country, span, runs, abort),
+                        elapsed=round(time.perf_counter() - started, 4))
+        return t
+
+    def _heard_number(self, t: Transcript, country: str, span: np.ndarray, runs: list[tuple[float, float]],
+                      abort: Callable[[], bool]) -> confirmation.HeardNumber | None:
+        """The transcript's callback number, confirmed by a second look or not, its times
+        in seconds of the recording."""
+        def decode(piece: np.ndarray, language: str, decoding: Decoding, prompt: str | None) -> str:
+            return " ".join(s.text for s in self._engine.run(piece, language, decoding, prompt, abort).segments)
+
+        with self._lock:
+            heard = confirmation.heard_number(t.segments, country, t.language, span, decode)
+        if heard is None or heard.start is None or not runs:
+            return heard
+        pieces = span_pieces(runs)
+        return replace(heard, start=round(recording_time(heard.start, pieces), 2),
+                       end=round(recording_time(heard.end or heard.start, pieces), 2))
 
     def _language(self, span: np.ndarray, languages: Sequence[str]) -> tuple[str, float | None, np.ndarray | None]:
         """The call's language among ``languages`` (any when empty), whisper's probability
@@ -204,7 +226,8 @@ class Transcriber:
             logprobs += lp
             probs += [t.p for t in text_tokens]
             segments.append(Segment(s.t0, s.t1, BLANK_AUDIO.sub("", s.text).strip(),
-                                    float(np.mean(lp)) if lp else math.nan, len(text_tokens)))
+                                    float(np.mean(lp)) if lp else math.nan, len(text_tokens),
+                                    tuple((t.p, t.t0, t.t1, t.piece) for t in text_tokens)))
         raw_text = " ".join(s.text for s in segments if s.text).strip()
         text, looped = collapse_loops(raw_text)
         t = replace(
@@ -215,6 +238,8 @@ class Transcriber:
             engine_error=raw.error,
         )
         message, reason = decide_message(t)
+        if message:
+            t = replace(t, label_signals=reliability.signals(t))
         status, issue = assess(t, looped) if message else (None, None)
         return replace(t, message=message, message_reason=reason, status=status, issue=issue,
                        elapsed=round(time.perf_counter() - started, 4))
@@ -230,6 +255,8 @@ class Transcriber:
             if self._engine.multilingual:
                 self._engine.language_probabilities(tone)
             self._engine.run(tone, "en", self.decoding, None, lambda: False)
+        for language in reliability.DICTIONARY_NAMES:  # seconds each: not on the first call's clock
+            reliability.dictionary(language)
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,123 @@
+"""The reliability label of a transcript: ``reliable``, ``check`` or ``unreliable``, predicted
+from signals that were measured to go with its word error on the labelled set (README,
+"Transcription"; fitted by ``bench/transcription_bench.py --fit-label``), not from one
+log-probability threshold, which labelled 32 of 40 Czech transcripts reliable at a word
+error of 0.7.
+
+Signals (:func:`signals`), all six in the model: the share of the words a Hunspell
+dictionary of the language knows (Debian's ``hunspell-cs`` / ``hunspell-en-us``, read by
+``spylls``: a garbled Czech transcript is full of non-words such as "profím spět"), the
+share of text tokens the decoder gave less than ``LOW_P``, the mean token
+log-probability, words per second of speech, the compression ratio and language
+detection's probability of the language. The label is a
+logistic score per language of the word error being at most 0.35 (:data:`MODEL`), cut
+at two thresholds. A language without a fitted model or a dictionary is never
+``reliable``: nothing says it is."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+from voicemail.transcription.decisions import words
+from voicemail.transcription.results import Transcript
+
+logger = logging.getLogger("transcription")
+
+DICTIONARIES = Path("/usr/share/hunspell")  # Debian's hunspell-cs, hunspell-en-us
+DICTIONARY_NAMES = {"cs": "cs_CZ", "en": "en_US"}
+LOW_P = 0.4  # a text token below this probability is a doubtful one
+
+# Per language, fitted on one half of the labelled set (the messages whose text sorts to
+# an even place) and reported on the other (bench/transcription_bench.py --fit-label): the
+# weights of the standardised signals, their means and scales, and the two cuts on the
+# score: reliable at or above the first, unreliable below the second. Where the fitting
+# half had no transcript with a word error of 0.35 or less (Czech with base), the score is
+# of "at most CHECKABLE_WER" and the first cut is above 1: never reliable.
+MODEL: dict[str, dict[str, Any]] = {
+    "cs": {
+        "signals": ["known_share", "low_share", "mean_logprob", "language_probability", "words_per_second",
+                    "compression_ratio"],
+        "mean": [0.5479, 0.2124, -0.5328, 0.2981, 2.1687, 2.0428],
+        "scale": [0.1579, 0.1404, 0.2646, 0.3242, 0.6499, 2.0813],
+        "weights": [0.3684, -0.261, 0.0292, 0.6007, 0.1409, -0.2596],
+        "bias": -3.718, "cuts": [1.01, 0.0514],
+    },
+    "en": {
+        "signals": ["known_share", "low_share", "mean_logprob", "language_probability", "words_per_second",
+                    "compression_ratio"],
+        "mean": [0.9817, 0.1163, -0.3692, 0.8954, 3.0008, 1.1752],
+        "scale": [0.0346, 0.0867, 0.1684, 0.0758, 0.6775, 0.1011],
+        "weights": [0.7432, -0.0434, 0.2985, 1.1284, 0.2595, 0.2278],
+        "bias": 1.073, "cuts": [0.6952, 0.1335],
+    },
+}
+
+_dictionaries: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def dictionary(language: str | None) -> Any | None:
+    """The spylls Hunspell dictionary of a language (loaded once per process: seconds), or
+    None when the language has none installed."""
+    name = DICTIONARY_NAMES.get(language or "")
+    if name is None:
+        return None
+    with _lock:
+        if language not in _dictionaries:
+            try:
+                from spylls.hunspell import Dictionary
+
+                _dictionaries[language] = Dictionary.from_files(str(DICTIONARIES / name))
+            except (OSError, ImportError) as exc:
+                logger.warning("no %s dictionary (%s): transcripts in it are never labelled reliable", name, exc)
+                _dictionaries[language] = None
+        return _dictionaries[language]
+
+
+def known_share(text: str, language: str | None) -> float | None:
+    """Share of the transcript's words (numbers left out) the language's dictionary knows,
+    as written or capitalised (names); None without a dictionary or words."""
+    d = dictionary(language)
+    ws = [w for w in words(text) if not w.isdigit()]
+    if d is None or not ws:
+        return None
+    return round(sum(1 for w in ws if d.lookup(w) or d.lookup(w.capitalize())) / len(ws), 3)
+
+
+def signals(t: Transcript) -> dict[str, float | None]:
+    probs = [tok[0] for s in t.segments for tok in s.tokens]
+    n_words = len(words(t.text))
+    return {
+        "known_share": known_share(t.text, t.language),
+        "low_share": round(sum(p < LOW_P for p in probs) / len(probs), 3) if probs else None,
+        "min_p": round(min(probs), 3) if probs else None,
+        "mean_logprob": None if math.isnan(t.mean_logprob) else round(t.mean_logprob, 3),
+        "words_per_second": round(n_words / t.speech_seconds, 2) if t.speech_seconds else None,
+        "compression_ratio": t.compression_ratio,
+        "language_probability": t.language_probability,
+    }
+
+
+def probability(values: dict[str, float | None], model: dict[str, Any]) -> float | None:
+    """A language model's score of the transcript's signals; None when a signal it needs is
+    missing."""
+    x = [values.get(name) for name in model["signals"]]
+    if any(v is None for v in x):
+        return None
+    z = model["bias"] + sum(w * (v - m) / s for w, v, m, s in zip(model["weights"], x, model["mean"], model["scale"]))
+    return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+
+
+def label(values: dict[str, float | None], language: str | None,
+          models: dict[str, dict[str, Any]] | None = None) -> str:
+    """``reliable``, ``check`` or ``unreliable`` for a transcript's signals."""
+    model = (MODEL if models is None else models).get(language or "")
+    p = None if model is None else probability(values, model)
+    if model is None or p is None:
+        return "check"
+    reliable_at, unreliable_below = model["cuts"]
+    return "reliable" if p >= reliable_at else "unreliable" if p < unreliable_below else "check"
