@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -17,7 +18,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from voicemail.transcription.results import TranscriptionError
-from voicemail.transcription.settings import SAMPLE_RATE, Decoding
+from voicemail.transcription.settings import OPENMP_WAIT_POLICY, SAMPLE_RATE, Decoding
 
 logger = logging.getLogger("transcription")
 
@@ -88,6 +89,13 @@ def _result(lib: Any, ctx: Any, language: str, rc: int, aborted: bool) -> RawRes
     return RawResult(segments, language, aborted=aborted, error=error)
 
 
+def openmp_waits_passively() -> None:
+    """Before whisper.cpp's libgomp loads: its threads sleep at barriers instead of spinning
+    (settings.OPENMP_WAIT_POLICY; an operator's own OMP_WAIT_POLICY wins). libgomp reads
+    it once, when the binding is first imported."""
+    os.environ.setdefault("OMP_WAIT_POLICY", OPENMP_WAIT_POLICY)
+
+
 def detach_log() -> None:
     """Detach the Python log callback before the interpreter finalizes: whisper.cpp logs
     while freeing, and a Python callback reached during finalization aborts the process."""
@@ -103,6 +111,7 @@ def whisper_languages() -> frozenset[str]:
     the engine's own table (no model needed) rather than asking `whisper_lang_id` per
     code: that also accepts full names ("lao") and prints to stderr for unknown ones.
     Onboarding checks a clinic's languages against it (`onboarding/writer.py`)."""
+    openmp_waits_passively()
     import _pywhispercpp as pw
 
     return frozenset(pw.whisper_lang_str(i) for i in range(pw.whisper_lang_max_id() + 1))
@@ -124,6 +133,7 @@ class _PyWhisperCpp:
 
     def __init__(self, model_path: str, threads: int) -> None:
         global _log_installed
+        openmp_waits_passively()
         import _pywhispercpp as pw
 
         self._pw = pw
@@ -221,6 +231,7 @@ class _WhisperCppPython:
     def __init__(self, model_path: str, threads: int) -> None:
         import ctypes
 
+        openmp_waits_passively()
         from whisper_cpp_python import whisper_cpp as w  # imports librosa via the package: slow, once
 
         self._w = w

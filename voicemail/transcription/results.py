@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -84,6 +84,10 @@ class Transcript:
     # The length of a recording refused as too long (issue ``too_long``; nothing decoded,
     # so ``duration`` is 0).
     recording_seconds: float | None = None
+    # Seconds spent per stage (``audio``: file decoding and resampling, ``vad``,
+    # ``language``: detection, ``reversal``: the time-reversal test, ``decode``: whisper.cpp,
+    # encoder and decoder, ``second_pass``): where a call's time went.
+    stages: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (nan becomes None)."""
