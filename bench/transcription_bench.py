@@ -4,16 +4,18 @@ Run from the repository root (faster-whisper is a benchmark-only dependency)::
 
     .venv/bin/pip install -r bench/requirements.txt
     .venv/bin/python bench/transcription_bench.py [--model var/models/ggml-base.bin] [--languages cs,en]
-        [--threads 2] [--decoding '{"beam_size": 1}'] [--only SUBSTRING] [--no-reference]
-        [--repeat N] [--long 600] [--json out.json]
+        [--threads 2] [--decoding '{"beam_size": 1}'] [--variant 'q8={"model": "var/models/ggml-base-q8_0.bin"}']
+        [--only SUBSTRING] [--every N] [--no-reference] [--repeat N] [--long 600] [--json out.json]
 
 The set: the labelled voicemails of ``tests/audio/voicemails`` (``tests/voicemail_set.py``):
 Czech and English messages on three telephone channels (``ulaw8k``, ``mp3_8k``,
 ``noisy_mp3_8k``), and recordings without a message (``empty``, ``unintelligible``).
-``--only SUBSTRING`` keeps the files whose name contains it.
+``--only SUBSTRING`` keeps the files whose name contains it, ``--every N`` every Nth of them.
 
-Two sides, each in its own child process (it prints its results as JSON), one after
-the other so they never share the cores:
+Each side runs in its own child process, loaded and warmed up one after the other; then
+the parent hands the clips to the sides **interleaved**, one clip to each side in turn (who
+goes first rotates), so the sides never share the cores and a shared machine's changing
+load falls on all of them alike: read the ratios to the reference. The sides:
 
 * **project**: ``transcription.get_transcriber("pywhispercpp", --model, --threads)``,
   warmed up, then ``transcribe(clip, --languages, decoding=...)`` per clip: the call a
@@ -34,8 +36,13 @@ the other so they never share the cores:
   extractor values (80 mel bins, 16 kHz, hop 160, n_fft 400, 30 s windows), the ones of
   base. ``HF_HUB_OFFLINE=1``: nothing is fetched from a model hub.
 
+``--variant NAME=JSON`` (repeatable) adds a project side with other settings: fields of
+``transcription.Decoding``, and ``model`` (a path under the repository), ``threads``,
+``flash_attn`` (whisper.cpp's context parameter), ``languages``, ``env`` (environment of
+that child, e.g. ``{"OMP_WAIT_POLICY": ""}`` for libgomp's own default).
+
 Measured, per language (cs, en) x channel, per language, per channel and over all
-messages, for both sides side by side:
+messages, for every side side by side:
 
 * word error rate: summed word edits / summed reference words over the speech clips
   (``voicemail.word_error.word_error_rate``: numbers compare as digits, so "sedm set dvacet
@@ -54,6 +61,13 @@ messages, for both sides side by side:
   Linux carries a process's peak over ``exec``, so the parent stays small (it imports
   no numpy before the children ran; labels are read by a child too) and its own peak,
   the floor under both figures, is printed with them.
+
+Where the time goes, per side and language: seconds per stage over audio seconds, from
+``Transcript.stages`` (``audio`` decoding and resampling, ``vad``, ``language`` detection,
+``reversal`` test, ``decode``: whisper_full, ``second_pass``) and whisper.cpp's own split of
+whisper_full (``whisper_print_timings`` after each call: mel, encoder, decoder = single
+steps + batched beam steps + prompt + sampling; encoder runs and fallbacks per clip); for
+the reference, audio decoding and the model.
 
 For the project also: whether there is a message against the labels (speech taken for
 a missed call, empty and unintelligible recordings taken for messages, with each
