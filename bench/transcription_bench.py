@@ -228,7 +228,7 @@ def run_project(model: str, threads: int, languages: list[str], decoding_json: s
     if "flash_attn" in variant:
         from voicemail.transcription import engines
 
-        engines.openmp_waits_passively()  # before the binding loads, as the engine does
+        engines.openmp_spins_briefly()  # before the binding loads, as the engine does
         import _pywhispercpp as pw
 
         defaults = pw.whisper_context_default_params

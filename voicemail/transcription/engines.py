@@ -18,7 +18,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from voicemail.transcription.results import TranscriptionError
-from voicemail.transcription.settings import OPENMP_WAIT_POLICY, SAMPLE_RATE, Decoding
+from voicemail.transcription.settings import OPENMP_SPIN_COUNT, SAMPLE_RATE, Decoding
 
 logger = logging.getLogger("transcription")
 
@@ -89,11 +89,12 @@ def _result(lib: Any, ctx: Any, language: str, rc: int, aborted: bool) -> RawRes
     return RawResult(segments, language, aborted=aborted, error=error)
 
 
-def openmp_waits_passively() -> None:
-    """Before whisper.cpp's libgomp loads: its threads sleep at barriers instead of spinning
-    (settings.OPENMP_WAIT_POLICY; an operator's own OMP_WAIT_POLICY wins). libgomp reads
-    it once, when the binding is first imported."""
-    os.environ.setdefault("OMP_WAIT_POLICY", OPENMP_WAIT_POLICY)
+def openmp_spins_briefly() -> None:
+    """Before whisper.cpp's libgomp loads: its threads spin briefly at a barrier, then sleep
+    (settings.OPENMP_SPIN_COUNT), unless the operator chose (OMP_WAIT_POLICY or
+    GOMP_SPINCOUNT). libgomp reads them once, when the binding is first imported."""
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
 
 
 def detach_log() -> None:
@@ -111,7 +112,7 @@ def whisper_languages() -> frozenset[str]:
     the engine's own table (no model needed) rather than asking `whisper_lang_id` per
     code: that also accepts full names ("lao") and prints to stderr for unknown ones.
     Onboarding checks a clinic's languages against it (`onboarding/writer.py`)."""
-    openmp_waits_passively()
+    openmp_spins_briefly()
     import _pywhispercpp as pw
 
     return frozenset(pw.whisper_lang_str(i) for i in range(pw.whisper_lang_max_id() + 1))
@@ -133,7 +134,7 @@ class _PyWhisperCpp:
 
     def __init__(self, model_path: str, threads: int) -> None:
         global _log_installed
-        openmp_waits_passively()
+        openmp_spins_briefly()
         import _pywhispercpp as pw
 
         self._pw = pw
@@ -231,7 +232,7 @@ class _WhisperCppPython:
     def __init__(self, model_path: str, threads: int) -> None:
         import ctypes
 
-        openmp_waits_passively()
+        openmp_spins_briefly()
         from whisper_cpp_python import whisper_cpp as w  # imports librosa via the package: slow, once
 
         self._w = w

@@ -9,14 +9,15 @@ SAMPLE_RATE = 16000
 BACKENDS = ("pywhispercpp", "whisper-cpp-python")
 DEFAULT_BACKEND = "pywhispercpp"
 
-# How whisper.cpp's OpenMP threads wait at their barriers (OMP_WAIT_POLICY of the libgomp
-# the binding ships; set before it loads, unless the operator set one). libgomp's default
-# spins up to about 3 ms at each barrier; a decoder step has hundreds of them, so on cores
-# shared with other processes a spinning thread burns the time slice its partner needs.
-# Measured with 2 threads on a loaded machine (load 9-13 on 2 cores, README): default
-# 66-84 s for a 15 s English message, passive 16-20 s, same words (the policy changes
-# when a thread sleeps, not what it computes).
-OPENMP_WAIT_POLICY = "PASSIVE"
+# How long whisper.cpp's OpenMP threads spin at a barrier before they sleep (GOMP_SPINCOUNT
+# of the libgomp the binding ships; set before it loads, unless the operator set it or
+# OMP_WAIT_POLICY). libgomp's default spins about 3 ms; a decoder step has hundreds of
+# barriers, so on cores shared with other processes a spinning thread burns the time slice
+# its partner needs. Measured with 2 threads (README): loaded (load 3-13 on 2 cores) a
+# 15 s English message took 66-84 s by default and 16-20 s never spinning (passive);
+# quiet, never spinning cost 7 % and this short spin nothing. Same words either way: it
+# changes when a thread sleeps, not what it computes.
+OPENMP_SPIN_COUNT = "10000"
 
 
 @dataclass(frozen=True)
