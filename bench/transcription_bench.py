@@ -4,16 +4,18 @@ Run from the repository root (faster-whisper is a benchmark-only dependency)::
 
     .venv/bin/pip install -r bench/requirements.txt
     .venv/bin/python bench/transcription_bench.py [--model var/models/ggml-base.bin] [--languages cs,en]
-        [--threads 2] [--decoding '{"beam_size": 1}'] [--only SUBSTRING] [--no-reference]
-        [--repeat N] [--long 600] [--json out.json]
+        [--threads 2] [--decoding '{"beam_size": 1}'] [--variant 'q8={"model": "var/models/ggml-base-q8_0.bin"}']
+        [--only SUBSTRING] [--every N] [--no-reference] [--repeat N] [--long 600] [--json out.json]
 
 The set: the labelled voicemails of ``tests/audio/voicemails`` (``tests/voicemail_set.py``):
 Czech and English messages on three telephone channels (``ulaw8k``, ``mp3_8k``,
 ``noisy_mp3_8k``), and recordings without a message (``empty``, ``unintelligible``).
-``--only SUBSTRING`` keeps the files whose name contains it.
+``--only SUBSTRING`` keeps the files whose name contains it, ``--every N`` every Nth of them.
 
-Two sides, each in its own child process (it prints its results as JSON), one after
-the other so they never share the cores:
+Each side runs in its own child process, loaded and warmed up one after the other; then
+the parent hands the clips to the sides **interleaved**, one clip to each side in turn (who
+goes first rotates), so the sides never share the cores and a shared machine's changing
+load falls on all of them alike: read the ratios to the reference. The sides:
 
 * **project**: ``transcription.get_transcriber("pywhispercpp", --model, --threads)``,
   warmed up, then ``transcribe(clip, --languages, decoding=...)`` per clip: the call a
@@ -34,8 +36,13 @@ the other so they never share the cores:
   extractor values (80 mel bins, 16 kHz, hop 160, n_fft 400, 30 s windows), the ones of
   base. ``HF_HUB_OFFLINE=1``: nothing is fetched from a model hub.
 
+``--variant NAME=JSON`` (repeatable) adds a project side with other settings: fields of
+``transcription.Decoding``, and ``model`` (a path under the repository), ``threads``,
+``flash_attn`` (whisper.cpp's context parameter), ``languages``, ``env`` (environment of
+that child, e.g. ``{"OMP_WAIT_POLICY": ""}`` for libgomp's own default).
+
 Measured, per language (cs, en) x channel, per language, per channel and over all
-messages, for both sides side by side:
+messages, for every side side by side:
 
 * word error rate: summed word edits / summed reference words over the speech clips
   (``voicemail.word_error.word_error_rate``: numbers compare as digits, so "sedm set dvacet
@@ -55,6 +62,13 @@ messages, for both sides side by side:
   no numpy before the children ran; labels are read by a child too) and its own peak,
   the floor under both figures, is printed with them.
 
+Where the time goes, per side and language: seconds per stage over audio seconds, from
+``Transcript.stages`` (``audio`` decoding and resampling, ``vad``, ``language`` detection,
+``reversal`` test, ``decode``: whisper_full, ``second_pass``) and whisper.cpp's own split of
+whisper_full (``whisper_print_timings`` after each call: mel, encoder, decoder = single
+steps + batched beam steps + prompt + sampling; encoder runs and fallbacks per clip); for
+the reference, audio decoding and the model.
+
 For the project also: whether there is a message against the labels (speech taken for
 a missed call, empty and unintelligible recordings taken for messages, with each
 misclassified file's reason and text), the language it detected for each message, and
@@ -73,7 +87,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -102,33 +118,33 @@ def _peak_rss_mb() -> float:
 # ------------------------------------------------------------------ children
 
 
-def prepare(only: str | None, long_seconds: float | None, workdir: Path) -> dict[str, Any]:
+def prepare(only: str | None, every: int, long_seconds: float | None, workdir: Path) -> dict[str, Any]:
     """The clips to run (labels with absolute paths) and the long voicemail, if asked."""
     from tests import voicemail_set as vs
 
     labels = [dict(x, path=str(vs.clip_path(x))) for x in vs.load_labels() if not only or only in x["file"]]
+    labels = labels[::max(every, 1)]
     long_label = None
     if long_seconds:
         path = workdir / f"long_cs_{int(long_seconds)}s.wav"
         long_label = dict(vs.long_voicemail(path, long_seconds, language="cs"), path=str(path),
-                          file=path.name, channel="ulaw8k")
+                          file=path.name, channel="ulaw8k", long=True)
     return {"labels": labels, "long": long_label}
 
 
-def _run_clips(out: dict[str, Any], clips: dict[str, Any], one: Any, repeat: int) -> dict[str, Any]:
-    """``out`` with the rows of ``one(label, repeat)`` over the set, then the long
-    voicemail once, and the peak RSS after each; progress on stderr."""
-    todo = clips["labels"] + ([clips["long"]] if clips["long"] else [])
-    out.update(rows=[], long=None)
-    for i, label in enumerate(todo, 1):
-        row = one(label, repeat if label is not clips["long"] else 1)
-        if label is clips["long"]:
-            out.update(long=row, rss_peak_long_mb=_peak_rss_mb())
-        else:
-            out["rows"].append(row)
-            out["rss_peak_mb"] = _peak_rss_mb()
-        print(f"{out['side']} {i}/{len(todo)} {row['file']} {row['seconds']:.1f} s", file=sys.stderr, flush=True)
-    return out
+def _serve(out: dict[str, Any], one: Any, repeat: int) -> None:
+    """The child's loop: ``out`` (load figures) as the first line on stdout, then for each
+    label read as a JSON line on stdin the row of ``one(label, repeat)``; at the end of
+    stdin, the peak RSS figures. The parent interleaves the sides clip by clip, so a shared
+    machine's load falls on all of them alike."""
+    print(json.dumps(out), flush=True)
+    peaks: dict[str, float] = {}
+    for line in sys.stdin:
+        label = json.loads(line)
+        row = one(label, 1 if label.get("long") else repeat)
+        peaks["rss_peak_long_mb" if label.get("long") else "rss_peak_mb"] = _peak_rss_mb()
+        print(json.dumps(row), flush=True)
+    print(json.dumps(peaks), flush=True)
 
 
 def _timed(run: Any, repeat: int) -> tuple[float, Any]:
@@ -142,34 +158,107 @@ def _timed(run: Any, repeat: int) -> tuple[float, Any]:
     return best, first
 
 
-def run_project(clips: dict[str, Any], model: str, threads: int, languages: list[str], decoding_json: str,
-                repeat: int) -> dict[str, Any]:
+_WHISPER_TIMING = re.compile(r"whisper_print_timings: +(\w+) time = +([\d.]+) ms(?: / +(\d+) runs)?")
+_WHISPER_FALLBACKS = re.compile(r"fallbacks = +(\d+) p / +(\d+) h")
+
+
+def _whisper_split(engine: Any) -> dict[str, float]:
+    """Wrap ``engine.run`` so that each whisper_full call adds whisper.cpp's own timings
+    (``whisper_print_timings``, read from its log) to the returned dict: seconds in the
+    encoder and in the decoder (single steps, batched beam steps, prompt, sampling), the
+    number of encoder runs and of fallbacks. The caller empties it per clip."""
+    import _pywhispercpp as pw
+
+    lines: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    log = logging.getLogger("transcription")
+    log.addHandler(Capture())
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    split: dict[str, float] = {}
+    run = engine.run
+
+    def timed_run(*args: Any, **kwargs: Any) -> Any:
+        pw.whisper_reset_timings(engine.ctx)
+        result = run(*args, **kwargs)
+        lines.clear()
+        pw.whisper_print_timings(engine.ctx)
+        for line in lines:
+            if m := _WHISPER_TIMING.search(line):
+                name, ms, runs = m.group(1), float(m.group(2)), m.group(3)
+                if name == "encode":
+                    split["encoder"] = split.get("encoder", 0.0) + ms / 1000
+                    split["encoder_runs"] = split.get("encoder_runs", 0) + int(runs or 0)
+                elif name in ("decode", "batchd", "prompt", "sample"):
+                    split["decoder"] = split.get("decoder", 0.0) + ms / 1000
+                elif name == "mel":
+                    split["mel"] = split.get("mel", 0.0) + ms / 1000
+            elif m := _WHISPER_FALLBACKS.search(line):
+                split["fallbacks"] = split.get("fallbacks", 0) + int(m.group(1))
+        return result
+
+    engine.run = timed_run
+    return split
+
+
+VARIANT_KEYS = {"model", "threads", "flash_attn", "languages", "env"}  # besides Decoding's fields
+
+
+def run_project(model: str, threads: int, languages: list[str], decoding_json: str, variant_json: str,
+                repeat: int) -> None:
     from dataclasses import asdict, fields, replace
 
     from voicemail import transcription as tx
 
     overrides = json.loads(decoding_json or "{}")
-    unknown = set(overrides) - {f.name for f in fields(tx.Decoding)}
+    variant = json.loads(variant_json or "{}")
+    decoding_fields = {f.name for f in fields(tx.Decoding)}
+    unknown = (set(overrides) - decoding_fields) | (set(variant) - decoding_fields - VARIANT_KEYS)
     if unknown:
-        raise SystemExit(f"--decoding: unknown field(s) {', '.join(sorted(unknown))}")
+        raise SystemExit(f"--decoding/--variant: unknown field(s) {', '.join(sorted(unknown))}")
+    overrides.update({k: v for k, v in variant.items() if k in decoding_fields})
     decoding = replace(tx.DEFAULT_DECODING, **overrides)
+    model = str(ROOT / variant["model"]) if "model" in variant else model
+    threads = int(variant.get("threads", threads))
+    languages = variant["languages"].split(",") if "languages" in variant else languages
+    if "flash_attn" in variant:
+        from voicemail.transcription import engines
+
+        engines.openmp_spins_briefly()  # before the binding loads, as the engine does
+        import _pywhispercpp as pw
+
+        defaults = pw.whisper_context_default_params
+
+        def context_params() -> Any:
+            params = defaults()
+            params.flash_attn = bool(variant["flash_attn"])
+            return params
+
+        pw.whisper_context_default_params = context_params
     rss_start = _peak_rss_mb()
     began = time.perf_counter()
     t = tx.get_transcriber("pywhispercpp", model, threads)
     t.warm_up()
     load_s = time.perf_counter() - began
     rss_loaded = _peak_rss_mb()
+    split = _whisper_split(t.engine)
 
     def one(label: dict[str, Any], times: int) -> dict[str, Any]:
+        split.clear()
         seconds, r = _timed(lambda: t.transcribe(label["path"], languages, decoding=decoding, country="CZ"), times)
         return {"file": label["file"], "seconds": seconds, "text": r.text,
                 "raw_text": " ".join(s.text for s in r.segments if s.text), "language": r.language,
                 "message": r.message, "reason": r.message_reason, "status": r.status, "issue": r.issue,
                 "repetition": r.repetition, "speech_seconds": r.speech_seconds, "elapsed": r.elapsed,
-                **_heard(r)}
+                "stages": dict(r.stages, **split), **_heard(r)}
 
-    return _run_clips({"side": "project", "engine": f"pywhispercpp {Path(model).name}", "decoding": asdict(decoding),
-                       "load_s": load_s, "rss_start_mb": rss_start, "rss_loaded_mb": rss_loaded}, clips, one, repeat)
+    _serve({"engine": f"pywhispercpp {Path(model).name}", "decoding": asdict(decoding), "variant": variant,
+            "threads": threads, "languages": ",".join(languages),
+            "load_s": load_s, "rss_start_mb": rss_start, "rss_loaded_mb": rss_loaded}, one, repeat)
 
 
 def _heard(r: Any) -> dict[str, Any]:
@@ -216,7 +305,7 @@ def ct2_model_dir() -> Path:
     return CT2_DIR
 
 
-def run_reference(clips: dict[str, Any], threads: int, repeat: int) -> dict[str, Any]:
+def run_reference(threads: int, repeat: int) -> None:
     rss_start = _peak_rss_mb()
     try:
         import ctranslate2
@@ -232,44 +321,73 @@ def run_reference(clips: dict[str, Any], threads: int, repeat: int) -> dict[str,
     list(model.transcribe(tone, language="en", **REFERENCE_OPTIONS)[0])  # warm-up, like the project's
     load_s = time.perf_counter() - began
     rss_loaded = _peak_rss_mb()
+    stages: dict[str, float] = {}
 
     def transcribe(label: dict[str, Any]) -> tuple[str, str, float]:
         language = label["language"] if label["kind"] == "speech" else None
-        segments, info = model.transcribe(label["path"], language=language, **REFERENCE_OPTIONS)
-        return " ".join(s.text.strip() for s in segments).strip(), info.language, info.language_probability
+        began = time.perf_counter()
+        audio = faster_whisper.decode_audio(label["path"])  # what transcribe(path) does first
+        stages["audio"] = time.perf_counter() - began
+        segments, info = model.transcribe(audio, language=language, **REFERENCE_OPTIONS)
+        text = " ".join(s.text.strip() for s in segments).strip()
+        stages["model"] = time.perf_counter() - began - stages["audio"]
+        return text, info.language, info.language_probability
 
     def one(label: dict[str, Any], times: int) -> dict[str, Any]:
         seconds, (text, language, probability) = _timed(lambda: transcribe(label), times)
         return {"file": label["file"], "seconds": seconds, "text": text, "raw_text": text, "language": language,
-                "language_probability": probability}
+                "language_probability": probability, "stages": dict(stages)}
 
     engine = f"faster-whisper {faster_whisper.__version__} (CTranslate2 {ctranslate2.__version__}) int8"
-    return _run_clips({"side": "reference", "engine": engine, "model_dir": str(model_dir), "options": REFERENCE_OPTIONS,
-                       "load_s": load_s, "rss_start_mb": rss_start, "rss_loaded_mb": rss_loaded}, clips, one, repeat)
+    _serve({"engine": engine, "model_dir": str(model_dir), "options": REFERENCE_OPTIONS, "load_s": load_s,
+            "rss_start_mb": rss_start, "rss_loaded_mb": rss_loaded}, one, repeat)
 
 
-def child_main(args: argparse.Namespace) -> dict[str, Any]:
+def child_main(args: argparse.Namespace) -> None:
     if args.child == "prepare":
-        return prepare(args.only, args.long, Path(args.clips).parent)
-    clips = json.loads(Path(args.clips).read_text())
-    if args.child == "project":
-        return run_project(clips, args.model, args.threads, args.languages.split(","), args.decoding, args.repeat)
-    return run_reference(clips, args.threads, args.repeat)
+        print(json.dumps(prepare(args.only, args.every, args.long, Path(args.clips).parent)))
+    elif args.child == "project":
+        run_project(args.model, args.threads, args.languages.split(","), args.decoding,
+                    args.variant[-1] if args.variant else "", args.repeat)
+    else:
+        run_reference(args.threads, args.repeat)
 
 
-def spawn(kind: str, args: argparse.Namespace, clips: Path) -> dict[str, Any]:
-    """Run one child (its progress and errors go to our stderr); its last stdout line is its JSON result."""
-    cmd = [sys.executable, __file__, "--child", kind, "--clips", str(clips), "--model", args.model,
-           "--threads", str(args.threads), "--languages", args.languages, "--decoding", args.decoding or "",
-           "--repeat", str(args.repeat), "--only", args.only or ""]
-    if args.long:
-        cmd += ["--long", str(args.long)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"the {kind} child failed (exit {proc.returncode})")
-    return json.loads(lines[-1])  # type: ignore[no-any-return]
+class Side:
+    """One child process (project, a variant of it, or the reference) fed clip by clip."""
+
+    def __init__(self, name: str, kind: str, args: argparse.Namespace, clips: Path, variant: str = "") -> None:
+        cmd = [sys.executable, __file__, "--child", kind, "--clips", str(clips), "--model", args.model,
+               "--threads", str(args.threads), "--languages", args.languages, "--decoding", args.decoding or "",
+               "--variant", variant, "--repeat", str(args.repeat)]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), **json.loads(variant or "{}").get("env", {}))
+        self.name = name
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        self.result: dict[str, Any] = dict(self._read(), side=name, rows=[], long=None)
+
+    def _read(self) -> dict[str, Any]:
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line:
+            raise SystemExit(f"the {self.name} child failed (exit {self.proc.wait()})")
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def run(self, label: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(label) + "\n")
+        self.proc.stdin.flush()
+        row = self._read()
+        if label.get("long"):
+            self.result["long"] = row
+        else:
+            self.result["rows"].append(row)
+        return row
+
+    def finish(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.result.update(self._read())
+        self.proc.wait()
+        return self.result
 
 
 # ------------------------------------------------------------------ scoring
@@ -502,58 +620,103 @@ def _f(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+STAGES = ("audio", "vad", "language", "reversal", "decode", "second_pass")
+SPLIT = ("mel", "encoder", "decoder")
+
+
+def stage_table(labels: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per language of the label (``cs``, ``en``, ``none`` for the recordings without a
+    message) and over all: seconds per stage, whisper.cpp's split, encoder runs and
+    fallbacks, summed, and the audio seconds."""
+    by_file = {row["file"]: row for row in rows}
+    out: dict[str, dict[str, float]] = {}
+    for label in labels:
+        row = by_file[label["file"]]
+        for key in (label["language"] if label["kind"] == "speech" else "none", "all"):
+            cell = out.setdefault(key, {"audio_seconds": 0.0, "clips": 0, "seconds": 0.0})
+            cell["audio_seconds"] += label["duration"]
+            cell["clips"] += 1
+            cell["seconds"] += row["seconds"]
+            for name, value in row.get("stages", {}).items():
+                cell[name] = cell.get(name, 0.0) + value
+    return out
+
+
 def report(run: dict[str, Any]) -> None:
     s = run["settings"]
-    project, reference = run["sides"].get("project"), run["sides"].get("reference")
+    names = list(run["sides"])
+    projects = [n for n in names if n != "reference"]
     print(f"\nMeasured with load average {s['load_before']:.2f} before / {s['load_after']:.2f} after on "
-          f"{os.cpu_count()} cores (a shared machine: timings are noisy); best of {s['repeat']} run(s) per clip.")
-    print(f"project:   {project['engine']}, threads {s['threads']}, languages {s['languages']} (detected among "
-          f"them), decoding {json.dumps(s['decoding_overrides']) if s['decoding_overrides'] else 'defaults'}")
-    if reference:
-        print(f"reference: {reference['engine']}, {Path(reference['model_dir']).relative_to(ROOT)}, cpu_threads "
-              f"{s['threads']}, language = the label's (speech clips; its own detection otherwise), "
-              + ", ".join(f"{k}={v}" for k, v in reference["options"].items()) + ", other options its defaults")
-    else:
-        print("reference: not run (--no-reference)")
-    sides = ["project"] + (["reference"] if reference else [])
-    head = (f"\n{'':30s} {'clips':>5s} | {'WER':^15s} | {'callbacks':^15s} | {'loops':^11s} | {'RTF':^15s}\n"
-            f"{'':30s} {'':5s} | {'project':>7s} {'ref':>7s} | {'project':>7s} {'ref':>7s} | {'proj':>5s} {'ref':>5s} "
-            f"| {'project':>7s} {'ref':>7s}")
-    print(head)
-    print("-" * 100)
-    for name, cells in run["groups"].items():
-        cell = [cells.get(side) for side in ("project", "reference")]
-        cb = [f"{c['callbacks']}/{c['callback_clips']}" if c and c["callback_clips"] else "-" for c in cell]
-        print(f"{name:30s} {cell[0]['clips']:5d} | {_f(cell[0]['wer']):>7s} {_f(cell[1] and cell[1]['wer']):>7s} | "
-              f"{cb[0]:>7s} {cb[1]:>7s} | {cell[0]['loops']:5d} {cell[1]['loops'] if cell[1] else '-':>5} | "
-              f"{_f(cell[0]['rtf']):>7s} {_f(cell[1] and cell[1]['rtf']):>7s}")
-    print("-" * 100)
-    for side in sides:
-        r = run["sides"][side]
+          f"{os.cpu_count()} cores (a shared machine: the sides ran interleaved, clip by clip, so the load "
+          f"falls on them alike; read the ratios); best of {s['repeat']} run(s) per clip.")
+    for name in names:
+        r = run["sides"][name]
+        if name == "reference":
+            print(f"{name}: {r['engine']}, {Path(r['model_dir']).relative_to(ROOT)}, cpu_threads {s['threads']}, "
+                  "language = the label's (speech clips; its own detection otherwise), "
+                  + ", ".join(f"{k}={v}" for k, v in r["options"].items()) + ", other options its defaults")
+        else:
+            print(f"{name}: {r['engine']}, threads {r['threads']}, languages {r['languages']} (detected among them), "
+                  f"decoding {json.dumps(s['decoding_overrides']) if s['decoding_overrides'] else 'defaults'}"
+                  + (f", variant {json.dumps(r['variant'])}" if r.get("variant") else ""))
+    ref = "reference" in names
+    width = 16 * len(names)
+    print(f"\n{'':24s} {'clips':>5s} | {'WER':^{width}s} | {'RTF':^{width}s}" + (" | RTF / ref" if ref else ""))
+    print(f"{'':24s} {'':5s} | " + " ".join(f"{n[:15]:>15s}" for n in names) + " | "
+          + " ".join(f"{n[:15]:>15s}" for n in names) + (" | " + " ".join(f"{n[:9]:>9s}" for n in projects)
+                                                        if ref else ""))
+    print("-" * (34 + 2 * width + 10 * len(projects)))
+    for group, cells in run["groups"].items():
+        line = f"{group:24s} {cells[names[0]]['clips']:5d} | " + " ".join(
+            f"{_f(cells[n]['wer']):>15s}" for n in names) + " | " + " ".join(f"{_f(cells[n]['rtf']):>15s}" for n in names)
+        if ref:
+            line += " | " + " ".join(f"{_f(cells[n]['rtf'] / cells['reference']['rtf'] if cells['reference']['rtf'] else None, 2):>9s}"
+                                     for n in projects)
+        print(line)
+    print("callbacks found (all messages): " + ", ".join(
+        f"{n} {run['groups']['all messages'][n]['callbacks']}/{run['groups']['all messages'][n]['callback_clips']}"
+        for n in names if "all messages" in run["groups"]))
+    print("decoding loops (all messages): " + ", ".join(
+        f"{n} {run['groups']['all messages'][n]['loops']}" for n in names if "all messages" in run["groups"]))
+    for name in names:
+        r = run["sides"][name]
         extra = f", {r['rss_peak_long_mb']:.0f} MB with the long voicemail" if r.get("rss_peak_long_mb") else ""
-        print(f"{side:9s} load + warm-up {r['load_s']:.2f} s; peak RSS {r['rss_peak_mb']:.0f} MB over the set "
+        print(f"{name:9s} load + warm-up {r['load_s']:.2f} s; peak RSS {r.get('rss_peak_mb', 0):.0f} MB over the set "
               f"(after load {r['rss_loaded_mb']:.0f} MB, at start {r['rss_start_mb']:.0f} MB{extra})")
     print(f"(the parent's peak RSS, inherited by each child over exec, was {s['parent_rss_mb']:.0f} MB)")
 
-    c = run["confusion"]
-    print(f"\nproject: is there a message? ({c['speech']['clips']} speech, {c['empty']['clips']} empty, "
-          f"{c['unintelligible']['clips']} unintelligible)")
-    print(f"  speech taken for a missed call:   {c['speech']['wrong']}/{c['speech']['clips']}")
-    print(f"  empty taken for a message:        {c['empty']['wrong']}/{c['empty']['clips']}")
-    print(f"  unintelligible taken for message: {c['unintelligible']['wrong']}/{c['unintelligible']['clips']}")
-    for x in c["misclassified"]:
-        print(f"    {x['file']} ({x['kind']}) -> {x['reason']}: {x['text'][:100]!r}")
-    print(f"  language of the messages it found: {len(c['wrong_language'])} wrong"
-          + "".join(f"; {x['file']} {x['label']} -> {x['got']}" for x in c["wrong_language"]))
-    print("  status of the transcripts taken for messages: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(c["status"].items())))
+    print("\nwhere the time goes: seconds per stage / audio seconds (RTF share); encoder and decoder are "
+          "whisper.cpp's own split of decode + second_pass; runs = encoder runs per clip")
+    for name in names:
+        print(f"  {name}")
+        for key, cell in run["stages"][name].items():
+            audio = cell["audio_seconds"]
+            parts = (["audio", "model"] if name == "reference" else list(STAGES) + list(SPLIT))
+            print(f"    {key:4s} {int(cell['clips']):3d} clips, RTF {cell['seconds'] / audio:.3f}: " + ", ".join(
+                f"{p} {cell.get(p, 0.0) / audio:.3f}" for p in parts)
+                + ("" if name == "reference" else f"; runs {cell.get('encoder_runs', 0) / cell['clips']:.2f}, "
+                   f"fallbacks {cell.get('fallbacks', 0) / cell['clips']:.2f} per clip"))
+
+    for name in projects:
+        c = run["confusion"][name]
+        print(f"\n{name}: is there a message? ({c['speech']['clips']} speech, {c['empty']['clips']} empty, "
+              f"{c['unintelligible']['clips']} unintelligible)")
+        print(f"  speech taken for a missed call:   {c['speech']['wrong']}/{c['speech']['clips']}")
+        print(f"  empty taken for a message:        {c['empty']['wrong']}/{c['empty']['clips']}")
+        print(f"  unintelligible taken for message: {c['unintelligible']['wrong']}/{c['unintelligible']['clips']}")
+        for x in c["misclassified"]:
+            print(f"    {x['file']} ({x['kind']}) -> {x['reason']}: {x['text'][:100]!r}")
+        print(f"  language of the messages it found: {len(c['wrong_language'])} wrong"
+              + "".join(f"; {x['file']} {x['label']} -> {x['got']}" for x in c["wrong_language"]))
+        print("  status of the transcripts taken for messages: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(c["status"].items())))
 
     if run.get("long"):
         long = run["long"]
         print(f"\nlong Czech voicemail ({long['duration']:.0f} s, 8 kHz mu-law, one run each):")
-        for side in sides:
-            x = long[side]
-            print(f"  {side:9s} {x['seconds']:7.1f} s elapsed, RTF {x['rtf']:.3f}, WER {_f(x['wer'])}, "
+        for name in names:
+            x = long[name]
+            print(f"  {name:9s} {x['seconds']:7.1f} s elapsed, RTF {x['rtf']:.3f}, WER {_f(x['wer'])}, "
                   f"loop {'yes' if x['loop'] else 'no'}")
 
 
@@ -566,7 +729,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--languages", default=",".join(LANGUAGES), help="the clinic's languages (default cs,en)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--decoding", default="", help="JSON of transcription.Decoding overrides")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
+                        help="one more project side, interleaved with the others: Decoding fields and "
+                             "model, threads, flash_attn, languages, env (repeatable)")
     parser.add_argument("--only", default="", help="only the files whose name contains this")
+    parser.add_argument("--every", type=int, default=1, help="every Nth clip of those")
     parser.add_argument("--no-reference", action="store_true", help="skip faster-whisper")
     parser.add_argument("--repeat", type=int, default=1, help="best of N runs per clip for the timing")
     parser.add_argument("--long", type=float, default=None, metavar="SECONDS",
@@ -579,14 +746,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--clips", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child_main(args)))
+        child_main(args)
         return 0
     if args.fit_label:
         return refit(Path(args.fit_label))
     try:
         decoding_overrides = json.loads(args.decoding or "{}")
-    except json.JSONDecodeError as exc:
-        parser.error(f"--decoding is not JSON: {exc}")
+        variants = {v.split("=", 1)[0]: json.loads(v.split("=", 1)[1]) for v in args.variant}
+    except (json.JSONDecodeError, IndexError) as exc:
+        parser.error(f"--decoding / --variant is not JSON: {exc}")
     if not isinstance(decoding_overrides, dict):
         parser.error("--decoding must be a JSON object")
     if not args.no_reference:
@@ -602,27 +770,43 @@ def main(argv: list[str]) -> int:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="transcription_bench") as tmp:
         clips_file = Path(tmp) / "clips.json"
-        clips = spawn("prepare", args, clips_file)
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        prepared = subprocess.run([sys.executable, __file__, "--child", "prepare", "--clips", str(clips_file),
+                                   "--only", args.only, "--every", str(args.every)]
+                                  + (["--long", str(args.long)] if args.long else []),
+                                  stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT, check=True)
+        clips = json.loads(prepared.stdout.strip().splitlines()[-1])
         if not clips["labels"]:
             raise SystemExit(f"no clip matches --only {args.only!r}")
-        clips_file.write_text(json.dumps(clips))
         parent_rss = _peak_rss_mb()
-        sides = {"project": spawn("project", args, clips_file)}
+        # Loaded one after the other (each warms up alone), then fed clip by clip.
+        children = [Side("project", "project", args, clips_file)]
+        children += [Side(name, "project", args, clips_file, json.dumps(v)) for name, v in variants.items()]
         if not args.no_reference:
-            sides["reference"] = spawn("reference", args, clips_file)
+            children.append(Side("reference", "reference", args, clips_file))
+        todo = clips["labels"] + ([clips["long"]] if clips["long"] else [])
+        for i, label in enumerate(todo):
+            order = children[i % len(children):] + children[:i % len(children)]  # who goes first rotates
+            for child in order:
+                row = child.run(label)
+                print(f"{child.name} {i + 1}/{len(todo)} {row['file']} {row['seconds']:.1f} s",
+                      file=sys.stderr, flush=True)
+        sides = {child.name: child.finish() for child in children}
     labels = clips["labels"]
-    languages = args.languages.split(",")
     every = labels + ([clips["long"]] if clips["long"] else [])
     scores = score(every, sides)
     run: dict[str, Any] = {
         "settings": {"model": args.model, "threads": args.threads, "languages": args.languages,
                      "decoding_overrides": decoding_overrides, "decoding": sides["project"]["decoding"],
-                     "repeat": args.repeat, "only": args.only, "long": args.long, "load_before": load_before,
-                     "load_after": os.getloadavg()[0], "parent_rss_mb": parent_rss},
+                     "variants": variants, "repeat": args.repeat, "only": args.only, "every": args.every,
+                     "long": args.long, "load_before": load_before, "load_after": os.getloadavg()[0],
+                     "parent_rss_mb": parent_rss},
         "sides": {k: {key: v for key, v in r.items() if key not in ("rows", "long")} for k, r in sides.items()},
         "groups": {name: {side: aggregate(members, scores, side) for side in sides}
                    for name, members in groups(labels)},
-        "confusion": confusion(labels, sides["project"]["rows"], languages),
+        "stages": {side: stage_table(labels, sides[side]["rows"]) for side in sides},
+        "confusion": {side: confusion(labels, sides[side]["rows"], sides[side]["languages"].split(","))
+                      for side in sides if side != "reference"},
         "clips": [dict(label={k: v for k, v in x.items() if k != "path"},
                        **{side: dict(next(r for r in sides[side]["rows"] if r["file"] == x["file"]),
                                      **scores[x["file"]][side]) for side in sides}) for x in labels],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 import wave
@@ -80,6 +81,17 @@ def test_transcribes_telephone_mp3(transcriber: tx.Transcriber) -> None:
     assert said[0] == "hello" and {"please", "call", "me"} <= set(said), t.text
     assert any(w.startswith("appointment") for w in said), t.text
     assert t.message and t.speech_start is not None and t.speech_start < 1.0
+
+
+def test_a_transcript_tells_where_its_time_went(default: tx.Transcriber) -> None:
+    t = default.transcribe(str(AUDIO / "msg_wav16.wav"), "en")
+    assert {"audio", "vad", "language", "decode"} <= set(t.stages), t.stages
+    assert all(v >= 0 for v in t.stages.values()) and sum(t.stages.values()) <= t.elapsed
+    assert t.stages["decode"] == max(t.stages.values())  # whisper.cpp is the cost, not the audio or the VAD
+    assert "stages" in t.signals() and "second_pass" not in t.stages
+    # whisper.cpp's libgomp was told, before it loaded, not to spin long at its barriers
+    # (an operator's own setting wins).
+    assert os.environ.get("GOMP_SPINCOUNT") or os.environ.get("OMP_WAIT_POLICY")
 
 
 @pytest.mark.parametrize("name,reason", [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -91,6 +91,10 @@ class Transcript:
     # seconds of the recording). Filled by transcribe() when it is given the country.
     label_signals: dict[str, Any] | None = None
     heard_number: Any = None  # confirmation.HeardNumber
+    # Seconds spent per stage (``audio``: file decoding and resampling, ``vad``,
+    # ``language``: detection, ``reversal``: the time-reversal test, ``decode``: whisper.cpp,
+    # encoder and decoder, ``second_pass``): where a call's time went.
+    stages: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (nan becomes None, token bytes text)."""

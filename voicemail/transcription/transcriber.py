@@ -8,9 +8,10 @@ import math
 import os
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -28,6 +29,21 @@ from voicemail.transcription.results import (
 from voicemail.transcription.settings import BACKENDS, DEFAULT_DECODING, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE, Decoding
 
 logger = logging.getLogger("transcription")
+
+
+class _Stages:
+    """Seconds per stage of one transcription (:attr:`Transcript.stages`)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - began, 4)
 
 
 class Transcriber:
@@ -93,8 +109,10 @@ class Transcriber:
         the callback number in (``Transcript.heard_number``; None: not read)."""
         started = time.perf_counter()
         codes = self.resolve_languages(languages)
+        stage = _Stages()
         try:
-            audio = load_audio(path, max_seconds=max_seconds)
+            with stage("audio"):
+                audio = load_audio(path, max_seconds=max_seconds)
         except RecordingTooLong as exc:
             # Hours of audio would not fit the worker's memory nor the job's time; whatever
             # it holds, a person listens to it.
@@ -103,21 +121,23 @@ class Transcriber:
                            backend=self.backend, model=Path(self.model_path).name,
                            elapsed=round(time.perf_counter() - started, 4))
         return self.transcribe_audio(audio, codes, deadline=deadline, decoding=decoding, started=started,
-                                     country=country)
+                                     country=country, stages=stage)
 
     def transcribe_audio(self, audio: np.ndarray, languages: Sequence[str], *, deadline: float | None = None,
                          decoding: Decoding | None = None, started: float | None = None,
-                         country: str | None = None) -> Transcript:
+                         country: str | None = None, stages: _Stages | None = None) -> Transcript:
         """Transcribe 16 kHz mono float32 samples; ``languages`` as from :meth:`resolve_languages`."""
         started = time.perf_counter() if started is None else started
+        stage = stages or _Stages()
         decoding = decoding or self.decoding
         duration = audio.size / SAMPLE_RATE
         with self._lock:
             self._check_fork()
             if self._vad is not None:
-                runs = speech_runs(self._vad.probabilities(audio))
-                speech_seconds: float | None = round(sum(e - s for s, e in runs), 2)
-                span = speech_span(audio, runs)
+                with stage("vad"):
+                    runs = speech_runs(self._vad.probabilities(audio))
+                    speech_seconds: float | None = round(sum(e - s for s, e in runs), 2)
+                    span = speech_span(audio, runs)
             else:
                 runs, speech_seconds, span = [], None, audio
             abort = (lambda: time.monotonic() >= deadline) if deadline is not None else (lambda: False)
@@ -131,28 +151,34 @@ class Transcriber:
                 raw = RawResult([], None)
                 language, probability, all_probs = (languages[0] if len(languages) == 1 else None), None, None
             else:
-                language, probability, all_probs = self._language(span, languages)
-                backward = self._backward_entropy(span, all_probs)
+                with stage("language"):
+                    language, probability, all_probs = self._language(span, languages)
+                with stage("reversal"):
+                    backward = self._backward_entropy(span, all_probs)
                 base = replace(base, reversed_language_entropy=backward)
             if reversed_speech(round(entropy(all_probs), 3), backward):
                 raw = RawResult([], language)  # words played backwards: nothing to decode
             elif raw is None:
                 prompt = PROMPTS.get(language) if decoding.prompt else None
-                raw = self._engine.run(span, language, decoding, prompt, abort)
+                with stage("decode"):
+                    raw = self._engine.run(span, language, decoding, prompt, abort)
                 if (speech_seconds is not None and speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS
                         and not raw.aborted and not raw.error and not words(" ".join(x.text for x in raw.segments))):
                     # A message with no words: whisper's no-speech gate dropped every
                     # window. Once more without it, so the receptionist gets what it heard.
-                    raw = self._engine.run(span, language, replace(decoding, no_speech_thold=1.0), prompt, abort)
+                    with stage("second_pass"):
+                        raw = self._engine.run(span, language, replace(decoding, no_speech_thold=1.0), prompt, abort)
                     base = replace(base, second_pass=True)
         if all_probs is not None:
             top = np.sort(all_probs)[::-1]
             base = replace(base, top_language_probability=round(float(top[0]), 4),
                            top3_language_probability=round(float(top[:3].sum()), 4),
                            language_entropy=round(entropy(all_probs), 3))
-        t = self._summarise(base, raw, language, probability, started)
+        t = self._summarise(replace(base, stages=stage.seconds), raw, language, probability, started)
         if country and t.message and t.text and not t.aborted:
-            t = replace(t, heard_number=self._heard_number(t, country, span, runs, abort),
+            with stage("callback_number"):
+                heard = self._heard_number(t, country, span, runs, abort)
+            t = replace(t, heard_number=heard, stages=stage.seconds,
                         elapsed=round(time.perf_counter() - started, 4))
         return t
 
