@@ -18,7 +18,11 @@ ORDER = Keyset(AuditEvent.at, AuditEvent.id, descending=True)  # newest first
 # The verbs the filter offers (AuditEvent.action), in the order a reader looks for them.
 ACTIONS = ("staff.login", "staff.login_failed", "token.create", "token.rotate", "token.revoke",
            "patient_request.create", "patient_request.patch", "attachment.upload_link", "attachment.register",
-           "patient.import", "patient.import_bulk", "call.receive", "staff_user.create")
+           "patient.import", "patient.import_bulk", "call.receive", "staff_user.create",
+           # The settings pages' changes (onboarding/clinic_settings.py).
+           "settings.office_hours.add", "settings.office_hours.remove", "settings.calendar.create",
+           "settings.calendar.update", "settings.vacation.add", "settings.vacation.remove", "settings.calls.update",
+           "settings.tag.create", "settings.request_type.create", "settings.request_type.update")
 
 
 def logged_in(user: StaffUser) -> None:
