@@ -40,7 +40,11 @@ from tests.test_faults import Store, call_body
 
 AUDIO = ROOT / "tests" / "audio"
 LIMIT = 1200.0  # RECORDING_MAX_SECONDS by default: 20 minutes
-PEAK_MB = 600  # the worker's budget for a recording, whisper model included
+PEAK_MB = 600  # a decoding process's budget for a recording, whisper model included
+# A whole worker: base and tiny.en warmed (525 MB) plus the reliability label's Hunspell
+# dictionaries read by spylls (about 280 MB, issue 26; README, "Recording length").
+WORKER_PEAK_MB = 900
+RECORDING_MB = 75  # what a recording may add to a warmed worker
 SLUG = "length-clinic"
 PATH = f"/external/v1/clinics/{SLUG}/switchboard/recording-complete"
 LENGTH_DB = PG_URL.rsplit("/", 1)[0] + "/" + PG_URL.rsplit("/", 1)[1].split("?")[0] + "_length"
@@ -233,7 +237,7 @@ def test_hostile_recordings_become_voice_messages_marked_too_long_on_a_worker_in
             _hand_off(stack, sids[kind], f"/{kind}{path.suffix}")
 
         def over_budget() -> bool:
-            return peak_rss_mb(worker.pid) > PEAK_MB
+            return peak_rss_mb(worker.pid) > WORKER_PEAK_MB
 
         def settled() -> bool:
             return over_budget() or all(_outcome(stack, sid) for sid in sids.values())
@@ -241,7 +245,7 @@ def test_hostile_recordings_become_voice_messages_marked_too_long_on_a_worker_in
         assert wait_until(settled, timeout=120, interval=0.1), log.read_text()[-3000:]
         peak = peak_rss_mb(worker.pid)
         print(f"worker peak RSS {started_at:.0f} MB once started, {peak:.0f} MB after {len(sids)} hostile recordings")
-        assert peak < PEAK_MB, log.read_text()[-3000:]
+        assert peak < WORKER_PEAK_MB and peak - started_at < RECORDING_MB, log.read_text()[-3000:]
         outcomes = {kind: _outcome(stack, sid) for kind, sid in sids.items()}
         for kind, (_, outcome, status, issue, transcript, signals, _, request_kind) in outcomes.items():
             assert (outcome, status, issue, request_kind) == ("voice_message", "failed", "too_long", "voice_message"), kind
