@@ -17,7 +17,7 @@ from console.middleware import PREFIX
 from console.rendering import DEFAULT_LANGUAGE, LANGUAGES, N_, Renderer
 from console.throttle import LoginThrottle
 from documents import patient_requests
-from models import Actor, Clinic, StaffUser
+from models import Actor, Clinic, PatientRequest, StaffUser
 from plumbing.database import db
 from plumbing.clock import as_utc
 from storage.links import LinkCache
@@ -150,6 +150,15 @@ def _filters(req: falcon.Request) -> dict[str, str]:
             "q": (req.get_param("q") or "")[:100]}
 
 
+def _own_request(req: falcon.Request, request_id: str) -> tuple[StaffUser, PatientRequest]:
+    """The session's user and the request they may see: one of their clinics', else 404."""
+    user: StaffUser = req.context.console_session.user
+    request = inbox.request_for(user, request_id)
+    if request is None:
+        raise falcon.HTTPNotFound()
+    return user, request
+
+
 class Inbox:
     login_required = True
 
@@ -213,10 +222,7 @@ class RequestPage:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
         session = req.context.console_session
-        user: StaffUser = session.user
-        request = inbox.request_for(user, request_id)
-        if request is None:
-            raise falcon.HTTPNotFound()
+        user, request = _own_request(req, request_id)
         clinic, language = request.clinic, user.language
         tr = self.renderer.translations[language]
         data = patient_requests.detail(request, self.links)
@@ -249,10 +255,7 @@ class RequestResolution:
     login_required = True
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
-        user: StaffUser = req.context.console_session.user
-        request = inbox.request_for(user, request_id)
-        if request is None:
-            raise falcon.HTTPNotFound()
+        user, request = _own_request(req, request_id)
         done = req.context.form.get("done")
         if done not in ("0", "1"):
             raise falcon.HTTPBadRequest()
@@ -268,10 +271,7 @@ class RequestNote:
     MAX_LENGTH = 5000
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
-        user: StaffUser = req.context.console_session.user
-        request = inbox.request_for(user, request_id)
-        if request is None:
-            raise falcon.HTTPNotFound()
+        user, request = _own_request(req, request_id)
         note = req.context.form.get("note", "").replace("\r\n", "\n")[:self.MAX_LENGTH]
         patient_requests.patch_request(request.clinic, request, {"userNote": note}, Actor.staff(user))
         raise _redirect(f"/console/requests/{request.id}")
@@ -284,10 +284,7 @@ class RequestTags:
     login_required = True
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
-        user: StaffUser = req.context.console_session.user
-        request = inbox.request_for(user, request_id)
-        if request is None:
-            raise falcon.HTTPNotFound()
+        user, request = _own_request(req, request_id)
         form = req.context.form
         try:
             added, removed = (uuid.UUID(form[k]) if form.get(k) else None for k in ("add", "remove"))
@@ -312,9 +309,8 @@ class ConsoleRecording:
         self.clock = clock
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
-        user: StaffUser = req.context.console_session.user
-        request = inbox.request_for(user, request_id)
-        if request is None or request.call_id is None:
+        user, request = _own_request(req, request_id)
+        if request.call_id is None:
             raise falcon.HTTPNotFound()
         answer = self.player.play(request.call, self.clock())
         if answer.kind == "link":

@@ -4,6 +4,7 @@ for an admin of the clinic it acts on, and puts that clinic in `req.context.admi
 from __future__ import annotations
 
 import urllib.parse
+from abc import ABC, abstractmethod
 from datetime import datetime, time, timedelta, timezone
 from typing import Any, Callable
 from zoneinfo import ZoneInfo
@@ -36,7 +37,7 @@ class SettingsIndex:
                                          clinics=req.context.admin_clinics, sections=SECTIONS))
 
 
-class _SettingsPage:
+class _SettingsPage(ABC):
     """A settings section: GET renders it, POST makes one change through `ClinicSettings`
     (onboarding's validator and writer), then 303 back; a refused change re-renders the
     page with 400 and the validator's message; a row of another clinic is 404."""
@@ -55,8 +56,9 @@ class _SettingsPage:
     def facts(self, req: falcon.Request, clinic: Clinic) -> dict[str, Any]:
         return {}
 
+    @abstractmethod
     def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
-        raise NotImplementedError
+        """Make the form's change (`action`) through `settings`; each section defines it."""
 
     def _render(self, req: falcon.Request, resp: falcon.Response, status: str = falcon.HTTP_200,
                 error: SettingsError | None = None) -> None:
