@@ -22,11 +22,17 @@ PHONE = {"width": 390, "height": 844}
 
 
 def login(page: Page, base: str, email: str, password: str, language: str) -> None:
+    """Log in and show the console in `language`: a logged-in page follows the account's
+    language, switched with the header's button (and switched back by the caller)."""
     page.goto(f"{base}/console/login?lang={language}")
     page.fill("#email", email)
     page.fill("#password", password)
     page.click("button[type=submit]")
     page.wait_for_url(f"{base}/console/")
+    switch = page.query_selector(f"form[action='/console/language'] button[value='{language}']")
+    if switch is not None:
+        switch.click()
+        page.wait_for_selector(f"html[lang='{language}']")
 
 
 def shoot(page: Page, path: Path) -> None:
@@ -53,7 +59,7 @@ def main() -> int:
                 page = browser.new_page(viewport=viewport)
                 login(page, args.base_url, args.email, password, language)
                 page.wait_for_function("document.querySelectorAll('audio').length === 0 || "
-                                       "[...document.querySelectorAll('audio')].every(a => a.readyState >= 1)",
+                                       "[...document.querySelectorAll('audio')].every(a => a.readyState >= 1 || a.error !== null)",
                                        timeout=15_000)
                 shoot(page, args.out / name)
                 if name == "console-inbox.png":
@@ -66,6 +72,9 @@ def main() -> int:
                         # A settings page with content (the README's "Settings" shows it), not the index.
                         page.goto(f"{args.base_url}/console/settings/office-hours")
                         shoot(page, args.out / "console-settings.png")
+                if language != "cs":  # the demo account back to Czech, the clinics' language
+                    page.click("form[action='/console/language'] button[value='cs']")
+                    page.wait_for_selector("html[lang='cs']")
                 page.close()
         finally:
             browser.close()
