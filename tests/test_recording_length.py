@@ -42,8 +42,8 @@ AUDIO = ROOT / "tests" / "audio"
 LIMIT = 1200.0  # RECORDING_MAX_SECONDS by default: 20 minutes
 PEAK_MB = 600  # a decoding process's budget for a recording, whisper model included
 # A whole worker: base and tiny.en warmed (525 MB) plus the reliability label's Hunspell
-# dictionaries read by spylls (about 280 MB, issue 26; README, "Recording length").
-WORKER_PEAK_MB = 900
+# dictionaries (libhunspell: about 36 MB; spylls took 280 and the worker to 822 MB).
+WORKER_PEAK_MB = 600
 RECORDING_MB = 75  # what a recording may add to a warmed worker
 SLUG = "length-clinic"
 PATH = f"/external/v1/clinics/{SLUG}/switchboard/recording-complete"

@@ -281,7 +281,7 @@ class Transcriber:
             if self._engine.multilingual:
                 self._engine.language_probabilities(tone)
             self._engine.run(tone, "en", self.decoding, None, lambda: False)
-        for language in reliability.DICTIONARY_NAMES:  # seconds each: not on the first call's clock
+        for language in reliability.DICTIONARY_NAMES:  # loaded here, not on the first call's clock
             reliability.dictionary(language)
 
     def close(self) -> None:
