@@ -431,6 +431,20 @@ def test_transcript_reliability(transcript: tx.Transcript, looped: bool, expecte
     assert tx.assess(transcript, looped) == expected
 
 
+@pytest.mark.parametrize("text,language,expected", [
+    # The label's dictionary signal: Debian's Hunspell dictionaries through libhunspell know
+    # the words of a clear message, names capitalised, and not the non-words of a garbled one.
+    ("Dobrý den, volám ohledně objednání k paní doktorce Novákové", "cs", 1.0),
+    ("pady nana pozavování spět klůry", "cs", 0.2),
+    ("Hello, this is John calling about my appointment", "en", 1.0),
+    ("Helo, thiz iz Jon cawling abaut mai apointment", "en", 0.25),
+    ("Guten Tag", "de", None),  # no dictionary: never reliable
+])
+def test_known_share(text: str, language: str, expected: float | None) -> None:
+    from voicemail.transcription import reliability
+    assert reliability.known_share(text, language) == expected
+
+
 @pytest.mark.parametrize("text,expected,changed", [
     ("Děkuji vám vám vám vám vám vám.", "Děkuji vám vám", True),
     ("na shledanou na shledanou na shledanou na shledanou", "na shledanou na shledanou", True),
