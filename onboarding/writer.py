@@ -11,6 +11,9 @@ file gives an `id`, so references and the ids handed to integrators stay stable.
 Configuration collections (office hours, a calendar's vacations, a request type's
 default tags) are replaced by what the file says; patient data (records, tags,
 external ids) is only added or updated, never removed, because the API adds to it too.
+
+The staff logins (`users`) are `onboarding/users.py`'s; the error, the stable ids and the
+row writer that counts changes are `onboarding/base.py`'s.
 """
 from __future__ import annotations
 
@@ -29,27 +32,16 @@ from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from models import (
     Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType,
-    RequestTypeDefaultTag, StaffMembership, StaffSession, StaffUser, Tag, Vacation,
+    RequestTypeDefaultTag, Tag, Vacation,
 )
-from console import passwords
+# OnboardingError and stable_id are this module's too: callers import them from here.
+from onboarding.base import OnboardingError, RowWriter, stable_id, unique
 from onboarding.schema import SCHEMA
+from onboarding.users import plan_users, write_user
 from switchboard.office_hours import WEEKDAYS
 from plumbing.phones import to_e164
 from voicemail.transcription import whisper_languages
 from web import validation
-
-NAMESPACE = uuid.UUID("5b0f3c1e-7a0e-4f7e-9a51-6f3c2d1b8e40")
-
-
-class OnboardingError(ValueError):
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-
-
-def stable_id(*parts: str) -> uuid.UUID:
-    """An entity's id when the file gives none: uuid5 of its kind and natural key."""
-    return uuid.uuid5(NAMESPACE, "\x1f".join(parts))
 
 
 def _hhmm(text: str) -> time:
@@ -114,47 +106,9 @@ class _Plan:
         if existing is not None:
             self.org_id = existing.id
         self.clinics = [self._clinic(i, c) for i, c in enumerate(doc["clinics"])]
-        self._unique([c["slug"] for c in doc["clinics"]], "clinics", "slug")
+        unique([c["slug"] for c in doc["clinics"]], "clinics", "slug")
         self.patients = self._patients(doc.get("patients", []))
-        self.users = self._users(doc.get("users", []))
-
-    def _users(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Staff logins: e-mails unique, clinics among this document's, a password hash
-        Argon2 can read (required for a new user: else nobody could log in), and no
-        account that works for another organization (writing it would take it over)."""
-        slugs = {c["slug"]: c["id"] for c in self.clinics}
-        self._unique([StaffUser.normal_email(u["email"]) for u in items], "users", "email")
-        out = []
-        for i, u in enumerate(items):
-            at = f"users[{i}]"
-            email = StaffUser.normal_email(u["email"])
-            existing = StaffUser.by_email(email)
-            if existing is not None:
-                foreign = (StaffMembership.select().join(Clinic)
-                           .where((StaffMembership.user == existing) & (Clinic.organization != self.org_id)).exists())
-                if foreign:
-                    raise OnboardingError(f"{at}.email", f"{email} works for another organization")
-            if u.get("passwordHash") is not None and not passwords.readable_hash(u["passwordHash"]):
-                raise OnboardingError(f"{at}.passwordHash", "not an Argon2id hash (manage.py user hash-password)")
-            if existing is None and not u.get("passwordHash"):
-                raise OnboardingError(f"{at}.passwordHash", "required for a new user")
-            roles: dict[uuid.UUID, str] = {}
-            for j, m in enumerate(u["clinics"]):
-                if m["clinic"] not in slugs:
-                    raise OnboardingError(f"{at}.clinics[{j}].clinic", f"no clinic {m['clinic']!r} in this document")
-                roles[slugs[m["clinic"]]] = m["role"]
-            out.append({"id": existing.id if existing else stable_id("staff_user", email), "email": email,
-                        "name": u["name"], "language": u.get("language"), "password_hash": u.get("passwordHash"),
-                        "disabled": u.get("disabled"), "roles": roles})
-        return out
-
-    @staticmethod
-    def _unique(values: list[str], where: str, field: str) -> None:
-        seen: set[str] = set()
-        for i, value in enumerate(values):
-            if value in seen:
-                raise OnboardingError(f"{where}[{i}].{field}", f"duplicate {value!r}")
-            seen.add(value)
+        self.users = plan_users(doc.get("users", []), self.clinics, self.org_id)
 
     def _own(self, model: type[pw.Model], text: str, at: str) -> uuid.UUID:
         """An explicit id from the document, refused when its row belongs to another
@@ -204,7 +158,7 @@ class _Plan:
             }
 
         calendars = []
-        self._unique([k["name"] for k in c.get("calendars", [])], f"{at}.calendars", "name")
+        unique([k["name"] for k in c.get("calendars", [])], f"{at}.calendars", "name")
         for j, k in enumerate(c.get("calendars", [])):
             cal_id = (self._own(Calendar, k["id"], f"{at}.calendars[{j}].id") if k.get("id")
                       else stable_id("calendar", c["slug"], k["name"]))
@@ -224,7 +178,7 @@ class _Plan:
                               "vacations": vacations})
 
         types = []
-        self._unique([t["ecrfId"] for t in c.get("requestTypes", [])], f"{at}.requestTypes", "ecrfId")
+        unique([t["ecrfId"] for t in c.get("requestTypes", [])], f"{at}.requestTypes", "ecrfId")
         for j, t in enumerate(c.get("requestTypes", [])):
             default_tags = []
             for n, name in enumerate(t.get("defaultPatientTags", [])):
@@ -311,47 +265,6 @@ class _Plan:
         return out
 
 
-class _Writer:
-    def __init__(self, secret_key: str) -> None:
-        self.secret_key = secret_key
-        self.changes = 0
-
-    def upsert(self, model: type[pw.Model], key: Any, values: dict[str, Any]) -> pw.Model:
-        row = model.get_or_none(model._meta.primary_key == key)
-        if row is None:
-            self.changes += 1
-            return model.create(**{model._meta.primary_key.name: key}, **values)
-        dirty = {k: v for k, v in values.items() if getattr(row, _FK_IDS.get(k, k)) != v}
-        if dirty:
-            self.changes += 1
-            model.update(**dirty).where(model._meta.primary_key == key).execute()
-        return row
-
-    def ensure(self, model: type[pw.Model], **values: Any) -> None:
-        """Insert a link row unless present."""
-        query = model.select()
-        for k, v in values.items():
-            query = query.where(getattr(model, k) == v)
-        if not query.exists():
-            self.changes += 1
-            model.create(**values)
-
-    def replace(self, model: type[pw.Model], where: pw.Expression, wanted: set[tuple], columns: tuple[str, ...], fixed: dict[str, Any]) -> None:
-        have = {tuple(getattr(r, _FK_IDS.get(c, c)) for c in columns): r for r in model.select().where(where)}
-        for key, row in have.items():
-            if key not in wanted:
-                self.changes += 1
-                row.delete_instance()
-        for key in wanted - set(have):
-            self.changes += 1
-            model.create(**fixed, **dict(zip(columns, key)))
-
-
-# Foreign keys compared by their raw id column.
-_FK_IDS = {"organization": "organization_id", "clinic": "clinic_id", "calendar": "calendar_id",
-           "merged_into": "merged_into_id", "tag": "tag_id", "patient": "patient_id"}
-
-
 def onboard(document: dict[str, Any], *, secret_key: str) -> str:
     """Validate `document`, then write it in one transaction. Returns a one-line summary."""
     try:
@@ -363,7 +276,7 @@ def onboard(document: dict[str, Any], *, secret_key: str) -> str:
 def _onboard(document: dict[str, Any], secret_key: str) -> str:
     with db.atomic():
         plan = _Plan(document)
-        w = _Writer(secret_key)
+        w = RowWriter(secret_key)
         org = document["organization"]
         w.upsert(Organization, plan.org_id, {"slug": org["slug"], "name": org["name"],
                                              "patient_sharing": org.get("patientSharing", False)})
@@ -387,44 +300,12 @@ def _onboard(document: dict[str, Any], secret_key: str) -> str:
                         raise OnboardingError("patients", f"external id {source}:{value} already belongs to another patient")
                     w.ensure(ExternalId, clinic=r["clinic_id"], patient=p["id"], source=source, value=value)
         for u in plan.users:
-            _write_user(w, u, [c["id"] for c in plan.clinics])
+            write_user(w, u, [c["id"] for c in plan.clinics])
         return (f"onboarded {org['slug']}: {len(plan.clinics)} clinic(s), {len(plan.patients)} patient(s), "
                 f"{len(plan.users)} user(s), {w.changes} change(s)")
 
 
-def _write_user(w: _Writer, u: dict[str, Any], clinic_ids: list[uuid.UUID]) -> None:
-    """A user's row and their roles in this document's clinics (the document's list is the
-    truth there; memberships elsewhere are not this document's). A new password hash or a
-    disable ends the user's sessions, as `manage.py user reset-password` and `disable` do."""
-    before = StaffUser.get_or_none(StaffUser.id == u["id"])
-    values: dict[str, Any] = {"email": u["email"], "name": u["name"]}
-    if u["language"]:
-        values["language"] = u["language"]
-    if u["password_hash"]:
-        values["password_hash"] = u["password_hash"]
-    if u["disabled"] is not None:
-        disabled = before.disabled_at if before and before.disabled_at else utc_now()
-        values["disabled_at"] = disabled if u["disabled"] else None
-    user = w.upsert(StaffUser, u["id"], values)
-    if before is not None and (("password_hash" in values and values["password_hash"] != before.password_hash)
-                               or (u["disabled"] and before.disabled_at is None)):
-        StaffSession.delete().where(StaffSession.user == user.id).execute()
-    have = {m.clinic_id: m for m in StaffMembership.select().where(
-        (StaffMembership.user == user.id) & StaffMembership.clinic.in_(clinic_ids))}
-    for clinic_id, membership in have.items():
-        if clinic_id not in u["roles"]:
-            w.changes += 1
-            membership.delete_instance()
-        elif membership.role != u["roles"][clinic_id]:
-            w.changes += 1
-            StaffMembership.update(role=u["roles"][clinic_id]).where(StaffMembership.id == membership.id).execute()
-    for clinic_id, role in u["roles"].items():
-        if clinic_id not in have:
-            w.changes += 1
-            StaffMembership.create(user=user.id, clinic=clinic_id, role=role)
-
-
-def _write_clinic(w: _Writer, org_id: uuid.UUID, c: dict[str, Any]) -> None:
+def _write_clinic(w: RowWriter, org_id: uuid.UUID, c: dict[str, Any]) -> None:
     values = {k: c[k] for k in ("slug", "name", "timezone", "country", "subdivision", "language", "languages",
                                  "missed_call_requests")}
     values["organization"] = org_id

@@ -8,6 +8,7 @@ import pytest
 
 from plumbing import crypto
 import manage
+from commands.demo import DEMO_FILE
 from plumbing.database import db
 from models import (
     MODELS, Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType, RequestTypeDefaultTag, SchemaMigration, Tag, Vacation,
@@ -201,7 +202,7 @@ def test_unreadable_file_is_reported(config, tmp_path, capsys):
 
 
 def test_cli_onboard_succeeds_on_the_example(app, config, capsys):
-    assert cli(config, "onboard", str(manage.DEMO_FILE)) == 0
+    assert cli(config, "onboard", str(DEMO_FILE)) == 0
     assert "onboarded demo-health" in capsys.readouterr().err
 
 

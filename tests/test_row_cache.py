@@ -131,11 +131,12 @@ def test_a_revocation_by_another_process_refuses_the_first_request_after_its_not
 
 def test_a_revocation_in_this_process_refuses_the_very_next_request(app, clinics, token_reads):
     import argparse
-    import manage
+
+    from commands import tokens
     for _ in range(ROUNDS):
         token = issue_token(["clinic-a"], ["read"])
         wait_cached(app, token, token_reads)
-        assert manage.cmd_token_revoke(None, argparse.Namespace(token_id=token_id(token))) == 0
+        assert tokens.cmd_token_revoke(None, argparse.Namespace(token_id=token_id(token))) == 0
         check(app, token, status=401)
 
 

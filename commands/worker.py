@@ -1,0 +1,103 @@
+"""`worker` (the Procfile's worker process) and `requeue`, its sweep of pending calls on
+demand."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from config import Config
+from plumbing.database import db
+
+
+def cmd_worker(config: Config, args: argparse.Namespace) -> int:
+    """An RQ worker with the scheduler (retries with backoff are scheduled jobs), and a
+    playback worker beside it.
+
+    Before taking jobs it loads and warms the transcription model(s) once and starts
+    the call relay, which queues stored calls and re-queues stranded ones. Jobs run in
+    this process (a `SimpleWorker`): whisper.cpp's OpenMP threads do not survive a fork,
+    so a forked work horse would hang on the parent's warmed model (seen on this machine).
+    The playback worker (a child process started first, without the model) serves the
+    `recordings` queue alone, so re-fetching a doctor's expired link never waits behind
+    a transcription; it and RQ's scheduler end with this process (jobs/companions.py).
+    """
+    import logging
+
+    from rq import Queue
+
+    from plumbing import logs
+    from plumbing import metrics
+    from voicemail import transcription
+    from jobs import companions, queueing, relay, runtime, storage_purge, worker
+
+    logs.setup(config.log_level, config.log_format)
+    log = logging.getLogger("worker")
+    # Job metrics; and each job's end wakes the relay, which queues that clinic's next call.
+    worker_class = metrics.with_job_metrics(relay.waking_relay(worker.ClinicWorker))
+    connection = queueing.redis_client(config.redis_url, "worker")
+    level = config.log_level.upper()
+    if args.playback:
+        if args.parent_pid:
+            companions.die_with_parent(args.parent_pid)
+        db.close()
+        runtime.start(config)
+        return worker.run(worker_class, [Queue(queueing.RECORDINGS, connection=connection)], with_scheduler=False,
+                          logging_level=level, who="playback worker")
+    playback = companions.PlaybackWorker().start() if queueing.RECORDINGS in args.queues else None
+    try:
+        if not args.no_warm_up:
+            for model in dict.fromkeys([config.whisper_model, config.whisper_model_en]):
+                if model and Path(model).is_file():
+                    transcription.warm_up(config.transcriber, model, config.whisper_threads, config.whisper_vad)
+                    log.info("warmed up %s with %s", config.transcriber, model)
+                elif model:
+                    log.warning("whisper model %s not found (python manage.py model build)", model)
+        db.close()
+        runtime.start(config)  # jobs use this configuration; the environment is read once
+        # Hands stored calls to the queue (the web only commits them); re-queues, at once
+        # and then periodically, the pending calls left without a live job (jobs/relay.py).
+        relay.start(Queue(queueing.CALLS, connection=connection), config)
+        # Deletes uploads never registered once their link expired (and a grace), at once
+        # and then every UPLOAD_PURGE_EVERY_SECONDS; safe in every worker (jobs/storage_purge.py).
+        storage_purge.start(config)
+        # This worker takes plays too (first) when it is idle: the playback worker may be
+        # restarting. Heartbeats during jobs and short TTLs: a killed worker's job is re-run
+        # quickly (jobs/worker.py). Job durations and outcomes go to the service's metrics
+        # (metrics.py); RQ's own loggers follow LOG_LEVEL (RQ would pin them at INFO).
+        queues = [Queue(name, connection=connection) for name in args.queues]
+        return worker.run(worker_class, queues, with_scheduler=True, logging_level=level)
+    finally:
+        if playback is not None:
+            playback.stop()
+
+
+def _calls_queue(config: Config):
+    from rq import Queue
+
+    from jobs import queueing
+
+    return Queue(queueing.CALLS, connection=queueing.redis_client(config.redis_url, "worker"))
+
+
+def cmd_requeue(config: Config, args: argparse.Namespace) -> int:
+    """Queue every stored call that is not processed yet and has no live job."""
+    from jobs.relay import requeue_pending
+
+    print(f"re-queued {requeue_pending(_calls_queue(config), config)} pending call(s)", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from jobs.queueing import QUEUES
+
+    worker = sub.add_parser("worker", help="run an RQ worker (with scheduler)")
+    # "recordings" first: a doctor waits on a link re-fetch, nobody waits on a transcription.
+    worker.add_argument("queues", nargs="*", default=list(QUEUES))
+    worker.add_argument("--no-warm-up", action="store_true", help="skip loading the transcription model")
+    # The playback worker the worker command starts itself (jobs/companions.py).
+    worker.add_argument("--playback", action="store_true", help=argparse.SUPPRESS)
+    worker.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    worker.set_defaults(func=cmd_worker, needs_db=False, needs_secret=True)
+    sub.add_parser("requeue", help="queue stored calls that are not processed yet").set_defaults(
+        func=cmd_requeue, needs_db=False)
