@@ -8,7 +8,7 @@ from datetime import datetime
 from config import Config
 from models import AuditEvent, Clinic
 from plumbing.clock import iso_utc
-from commands.operator import visible
+from commands.cli import visible
 
 
 def cmd_audit(config: Config, args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 
 from config import Config
 from plumbing.clock import iso_utc
-from commands.operator import visible
+from commands.cli import visible
 
 
 def cmd_calls(config: Config, args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from config import Config
 from migrations import migrate
 from models import Clinic, StaffMembership, StaffUser
 from plumbing.database import db
-from commands.operator import actor
+from commands.cli import actor
 
 DEMO_FILE = Path(__file__).parent.parent / "examples" / "onboarding.json"
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 from config import Config
 from models import ApiToken
 from plumbing.clock import as_utc, iso_utc
-from commands.operator import actor, named_clinics
+from commands.cli import actor, named_clinics
 
 
 def cmd_token_create(config: Config, args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from config import Config
 from models import AuditEvent, StaffMembership, StaffUser
 from plumbing.clock import utc_now
 from plumbing.database import db
-from commands.operator import actor, named_clinics
+from commands.cli import actor, named_clinics
 
 
 def _read_password() -> str | None:
