@@ -14,7 +14,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from plumbing import metrics
 from voicemail import spoken_numbers
@@ -28,16 +27,6 @@ from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
 
 log = logging.getLogger(__name__)
 QUEUE = queueing.CALLS
-
-
-def job_id(call_id: uuid.UUID | str) -> str:
-    return f"ingest-call-{call_id}"
-
-
-def job_options(config: Config) -> dict[str, Any]:
-    """How the ingest job is enqueued (`jobs.relay` queues it): its limit, retries and TTLs."""
-    return dict(job_timeout=config.job_timeout, retry=queueing.retry(config.retry_delays),
-                result_ttl=3600, failure_ttl=7 * 86400)
 
 
 def ingest_call(call_id: str) -> str:

@@ -38,13 +38,23 @@ from rq.job import Job
 
 from config import Config
 from jobs import leases, queueing
-from jobs.calls import ingest_call, job_id, job_options
+from jobs.calls import ingest_call
 from plumbing.clock import utc_now
 from plumbing.database import db, is_postgresql
 from models import Call
 from plumbing.pg_listen import Listener, connector
 
 log = logging.getLogger(__name__)
+
+
+def job_id(call_id: uuid.UUID | str) -> str:
+    return f"ingest-call-{call_id}"
+
+
+def job_options(config: Config) -> dict[str, Any]:
+    """How the ingest job is enqueued: its limit, retries and TTLs."""
+    return dict(job_timeout=config.job_timeout, retry=queueing.retry(config.retry_delays),
+                result_ttl=3600, failure_ttl=7 * 86400)
 
 
 def ensure_queued(queue: Queue, call_id: uuid.UUID | str, config: Config) -> bool:

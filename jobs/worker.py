@@ -44,7 +44,7 @@ import os
 import signal
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 import redis
 from rq import SimpleWorker

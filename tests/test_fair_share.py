@@ -16,7 +16,7 @@ import pytest
 import webtest
 
 from config import Config
-from jobs.calls import job_id
+from jobs.relay import job_id
 from jobs.relay import requeue_pending
 from jobs.relay import CallRelay, job_ended
 from models import Call, Clinic, PatientRequest

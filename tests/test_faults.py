@@ -41,7 +41,7 @@ import webtest
 from voicemail import transcription
 from app import create_app
 from config import Config
-from jobs.calls import job_id
+from jobs.relay import job_id
 from jobs.queueing import is_live
 from jobs.refetch import job_id as refetch_job_id
 from plumbing.database import db

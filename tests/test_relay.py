@@ -23,7 +23,8 @@ from rq.job import Job, JobStatus
 
 from config import Config
 from jobs import leases
-from jobs.calls import QUEUE, job_id
+from jobs.calls import QUEUE
+from jobs.relay import job_id
 from jobs.relay import CallRelay, requeue_pending, start
 from migrations import migrate
 from plumbing.database import db, open_database
