@@ -38,7 +38,9 @@ load falls on all of them alike: read the ratios to the reference. The sides:
 
 ``--variant NAME=JSON`` (repeatable) adds a project side with other settings: fields of
 ``transcription.Decoding``, and ``model`` (a path under the repository), ``threads``,
-``flash_attn`` (whisper.cpp's context parameter), ``languages``, ``env`` (environment of
+``flash_attn`` (whisper.cpp's context parameter), ``languages``, ``country`` (the clinic's,
+for the callback number; ``null``: none read, so no second look at it), ``looks`` (fields of
+``transcription.Decoding`` for the second and third looks at a number), ``env`` (environment of
 that child, e.g. ``{"OMP_WAIT_POLICY": ""}`` for libgomp's own default).
 
 Measured, per language (cs, en) x channel, per language, per channel and over all
@@ -205,7 +207,7 @@ def _whisper_split(engine: Any) -> dict[str, float]:
     return split
 
 
-VARIANT_KEYS = {"model", "threads", "flash_attn", "languages", "env"}  # besides Decoding's fields
+VARIANT_KEYS = {"model", "threads", "flash_attn", "languages", "env", "country", "looks"}  # besides Decoding's fields
 
 
 def run_project(model: str, threads: int, languages: list[str], decoding_json: str, variant_json: str,
@@ -225,6 +227,12 @@ def run_project(model: str, threads: int, languages: list[str], decoding_json: s
     model = str(ROOT / variant["model"]) if "model" in variant else model
     threads = int(variant.get("threads", threads))
     languages = variant["languages"].split(",") if "languages" in variant else languages
+    country = variant.get("country", "CZ")  # null: no callback number read, so no second look
+    if "looks" in variant:  # Decoding fields of the second and third looks at a number
+        from voicemail.transcription import confirmation
+
+        confirmation.SECOND_LOOK = replace(confirmation.SECOND_LOOK, **variant["looks"])
+        confirmation.THIRD_LOOK = replace(confirmation.THIRD_LOOK, **variant["looks"])
     if "flash_attn" in variant:
         from voicemail.transcription import engines
 
@@ -249,7 +257,7 @@ def run_project(model: str, threads: int, languages: list[str], decoding_json: s
 
     def one(label: dict[str, Any], times: int) -> dict[str, Any]:
         split.clear()
-        seconds, r = _timed(lambda: t.transcribe(label["path"], languages, decoding=decoding, country="CZ"), times)
+        seconds, r = _timed(lambda: t.transcribe(label["path"], languages, decoding=decoding, country=country), times)
         return {"file": label["file"], "seconds": seconds, "text": r.text,
                 "raw_text": " ".join(s.text for s in r.segments if s.text), "language": r.language,
                 "message": r.message, "reason": r.message_reason, "status": r.status, "issue": r.issue,
@@ -620,7 +628,7 @@ def _f(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-STAGES = ("audio", "vad", "language", "reversal", "decode", "second_pass")
+STAGES = ("audio", "vad", "language", "reversal", "decode", "second_pass", "callback_number")
 SPLIT = ("mel", "encoder", "decoder")
 
 
@@ -686,7 +694,8 @@ def report(run: dict[str, Any]) -> None:
     print(f"(the parent's peak RSS, inherited by each child over exec, was {s['parent_rss_mb']:.0f} MB)")
 
     print("\nwhere the time goes: seconds per stage / audio seconds (RTF share); encoder and decoder are "
-          "whisper.cpp's own split of decode + second_pass; runs = encoder runs per clip")
+          "whisper.cpp's own split of decode + second_pass + callback_number (the second looks); runs = encoder "
+          "runs per clip")
     for name in names:
         print(f"  {name}")
         for key, cell in run["stages"][name].items():
@@ -731,7 +740,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--decoding", default="", help="JSON of transcription.Decoding overrides")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
                         help="one more project side, interleaved with the others: Decoding fields and "
-                             "model, threads, flash_attn, languages, env (repeatable)")
+                             "model, threads, flash_attn, languages, country, looks, env (repeatable)")
     parser.add_argument("--only", default="", help="only the files whose name contains this")
     parser.add_argument("--every", type=int, default=1, help="every Nth clip of those")
     parser.add_argument("--no-reference", action="store_true", help="skip faster-whisper")
