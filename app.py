@@ -44,7 +44,8 @@ def create_app(config: Config) -> falcon.App:
     # The token checks (401/404/403), then the rate limits, then the body: a body is read
     # only once the token, the clinic and the scope are checked and the token is within its
     # rate (BodyLimit's declared-length refusal, in process_request, still comes first).
-    app = falcon.App(middleware=[TakeTurns(), logs.RequestId(), metrics.RequestMetrics(flusher), NoNulInUrl(),
+    app = falcon.App(middleware=[TakeTurns(), logs.RequestId(config.trusted_proxy_hops),
+                                 metrics.RequestMetrics(flusher), NoNulInUrl(),
                                  DatabaseConnection(),
                                  # /console only: the staff session (cookie) and CSRF; never the API's
                                  ConsoleSession(config.clock, session_lifetime, renderer),

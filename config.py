@@ -78,6 +78,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "CONSOLE_LOGIN_MAX_FAILURES": ("console_login_max_failures", int),
     "CONSOLE_LOGIN_WINDOW_SECONDS": ("console_login_window_seconds", int),
     "TRUST_FORWARDED_PROTO": ("trust_forwarded_proto", _bool),
+    "TRUSTED_PROXY_HOPS": ("trusted_proxy_hops", int),
 }
 # Current name -> the name it had before; the former is still read when the current one is
 # unset, so a deployment's environment keeps working across the rename.
@@ -213,6 +214,13 @@ class Config:
     # Behind the operator's TLS-terminating proxy: believe its X-Forwarded-Proto for the
     # session cookie's Secure flag. Off by default: a client could send the header itself.
     trust_forwarded_proto: bool = False
+    # How many proxies in front of the web processes append the address they saw to
+    # X-Forwarded-For (a PaaS router: 1). The client's address, for the login throttle, the
+    # sessions, the audit trail and the logs, is then the entry that many from the right;
+    # 0: the connection's own address (a client could write the header itself). Behind a
+    # router left at 0, every client has the router's address: one office's failed logins
+    # would lock every clinic's staff out.
+    trusted_proxy_hops: int = 0
     # Not from the environment: the wall clock, replaceable in tests.
     clock: Callable[[], datetime] = field(default=wall_clock, repr=False, compare=False)
 
@@ -220,6 +228,8 @@ class Config:
         for name in ("upload_max_bytes", "upload_links_per_clinic", "upload_purge_every_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.upper()} must be positive")
+        if self.trusted_proxy_hops < 0:
+            raise ValueError("TRUSTED_PROXY_HOPS must be 0 or more")
         if self.upload_purge_grace_seconds < 0:
             raise ValueError("UPLOAD_PURGE_GRACE_SECONDS must not be negative")
         if not self.storage_signing_key:

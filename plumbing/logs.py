@@ -16,6 +16,7 @@ Safety rules, whatever the level:
 from __future__ import annotations
 
 import contextvars
+import ipaddress
 import json
 import logging
 import os
@@ -137,19 +138,41 @@ def setup(level: str = "INFO", fmt: str = "json") -> None:
 access_log = logging.getLogger("access")
 
 
+def peer_address(req: falcon.Request, trusted_proxy_hops: int = 0) -> str | None:
+    """The client's address: the connection's, or behind `trusted_proxy_hops` proxies that
+    each append the address they saw to X-Forwarded-For, the entry that many from the right
+    (what the outermost trusted proxy saw; entries left of it are the client's to write).
+    A request with fewer entries, or a malformed one, did not come through them: the
+    connection's address."""
+    if trusted_proxy_hops > 0:
+        entries = [e.strip() for e in (req.get_header("X-Forwarded-For") or "").split(",")]
+        if len(entries) >= trusted_proxy_hops:
+            try:
+                return str(ipaddress.ip_address(entries[-trusted_proxy_hops]))
+            except ValueError:
+                pass
+    return (req.remote_addr or "")[:64] or None
+
+
 class RequestId:
     """Falcon middleware: take a valid `X-Request-Id` or make one, expose it to logging
     for the request, echo it on every answer (errors included), and write the access log
     line (JSON like every other line, with the id and, for an authenticated request, the
     token's id; the query string is never logged, it may hold a presigned signature).
-    First in the chain, so its `process_response` runs last, after every other middleware."""
+    First in the chain, so its `process_response` runs last, after every other middleware.
+    It also sets the client's address (:func:`peer_address`) for the request: the one
+    every other part (login throttle, sessions, audit trail) reads."""
+
+    def __init__(self, trusted_proxy_hops: int = 0) -> None:
+        self.trusted_proxy_hops = trusted_proxy_hops
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         given = req.get_header(_HEADER)
         rid = given if given is not None and _VALID_ID.fullmatch(given) else uuid.uuid4().hex
         req.context.request_id = rid
         req.context.request_id_token = request_id.set(rid)
-        req.context.client_address_token = client_address.set((req.remote_addr or "")[:64] or None)
+        req.context.client_address = peer_address(req, self.trusted_proxy_hops)
+        req.context.client_address_token = client_address.set(req.context.client_address)
         req.context.request_started = time.perf_counter()
 
     def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool) -> None:

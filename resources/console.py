@@ -85,7 +85,7 @@ class ConsoleLogin:
         form = req.context.form
         email, password = form.get("email", "")[:254], form.get("password", "")[:1024]
         language = self._language(req, form.get("lang"))
-        address = req.remote_addr or "unknown"
+        address = req.context.client_address or "unknown"
         wait = self.throttle.blocked(email, address)
         if wait:
             resp.set_header("Retry-After", str(wait))

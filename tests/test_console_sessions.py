@@ -5,13 +5,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import timedelta
 
+import falcon.testing
 import pytest
 import redis
+import webtest
 
+from app import create_app
 from console.passwords import hash_password
 from models import AuditEvent, Clinic, StaffMembership, StaffSession, StaffUser
+from plumbing import logs
 from plumbing.database import db
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
@@ -120,6 +125,49 @@ def test_failures_from_one_address_throttle_it_whatever_the_email(staff, app):
     login(app, status=429, REMOTE_ADDR="10.9.9.9")
     app.reset()
     login(app, status=303, REMOTE_ADDR="10.0.0.1")
+
+
+def test_a_client_cannot_escape_the_address_throttle_by_writing_x_forwarded_for(staff, app):
+    """TRUSTED_PROXY_HOPS=0 (the default): the header is the client's own words."""
+    for n in range(5):
+        login(app, email=f"guess{n}@example.cz", status=401, REMOTE_ADDR="10.9.9.8",
+              HTTP_X_FORWARDED_FOR=f"198.51.100.{n}")
+    login(app, status=429, REMOTE_ADDR="10.9.9.8", HTTP_X_FORWARDED_FOR="198.51.100.99")
+
+
+def test_behind_a_trusted_proxy_each_client_is_throttled_by_its_own_address(staff, app, config):
+    """TRUSTED_PROXY_HOPS=1 (a PaaS router): every request comes from the router's address,
+    and one office's failed logins must not lock out another's; the client's address is
+    what the router appended, not what the client wrote before it."""
+    behind = webtest.TestApp(create_app(replace(config, trusted_proxy_hops=1)))
+    router = {"REMOTE_ADDR": "10.0.0.1"}
+    for n in range(5):
+        login(behind, email=f"guess{n}@example.cz", status=401, **router,
+              HTTP_X_FORWARDED_FOR=f"192.0.2.{n}, 203.0.113.9")  # the left entries are the client's
+    login(behind, status=429, **router, HTTP_X_FORWARDED_FOR="203.0.113.9")
+    behind.reset()
+    done = login(behind, status=303, **router, HTTP_X_FORWARDED_FOR="198.51.100.7")
+    assert done.headers["Location"].endswith("/console/")
+    with db.connection_context():
+        session = StaffSession.select().order_by(StaffSession.created_at.desc()).first()
+        assert session.ip == "198.51.100.7"
+        failed = AuditEvent.select().where(AuditEvent.action == "staff.login_failed").first()
+        assert failed.address == "203.0.113.9"
+
+
+@pytest.mark.parametrize("hops,forwarded,expected", [
+    (0, "203.0.113.9", "10.0.0.1"),
+    (1, "192.0.2.1, 203.0.113.9", "203.0.113.9"),
+    (2, "192.0.2.1, 203.0.113.9", "192.0.2.1"),
+    (2, "203.0.113.9", "10.0.0.1"),  # fewer entries than proxies: not through them
+    (1, "not-an-address", "10.0.0.1"),
+    (1, None, "10.0.0.1"),
+    (1, "2001:db8::1", "2001:db8::1"),
+])
+def test_peer_address(hops: int, forwarded: str | None, expected: str) -> None:
+    headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+    req = falcon.testing.create_req(headers=headers, remote_addr="10.0.0.1")
+    assert logs.peer_address(req, hops) == expected
 
 
 def test_sessions_expire_when_idle_and_absolutely(staff, app, clock):
