@@ -1,7 +1,7 @@
 """Operator CLI: migrate, onboard, tokens, demo, model, worker helpers.
 
     python manage.py migrate
-    python manage.py onboard FILE.json
+    python manage.py onboard FILE.json [--overwrite-console-changes]
     python manage.py token create --name NAME --clinic SLUG [--clinic SLUG ...] --scope read [--scope write] (--expires-in-days N | --never-expires)
     python manage.py token list
     python manage.py token rotate TOKEN_ID --old-valid-hours H [--expires-in-days N]

@@ -24,7 +24,9 @@ def cmd_migrate(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_onboard(config: Config, args: argparse.Namespace) -> int:
-    from onboarding.writer import OnboardingError, onboard
+    from commands.cli import actor
+    from onboarding.from_file import apply_file
+    from onboarding.writer import OnboardingError
 
     try:
         document = json.loads(Path(args.file).read_text(encoding="utf-8"))
@@ -32,7 +34,8 @@ def cmd_onboard(config: Config, args: argparse.Namespace) -> int:
         print(f"error: cannot read {args.file}: {exc}", file=sys.stderr)
         return 2
     try:
-        summary = onboard(document, secret_key=config.secret_key)
+        summary = apply_file(document, secret_key=config.secret_key, actor=actor(),
+                             overwrite=args.overwrite_console_changes)
     except OnboardingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -50,4 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "model verify PATH (also quantized files)")
     onboard_p = sub.add_parser("onboard", help="create or update an organization from a JSON file")
     onboard_p.add_argument("file")
+    onboard_p.add_argument("--overwrite-console-changes", action="store_true",
+                           help="apply the file even where the staff console changed its clinics since it was "
+                                "last applied (the file's values replace those changes)")
     onboard_p.set_defaults(func=cmd_onboard, needs_secret=True)

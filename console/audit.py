@@ -22,7 +22,8 @@ ACTIONS = ("staff.login", "staff.login_failed", "token.create", "token.rotate", 
            # The settings pages' changes (onboarding/clinic_settings.py).
            "settings.office_hours.add", "settings.office_hours.remove", "settings.calendar.create",
            "settings.calendar.update", "settings.vacation.add", "settings.vacation.remove", "settings.calls.update",
-           "settings.tag.create", "settings.request_type.create", "settings.request_type.update")
+           "settings.tag.create", "settings.request_type.create", "settings.request_type.update",
+           "onboarding.file")
 
 
 def logged_in(user: StaffUser) -> None:

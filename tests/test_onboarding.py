@@ -11,7 +11,7 @@ import manage
 from commands.demo import DEMO_FILE
 from plumbing.database import db
 from models import (
-    MODELS, Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType, RequestTypeDefaultTag, SchemaMigration, Tag, Vacation,
+    MODELS, Actor, AuditEvent, Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType, RequestTypeDefaultTag, SchemaMigration, Tag, Vacation,
 )
 from onboarding.writer import OnboardingError, stable_id
 from tests.support import SECRET_KEY, load
@@ -270,3 +270,53 @@ def test_language_must_be_one_of_the_languages(app, example):
     example["clinics"][0]["languages"] = ["cs", "sk"]
     with pytest.raises(OnboardingError, match=r"clinics\[0\]\.language: 'en' is not among languages"):
         load(example)
+
+
+# --- an old file after console changes ----------------------------------------------------------
+
+def test_a_file_does_not_undo_console_changes_unless_told_to(app, config, capsys):
+    """The console's settings pages and the file write the same rows: applying the file
+    again after an admin changed the clinic is refused, naming the change, and writes
+    nothing; --overwrite-console-changes applies it; after that the file applies again."""
+    from onboarding.clinic_settings import ClinicSettings
+
+    assert cli(config, "onboard", str(DEMO_FILE)) == 0
+    assert cli(config, "onboard", str(DEMO_FILE)) == 0, "no console change: the file applies again"
+    with db.connection_context():
+        clinic = Clinic.get(Clinic.slug == "demo-clinic")
+        assert clinic.missed_call_requests
+        ClinicSettings(clinic, Actor("staff", "anna@example.cz"), SECRET_KEY).set_calls(False, clinic.language_list)
+    capsys.readouterr()
+    before = snapshot()
+
+    assert cli(config, "onboard", str(DEMO_FILE)) == 2
+    err = capsys.readouterr().err
+    assert "demo-clinic: settings.calls.update by staff:anna@example.cz" in err, err
+    assert "--overwrite-console-changes" in err
+    assert snapshot() == before, "nothing written, not even the file's audit event"
+
+    assert cli(config, "onboard", str(DEMO_FILE), "--overwrite-console-changes") == 0
+    with db.connection_context():
+        assert Clinic.get(Clinic.slug == "demo-clinic").missed_call_requests, "the file's value again"
+        event = (AuditEvent.select().where(AuditEvent.action == "onboarding.file")
+                 .order_by(AuditEvent.id.desc()).first())
+        assert event.actor_kind == "operator" and json.loads(event.details) == {"overwroteConsoleChanges": True}
+    assert cli(config, "onboard", str(DEMO_FILE)) == 0, "applied since the change: no refusal"
+
+
+def test_a_clinic_changed_in_the_console_before_any_file_was_recorded_is_refused(app, example, config, tmp_path):
+    """A clinic onboarded before the trail recorded files (here: by the writer directly)
+    with a console change counts as changed: refusing is the safe side."""
+    from onboarding.clinic_settings import ClinicSettings
+
+    load(example)
+    with db.connection_context():
+        clinic = Clinic.get(Clinic.slug == example["clinics"][1]["slug"])
+        ClinicSettings(clinic, Actor("staff", "anna@example.cz"), SECRET_KEY).set_calls(
+            not clinic.missed_call_requests, clinic.language_list)
+    file = tmp_path / "org.json"
+    file.write_text(json.dumps(example))
+    assert cli(config, "onboard", str(file)) == 2
+    other = {"organization": example["organization"], "clinics": [example["clinics"][0]]}
+    file.write_text(json.dumps(other))
+    assert cli(config, "onboard", str(file)) == 0, "a file without the changed clinic applies"
