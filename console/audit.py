@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 
 import peewee as pw
 
+from console.rendering import N_
 from models import Actor, AuditEvent, Clinic, StaffUser
 from plumbing.clock import as_utc
 from plumbing.database import db
@@ -15,15 +16,28 @@ from web.keyset import Keyset
 
 PAGE_SIZE = 50
 ORDER = Keyset(AuditEvent.at, AuditEvent.id, descending=True)  # newest first
-# The verbs the filter offers (AuditEvent.action), in the order a reader looks for them.
-ACTIONS = ("staff.login", "staff.login_failed", "token.create", "token.rotate", "token.revoke",
-           "patient_request.create", "patient_request.patch", "attachment.upload_link", "attachment.register",
-           "patient.import", "patient.import_bulk", "call.receive", "staff_user.create",
-           # The settings pages' changes (onboarding/clinic_settings.py).
-           "settings.office_hours.add", "settings.office_hours.remove", "settings.calendar.create",
-           "settings.calendar.update", "settings.vacation.add", "settings.vacation.remove", "settings.calls.update",
-           "settings.tag.create", "settings.request_type.create", "settings.request_type.update",
-           "onboarding.file")
+# The verbs the filter offers (AuditEvent.action), in the order a reader looks for them,
+# with the words the page shows for them (translated where shown).
+ACTIONS: dict[str, str] = {
+    "staff.login": N_("Logged in"), "staff.login_failed": N_("Failed login"),
+    "token.create": N_("API key created"), "token.rotate": N_("API key replaced by a new one"),
+    "token.revoke": N_("API key revoked"),
+    "patient_request.create": N_("Request created"), "patient_request.patch": N_("Request changed"),
+    "attachment.upload_link": N_("Upload link issued"), "attachment.register": N_("Document stored"),
+    "patient.import": N_("Patient imported"), "patient.import_bulk": N_("Patients imported in bulk"),
+    "call.receive": N_("Call received"), "staff_user.create": N_("Staff user created"),
+    # The settings pages' changes (onboarding/clinic_settings.py).
+    "settings.office_hours.add": N_("Office hours added"), "settings.office_hours.remove": N_("Office hours removed"),
+    "settings.calendar.create": N_("Calendar created"), "settings.calendar.update": N_("Calendar changed"),
+    "settings.vacation.add": N_("Vacation added"), "settings.vacation.remove": N_("Vacation removed"),
+    "settings.calls.update": N_("Call settings changed"), "settings.tag.create": N_("Tag created"),
+    "settings.request_type.create": N_("Request type created"),
+    "settings.request_type.update": N_("Request type changed"),
+    # The operator's file (onboarding/from_file.py).
+    "onboarding.file": N_("Onboarding file applied"),
+}
+# Who wrote, by AuditEvent.actor_kind.
+WHO = {"token": N_("API key"), "staff": N_("staff"), "operator": N_("operator")}
 
 
 def logged_in(user: StaffUser) -> None:

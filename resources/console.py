@@ -214,7 +214,6 @@ class RequestPage:
     login_required = True
     _WHAT = {"patient_request.create": N_("Created"), "call.receive": N_("Call received"),
              "patient_request.patch": N_("Changed")}
-    _WHO = {"token": N_("API key"), "staff": N_("staff"), "operator": N_("operator")}
 
     def __init__(self, renderer: Renderer, links: LinkCache) -> None:
         self.renderer = renderer
@@ -237,7 +236,7 @@ class RequestPage:
             if event.action == "patient_request.patch" and "done" in details:
                 what = N_("Marked resolved") if details["done"] else N_("Reopened")
             events.append({"time": inbox.local_time(event.at, clinic, language), "what": tr.gettext(what),
-                           "who": f"{tr.gettext(self._WHO.get(event.actor_kind, event.actor_kind))}: {event.actor_name}"})
+                           "who": f"{tr.gettext(audit.WHO.get(event.actor_kind, event.actor_kind))}: {event.actor_name}"})
         row = inbox.row(request, clinic, language)
         _html(resp, self.renderer.render(
             "console/request.html", language, user=user, csrf_token=session.csrf_token, clinic=clinic, row=row,

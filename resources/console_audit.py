@@ -33,8 +33,10 @@ class AuditList:
                                         req.get_param("after"))
         except APIError:  # a cursor that is not one of this list's
             raise falcon.HTTPBadRequest() from None
-        events = [{"time": local_time(e.at, clinic, language), "who": f"{e.actor_kind}: {e.actor_name}",
-                   "what": e.action, "target": f"{e.target_type}:{e.target_id}" if e.target_type else "",
+        tr = self.renderer.translations[language]
+        events = [{"time": local_time(e.at, clinic, language),
+                   "who": f"{tr.gettext(audit.WHO.get(e.actor_kind, e.actor_kind))}: {e.actor_name}",
+                   "what": tr.gettext(audit.ACTIONS.get(e.action, e.action)), "action": e.action, "target": f"{e.target_type}:{e.target_id}" if e.target_type else "",
                    "address": e.address or "", "details": _details(e.details)} for e in rows]
         query = {"clinic": clinic.slug, **{k: v for k, v in filters.items() if v}}
         more = "/console/audit?" + urllib.parse.urlencode({**query, "after": cursor}) if cursor else None

@@ -117,10 +117,13 @@ def test_the_audit_page_lists_the_clinics_entries_newest_first_with_who_what_and
                         "userECRFId": type_id("SIGNED_CONSENT")}, headers=bearer(token), extra_environ=FROM).json["data"]["id"]
     login(app, "anna@example.cz", PASSWORD, status=303, **FROM)
     page = app.get("/console/audit")
-    rows = [[td.text for td in tr.find_all("td")] for tr in page.html.select("table.audit tbody tr")]
-    assert [r[2] for r in rows] == ["staff.login", "patient_request.create"], "newest first; clinic-b's not here"
-    assert rows[0][1] == "staff: anna@example.cz" and rows[0][4] == "198.51.100.23"
-    assert rows[1][1] == "token: test-service" and rows[1][3] == f"patient_request:{rid}"
+    trs = page.html.select("table.audit tbody tr")
+    rows = [[td.text for td in tr.find_all("td")] for tr in trs]
+    codes = [tr.find_all("td")[2]["title"] for tr in trs]
+    assert codes == ["staff.login", "patient_request.create"], "newest first; clinic-b's not here"
+    assert [r[2] for r in rows] == ["Přihlášení", "Vytvořen požadavek"], "in words, in the user's Czech"
+    assert rows[0][1] == "personál: anna@example.cz" and rows[0][4] == "198.51.100.23"
+    assert rows[1][1] == "klíč API: test-service" and rows[1][3] == f"patient_request:{rid}"
     assert "B-1" not in page.text and len(rows) == 2
     assert 'href="/console/audit"' in page.text, "the nav links it for an admin"
 
@@ -133,7 +136,7 @@ def test_the_audit_page_filters_by_who_what_and_when(clinics, app, clock):
 
     def actions(query: str) -> list[str]:
         page = app.get("/console/audit?clinic=clinic-a&" + query)
-        return [tr.find_all("td")[2].text for tr in page.html.select("table.audit tbody tr")]
+        return [tr.find_all("td")[2]["title"] for tr in page.html.select("table.audit tbody tr")]
 
     assert actions("who=ANNA") == ["staff.login"], "part of the name, any case"
     assert actions("what=patient.import") == ["patient.import"]
@@ -164,7 +167,7 @@ def test_the_audit_page_pages_by_keyset_without_gaps_or_repeats(clinics, app):
         url = more["href"] if more else None
         pages += 1
         assert pages < 10
-    assert pages == 3 and seen == [f"operator: op-{i:03d}" for i in reversed(range(120))]
+    assert pages == 3 and seen == [f"operátor: op-{i:03d}" for i in reversed(range(120))]
     app.get("/console/audit?clinic=clinic-a&after=garbage", status=400)
 
 
