@@ -238,13 +238,13 @@ class RequestPage:
             events.append({"time": inbox.local_time(event.at, clinic, language), "what": tr.gettext(what),
                            "who": f"{tr.gettext(audit.WHO.get(event.actor_kind, event.actor_kind))}: {event.actor_name}"})
         row = inbox.row(request, clinic, language)
+        held = {tag["id"] for tag in data["tags"]}
         _html(resp, self.renderer.render(
             "console/request.html", language, user=user, csrf_token=session.csrf_token, clinic=clinic, row=row,
             title=row["name"] or tr.gettext("unknown caller"),
             type_name=request.request_type.name if request.request_type_id else None,
             clinic_note=request.clinic_note, user_note=request.user_note, tags=data["tags"],
-            other_tags=[t for t in patient_requests.clinic_tags(clinic, "patient_request")
-                        if t["id"] not in {held["id"] for held in data["tags"]}],
+            other_tags=[t for t in patient_requests.clinic_tags(clinic, "patient_request") if t["id"] not in held],
             documents=documents, events=events))
 
 
