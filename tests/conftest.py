@@ -59,11 +59,16 @@ def wsgi_app(config: Config):
 
 @pytest.fixture
 def app(wsgi_app, clock: Clock) -> Iterator[webtest.TestApp]:
-    """The app over a clean database (every table emptied but the migration log)."""
+    """The app over a clean database (every table emptied but the migration log) and no
+    console login counters in Redis (another test's failed logins from 127.0.0.1 would
+    refuse this one's)."""
     clock.set(WEDNESDAY)
     tables = ", ".join(f'"{m._meta.table_name}"' for m in MODELS if m is not SchemaMigration)
     with db.connection_context():
         db.execute_sql(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+    client = redis.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter("console:*"):
+        client.delete(key)
     yield webtest.TestApp(wsgi_app)
 
 

@@ -8,13 +8,11 @@ import io
 import re
 
 import pytest
-import redis
 
 from console.passwords import hash_password
 from models import AuditEvent, Clinic, MedicalRecord, StaffMembership, StaffUser
 from plumbing.database import db
 from storage import LocalStorage
-from tests.conftest import REDIS_URL
 from tests.support import bearer, issue_token, load, switchboard_url
 from tests.support.bodies import call_body
 from tests.support.live_service import api, patient_id, signing_organization, type_id
@@ -28,9 +26,6 @@ FROM = {"REMOTE_ADDR": "198.51.100.23"}
 def clinics(app):
     """The signing organization (clinic-a, clinic-b); anna is clinic-a's admin, bob its staff."""
     load(signing_organization())
-    client = redis.Redis.from_url(REDIS_URL)
-    for key in client.scan_iter("console:*"):
-        client.delete(key)
     with db.connection_context():
         a = Clinic.by_slug("clinic-a")
         for email, role in (("anna@example.cz", "admin"), ("bob@example.cz", "staff")):

@@ -15,13 +15,11 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-import redis as redis_lib
 import requests
 
 from console.passwords import hash_password
 from models import AuditEvent, Clinic, StaffMembership, StaffUser
 from plumbing.database import db
-from tests.conftest import REDIS_URL
 from tests.support import switchboard_url
 from tests.support.gunicorn import serving, start_gunicorn
 from tests.support.log_audit import remember, watch
@@ -50,11 +48,7 @@ def service(wsgi_app, ca_bundle, tmp_path_factory):
 
 @pytest.fixture
 def admin(staff):  # noqa: F811
-    """Adam, clinic-en's admin; the login throttle's counters cleared (another test's failed
-    logins from 127.0.0.1 would refuse this one's)."""
-    client = redis_lib.Redis.from_url(REDIS_URL)
-    for key in client.scan_iter("console:*"):
-        client.delete(key)
+    """Adam, clinic-en's admin (the login throttle's counters are cleared by `app`)."""
     with db.connection_context():
         user = StaffUser.create(email=ADMIN, name="Adam Správce", password_hash=hash_password(PASSWORD))
         StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == "clinic-en"), role="admin")

@@ -10,7 +10,6 @@ from datetime import timedelta
 
 import falcon.testing
 import pytest
-import redis
 import webtest
 
 from app import create_app
@@ -18,7 +17,7 @@ from console.passwords import hash_password
 from models import AuditEvent, Clinic, StaffMembership, StaffSession, StaffUser
 from plumbing import logs
 from plumbing.database import db
-from tests.conftest import PG_URL, REDIS_URL, ROOT
+from tests.conftest import PG_URL, ROOT
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.support.clocks import WEDNESDAY
 
@@ -27,11 +26,8 @@ PASSWORD = "correct horse battery"
 
 @pytest.fixture
 def staff(app):
-    """clinic-a and clinic-b; anna works for clinic-a; the login counters are cleared."""
+    """clinic-a and clinic-b; anna works for clinic-a (`app` cleared the login counters)."""
     load(organization(clinic("clinic-a"), clinic("clinic-b")))
-    client = redis.Redis.from_url(REDIS_URL)
-    for key in client.scan_iter("console:*"):
-        client.delete(key)
     with db.connection_context():
         user = StaffUser.create(email="anna@example.cz", name="Anna Nováková", password_hash=hash_password(PASSWORD))
         StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == "clinic-a"), role="staff")
@@ -235,9 +231,6 @@ def test_the_demo_prints_an_admin_and_a_staff_login_that_open_the_console(app, c
 
     import manage
 
-    client = redis.Redis.from_url(REDIS_URL)
-    for key in client.scan_iter("console:*"):
-        client.delete(key)
 
     def demo() -> dict[str, tuple[str, str]]:
         assert manage.main(["demo", "--base-url", "http://127.0.0.1:8000"], config) == 0

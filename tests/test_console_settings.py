@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-import redis
 
 from console.passwords import hash_password
 from models import (
@@ -20,7 +19,6 @@ from models import (
 )
 from onboarding.clinic_settings import ClinicSettings
 from plumbing.database import db
-from tests.conftest import REDIS_URL
 from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.test_console_sessions import csrf_of
 
@@ -41,9 +39,6 @@ def people(app):
     """clinic-a (Prague) and clinic-b with a little of everything; anna administers
     clinic-a, bob is a staff member there."""
     load(organization(clinic("clinic-a", switchboard=SWITCHBOARD), clinic("clinic-b", **B_SETUP)))
-    client = redis.Redis.from_url(REDIS_URL)
-    for key in client.scan_iter("console:*"):
-        client.delete(key)
     with db.connection_context():
         a = Clinic.get(Clinic.slug == "clinic-a")
         for email, role in (("anna@example.cz", "admin"), ("bob@example.cz", "staff")):

@@ -37,6 +37,13 @@ LABELS = {
 }
 
 
+# What base makes of a long, unclear Czech message: long, garbled, one word without a break.
+LONG_TRANSCRIPT = ("Dobrý den, pady nana Novákova, prosím pozavování spět klůry receptů, volám kvůli "
+                   "výsledkům krve z minulého týdne a chtěla bych se zeptat, jestli by paní doktorka mohla "
+                   "prodloužit neschopenku, protože mi pořád není dobře, mám horečku a kašlu. ") * 3 + \
+                  "nejnepravděpodobnějšímikvůlivýsledkůmkrvezminuléhotýdne" * 2
+
+
 @pytest.fixture
 def calls(app, https_server):
     """One clinic, a Czech-speaking and an English-speaking user, and three voice messages:
@@ -56,14 +63,15 @@ def calls(app, https_server):
             ("reliable", "Jana", {"callback_number": "+420777123456", "callback_number_at": 9.5}),
             ("check", "Petr", {"heard_number": "+420700123456", "callback_number_at": HEARD_AT,
                                "recording_url": https_server.url("/rec/heard.mp3"), "has_recording": True}),
-            ("unreliable", "Eva", {}),
+            ("unreliable", "Eva", {"transcript": LONG_TRANSCRIPT}),
         )):
             patient = Patient.create(organization=place.organization_id, first_name=name, last_name="Nováková",
                                      phone=f"+42060112345{minutes}")
             call = Call.create(clinic=place, call_sid=f"CA-trust-{status}", call_from=patient.phone,
                                call_to="+420222000111", state="done", outcome="voice_message",
-                               transcript=f"Přepis {status}.", transcript_status=status, transcript_language="cs",
-                               received_at=as_utc(now - timedelta(minutes=10 - minutes)), **fields)
+                               transcript_status=status, transcript_language="cs",
+                               received_at=as_utc(now - timedelta(minutes=10 - minutes)),
+                               **{"transcript": f"Přepis {status}.", **fields})
             made[status] = PatientRequest.create(clinic=place, patient=patient, kind="voice_message",
                                                  title="Hlasová zpráva", call=call,
                                                  created_at=as_utc(now - timedelta(minutes=10 - minutes)))
@@ -82,7 +90,7 @@ def browser():
 
 @pytest.mark.parametrize("language,email", [("cs", "anna@example.cz"), ("en", "eve@example.cz")])
 def test_numbers_and_labels_in_the_inbox_and_on_the_request_page(service, calls, browser, language,  # noqa: F811
-                                                                   email):
+                                                                   email, tmp_path):
     words = LABELS[language]
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     page.set_default_timeout(WAIT_MS)
@@ -116,6 +124,17 @@ def test_numbers_and_labels_in_the_inbox_and_on_the_request_page(service, calls,
     assert page.locator("p.reliability").inner_text().strip().startswith(words["check"])
     page.goto(f"{service}/console/requests/{calls['reliable'].id}")
     assert page.locator('a.callback[href="tel:+420777123456"]').count() == 1
+    page.goto(f"{service}/console/requests/{calls['unreliable'].id}")
+    page.screenshot(path=str(tmp_path / f"console-unreliable-request-{language}.png"), full_page=True)
+
+    # A phone's width: the long transcript and its unbroken word wrap; nothing is wider
+    # than the screen.
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(service + "/console/")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.screenshot(path=str(tmp_path / f"console-inbox-phone-{language}.png"), full_page=True)
+    page.set_viewport_size({"width": 1100, "height": 900})
+    page.screenshot(path=str(tmp_path / f"console-inbox-{language}.png"), full_page=True)
 
 
 def test_without_javascript_the_control_opens_the_recording_at_the_number(service, calls, browser):  # noqa: F811
