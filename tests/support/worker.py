@@ -40,6 +40,11 @@ def worker_env(ca_bundle: str, **extra: str) -> dict[str, str]:
         "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": ca_bundle, "RECORDING_RETRY_DELAYS": "1,1",
         "RECORDING_FETCH_TIMEOUT": "5", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": str(MODEL_EN),
         "PBX_RETRY_DELAYS": "1,1", "PBX_FETCH_TIMEOUT": "5",
+        # One purge round at start, then none during the session: the session's worker shares
+        # the test database but not a test's storage directory, and a round of its own could
+        # take the rows of uploads a storage test has just expired for its own worker to purge
+        # (test_storage_limits failed so once in CI: the row gone, the file left).
+        "UPLOAD_PURGE_EVERY_SECONDS": "86400",
         # DEBUG: the log audit (tests/support/log_audit.py) checks everything a worker may log.
         "LOG_LEVEL": "DEBUG", **extra,
     }
