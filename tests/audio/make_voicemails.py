@@ -20,21 +20,33 @@ message: empty ones (digital silence, line hiss, beep then silence, beep then bu
 tone, mains hum, a click and breathing, street noise) and unintelligible ones (reversed
 speech, babble of 4-8 voices, a bare "Haló?"/"Hello?", a cough, a sigh, chords, DTMF).
 
+Messages: 39 Czech and 33 English (144 clips), 55 of them saying a callback number (mobile or
+Prague/Brno landline; digit by digit, grouped, in tens and hundreds, with "oh", "double",
+"plus four two zero", some said twice), the others none; some say other numbers (a date, a
+time, a room, a blood pressure), never a phone-number-long run. The first 29 Czech and 13
+English messages (``CZECH``, ``ENGLISH``) and the 20 + 10 added later (``CZECH_MORE``,
+``ENGLISH_MORE``) have their own voice lists, so adding messages leaves the earlier clips as
+they were; the background babble and waiting-room noise are made from the first ones only.
+
 Voices: Festival's four Czech voices (``dita``, ``krb``, ``machac``, ``ph``), espeak-ng
-``cs`` and its ``+f2``, ``+m3``, ``+f4`` variants; Festival's ``kal_diphone`` and
-``cmu_us_slt_arctic_hts``, espeak-ng ``en-us``, ``en-gb+f3``, ``en-gb-x-rp+m3``.
+``cs`` and its ``+f2``, ``+m3``, ``+f4``, ``+m1``, ``+f3``, ``+m5``, ``+f1`` variants;
+Festival's ``kal_diphone``, ``ked_diphone`` and ``cmu_us_slt_arctic_hts``, espeak-ng
+``en-us``, ``en-gb+f3``, ``en-gb-x-rp+m3``, ``en-us+m3``, ``en-gb-scotland+f2``,
+``en-029+m2``, ``en-us+f4``, ``en-gb+m4``.
 The Czech Festival voices read ISO-8859-2 (``czech.scm`` proclaims ``coding ISO-8859-2``):
 the text is written to a file in that encoding for ``text2wave``; UTF-8 input makes them
 say "neznámý" for every byte they do not know. Speaking rate: Festival's
 ``Duration_Stretch`` for the diphone voices, sox ``tempo`` for the HTS voice, espeak-ng ``-s``.
 
 Needs Debian's ``festival festvox-czech-dita festvox-czech-krb festvox-czech-machac
-festvox-czech-ph festvox-kallpc8k festvox-us-slt-hts espeak-ng sox lame`` (ffmpeg is not
-used), and numpy + soundfile (libsndfile >= 1.1 for MP3) + phonenumbers from the project's
+festvox-czech-ph festvox-kallpc8k festvox-kdlpc8k festvox-us-slt-hts espeak-ng sox lame`` (ffmpeg
+is not used), and numpy + soundfile (libsndfile >= 1.1 for MP3) + phonenumbers from the project's
 venv; run from the repository root: ``.venv/bin/python tests/audio/make_voicemails.py``
-(about a minute). Deterministic on the same tool versions: one fixed-seed random stream per
-clip (changing one clip leaves the others byte-identical), sox in repeatable mode (``-R``:
-its dither is otherwise random), and the synthesizers and lame are deterministic.
+(about a minute). ``VOICEMAILS_OUT=folder`` writes the set there instead (to compare a new run
+with the committed clips before copying, e.g. with ``cmp``). Deterministic on the same tool
+versions: one fixed-seed random stream per clip (changing one clip leaves the others
+byte-identical), sox in repeatable mode (``-R``: its dither is otherwise random), and the
+synthesizers and lame are deterministic.
 
 Labels (``labels.json``, one object per clip): ``file``, ``kind`` (speech / empty /
 unintelligible), ``message`` (kind == speech), ``language``, ``text`` (exactly the words
@@ -52,6 +64,7 @@ empty ones), ``duration`` (of the decoded file). Extra facts for analysis:
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -65,7 +78,7 @@ import phonenumbers
 import soundfile as sf
 
 HERE = Path(__file__).resolve().parent
-OUT = HERE / "voicemails"
+OUT = Path(os.environ.get("VOICEMAILS_OUT") or HERE / "voicemails")  # another folder: to compare a new run
 RATE = 8000
 SEED = 20261123
 
@@ -73,6 +86,13 @@ CZECH_VOICES = ["festival:czech_dita", "espeak:cs", "festival:czech_machac", "es
                 "festival:czech_krb", "espeak:cs+m3", "festival:czech_ph", "espeak:cs+f4"]
 ENGLISH_VOICES = ["festival:kal_diphone", "festival:cmu_us_slt_arctic_hts", "espeak:en-us", "espeak:en-gb+f3",
                   "espeak:en-gb-x-rp+m3"]
+# Voices of the messages added later (CZECH_MORE, ENGLISH_MORE): their own lists, so the first
+# messages keep their voices and channels (and their clips stay byte-identical).
+CZECH_MORE_VOICES = ["festival:czech_dita", "espeak:cs+m1", "festival:czech_machac", "espeak:cs+f3",
+                     "festival:czech_krb", "espeak:cs+m5", "festival:czech_ph", "espeak:cs+f1"]
+ENGLISH_MORE_VOICES = ["festival:kal_diphone", "espeak:en-us+m3", "festival:cmu_us_slt_arctic_hts",
+                       "espeak:en-gb-scotland+f2", "festival:ked_diphone", "espeak:en-029+m2", "espeak:en-us+f4",
+                       "espeak:en-gb+m4"]
 # Each message on two channels; the pair rotates.
 CHANNEL_PAIRS = [("ulaw8k", "mp3_8k"), ("mp3_8k", "noisy_mp3_8k"), ("ulaw8k", "noisy_mp3_8k")]
 MP3_MODES = [("cbr", 24), ("cbr", 16), ("cbr", 32), ("abr", 16)]
@@ -180,6 +200,89 @@ ENGLISH: list[tuple[str, str, str | None]] = [
      "+420224142888"),
 ]
 
+# Messages added later, rendered after the ones above with their own voice lists.
+CZECH_MORE: list[tuple[str, str, str | None]] = [
+    ("euthyrox", "Dobrý den, tady Jitka Pokorná. Prosím o recept na Euthyrox, dávka sto mikrogramů, jako "
+     "minule. Kdyby něco, volejte na šest set dva, nula dvanáct, tři sta čtyřicet pět.", "+420602012345"),
+    ("ockovani_syn", "Dobrý den, tady Tereza Malá. Chtěla bych objednat syna na očkování, je mu patnáct "
+     "měsíců. Hodí se nám úterý nebo čtvrtek ráno. Číslo je sedm set třicet osm, šedesát pět, čtyřicet, "
+     "dvacet jedna.", "+420738654021"),
+    ("ortopedie", "Dobrý den, u telefonu Vladimír Havel. Potřeboval bych žádanku na ortopedii, bolí mě "
+     "rameno. Zavolejte mi prosím na sedm sedm čtyři, nula osm osm, dva jedna šest. Opakuji, sedm sedm "
+     "čtyři, nula osm osm, dva jedna šest.", "+420774088216"),
+    ("prevazy", "Dobrý den, tady Marta Vlčková. Tatínek je po mrtvici, leží a potřeboval by návštěvu doma "
+     "kvůli převazům. Ozvu se znovu zítra dopoledne, děkuji.", None),
+    ("vzorek", "Dobrý den, tady Radek Kopecký. Byl jsem v pondělí v osm ráno na odběrech a laboratoř prý "
+     "ztratila vzorek. Mám přijít znovu? Moje číslo je šest nula čtyři, sedmdesát, osmdesát osm, "
+     "devadesát.", "+420604708890"),
+    ("pojistovna", "Dobrý den, jmenuji se Ivana Sedláčková a volám z pojišťovny. Potřebujeme doplnit výpis ze "
+     "zdravotní dokumentace jednoho pacienta. Zavolejte prosím na pevnou linku pět čtyři tři, dvě stě "
+     "jedenáct, čtyři sta.", "+420543211400"),
+    ("tlak_odber", "Dobrý den, tady Božena Šťastná. Naměřila jsem si tlak sto šedesát na devadesát pět a "
+     "trochu mě bolí hlava. Přijdu zítra v sedm třicet na odběr, tak se na to prosím podívejte. "
+     "Na shledanou.", None),
+    ("tabor", "Dobrý den, tady Lukáš Zeman. Dcera potřebuje potvrzení o zdravotní způsobilosti na letní "
+     "tábor. Zavolejte mi na plus čtyři sta dvacet, sedm dva dva, nula nula pět, jedna osm sedm.",
+     "+420722005187"),
+    ("zruseni_devet", "Dobrý den, tady Dana Holubová. Ruším zítřejší termín v devět, už je mi lépe. Děkuji a "
+     "omlouvám se.", None),
+    ("kolonoskopie", "Dobrý den, tady Michal Kovář. Volám kvůli výsledkům z kolonoskopie. Jsem k zastižení v "
+     "práci na čísle dvě stě devadesát šest, sto osmdesát, nula nula sedm.", "+420296180007"),
+]
+
+ENGLISH_MORE: list[tuple[str, str, str | None]] = [
+    ("thyroid", "Hello, this is Hannah Fletcher. I'd like to order a repeat prescription for my thyroid "
+     "tablets, the same dose as before. Could you call me on seven three two, four four one, nine zero six? "
+     "I repeat, seven three two, four four one, nine zero six.", "+420732441906"),
+    ("nursery", "Hi, this is Daniel Price, calling for my daughter Ella. She is four and needs her check up "
+     "and a form signed for the nursery. Please ring me back on six zero eight, double two five, three one "
+     "seven.", "+420608225317"),
+    ("pressure", "Good morning, this is Richard Coleman. My blood pressure this morning was one forty over "
+     "ninety, and I have a headache. Should I come in today? My number is seven seven five, three zero "
+     "eight, one two four.", "+420775308124"),
+    ("fall", "Hello, this is Margaret Hill. My husband can't get out of bed after his fall on Sunday and he "
+     "is in a lot of pain. Could the doctor come to the house? You have our address. Thank you.", None),
+    ("fasting", "Hi, this is Kevin Ward. I have a blood test booked for Tuesday at seven thirty, and I wanted "
+     "to check if I should come fasting. Call me on two two two, nine one four, five three eight, that's "
+     "my office.", "+420222914538"),
+    ("mole", "Good afternoon, my name is Sophie Allen. I need a referral to a dermatologist for a mole on my "
+     "back that has changed. You can reach me on plus four two zero, six zero five, eight eight three, two "
+     "one nine.", "+420605883219"),
+    ("booster", "Hello, this is Chris Morgan. Both our kids need their booster vaccinations before school "
+     "starts in September. What days do you vaccinate children? I'll try again tomorrow morning.", None),
+    ("travelclaim", "Hi, this is Natalie Brooks. I need the doctor to fill in a form for my travel insurance "
+     "claim, I was treated in hospital in Spain. Please call me at seven two one, zero six zero, four four "
+     "seven.", "+420721060447"),
+    ("ecode", "Hello, this is George Palmer. The pharmacy says my electronic prescription code doesn't work. "
+     "Could you send it again by text message to seven seven oh, five five two, eight one three? Thanks.",
+     "+420770552813"),
+    ("better", "Hi, it's Jessica Reed. I need to cancel my son's appointment tomorrow at nine, he's feeling "
+     "better now. Sorry for the short notice. Bye.", None),
+    ("employer", "Hello, my name is Andrew Fox. I'm calling from work about a sick note, my employer needs it "
+     "by Friday. The number here is five four one, two one two, three four five, extension twenty.",
+     "+420541212345"),
+    ("cholesterol", "Good morning, Rachel Young here. Just calling for my cholesterol results. My number is "
+     "seven three seven, twenty one, forty three, fifty.", "+420737214350"),
+    ("onfile", "Hi, Paul Simmons here, a patient of Doctor Novak. Please call me back when you have a moment, "
+     "you have my number on file. Thanks.", None),
+    ("monday", "Hello, this is Victoria Shaw. Is there any chance of an early appointment on Monday? I start "
+     "work at nine. Call me on six oh three, double four seven, double oh nine.", "+420603447009"),
+    ("ecg", "Hi, this is Ben Carter. I was told to come to room eleven for my heart test but nobody was there. "
+     "Can I book again? Call me on seven nine three, one two eight, six four zero.", "+420793128640"),
+    ("letter", "Hello, this is Amy Collins. My appointment letter says the twelfth of March at ten fifteen, "
+     "but I'm away that week. Could we move it? My mobile is seven two eight, three zero zero, one five "
+     "six.", "+420728300156"),
+    ("kenya", "Good morning, my name is Lucy Barnes. I'm travelling to Kenya in six weeks and I need advice "
+     "about vaccinations and malaria tablets. I'll call back this afternoon, thank you.", None),
+    ("hearing", "Hello, this is Edward Lane, I'm eighty two. My hearing aid form needs renewing. My home "
+     "number is plus four two zero, two five seven, three one zero, four eight eight.", "+420257310488"),
+    ("sleep", "Hi, this is Megan Ross. I haven't been sleeping well for a few weeks and I'd like to talk to "
+     "the doctor about it. Nothing urgent, I'll book online if I can.", None),
+    ("baby", "Hello, this is Oliver Grant. My baby is three months old and has been coughing all night. Please "
+     "call me urgently, six zero seven, five one nine, two eight three. Again, six zero seven, five one "
+     "nine, two eight three.", "+420607519283"),
+]
+
 # --- the spoken numbers, read back to check that text and callback label agree --------------------
 _UNITS = {"nula": 0, "jedna": 1, "jeden": 1, "dva": 2, "dvě": 2, "tři": 3, "čtyři": 4, "pět": 5, "šest": 6,
           "sedm": 7, "osm": 8, "devět": 9, "zero": 0, "oh": 0, "one": 1, "two": 2, "three": 3, "four": 4,
@@ -188,7 +291,8 @@ _TEENS = {"deset": 10, "jedenáct": 11, "dvanáct": 12, "třináct": 13, "čtrn�
           "šestnáct": 16, "sedmnáct": 17, "osmnáct": 18, "devatenáct": 19, "ten": 10, "eleven": 11,
           "twelve": 12}
 _TENS = {"dvacet": 20, "třicet": 30, "čtyřicet": 40, "padesát": 50, "šedesát": 60, "sedmdesát": 70,
-         "osmdesát": 80, "devadesát": 90, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50}
+         "osmdesát": 80, "devadesát": 90, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
+         "seventy": 70, "eighty": 80, "ninety": 90}
 _HUNDRED = {"sto", "stě", "sta", "set"}
 _NUMBER_WORDS = set(_UNITS) | set(_TEENS) | set(_TENS) | _HUNDRED | {"plus", "double", ","}
 
@@ -471,6 +575,8 @@ def seeded(name: str) -> np.random.Generator:
 
 
 def main() -> int:
+    for messages in (CZECH + CZECH_MORE, ENGLISH + ENGLISH_MORE):
+        assert len({key for key, _, _ in messages}) == len(messages), "a message key twice"
     OUT.mkdir(exist_ok=True)
     labels: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -495,7 +601,9 @@ def main() -> int:
                            "speech_end": round((rec["end"] + shift) / RATE, 3) if timed else None,
                            "level_dbfs": label.get("level_dbfs"), "rate": label.get("rate"), **out})
 
-        for language, messages, voices in (("cs", CZECH, CZECH_VOICES), ("en", ENGLISH, ENGLISH_VOICES)):
+        for language, messages, voices in (("cs", CZECH, CZECH_VOICES), ("en", ENGLISH, ENGLISH_VOICES),
+                                           ("cs", CZECH_MORE, CZECH_MORE_VOICES),
+                                           ("en", ENGLISH_MORE, ENGLISH_MORE_VOICES)):
             for i, (key, text, callback) in enumerate(messages):
                 check_callback(text, callback)
                 rng = seeded(f"{language}_{key}")
@@ -505,7 +613,7 @@ def main() -> int:
                 sound = at_level(synthesize(text, voice, tmp, rate), level)
                 speech[f"{language}_{key}"] = (sound, voice)
                 rec = voicemail(sound, rng)
-                if language == "cs" and rec["audio"].size < 8 * RATE:  # a message lasts 8-30 s
+                if rec["audio"].size < 8 * RATE:  # a message lasts 8-30 s (no first English one was shorter)
                     rec = voicemail(sound, rng, tail=6.0)
                 for channel in CHANNEL_PAIRS[i % len(CHANNEL_PAIRS)]:
                     add("speech", f"{language}_{key}_{voice_tag(voice)}_{channel}", rec, channel, 10 ** (level / 20),
@@ -548,7 +656,9 @@ def main() -> int:
                              ("en_results", "mp3_8k")):
             sound, voice = speech[key]
             odd(f"reversed_{key}_{channel}", sound[::-1].copy(), channel, -22.0, language=key[:2], voice=voice)
-        pool = [s for s, _ in speech.values()]
+        # The first messages only: the babble clips stay as they were made before the later messages.
+        pool = [speech[f"{language}_{key}"][0] for language, messages in (("cs", CZECH), ("en", ENGLISH))
+                for key, _, _ in messages]
         for count, channel in ((4, "mp3_8k"), (6, "ulaw8k"), (8, "noisy_mp3_8k")):
             rng = seeded(f"babble{count}")
             picks = [pool[int(j)] for j in rng.choice(len(pool), count, replace=False)]
