@@ -39,9 +39,14 @@ load falls on all of them alike: read the ratios to the reference. The sides:
 ``--variant NAME=JSON`` (repeatable) adds a project side with other settings: fields of
 ``transcription.Decoding``, and ``model`` (a path under the repository), ``threads``,
 ``flash_attn`` (whisper.cpp's context parameter), ``languages``, ``country`` (the clinic's,
-for the callback number; ``null``: none read, so no second look at it), ``looks`` (fields of
+for the callback number; ``null``: none read, so no second look at it), ``second_opinion``
+(``true``: the reliability label's greedy second decoding in every language, whether or not
+the label's model reads it: what ``--fit-label`` needs), ``looks`` (fields of
 ``transcription.Decoding`` for the second and third looks at a number), ``env`` (environment of
-that child, e.g. ``{"OMP_WAIT_POLICY": ""}`` for libgomp's own default).
+that child, e.g. ``{"OMP_WAIT_POLICY": ""}`` for libgomp's own default), ``root`` and ``python``
+(another checkout of the project and the interpreter of its virtualenv: the code before a
+change, side by side with it; e.g. a ``git worktree`` of the commit before and a copy of
+``.venv`` with the registry wheel of pywhispercpp).
 
 Measured, per language (cs, en) x channel, per language, per channel and over all
 messages, for every side side by side:
@@ -207,7 +212,8 @@ def _whisper_split(engine: Any) -> dict[str, float]:
     return split
 
 
-VARIANT_KEYS = {"model", "threads", "flash_attn", "languages", "env", "country", "looks"}  # besides Decoding's fields
+VARIANT_KEYS = {"model", "threads", "flash_attn", "languages", "env", "country", "looks",
+                "second_opinion"}  # besides Decoding's fields
 
 
 def run_project(model: str, threads: int, languages: list[str], decoding_json: str, variant_json: str,
@@ -233,6 +239,10 @@ def run_project(model: str, threads: int, languages: list[str], decoding_json: s
 
         confirmation.SECOND_LOOK = replace(confirmation.SECOND_LOOK, **variant["looks"])
         confirmation.THIRD_LOOK = replace(confirmation.THIRD_LOOK, **variant["looks"])
+    if variant.get("second_opinion"):  # for --fit-label: the label's costly signal, in every language
+        from voicemail.transcription import reliability
+
+        reliability.asks = lambda signal, language: True
     if "flash_attn" in variant:
         from voicemail.transcription import engines
 
@@ -365,12 +375,18 @@ class Side:
     """One child process (project, a variant of it, or the reference) fed clip by clip."""
 
     def __init__(self, name: str, kind: str, args: argparse.Namespace, clips: Path, variant: str = "") -> None:
-        cmd = [sys.executable, __file__, "--child", kind, "--clips", str(clips), "--model", args.model,
-               "--threads", str(args.threads), "--languages", args.languages, "--decoding", args.decoding or "",
-               "--variant", variant, "--repeat", str(args.repeat)]
-        env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), **json.loads(variant or "{}").get("env", {}))
+        settings = json.loads(variant or "{}")
+        # Another checkout (``root``) run by another interpreter (``python``): the code before a
+        # change, measured in the same run; the child gets the rest of the variant.
+        root = Path(settings.pop("root", ROOT)).resolve()
+        python = settings.pop("python", sys.executable)
+        cmd = [python, str(root / "bench" / Path(__file__).name), "--child", kind, "--clips", str(clips),
+               "--model", args.model, "--threads", str(args.threads), "--languages", args.languages,
+               "--decoding", args.decoding or "", "--variant", json.dumps(settings) if variant else "",
+               "--repeat", str(args.repeat)]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(root), **settings.get("env", {}))
         self.name = name
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
         self.result: dict[str, Any] = dict(self._read(), side=name, rows=[], long=None)
 
     def _read(self) -> dict[str, Any]:
@@ -628,7 +644,7 @@ def _f(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-STAGES = ("audio", "vad", "language", "reversal", "decode", "second_pass", "callback_number")
+STAGES = ("audio", "vad", "language", "reversal", "decode", "second_opinion", "second_pass", "callback_number")
 SPLIT = ("mel", "encoder", "decoder")
 
 
@@ -740,7 +756,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--decoding", default="", help="JSON of transcription.Decoding overrides")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
                         help="one more project side, interleaved with the others: Decoding fields and "
-                             "model, threads, flash_attn, languages, country, looks, env (repeatable)")
+                             "model, threads, flash_attn, languages, country, looks, second_opinion, env, root, python (repeatable)")
     parser.add_argument("--only", default="", help="only the files whose name contains this")
     parser.add_argument("--every", type=int, default=1, help="every Nth clip of those")
     parser.add_argument("--no-reference", action="store_true", help="skip faster-whisper")

@@ -285,6 +285,118 @@ def test_multilingual_model_follows_the_clinic_language(base: tx.Transcriber) ->
     assert detected.language == "de"
 
 
+# ------------------------------------- whisper.cpp's C library under the binding (issue 23)
+
+
+class _Calls:
+    """Counts calls of an engine's methods while passing them on to the real ones."""
+
+    def __init__(self, engine: Any, *names: str) -> None:
+        self.engine, self.names, self.count = engine, names, {n: 0 for n in names}
+
+    def __enter__(self) -> "_Calls":
+        for name in self.names:
+            real = getattr(self.engine, name)
+
+            def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+                self.count[_name] += 1
+                return _real(*args, **kwargs)
+
+            setattr(self.engine, name, counted)
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        for name in self.names:
+            delattr(self.engine, name)  # the instance attribute: the class's method again
+
+
+def test_languages_read_from_the_decoding_are_whisper_cpps_own_detection(base: tx.Transcriber) -> None:
+    """After whisper_full, the encoder output it left gives the same language probabilities
+    as whisper_lang_auto_detect's own encoder pass on the same (one-window) audio: the
+    context pointer and the logits row are read right."""
+    audio = tx.load_audio(str(voicemail_set.clip_path(_clip("cs"))))
+    span = tx.speech_span(audio, tx.speech_runs(base._vad.probabilities(audio)))
+    assert span.size <= 30 * tx.SAMPLE_RATE
+    engine = base.engine
+    with base._lock:
+        own = engine.language_probabilities(span)
+        engine.run(span, "cs", tx.DEFAULT_DECODING, None, lambda: False)
+        read = engine.decoded_language_probabilities()
+    assert read is not None and read.shape == own.shape
+    assert np.abs(read - own).max() < 1e-5 and abs(float(read.sum()) - 1) < 1e-4
+    assert int(np.argmax(read)) == int(np.argmax(own))
+
+
+def test_a_caller_of_the_clinics_first_language_costs_one_encoder_pass(base: tx.Transcriber) -> None:
+    czech, english = _clip("cs"), _clip("en")
+    with _Calls(base.engine, "run", "language_probabilities") as calls:
+        t = base.transcribe(str(voicemail_set.clip_path(czech)), ["cs", "en"])
+    assert t.language == "cs" and t.language_probability is not None and t.message
+    # whisper_full once; no detection pass of its own (the reversal test may encode the
+    # speech played backwards when detection is unsure: at most that one)
+    assert calls.count["run"] == 1 and calls.count["language_probabilities"] <= 1
+    assert calls.count["language_probabilities"] == (t.reversed_language_entropy is not None)
+    with _Calls(base.engine, "run", "language_probabilities") as calls:
+        t = base.transcribe(str(voicemail_set.clip_path(english)), ["cs", "en"])
+    # Another listed language: decoded once more, in it; its words are English.
+    assert t.language == "en" and calls.count["run"] == 2
+    assert {"hello", "this", "is"} & set(word_error.normalize_for_wer(t.text)), t.text
+
+
+def test_the_vad_runs_whole_recordings_in_whisper_cpp() -> None:
+    from voicemail.transcription.audio import Vad
+
+    label = _clip("en")
+    audio = tx.load_audio(str(voicemail_set.clip_path(label)))
+    vad = Vad()
+    probs = vad.probabilities(audio)
+    assert probs.dtype == np.float32 and probs.size == audio.size // tx.VAD_FRAME
+    assert np.array_equal(probs, vad.probabilities(audio))  # a fresh state every call
+    runs = tx.speech_runs(probs)
+    assert runs and abs(runs[0][0] - label["onset"]) < 0.5, (runs[:2], label["onset"])
+    assert vad.probabilities(np.zeros(3 * tx.SAMPLE_RATE, dtype=np.float32)).max() < tx.VAD_THRESHOLD
+    assert vad.probabilities(audio[:100]).size == 0
+
+
+def test_the_binding_context_pointer_is_checked() -> None:
+    from voicemail.transcription import libwhisper
+
+    with pytest.raises(libwhisper.LibraryError, match="not a pywhispercpp whisper_context"):
+        libwhisper.context_pointer(object())
+
+
+def test_a_second_opinion_decodes_the_same_audio_without_encoding_it_again(base: tx.Transcriber) -> None:
+    """Greedy decoding of the encoder output whisper_full left: close to the beam search's
+    text on a clear message, far from it where base is guessing."""
+    clear = next(x for x in voicemail_set.load_labels() if x["file"] == "en_toothache_cmu_us_slt_arctic_hts_ulaw8k.wav")
+    audio = tx.load_audio(str(voicemail_set.clip_path(clear)))
+    span = tx.speech_span(audio, tx.speech_runs(base._vad.probabilities(audio)))
+    with base._lock:
+        beam = base.engine.run(span, "en", tx.DEFAULT_DECODING, None, lambda: False)
+        greedy = base.engine.greedy_text("en", 200, lambda: False)
+        stopped = base.engine.greedy_text("en", 200, lambda: True)
+    text = " ".join(x.text for x in beam.segments)
+    assert greedy and stopped is None
+    from voicemail.transcription import reliability
+
+    assert reliability.disagreement(text, greedy) <= 0.15, (text, greedy)
+    errors, words = word_error.word_error_rate(clear["text"], greedy)
+    assert errors / words <= 0.2, greedy
+    assert reliability.disagreement(text, "") == 1.0 and reliability.disagreement(text, None) is None
+
+
+def test_whisper_cpp_is_built_with_llamafiles_kernels() -> None:
+    """bin/setup (bin/build-whisper) replaced the registry wheel with a build that has them."""
+    import platform
+
+    import _pywhispercpp as pw
+
+    if platform.machine() != "x86_64":
+        pytest.skip("bin/build-whisper keeps the registry wheel off x86-64")
+    info = pw.whisper_print_system_info()
+    assert "LLAMAFILE = 1" in info and "AVX2 = 1" in info and "AVX512" not in info, info
+
+
 # ---------------------------------------------------------- process-level pieces
 
 

@@ -61,6 +61,17 @@ class Engine(Protocol):
 
     def language_probabilities(self, audio: np.ndarray) -> np.ndarray: ...
 
+    def decoded_language_probabilities(self) -> np.ndarray | None:
+        """The language probabilities of the audio ``run`` encoded last, read from the
+        encoder output it left (no encoder pass of their own), or None when the binding
+        cannot read them."""
+        ...
+
+    def greedy_text(self, language: str, max_tokens: int, abort: Callable[[], bool]) -> str | None:
+        """The audio ``run`` encoded last, decoded again greedily (no encoder pass), or None
+        when the binding cannot (or ``abort()`` said stop)."""
+        ...
+
     def lang_id(self, code: str) -> int: ...
 
     def lang_str(self, lang_id: int) -> str: ...
@@ -161,6 +172,7 @@ class _PyWhisperCpp:
         self.multilingual = bool(pw.whisper_is_multilingual(ctx))
         self.eot = int(pw.whisper_token_eot(ctx))
         self._params: dict[tuple[int, int], Any] = {}
+        self._decoder: Any = None  # libwhisper.Decoder, made on first use (False: unavailable)
 
     @property
     def ctx(self) -> Any:
@@ -208,6 +220,26 @@ class _PyWhisperCpp:
         if pw.whisper_lang_auto_detect(self._ctx, 0, self.threads, probs) < 0:
             raise TranscriptionError("whisper_lang_auto_detect failed")
         return probs
+
+    def decoded_language_probabilities(self) -> np.ndarray | None:
+        decoder = self._libwhisper_decoder()
+        return decoder.language_probabilities() if decoder else None
+
+    def greedy_text(self, language: str, max_tokens: int, abort: Callable[[], bool]) -> str | None:
+        decoder = self._libwhisper_decoder()
+        return decoder.greedy_text(self.lang_id(language), max_tokens, abort) if decoder else None
+
+    def _libwhisper_decoder(self) -> Any:
+        if self._decoder is None:
+            from voicemail.transcription import libwhisper
+
+            try:
+                self._decoder = libwhisper.Decoder(self._ctx, self.threads) if self.multilingual else False
+            except libwhisper.LibraryError as exc:
+                logger.warning("language detection needs its own encoder pass, and the label has no second "
+                               "opinion: %s", exc)
+                self._decoder = False
+        return self._decoder
 
     def run(self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None,
             abort: Callable[[], bool]) -> RawResult:
@@ -257,6 +289,12 @@ class _WhisperCppPython:
         self.multilingual = bool(w.whisper_is_multilingual(self._ctx))
         self.eot = int(w.whisper_token_eot(self._ctx))
         self._keep: list[Any] = []  # bytes and callbacks C holds pointers to during a call
+
+    def decoded_language_probabilities(self) -> np.ndarray | None:
+        return None  # a 2023 whisper.cpp: detection keeps its own encoder pass
+
+    def greedy_text(self, language: str, max_tokens: int, abort: Callable[[], bool]) -> str | None:
+        return None
 
     def lang_id(self, code: str) -> int:
         return int(self._w.whisper_lang_id(code.encode("ascii")))

@@ -90,6 +90,9 @@ class Transcript:
     # from the text with whether its digits were heard (confirmation.py; start and end in
     # seconds of the recording). Filled by transcribe() when it is given the country.
     label_signals: dict[str, Any] | None = None
+    # The same audio decoded again greedily from the same encoder output (the label's
+    # ``disagreement``); the caller's words, so not among the stored signals.
+    second_opinion: str | None = None
     heard_number: Any = None  # confirmation.HeardNumber
     # Seconds spent per stage (``audio``: file decoding and resampling, ``vad``,
     # ``language``: detection, ``reversal``: the time-reversal test, ``decode``: whisper.cpp,
@@ -112,4 +115,4 @@ class Transcript:
 
     def signals(self) -> dict[str, Any]:
         """The decision inputs, for storing with the call (no text)."""
-        return {k: v for k, v in self.to_dict().items() if k not in ("text", "segments")}
+        return {k: v for k, v in self.to_dict().items() if k not in ("text", "segments", "second_opinion")}

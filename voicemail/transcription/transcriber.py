@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -28,6 +28,10 @@ from voicemail.transcription.results import (
 )
 from voicemail.transcription.settings import BACKENDS, DEFAULT_DECODING, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE, Decoding
 
+# Audio that fits whisper's one 30 s window: whisper_full encodes it once, and the encoder
+# output it leaves is the whole span's.
+WINDOW_SAMPLES = 30 * SAMPLE_RATE
+
 logger = logging.getLogger("transcription")
 
 
@@ -44,6 +48,20 @@ class _Stages:
             yield
         finally:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - began, 4)
+
+
+@dataclass
+class _Decoded:
+    """What :meth:`Transcriber._decode` found: whisper.cpp's result, the language chosen,
+    whisper's probability of it, of all languages, and of all played backwards (entropy)."""
+
+    raw: RawResult | None
+    language: str | None
+    probability: float | None = None
+    probs: np.ndarray | None = None
+    backward: float | None = None
+    second_pass: bool = False
+    second_opinion: str | None = None
 
 
 class Transcriber:
@@ -145,30 +163,14 @@ class Transcriber:
                               backend=self.backend, model=Path(self.model_path).name,
                               speech_start=round(runs[0][0], 2) if runs else None,
                               decoded_seconds=round(span.size / SAMPLE_RATE, 2))
-            backward: float | None = None
-            raw: RawResult | None = None
             if span.size < SAMPLE_RATE // 2 or (speech_seconds is not None and speech_seconds < MIN_SPEECH_SECONDS):
-                raw = RawResult([], None)
-                language, probability, all_probs = (languages[0] if len(languages) == 1 else None), None, None
+                decoded = _Decoded(RawResult([], None), languages[0] if len(languages) == 1 else None)
             else:
-                with stage("language"):
-                    language, probability, all_probs = self._language(span, languages)
-                with stage("reversal"):
-                    backward = self._backward_entropy(span, all_probs)
-                base = replace(base, reversed_language_entropy=backward)
-            if reversed_speech(round(entropy(all_probs), 3), backward):
-                raw = RawResult([], language)  # words played backwards: nothing to decode
-            elif raw is None:
-                prompt = PROMPTS.get(language) if decoding.prompt else None
-                with stage("decode"):
-                    raw = self._engine.run(span, language, decoding, prompt, abort)
-                if (speech_seconds is not None and speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS
-                        and not raw.aborted and not raw.error and not words(" ".join(x.text for x in raw.segments))):
-                    # A message with no words: whisper's no-speech gate dropped every
-                    # window. Once more without it, so the receptionist gets what it heard.
-                    with stage("second_pass"):
-                        raw = self._engine.run(span, language, replace(decoding, no_speech_thold=1.0), prompt, abort)
-                    base = replace(base, second_pass=True)
+                decoded = self._decode(span, speech_seconds, languages, decoding, abort, stage)
+                base = replace(base, reversed_language_entropy=decoded.backward, second_pass=decoded.second_pass,
+                               second_opinion=decoded.second_opinion)
+        language, probability, all_probs = decoded.language, decoded.probability, decoded.probs
+        raw = decoded.raw or RawResult([], language)
         if all_probs is not None:
             top = np.sort(all_probs)[::-1]
             base = replace(base, top_language_probability=round(float(top[0]), 4),
@@ -181,6 +183,61 @@ class Transcriber:
             t = replace(t, heard_number=heard, stages=stage.seconds,
                         elapsed=round(time.perf_counter() - started, 4))
         return t
+
+    def _decode(self, span: np.ndarray, speech_seconds: float | None, languages: Sequence[str], decoding: Decoding,
+                abort: Callable[[], bool], stage: _Stages) -> _Decoded:
+        """Decode the speech span: in which language, what whisper.cpp wrote, whether it is
+        speech played backwards (then nothing is kept), and the second pass without the
+        no-speech gate when a long stretch of speech came out with no words."""
+        if languages and span.size <= WINDOW_SAMPLES and self._engine.multilingual:
+            out = self._decode_then_detect(span, languages, decoding, abort, stage)
+        else:  # any language, or more than one window: detection's own encoder pass first
+            with stage("language"):
+                probs = self._engine.language_probabilities(span) if self._engine.multilingual else None
+            out = _Decoded(None, *self._choose(probs, languages), probs=probs)
+        with stage("reversal"):
+            out.backward = self._backward_entropy(span, out.probs)
+        if reversed_speech(round(entropy(out.probs), 3), out.backward):
+            out.raw = RawResult([], out.language)  # words played backwards: not a message, whatever was decoded
+            return out
+        if out.raw is None:
+            with stage("decode"):
+                out.raw = self._engine.run(span, out.language, decoding, self._prompt(out.language, decoding), abort)
+        wordless = not words(" ".join(x.text for x in out.raw.segments))
+        if (speech_seconds is not None and speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS and wordless
+                and not out.raw.aborted and not out.raw.error):
+            # A message with no words: whisper's no-speech gate dropped every window. Once
+            # more without it, so the receptionist gets what it heard.
+            with stage("second_pass"):
+                out.raw = self._engine.run(span, out.language, replace(decoding, no_speech_thold=1.0),
+                                           self._prompt(out.language, decoding), abort)
+            out.second_pass, out.second_opinion = True, None
+        return out
+
+    def _decode_then_detect(self, span: np.ndarray, languages: Sequence[str], decoding: Decoding,
+                            abort: Callable[[], bool], stage: _Stages) -> _Decoded:
+        """The clinic's first language is decoded first, and the language is read from the
+        encoder output that decoding left: one encoder pass for the callers of the clinic's
+        first language instead of two (README, "Where the time goes"). A caller of another
+        listed language is decoded once more, in it. Then, while that encoder output is still
+        the span's, the label's second opinion when it asks for one."""
+        with stage("decode"):
+            raw = self._engine.run(span, languages[0], decoding, self._prompt(languages[0], decoding), abort)
+        probs = None
+        with stage("language"):
+            if not raw.aborted and not raw.error:
+                probs = self._engine.decoded_language_probabilities()
+                if probs is None:  # a binding that cannot: detection's own encoder pass
+                    probs = self._engine.language_probabilities(span)
+        out = _Decoded(raw, *self._choose(probs, languages), probs=probs)
+        if out.language != languages[0]:
+            with stage("decode"):
+                out.raw = self._engine.run(span, out.language, decoding, self._prompt(out.language, decoding), abort)
+        if reliability.asks("disagreement", out.language) and not out.raw.aborted and not out.raw.error:
+            with stage("second_opinion"):
+                n = sum(len(x.tokens) for x in out.raw.segments)
+                out.second_opinion = self._engine.greedy_text(out.language or "", 2 * n + 16, abort)
+        return out
 
     def _heard_number(self, t: Transcript, country: str, span: np.ndarray, runs: list[tuple[float, float]],
                       abort: Callable[[], bool]) -> confirmation.HeardNumber | None:
@@ -197,15 +254,21 @@ class Transcriber:
         return replace(heard, start=round(recording_time(heard.start, pieces), 2),
                        end=round(recording_time(heard.end or heard.start, pieces), 2))
 
-    def _language(self, span: np.ndarray, languages: Sequence[str]) -> tuple[str, float | None, np.ndarray | None]:
-        """The call's language among ``languages`` (any when empty), whisper's probability
-        of it, and the probabilities of all languages (None on an English-only model)."""
+    @staticmethod
+    def _prompt(language: str | None, decoding: Decoding) -> str | None:
+        return PROMPTS.get(language or "") if decoding.prompt else None
+
+    def _choose(self, probs: np.ndarray | None, languages: Sequence[str]) -> tuple[str | None, float | None]:
+        """The call's language among ``languages`` (any when empty) from whisper's language
+        probabilities (None: an English-only model, or nothing detected), and whisper's
+        probability of it."""
         if not self._engine.multilingual:
-            return "en", None, None
-        probs = self._engine.language_probabilities(span)
+            return "en", None
+        if probs is None:
+            return (languages[0] if languages else None), None
         if not languages:
             best = int(np.argmax(probs))
-            return self._engine.lang_str(best), float(probs[best]), probs
+            return self._engine.lang_str(best), float(probs[best])
         ids = [self._engine.lang_id(c) for c in languages]
         best = max(ids, key=lambda i: probs[i])
         first = ids[0]
@@ -213,7 +276,7 @@ class Transcriber:
         # unclear Czech, base often rates English above Czech at 0.1-0.2 (measured).
         if best != first and (probs[best] < OTHER_LANGUAGE_MIN or probs[best] < 2 * probs[first]):
             best = first
-        return self._engine.lang_str(best), float(probs[best]), probs
+        return self._engine.lang_str(best), float(probs[best])
 
     def _backward_entropy(self, span: np.ndarray, forward: np.ndarray | None) -> float | None:
         """Language-detection entropy of the span played backwards, when the time-reversal
@@ -281,12 +344,15 @@ class Transcriber:
             if self._engine.multilingual:
                 self._engine.language_probabilities(tone)
             self._engine.run(tone, "en", self.decoding, None, lambda: False)
+            self._engine.decoded_language_probabilities()
         for language in reliability.DICTIONARY_NAMES:  # loaded here, not on the first call's clock
             reliability.dictionary(language)
 
     def close(self) -> None:
         with self._lock:
             self._engine.close()
+            if self._vad is not None:
+                self._vad.close()
 
 
 # The process in which any whisper.cpp computation ran (its thread pool is process state).
