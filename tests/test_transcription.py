@@ -385,6 +385,25 @@ def test_a_second_opinion_decodes_the_same_audio_without_encoding_it_again(base:
     assert reliability.disagreement(text, "") == 1.0 and reliability.disagreement(text, None) is None
 
 
+def test_a_second_opinion_that_loops_stops_within_the_decoders_positions(base: tx.Transcriber) -> None:
+    """Greedy decoding of this noisy Czech message loops; past the decoder's 448 positions
+    ggml's failed assertion would end the worker (it did, in a benchmark run). It stops
+    where whisper_full stops: at half of them."""
+    label = next(x for x in voicemail_set.load_labels() if x["file"] == "cs_zruseni_cs_f4_noisy_mp3_8k.mp3")
+    audio = tx.load_audio(str(voicemail_set.clip_path(label)))
+    span = tx.speech_span(audio, tx.speech_runs(base._vad.probabilities(audio)))
+    steps = [0]
+
+    def count() -> bool:
+        steps[0] += 1
+        return False
+
+    with base._lock:
+        base.engine.run(span, "cs", tx.DEFAULT_DECODING, None, lambda: False)
+        text = base.engine.greedy_text("cs", 100_000, count)
+    assert text is not None and 0 < steps[0] <= 448 // 2 - 4
+
+
 def test_whisper_cpp_is_built_with_llamafiles_kernels() -> None:
     """bin/setup (bin/build-whisper) replaced the registry wheel with a build that has them."""
     import platform

@@ -72,8 +72,8 @@ def library() -> ctypes.CDLL:
     lib.whisper_vad_free.argtypes = [c_void_p]
     lib.whisper_vad_free.restype = None
     for name in ("whisper_model_n_vocab", "whisper_model_n_audio_ctx", "whisper_model_n_audio_state",
-                 "whisper_model_n_text_layer", "whisper_model_n_mels", "whisper_n_vocab", "whisper_token_sot",
-                 "whisper_token_eot", "whisper_token_transcribe", "whisper_token_not"):
+                 "whisper_model_n_text_layer", "whisper_model_n_mels", "whisper_n_vocab", "whisper_n_text_ctx",
+                 "whisper_token_sot", "whisper_token_eot", "whisper_token_transcribe", "whisper_token_not"):
         getattr(lib, name).argtypes = [c_void_p]
         getattr(lib, name).restype = c_int
     lib.whisper_token_lang.argtypes = [c_void_p, c_int]
@@ -175,6 +175,7 @@ class Decoder:
         self._ptr = context_pointer(ctx)
         self._threads = threads
         self._n_vocab = self._lib.whisper_n_vocab(self._ptr)
+        self._n_text_ctx = self._lib.whisper_n_text_ctx(self._ptr)
         self._languages = pw.whisper_lang_max_id() + 1
         self._language_tokens = np.array([self._lib.whisper_token_lang(self._ptr, i)
                                           for i in range(self._languages)], dtype=np.int64)
@@ -205,6 +206,9 @@ class Decoder:
         (about 8 ms each with 2 threads), no encoder pass."""
         prompt = [self._sot[0], self._lib.whisper_token_lang(self._ptr, language_id), self._transcribe,
                   self._no_timestamps]
+        # The decoder has n_text_ctx positions (448), and a position past them is a failed
+        # assertion in ggml that ends the process: like whisper_full, at most half of them.
+        max_tokens = max(0, min(max_tokens, self._n_text_ctx // 2 - len(prompt)))
         tokens: list[int] = []
         with self._lock:
             batch = (ctypes.c_int * len(prompt))(*prompt)
