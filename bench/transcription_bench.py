@@ -506,16 +506,17 @@ def halves(labels: list[dict[str, Any]]) -> dict[str, str]:
     return {x["file"]: half[x["text"]] for x in labels if x["kind"] == "speech"}
 
 
-def trust_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per speech clip: language, channel, half, WER, the project's status, its
-    label's signals, callbacks (project confirmed and unconfirmed, reference)."""
+def trust_rows(run: dict[str, Any], side: str = "project") -> list[dict[str, Any]]:
+    """One row per speech clip: language, channel, half, WER, the project's (or a
+    variant's) status, its label's signals, callbacks (project confirmed and unconfirmed,
+    reference)."""
     from voicemail import spoken_numbers as sn
 
     labels = [c["label"] for c in run["clips"]]
     side = halves(labels)
     rows = []
     for c in run["clips"]:
-        x, p = c["label"], c["project"]
+        x, p = c["label"], c[side]
         if x["kind"] != "speech":
             continue
         ref = c.get("reference")
@@ -774,6 +775,8 @@ def main(argv: list[str]) -> int:
                              "voicemail/transcription/reliability.MODEL) and the label's figures with it")
     parser.add_argument("--signals", default=None, metavar="A,B,...",
                         help=f"with --fit-label: the signals to fit on (default {','.join(FIT_SIGNALS)})")
+    parser.add_argument("--side", default="project", metavar="NAME",
+                        help="with --fit-label: the side of the run to fit on (a --variant's name; default project)")
     parser.add_argument("--child", choices=("prepare", "project", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--clips", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -781,7 +784,7 @@ def main(argv: list[str]) -> int:
         child_main(args)
         return 0
     if args.fit_label:
-        return refit(Path(args.fit_label), args.signals.split(",") if args.signals else FIT_SIGNALS)
+        return refit(Path(args.fit_label), args.signals.split(",") if args.signals else FIT_SIGNALS, args.side)
     try:
         decoding_overrides = json.loads(args.decoding or "{}")
         variants = {v.split("=", 1)[0]: json.loads(v.split("=", 1)[1]) for v in args.variant}
@@ -862,12 +865,12 @@ def main(argv: list[str]) -> int:
 FIT_SIGNALS = ["known_share", "low_share", "mean_logprob", "language_probability", "words_per_second", "compression_ratio"]
 
 
-def refit(path: Path, signals: list[str]) -> int:
+def refit(path: Path, signals: list[str], side: str = "project") -> int:
     """--fit-label: the model fitted on a saved run, the labels it would give, the figures."""
     from voicemail.transcription import reliability
     from voicemail.transcription.decisions import RELIABLE_MEAN_LOGPROB
 
-    rows = trust_rows(json.loads(path.read_text()))
+    rows = trust_rows(json.loads(path.read_text()), side)
     model = fit_label(rows, signals)
     print("MODEL =", json.dumps(model))
     for r in rows:  # the label's call only: loops, incomplete and doubtful decodes stay unreliable

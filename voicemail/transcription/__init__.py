@@ -33,7 +33,7 @@ How a recording is processed (the figures behind every setting are in the README
 4. the language: the clinic's first language is decoded first and whisper's language
    detection read from the encoder output that decoding left (``libwhisper.Decoder``: no
    encoder pass of its own); another of the clinic's languages when detection is sure of
-   it (``OTHER_LANGUAGE_MIN``), decoded once more in it; speech longer than one 30 s
+   it (``OTHER_LANGUAGE_MIN``, ``OTHER_LANGUAGE_ODDS``), decoded once more in it; speech longer than one 30 s
    window, or a clinic that lists no language (any language), is detected first;
 5. whisper.cpp decodes with its own guards against loops (temperature fallback with
    entropy and log-probability thresholds, no context carried between windows, a cap on
@@ -59,7 +59,8 @@ the per-process cache), ``model_file`` (the ggml model file's layout and its che
 
 from voicemail.transcription.audio import load_audio, mpeg_seconds, silero_model_path, speech_runs, speech_span
 from voicemail.transcription.decisions import (
-    MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, MIN_WORDS, RELIABLE_MEAN_LOGPROB, REVERSAL_MARGIN, assess,
+    MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, MIN_WORDS, RELIABLE_MEAN_LOGPROB, REVERSAL_MARGIN,
+    REVERSED_LANGUAGE_SHARE, assess,
     collapse_loops, compression_ratio, decide_message, failed, normalize_language, repetition_score,
     reversed_speech, words,
 )
@@ -68,15 +69,15 @@ from voicemail.transcription.results import (
     AudioDecodeError, RecordingTooLong, Segment, Transcript, TranscriptionError, UnsupportedLanguage,
 )
 from voicemail.transcription.settings import (
-    BACKENDS, DEFAULT_BACKEND, DEFAULT_DECODING, MAX_PAUSE, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE,
+    BACKENDS, DEFAULT_BACKEND, DEFAULT_DECODING, MAX_PAUSE, OTHER_LANGUAGE_MIN, OTHER_LANGUAGE_ODDS, PROMPTS, SAMPLE_RATE,
     SPEECH_PAD_AFTER, SPEECH_PAD_BEFORE, VAD_FRAME, VAD_MIN_SILENCE, VAD_MIN_SPEECH, VAD_THRESHOLD, Decoding,
 )
 from voicemail.transcription.transcriber import Transcriber, get_transcriber, warm_up
 
 __all__ = [
     "AudioDecodeError", "BACKENDS", "DEFAULT_BACKEND", "DEFAULT_DECODING", "Decoding", "MAX_PAUSE",
-    "MIN_MESSAGE_SPEECH_SECONDS", "MIN_SPEECH_SECONDS", "MIN_WORDS", "OTHER_LANGUAGE_MIN", "PROMPTS",
-    "RELIABLE_MEAN_LOGPROB", "REVERSAL_MARGIN", "RecordingTooLong", "SAMPLE_RATE", "SPEECH_PAD_AFTER",
+    "MIN_MESSAGE_SPEECH_SECONDS", "MIN_SPEECH_SECONDS", "MIN_WORDS", "OTHER_LANGUAGE_MIN", "OTHER_LANGUAGE_ODDS", "PROMPTS",
+    "RELIABLE_MEAN_LOGPROB", "REVERSAL_MARGIN", "REVERSED_LANGUAGE_SHARE", "RecordingTooLong", "SAMPLE_RATE", "SPEECH_PAD_AFTER",
     "SPEECH_PAD_BEFORE", "Segment",
     "Transcriber", "Transcript", "TranscriptionError", "UnsupportedLanguage", "VAD_FRAME", "VAD_MIN_SILENCE",
     "VAD_MIN_SPEECH", "VAD_THRESHOLD", "assess", "collapse_loops", "compression_ratio", "decide_message", "failed",

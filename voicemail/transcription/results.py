@@ -74,6 +74,9 @@ class Transcript:
     # Entropy of language detection on the speech played backwards: computed only when the
     # forward detection was unsure enough for the time-reversal test to matter.
     reversed_language_entropy: float | None = None
+    # With it, the probability of the clinic's languages played backwards (None: the clinic
+    # lists none, or the test did not run).
+    reversed_language_share: float | None = None
     aborted: bool = False  # stopped at the deadline
     engine_error: str | None = None
     # Decoded a second time with whisper's no-speech gate off: the first pass found no

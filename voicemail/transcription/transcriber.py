@@ -26,7 +26,8 @@ from voicemail.transcription.model_file import ConversionError, verify
 from voicemail.transcription.results import (
     RecordingTooLong, Segment, Transcript, TranscriptionError, UnsupportedLanguage,
 )
-from voicemail.transcription.settings import BACKENDS, DEFAULT_DECODING, OTHER_LANGUAGE_MIN, PROMPTS, SAMPLE_RATE, Decoding
+from voicemail.transcription.settings import (BACKENDS, DEFAULT_DECODING, OTHER_LANGUAGE_MIN, OTHER_LANGUAGE_ODDS, PROMPTS,
+                                              SAMPLE_RATE, Decoding)
 
 # Audio that fits whisper's one 30 s window: whisper_full encodes it once, and the encoder
 # output it leaves is the whole span's.
@@ -60,6 +61,7 @@ class _Decoded:
     probability: float | None = None
     probs: np.ndarray | None = None
     backward: float | None = None
+    backward_share: float | None = None
     second_pass: bool = False
     second_opinion: str | None = None
 
@@ -167,7 +169,8 @@ class Transcriber:
                 decoded = _Decoded(RawResult([], None), languages[0] if len(languages) == 1 else None)
             else:
                 decoded = self._decode(span, speech_seconds, languages, decoding, abort, stage)
-                base = replace(base, reversed_language_entropy=decoded.backward, second_pass=decoded.second_pass,
+                base = replace(base, reversed_language_entropy=decoded.backward,
+                               reversed_language_share=decoded.backward_share, second_pass=decoded.second_pass,
                                second_opinion=decoded.second_opinion)
         language, probability, all_probs = decoded.language, decoded.probability, decoded.probs
         raw = decoded.raw or RawResult([], language)
@@ -196,8 +199,8 @@ class Transcriber:
                 probs = self._engine.language_probabilities(span) if self._engine.multilingual else None
             out = _Decoded(None, *self._choose(probs, languages), probs=probs)
         with stage("reversal"):
-            out.backward = self._backward_entropy(span, out.probs)
-        if reversed_speech(round(entropy(out.probs), 3), out.backward):
+            out.backward, out.backward_share = self._backward_detection(span, out.probs, languages)
+        if reversed_speech(round(entropy(out.probs), 3), out.backward, out.backward_share):
             out.raw = RawResult([], out.language)  # words played backwards: not a message, whatever was decoded
             return out
         if out.raw is None:
@@ -273,18 +276,27 @@ class Transcriber:
         best = max(ids, key=lambda i: probs[i])
         first = ids[0]
         # The clinic's first language unless detection is sure of another: on noisy or
-        # unclear Czech, base often rates English above Czech at 0.1-0.2 (measured).
-        if best != first and (probs[best] < OTHER_LANGUAGE_MIN or probs[best] < 2 * probs[first]):
+        # unclear Czech, base often rates English above Czech at 0.1-0.2, up to 13 times
+        # Czech (measured); an accented English caller can be under 0.5 English, but then
+        # over a hundred times Czech.
+        sure = (probs[best] >= OTHER_LANGUAGE_MIN and probs[best] >= 2 * probs[first]) or \
+            probs[best] >= OTHER_LANGUAGE_ODDS * probs[first]
+        if best != first and not sure:
             best = first
         return self._engine.lang_str(best), float(probs[best])
 
-    def _backward_entropy(self, span: np.ndarray, forward: np.ndarray | None) -> float | None:
-        """Language-detection entropy of the span played backwards, when the time-reversal
-        test can still find it surer than forwards (an English-only model detects nothing;
-        a forward entropy below the margin cannot be beaten by it)."""
+    def _backward_detection(self, span: np.ndarray, forward: np.ndarray | None,
+                            languages: Sequence[str]) -> tuple[float | None, float | None]:
+        """Language detection of the span played backwards, when the time-reversal test can
+        still find it surer than forwards (an English-only model detects nothing; a forward
+        entropy below the margin cannot be beaten by it): its entropy, and the probability
+        of the clinic's languages (None when it lists none)."""
         if forward is None or entropy(forward) < REVERSAL_MARGIN:
-            return None
-        return round(entropy(self._engine.language_probabilities(np.ascontiguousarray(span[::-1]))), 3)
+            return None, None
+        backward = self._engine.language_probabilities(np.ascontiguousarray(span[::-1]))
+        share = (round(float(sum(backward[self._engine.lang_id(code)] for code in languages)), 4)
+                 if languages else None)
+        return round(entropy(backward), 3), share
 
     def _check_fork(self) -> None:
         """Refuse to run in a child forked after the engine computed.
