@@ -513,14 +513,14 @@ def trust_rows(run: dict[str, Any], side: str = "project") -> list[dict[str, Any
     from voicemail import spoken_numbers as sn
 
     labels = [c["label"] for c in run["clips"]]
-    side = halves(labels)
+    half = halves(labels)
     rows = []
     for c in run["clips"]:
         x, p = c["label"], c[side]
         if x["kind"] != "speech":
             continue
         ref = c.get("reference")
-        rows.append({"file": x["file"], "language": x["language"], "channel": x["channel"], "half": side[x["file"]],
+        rows.append({"file": x["file"], "language": x["language"], "channel": x["channel"], "half": half[x["file"]],
                      "wer": p["wer"], "status": p["status"], "issue": p["issue"],
                      "signals": p.get("label_signals") or {},
                      "expected": x.get("callback"), "callback": p["callback"], "unconfirmed": p.get("unconfirmed"),
@@ -854,11 +854,11 @@ def main(argv: list[str]) -> int:
             x = scores[long["file"]][side]
             run["long"][side] = dict(x, rtf=x["seconds"] / long["duration"], wer=x["edits"] / max(x["words"], 1),
                                      text=sides[side]["long"]["text"])
-    report(run)
-    report_trust(trust_rows(run))
-    if args.json:
+    if args.json:  # first: a report that fails loses no run
         Path(args.json).write_text(json.dumps(run, indent=1, ensure_ascii=False))
         print(f"\nwrote {args.json}")
+    report(run)
+    report_trust(trust_rows(run))
     return 0
 
 

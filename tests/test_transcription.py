@@ -198,6 +198,16 @@ def test_detection_chooses_among_the_clinic_languages_only(base: tx.Transcriber)
         base.transcribe(str(voicemail_set.clip_path(english)), ["cs", "xx"])
 
 
+def test_detection_is_not_read_from_a_later_stretch_whisper_full_encoded(base: tx.Transcriber) -> None:
+    """whisper_full encodes the rest of the audio after the last timestamp it decoded: the
+    encoder output it then leaves is of that stretch alone, whose "language" made these
+    Czech messages English (measured: 7 of 78). Then detection makes its own pass."""
+    for name in ("cs_zavrat_cs_ulaw8k.wav", "cs_recept_cs_mp3_8k.mp3"):
+        label = next(x for x in voicemail_set.load_labels() if x["file"] == name)
+        t = base.transcribe(str(voicemail_set.clip_path(label)), ["cs", "en"])
+        assert t.language == "cs", (name, t.language, t.text)
+
+
 def test_an_accented_english_caller_under_half_english_is_decoded_in_english(base: tx.Transcriber) -> None:
     """espeak-ng's Caribbean English: base is 0.35 sure of English, but over a hundred
     times surer of it than of Czech (OTHER_LANGUAGE_ODDS)."""

@@ -11,7 +11,7 @@ import logging
 import math
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable, Protocol
 
@@ -50,6 +50,10 @@ class RawResult:
     language: str | None
     aborted: bool = False
     error: str | None = None
+    # Encoder passes whisper_full made (None: the binding does not say). More than one: it
+    # moved on to a later stretch of the audio, so the encoder output it left is not the
+    # whole span's, and language detection cannot be read from it.
+    encoder_runs: int | None = None
 
 
 class Engine(Protocol):
@@ -257,12 +261,20 @@ class _PyWhisperCpp:
                 aborted[0] = True
             return aborted[0]
 
+        encoder_runs = [0]
+
+        def encoder_begins(*_: Any) -> bool:
+            encoder_runs[0] += 1
+            return True  # False would stop whisper.cpp
+
         pw.assign_abort_callback(params, stop)
+        pw.assign_encoder_begin_callback(params, encoder_begins)
         try:
             rc = pw.whisper_full(self._ctx, params, audio, audio.size)
         finally:
             pw.assign_abort_callback(params, None)
-        return _result(pw, self._ctx, language, rc, aborted[0])
+            pw.assign_encoder_begin_callback(params, None)
+        return replace(_result(pw, self._ctx, language, rc, aborted[0]), encoder_runs=encoder_runs[0])
 
     def close(self) -> None:
         if self._ctx is not None:

@@ -229,8 +229,10 @@ class Transcriber:
         probs = None
         with stage("language"):
             if not raw.aborted and not raw.error:
-                probs = self._engine.decoded_language_probabilities()
-                if probs is None:  # a binding that cannot: detection's own encoder pass
+                # Only an encoder output of the whole span: whisper_full moves on to the rest
+                # of the audio after the last timestamp it decoded, and encodes that alone.
+                probs = self._engine.decoded_language_probabilities() if raw.encoder_runs == 1 else None
+                if probs is None:  # a binding that cannot, or a later stretch: an encoder pass of its own
                     probs = self._engine.language_probabilities(span)
         out = _Decoded(raw, *self._choose(probs, languages), probs=probs)
         if out.language != languages[0]:
