@@ -29,8 +29,9 @@ from voicemail.transcription.results import (
 from voicemail.transcription.settings import (BACKENDS, DEFAULT_DECODING, OTHER_LANGUAGE_MIN, OTHER_LANGUAGE_ODDS, PROMPTS,
                                               SAMPLE_RATE, Decoding)
 
-# Audio that fits whisper's one 30 s window: whisper_full encodes it once, and the encoder
-# output it leaves is the whole span's.
+# Audio that fits whisper's one 30 s window: whisper_full encodes it once unless it moves
+# on after its last timestamp (RawResult.encoder_runs), and detection's own pass encodes it
+# whole.
 WINDOW_SAMPLES = 30 * SAMPLE_RATE
 
 logger = logging.getLogger("transcription")
@@ -227,18 +228,23 @@ class Transcriber:
         with stage("decode"):
             raw = self._engine.run(span, languages[0], decoding, self._prompt(languages[0], decoding), abort)
         probs = None
+        # Whether the encoder output the context holds is the whole span's: whisper_full moves
+        # on to the rest of the audio after the last timestamp it decoded, and encodes that alone.
+        whole = raw.encoder_runs == 1
         with stage("language"):
             if not raw.aborted and not raw.error:
-                # Only an encoder output of the whole span: whisper_full moves on to the rest
-                # of the audio after the last timestamp it decoded, and encodes that alone.
-                probs = self._engine.decoded_language_probabilities() if raw.encoder_runs == 1 else None
+                probs = self._engine.decoded_language_probabilities() if whole else None
                 if probs is None:  # a binding that cannot, or a later stretch: an encoder pass of its own
                     probs = self._engine.language_probabilities(span)
+                    whole = True
         out = _Decoded(raw, *self._choose(probs, languages), probs=probs)
         if out.language != languages[0]:
             with stage("decode"):
                 out.raw = self._engine.run(span, out.language, decoding, self._prompt(out.language, decoding), abort)
-        if reliability.asks("disagreement", out.language) and not out.raw.aborted and not out.raw.error:
+            whole = out.raw.encoder_runs == 1
+        # The second opinion decodes that same encoder output: of the span, or not at all.
+        if (whole and reliability.asks("disagreement", out.language) and not out.raw.aborted
+                and not out.raw.error):
             with stage("second_opinion"):
                 n = sum(len(x.tokens) for x in out.raw.segments)
                 out.second_opinion = self._engine.greedy_text(out.language or "", 2 * n + 16, abort)
