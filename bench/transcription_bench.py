@@ -95,6 +95,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import resource
@@ -638,7 +639,10 @@ def fit_label(rows: list[dict[str, Any]], signals: list[str]) -> dict[str, dict[
         for p, _ in reversed(scored):  # lowest score first
             if all(w > UNRELIABLE_WER for q, w in scored if q <= p):
                 unreliable_below = p + 1e-4
-        model["cuts"] = [round(reliable_at, 4), round(min(unreliable_below, reliable_at), 4)]
+        # Rounded down: rounded to nearest, the first cut could land just above the transcript
+        # it was set at and leave it out (it did, by 0.00002).
+        reliable_at = math.floor(reliable_at * 1e4) / 1e4
+        model["cuts"] = [reliable_at, round(min(unreliable_below, reliable_at), 4)]
         models[language] = model
     return models
 

@@ -137,6 +137,22 @@ def test_a_callback_number_written_as_digits_is_found() -> None:
     assert spoken_numbers.find_callback_number(said, "CZ") == "+420777123456"
 
 
+@pytest.mark.parametrize("file,reliable", [
+    ("en_appointment_kal_diphone_ulaw8k.wav", True),  # word error 0.03 on the set
+    # Word error 0.6-0.7 at English 0.95, every word a dictionary word: the label fitted on
+    # 2026-11-25 called it reliable; the mean log-probability and the share of doubtful
+    # tokens give it away.
+    ("en_vaccine_en_us_mp3_8k.mp3", False),
+])
+def test_the_label_tells_a_clear_english_transcript_from_a_confidently_wrong_one(
+        base: tx.Transcriber, file: str, reliable: bool) -> None:
+    label = next(x for x in voicemail_set.load_labels() if x["file"] == file)
+    t = base.transcribe(str(voicemail_set.clip_path(label)), ["cs", "en"], country="CZ")
+    errors, n = word_error.word_error_rate(label["text"], t.text)
+    assert t.language == "en" and (errors / n <= 0.35) == reliable, t.text
+    assert (t.status == "reliable") == reliable, (t.status, t.label_signals)
+
+
 def test_a_number_written_but_not_heard_is_not_confirmed(base: tx.Transcriber) -> None:
     """Issue 26's failure: "sedm sedm sedm, jedna dva tři, čtyři pět šest" decoded as
     "700, 1, 2, 3, 4, 5, 6" (+420700123456). Whatever base writes, a number it reads is
