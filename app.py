@@ -1,6 +1,8 @@
 """WSGI application factory: the middleware and the routes, in the order they apply."""
 from __future__ import annotations
 
+import logging
+
 import falcon
 from rq import Queue
 
@@ -23,10 +25,16 @@ from web import errors, openapi
 from web.auth import TokenAuth
 from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, TakeTurns
 from web.rate_limit import RateLimit, RateLimiter
+from web.refusals import HandoffRefusals
+
+
+log = logging.getLogger(__name__)
 
 
 def create_app(config: Config) -> falcon.App:
     logs.setup(config.log_level, config.log_format)
+    for notice in config.notices:  # former variable names still in use (config.py)
+        log.warning(notice)
     database = bind_database(config.database_url, pool_size=config.db_pool_size, pool_wait=config.db_pool_wait_seconds)
     queue_redis = queueing.redis_client(config.redis_url, "web")
     flusher = metrics.Flusher(queueing.redis_client(config.redis_url, "metrics"), config.metrics_flush_seconds)
@@ -47,6 +55,8 @@ def create_app(config: Config) -> falcon.App:
     app = falcon.App(middleware=[TakeTurns(), logs.RequestId(config.trusted_proxy_hops),
                                  metrics.RequestMetrics(flusher), NoNulInUrl(),
                                  DatabaseConnection(),
+                                 # recording-complete's 4xx after authentication are recorded
+                                 HandoffRefusals(),
                                  # /console only: the staff session (cookie) and CSRF; never the API's
                                  ConsoleSession(config.clock, session_lifetime, renderer),
                                  TokenAuth(config.clock, cache), RateLimit(limiter),

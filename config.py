@@ -45,6 +45,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "UPLOAD_PURGE_GRACE_SECONDS": ("upload_purge_grace_seconds", int),
     "UPLOAD_PURGE_EVERY_SECONDS": ("upload_purge_every_seconds", float),
     "UPLOAD_LINKS_PER_CLINIC": ("upload_links_per_clinic", int),
+    "REFUSED_HANDOFF_RETENTION_DAYS": ("refused_handoff_retention_days", int),
     "S3_ENDPOINT_URL": ("s3_endpoint_url", str),
     "S3_PUBLIC_ENDPOINT_URL": ("s3_public_endpoint_url", str),
     "S3_BUCKET": ("s3_bucket", str),
@@ -63,6 +64,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "RECORDING_MAX_SECONDS": ("recording_max_seconds", float),
     "RECORDING_FETCH_TIMEOUT": ("recording_fetch_timeout", float),
     "RECORDING_URL_LIFETIME_MINUTES": ("recording_url_lifetime_minutes", int),
+    "PROVIDER_MARKER_WORDS": ("provider_marker_words", str),
     "PLATFORM_TOKEN_PATH": ("platform_token_path", str),
     "PLATFORM_RECORDING_PATH": ("platform_recording_path", str),
     "PLATFORM_FETCH_TIMEOUT": ("platform_fetch_timeout", float),
@@ -81,12 +83,23 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "TRUSTED_PROXY_HOPS": ("trusted_proxy_hops", int),
 }
 # Current name -> the name it had before; the former is still read when the current one is
-# unset, so a deployment's environment keeps working across the rename.
+# unset, so a deployment's environment keeps working across the rename (with a warning at
+# start naming the new name). Both set to different values: refused at start.
 _FORMER_NAMES: dict[str, str] = {
     "UPLOAD_MAX_BYTES": "STORAGE_MAX_UPLOAD_BYTES",
     **{f"PLATFORM_{name}": f"PBX_{name}" for name in
        ("TOKEN_PATH", "RECORDING_PATH", "FETCH_TIMEOUT", "RETRY_DELAYS", "PLAY_WAIT_SECONDS")},
 }
+# Variables a deployment may still set that the service no longer reads, with what to do
+# instead: finding one, every process refuses to start (a setting silently ignored would
+# change what a running deployment does). A variable is never dropped from `_ENV` without
+# an entry here.
+RETIRED: dict[str, str] = {}
+
+
+class RetiredSetting(ValueError):
+    """The environment sets a variable the service no longer reads (see `RETIRED`), or a
+    variable under both its current and its former name with different values."""
 
 
 #: The built-in SECRET_KEY. It is public (it is in this file), so only the embedded run
@@ -156,6 +169,9 @@ class Config:
     # Upload links of one clinic issued within a link's lifetime and not registered yet;
     # one more answers 429 TOO_MANY_UPLOAD_LINKS until the oldest expires.
     upload_links_per_clinic: int = 500
+    # Refused hand-offs (`manage.py calls --refused`) are kept this many days; the workers'
+    # periodic purge (the upload purge's rounds) deletes older ones.
+    refused_handoff_retention_days: int = 30
     s3_endpoint_url: str = ""
     # Endpoint written into presigned S3 URLs when clients reach the bucket under another
     # address than the service does; empty: s3_endpoint_url.
@@ -185,6 +201,11 @@ class Config:
     recording_max_seconds: float = 1200.0
     recording_fetch_timeout: float = 30.0
     recording_url_lifetime_minutes: int = 25
+    # The switchboard platform family's marker words (comma separated, any case): a call
+    # whose Source contains one has its expired recording link re-fetched from the platform
+    # with its clinic's credentials. The spec withholds the real words, so they are the
+    # deployment's to set; a clinic's own onboarding `sourceMarkers` add to them.
+    provider_marker_words: str = ""
     # The platform's API (re-fetching expired recording links), relative to a clinic's
     # `platform_api_url`; `{recording}` is the recording reference (RecordingSid).
     platform_token_path: str = "/auth/token"
@@ -223,9 +244,13 @@ class Config:
     trusted_proxy_hops: int = 0
     # Not from the environment: the wall clock, replaceable in tests.
     clock: Callable[[], datetime] = field(default=wall_clock, repr=False, compare=False)
+    # Not from the environment: what `from_env` found worth a warning at start (a former
+    # variable name still in use); every process logs them once it has its logging.
+    notices: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("upload_max_bytes", "upload_links_per_clinic", "upload_purge_every_seconds"):
+        for name in ("upload_max_bytes", "upload_links_per_clinic", "upload_purge_every_seconds",
+                     "refused_handoff_retention_days"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.upper()} must be positive")
         if self.trusted_proxy_hops < 0:
@@ -268,6 +293,11 @@ class Config:
         return [int(x) for x in self.recording_retry_delays.split(",") if x.strip()]
 
     @property
+    def marker_words(self) -> list[str]:
+        """`PROVIDER_MARKER_WORDS` as a list of lower-case words."""
+        return [w.strip().lower() for w in self.provider_marker_words.split(",") if w.strip()]
+
+    @property
     def platform_retry_intervals(self) -> list[int]:
         return [int(x) for x in self.platform_retry_delays.split(",") if x.strip()]
 
@@ -279,14 +309,28 @@ class Config:
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Config":
         env = os.environ if environ is None else environ
+        retired = sorted(name for name in RETIRED if name in env)
+        if retired:
+            raise RetiredSetting("; ".join(f"{name} is no longer read: {RETIRED[name]}" for name in retired)
+                                 + ". Remove it from the environment to start.")
         values: dict[str, object] = {}
+        notices: list[str] = []
         for name, (attr, parse) in _ENV.items():
-            source = name if name in env else _FORMER_NAMES.get(name)
+            former = _FORMER_NAMES.get(name)
+            if former is not None and former in env:
+                if name in env and env[name] != env[former]:
+                    raise RetiredSetting(f"{name} and its former name {former} are both set, to different "
+                                         f"values; remove {former}.")
+                if name not in env:
+                    notices.append(f"{former} is the former name of {name}: it is still read, but rename it "
+                                   f"to {name}.")
+            source = name if name in env else former
             if source is not None and source in env:
                 try:
                     values[attr] = parse(env[source])
                 except ValueError as exc:
                     raise ValueError(f"{source}: {exc}") from None
+        values["notices"] = notices
         if "secret_key" not in values:
             # Unset on the embedded run's database: the key bin/run keeps beside it, so that
             # manage.py commands run by hand (onboard) encrypt with what the service decrypts with.
@@ -301,5 +345,5 @@ class Config:
         return {
             f.name: ("***" if f.name in secret and getattr(self, f.name) else getattr(self, f.name))
             for f in fields(self)
-            if f.name != "clock"
+            if f.name not in ("clock", "notices")
         }

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from config import Config, InsecureConfiguration
+from config import Config, InsecureConfiguration, RetiredSetting
 from plumbing.database import bind_database, db
 from commands import audit, calls, demo, deployment, storage, tokens, users, wait_ready, worker
 
@@ -47,7 +47,14 @@ def main(argv: list[str] | None = None, config: Config | None = None) -> int:
 
         return whisper_convert.main(argv[1:])
     args = parser().parse_args(argv)
-    config = config or Config.from_env()
+    if config is None:
+        try:
+            config = Config.from_env()
+        except (RetiredSetting, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    for notice in config.notices:
+        print(f"warning: {notice}", file=sys.stderr)
     if getattr(args, "needs_secret", False):
         try:
             config.require_production_secrets()  # before anything is migrated, queued or encrypted

@@ -224,6 +224,14 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _add_column("call", "heard_number", pw.CharField(max_length=20, null=True)),
         _add_column("call", "callback_number_at", pw.FloatField(null=True)),
     )),
+    # What was odd about a hand-off, kept on the call instead of refused; the recording bound
+    # to the bytes the hand-off delivered; and the hand-offs refused all the same.
+    (18, "handoff_anomalies", _steps(
+        _add_column("call", "anomalies", pw.TextField(null=True)),
+        _add_column("call", "recording_sha256", pw.CharField(max_length=64, null=True)),
+        _add_column("call", "recording_bytes", pw.BigIntegerField(null=True)),
+        _create(m.RefusedHandoff),
+    )),
 ]
 
 

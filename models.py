@@ -452,6 +452,13 @@ class Call(BaseModel):
     recording_checked_at = pw.DateTimeField(null=True)
     # When the relay (jobs/relay.py) handed the call to the queue; None = not yet.
     queued_at = pw.DateTimeField(null=True)
+    # What was odd about the hand-off (JSON list of `switchboard.handoff.ANOMALIES` names);
+    # None when nothing was.
+    anomalies = pw.TextField(null=True)
+    # The recording the hand-off delivered, as the ingest job downloaded it: a re-fetched
+    # link is served only when it yields these bytes (voicemail/recordings.py).
+    recording_sha256 = pw.CharField(max_length=64, null=True)
+    recording_bytes = pw.BigIntegerField(null=True)
 
     #: PostgreSQL NOTIFY channel of a trigger on every new call (migration 5): the relay
     #: LISTENs to queue calls at once, rather than on its next poll.
@@ -550,6 +557,24 @@ class CallSidConflict(Exception):
     pass
 
 
+class RefusedHandoff(BaseModel):
+    """A `recording-complete` answered 4xx after its token was authenticated: a switchboard
+    does not retry those, so each is a voicemail that did not arrive. Kept
+    `REFUSED_HANDOFF_RETENTION_DAYS` (the worker purges older rows) for the operator's
+    `manage.py calls --refused`, and counted in /metrics. Never the body, and never a URL's
+    query string in the message."""
+
+    id = pw.BigAutoField()
+    at = pw.DateTimeField(default=utc_now, index=True)  # UTC
+    clinic_id = pw.UUIDField(null=True)  # None: the URL named no clinic (404)
+    clinic_slug = pw.CharField(max_length=64)  # as the URL named it
+    token_id = pw.UUIDField(null=True)
+    call_sid = pw.CharField(max_length=200, null=True)  # when the body was read and had one
+    status = pw.SmallIntegerField()
+    code = pw.CharField(max_length=40)
+    message = pw.CharField(max_length=500)
+
+
 class PatientRequest(BaseModel):
     KINDS = ("standard", "voice_message", "missed_call")
 
@@ -595,7 +620,7 @@ class PatientRequest(BaseModel):
         patient = Patient.for_caller(clinic, call.call_from)
         cls.insert(
             clinic=clinic, patient=patient, kind=kind, call=call.id,
-            title=title.format(number=patient.phone or call.call_from)[:300],
+            title=title.format(number=patient.phone or call.call_from.strip() or "a withheld number")[:300],
         ).on_conflict_ignore().execute()
 
     @classmethod
@@ -969,6 +994,7 @@ MODELS: list[type[BaseModel]] = [
     ApiToken,
     ApiTokenClinic,
     Call,
+    RefusedHandoff,
     PatientRequest,
     PatientRequestTag,
     Reservation,

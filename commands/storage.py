@@ -22,6 +22,8 @@ def cmd_storage_purge(config: Config, args: argparse.Namespace) -> int:
     purged = purge_storage(make_storage(config), config)
     print(f"purged {purged.uploads} unregistered upload(s) and {purged.partial_files} interrupted upload "
           "file(s)", file=sys.stderr)
+    print(f"purged {purged.refused_handoffs} refused hand-off record(s) older than "
+          f"{config.refused_handoff_retention_days} days", file=sys.stderr)
     return 0
 
 

@@ -45,6 +45,12 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         return worker.run(worker_class, [Queue(queueing.RECORDINGS, connection=connection)], with_scheduler=False,
                           logging_level=level, who="playback worker")
     playback = companions.PlaybackWorker().start() if queueing.RECORDINGS in args.queues else None
+    from commands.deployment import never_refetched_warnings
+    from voicemail.recordings import clinics_never_refetched
+
+    with db.connection_context():
+        for warning in never_refetched_warnings(config, clinics_never_refetched(config)):
+            log.warning(warning)
     try:
         if not args.no_warm_up:
             for model in dict.fromkeys([config.whisper_model, config.whisper_model_en]):

@@ -26,6 +26,7 @@ ACTIONS: dict[str, str] = {
     "attachment.upload_link": N_("Upload link issued"), "attachment.register": N_("Document stored"),
     "patient.import": N_("Patient imported"), "patient.import_bulk": N_("Patients imported in bulk"),
     "call.receive": N_("Call received"), "staff_user.create": N_("Staff user created"),
+    "call.recording_mismatch": N_("Recording did not match the call"),
     # The settings pages' changes (onboarding/clinic_settings.py).
     "settings.office_hours.add": N_("Office hours added"), "settings.office_hours.remove": N_("Office hours removed"),
     "settings.calendar.create": N_("Calendar created"), "settings.calendar.update": N_("Calendar changed"),
@@ -35,6 +36,23 @@ ACTIONS: dict[str, str] = {
     "settings.request_type.update": N_("Request type changed"),
     # The operator's file (onboarding/from_file.py).
     "onboarding.file": N_("Onboarding file applied"),
+}
+# What was odd about a call's hand-off (switchboard.handoff.ANOMALIES), as the request page
+# says it beside "Call received".
+ANOMALIES: dict[str, str] = {
+    "callFromWithheld": N_("the caller's number was withheld"),
+    "callFromUnparseable": N_("the caller's number is not a phone number"),
+    "callFromMissing": N_("the switchboard sent no caller number"),
+    "callToMissing": N_("the switchboard sent no dialled number"),
+    "recordingSidNotInUrl": N_("the recording's id differs from its link's file name"),
+    "hasRecordingNotBoolean": N_("HasRecording was not true or false"),
+    "hasRecordingWithoutUrl": N_("the switchboard reported a recording but sent no link to it"),
+    "notText": N_("a text field held a number or a yes/no value"),
+    "extraNotString": N_("the switchboard's extra data was not text (stored as JSON)"),
+    "valueTruncated": N_("a value was too long and was shortened"),
+    "callSidHashed": N_("the call id was too long and is stored as its hash"),
+    "unstorableCharacters": N_("a value held characters that cannot be stored (replaced)"),
+    "fieldNameCase": N_("a field name differed from the contract in letter case"),
 }
 # Who wrote, by AuditEvent.actor_kind.
 WHO = {"token": N_("API key"), "staff": N_("staff"), "operator": N_("operator")}

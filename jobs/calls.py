@@ -16,8 +16,7 @@ import uuid
 from pathlib import Path
 
 from plumbing import metrics
-from voicemail import spoken_numbers
-from voicemail import transcription
+from voicemail import recordings, spoken_numbers, transcription
 from config import Config
 from jobs import leases, queueing
 from jobs.runtime import job_config
@@ -69,6 +68,12 @@ def _ingest(config: Config, call_id: str) -> str:
                 ca_certs=config.fetch_ca_bundle or None,
             )
             fetched = time.perf_counter()
+            # The recording is bound to these bytes: a link re-fetched later from the
+            # platform is served only if it yields them (voicemail/recordings.py).
+            held = recordings.Fingerprint.of_file(audio)
+            with db.connection_context():
+                Call.update(recording_sha256=held.sha256, recording_bytes=held.size).where(
+                    Call.id == call.id).execute()
             transcript = _transcribe(config, str(audio), clinic, deadline)
     except (UnsafeURL, FetchError) as exc:
         reason = str(exc)

@@ -3,7 +3,8 @@
 Each round deletes the uploads never registered whose link expired over
 `UPLOAD_PURGE_GRACE_SECONDS` ago (`documents.uploads.purge_expired_uploads`, both
 backends) and, on the local backend, the temporary `.upload-*.part` files a killed
-process left behind, as old (`LocalStorage.purge_stale_uploads`).
+process left behind, as old (`LocalStorage.purge_stale_uploads`); and the other stale
+rows: refused hand-offs past `REFUSED_HANDOFF_RETENTION_DAYS`.
 
 A thread of every worker process, like the call relay (jobs/relay.py): a starting worker
 purges at once, then every `UPLOAD_PURGE_EVERY_SECONDS`. Workers purging at the same time
@@ -19,7 +20,9 @@ import threading
 
 from config import Config
 from documents import patient_requests, uploads
+from plumbing.clock import utc_now
 from plumbing.database import db
+from switchboard import refusals
 from storage import LocalStorage, Storage, make_storage
 
 log = logging.getLogger(__name__)
@@ -29,6 +32,7 @@ log = logging.getLogger(__name__)
 class Purged:
     uploads: int  # unregistered uploads removed (object and issued-link row)
     partial_files: int  # temporary files of interrupted local uploads removed
+    refused_handoffs: int = 0  # records of refused hand-offs past their retention
 
 
 def purge_storage(storage: Storage, config: Config) -> Purged:
@@ -38,7 +42,8 @@ def purge_storage(storage: Storage, config: Config) -> Purged:
     purged = uploads.purge_expired_uploads(storage, lifetime=lifetime, grace=grace)
     # A `.part` file younger than that may belong to an upload still streaming.
     partial = storage.purge_stale_uploads(lifetime + grace) if isinstance(storage, LocalStorage) else 0
-    return Purged(uploads=purged, partial_files=partial)
+    refused = refusals.purge(utc_now(), config.refused_handoff_retention_days)
+    return Purged(uploads=purged, partial_files=partial, refused_handoffs=refused)
 
 
 def run(storage: Storage | None, config: Config, stop: threading.Event) -> None:
@@ -54,6 +59,8 @@ def run(storage: Storage | None, config: Config, stop: threading.Event) -> None:
             if purged.uploads or purged.partial_files:
                 log.info("storage purge removed %d unregistered upload(s) and %d interrupted upload file(s)",
                          purged.uploads, purged.partial_files)
+            if purged.refused_handoffs:
+                log.info("purge removed %d refused hand-off record(s) past their retention", purged.refused_handoffs)
         except Exception as exc:
             # Whatever fails (database, bucket, disk), the thread must outlive it: the next
             # round retries, and a batch that failed was rolled back whole.

@@ -74,7 +74,18 @@ TRANSCRIPTION_RTF = Family("transcription_real_time_factor",
                            ("model",), (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0))
 TRANSCRIPTION_AUDIO = Family("transcription_audio_seconds_total", "Seconds of call audio transcribed.", ("model",))
 TRANSCRIPTION_TIME = Family("transcription_seconds_total", "Seconds spent transcribing call audio.", ("model",))
-FAMILIES = (HTTP_REQUESTS, HTTP_DURATION, JOBS, JOB_DURATION, TRANSCRIPTION_RTF, TRANSCRIPTION_AUDIO, TRANSCRIPTION_TIME)
+HANDOFFS_REFUSED = Family("handoffs_refused_total",
+                          "recording-complete hand-offs answered 4xx after the token was authenticated (each one a "
+                          "voicemail that did not arrive: switchboards do not retry a 4xx), by status and code.",
+                          ("status", "code"))
+HANDOFF_ANOMALIES = Family("handoff_anomalies_total",
+                           "Hand-offs stored with something odd about them (switchboard.handoff.ANOMALIES), by anomaly.",
+                           ("anomaly",))
+RECORDING_CHECKS = Family("recording_checks_total",
+                          "Re-fetched recording links checked against the bytes the hand-off delivered, by result "
+                          "(match; mismatch: served as unavailable, never the other recording).", ("result",))
+FAMILIES = (HTTP_REQUESTS, HTTP_DURATION, JOBS, JOB_DURATION, TRANSCRIPTION_RTF, TRANSCRIPTION_AUDIO, TRANSCRIPTION_TIME,
+            HANDOFFS_REFUSED, HANDOFF_ANOMALIES, RECORDING_CHECKS)
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _WORD = re.compile(r"[a-z][a-z0-9_]{0,31}")

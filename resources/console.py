@@ -213,7 +213,7 @@ class RequestPage:
 
     login_required = True
     _WHAT = {"patient_request.create": N_("Created"), "call.receive": N_("Call received"),
-             "patient_request.patch": N_("Changed")}
+             "patient_request.patch": N_("Changed"), "call.recording_mismatch": N_("Recording did not match the call")}
 
     def __init__(self, renderer: Renderer, links: LinkCache) -> None:
         self.renderer = renderer
@@ -230,13 +230,17 @@ class RequestPage:
                       "registered": inbox.local_time(datetime.fromisoformat(d["createdAt"].replace("Z", "+00:00")),
                                                      clinic, language)} for d in data["medicalRecords"]]
         events = []
+        # What was odd about the call's hand-off, said beside its "Call received".
+        odd = [tr.gettext(audit.ANOMALIES.get(name, name))
+               for name in json.loads(request.call.anomalies or "[]")] if request.call_id else []
         for event in inbox.history(request):
             details = json.loads(event.details or "{}")
             what = self._WHAT.get(event.action, event.action)
             if event.action == "patient_request.patch" and "done" in details:
                 what = N_("Marked resolved") if details["done"] else N_("Reopened")
             events.append({"time": inbox.local_time(event.at, clinic, language), "what": tr.gettext(what),
-                           "who": f"{tr.gettext(audit.WHO.get(event.actor_kind, event.actor_kind))}: {event.actor_name}"})
+                           "who": f"{tr.gettext(audit.WHO.get(event.actor_kind, event.actor_kind))}: {event.actor_name}",
+                           "notes": odd if event.action == "call.receive" else []})
         row = inbox.row(request, clinic, language)
         held = {tag["id"] for tag in data["tags"]}
         _html(resp, self.renderer.render(

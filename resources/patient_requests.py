@@ -13,7 +13,7 @@ from storage.links import LinkCache
 from web.errors import APIError
 from voicemail.player import RecordingPlayer
 from models import Call, PatientRequest
-from voicemail.platform import gone_message
+from voicemail.recordings import gone_message
 from storage import Storage
 
 

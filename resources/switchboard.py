@@ -1,24 +1,26 @@
 """The switchboard's routing checks: POST .../switchboard/{is-clinic-opened,...}."""
 from __future__ import annotations
 
-import time
+import json
+import math
 import uuid
-from typing import Callable
-from urllib.parse import urlsplit
+from typing import Any, Callable
+from urllib.parse import parse_qsl
 
 import falcon
 
-from web import schemas, validation
 from config import Config
-from web.errors import APIError, validation_failed
-from switchboard.intake import GroupCommit
-from plumbing.row_cache import RowCache
 from models import CallSidConflict, PatientRequest
-from safe_fetch import FetchError, ResolutionCache, UnsafeURL, validate_url
+from plumbing import metrics, strict_json
 from plumbing.phones import to_e164
+from plumbing.row_cache import RowCache
+from switchboard.handoff import HandoffRefused
+from switchboard.handoff import parse as parse_handoff
+from switchboard.intake import GroupCommit
 from switchboard.schedules import is_clinic_open, schedule_of
 from switchboard.vacations import on_vacation
-from voicemail.platform import names_its_recording
+from web import schemas, validation
+from web.errors import APIError, validation_failed
 
 
 class IsClinicOpened:
@@ -34,6 +36,11 @@ class IsClinicOpened:
 
 
 class IsOnVacation:
+    """Calendar ids that are not calendars of this clinic (deleted since the switchboard's
+    flow was set up, or another clinic's) count as calendars without vacations: the check
+    answers rather than failing on every call until someone edits the flow. A value that
+    is not a UUID at all is still 400."""
+
     scopes = {"POST": "read"}
 
     def __init__(self, clock: Callable, cache: RowCache | None = None) -> None:
@@ -43,86 +50,90 @@ class IsOnVacation:
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         data = validation.body(req, schemas.VACATION_REQUEST, optional=True)
         clinic = req.context.clinic
-        schedule = schedule_of(clinic, self.cache)
-        wanted = None
-        if "calendarIds" in data:
-            wanted = frozenset(uuid.UUID(i) for i in data["calendarIds"])
-            foreign = wanted - {c.id for c in schedule.calendars}
-            if foreign:
-                raise validation_failed(
-                    f"calendarIds: not calendars of this clinic: {', '.join(sorted(map(str, foreign)))}"
-                )
-        resp.media = {"isOnVacation": on_vacation(clinic, schedule, wanted, self.clock())}
+        wanted = frozenset(uuid.UUID(i) for i in data["calendarIds"]) if "calendarIds" in data else None
+        resp.media = {"isOnVacation": on_vacation(clinic, schedule_of(clinic, self.cache), wanted, self.clock())}
 
 
 class HasActiveRequest:
+    """A `callFrom` that cannot be a phone number (withheld, `anonymous`, empty) matches no
+    patient: the answer is by `patientId` when that is given too, else false. Neither field
+    sent is 400 (docs/design.md)."""
+
     scopes = {"POST": "read"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         data = validation.body(req, schemas.ACTIVE_REQUEST_REQUEST)
         clinic = req.context.clinic
-        if not data.get("callFrom") and not data.get("patientId"):
-            raise validation_failed("body: callFrom or patientId is required")
-        phone = None
-        if data.get("callFrom"):
-            phone = to_e164(data["callFrom"], clinic.country)
-            if phone is None:
-                raise validation_failed("callFrom: not a phone number")
+        phone = caller_phone(data.get("callFrom"), clinic.country)
         patient_id = uuid.UUID(data["patientId"]) if data.get("patientId") else None
-        resp.media = {"hasActiveRequest": PatientRequest.open_for_caller(clinic, phone, patient_id)}
+        found = phone is not None or patient_id is not None
+        resp.media = {"hasActiveRequest": found and PatientRequest.open_for_caller(clinic, phone, patient_id)}
+
+
+def caller_phone(value: Any, country: str) -> str | None:
+    """E.164 of a routing check's `callFrom` (a string, or a number a flow sent as one), or
+    None when it is not a phone number. Past 64 characters nothing is one (and the parse's
+    cache must not hold huge keys)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = f"{value:.0f}" if math.isfinite(value) else ""
+    if not isinstance(value, str) or not 0 < len(value) <= 64:
+        return None
+    return to_e164(value, country)
 
 
 class RecordingComplete:
     """Call hand-off: store the call (idempotent per CallSid) and answer at once.
 
-    Concurrent hand-offs share one commit (`intake.GroupCommit`); each is answered once
-    its own row is stored.
+    Refused (400) only for what `switchboard.handoff` must refuse; everything else is
+    stored, its oddities recorded on the call. The body is read as JSON whatever its
+    Content-Type says (low-code flows send JSON as text/plain, or with none), or as a form
+    when it is one (`application/x-www-form-urlencoded`, as some platforms post webhooks).
 
-    The committed call row is the queue's outbox: the worker's relay (jobs/relay.py)
-    hands it to RQ. So this answer never waits on Redis, and a call is never lost
-    between the commit and an enqueue that failed.
+    Concurrent hand-offs share one commit (`intake.GroupCommit`); each is answered once
+    its own row is stored. The committed call row is the queue's outbox: the worker's relay
+    (jobs/relay.py) hands it to RQ. So this answer never waits on Redis, and a call is never
+    lost between the commit and an enqueue that failed.
     """
 
     scopes = {"POST": "write"}
     rate_limit = "handoffs"  # its own budget per token, apart from document writes (web/rate_limit.py)
+    records_refusals = True  # its 4xx answers are recorded (web.refusals.HandoffRefusals)
 
     def __init__(self, config: Config, calls: GroupCommit) -> None:
         self.config = config
         self.calls = calls
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
-        data = validation.body(req, schemas.RECORDING_COMPLETE)
-        if data.get("RecordingUrl"):
-            check_recording_url(data["RecordingUrl"], allow_loopback=self.config.unsafe_allow_loopback_fetch)
-            if data.get("RecordingSid") and not names_its_recording(data["RecordingSid"], data["RecordingUrl"]):
-                raise validation_failed("RecordingSid: must be the file name of RecordingUrl (with or without "
-                                        "its extension)")
-        fields = {column: data.get(name) for name, column in _CALL_FIELDS.items()}
+        clinic = req.context.clinic
+        body = _handoff_body(req)
+        if isinstance(body, dict) and isinstance(body.get("CallSid"), (str, int)):
+            req.context.call_sid = str(body["CallSid"])  # for the record of a refusal
         try:
-            self.calls.receive(req.context.clinic, fields, req.context.token)
+            handoff = parse_handoff(body, clinic.country, allow_loopback=self.config.unsafe_allow_loopback_fetch)
+        except HandoffRefused as exc:
+            raise validation_failed(str(exc)) from None
+        for anomaly in handoff.anomalies:
+            metrics.RECORDER.count(metrics.HANDOFF_ANOMALIES, (anomaly,))
+        fields = {**handoff.columns, "anomalies": json.dumps(handoff.anomalies) if handoff.anomalies else None}
+        try:
+            self.calls.receive(clinic, fields, req.context.token)
         except CallSidConflict:
             raise APIError(409, "CALL_SID_CONFLICT", "This CallSid is already used by another clinic.") from None
         resp.media = {"success": True}
 
 
-_CALL_FIELDS = {
-    "CallSid": "call_sid", "CallFrom": "call_from", "CallTo": "call_to", "Status": "status",
-    "HasRecording": "has_recording", "RecordingUrl": "recording_url", "RecordingSid": "recording_sid",
-    "Source": "source", "Extra": "extra",
-}
-
-
-_resolutions = ResolutionCache(ttl=60)
-
-
-def check_recording_url(url: str, *, allow_loopback: bool) -> None:
-    """400 unless https to a public host name (no IP literal, no internal name) that does
-    not resolve to a non-public address. A name that does not resolve right now is
-    accepted: the ingest job resolves again, retries, and records why it failed."""
+def _handoff_body(req: falcon.Request) -> Any:
+    """The hand-off's fields: the JSON document, whatever the Content-Type says (curl -d
+    labels JSON a form); a form's (the last value of each name) when it is not JSON and is
+    labelled a form."""
+    raw = req.bounded_stream.read()
+    text = raw.decode("utf-8-sig", "replace").strip()
+    if not text:
+        raise validation_failed("body: a JSON object is required")
+    form = (req.content_type or "").split(";")[0].strip().lower() == "application/x-www-form-urlencoded"
+    if form and text[0] not in "{[":
+        return dict(parse_qsl(text, keep_blank_values=True))
     try:
-        host = urlsplit(validate_url(url, allow_loopback=allow_loopback)).hostname or ""
-        _resolutions.check(host, allow_loopback=allow_loopback, deadline=time.monotonic() + 2)
-    except UnsafeURL as exc:
-        raise validation_failed(f"RecordingUrl: {exc}") from None
-    except FetchError:
-        pass
+        return strict_json.loads(raw.decode("utf-8-sig"))
+    except ValueError:  # UnicodeDecodeError included
+        raise validation_failed("body: not a JSON document") from None

@@ -201,7 +201,8 @@ def test_refused_writes_record_nothing(app, token):
                                                "phone": "not a phone"}, headers=h, status=400)
     answer = app.post_json(api() + "/patients/import-bulk", {"patients": [{"externalId": "X"}]}, headers=h).json
     assert [r["status"] for r in answer["data"]] == ["failed"]  # nothing written, nothing recorded
-    app.post_json(switchboard_url("clinic-a", "recording-complete"), {"CallSid": "CA-x"}, headers=h, status=400)
+    app.post_json(switchboard_url("clinic-a", "recording-complete"), {"CallFrom": "+420601123456"}, headers=h,
+                  status=400)
     read_only = issue_token(["clinic-a"], ["read"])
     app.patch_json(f"{api()}/patientRequests/{rid}", {"userNote": "x"}, headers=bearer(read_only), status=403)
     assert events() == []

@@ -56,6 +56,7 @@ from tests.support.processes import stop_process as stop
 from tests.support.servers import wait_until
 from tests.test_recordings import FakePlatform, detail_call, play, received_at, stored_call
 from tests.test_recordings import onboard as rec_onboard
+from tests.support.worker import MARKER_WORDS
 from tests.support.worker import MODEL, MODEL_EN, processed_call, worker_env
 
 AUDIO = ROOT / "tests" / "audio"
@@ -533,7 +534,7 @@ def web_faults(app, config, ca_bundle) -> webtest.TestApp:
     settings = Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
                       unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1",
                       platform_retry_delays="1,1", platform_play_wait_seconds=8,
-                      platform_fetch_timeout=5)
+                      platform_fetch_timeout=5, provider_marker_words=MARKER_WORDS)
     return webtest.TestApp(create_app(settings))
 
 

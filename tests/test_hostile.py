@@ -233,10 +233,13 @@ def sample(schema: dict[str, Any], name: str, known: dict[str, Any]) -> Any:
 
 def leaves(schema: dict[str, Any], path: tuple[Any, ...] = (), *, op: tuple[str, str] = ("", "")) -> Iterator[
         tuple[tuple[Any, ...], dict[str, Any]]]:
-    """(path, schema) of every field below `schema`, arrays through their first item."""
+    """(path, schema) of every field below `schema`, arrays through their first item; a
+    nullable field (`anyOf` with null) as its other branch, marked `x-nullable`."""
     for key in ("anyOf", "oneOf"):
         if key in schema:
+            nullable = any(s.get("type") == "null" for s in schema[key])
             schema = next((s for s in schema[key] if s.get("type") != "null"), schema[key][0])
+            schema = {**schema, "x-nullable": True} if nullable else schema
     if path:
         yield path, schema
     if schema.get("type") == "object" or "properties" in schema:
@@ -375,7 +378,12 @@ def test_hostile_strings_in_every_string_field_of_every_operation(world: World) 
             answer = call(world, op, url_of(op, world), with_value(base, op.body, path, text, known, key))
             tried += 1
             assert_not_server_error(answer)
-            if "\u0000" in text or "\ud800" in text:
+            if ("\u0000" in text or "\ud800" in text) and key[1].endswith("/recording-complete") \
+                    and path != ("RecordingUrl",):
+                # A hand-off is never refused for its text: the characters are replaced and
+                # the call flagged (switchboard/handoff.py); a refusal would lose the voicemail.
+                assert answer.status_int == 200, answer.text
+            elif "\u0000" in text or "\ud800" in text:
                 error = refusal(answer, 400)
                 assert error["code"] == "VALIDATION_FAILED"
     assert tried > 300
@@ -420,7 +428,7 @@ def test_wrong_types_in_every_field_are_400(world: World) -> None:
         for value in EVERY_TYPE:
             answer = call(world, op, url_of(op, world), with_value(base, op.body, path, value, known, key))
             assert_not_server_error(answer)
-            if not allowed.is_valid(value):
+            if not allowed.is_valid(value) and not (value is None and schema.get("x-nullable")):
                 error = refusal(answer, 400)
                 assert error["code"] == "VALIDATION_FAILED"
                 if isinstance(path[-1], str):  # names the field (a bulk item: the item's)
@@ -539,8 +547,10 @@ def test_clinic_b_ids_refused_with_the_documented_answers(world: World) -> None:
     assert post("/patientRequests/create", {"patientId": b["patient"], "userECRFId": a["requestType"]}).status_int == 403
     assert post("/patientRequests/create", {"patientId": a["patient"], "userECRFId": b["requestType"]}
                 ).json["code"] == "USER_ECRF_NOT_FOUND"
-    # B's calendar: neither a vacation check nor a reservation
-    assert post("/switchboard/is-on-vacation", {"calendarIds": [b["calendar"]]}).status_int == 400
+    # B's calendar: neither a vacation check (answered exactly as an unknown id: a calendar
+    # without vacations, whatever B's calendar holds) nor a reservation
+    stray = post("/switchboard/is-on-vacation", {"calendarIds": [str(uuid.uuid4())]}).json
+    assert post("/switchboard/is-on-vacation", {"calendarIds": [b["calendar"]]}).json == stray
     slot = {"start": "2026-11-20T09:00:00Z", "end": "2026-11-20T09:30:00Z", "calendarId": b["calendar"]}
     assert post("/patientRequests/create", {"patientId": a["patient"], "userECRFId": a["requestType"],
                                             "timeSlotInput": slot}).status_int == 400

@@ -9,7 +9,12 @@ expiries on the test clock.
 """
 from __future__ import annotations
 
+import json
+import os
+import re
 import secrets
+import subprocess
+import sys
 import threading
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -22,8 +27,9 @@ import webtest
 from voicemail import platform as platform_api
 from app import create_app
 from config import Config
+from config import RetiredSetting
 from plumbing.database import db
-from models import Call, Clinic, Patient, PatientRecord, PatientRequest
+from models import AuditEvent, Call, Clinic, Patient, PatientRecord, PatientRequest
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.support.clocks import Clock
@@ -66,9 +72,11 @@ class FakePlatform:
     def fresh_link(self, ref: str) -> str:
         return self.server.url(f"/files/{ref}") + "?signature=FRESH-SECRET"
 
-    def serve(self, ref: str, mode: str = "ok") -> None:
-        """`ok`, `deleted` (404), `gone` (410) or `flaky` (503 once, then ok)."""
+    def serve(self, ref: str, mode: str = "ok", recording: bytes = b"") -> None:
+        """`ok`, `deleted` (404), `gone` (410) or `flaky` (503 once, then ok); the fresh
+        link yields `recording` (the bytes the service checks a re-fetched link by)."""
         ok = self._link(ref)
+        self.server.route(f"/files/{ref}", static(recording or (AUDIO / "msg_cancel.mp3").read_bytes(), "audio/mpeg"))
         handler = {"ok": ok, "deleted": static(b'{"error":"not found"}', "application/json", status=404),
                    "gone": static(b"", "application/json", status=410),
                    "flaky": FailThenSucceed(1, ok, failure=static(b"busy", "text/plain", status=503))}[mode]
@@ -117,7 +125,7 @@ def rec_config(config, ca_bundle) -> Config:
     return Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
                   unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1",
                   platform_retry_delays="1,1", platform_play_wait_seconds=8,
-                  platform_fetch_timeout=5)
+                  platform_fetch_timeout=5, provider_marker_words=MARKER_WORDS)
 
 
 @pytest.fixture
@@ -125,11 +133,13 @@ def web(app, rec_config) -> webtest.TestApp:
     return webtest.TestApp(create_app(rec_config))
 
 
-def onboard(platform: FakePlatform | None, slug: str = "clinic-rec") -> None:
+def onboard(platform: FakePlatform | None, slug: str = "clinic-rec", **switchboard: Any) -> None:
+    """The clinic with its platform credentials (no marker words of its own: the
+    deployment's PROVIDER_MARKER_WORDS name the platform family, as before they could be
+    given per clinic)."""
     extra: dict[str, Any] = {}
     if platform is not None:
-        extra["switchboard"] = {"apiUrl": platform.base_url, "username": USER, "password": PASSWORD,
-                                "sourceMarkers": MARKER_WORDS.split(",")}
+        extra["switchboard"] = {"apiUrl": platform.base_url, "username": USER, "password": PASSWORD, **switchboard}
     load(organization(clinic(slug, tz="America/New_York", country="US", language="en", **extra)))
 
 
@@ -197,19 +207,21 @@ def test_pre_release_check_end_to_end(web, clock, platform, https_server, worker
     assert play(web, request, reader, 302).location == original
     assert platform.token_exchanges == 0
 
-    # The original link expired (25 minutes): a fresh one through the platform API.
-    platform.serve("CA-e2e.mp3")
+    # The original link expired (25 minutes): a fresh one through the platform API, served
+    # once what it yields is checked to be the recording the hand-off delivered.
+    platform.serve("CA-e2e.mp3", recording=(AUDIO / "msg_appointment.mp3").read_bytes())
     clock.set(received_at(request) + timedelta(minutes=26))
     answer = play(web, request, reader, 302)
     assert answer.location == platform.fresh_link("CA-e2e.mp3")
     assert platform.token_exchanges == 1 and platform.lookups("CA-e2e.mp3") == 1
+    assert https_server.request_count("/files/CA-e2e.mp3") == 1  # checked once, then reused
     shown = detail_call(web, request, reader)
     assert shown["recording"]["state"] == "available" and shown["recording"]["url"] == platform.fresh_link("CA-e2e.mp3")
     assert play(web, request, reader, 302).location == platform.fresh_link("CA-e2e.mp3")
     assert platform.lookups("CA-e2e.mp3") == 1  # the fresh link is reused while it lives
 
     # The platform deleted the recording; once the fresh link expired too: 410.
-    platform.serve("CA-e2e.mp3", "deleted")
+    platform.serve("CA-e2e.mp3", "deleted", recording=(AUDIO / "msg_appointment.mp3").read_bytes())
     clock.set(received_at(request) + timedelta(minutes=26 + 31))
     gone = play(web, request, reader, 410).json
     assert gone["code"] == "RECORDING_UNAVAILABLE" and "transcript remains" in gone["error"]
@@ -290,9 +302,9 @@ def test_without_credentials_an_expired_recording_is_unavailable(web, clock, pla
     clock.set(received_at(request) + timedelta(minutes=26))
     assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"
     shown = detail_call(web, request, reader)
-    # No credentials, so no marker words either (they name the clinic's platform): the link
-    # simply expired, and nothing is asked of any platform.
-    assert shown["recording"]["state"] == "unavailable" and shown["recording"]["reason"] == "expired"
+    # The Source names the deployment's platform family, but the clinic gave no credentials
+    # for it: nothing is asked of any platform.
+    assert shown["recording"]["state"] == "unavailable" and shown["recording"]["reason"] == "no_credentials"
     assert shown["transcript"] == "Please call me back about my test results."
     assert https_requests(platform) == 0
 
@@ -311,18 +323,25 @@ def test_source_without_a_marker_word_plays_the_original_link_until_it_expires(w
     assert https_requests(platform) == 0
 
 
-@pytest.mark.parametrize("markers", [None, ["ringfrog"]])
-def test_only_the_clinics_own_marker_words_select_its_platform(web, clock, platform, worker, markers):
-    """A clinic's credentials re-fetch only for calls whose Source names its platform by the
-    words its onboarding gives (`sourceMarkers`); none given, none re-fetched."""
-    block = {"apiUrl": platform.base_url, "username": USER, "password": PASSWORD}
-    if markers is not None:
-        block["sourceMarkers"] = markers
-    load(organization(clinic("clinic-rec", tz="America/New_York", country="US", language="en", switchboard=block)))
-    request = stored_call("CA-theirs", recording_sid="CA-theirs.mp3")  # Source says "AcmeVox"
+@pytest.mark.parametrize("source, markers, refetched", [
+    ("AcmeVox Cloud PBX 4.2", None, True),  # the deployment's PROVIDER_MARKER_WORDS alone
+    ("FrogLine 7", ["frogline"], True),  # the clinic's own words add to them
+    ("FrogLine 7", None, False),
+    ("OtherVendor PBX", ["frogline"], False),
+])
+def test_marker_words_of_the_deployment_and_the_clinic_select_the_platform(web, clock, platform, worker, source,
+                                                                           markers, refetched):
+    """A clinic's credentials re-fetch for calls whose Source holds a marker word of the
+    platform family: the deployment's (PROVIDER_MARKER_WORDS, read again after an upgrade
+    had stopped reading it) or the clinic's own `sourceMarkers`."""
+    onboard(platform, **({"sourceMarkers": markers} if markers else {}))
+    request = stored_call("CA-theirs", source=source, recording_sid="CA-theirs.mp3")
     platform.serve("CA-theirs.mp3")
     reader = issue_token(["clinic-rec"], ["read"])
     clock.set(received_at(request) + timedelta(minutes=26))
+    if refetched:
+        assert play(web, request, reader, 302).location == platform.fresh_link("CA-theirs.mp3")
+        return
     assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"
     assert detail_call(web, request, reader)["recording"]["reason"] == "expired"
     assert https_requests(platform) == 0
@@ -354,8 +373,8 @@ def test_a_play_that_read_the_call_before_the_refetch_finished_does_not_start_an
 
     from voicemail.player import ensure_refetch
 
-    block = {"apiUrl": "https://platform.example.net/api", "username": USER, "password": PASSWORD,
-             "sourceMarkers": MARKER_WORDS.split(",")}  # no platform is asked: no worker runs the jobs
+    block = {"apiUrl": "https://platform.example.net/api", "username": USER, "password": PASSWORD}
+    # (no platform is asked: no worker runs the jobs)
     load(organization(clinic("clinic-rec", tz="America/New_York", country="US", language="en", switchboard=block)))
     request = stored_call("CA-race")
     as_of = received_at(request) + timedelta(minutes=26)
@@ -375,12 +394,137 @@ def test_a_play_that_read_the_call_before_the_refetch_finished_does_not_start_an
 
 
 def test_platform_settings_are_read_under_their_former_pbx_names_too() -> None:
-    """PLATFORM_* is read first; a deployment that still sets PBX_* keeps its settings."""
-    config = Config.from_env({"PBX_RETRY_DELAYS": "1,1", "PLATFORM_FETCH_TIMEOUT": "3", "PBX_FETCH_TIMEOUT": "9",
+    """PLATFORM_* or, for a deployment that still sets them, PBX_* (with a warning at
+    start); both set to different values: refused, naming both."""
+    config = Config.from_env({"PBX_RETRY_DELAYS": "1,1", "PLATFORM_FETCH_TIMEOUT": "9", "PBX_FETCH_TIMEOUT": "9",
                               "PBX_PLAY_WAIT_SECONDS": "0.5"})
     assert (config.platform_retry_intervals, config.platform_fetch_timeout, config.platform_play_wait_seconds) == (
-        [1, 1], 3.0, 0.5)
+        [1, 1], 9.0, 0.5)
+    assert sorted(config.notices) == [
+        "PBX_PLAY_WAIT_SECONDS is the former name of PLATFORM_PLAY_WAIT_SECONDS: it is still read, but rename it "
+        "to PLATFORM_PLAY_WAIT_SECONDS.",
+        "PBX_RETRY_DELAYS is the former name of PLATFORM_RETRY_DELAYS: it is still read, but rename it to "
+        "PLATFORM_RETRY_DELAYS."]
+    with pytest.raises(RetiredSetting, match="PLATFORM_FETCH_TIMEOUT and its former name PBX_FETCH_TIMEOUT"):
+        Config.from_env({"PLATFORM_FETCH_TIMEOUT": "3", "PBX_FETCH_TIMEOUT": "9"})
     assert Config.from_env({}).platform_token_path == "/auth/token"
+
+
+def test_provider_marker_words_are_read_again() -> None:
+    """The documented setting before marker words could be given per clinic: an upgrade that
+    stopped reading it made every recording unavailable once its link expired."""
+    assert Config.from_env({"PROVIDER_MARKER_WORDS": " AcmeVox, RingFrog ,"}).marker_words == ["acmevox", "ringfrog"]
+    assert Config.from_env({}).marker_words == []
+
+
+def test_a_retired_setting_stops_every_process_at_start(monkeypatch, tmp_path) -> None:
+    """A variable the service no longer reads is never ignored silently: Config refuses it,
+    and so the web process, the worker and manage.py do not start."""
+    import config as config_module
+
+    monkeypatch.setitem(config_module.RETIRED, "WHISPER_LANGUAGE", "the clinic's languages are set per clinic")
+    with pytest.raises(RetiredSetting, match="WHISPER_LANGUAGE is no longer read: the clinic's languages"):
+        Config.from_env({"WHISPER_LANGUAGE": "cs"})
+    assert Config.from_env({}).notices == []
+    # The real entry points, with a variable of the real list (none is retired today, so one is added
+    # in a child process through the same dictionary).
+    script = ("import sys, config; config.RETIRED['OLD_SETTING'] = 'use NEW_SETTING'; "
+              "import manage; sys.exit(manage.main(['calls']))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "OLD_SETTING": "1", "DATABASE_URL": f"sqlite:///{tmp_path}/x.db"})
+    assert done.returncode == 2 and "OLD_SETTING is no longer read: use NEW_SETTING" in done.stderr, done.stderr
+
+
+def test_the_release_step_names_clinics_whose_recordings_can_never_be_refetched(app, platform, tmp_path) -> None:
+    """Platform credentials but no marker word from anywhere: the release step says so."""
+    onboard(platform)
+    env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
+           "STORAGE_DIR": str(tmp_path / "storage")}
+    db.close()
+    done = subprocess.run([sys.executable, "manage.py", "migrate"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "clinic(s) clinic-rec have switchboard platform credentials but no marker words" in done.stderr
+    named = subprocess.run([sys.executable, "manage.py", "migrate"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120, env={**env, "PROVIDER_MARKER_WORDS": MARKER_WORDS})
+    assert named.returncode == 0 and "no marker words" not in named.stderr, named.stderr
+
+
+# --- the recording is bound to its bytes, not to its name ---------------------------------------
+
+def _handed_off(web: webtest.TestApp, https_server: HTTPSTestServer, sid: str, recording_sid: str,
+                clip: str = "msg_appointment.mp3") -> PatientRequest:
+    """A call handed off through the API and ingested by the real worker (its bytes hashed)."""
+    https_server.route(f"/rec/{sid}.mp3", static((AUDIO / clip).read_bytes(), "audio/mpeg"))
+    writer = issue_token(["clinic-rec"], ["write"])
+    body = {"CallSid": sid, "CallFrom": "+1 201 555 0198", "CallTo": "+12015550100", "HasRecording": True,
+            "RecordingUrl": https_server.url(f"/rec/{sid}.mp3") + "?signature=ORIGINAL-SECRET",
+            "RecordingSid": recording_sid, "Source": SOURCE}
+    assert web.post_json(switchboard_url("clinic-rec", "recording-complete"), body,
+                         headers=bearer(writer)).json == {"success": True}
+    call = processed_call(sid)
+    assert call.recording_sha256 is not None
+    with db.connection_context():
+        return PatientRequest.get(PatientRequest.call == call.id)
+
+
+def test_a_recording_sid_unrelated_to_the_url_plays_once_the_platform_yields_the_same_bytes(
+        web, clock, platform, https_server, worker):
+    """Telnyx-style: RecordingSid is the platform's id, not the URL's file name. Accepted,
+    and its re-fetched link is served because it yields the recording handed off."""
+    onboard(platform)
+    request = _handed_off(web, https_server, "CA-bound", "3f0c9a71-b2e4-4d06-8c55-1b2f7a9e01e1")
+    platform.serve("3f0c9a71-b2e4-4d06-8c55-1b2f7a9e01e1", recording=(AUDIO / "msg_appointment.mp3").read_bytes())
+    reader = issue_token(["clinic-rec"], ["read"])
+    clock.set(received_at(request) + timedelta(minutes=26))
+    assert play(web, request, reader, 302).location == platform.fresh_link("3f0c9a71-b2e4-4d06-8c55-1b2f7a9e01e1")
+    scraped = web.get("/metrics").text
+    assert re.search(r'clinic_recording_checks_total\{result="match"\} [1-9]', scraped), scraped
+
+
+def test_a_steered_recording_sid_never_yields_another_recording(web, clock, platform, https_server, worker):
+    """A write token names, as RecordingSid, another recording of the clinic's platform: the
+    hand-off is accepted (200), but once the original link expires the play never sends a
+    doctor to that other recording: it is "no longer available", the transcript stays, and
+    the clinic's audit trail names the token whose hand-off did it."""
+    onboard(platform)
+    request = _handed_off(web, https_server, "CA-steer", "RE-someone-else.mp3")
+    platform.serve("RE-someone-else.mp3", recording=(AUDIO / "msg_fever.mp3").read_bytes())  # another caller's
+    reader = issue_token(["clinic-rec"], ["read"])
+    clock.set(received_at(request) + timedelta(minutes=26))
+    gone = play(web, request, reader, 410).json
+    assert gone["code"] == "RECORDING_UNAVAILABLE" and "another recording" in gone["error"]
+    shown = detail_call(web, request, reader)
+    assert shown["recording"]["state"] == "unavailable" and shown["recording"]["reason"] == "mismatch"
+    assert "appointment" in shown["transcript"].lower()
+    assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"  # remembered
+    assert platform.lookups("RE-someone-else.mp3") == 1
+    with db.connection_context():
+        [event] = list(AuditEvent.select().where(AuditEvent.action == "call.recording_mismatch"))
+        assert (event.target_type, event.target_id, event.actor_kind) == ("call", str(request.call_id), "token")
+        assert json.loads(event.details)["receivedBytes"] == len((AUDIO / "msg_fever.mp3").read_bytes())
+    scraped = web.get("/metrics").text
+    assert re.search(r'clinic_recording_checks_total\{result="mismatch"\} [1-9]', scraped), scraped
+
+
+@pytest.mark.parametrize("recording_sid, asked", [("CA-nohash.mp3", True), ("RE-other", False), (None, True)])
+def test_a_recording_never_downloaded_is_refetched_only_by_its_own_file_name(web, clock, platform, worker,
+                                                                            recording_sid, asked):
+    """No hash to check against (the original link died before the ingest downloaded it):
+    the platform is asked only when RecordingSid names the URL's own file (or is absent);
+    otherwise the recording is unavailable, `unverifiable`, and nobody is asked."""
+    onboard(platform)
+    request = stored_call("CA-nohash", recording_sid=recording_sid)  # outcome as stored, no hash
+    reference = recording_sid or "CA-nohash.mp3"
+    platform.serve(reference)
+    reader = issue_token(["clinic-rec"], ["read"])
+    clock.set(received_at(request) + timedelta(minutes=26))
+    if asked:
+        assert play(web, request, reader, 302).location == platform.fresh_link(reference)
+        return
+    assert play(web, request, reader, 410).json["code"] == "RECORDING_UNAVAILABLE"
+    assert detail_call(web, request, reader)["recording"]["reason"] == "unverifiable"
+    assert https_requests(platform) == 0
 
 
 # --- the endpoint's edges ----------------------------------------------------------------------

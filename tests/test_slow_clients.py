@@ -46,6 +46,7 @@ from tests.support.servers import wait_until
 from tests.test_hostile import _head
 from tests.test_recordings import FakePlatform, received_at, request_url, stored_call
 from tests.test_recordings import onboard as onboard_with_platform
+from tests.support.worker import MARKER_WORDS
 
 PDF = b"%PDF-1.7\n" + b"\0" * 1000 + b"\n%%EOF\n"
 TRICKLES = 40  # four times the web process's pool (DB_POOL_SIZE, default 10)
@@ -304,7 +305,7 @@ def test_a_chunked_body_is_not_read_before_the_token_clinic_and_scope_are_checke
 
 @pytest.mark.parametrize("body, expected", [
     (b'{"callFrom": "+420 601 123 456"}', (200, {"hasActiveRequest": False})),
-    (b'{"callFrom": 5}', (400, "VALIDATION_FAILED")),
+    (b'{"callFrom": [5]}', (400, "VALIDATION_FAILED")),
     (b"7" * (BODY_LIMIT + 1), (413, "PAYLOAD_TOO_LARGE")),
 ])
 def test_an_authorized_chunked_body_is_read_then_validated(served: Served, body: bytes, expected: tuple) -> None:
@@ -332,7 +333,7 @@ def test_a_play_waiting_for_a_refetch_leaves_the_pool_to_other_requests(app, clo
     queue = redis.Redis.from_url(REDIS_URL)
     job = refetch_job_id(request.call_id)
     settings = {"platform_play_wait_seconds": 3, "unsafe_allow_loopback_fetch": True,
-                "fetch_ca_bundle": ca_bundle, "clock": clock, "db_pool_size": 1}
+                "fetch_ca_bundle": ca_bundle, "clock": clock, "db_pool_size": 1, "provider_marker_words": MARKER_WORDS}
     try:
         with serve(**settings) as base_url:
             played: list[tuple[float, int, Any]] = []

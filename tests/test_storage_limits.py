@@ -379,8 +379,10 @@ def test_upload_limits_configuration_and_the_former_variable_name() -> None:
     assert Config().upload_max_bytes == 25 * 1024 * 1024
     assert Config.from_env({"UPLOAD_MAX_BYTES": "1000"}).upload_max_bytes == 1000
     assert Config.from_env({"STORAGE_MAX_UPLOAD_BYTES": "2000"}).upload_max_bytes == 2000  # the former name
-    both = Config.from_env({"UPLOAD_MAX_BYTES": "1000", "STORAGE_MAX_UPLOAD_BYTES": "2000"})
-    assert both.upload_max_bytes == 1000  # the current name wins
+    # Both names set to different values: one of them would be ignored, so neither is chosen.
+    with pytest.raises(ValueError, match="UPLOAD_MAX_BYTES and its former name STORAGE_MAX_UPLOAD_BYTES"):
+        Config.from_env({"UPLOAD_MAX_BYTES": "1000", "STORAGE_MAX_UPLOAD_BYTES": "2000"})
+    assert Config.from_env({"UPLOAD_MAX_BYTES": "1000", "STORAGE_MAX_UPLOAD_BYTES": "1000"}).upload_max_bytes == 1000
     with pytest.raises(ValueError, match="STORAGE_MAX_UPLOAD_BYTES"):
         Config.from_env({"STORAGE_MAX_UPLOAD_BYTES": "lots"})
     config = Config.from_env({"UPLOAD_LINKS_PER_CLINIC": "7", "UPLOAD_PURGE_GRACE_SECONDS": "60",

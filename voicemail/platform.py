@@ -1,16 +1,7 @@
-"""Playable call recordings: link state, and the API of the platform (the switchboard
-vendor's system) that hands out fresh download links once the original `RecordingUrl`
-has expired.
-
-The service does not copy recordings. A call's recording is playable through
-
-- the original `RecordingUrl`, treated as expired `RECORDING_URL_LIFETIME_MINUTES`
-  after the call was received (the platforms' links live about 30 minutes);
-- then a link re-fetched from the platform API (jobs/refetch.py), valid until the
-  expiry the platform gives. Only calls whose `Source` contains one of the marker words
-  the clinic's onboarding names for its platform (`sourceMarkers`) have a re-fetch
-  strategy; the recording is referenced by `RecordingSid`, which intake holds to the file
-  name of `RecordingUrl`, else by that file name.
+"""The switchboard platform's API (the vendor's system), which hands out fresh download
+links once a call's original `RecordingUrl` has expired (jobs/refetch.py asks it; which
+calls may be asked about, and the check of what a fresh link yields, are
+voicemail/recordings.py's).
 
 Platform API (paths are configuration, relative to the clinic's `platform_api_url`):
 
@@ -34,17 +25,15 @@ import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import PurePosixPath
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, urlsplit
 
 import redis
 
-from plumbing import crypto
 from config import Config
-from plumbing.clock import as_utc, iso_utc
-from models import Call, Clinic
-from plumbing import strict_json
+from models import Clinic
+from plumbing import crypto, strict_json
+from plumbing.clock import as_utc
 from safe_fetch import (
     FetchError,
     Resolver,
@@ -58,8 +47,6 @@ from safe_fetch import (
 
 log = logging.getLogger(__name__)
 
-#: A link is handed out only with at least this much time left.
-MIN_LEFT = timedelta(seconds=60)
 _MAX_API_BYTES = 64 * 1024
 _TOKEN_MARGIN = 30  # seconds: renew a cached token this long before the platform's expiry
 _DEFAULT_TOKEN_SECONDS = 300
@@ -68,103 +55,6 @@ _DEFAULT_TOKEN_SECONDS = 300
 _MAX_TOKEN_SECONDS = 86400
 _MAX_LINK_SECONDS = 7 * 86400
 _RESOLVE_SECONDS = 2.0
-
-# Why a recording is not available; the play endpoint's 410 and the detail say so.
-GONE_REASONS: dict[str, str] = {
-    "deleted": "the switchboard platform has deleted the recording",
-    "no_credentials": "the clinic's switchboard platform credentials were not supplied",
-    "no_reference": "the call names no recording the platform could look up",
-    "expired": "the recording link has expired and this switchboard platform offers no re-fetch",
-    "no_recording": "the call has no recording",
-}
-
-
-# --- link state --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class LinkState:
-    """`available` (url, expires_at), `expired` (a re-fetch can help) or `unavailable` (reason)."""
-
-    state: str
-    url: str | None = None
-    expires_at: datetime | None = None
-    reason: str | None = None
-
-    def describe(self) -> dict[str, Any]:
-        """The recording object of the request detail (the link is the client's to use)."""
-        if self.state == "available":
-            return {"state": "available", "url": self.url, "expiresAt": iso_utc(self.expires_at)}
-        if self.state == "expired":
-            return {"state": "fetching"}
-        assert self.reason is not None
-        return {"state": "unavailable", "reason": self.reason, "message": gone_message(self.reason)}
-
-
-def gone_message(reason: str) -> str:
-    return f"The recording is no longer available ({GONE_REASONS.get(reason, reason)}); the transcript remains."
-
-
-def has_strategy(call: Call) -> bool:
-    """Whether the call's `Source` names the platform of its clinic: one of the marker
-    words the clinic's onboarding gives for it (`sourceMarkers`). Only then are the
-    clinic's credentials used to re-fetch its recording links."""
-    stored = Clinic.select(Clinic.platform_source_markers).where(Clinic.id == call.clinic_id).scalar()
-    text = (call.source or "").lower()
-    return any(word in text for word in json.loads(stored or "[]"))
-
-
-def _file_name(url: str) -> str:
-    return PurePosixPath(unquote(urlsplit(url).path)).name
-
-
-def names_its_recording(recording_sid: str, recording_url: str) -> bool:
-    """Whether `RecordingSid` names the recording `RecordingUrl` points at: the URL's file
-    name, with or without its extension. The sid is the reference the platform is asked
-    about with the clinic's credentials when the link expires; tied to the URL the
-    switchboard handed off, it cannot point those credentials at another recording."""
-    name = _file_name(recording_url)
-    return bool(name) and recording_sid.strip() in (name, PurePosixPath(name).stem)
-
-
-def recording_reference(call: Call) -> str | None:
-    """RecordingSid, else the file name in RecordingUrl."""
-    if call.recording_sid and call.recording_sid.strip():
-        return call.recording_sid.strip()
-    if call.recording_url:
-        return _file_name(call.recording_url) or None
-    return None
-
-
-def original_expiry(call: Call, config: Config) -> datetime:
-    return as_utc(call.received_at) + timedelta(minutes=config.recording_url_lifetime_minutes)
-
-
-def link_state(call: Call, now: datetime, config: Config) -> LinkState:
-    """The call's recording at `now` (no I/O): the freshest link with time left, else
-    whether a re-fetch can help."""
-    now = as_utc(now)
-    if call.recording_gone_reason:
-        return LinkState("unavailable", reason=call.recording_gone_reason)
-    if not call.recording_url:
-        return LinkState("unavailable", reason="no_recording")
-    candidates = [(original_expiry(call, config), call.recording_url)]
-    if call.recording_link and call.recording_link_expires_at:
-        candidates.append((as_utc(call.recording_link_expires_at), call.recording_link))
-    expires_at, url = max(candidates, key=lambda c: c[0])
-    if expires_at - now >= MIN_LEFT:
-        return LinkState("available", url=url, expires_at=expires_at)
-    if not has_strategy(call):
-        return LinkState("unavailable", reason="expired")
-    return LinkState("expired")
-
-
-def remember_gone(call_id: Any, reason: str, now: datetime) -> None:
-    """Record once that the recording is gone: later plays answer 410 without asking."""
-    Call.update(recording_gone_reason=reason, recording_checked_at=as_utc(now)).where(
-        (Call.id == call_id) & Call.recording_gone_reason.is_null()).execute()
-
-
-# --- platform API ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Credentials:

@@ -19,7 +19,7 @@ from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
 from plumbing import clock
-from voicemail import platform
+from voicemail import platform, recordings
 from config import Config
 from jobs import queueing
 from jobs.refetch import JOB_TIMEOUT, job_id, refetch_recording
@@ -39,7 +39,7 @@ def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, conf
     def still_expired(job: Job) -> bool:
         # The caller read the call before the lock was taken: the job may have saved a
         # fresh link since. Only a link still expired, read now, needs another fetch.
-        return platform.link_state(Call.get_by_id(call_id), as_of, config).state == "expired"
+        return recordings.link_state(Call.get_by_id(call_id), as_of, config).state == "expired"
 
     job, _ = queueing.enqueue_once(
         queue, refetch_recording, str(call_id), as_utc(as_of).isoformat(), job_id=job_id(call_id),
@@ -66,14 +66,14 @@ class RecordingPlayer:
         self.config = config
         self.queue = queue
 
-    def _resolve(self, call: Call, now: datetime) -> platform.LinkState:
+    def _resolve(self, call: Call, now: datetime) -> recordings.LinkState:
         """The link state; an expired link of a clinic without credentials is gone (remembered)."""
-        state = platform.link_state(call, now, self.config)
+        state = recordings.link_state(call, now, self.config)
         if state.state == "expired":
             clinic = Clinic.get_by_id(call.clinic_id)
             if platform.credentials_of(clinic, self.config.secret_key) is None:
-                platform.remember_gone(call.id, "no_credentials", now)
-                return platform.LinkState("unavailable", reason="no_credentials")
+                recordings.remember_gone(call.id, "no_credentials", now)
+                return recordings.LinkState("unavailable", reason="no_credentials")
         return state
 
     def describe(self, call: Call, now: datetime) -> dict[str, object]:

@@ -39,7 +39,9 @@ def worker_env(ca_bundle: str, **extra: str) -> dict[str, str]:
         **os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
         "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": ca_bundle, "RECORDING_RETRY_DELAYS": "1,1",
         "RECORDING_FETCH_TIMEOUT": "5", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": str(MODEL_EN),
-        "PBX_RETRY_DELAYS": "1,1", "PBX_FETCH_TIMEOUT": "5",
+        # The former names of PLATFORM_RETRY_DELAYS and PLATFORM_FETCH_TIMEOUT, still read; and the
+        # platform family's marker words as a deployment sets them.
+        "PBX_RETRY_DELAYS": "1,1", "PBX_FETCH_TIMEOUT": "5", "PROVIDER_MARKER_WORDS": MARKER_WORDS,
         # One purge round at start, then none during the session: the session's worker shares
         # the test database but not a test's storage directory, and a round of its own could
         # take the rows of uploads a storage test has just expired for its own worker to purge
