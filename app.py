@@ -13,7 +13,7 @@ from plumbing.row_cache import RowCache
 from console import rendering
 from console.middleware import ConsoleSession, lifetime_of
 from console.throttle import LoginThrottle
-from resources import catalog, console, console_audit, console_keys, console_settings, meta, patient_requests, patients, switchboard
+from resources import api_reference, catalog, console, console_audit, console_keys, console_settings, meta, patient_requests, patients, switchboard
 from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
@@ -76,6 +76,8 @@ def create_app(config: Config) -> falcon.App:
         (f"{request}/attachments/upload-link", patient_requests.UploadLink(storage, config.upload_links_per_clinic)),
         (f"{request}/attachments", patient_requests.Attachments(storage)),
         ("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url))),
+        (api_reference.PREFIX, api_reference.ApiReference()),
+        (api_reference.PREFIX + "/assets/{name}", api_reference.ApiReferenceAsset()),
         ("/console", console.Inbox(renderer, config.clock)),
         ("/console/rows", console.InboxRows(renderer)),
         ("/console/requests/{request_id}", console.RequestPage(renderer, LinkCache(storage))),
