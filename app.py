@@ -12,10 +12,10 @@ from models import MedicalRecord
 from plumbing import logs, metrics, strict_json
 from plumbing.database import bind_database
 from plumbing.row_cache import RowCache
-from console import rendering
+from console import help as guides, rendering
 from console.middleware import ConsoleSession, lifetime_of
 from console.throttle import LoginThrottle
-from resources import catalog, console, console_audit, console_keys, console_settings, meta, patient_requests, patients, switchboard
+from resources import api_reference, catalog, console, console_audit, console_help, console_keys, console_settings, meta, patient_requests, patients, switchboard
 from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
@@ -44,6 +44,7 @@ def create_app(config: Config) -> falcon.App:
     limiter = RateLimiter(queueing.redis_client(config.redis_url, "limits"), {
         "handoffs": config.rate_limit_handoffs_per_minute, "writes": config.rate_limit_writes_per_minute})
     renderer = rendering.Renderer()
+    help_pages = guides.Guides()  # docs/staff/*.md, rendered once
     session_lifetime = lifetime_of(config.console_session_idle_hours, config.console_session_max_hours)
     throttle = LoginThrottle(queue_redis, config.console_login_max_failures, config.console_login_window_seconds)
 
@@ -86,6 +87,8 @@ def create_app(config: Config) -> falcon.App:
         (f"{request}/attachments/upload-link", patient_requests.UploadLink(storage, config.upload_links_per_clinic)),
         (f"{request}/attachments", patient_requests.Attachments(storage)),
         ("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url))),
+        (api_reference.PREFIX, api_reference.ApiReference()),
+        (api_reference.PREFIX + "/assets/{name}", api_reference.ApiReferenceAsset()),
         ("/console", console.Inbox(renderer, config.clock)),
         ("/console/rows", console.InboxRows(renderer)),
         ("/console/requests/{request_id}", console.RequestPage(renderer, LinkCache(storage))),
@@ -107,6 +110,8 @@ def create_app(config: Config) -> falcon.App:
         (console_keys.URL + "/{token_id}/rotate", console_keys.ApiKeyRotation(renderer, config.clock)),
         (console_keys.URL + "/{token_id}/revoke", console_keys.ApiKeyRevocation(renderer, config.clock)),
         ("/console/audit", console_audit.AuditList(renderer)),
+        *[(path, console_help.HelpPage(renderer, help_pages)) for path in (guides.URL, guides.URL + "/{name}")],
+        (guides.URL + "/img/{name}", console_help.HelpImage()),
         ("/healthz", meta.Healthz(database, queue_redis)),
         ("/metrics", metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
     ]

@@ -23,7 +23,7 @@ def _bool(value: str) -> bool:
     raise ValueError(f"not a boolean: {value!r}")
 
 
-# env var -> (field name, parser); documented one by one in README.md ("Configuration").
+# env var -> (field name, parser); documented one by one in docs/operations.md (tests/test_docs.py holds the two together).
 _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "DATABASE_URL": ("database_url", str),
     "DB_POOL_SIZE": ("db_pool_size", int),

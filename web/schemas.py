@@ -348,7 +348,7 @@ CALL = component("Call", answer({
     "receivedAt": DATE_TIME,
     "transcript": {**NULLABLE_STRING, "description": "Kept whatever happens to the recording."},
     "transcriptStatus": nullable(TRANSCRIPT_STATUS, description=(
-        "How far the text can be trusted, predicted from the decoder's signals (README, Transcription): "
+        "How far the text can be trusted, predicted from the decoder's signals (docs/transcription.md): "
         "reliable (few words wrong); check (read it with the recording at hand); unreliable (listen to the "
         "recording: see transcriptIssue); failed (no usable transcript); null when none was attempted (no "
         "recording, recording not fetched, no speech).")),

@@ -1,0 +1,115 @@
+"""The staff guides in the console: docs/staff/*.md, the very Markdown a reader of the
+repository opens, rendered to HTML for the console's help page in the user's language.
+
+markdown-it-py (CommonMark with tables) with raw HTML off: whatever the Markdown holds is
+text, so a `<script>` in a guide shows as text like anything else the console displays.
+Links between the guides become console URLs, their images the console's image route;
+a link the console cannot serve (a file elsewhere in the repository) keeps its text only."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+from markupsafe import Markup
+
+from console.rendering import DEFAULT_LANGUAGE, LANGUAGES
+
+GUIDES = Path(__file__).resolve().parent.parent / "docs" / "staff"
+IMAGES = GUIDES / "img"
+URL = "/console/help"
+#: The guides, in the order the help page lists them; each is `<name>.<language>.md`.
+PAGES = ("receptionist", "admin")
+
+
+@dataclass(frozen=True)
+class Guide:
+    name: str
+    language: str
+    title: str
+    html: Markup
+
+
+def _markdown() -> MarkdownIt:
+    return MarkdownIt("commonmark", {"html": False}).enable("table")
+
+
+def _console_href(href: str) -> str | None:
+    """Where a guide's link goes in the console: another guide's page, an image, an outside
+    address as it is; None for a file of the repository the console does not serve."""
+    parts = urlsplit(href)
+    if parts.scheme in ("http", "https", "mailto", "tel") or href.startswith("#"):
+        return href
+    if parts.scheme or parts.netloc:
+        return None
+    name = parts.path.rsplit("/", 1)[-1]
+    if parts.path.startswith("img/") and "/" not in parts.path[4:]:
+        return f"{URL}/img/{name}"
+    stem, _, suffix = name.partition(".")
+    if "/" not in parts.path and stem in PAGES and suffix in tuple(f"{lang}.md" for lang in LANGUAGES):
+        return f"{URL}/{stem}" + (f"#{parts.fragment}" if parts.fragment else "")
+    return None
+
+
+def _rewrite(tokens: list[Token]) -> None:
+    for token in tokens:
+        if token.type == "image":
+            token.attrSet("src", _console_href(str(token.attrGet("src") or "")) or "")
+        elif token.children:
+            _rewrite(token.children)
+            # A link whose target the console cannot serve: its text stays, the link goes.
+            kept, dropping = [], 0
+            for child in token.children:
+                if child.type == "link_open":
+                    target = _console_href(str(child.attrGet("href") or ""))
+                    if target is None:
+                        dropping += 1
+                        continue
+                    child.attrSet("href", target)
+                elif child.type == "link_close" and dropping:
+                    dropping -= 1
+                    continue
+                kept.append(child)
+            token.children = kept
+
+
+def render(text: str) -> Markup:
+    """HTML of a guide's Markdown, raw HTML escaped, links made console links."""
+    md = _markdown()
+    tokens = md.parse(text)
+    _rewrite(tokens)
+    return Markup(md.renderer.render(tokens, md.options, {}))
+
+
+def _title(text: str) -> str:
+    return next((line[2:].strip() for line in text.splitlines() if line.startswith("# ")), "")
+
+
+class Guides:
+    """Every guide in every language, read and rendered once, at start."""
+
+    def __init__(self, directory: Path = GUIDES) -> None:
+        self.guides: dict[tuple[str, str], Guide] = {}
+        for name in PAGES:
+            for language in LANGUAGES:
+                path = directory / f"{name}.{language}.md"
+                if path.is_file():
+                    text = path.read_text("utf-8")
+                    self.guides[(name, language)] = Guide(name, language, _title(text), render(text))
+
+    def get(self, name: str, language: str) -> Guide | None:
+        """The guide in `language`, else in the default language (Czech), else None."""
+        return self.guides.get((name, language)) or self.guides.get((name, DEFAULT_LANGUAGE))
+
+    def listed(self, language: str) -> list[Guide]:
+        return [guide for guide in (self.get(name, language) for name in PAGES) if guide is not None]
+
+
+def image(name: str) -> Path | None:
+    """A guide's screenshot by file name: a PNG directly in docs/staff/img, nothing else."""
+    path = IMAGES / name
+    if "/" in name or not name.endswith(".png") or not path.is_file():
+        return None
+    return path

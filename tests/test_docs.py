@@ -1,0 +1,345 @@
+"""Docs that cannot rot: the README and docs/ are checked against the code and the running
+service. Every relative link and file path they name resolves; every JSON example request
+of the integrator pages validates against the OpenAPI document and is sent to the service,
+its answer compared with the example answer's shape; the settings table of
+docs/operations.md is config.py's; the error table of docs/integrators/README.md names every
+code the service can answer (derived from the source); docs/openapi.json is what the service
+serves (`DOCS_UPDATE=1` rewrites it)."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urlsplit
+
+import pytest
+from jsonschema import Draft202012Validator
+from markdown_it import MarkdownIt
+
+import config as config_module
+from config import Config
+from tests.conftest import ROOT
+from tests.support import bearer, issue_token, load
+from tests.support.documented import inlined
+
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md",
+         *sorted(p for p in DOCS.rglob("*.md") if "spec" not in p.relative_to(DOCS).parts)]
+INTEGRATOR_PAGES = [DOCS / "integrators" / "switchboard.md", DOCS / "integrators" / "signed-documents.md"]
+METHODS = {"get", "put", "post", "patch", "delete"}
+_MD = MarkdownIt("commonmark").enable("table")
+
+
+def tokens(page: Path) -> Iterator[Any]:
+    for token in _MD.parse(page.read_text("utf-8")):
+        yield token
+        yield from token.children or ()
+
+
+def rel(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+# --- links and paths -----------------------------------------------------------------
+
+# A path named in backquotes that is meant as a file of the repository: one whose first
+# folder is a folder of the repository (`docs/…`, `tests/…`, `bin/run`), or a bare file
+# name of the kinds the repository holds (`config.py`), which must be a file somewhere in
+# it. Runtime paths (var/, .venv/), URL paths ("/docs") and API paths are not.
+_PATH = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/?$")
+_FILE_KINDS = (".py", ".md", ".json", ".txt", ".in", ".patch", ".css", ".html", ".po", ".js", ".png")
+_SKIP = {".venv", ".venv-clients", "node_modules", ".git", "var", "__pycache__"}
+
+
+def _tracked_names() -> set[str]:
+    names: set[str] = set()
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in _SKIP]
+        names.update(files)
+    return names
+
+
+def named_paths(page: Path) -> Iterator[tuple[str, str]]:
+    """("link", target) for every link and image, ("path", text) for every code span that
+    names a path of the repository, ("name", text) for a bare file name."""
+    for token in tokens(page):
+        if token.type == "link_open":
+            yield "link", str(token.attrGet("href"))
+        elif token.type == "image":
+            yield "link", str(token.attrGet("src"))
+        elif token.type == "code_inline":
+            text = token.content.strip().removeprefix("./")
+            if not _PATH.match(text) or text.startswith(("var/", ".venv")):
+                continue
+            first = text.split("/", 1)[0]
+            if "/" in text.rstrip("/") and ((ROOT / first).is_dir() or (page.parent / first).is_dir()):
+                yield "path", text
+            elif "/" not in text and text.endswith(_FILE_KINDS):
+                yield "name", text
+
+
+def test_every_link_and_path_in_the_docs_resolves():
+    broken, names = [], _tracked_names()
+    for page in PAGES:
+        for kind, target in named_paths(page):
+            if kind == "name":
+                if target not in names:
+                    broken.append(f"{rel(page)}: {target}")
+                continue
+            if kind == "link":
+                parts = urlsplit(target)
+                if parts.scheme or parts.netloc or target.startswith("#"):
+                    continue
+                where = (page.parent / parts.path).resolve()
+            else:
+                where = (ROOT / target).resolve()
+                if not where.exists():  # a name relative to the page's own folder
+                    where = (page.parent / target).resolve()
+            if not where.exists():
+                broken.append(f"{rel(page)}: {target}")
+    assert not broken, broken
+    assert sum(1 for page in PAGES for _ in named_paths(page)) > 100, "the docs were read"
+
+
+def test_the_docs_name_no_issue_numbers_machine_paths_or_long_readme():
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert len(readme.splitlines()) <= 200
+    for page in PAGES + [DOCS / "staff" / p.name for p in (DOCS / "staff").glob("*.md")]:
+        text = page.read_text("utf-8")
+        assert not re.search(r"\b[Ii]ssues? #?\d+", text), f"{rel(page)} names an issue"
+        assert not re.search(r"(?<![\w.])/(work|home|root|Users)/", text), f"{rel(page)} names a machine path"
+
+
+# --- JSON examples of the integrator pages ----------------------------------------------
+
+@dataclasses.dataclass
+class Example:
+    page: str
+    operation: str
+    request: Any = None
+    has_request: bool = False
+    status: int | None = None
+    response: Any = None
+
+
+def examples() -> dict[str, Example]:
+    """The fenced blocks `json request:<operationId>` and `json response:<operationId> <status>`."""
+    found: dict[str, Example] = {}
+    for page in INTEGRATOR_PAGES:
+        for token in tokens(page):
+            if token.type != "fence":
+                continue
+            words = token.info.split()
+            if len(words) < 2 or words[0] != "json" or ":" not in words[1]:
+                continue
+            role, operation = words[1].split(":", 1)
+            example = found.setdefault(operation, Example(rel(page), operation))
+            body = json.loads(token.content)
+            if role == "request":
+                example.request, example.has_request = body, True
+            elif role == "response":
+                example.status, example.response = int(words[2]), body
+            else:
+                raise AssertionError(f"{rel(page)}: unknown example role {role!r}")
+    return found
+
+
+def operations(document: dict[str, Any]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    return {op["operationId"]: (method, path, op) for path, item in document["paths"].items()
+            for method, op in item.items() if method in METHODS}
+
+
+def shape_errors(answer: Any, example: Any, where: str = "$") -> list[str]:
+    """Where `answer` differs from `example` in shape: the same keys in every object, the same
+    JSON type of every value (null in either stands for any value); each element of an
+    answer's array is compared with the example's element at its index, else its first."""
+    if answer is None or example is None:
+        return []
+    if isinstance(example, dict):
+        if not isinstance(answer, dict):
+            return [f"{where}: an object in the example, {type(answer).__name__} in the answer"]
+        errors = []
+        if set(answer) != set(example):
+            errors.append(f"{where}: keys {sorted(answer)} answered, {sorted(example)} in the example")
+        for key in set(answer) & set(example):
+            errors += shape_errors(answer[key], example[key], f"{where}.{key}")
+        return errors
+    if isinstance(example, list):
+        if not isinstance(answer, list):
+            return [f"{where}: an array in the example"]
+        if not example:
+            return []
+        return [e for i, item in enumerate(answer) for e in shape_errors(item, example[min(i, len(example) - 1)], f"{where}[{i}]")]
+    kinds = (bool, (int, float), str)
+    for kind in kinds:
+        if isinstance(example, kind) and not (isinstance(example, bool) and kind != bool):
+            if not isinstance(answer, kind) or (isinstance(answer, bool) and kind != bool):
+                return [f"{where}: {answer!r} answered, {example!r} in the example"]
+            return []
+    return []
+
+
+def test_shape_comparison_tells_a_missing_key_and_a_wrong_type():
+    assert shape_errors({"data": [{"a": 1, "b": None}]}, {"data": [{"a": 2, "b": "x"}]}) == []
+    assert shape_errors({"data": [{"a": "1"}]}, {"data": [{"a": 2}]})
+    assert shape_errors({"data": [{"a": 1}]}, {"data": [{"a": 1, "b": 2}]})
+    assert shape_errors({"ok": 1}, {"ok": True})
+
+
+def test_every_example_is_valid_against_the_openapi_document(app):
+    document = app.get("/openapi.json").json
+    ops = operations(document)
+    found = examples()
+    assert {"recordingComplete", "hasActiveRequest", "createPatientRequest", "registerAttachment"} <= set(found)
+    for example in found.values():
+        assert example.operation in ops, f"{example.page}: no operation {example.operation}"
+        method, path, op = ops[example.operation]
+        if example.has_request:
+            schema = inlined(document, op["requestBody"]["content"]["application/json"]["schema"])
+            Draft202012Validator(schema).validate(example.request)
+        assert example.status is not None, f"{example.page}: {example.operation} shows no answer"
+        answer = op["responses"][str(example.status)]["content"]["application/json"]["schema"]
+        Draft202012Validator(inlined(document, answer)).validate(example.response)
+
+
+# The order the examples are sent in: the flow of the two pages (a request is created
+# before its documents). An example of an operation missing here fails the test below.
+FLOW = ["isClinicOpened", "isOnVacation", "hasActiveRequest", "recordingComplete",
+        "searchPatientRequestTypes", "searchPatients", "importPatient", "importPatientsBulk",
+        "createPatientRequest", "createUploadLink", "registerAttachment", "getPatientRequest",
+        "searchPatientRequests", "listTags", "updatePatientRequest"]
+QUERIES = {"listTags": "type=patient_request"}
+PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\n%%EOF\n"
+
+
+def test_every_example_request_is_answered_as_its_page_shows(app, example):
+    load(example)  # examples/onboarding.json: the demo clinic and its ids
+    token = issue_token(["demo-clinic"], ["read", "write"])
+    document = app.get("/openapi.json").json
+    ops = operations(document)
+    found = examples()
+    assert not set(found) - set(FLOW), f"examples not sent by this test: {set(found) - set(FLOW)}"
+    state: dict[str, Any] = {}
+    for name in FLOW:
+        shown = found.get(name)
+        if shown is None:
+            continue
+        method, template, _ = ops[name]
+        path = template.replace("{clinicSlug}", "demo-clinic").replace("{requestId}", state.get("requestId", ""))
+        if name in QUERIES:
+            path += "?" + QUERIES[name]
+        body = shown.request
+        if name == "registerAttachment":  # the file the upload link of this run received
+            app.put(state["uploadPath"], PDF, headers={"Content-Type": "application/pdf"}, status=200)
+            body = {**body, "fileHash": state["fileHash"]}
+        if shown.has_request:
+            answer = app.request(path, method=method.upper(), body=json.dumps(body).encode(),
+                                 headers={**bearer(token), "Content-Type": "application/json"}, expect_errors=True)
+        else:
+            answer = app.request(path, method=method.upper(), headers=bearer(token), expect_errors=True)
+        assert answer.status_int == shown.status, f"{shown.page}: {name} answered {answer.status_int}: {answer.text}"
+        errors = shape_errors(answer.json, shown.response)
+        assert not errors, f"{shown.page}: {name}: {errors}"
+        if name == "createPatientRequest":
+            state["requestId"] = answer.json["data"]["id"]
+        if name == "createUploadLink":
+            url = urlsplit(answer.json["data"]["url"])
+            state["uploadPath"], state["fileHash"] = f"{url.path}?{url.query}", answer.json["data"]["fileHash"]
+    assert "requestId" in state and "fileHash" in state, "the document flow ran"
+
+
+# --- the settings table --------------------------------------------------------------------
+
+def table(page: Path, first_header: str) -> list[dict[str, str]]:
+    """The rows of the first table of `page` whose first header cell is `first_header`."""
+    rows: list[dict[str, str]] = []
+    header: list[str] | None = None
+    for line in page.read_text("utf-8").splitlines():
+        if not line.startswith("|"):
+            if rows:
+                break
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells if cells[0] == first_header else None
+        elif set(line) <= set("|-: "):
+            continue
+        else:
+            rows.append(dict(zip(header, cells)))
+    assert rows, f"no table headed {first_header!r} in {rel(page)}"
+    return rows
+
+
+def test_the_settings_table_is_config_py():
+    rows = table(DOCS / "operations.md", "variable")
+    documented = {row["variable"].strip("`"): row for row in rows}
+    read = config_module._ENV
+    assert set(documented) == set(read), (f"documented, not read: {set(documented) - set(read)}; "
+                                          f"read, not documented: {set(read) - set(documented)}")
+    defaults = Config()
+    derived = {"SECRET_KEY", "STORAGE_SIGNING_KEY"}  # computed defaults, described in words
+    for name, (field, parse) in read.items():
+        row = documented[name]
+        assert row["required"].split()[0] in ("required", "optional"), row
+        assert row["example"] and row["meaning"], row
+        cell = row["default"]
+        if name in derived:
+            continue
+        if cell == "empty":
+            assert getattr(defaults, field) == "", (name, cell)
+            continue
+        assert re.fullmatch(r"`[^`]*`", cell), f"{name}: the default is a value in backquotes, or 'empty'"
+        assert parse(cell.strip("`")) == getattr(Config, field), f"{name}: documented {cell}, config.py has {getattr(Config, field)!r}"
+    for current, former in config_module._FORMER_NAMES.items():
+        assert former in (DOCS / "operations.md").read_text("utf-8"), f"the former name {former} is documented"
+
+
+# --- the error table -----------------------------------------------------------------------
+
+_SOURCE_DIRS = ("api_keys", "commands", "console", "documents", "jobs", "onboarding", "plumbing", "resources",
+                "safe_fetch", "storage", "switchboard", "voicemail", "web")
+
+
+def answered_codes() -> set[tuple[int, str]]:
+    """(status, code) of every error the service can answer, read from its source: each
+    `APIError(status, "CODE", ...)` and the serializer's default code per status."""
+    files = [ROOT / "app.py", ROOT / "models.py", *(p for d in _SOURCE_DIRS for p in (ROOT / d).rglob("*.py"))]
+    codes: set[tuple[int, str]] = set()
+    for path in files:
+        tree = ast.parse(path.read_text("utf-8"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "APIError"
+                    and len(node.args) >= 2 and all(isinstance(a, ast.Constant) for a in node.args[:2])):
+                codes.add((node.args[0].value, node.args[1].value))
+            if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_DEFAULT_CODES" for t in node.targets)
+                    and isinstance(node.value, ast.Dict)):
+                codes |= {(k.value, v.value) for k, v in zip(node.value.keys, node.value.values)}
+    return codes
+
+
+def test_every_error_code_the_service_answers_is_in_the_error_table():
+    rows = table(DOCS / "integrators" / "README.md", "status")
+    documented = {(int(row["status"]), row["code"].strip("`")) for row in rows}
+    for row in rows:
+        assert row["cause"] and row["what the caller should do"], row
+    answered = answered_codes()
+    assert len(answered) >= 20 and (409, "CALL_SID_CONFLICT") in answered, "the source was read"
+    assert not answered - documented, f"answered but not in the table: {sorted(answered - documented)}"
+    assert not documented - answered, f"in the table but never answered: {sorted(documented - answered)}"
+
+
+# --- the committed OpenAPI document --------------------------------------------------------
+
+def test_docs_openapi_json_is_what_the_service_serves(app, config):
+    assert config.public_base_url == Config.public_base_url, "compared as served with the default PUBLIC_BASE_URL"
+    served = app.get("/openapi.json").json
+    committed = DOCS / "openapi.json"
+    if os.environ.get("DOCS_UPDATE") == "1":
+        committed.write_text(json.dumps(served, indent=2, ensure_ascii=False) + "\n", "utf-8")
+    assert json.loads(committed.read_text("utf-8")) == served, (
+        "docs/openapi.json differs from /openapi.json: after an API change run DOCS_UPDATE=1 bin/test tests/test_docs.py")
