@@ -1,9 +1,9 @@
 """The interactive API reference at /docs: Swagger UI rendering /openapi.json, no auth (like
 /openapi.json itself: the contract is public, the data is not).
 
-Swagger UI's distribution comes from the npm registry at install time (`bin/setup` runs
-`npm ci` in web/swagger-ui, pinned by its package-lock.json) and is served from here: the
-page loads nothing from anywhere but this service. Its Content-Security-Policy says so to
+Swagger UI's distribution comes in a wheel (`swagger-ui-bundle-v2`, pinned in
+requirements.txt, kept by connexion's maintainers), so a PaaS build needs nothing but pip,
+and is served from here: the page loads nothing from anywhere but this service. Its Content-Security-Policy says so to
 the browser too, so a future Swagger UI that reached for a CDN, a font or the public
 validator would be stopped by the browser, not only by the test that looks for it."""
 from __future__ import annotations
@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import falcon
+from swagger_ui_bundle import swagger_ui_path
 
 from web.errors import APIError
 
 SWAGGER_UI = Path(__file__).resolve().parent.parent / "web" / "swagger-ui"
-DIST = SWAGGER_UI / "node_modules" / "swagger-ui-dist"
+DIST = Path(str(swagger_ui_path))
 PREFIX = "/docs"
 
 # name served under /docs/assets/ -> (file, content type). Only these: no path from a URL
@@ -53,8 +54,8 @@ _PAGE = """<!doctype html>
 
 def _missing() -> APIError:
     return APIError(503, "SERVICE_UNAVAILABLE",
-                    "The API reference is not installed on this server (run bin/setup, which installs Swagger UI "
-                    "with npm ci in web/swagger-ui). The contract itself is at /openapi.json.")
+                    "The API reference is not installed on this server (pip install -r requirements.txt brings "
+                    "Swagger UI). The contract itself is at /openapi.json.")
 
 
 class ApiReference:

@@ -29,7 +29,7 @@ def operations(document: dict) -> list[str]:
 
 
 def test_docs_renders_every_operation_and_loads_nothing_from_elsewhere(service, tmp_path):
-    assert api_reference.DIST.is_dir(), "bin/setup installs Swagger UI (npm ci in web/swagger-ui)"
+    assert api_reference.DIST.is_dir(), "requirements.txt brings Swagger UI (swagger-ui-bundle-v2)"
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
