@@ -15,13 +15,16 @@ from plumbing.row_cache import RowCache
 from console import help as guides, rendering
 from console.middleware import ConsoleSession, lifetime_of
 from console.throttle import LoginThrottle
-from resources import api_reference, catalog, console, console_audit, console_help, console_keys, console_settings, meta, patient_requests, patients, switchboard
+from resources import api_reference, catalog, meta, patient_requests, patients, switchboard
+from resources.console import account, audit, inbox, keys, requests, settings, static
+from resources.console import help as console_help
 from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
 from switchboard.intake import GroupCommit
-from voicemail.player import RecordingPlayer
+from jobs.playback import RecordingPlayer
 from web import errors, openapi
+from web import metrics as web_metrics
 from web.auth import TokenAuth
 from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, TakeTurns
 from web.rate_limit import RateLimit, RateLimiter
@@ -54,7 +57,7 @@ def create_app(config: Config) -> falcon.App:
     # only once the token, the clinic and the scope are checked and the token is within its
     # rate (BodyLimit's declared-length refusal, in process_request, still comes first).
     app = falcon.App(middleware=[TakeTurns(), logs.RequestId(config.trusted_proxy_hops),
-                                 metrics.RequestMetrics(flusher), NoNulInUrl(),
+                                 web_metrics.RequestMetrics(flusher), NoNulInUrl(),
                                  DatabaseConnection(),
                                  # recording-complete's 4xx after authentication are recorded
                                  HandoffRefusals(),
@@ -89,31 +92,30 @@ def create_app(config: Config) -> falcon.App:
         ("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url))),
         (api_reference.PREFIX, api_reference.ApiReference()),
         (api_reference.PREFIX + "/assets/{name}", api_reference.ApiReferenceAsset()),
-        ("/console", console.Inbox(renderer, config.clock)),
-        ("/console/rows", console.InboxRows(renderer)),
-        ("/console/requests/{request_id}", console.RequestPage(renderer, LinkCache(storage))),
-        ("/console/requests/{request_id}/note", console.RequestNote()),
-        ("/console/requests/{request_id}/tags", console.RequestTags()),
-        ("/console/requests/{request_id}/resolution", console.RequestResolution()),
-        ("/console/requests/{request_id}/recording", console.ConsoleRecording(renderer, player, config.clock)),
-        ("/console/login", console.ConsoleLogin(renderer, throttle, config.clock, config.trust_forwarded_proto,
+        ("/console", inbox.Inbox(renderer, config.clock)),
+        ("/console/rows", inbox.InboxRows(renderer)),
+        ("/console/requests/{request_id}", requests.RequestPage(renderer, LinkCache(storage))),
+        ("/console/requests/{request_id}/note", requests.RequestNote()),
+        ("/console/requests/{request_id}/tags", requests.RequestTags()),
+        ("/console/requests/{request_id}/resolution", requests.RequestResolution()),
+        ("/console/requests/{request_id}/recording", requests.ConsoleRecording(renderer, player, config.clock)),
+        ("/console/login", account.ConsoleLogin(renderer, throttle, config.clock, config.trust_forwarded_proto,
                                                 int(session_lifetime.absolute.total_seconds()))),
-        ("/console/logout", console.ConsoleLogout()),
-        ("/console/language", console.ConsoleLanguage()),
-        ("/console/static/{name}", console.ConsoleStatic(rendering.HERE / "static")),
-        ("/console/settings", console_settings.SettingsIndex(renderer)),
+        ("/console/logout", account.ConsoleLogout()),
+        ("/console/language", account.ConsoleLanguage()),
+        ("/console/static/{name}", static.ConsoleStatic(rendering.HERE / "static")),
+        ("/console/settings", settings.SettingsIndex(renderer)),
         *[(page.path, page(renderer, config.secret_key, config.clock, cache)) for page in (
-            console_settings.OfficeHoursPage, console_settings.CalendarsPage, console_settings.CallsPage,
-            console_settings.RequestTypesPage)],
-        # Issue 21, items 5 and 6: the API keys (a settings section) and the audit list.
-        (console_keys.URL, console_keys.ApiKeys(renderer, config.clock)),
-        (console_keys.URL + "/{token_id}/rotate", console_keys.ApiKeyRotation(renderer, config.clock)),
-        (console_keys.URL + "/{token_id}/revoke", console_keys.ApiKeyRevocation(renderer, config.clock)),
-        ("/console/audit", console_audit.AuditList(renderer)),
+            settings.OfficeHoursPage, settings.CalendarsPage, settings.CallsPage, settings.RequestTypesPage)],
+        # The API keys (a settings section) and the audit list.
+        (keys.URL, keys.ApiKeys(renderer, config.clock)),
+        (keys.URL + "/{token_id}/rotate", keys.ApiKeyRotation(renderer, config.clock)),
+        (keys.URL + "/{token_id}/revoke", keys.ApiKeyRevocation(renderer, config.clock)),
+        ("/console/audit", audit.AuditList(renderer)),
         *[(path, console_help.HelpPage(renderer, help_pages)) for path in (guides.URL, guides.URL + "/{name}")],
         (guides.URL + "/img/{name}", console_help.HelpImage()),
         ("/healthz", meta.Healthz(database, queue_redis)),
-        ("/metrics", metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
+        ("/metrics", web_metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
     ]
     if isinstance(storage, LocalStorage):  # S3 serves its own presigned URLs
         routes.append(("/storage/{key:path}",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from plumbing.clock import now as wall_clock
+from plumbing.crypto import MIN_SECRET_KEY_BYTES
 
 
 def _bool(value: str) -> bool:
@@ -105,9 +106,6 @@ class RetiredSetting(ValueError):
 #: The built-in SECRET_KEY. It is public (it is in this file), so only the embedded run
 #: (SQLite under var/) may use it; production processes refuse it (`require_production_secrets`).
 DEVELOPMENT_SECRET_KEY = "insecure-development-key-change-me"
-#: Shortest SECRET_KEY a production process accepts, in UTF-8 bytes: 256 bits of a random
-#: value, out of reach of guessing whatever is derived from it.
-MIN_SECRET_KEY_BYTES = 32
 
 
 class InsecureConfiguration(ValueError):

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 import peewee as pw
 
 from plumbing.clock import as_utc, utc_now
+from plumbing.errors import Conflict
 from plumbing.database import columns, db, from_row, hot_prepared, hot_sql, is_postgresql
 from plumbing.logs import client_address as current_client_address
 from plumbing.logs import request_id as current_request_id
@@ -553,8 +554,12 @@ class Call(BaseModel):
             ).where((Call.id == self.id) & (Call.state == "pending")).execute()
 
 
-class CallSidConflict(Exception):
-    pass
+class CallSidConflict(Conflict):
+    """The CallSid of a hand-off is already another clinic's call."""
+
+    def __init__(self, call_sid: str) -> None:
+        super().__init__("This CallSid is already used by another clinic.", code="CALL_SID_CONFLICT")
+        self.call_sid = call_sid
 
 
 class RefusedHandoff(BaseModel):
@@ -725,7 +730,7 @@ class StaffUser(BaseModel):
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     email = pw.CharField(max_length=254, unique=True)  # stored lower case (`normal_email`)
     name = pw.CharField(max_length=200)
-    password_hash = pw.TextField()  # Argon2id, console.passwords
+    password_hash = pw.TextField()  # Argon2id, staff.passwords
     language = pw.CharField(max_length=2, default="cs")
     created_at = pw.DateTimeField(default=utc_now)
     disabled_at = pw.DateTimeField(null=True)

@@ -53,7 +53,7 @@ def cmd_demo(config: Config, args: argparse.Namespace) -> int:
 def _demo_login(clinic: Clinic, role: str) -> tuple[str, str]:
     """The demo clinic's `role` login, with a fresh random password each run (printed once,
     like the demo token; never a fixed one that would open every demo install)."""
-    from console.passwords import hash_password
+    from staff.passwords import hash_password
 
     email, password = f"{role}@{clinic.slug}.example", secrets.token_urlsafe(12)
     with db.atomic():

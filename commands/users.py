@@ -14,7 +14,7 @@ from commands.cli import actor, named_clinics
 def _read_password() -> str | None:
     """The password from the first line of stdin (never an argument: the process list and the
     shell history would show it); None, with the reason on stderr, when too short."""
-    from console.passwords import MIN_LENGTH
+    from staff.passwords import MIN_LENGTH
 
     password = sys.stdin.readline().rstrip("\r\n")
     if len(password) < MIN_LENGTH:
@@ -24,7 +24,7 @@ def _read_password() -> str | None:
 
 
 def cmd_user_create(config: Config, args: argparse.Namespace) -> int:
-    from console.passwords import hash_password
+    from staff.passwords import hash_password
 
     slugs = list(dict.fromkeys(args.clinic))
     clinics = named_clinics(slugs)
@@ -59,7 +59,7 @@ def _existing_user(email: str) -> StaffUser | None:
 
 def cmd_user_reset_password(config: Config, args: argparse.Namespace) -> int:
     from console import sessions
-    from console.passwords import hash_password
+    from staff.passwords import hash_password
 
     user = _existing_user(args.email)
     if user is None:
@@ -76,7 +76,7 @@ def cmd_user_reset_password(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_user_hash_password(config: Config, args: argparse.Namespace) -> int:
-    from console.passwords import hash_password
+    from staff.passwords import hash_password
 
     password = _read_password()
     if password is None:

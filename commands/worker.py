@@ -27,9 +27,8 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     from rq import Queue
 
     from plumbing import logs
-    from plumbing import metrics
     from voicemail import transcription
-    from jobs import companions, queueing, relay, runtime, storage_purge, worker
+    from jobs import companions, metrics, queueing, relay, runtime, storage_purge, worker
 
     logs.setup(config.log_level, config.log_format)
     log = logging.getLogger("worker")
@@ -70,7 +69,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         # This worker takes plays too (first) when it is idle: the playback worker may be
         # restarting. Heartbeats during jobs and short TTLs: a killed worker's job is re-run
         # quickly (jobs/worker.py). Job durations and outcomes go to the service's metrics
-        # (metrics.py); RQ's own loggers follow LOG_LEVEL (RQ would pin them at INFO).
+        # (jobs/metrics.py); RQ's own loggers follow LOG_LEVEL (RQ would pin them at INFO).
         queues = [Queue(name, connection=connection) for name in args.queues]
         return worker.run(worker_class, queues, with_scheduler=True, logging_level=level)
     finally:

@@ -12,7 +12,7 @@ from console.rendering import N_
 from models import Actor, AuditEvent, Clinic, StaffUser
 from plumbing.clock import as_utc
 from plumbing.database import db
-from web.keyset import Keyset
+from plumbing.keyset import Keyset
 
 PAGE_SIZE = 50
 ORDER = Keyset(AuditEvent.at, AuditEvent.id, descending=True)  # newest first

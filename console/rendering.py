@@ -10,6 +10,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+import falcon
 import jinja2
 from markupsafe import Markup
 from babel.messages.mofile import write_mo
@@ -61,3 +62,28 @@ class Renderer:
 
         return self.env.get_template(name).render(
             gettext=gettext_, _=gettext_, ngettext=tr.ngettext, language=language, **context)
+
+
+LANGUAGE_COOKIE = "console_lang"  # the login page's language choice, before anyone is known
+
+
+def is_secure(req: falcon.Request, trust_forwarded_proto: bool) -> bool:
+    """Whether the browser reached us over https: the WSGI scheme, or the proxy's
+    X-Forwarded-Proto when the operator says the proxy sets it (TRUST_FORWARDED_PROTO)."""
+    if req.scheme == "https":
+        return True
+    return trust_forwarded_proto and (req.get_header("X-Forwarded-Proto") or "").lower() == "https"
+
+
+def html(resp: falcon.Response, text: str, status: str = falcon.HTTP_200) -> None:
+    """Answer with a console page. Pages carry patients' data: never kept by a shared
+    computer's cache."""
+    resp.status = status
+    resp.content_type = "text/html; charset=utf-8"
+    resp.cache_control = ["no-store"]
+    resp.text = text
+
+
+def see_other(to: str) -> falcon.HTTPSeeOther:
+    """303 after a POST: the browser GETs the next page (post/redirect/get)."""
+    return falcon.HTTPSeeOther(to)

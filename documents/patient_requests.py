@@ -16,10 +16,10 @@ from datetime import datetime
 from typing import Any
 
 from documents import file_types, uploads
-from web.errors import APIError, validation_failed
+from plumbing.errors import Invalid, NotFound
 from plumbing.clock import as_utc, iso_utc, utc_now
 from plumbing.database import db, release_connection
-from web.keyset import Keyset
+from plumbing.keyset import Keyset
 from models import (
     Actor, ApiToken, AuditEvent, Calendar, Clinic, UploadLink, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
     PatientRequestTag, RequestType, RequestTypeDefaultTag, Reservation, Tag,
@@ -62,7 +62,7 @@ def request_of(clinic: Clinic, request_id: str) -> PatientRequest:
         rid = None
     request = PatientRequest.get_or_none((PatientRequest.id == rid) & (PatientRequest.clinic == clinic)) if rid else None
     if request is None:
-        raise APIError(404, "PATIENT_REQUEST_NOT_FOUND", "No such patient request in this clinic.")
+        raise NotFound("No such patient request in this clinic.", code="PATIENT_REQUEST_NOT_FOUND")
     return request
 
 
@@ -76,7 +76,7 @@ def create_request(clinic: Clinic, body: dict[str, Any], token: ApiToken) -> dic
     request_type = RequestType.get_or_none((RequestType.id == uuid.UUID(body["userECRFId"]))
                                            & (RequestType.clinic == clinic) & RequestType.active)
     if request_type is None:
-        raise APIError(404, "USER_ECRF_NOT_FOUND", "Unknown or inactive request type.")
+        raise NotFound("Unknown or inactive request type.", code="USER_ECRF_NOT_FOUND")
     slot = _time_slot(clinic, body.get("timeSlotInput"))
     with db.atomic():
         request = PatientRequest.create(
@@ -96,10 +96,10 @@ def _time_slot(clinic: Clinic, slot: dict[str, Any] | None) -> tuple[Calendar, d
         return None
     calendar = Calendar.get_or_none((Calendar.id == uuid.UUID(slot["calendarId"])) & (Calendar.clinic == clinic))
     if calendar is None:
-        raise validation_failed("timeSlotInput.calendarId: not a calendar of this clinic")
+        raise Invalid("timeSlotInput.calendarId: not a calendar of this clinic")
     start, end = (as_utc(datetime.fromisoformat(slot[k].replace("Z", "+00:00"))) for k in ("start", "end"))
     if end <= start:
-        raise validation_failed("timeSlotInput.end: must be after start")
+        raise Invalid("timeSlotInput.end: must be after start")
     return calendar, start, end
 
 
@@ -167,7 +167,7 @@ def detail(request: PatientRequest, links: LinkCache) -> dict[str, Any]:
     records = list(MedicalRecord.select().where(MedicalRecord.request == request)
                    .order_by(MedicalRecord.created_at, MedicalRecord.id).limit(MAX_ATTACHMENTS + 1))
     if len(records) > MAX_ATTACHMENTS:
-        raise validation_failed(f"the request holds more than {MAX_ATTACHMENTS} attachments")
+        raise Invalid(f"the request holds more than {MAX_ATTACHMENTS} attachments")
     out = summaries([request])[0]
     out["medicalRecords"] = [{
         **attachment_json(m), "categoryType": m.category_type, "visibleToPatient": m.visible_to_patient,
@@ -182,7 +182,7 @@ def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any],
                                          & (Tag.type == "patient_request") & Tag.deleted_at.is_null())) if wanted else []
     unknown = wanted - {t.id for t in tags}
     if unknown:
-        raise validation_failed(f"addTagIds: not request tags of this clinic: {', '.join(sorted(map(str, unknown)))}")
+        raise Invalid(f"addTagIds: not request tags of this clinic: {', '.join(sorted(map(str, unknown)))}")
     with db.atomic():
         for tag in tags:
             PatientRequestTag.insert(request=request, tag=tag).on_conflict_ignore().execute()
@@ -240,7 +240,7 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
     deleted once registered."""
     link = UploadLink.get_or_none((UploadLink.request == request) & (UploadLink.file_hash == body["fileHash"]))
     if link is None:
-        raise validation_failed("fileHash: not issued by an upload link of this request")
+        raise Invalid("fileHash: not issued by an upload link of this request")
     registered = MedicalRecord.get_or_none(MedicalRecord.file_hash == link.file_hash)
     if registered is not None:
         return registered
@@ -256,11 +256,11 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
     try:
         sealed = storage.seal(link.file_hash, target)
     except ObjectNotFound:
-        raise validation_failed("fileHash: no file was uploaded for it") from None
+        raise Invalid("fileHash: no file was uploaded for it") from None
     uploads.check_size(storage, sealed.size, link.file_hash, target)
     if not file_types.matches(body["contentType"], storage.read_prefix(target, file_types.PREFIX_BYTES)):
         storage.delete(target)
-        raise validation_failed(f"contentType: the uploaded file is not {body['contentType']}")
+        raise Invalid(f"contentType: the uploaded file is not {body['contentType']}")
     with db.atomic():
         MedicalRecord.insert(
             id=(ours := uuid.uuid4()), request=request, file_hash=link.file_hash, object_key=target, sha256=sealed.sha256,

@@ -14,11 +14,11 @@ from typing import Any
 
 import peewee as pw
 
-from web import schemas, validation
 from plumbing.clock import utc_now
-from web.errors import APIError, validation_failed
+from plumbing import json_schema
+from plumbing.errors import DomainError, Forbidden, Gone, Invalid, NotFound
 from plumbing.database import db, is_postgresql
-from web.keyset import Keyset
+from plumbing.keyset import Keyset
 from models import Actor, ApiToken, AuditEvent, Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag
 from plumbing.phones import to_e164
 
@@ -31,13 +31,13 @@ def patient_for_create(clinic: Clinic, patient_id: str) -> tuple[Patient, Patien
     """The patient and its record here, or the API error the spec names (404, 410, 403)."""
     patient = Patient.get_or_none((Patient.id == uuid.UUID(patient_id)) & (Patient.organization == clinic.organization_id))
     if patient is None:
-        raise APIError(404, "PATIENT_NOT_FOUND", "Unknown patient.")
+        raise NotFound("Unknown patient.", code="PATIENT_NOT_FOUND")
     if patient.merged_into_id is not None:
-        raise APIError(410, "PATIENT_MERGED", "The patient was merged into another record; use mergedInto.",
+        raise Gone("The patient was merged into another record; use mergedInto.", code="PATIENT_MERGED",
                        mergedInto=str(patient.survivor_id()))
     record = PatientRecord.get_or_none((PatientRecord.patient == patient) & (PatientRecord.clinic == clinic))
     if record is None:
-        raise APIError(403, "FORBIDDEN", "The patient has no record in this clinic; import the patient first.")
+        raise Forbidden("The patient has no record in this clinic; import the patient first.")
     return patient, record
 
 
@@ -116,7 +116,7 @@ def _fields(clinic: Clinic, item: dict[str, Any]) -> dict[str, Any]:
         if item["phone"]:
             fields["phone"] = to_e164(item["phone"], clinic.country)
             if fields["phone"] is None:
-                raise validation_failed("phone: not a phone number")
+                raise Invalid("phone: not a phone number")
     if "email" in item:
         fields["email"] = item["email"] or None
     if "birthDate" in item:
@@ -172,10 +172,11 @@ WHERE p."id" = v.id
 _BULK_UPDATE_ROW = "(%s::uuid, %s::text, %s::text, %s::boolean, %s::text, %s::boolean, %s::text, %s::boolean, %s::date)"
 
 
-def import_patients(clinic: Clinic, items: list[dict[str, Any]],
-                    actor: ApiToken | Actor) -> list[tuple[uuid.UUID | None, str, APIError | None]]:
+def import_patients(clinic: Clinic, items: list[dict[str, Any]], actor: ApiToken | Actor,
+                    item_schema: dict[str, Any]) -> list[tuple[uuid.UUID | None, str, DomainError | None]]:
     """`import_patient` for many items at once, with the same outcome per item, in order:
-    (patient id, "created" | "updated" | "failed", the error of a failed one).
+    (patient id, "created" | "updated" | "failed", the error of a failed one). Each item is
+    checked against `item_schema` (the API's, which the web layer owns) first.
 
     Items are validated first; then, in one transaction, a few statements per 500 items
     instead of several round trips (and a savepoint) per item. An external id given
@@ -185,13 +186,13 @@ def import_patients(clinic: Clinic, items: list[dict[str, Any]],
 
     One audit event for the whole import, with its counts (no event when every item
     failed validation: nothing was written)."""
-    results: list[tuple[uuid.UUID | None, str, APIError | None]] = []
+    results: list[tuple[uuid.UUID | None, str, DomainError | None]] = []
     wanted: list[tuple[int, tuple[str, str], dict[str, Any]]] = []  # (index, key, fields)
     for index, item in enumerate(items):
         try:
-            validation.check(item, schemas.PATIENT_IMPORT)
+            json_schema.check(item, item_schema)
             fields = _fields(clinic, item)
-        except APIError as exc:
+        except DomainError as exc:
             results.append((None, "failed", exc))
             continue
         results.append((None, "", None))

@@ -20,7 +20,7 @@ from models import UploadLink, MedicalRecord, PatientRequest
 from plumbing.clock import utc_now
 from plumbing.database import db, is_postgresql
 from storage import Storage
-from web.errors import APIError, validation_failed
+from plumbing.errors import Invalid, TooMany
 
 __all__ = ["PURGE_BATCH", "check_open_links", "check_size", "purge_expired_uploads"]
 
@@ -52,7 +52,7 @@ def check_size(storage: Storage, size: int, *keys: str) -> None:
         return
     for key in keys:
         storage.delete(key)
-    raise validation_failed(f"fileHash: the uploaded file has {size} bytes; at most {limit} bytes "
+    raise Invalid(f"fileHash: the uploaded file has {size} bytes; at most {limit} bytes "
                             f"({limit / 2**20:g} MiB) are accepted. Upload a smaller file.")
 
 
@@ -78,11 +78,10 @@ def check_open_links(clinic_id: uuid.UUID, limit: int, lifetime: int, now: datet
     if count < limit:
         return
     retry_after = max(1, math.ceil((oldest + timedelta(seconds=lifetime) - now).total_seconds()))
-    raise APIError(429, "TOO_MANY_UPLOAD_LINKS",
-                   f"The clinic holds {count} open upload links (at most {limit}: issued within "
-                   f"{lifetime} seconds and not registered). Upload and register with the links "
-                   "already issued, or try again after Retry-After seconds.",
-                   headers={"Retry-After": str(retry_after)})
+    raise TooMany(f"The clinic holds {count} open upload links (at most {limit}: issued within "
+                  f"{lifetime} seconds and not registered). Upload and register with the links "
+                  "already issued, or try again after Retry-After seconds.",
+                  code="TOO_MANY_UPLOAD_LINKS", retry_after=retry_after)
 
 
 # --- purging what was never registered --------------------------------------------------------

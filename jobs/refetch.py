@@ -12,7 +12,8 @@ hand-off delivered (`recordings.matches_handoff`): the `RecordingSid` the platfo
 about is the switchboard's word, and a steered one must never hand a doctor another
 recording. A mismatch makes the recording unavailable (`mismatch`), is audited in the
 call's clinic, attributed to the token that handed the call off, and counted in /metrics.
-The web side, which enqueues the job and waits for it, is `voicemail/player.py`.
+`ensure_refetch` enqueues it once per call; the web side that waits for it is
+`jobs/playback.py`.
 """
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ from datetime import datetime
 from functools import lru_cache
 
 import redis
+from rq import Queue
+from rq.job import Job
 
+from config import Config
 from jobs import queueing
 from jobs.runtime import job_config
 from models import Actor, ApiToken, AuditEvent, Call, Clinic
@@ -118,6 +122,23 @@ def _mismatch(call: Call, got: recordings.Fingerprint, now: datetime) -> None:
             "expectedSha256": call.recording_sha256, "receivedSha256": got.sha256})
     log.warning("call %s: the platform's link for its RecordingSid is another recording (%d bytes, not %d): "
                 "served as unavailable", call.id, got.size, call.recording_bytes)
+
+
+def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, config: Config) -> Job:
+    """The live re-fetch job of the call, enqueued unless one is queued, running or
+    waiting for a retry (`queueing.enqueue_once`: concurrent callers share one job)."""
+
+    def still_expired(job: Job) -> bool:
+        # The caller read the call before the lock was taken: the job may have saved a
+        # fresh link since. Only a link still expired, read now, needs another fetch.
+        return recordings.link_state(Call.get_by_id(call_id), as_of, config).state == "expired"
+
+    job, _ = queueing.enqueue_once(
+        queue, refetch_recording, str(call_id), as_utc(as_of).isoformat(), job_id=job_id(call_id),
+        replace=still_expired, job_timeout=JOB_TIMEOUT, retry=queueing.retry(config.platform_retry_intervals),
+        result_ttl=300, failure_ttl=86400,
+    )
+    return job
 
 
 @lru_cache(maxsize=1)

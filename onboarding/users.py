@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from console import passwords
+from staff import passwords
 from models import Clinic, StaffMembership, StaffSession, StaffUser
 from onboarding.base import OnboardingError, RowWriter, stable_id, unique
 from plumbing.clock import utc_now

@@ -1,7 +1,7 @@
 """Onboarding: create or update an organization from one JSON document, atomically.
 
 The whole document is validated first (structure by its JSON Schema, `onboarding/schema.py`,
-checked by `web/validation.py`; then meaning: time zones, countries, phones, languages,
+checked by `plumbing/json_schema.py`; then meaning: time zones, countries, phones, languages,
 references); the first problem is reported with the path of the bad field and nothing is
 written. Writing happens in one transaction and only touches rows whose values differ, so
 running the same file twice changes nothing (README, "Onboarding").
@@ -41,7 +41,7 @@ from onboarding.users import plan_users, write_user
 from switchboard.office_hours import WEEKDAYS
 from plumbing.phones import to_e164
 from voicemail.transcription import whisper_languages
-from web import validation
+from plumbing import json_schema
 
 
 def _hhmm(text: str) -> time:
@@ -96,9 +96,9 @@ class _Plan:
     """The validated document, resolved to rows' values, ready to write."""
 
     def __init__(self, doc: dict[str, Any]) -> None:
-        error = validation.first_error(doc, SCHEMA)
+        error = json_schema.first_error(doc, SCHEMA)
         if error is not None:
-            raise OnboardingError(validation.field_path(error.absolute_path, "(document)"), error.message)
+            raise OnboardingError(json_schema.field_path(error.absolute_path, "(document)"), error.message)
         self.doc = doc
         org = doc["organization"]
         self.org_id = stable_id("organization", org["slug"])

@@ -6,7 +6,11 @@ import hashlib
 
 from cryptography.fernet import Fernet, InvalidToken
 
-__all__ = ["encrypt", "decrypt", "InvalidToken"]
+__all__ = ["encrypt", "decrypt", "InvalidToken", "MIN_SECRET_KEY_BYTES"]
+
+#: Shortest SECRET_KEY a production process accepts, in UTF-8 bytes: 256 bits of a random
+#: value, out of reach of guessing whatever is derived from it (config.py enforces it).
+MIN_SECRET_KEY_BYTES = 32
 
 
 def _fernet(secret_key: str) -> Fernet:

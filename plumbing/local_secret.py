@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from config import MIN_SECRET_KEY_BYTES
+from plumbing.crypto import MIN_SECRET_KEY_BYTES
 
 __all__ = ["ensure_secret_key_file"]
 

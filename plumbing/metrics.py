@@ -7,6 +7,10 @@ host, and a scrape through the router would hit a different dyno each time. So e
 process adds its increments to Redis hashes, and `GET /metrics` on any web process reads
 the service-wide totals at scrape time (with queue depths read from RQ's keys then too).
 
+Here: the families, the in-process buffer, its flushing and the scrape's collector. The web
+process's request middleware and `GET /metrics` are `web/metrics.py`; the worker's job
+timing is `jobs/metrics.py`.
+
 - Hot path: a request only bumps an in-process buffer under a lock (a few microseconds;
   no Redis round trip, so a Redis outage costs the intake nothing). A daemon thread per
   web process adds the buffer to Redis every `METRICS_FLUSH_SECONDS`; a scrape flushes its
@@ -23,22 +27,18 @@ from __future__ import annotations
 
 import atexit
 import bisect
-import hmac
 import logging
 import os
 import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
-import falcon
 import redis
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from rq.registry import DeferredJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
-from web.errors import APIError
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,10 @@ RECORDING_CHECKS = Family("recording_checks_total",
 FAMILIES = (HTTP_REQUESTS, HTTP_DURATION, JOBS, JOB_DURATION, TRANSCRIPTION_RTF, TRANSCRIPTION_AUDIO, TRANSCRIPTION_TIME,
             HANDOFFS_REFUSED, HANDOFF_ANOMALIES, RECORDING_CHECKS)
 
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-_WORD = re.compile(r"[a-z][a-z0-9_]{0,31}")
+#: Label values kept bounded: the HTTP methods counted by name, and short words (job
+#: functions and outcomes); anything else is counted as "OTHER" / "other".
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+WORD = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 def _field(values: Iterable[str], part: str | None = None) -> str:
@@ -172,7 +174,7 @@ def observe_transcription(model: str, audio_seconds: float, elapsed_seconds: flo
     RECORDER.count(TRANSCRIPTION_TIME, (model,), elapsed_seconds)
 
 
-# --- web: request timing ---------------------------------------------------------------------
+# --- flushing ---------------------------------------------------------------------------------
 
 class Flusher:
     """A daemon thread per process adding RECORDER to Redis every `interval` seconds.
@@ -201,70 +203,6 @@ class Flusher:
                 self.recorder.flush(self.connection)
             except Exception:  # never let the thread die; the next round tries again
                 log.exception("metrics flush failed")
-
-
-class RequestMetrics:
-    """Falcon middleware: count and time every answer by route template, method, status."""
-
-    def __init__(self, flusher: Flusher, recorder: Recorder = RECORDER) -> None:
-        self.flusher, self.recorder = flusher, recorder
-
-    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        req.context.metrics_started = time.perf_counter()
-
-    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool) -> None:
-        started = getattr(req.context, "metrics_started", None)
-        if started is None:
-            return
-        seconds = time.perf_counter() - started
-        route = req.uri_template or "unmatched"  # unknown paths: one label, never the raw path
-        method = req.method if req.method in _METHODS else "OTHER"
-        self.recorder.request(route, method, resp.status_code, seconds)
-        self.flusher.ensure_running()
-
-
-# --- worker: job timing ----------------------------------------------------------------------
-
-def _job_function(job: Any) -> str:
-    name = (getattr(job, "func_name", None) or "unknown").rsplit(".", 1)[-1]
-    return name if _WORD.fullmatch(name) else "other"
-
-
-def job_outcome(job: Any, succeeded: bool) -> str:
-    """A finished job's return word ("voice_message", "noop", ...) or "ok"; a failed one
-    "retried" (RQ scheduled or queued it again) or "failed"."""
-    if succeeded:
-        result = getattr(job, "_result", None)
-        return result if isinstance(result, str) and _WORD.fullmatch(result) else "ok"
-    status = getattr(job, "_status", None)
-    return "retried" if str(getattr(status, "value", status)) in ("scheduled", "queued") else "failed"
-
-
-class JobMetrics:
-    """RQ worker mixin (`class W(JobMetrics, SimpleWorker)`): each job run's duration and
-    outcome, flushed to Redis together with what the job itself recorded."""
-
-    connection: redis.Redis
-
-    def perform_job(self, job: Any, queue: Any) -> bool:
-        started = time.perf_counter()
-        succeeded = False
-        try:
-            succeeded = super().perform_job(job, queue)  # type: ignore[misc]
-            return succeeded
-        finally:
-            try:
-                function, outcome = _job_function(job), job_outcome(job, succeeded)
-                RECORDER.count(JOBS, (function, outcome))
-                RECORDER.observe(JOB_DURATION, (function, outcome), time.perf_counter() - started)
-                RECORDER.flush(self.connection)
-            except Exception:  # metrics never break the job loop
-                log.exception("job metrics not recorded")
-
-
-def with_job_metrics(worker_class: type) -> type:
-    """`worker_class` with `JobMetrics` mixed in (the worker keeps its own name)."""
-    return type(worker_class.__name__, (JobMetrics, worker_class), {})
 
 
 # --- scrape: read the totals and the queues from Redis ---------------------------------------
@@ -347,24 +285,3 @@ class RedisCollector:
             buckets.append(("+Inf", parts.get("count", 0.0)))
             histogram.add_metric(list(labels), buckets, parts.get("sum", 0.0))
         return histogram
-
-
-class MetricsEndpoint:
-    """`GET /metrics`: Prometheus text format. Open unless `METRICS_TOKEN` is set, then
-    `Authorization: Bearer <METRICS_TOKEN>`; it carries no tenant data either way."""
-
-    def __init__(self, connection: redis.Redis, queues: Iterable[str], token: str = "",
-                 recorder: Recorder = RECORDER) -> None:
-        self.connection, self.token, self.recorder = connection, token, recorder
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(RedisCollector(connection, queues))
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        if self.token:
-            kind, _, given = (req.get_header("Authorization") or "").partition(" ")
-            if kind.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
-                raise APIError(401, "UNAUTHORIZED", "Metrics need the metrics bearer token.",
-                               headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
-        self.recorder.flush(self.connection)  # this process's latest requests, the scrape itself excluded
-        resp.content_type = CONTENT_TYPE_LATEST
-        resp.data = generate_latest(self.registry)

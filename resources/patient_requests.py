@@ -11,7 +11,7 @@ from web import schemas, validation
 from plumbing import clock
 from storage.links import LinkCache
 from web.errors import APIError
-from voicemail.player import RecordingPlayer
+from jobs.playback import RecordingPlayer
 from models import Call, PatientRequest
 from voicemail.recordings import gone_message
 from storage import Storage

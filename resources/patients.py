@@ -41,7 +41,8 @@ class PatientImportBulk:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.PATIENT_IMPORT_BULK_ENVELOPE)
-        outcomes = patients.import_patients(req.context.clinic, body["patients"], req.context.token)
+        outcomes = patients.import_patients(req.context.clinic, body["patients"], req.context.token,
+                                           schemas.PATIENT_IMPORT)
         resp.media = {"data": [
             {"index": index, "status": status, "patientId": str(patient_id) if patient_id else None,
              "error": error.to_dict() if error else None}

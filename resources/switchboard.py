@@ -10,17 +10,16 @@ from urllib.parse import parse_qsl
 import falcon
 
 from config import Config
-from models import CallSidConflict, PatientRequest
+from models import PatientRequest
 from plumbing import metrics, strict_json
 from plumbing.phones import to_e164
 from plumbing.row_cache import RowCache
-from switchboard.handoff import HandoffRefused
 from switchboard.handoff import parse as parse_handoff
 from switchboard.intake import GroupCommit
 from switchboard.schedules import is_clinic_open, schedule_of
 from switchboard.vacations import on_vacation
 from web import schemas, validation
-from web.errors import APIError, validation_failed
+from plumbing.errors import Invalid
 
 
 class IsClinicOpened:
@@ -108,17 +107,11 @@ class RecordingComplete:
         body = _handoff_body(req)
         if isinstance(body, dict) and isinstance(body.get("CallSid"), (str, int)):
             req.context.call_sid = str(body["CallSid"])  # for the record of a refusal
-        try:
-            handoff = parse_handoff(body, clinic.country, allow_loopback=self.config.unsafe_allow_loopback_fetch)
-        except HandoffRefused as exc:
-            raise validation_failed(str(exc)) from None
+        handoff = parse_handoff(body, clinic.country, allow_loopback=self.config.unsafe_allow_loopback_fetch)
         for anomaly in handoff.anomalies:
             metrics.RECORDER.count(metrics.HANDOFF_ANOMALIES, (anomaly,))
         fields = {**handoff.columns, "anomalies": json.dumps(handoff.anomalies) if handoff.anomalies else None}
-        try:
-            self.calls.receive(clinic, fields, req.context.token)
-        except CallSidConflict:
-            raise APIError(409, "CALL_SID_CONFLICT", "This CallSid is already used by another clinic.") from None
+        self.calls.receive(clinic, fields, req.context.token)  # CallSidConflict: 409 (web/errors.py)
         resp.media = {"success": True}
 
 
@@ -129,11 +122,11 @@ def _handoff_body(req: falcon.Request) -> Any:
     raw = req.bounded_stream.read()
     text = raw.decode("utf-8-sig", "replace").strip()
     if not text:
-        raise validation_failed("body: a JSON object is required")
+        raise Invalid("body: a JSON object is required")
     form = (req.content_type or "").split(";")[0].strip().lower() == "application/x-www-form-urlencoded"
     if form and text[0] not in "{[":
         return dict(parse_qsl(text, keep_blank_values=True))
     try:
         return strict_json.loads(raw.decode("utf-8-sig"))
     except ValueError:  # UnicodeDecodeError included
-        raise validation_failed("body: not a JSON document") from None
+        raise Invalid("body: not a JSON document") from None

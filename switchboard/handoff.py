@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from plumbing.errors import Invalid
 from plumbing.phones import to_e164
 from safe_fetch import FetchError, ResolutionCache, UnsafeURL, validate_url
 from voicemail.recordings import names_its_recording
@@ -70,7 +71,7 @@ ANOMALIES: dict[str, str] = {
 }
 
 
-class HandoffRefused(Exception):
+class HandoffRefused(Invalid):
     """The hand-off cannot be processed (see the module's docstring); the message names
     the field and never holds a URL's query string."""
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from console.passwords import hash_password
+from staff.passwords import hash_password
 from models import AuditEvent, Clinic, MedicalRecord, StaffMembership, StaffUser
 from plumbing.database import db
 from storage import LocalStorage

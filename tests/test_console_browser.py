@@ -12,7 +12,7 @@ import pytest
 import requests
 import soundfile
 
-from console.passwords import hash_password
+from staff.passwords import hash_password
 from models import Call, Clinic, StaffMembership, StaffUser
 from plumbing.database import db
 from tests.conftest import ROOT

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import requests
 
-from console.passwords import hash_password
+from staff.passwords import hash_password
 from models import AuditEvent, Clinic, StaffMembership, StaffUser
 from plumbing.database import db
 from tests.support import switchboard_url

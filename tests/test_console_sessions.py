@@ -13,7 +13,7 @@ import pytest
 import webtest
 
 from app import create_app
-from console.passwords import hash_password
+from staff.passwords import hash_password
 from models import AuditEvent, Clinic, StaffMembership, StaffSession, StaffUser
 from plumbing import logs
 from plumbing.database import db

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from console.passwords import hash_password
+from staff.passwords import hash_password
 from models import (
     Actor, AuditEvent, Calendar, Clinic, OfficeHours, RequestType, RequestTypeDefaultTag, StaffMembership, StaffUser, Tag,
     Vacation,

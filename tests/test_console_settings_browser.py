@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import requests
 
-from console.passwords import hash_password
+from staff.passwords import hash_password
 from models import AuditEvent, Clinic, PatientRequest, StaffMembership, StaffUser
 from onboarding.writer import stable_id
 from plumbing.database import db

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from console.passwords import hash_password
+from staff.passwords import hash_password
 from models import Call, Clinic, Patient, PatientRequest, StaffMembership, StaffUser
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import db

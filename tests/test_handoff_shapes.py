@@ -22,7 +22,7 @@ import webtest
 
 from app import create_app
 from config import Config
-from console.passwords import hash_password
+from staff.passwords import hash_password
 from models import Call, Clinic, Patient, PatientRequest, RefusedHandoff, StaffMembership, StaffUser
 from plumbing.database import db
 from switchboard import handoff as handoff_rules

@@ -12,7 +12,7 @@ import peewee as pw
 import pytest
 
 from web.errors import APIError
-from web.keyset import INVALID_CURSOR, Keyset
+from plumbing.keyset import INVALID_CURSOR, Keyset
 from models import Patient, PatientRequest
 
 REQUESTS = Keyset(PatientRequest.created_at, PatientRequest.id, descending=True)

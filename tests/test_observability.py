@@ -23,7 +23,9 @@ from rq import Queue, Retry, SimpleWorker
 
 from web import errors
 from plumbing import logs
+from jobs import metrics as job_metrics
 from plumbing import metrics
+from web import metrics as web_metrics
 from plumbing.database import db
 from models import Call
 from tests.conftest import REDIS_URL, ROOT
@@ -286,7 +288,7 @@ def test_other_processes_metrics_are_aggregated_through_redis(app):
 def _metrics_app(connection_url: str, token: str = "") -> webtest.TestApp:
     app = falcon.App()
     errors.install(app)
-    app.add_route("/metrics", metrics.MetricsEndpoint(redis.Redis.from_url(connection_url, socket_connect_timeout=1),
+    app.add_route("/metrics", web_metrics.MetricsEndpoint(redis.Redis.from_url(connection_url, socket_connect_timeout=1),
                                                       ["calls"], token, recorder=metrics.Recorder()))
     return webtest.TestApp(app)
 
@@ -329,7 +331,7 @@ def test_job_durations_and_outcomes_are_recorded_by_the_worker(app):
     before = scrape(app.get("/metrics").text)
     queue.enqueue(job_returning_word)
     queue.enqueue(job_failing, retry=Retry(max=1))  # fails, is retried at once, fails for good
-    metrics.with_job_metrics(SimpleWorker)([queue], connection=connection).work(burst=True)
+    job_metrics.with_job_metrics(SimpleWorker)([queue], connection=connection).work(burst=True)
     after = scrape(app.get("/metrics").text)
 
     def delta(name: str, **labels: str) -> float:

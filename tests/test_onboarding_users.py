@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from console.passwords import hash_password
+from staff.passwords import hash_password
 from models import Clinic, StaffMembership, StaffSession, StaffUser
 from onboarding.writer import OnboardingError
 from plumbing.database import db

@@ -6,9 +6,10 @@ import threading
 import pytest
 
 from documents import patients
-from web import schemas, validation
+from plumbing import json_schema as validation
+from web import schemas
 from plumbing.database import db
-from web.errors import APIError
+from plumbing.errors import DomainError
 from models import Actor, Clinic, ExternalId, Patient, PatientRecord
 from tests.support import bearer, issue_token, load
 from tests.support.live_service import api, patient_id, signing_organization, type_id
@@ -191,7 +192,7 @@ def _one_by_one(slug: str, items: list[dict]) -> list[str]:
             try:
                 validation.check(item, schemas.PATIENT_IMPORT)
                 statuses.append("created" if patients.import_patient(home, item, TESTER)[1] else "updated")
-            except APIError:
+            except DomainError:
                 statuses.append("failed")
     return statuses
 
@@ -229,7 +230,8 @@ def test_bulk_import_statements_do_not_grow_with_the_items(app, token, monkeypat
                  for i in range(size)]
         items += [dict(item, lastName="again") for item in items[: size // 2]]  # updates too
         with db.connection_context():
-            outcome = patients.import_patients(Clinic.get(Clinic.slug == "clinic-a"), items, TESTER)
+            outcome = patients.import_patients(Clinic.get(Clinic.slug == "clinic-a"), items, TESTER,
+                                                schemas.PATIENT_IMPORT)
         assert [status for _, status, _ in outcome] == ["created"] * size + ["updated"] * (size // 2)
         counts.append(len(statements))
     assert counts[1] == counts[0], counts
@@ -243,7 +245,8 @@ def test_two_overlapping_bulk_imports_at_once_give_one_patient_per_id(app, token
 
     def run(who: str, items: list[dict]) -> None:
         with db.connection_context():
-            outcomes[who] = patients.import_patients(Clinic.get(Clinic.slug == "clinic-a"), items, TESTER)
+            outcomes[who] = patients.import_patients(Clinic.get(Clinic.slug == "clinic-a"), items, TESTER,
+                                                schemas.PATIENT_IMPORT)
 
     threads = [threading.Thread(target=run, args=(who, items)) for who, items in zip("XY", batches)]
     for thread in threads:

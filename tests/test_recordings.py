@@ -371,7 +371,7 @@ def test_a_play_that_read_the_call_before_the_refetch_finished_does_not_start_an
     from rq import Queue
     from rq.job import JobStatus
 
-    from voicemail.player import ensure_refetch
+    from jobs.refetch import ensure_refetch
 
     block = {"apiUrl": "https://platform.example.net/api", "username": USER, "password": PASSWORD}
     # (no platform is asked: no worker runs the jobs)

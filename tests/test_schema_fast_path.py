@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from onboarding import schema as onboarding_schema
-from web import schemas, validation
-from web.errors import APIError
+from plumbing import json_schema as validation
+from web import schemas
+from plumbing.errors import DomainError
 from tests.conftest import EXAMPLE
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 
@@ -67,8 +68,8 @@ def python_outcome(instance: Any, schema: dict[str, Any]) -> str | None:
 def outcome(instance: Any, schema: dict[str, Any]) -> str | None:
     try:
         validation.check(instance, schema)
-    except APIError as exc:
-        return exc.title
+    except DomainError as exc:
+        return exc.message
     return None
 
 

@@ -1,7 +1,8 @@
 """One error family, one serializer: every non-2xx body is `{"error", "code"}`.
 
-Falcon's own errors (unknown route, wrong method, malformed JSON, ...) go through the
-same serializer; `DoesNotExist`, `IntegrityError`, the database being unreachable
+The domain's refusals (`plumbing.errors`: Invalid, NotFound, ...) are mapped to statuses in
+one table here (`DOMAIN_STATUSES`); Falcon's own errors (unknown route, wrong method,
+malformed JSON, ...) go through the same serializer; `DoesNotExist`, `IntegrityError`, the database being unreachable
 (`OperationalError`, `InterfaceError`) and every pooled connection being in use
 (`MaxConnectionsExceeded`), both 503 with `Retry-After`, are mapped here, centrally, and
 anything unexpected becomes a logged 500 `INTERNAL_ERROR` that leaks nothing.
@@ -15,6 +16,8 @@ from typing import Any
 import falcon
 import peewee as pw
 from playhouse.pool import MaxConnectionsExceeded
+
+from plumbing.errors import Conflict, DomainError, Forbidden, Gone, Invalid, NotFound, TooMany
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,20 @@ class APIError(falcon.HTTPError):
 
     def to_dict(self, obj_type: type = dict) -> dict[str, Any]:
         return {"error": self.title, "code": self.code, **self.extra}
+
+
+#: The domain's refusals and the statuses the API answers them with (the body keeps their
+#: code, message and data; `retry_after` becomes the Retry-After header).
+DOMAIN_STATUSES: dict[type[DomainError], int] = {
+    Invalid: 400, Forbidden: 403, NotFound: 404, Conflict: 409, Gone: 410, TooMany: 429,
+}
+
+
+def from_domain(exc: DomainError) -> APIError:
+    """The API's answer to a domain refusal (`DOMAIN_STATUSES`)."""
+    status = next(code for kind, code in DOMAIN_STATUSES.items() if isinstance(exc, kind))
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+    return APIError(status, exc.code, exc.message, headers=headers, **exc.data)
 
 
 def validation_failed(message: str) -> APIError:
@@ -87,6 +104,10 @@ def serialize(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError) 
 def _not_found(req: falcon.Request, resp: falcon.Response, ex: pw.DoesNotExist, params: dict) -> None:
     # A model lookup that found nothing; resources raise specific codes where it matters.
     raise APIError(404, "NOT_FOUND", "No such resource.")
+
+
+def _domain(req: falcon.Request, resp: falcon.Response, ex: DomainError, params: dict) -> None:
+    raise from_domain(ex)
 
 
 def _integrity(req: falcon.Request, resp: falcon.Response, ex: pw.IntegrityError, params: dict) -> None:
@@ -136,6 +157,7 @@ def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, param
 def install(app: falcon.App) -> None:
     app.set_error_serializer(serialize)
     app.add_error_handler(Exception, _unexpected)
+    app.add_error_handler(DomainError, _domain)
     app.add_error_handler(pw.DoesNotExist, _not_found)
     app.add_error_handler(pw.IntegrityError, _integrity)
     app.add_error_handler((pw.OperationalError, pw.InterfaceError), _database_unavailable)

@@ -26,7 +26,8 @@ from schemathesis.core.failures import AcceptedNegativeData
 from schemathesis.openapi.checks import RejectedPositiveData
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from web import schemas, validation
+from plumbing import json_schema as validation
+from web import schemas
 
 CLINIC = "/external/v1/clinics/{clinicSlug}"
 SWITCHBOARD = f"{CLINIC}/switchboard"

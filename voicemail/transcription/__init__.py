@@ -62,7 +62,7 @@ from voicemail.transcription.decisions import (
     MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, MIN_WORDS, RELIABLE_MEAN_LOGPROB, REVERSAL_MARGIN,
     REVERSED_LANGUAGE_SHARE, assess,
     collapse_loops, compression_ratio, decide_message, failed, normalize_language, repetition_score,
-    reversed_speech, words,
+    reversed_speech,
 )
 from voicemail.transcription.engines import whisper_languages
 from voicemail.transcription.results import (
@@ -72,6 +72,7 @@ from voicemail.transcription.settings import (
     BACKENDS, DEFAULT_BACKEND, DEFAULT_DECODING, MAX_PAUSE, OTHER_LANGUAGE_MIN, OTHER_LANGUAGE_ODDS, PROMPTS, SAMPLE_RATE,
     SPEECH_PAD_AFTER, SPEECH_PAD_BEFORE, VAD_FRAME, VAD_MIN_SILENCE, VAD_MIN_SPEECH, VAD_THRESHOLD, Decoding,
 )
+from voicemail.transcription.text import words
 from voicemail.transcription.transcriber import Transcriber, get_transcriber, warm_up
 
 __all__ = [

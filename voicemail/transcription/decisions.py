@@ -9,12 +9,13 @@ import zlib
 
 import numpy as np
 
+from voicemail import number_words
+from voicemail.transcription import reliability
 from voicemail.transcription.results import Transcript
+from voicemail.transcription.text import words
 
 
 BLANK_AUDIO = re.compile(r"\[BLANK_AUDIO\]")  # whisper.cpp's marker for a silent window, not text
-_ANNOTATION = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*|♪+")
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 
 
 def normalize_language(language: str | None) -> str | None:
@@ -23,11 +24,6 @@ def normalize_language(language: str | None) -> str | None:
         return None
     code = language.strip().replace("_", "-").split("-")[0].lower()
     return None if code in ("", "auto") else code
-
-
-def words(text: str) -> list[str]:
-    """Lower-case words of a transcript, annotations such as ``[BLANK_AUDIO]`` removed."""
-    return [w.lower() for w in _WORD.findall(_ANNOTATION.sub(" ", text))]
 
 
 def repetition_score(text: str) -> float:
@@ -52,7 +48,6 @@ def collapse_loops(text: str, max_copies: int = 2) -> tuple[str, bool]:
     """Remove runs of a phrase (1-8 words) repeated more than ``max_copies`` times in a
     row, keeping ``max_copies`` of them; numbers are never collapsed ("sedm sedm sedm"
     is a phone number, not a loop). Returns the text and whether anything was removed."""
-    from voicemail import number_words
     tokens = _TOKEN.findall(text)
     keys = [re.sub(r"[^\w]", "", t.lower()) for t in tokens]
     numeric = [bool(_NUMERIC.match(t)) or number_words.words_to_digits(k).strip().isdigit() for t, k in
@@ -180,7 +175,6 @@ def assess(t: Transcript, looped: bool) -> tuple[str, str | None]:
     reliability label (``reliable``, ``check``, ``unreliable``; reliability.py) from
     ``t.label_signals``, ``unreliable`` outright for an incomplete, doubtful or looping
     decode or a very unsure one."""
-    from voicemail.transcription import reliability  # it reads this module's words()
 
     if t.engine_error:
         return "failed", "engine_error"

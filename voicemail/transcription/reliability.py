@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from voicemail.transcription.decisions import words
+from voicemail.transcription.text import words
 from voicemail.transcription.results import Transcript
 from voicemail.word_error import word_error_rate
 

@@ -19,10 +19,11 @@ from voicemail.transcription import confirmation, engines, reliability
 from voicemail.transcription.audio import Vad, load_audio, recording_time, span_pieces, speech_runs, speech_span
 from voicemail.transcription.decisions import (
     BLANK_AUDIO, MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, REVERSAL_MARGIN, assess, collapse_loops,
-    compression_ratio, decide_message, entropy, failed, normalize_language, repetition_score, reversed_speech, words,
+    compression_ratio, decide_message, entropy, failed, normalize_language, repetition_score, reversed_speech,
 )
 from voicemail.transcription.engines import ENGINES, Engine, RawResult
 from voicemail.transcription.model_file import ConversionError, verify
+from voicemail.transcription.text import words
 from voicemail.transcription.results import (
     RecordingTooLong, Segment, Transcript, TranscriptionError, UnsupportedLanguage,
 )

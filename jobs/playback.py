@@ -1,7 +1,9 @@
-"""Playing a call's recording from a request: what the detail shows, and a play answered
-with a 302 to a live link, 410 when the recording is gone, or 503 + Retry-After while a
-re-fetch (`jobs/refetch.py`) has not brought a fresh link within `PLATFORM_PLAY_WAIT_SECONDS`.
-The re-fetch is enqueued under a stable job id per call and waited for, bounded.
+"""Playing a call's recording from a request, the web side of the re-fetch job: what the
+detail shows, and a play answered with a 302 to a live link, 410 when the recording is gone,
+or 503 + Retry-After while a re-fetch (`jobs/refetch.py`) has not brought a fresh link within
+`PLATFORM_PLAY_WAIT_SECONDS`. The re-fetch is enqueued under a stable job id per call
+(`refetch.ensure_refetch`) and waited for, bounded. The resources (the API's play route and
+the console's player) use it; nothing below them does.
 """
 from __future__ import annotations
 
@@ -18,35 +20,18 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
-from plumbing import clock
-from voicemail import platform, recordings
 from config import Config
 from jobs import queueing
-from jobs.refetch import JOB_TIMEOUT, job_id, refetch_recording
-from plumbing.clock import as_utc, iso_utc
-from plumbing.database import release_connection
+from jobs.refetch import ensure_refetch
 from models import Call, Clinic
+from plumbing import clock
+from plumbing.clock import iso_utc
+from plumbing.database import release_connection
+from voicemail import platform, recordings
 
 log = logging.getLogger(__name__)
 _POLL = 0.05
 _SCHEDULER_LAG = 1.5  # seconds RQ's scheduler may take to re-queue a due retry, plus the run
-
-
-def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, config: Config) -> Job:
-    """The live re-fetch job of the call, enqueued unless one is queued, running or
-    waiting for a retry (`queueing.enqueue_once`: concurrent callers share one job)."""
-
-    def still_expired(job: Job) -> bool:
-        # The caller read the call before the lock was taken: the job may have saved a
-        # fresh link since. Only a link still expired, read now, needs another fetch.
-        return recordings.link_state(Call.get_by_id(call_id), as_of, config).state == "expired"
-
-    job, _ = queueing.enqueue_once(
-        queue, refetch_recording, str(call_id), as_utc(as_of).isoformat(), job_id=job_id(call_id),
-        replace=still_expired, job_timeout=JOB_TIMEOUT, retry=queueing.retry(config.platform_retry_intervals),
-        result_ttl=300, failure_ttl=86400,
-    )
-    return job
 
 
 @dataclass(frozen=True)

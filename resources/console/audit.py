@@ -10,8 +10,8 @@ import falcon
 from console import audit
 from console.inbox import local_time
 from console.rendering import Renderer
-from resources.console import _html
-from web.errors import APIError
+from console.rendering import html
+from plumbing.errors import Invalid
 
 
 class AuditList:
@@ -31,7 +31,7 @@ class AuditList:
                                         audit.day_start(filters["since"], clinic),
                                         audit.day_start(filters["until"], clinic, later_days=1),  # the whole day
                                         req.get_param("after"))
-        except APIError:  # a cursor that is not one of this list's
+        except Invalid:  # a cursor that is not one of this list's
             raise falcon.HTTPBadRequest() from None
         tr = self.renderer.translations[language]
         events = [{"time": local_time(e.at, clinic, language),
@@ -40,7 +40,7 @@ class AuditList:
                    "address": e.address or "", "details": _details(e.details)} for e in rows]
         query = {"clinic": clinic.slug, **{k: v for k, v in filters.items() if v}}
         more = "/console/audit?" + urllib.parse.urlencode({**query, "after": cursor}) if cursor else None
-        _html(resp, self.renderer.render(
+        html(resp, self.renderer.render(
             "console/audit.html", language, user=session.user, csrf_token=session.csrf_token, clinic=clinic,
             clinics=req.context.admin_clinics, events=events, actions=audit.ACTIONS, more=more, **filters))
 

@@ -15,7 +15,7 @@ from console.rendering import N_, Renderer
 from models import Actor, Calendar, Clinic, OfficeHours, RequestType, Tag, Vacation
 from onboarding.clinic_settings import ClinicSettings, NotFound, SettingsError, local_moment
 from plumbing.row_cache import RowCache
-from resources.console import _html, _redirect
+from console.rendering import html, see_other
 from switchboard.office_hours import WEEKDAYS
 from switchboard.schedules import is_clinic_open
 from switchboard.vacations import coming_holidays
@@ -32,7 +32,7 @@ class SettingsIndex:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         session = req.context.console_session
-        _html(resp, self.renderer.render("console/settings/index.html", session.user.language, user=session.user,
+        html(resp, self.renderer.render("console/settings/index.html", session.user.language, user=session.user,
                                          csrf_token=session.csrf_token, clinic=req.context.admin_clinic,
                                          clinics=req.context.admin_clinics, sections=SECTIONS))
 
@@ -63,7 +63,7 @@ class _SettingsPage(ABC):
     def _render(self, req: falcon.Request, resp: falcon.Response, status: str = falcon.HTTP_200,
                 error: SettingsError | None = None) -> None:
         session, clinic = req.context.console_session, req.context.admin_clinic
-        _html(resp, self.renderer.render(self.template, session.user.language, user=session.user,
+        html(resp, self.renderer.render(self.template, session.user.language, user=session.user,
                                          csrf_token=session.csrf_token, clinic=clinic,
                                          clinics=req.context.admin_clinics, error=error,
                                          form=req.context.form, **self.facts(req, clinic)), status)
@@ -81,7 +81,7 @@ class _SettingsPage(ABC):
         except SettingsError as error:
             self._render(req, resp, falcon.HTTP_400, error)
             return
-        raise _redirect(f"{self.path}?" + urllib.parse.urlencode({"clinic": clinic.slug}))
+        raise see_other(f"{self.path}?" + urllib.parse.urlencode({"clinic": clinic.slug}))
 
 
 def _checked(form: dict[str, str], name: str) -> bool:

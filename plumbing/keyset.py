@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import peewee as pw
 
-from web.errors import validation_failed
+from plumbing.errors import Invalid
 
 INVALID_CURSOR = "pagination.cursor: not a cursor of this search"
 
@@ -65,7 +65,7 @@ class Keyset:
                     raise ValueError("not one value per key column")
             return tuple(read(text) for (_, read), text in zip(self._forms, texts))
         except (ValueError, TypeError, AttributeError):  # AttributeError: uuid.UUID(1)
-            raise validation_failed(INVALID_CURSOR) from None
+            raise Invalid(INVALID_CURSOR) from None
 
     def after(self, key: tuple[Any, ...]) -> pw.Expression:
         """The rows after `key` in this order."""

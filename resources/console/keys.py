@@ -16,8 +16,8 @@ from console.inbox import local_time
 from console.rendering import Renderer
 from models import Actor, ApiToken, Clinic
 from plumbing.clock import as_utc
-from resources.console import _html, _redirect
-from resources.console_settings import SECTIONS
+from console.rendering import html, see_other
+from resources.console.settings import SECTIONS
 
 URL = "/console/settings/api-keys"
 SECTIONS.append({"url": URL, "title": "API keys"})
@@ -62,7 +62,7 @@ class _KeysPage:
         keys = [{"view": key, "created": when(key.token.created_at), "last_used": when(key.token.last_used_at),
                  "expires": when(key.token.expires_at), "rotatable": rules.may_rotate(key, req.context.admin_clinics)}
                 for key in rules.keys_of(clinic, now)]
-        _html(resp, self.renderer.render(
+        html(resp, self.renderer.render(
             "console/settings/api_keys.html", language, user=session.user, csrf_token=session.csrf_token,
             clinic=clinic, clinics=req.context.admin_clinics, keys=keys, error=tr.gettext(error) if error else "",
             created=created, default_days=rules.DEFAULT_LIFETIME.days, max_days=rules.MAX_LIFETIME.days,
@@ -120,4 +120,4 @@ class ApiKeyRevocation(_KeysPage):
     def on_post(self, req: falcon.Request, resp: falcon.Response, token_id: str) -> None:
         token = self.token(req, token_id, rules.may_revoke)
         rules.revoke(Actor.staff(req.context.console_session.user), token, self.clock())
-        raise _redirect(f"{URL}?clinic={req.context.admin_clinic.slug}")
+        raise see_other(f"{URL}?clinic={req.context.admin_clinic.slug}")

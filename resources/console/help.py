@@ -6,8 +6,7 @@ from __future__ import annotations
 import falcon
 
 from console import help as guides_module
-from console.rendering import DEFAULT_LANGUAGE, LANGUAGES, Renderer
-from resources.console import LANGUAGE_COOKIE, _html
+from console.rendering import DEFAULT_LANGUAGE, LANGUAGE_COOKIE, LANGUAGES, Renderer, html
 
 
 class HelpPage:
@@ -27,7 +26,7 @@ class HelpPage:
         guide = self.guides.get(name, language) if name in guides_module.PAGES else None
         if guide is None:
             raise falcon.HTTPNotFound()
-        _html(resp, self.renderer.render(
+        html(resp, self.renderer.render(
             "console/help.html", guide.language, user=session.user if session else None,
             csrf_token=session.csrf_token if session else "", guide=guide, guides=self.guides.listed(language)))
 

@@ -1,0 +1,32 @@
+"""The staff console's responders, one module per page or group of pages: thin, over the
+console/ package (sessions, rendering, view models) and the feature packages. Sessions and
+CSRF are checked by console.middleware.ConsoleSession before these run; a resource with
+`login_required` never runs without a session, one with `admin_required` only for an admin
+of the clinic it acts on. The helpers the pages share are here."""
+from __future__ import annotations
+
+import falcon
+
+from console import inbox
+from models import Clinic, PatientRequest, StaffUser
+
+
+def clinic_of(req: falcon.Request, user: StaffUser) -> tuple[Clinic | None, list[Clinic]]:
+    """?clinic=slug picks among the user's own clinics only; anything else: the first."""
+    clinics = user.clinics()
+    return next((c for c in clinics if c.slug == req.get_param("clinic")), clinics[0] if clinics else None), clinics
+
+
+def inbox_filters(req: falcon.Request) -> dict[str, str]:
+    return {"state": req.get_param("state") if req.get_param("state") in inbox.STATES else "open",
+            "kind": req.get_param("kind") if req.get_param("kind") in inbox.KINDS else "",
+            "q": (req.get_param("q") or "")[:100]}
+
+
+def own_request(req: falcon.Request, request_id: str) -> tuple[StaffUser, PatientRequest]:
+    """The session's user and the request they may see: one of their clinics', else 404."""
+    user: StaffUser = req.context.console_session.user
+    request = inbox.request_for(user, request_id)
+    if request is None:
+        raise falcon.HTTPNotFound()
+    return user, request

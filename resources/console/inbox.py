@@ -1,0 +1,62 @@
+"""The inbox and its live update."""
+from __future__ import annotations
+
+import urllib.parse
+from datetime import datetime
+from typing import Callable
+
+import falcon
+
+from console import inbox
+from console.rendering import Renderer, html
+from models import StaffUser
+from plumbing.clock import as_utc
+from resources.console import clinic_of, inbox_filters
+
+
+class Inbox:
+    login_required = True
+
+    def __init__(self, renderer: Renderer, clock: Callable) -> None:
+        self.renderer = renderer
+        self.clock = clock
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        session = req.context.console_session
+        user: StaffUser = session.user
+        clinic, clinics = clinic_of(req, user)
+        filters = inbox_filters(req)
+        rows = []
+        if clinic is not None:
+            found = inbox.requests(clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"])
+            rows = [inbox.row(r, clinic, user.language) for r in found]
+        # The live update asks for rows newer than the newest shown (or than now).
+        after = rows[0]["created"] if rows else as_utc(self.clock()).isoformat()
+        rows_url = "/console/rows?" + urllib.parse.urlencode({"clinic": clinic.slug if clinic else "", **filters})
+        html(resp, self.renderer.render("console/inbox.html", user.language, user=user, csrf_token=session.csrf_token,
+                                         clinic=clinic, clinics=clinics, rows=rows, after=after, rows_url=rows_url,
+                                         **filters))
+
+
+class InboxRows:
+    """The live update: the rows created after `after`, rendered by the row template."""
+
+    login_required = True
+
+    def __init__(self, renderer: Renderer) -> None:
+        self.renderer = renderer
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        session = req.context.console_session
+        user: StaffUser = session.user
+        clinic, _ = clinic_of(req, user)
+        try:
+            after = datetime.fromisoformat(req.get_param("after") or "")
+        except ValueError:
+            raise falcon.HTTPBadRequest() from None
+        filters = inbox_filters(req)
+        found = inbox.requests(clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"],
+                               after=after) if clinic else []
+        html = "".join(self.renderer.render("console/_row.html", user.language, row=inbox.row(r, clinic, user.language),
+                                            csrf_token=session.csrf_token) for r in found)
+        html(resp, html)

@@ -1,0 +1,73 @@
+"""The import rules (docs/architecture.md, "Import rules"): the packages' layers are
+import-linter's contracts in pyproject.toml (`lint-imports`, run by .ci/run); the top-level
+modules, which import-linter cannot read (it reads packages only), are held here to the
+same layers by reading their imports."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+#: The lint-imports script, run with this interpreter (whatever its first line names).
+LINT_IMPORTS = [sys.executable, str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
+SERVICE_PACKAGES = {"commands", "resources", "jobs", "web", "onboarding", "console", "documents", "switchboard",
+                    "api_keys", "voicemail", "storage", "staff", "plumbing", "safe_fetch"}
+TOP_MODULES = {"app", "wsgi", "manage", "migrations", "models", "config"}
+#: What each top-level module may import of the service (its layer and those below).
+MAY_IMPORT = {
+    "wsgi": {"app", "config"},
+    "app": SERVICE_PACKAGES - {"commands"} | {"config", "models"},
+    "manage": {"commands", "config", "plumbing", "tools"},
+    "migrations": {"models", "plumbing"},
+    "models": {"plumbing"},
+    "config": {"plumbing"},
+}
+
+
+def service_imports(path: Path) -> set[str]:
+    """The top-level names of the service that the module imports (at any depth of its code)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found & (SERVICE_PACKAGES | TOP_MODULES | {"tools"})
+
+
+@pytest.mark.parametrize("module", sorted(MAY_IMPORT))
+def test_a_top_level_module_imports_only_its_layer_and_below(module: str) -> None:
+    imported = service_imports(ROOT / f"{module}.py") - {module}
+    assert imported <= MAY_IMPORT[module], f"{module}.py imports {sorted(imported - MAY_IMPORT[module])}"
+
+
+def test_the_packages_keep_their_contracts() -> None:
+    """`lint-imports` with pyproject.toml's contracts: layers, what nothing below the entry
+    points imports, plumbing free of the service, no cycles inside a package."""
+    done = subprocess.run(LINT_IMPORTS, cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def test_the_rules_reject_an_upward_import(tmp_path: Path) -> None:
+    """The contracts are not empty words: a feature importing a job breaks them."""
+    copy = tmp_path / "tree"
+    for name in [*SERVICE_PACKAGES, "pyproject.toml"]:
+        source = ROOT / name
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            subprocess.run(["cp", "-r", str(source), str(copy / name)], check=True)
+        else:
+            (copy / name).write_bytes(source.read_bytes())
+    target = copy / "voicemail" / "recordings.py"
+    target.write_text(target.read_text(encoding="utf-8") + "\nfrom jobs import queueing  # upward\n",
+                      encoding="utf-8")
+    done = subprocess.run(LINT_IMPORTS, cwd=copy, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
+    assert done.returncode != 0 and "voicemail.recordings -> jobs.queueing" in done.stdout, done.stdout[-2000:]
