@@ -1,4 +1,5 @@
 """WSGI application factory: the middleware and the routes, in the order they apply."""
+
 from __future__ import annotations
 
 import logging
@@ -7,14 +8,16 @@ import falcon
 from rq import Queue
 
 from config import Config
+from console import help as guides
+from console import rendering
+from console.middleware import ConsoleSession, lifetime_of
+from console.throttle import LoginThrottle
 from jobs import queueing
+from jobs.playback import RecordingPlayer
 from models import MedicalRecord
 from plumbing import logs, metrics, strict_json
 from plumbing.database import bind_database
 from plumbing.row_cache import RowCache
-from console import help as guides, rendering
-from console.middleware import ConsoleSession, lifetime_of
-from console.throttle import LoginThrottle
 from resources import api_reference, catalog, meta, patient_requests, patients, switchboard
 from resources.console import account, audit, inbox, keys, requests, settings, static
 from resources.console import help as console_help
@@ -22,14 +25,12 @@ from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
 from switchboard.intake import GroupCommit
-from jobs.playback import RecordingPlayer
 from web import errors, openapi
 from web import metrics as web_metrics
 from web.auth import TokenAuth
 from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, TakeTurns
 from web.rate_limit import RateLimit, RateLimiter
 from web.refusals import HandoffRefusals
-
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,10 @@ def create_app(config: Config) -> falcon.App:
     cache = RowCache.for_database(database)  # token rows and routing schedules, kept current by NOTIFY
     storage = make_storage(config)
     player = RecordingPlayer(config, Queue(queueing.RECORDINGS, connection=queue_redis))
-    limiter = RateLimiter(queueing.redis_client(config.redis_url, "limits"), {
-        "handoffs": config.rate_limit_handoffs_per_minute, "writes": config.rate_limit_writes_per_minute})
+    limiter = RateLimiter(
+        queueing.redis_client(config.redis_url, "limits"),
+        {"handoffs": config.rate_limit_handoffs_per_minute, "writes": config.rate_limit_writes_per_minute},
+    )
     renderer = rendering.Renderer()
     help_pages = guides.Guides()  # docs/staff/*.md, rendered once
     session_lifetime = lifetime_of(config.console_session_idle_hours, config.console_session_max_hours)
@@ -56,19 +59,28 @@ def create_app(config: Config) -> falcon.App:
     # The token checks (401/404/403), then the rate limits, then the body: a body is read
     # only once the token, the clinic and the scope are checked and the token is within its
     # rate (BodyLimit's declared-length refusal, in process_request, still comes first).
-    app = falcon.App(middleware=[TakeTurns(), logs.RequestId(config.trusted_proxy_hops),
-                                 web_metrics.RequestMetrics(flusher), NoNulInUrl(),
-                                 DatabaseConnection(),
-                                 # recording-complete's 4xx after authentication are recorded
-                                 HandoffRefusals(),
-                                 # /console only: the staff session (cookie) and CSRF; never the API's
-                                 ConsoleSession(config.clock, session_lifetime, renderer),
-                                 TokenAuth(config.clock, cache), RateLimit(limiter),
-                                 RetryAdvice(), BodyLimit(config.max_body_bytes, config.body_read_seconds)])
+    app = falcon.App(
+        middleware=[
+            TakeTurns(),
+            logs.RequestId(config.trusted_proxy_hops),
+            web_metrics.RequestMetrics(flusher),
+            NoNulInUrl(),
+            DatabaseConnection(),
+            # recording-complete's 4xx after authentication are recorded
+            HandoffRefusals(),
+            # /console only: the staff session (cookie) and CSRF; never the API's
+            ConsoleSession(config.clock, session_lifetime, renderer),
+            TokenAuth(config.clock, cache),
+            RateLimit(limiter),
+            RetryAdvice(),
+            BodyLimit(config.max_body_bytes, config.body_read_seconds),
+        ]
+    )
     app.req_options.strip_url_path_trailing_slash = True
     # JSON only: a form body (curl -d's default) would parse as a confusing form key: 415.
     app.req_options.media_handlers = falcon.media.Handlers(
-        {falcon.MEDIA_JSON: falcon.media.JSONHandler(loads=strict_json.loads)})
+        {falcon.MEDIA_JSON: falcon.media.JSONHandler(loads=strict_json.loads)}
+    )
     errors.install(app)
 
     sb, clinic = openapi.SWITCHBOARD, openapi.CLINIC
@@ -99,14 +111,29 @@ def create_app(config: Config) -> falcon.App:
         ("/console/requests/{request_id}/tags", requests.RequestTags()),
         ("/console/requests/{request_id}/resolution", requests.RequestResolution()),
         ("/console/requests/{request_id}/recording", requests.ConsoleRecording(renderer, player, config.clock)),
-        ("/console/login", account.ConsoleLogin(renderer, throttle, config.clock, config.trust_forwarded_proto,
-                                                int(session_lifetime.absolute.total_seconds()))),
+        (
+            "/console/login",
+            account.ConsoleLogin(
+                renderer,
+                throttle,
+                config.clock,
+                config.trust_forwarded_proto,
+                int(session_lifetime.absolute.total_seconds()),
+            ),
+        ),
         ("/console/logout", account.ConsoleLogout()),
         ("/console/language", account.ConsoleLanguage()),
         ("/console/static/{name}", static.ConsoleStatic(rendering.HERE / "static")),
         ("/console/settings", settings.SettingsIndex(renderer)),
-        *[(page.path, page(renderer, config.secret_key, config.clock, cache)) for page in (
-            settings.OfficeHoursPage, settings.CalendarsPage, settings.CallsPage, settings.RequestTypesPage)],
+        *[
+            (page.path, page(renderer, config.secret_key, config.clock, cache))
+            for page in (
+                settings.OfficeHoursPage,
+                settings.CalendarsPage,
+                settings.CallsPage,
+                settings.RequestTypesPage,
+            )
+        ],
         # The API keys (a settings section) and the audit list.
         (keys.URL, keys.ApiKeys(renderer, config.clock)),
         (keys.URL + "/{token_id}/rotate", keys.ApiKeyRotation(renderer, config.clock)),
@@ -118,8 +145,12 @@ def create_app(config: Config) -> falcon.App:
         ("/metrics", web_metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
     ]
     if isinstance(storage, LocalStorage):  # S3 serves its own presigned URLs
-        routes.append(("/storage/{key:path}",
-                       StoredObject(storage, MedicalRecord.is_registered, read_seconds=config.upload_read_seconds)))
+        routes.append(
+            (
+                "/storage/{key:path}",
+                StoredObject(storage, MedicalRecord.is_registered, read_seconds=config.upload_read_seconds),
+            )
+        )
     for path, resource in routes:
         app.add_route(path, resource)
     return app

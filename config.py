@@ -3,14 +3,15 @@
 Every setting is a field of `Config`; `Config.from_env()` maps environment variables
 onto it. Tests build a `Config` directly, so nothing else may look at `os.environ`.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
 
 from plumbing.clock import now as wall_clock
 from plumbing.crypto import MIN_SECRET_KEY_BYTES
@@ -24,7 +25,8 @@ def _bool(value: str) -> bool:
     raise ValueError(f"not a boolean: {value!r}")
 
 
-# env var -> (field name, parser); documented one by one in docs/operations.md (tests/test_docs.py holds the two together).
+# env var -> (field name, parser); documented one by one in docs/operations.md (tests/test_docs.py
+# holds the two together).
 _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "DATABASE_URL": ("database_url", str),
     "DB_POOL_SIZE": ("db_pool_size", int),
@@ -88,8 +90,10 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
 # start naming the new name). Both set to different values: refused at start.
 _FORMER_NAMES: dict[str, str] = {
     "UPLOAD_MAX_BYTES": "STORAGE_MAX_UPLOAD_BYTES",
-    **{f"PLATFORM_{name}": f"PBX_{name}" for name in
-       ("TOKEN_PATH", "RECORDING_PATH", "FETCH_TIMEOUT", "RETRY_DELAYS", "PLAY_WAIT_SECONDS")},
+    **{
+        f"PLATFORM_{name}": f"PBX_{name}"
+        for name in ("TOKEN_PATH", "RECORDING_PATH", "FETCH_TIMEOUT", "RETRY_DELAYS", "PLAY_WAIT_SECONDS")
+    },
 }
 # Variables a deployment may still set that the service no longer reads, with what to do
 # instead: finding one, every process refuses to start (a setting silently ignored would
@@ -119,7 +123,7 @@ def _embedded_secret_key(database_url: str) -> str | None:
     if not database_url.startswith("sqlite:///") or database_url == "sqlite:///:memory:":
         return None
     try:
-        key = (Path(database_url[len("sqlite:///"):]).parent / "secret_key").read_text("utf-8").strip()
+        key = (Path(database_url[len("sqlite:///") :]).parent / "secret_key").read_text("utf-8").strip()
     except (OSError, ValueError):
         return None
     return key or None
@@ -247,8 +251,12 @@ class Config:
     notices: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("upload_max_bytes", "upload_links_per_clinic", "upload_purge_every_seconds",
-                     "refused_handoff_retention_days"):
+        for name in (
+            "upload_max_bytes",
+            "upload_links_per_clinic",
+            "upload_purge_every_seconds",
+            "refused_handoff_retention_days",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.upper()} must be positive")
         if self.trusted_proxy_hops < 0:
@@ -284,7 +292,8 @@ class Config:
             "from it. Set SECRET_KEY "
             "to a random value of your own and keep it (another one cannot decrypt the stored "
             "passwords), for example the output of: "
-            "python -c 'import secrets; print(secrets.token_urlsafe(48))'")
+            "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+        )
 
     @property
     def retry_delays(self) -> list[int]:
@@ -305,23 +314,25 @@ class Config:
         return self.whisper_model
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "Config":
+    def from_env(cls, environ: dict[str, str] | None = None) -> Config:
         env = os.environ if environ is None else environ
         retired = sorted(name for name in RETIRED if name in env)
         if retired:
-            raise RetiredSetting("; ".join(f"{name} is no longer read: {RETIRED[name]}" for name in retired)
-                                 + ". Remove it from the environment to start.")
+            raise RetiredSetting(
+                "; ".join(f"{name} is no longer read: {RETIRED[name]}" for name in retired)
+                + ". Remove it from the environment to start."
+            )
         values: dict[str, object] = {}
         notices: list[str] = []
         for name, (attr, parse) in _ENV.items():
             former = _FORMER_NAMES.get(name)
             if former is not None and former in env:
                 if name in env and env[name] != env[former]:
-                    raise RetiredSetting(f"{name} and its former name {former} are both set, to different "
-                                         f"values; remove {former}.")
+                    raise RetiredSetting(
+                        f"{name} and its former name {former} are both set, to different values; remove {former}."
+                    )
                 if name not in env:
-                    notices.append(f"{former} is the former name of {name}: it is still read, but rename it "
-                                   f"to {name}.")
+                    notices.append(f"{former} is the former name of {name}: it is still read, but rename it to {name}.")
             source = name if name in env else former
             if source is not None and source in env:
                 try:

@@ -1,31 +1,32 @@
 """Operator CLI: migrate, onboard, tokens, demo, model, worker helpers.
 
-    python manage.py migrate
-    python manage.py onboard FILE.json [--overwrite-console-changes]
-    python manage.py token create --name NAME --clinic SLUG [--clinic SLUG ...] --scope read [--scope write] (--expires-in-days N | --never-expires)
-    python manage.py token list
-    python manage.py token rotate TOKEN_ID --old-valid-hours H [--expires-in-days N]
-    python manage.py token revoke TOKEN_ID
-    python manage.py user create --clinic SLUG [--clinic SLUG ...] --email E --name N --role staff|admin [--language cs|en] --password-stdin
-    python manage.py user reset-password --email E --password-stdin
-    python manage.py user hash-password --password-stdin   (for an onboarding file's users)
-    python manage.py user disable --email E
-    python manage.py audit [--clinic SLUG] [--since ISO] [--limit N]
-    python manage.py demo [--base-url URL]
-    python manage.py worker [QUEUE ...]
-    python manage.py requeue
-    python manage.py storage purge [--grace-seconds N]
-    python manage.py model build [--name tiny.en|base] [--quantize q8_0|q5_0|...] [--out var/models]
-    python manage.py model verify PATH
+python manage.py migrate
+python manage.py onboard FILE.json [--overwrite-console-changes]
+python manage.py token create --name NAME --clinic SLUG [--clinic SLUG ...] --scope read [--scope write] (--expires-in-days N | --never-expires)
+python manage.py token list
+python manage.py token rotate TOKEN_ID --old-valid-hours H [--expires-in-days N]
+python manage.py token revoke TOKEN_ID
+python manage.py user create --clinic SLUG [--clinic SLUG ...] --email E --name N --role staff|admin [--language cs|en] --password-stdin
+python manage.py user reset-password --email E --password-stdin
+python manage.py user hash-password --password-stdin   (for an onboarding file's users)
+python manage.py user disable --email E
+python manage.py audit [--clinic SLUG] [--since ISO] [--limit N]
+python manage.py demo [--base-url URL]
+python manage.py worker [QUEUE ...]
+python manage.py requeue
+python manage.py storage purge [--grace-seconds N]
+python manage.py model build [--name tiny.en|base] [--quantize q8_0|q5_0|...] [--out var/models]
+python manage.py model verify PATH
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 
+from commands import audit, calls, demo, deployment, storage, tokens, users, wait_ready, worker
 from config import Config, InsecureConfiguration, RetiredSetting
 from plumbing.database import bind_database, db
-from commands import audit, calls, demo, deployment, storage, tokens, users, wait_ready, worker
 
 # In the order `--help` lists them: migrate, model, onboard, token, user, audit, demo,
 # calls, worker, requeue, storage, wait-ready.
@@ -33,7 +34,9 @@ COMMANDS = (deployment, tokens, users, audit, demo, calls, worker, storage, wait
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="manage.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="manage.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="command", required=True)
     for module in COMMANDS:
         module.register(sub)

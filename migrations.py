@@ -6,16 +6,17 @@ the same schema. Applied versions are recorded in `schema_migration`; `migrate()
 runs only the pending ones, each in its own transaction, and on PostgreSQL under an
 advisory lock so two release steps cannot race.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import peewee as pw
 from playhouse.migrate import PostgresqlMigrator, SchemaMigrator, SqliteMigrator
 from playhouse.migrate import migrate as apply_operations
 
-from plumbing import row_cache
 import models as m
+from plumbing import row_cache
 from plumbing.database import db, is_postgresql
 
 Migration = Callable[[pw.Database, SchemaMigrator], None]
@@ -50,6 +51,7 @@ def _sql(*statements: str) -> Migration:
 
 def _postgresql(*statements: str) -> Migration:
     """Statements only PostgreSQL has (triggers with NOTIFY); SQLite skips them."""
+
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
         if is_postgresql(database):
             _sql(*statements)(database, migrator)
@@ -67,6 +69,7 @@ def _create(*tables: type[pw.Model]) -> Migration:
 def _add_column(table: str, column: str, field: pw.Field) -> Migration:
     """Add a column unless the table already has it; peewee adds the index that the
     field's `index` / `unique` asks for."""
+
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
         if column not in {c.name for c in database.get_columns(table)}:
             apply_operations(migrator.add_column(table, column, field))
@@ -77,6 +80,7 @@ def _add_column(table: str, column: str, field: pw.Field) -> Migration:
 def _rename_column(table: str, old: str, new: str) -> Migration:
     """Rename a column the table still has under its old name (a table created from the
     current models has the new one already). Both databases rename in place."""
+
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
         names = {c.name for c in database.get_columns(table)}
         if old in names and new not in names:
@@ -96,142 +100,237 @@ def _steps(*steps: Migration) -> Migration:
 # Append only. A migration may run on a database created by any earlier version, or on a
 # fresh one where earlier migrations created tables from the current models.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
-    (1, "foundation", _create(
-        m.Organization, m.Clinic, m.Calendar, m.OfficeHours, m.Vacation, m.Tag, m.Patient,
-        m.PatientRecord, m.PatientRecordTag, m.ExternalId, m.RequestType, m.RequestTypeDefaultTag,
-        m.ApiToken, m.ApiTokenClinic, m.PatientRequest, m.PatientRequestTag,
-    )),
-    (2, "calls", _steps(
-        _create(m.Call),
-        _add_column("patient_request", "call_id",
-                    pw.ForeignKeyField(m.Call, null=True, unique=True, field=m.Call.id, on_delete="SET NULL")),
-    )),
-    (3, "documents", _create(m.Reservation, m.UploadLink, m.MedicalRecord)),
-    (4, "recordings", _steps(
-        _add_column("call", "recording_link", pw.TextField(null=True)),
-        _add_column("call", "recording_link_expires_at", pw.DateTimeField(null=True)),
-        _add_column("call", "recording_gone_reason", pw.CharField(max_length=30, null=True)),
-        _add_column("call", "recording_checked_at", pw.DateTimeField(null=True)),
-    )),
-    (5, "call_relay", _steps(
-        _add_column("call", "queued_at", pw.DateTimeField(null=True)),
-        _sql('CREATE INDEX IF NOT EXISTS "call_unqueued" ON "call" ("received_at") '
-             "WHERE \"state\" = 'pending' AND \"queued_at\" IS NULL"),
-        _postgresql(
-            "CREATE OR REPLACE FUNCTION call_notify_new() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            f"BEGIN PERFORM pg_notify('{m.Call.NEW_CALL_CHANNEL}', ''); RETURN NULL; END $$",
-            'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
-            'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH ROW EXECUTE FUNCTION call_notify_new()',
+    (
+        1,
+        "foundation",
+        _create(
+            m.Organization,
+            m.Clinic,
+            m.Calendar,
+            m.OfficeHours,
+            m.Vacation,
+            m.Tag,
+            m.Patient,
+            m.PatientRecord,
+            m.PatientRecordTag,
+            m.ExternalId,
+            m.RequestType,
+            m.RequestTypeDefaultTag,
+            m.ApiToken,
+            m.ApiTokenClinic,
+            m.PatientRequest,
+            m.PatientRequestTag,
         ),
-    )),
+    ),
+    (
+        2,
+        "calls",
+        _steps(
+            _create(m.Call),
+            _add_column(
+                "patient_request",
+                "call_id",
+                pw.ForeignKeyField(m.Call, null=True, unique=True, field=m.Call.id, on_delete="SET NULL"),
+            ),
+        ),
+    ),
+    (3, "documents", _create(m.Reservation, m.UploadLink, m.MedicalRecord)),
+    (
+        4,
+        "recordings",
+        _steps(
+            _add_column("call", "recording_link", pw.TextField(null=True)),
+            _add_column("call", "recording_link_expires_at", pw.DateTimeField(null=True)),
+            _add_column("call", "recording_gone_reason", pw.CharField(max_length=30, null=True)),
+            _add_column("call", "recording_checked_at", pw.DateTimeField(null=True)),
+        ),
+    ),
+    (
+        5,
+        "call_relay",
+        _steps(
+            _add_column("call", "queued_at", pw.DateTimeField(null=True)),
+            _sql(
+                'CREATE INDEX IF NOT EXISTS "call_unqueued" ON "call" ("received_at") '
+                'WHERE "state" = \'pending\' AND "queued_at" IS NULL'
+            ),
+            _postgresql(
+                "CREATE OR REPLACE FUNCTION call_notify_new() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                f"BEGIN PERFORM pg_notify('{m.Call.NEW_CALL_CHANNEL}', ''); RETURN NULL; END $$",
+                'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
+                'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH ROW EXECUTE FUNCTION call_notify_new()',  # noqa: E501
+            ),
+        ),
+    ),
     # The web processes cache token rows (row_cache.py); these NOTIFY them of changes.
     # Statement-level: one notification per change, however many rows it touched. And the
     # call trigger becomes statement-level too: a group commit's INSERT wakes the relay once.
-    (6, "auth_cache", _postgresql(
-        "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        f"BEGIN PERFORM pg_notify('{row_cache.CHANNEL}', ''); RETURN NULL; END $$",
-        *(statement for table, events in (
-            ("api_token", "UPDATE OF secret_hash, scopes, expires_at, revoked_at OR DELETE OR TRUNCATE"),
-            ("api_token_clinic", "INSERT OR UPDATE OR DELETE OR TRUNCATE"),
-            ("clinic", "INSERT OR UPDATE OR DELETE OR TRUNCATE"),
-        ) for statement in (
-            f'DROP TRIGGER IF EXISTS "auth_changed" ON "{table}"',
-            f'CREATE TRIGGER "auth_changed" AFTER {events} ON "{table}" '
-            "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
-        )),
-        'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
-        'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH STATEMENT EXECUTE FUNCTION call_notify_new()',
-    )),
+    (
+        6,
+        "auth_cache",
+        _postgresql(
+            "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN PERFORM pg_notify('{row_cache.CHANNEL}', ''); RETURN NULL; END $$",
+            *(
+                statement
+                for table, events in (
+                    ("api_token", "UPDATE OF secret_hash, scopes, expires_at, revoked_at OR DELETE OR TRUNCATE"),
+                    ("api_token_clinic", "INSERT OR UPDATE OR DELETE OR TRUNCATE"),
+                    ("clinic", "INSERT OR UPDATE OR DELETE OR TRUNCATE"),
+                )
+                for statement in (
+                    f'DROP TRIGGER IF EXISTS "auth_changed" ON "{table}"',
+                    f'CREATE TRIGGER "auth_changed" AFTER {events} ON "{table}" '
+                    "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
+                )
+            ),
+            'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
+            'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH STATEMENT EXECUTE FUNCTION call_notify_new()',  # noqa: E501
+        ),
+    ),
     # What the request detail shows about a voicemail, the clinic's caller languages, and
     # the search by request kind. The index is named as Peewee names the model's, so a
     # fresh database (tables made from the current models) gets no second copy.
-    (7, "voicemail_detail", _steps(
-        _add_column("clinic", "languages", pw.TextField(null=True)),
-        _add_column("call", "callback_number", pw.CharField(max_length=20, null=True)),
-        _add_column("call", "transcript_status", pw.CharField(max_length=12, null=True)),
-        _add_column("call", "transcript_issue", pw.CharField(max_length=40, null=True)),
-        _sql('CREATE INDEX IF NOT EXISTS "patient_request_clinic_id_kind_created_at" '
-             'ON "patient_request" ("clinic_id", "kind", "created_at")'),
-    )),
+    (
+        7,
+        "voicemail_detail",
+        _steps(
+            _add_column("clinic", "languages", pw.TextField(null=True)),
+            _add_column("call", "callback_number", pw.CharField(max_length=20, null=True)),
+            _add_column("call", "transcript_status", pw.CharField(max_length=12, null=True)),
+            _add_column("call", "transcript_issue", pw.CharField(max_length=40, null=True)),
+            _sql(
+                'CREATE INDEX IF NOT EXISTS "patient_request_clinic_id_kind_created_at" '
+                'ON "patient_request" ("clinic_id", "kind", "created_at")'
+            ),
+        ),
+    ),
     # The web processes also cache each clinic's routing schedule (schedules.py): its
     # office hours, calendars and vacations announce their changes like tokens do.
-    (8, "schedule_cache", _postgresql(*(statement for table in ("office_hours", "calendar", "vacation")
-                                        for statement in (
-        f'DROP TRIGGER IF EXISTS "auth_changed" ON "{table}"',
-        f'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "{table}" '
-        "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
-    )))),
+    (
+        8,
+        "schedule_cache",
+        _postgresql(
+            *(
+                statement
+                for table in ("office_hours", "calendar", "vacation")
+                for statement in (
+                    f'DROP TRIGGER IF EXISTS "auth_changed" ON "{table}"',
+                    f'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "{table}" '
+                    "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
+                )
+            )
+        ),
+    ),
     # Registered attachments are evidence: an immutable copy and the SHA-256 of its bytes.
-    (9, "sealed_attachments", _steps(
-        _add_column("medical_record", "object_key", pw.CharField(max_length=512, null=True)),
-        _add_column("medical_record", "sha256", pw.CharField(max_length=64, null=True)),
-    )),
+    (
+        9,
+        "sealed_attachments",
+        _steps(
+            _add_column("medical_record", "object_key", pw.CharField(max_length=512, null=True)),
+            _add_column("medical_record", "sha256", pw.CharField(max_length=64, null=True)),
+        ),
+    ),
     # Behind a pooler in transaction mode NOTIFY never arrives: the same triggers count
     # every change, and the caches poll the count (plumbing/row_cache.py). The
     # organization announces its changes too (patient sharing rides the cached clinic).
-    (10, "cache_generation", _postgresql(
-        'CREATE TABLE IF NOT EXISTS "cache_generation" ("id" smallint PRIMARY KEY, "n" bigint NOT NULL)',
-        'INSERT INTO "cache_generation" ("id", "n") VALUES (1, 0) ON CONFLICT DO NOTHING',
-        "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-        'UPDATE "cache_generation" SET "n" = "n" + 1 WHERE "id" = 1; '
-        f"PERFORM pg_notify('{row_cache.CHANNEL}', ''); RETURN NULL; END $$",
-        'DROP TRIGGER IF EXISTS "auth_changed" ON "organization"',
-        'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "organization" '
-        "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
-    )),
+    (
+        10,
+        "cache_generation",
+        _postgresql(
+            'CREATE TABLE IF NOT EXISTS "cache_generation" ("id" smallint PRIMARY KEY, "n" bigint NOT NULL)',
+            'INSERT INTO "cache_generation" ("id", "n") VALUES (1, 0) ON CONFLICT DO NOTHING',
+            "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            'UPDATE "cache_generation" SET "n" = "n" + 1 WHERE "id" = 1; '
+            f"PERFORM pg_notify('{row_cache.CHANNEL}', ''); RETURN NULL; END $$",
+            'DROP TRIGGER IF EXISTS "auth_changed" ON "organization"',
+            'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "organization" '
+            "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
+        ),
+    ),
     # Issue 22: who made every write. The trail is append-only for every client, not only
     # for this code: a statement-level trigger refuses any UPDATE or DELETE (even of no
     # rows). TRUNCATE is not refused: the tests empty every table between cases.
-    (11, "audit_trail", _steps(
-        _create(m.AuditEvent),
-        _postgresql(
-            "CREATE OR REPLACE FUNCTION audit_event_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            # No % placeholder: the statement runs through a driver that formats parameters.
-            "RAISE EXCEPTION USING MESSAGE = 'audit_event is append-only: ' || TG_OP || ' refused', "
-            "ERRCODE = 'insufficient_privilege'; "
-            "END $$",
-            'DROP TRIGGER IF EXISTS "append_only" ON "audit_event"',
-            'CREATE TRIGGER "append_only" BEFORE UPDATE OR DELETE ON "audit_event" '
-            "FOR EACH STATEMENT EXECUTE FUNCTION audit_event_append_only()",
+    (
+        11,
+        "audit_trail",
+        _steps(
+            _create(m.AuditEvent),
+            _postgresql(
+                "CREATE OR REPLACE FUNCTION audit_event_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                # No % placeholder: the statement runs through a driver that formats parameters.
+                "RAISE EXCEPTION USING MESSAGE = 'audit_event is append-only: ' || TG_OP || ' refused', "
+                "ERRCODE = 'insufficient_privilege'; "
+                "END $$",
+                'DROP TRIGGER IF EXISTS "append_only" ON "audit_event"',
+                'CREATE TRIGGER "append_only" BEFORE UPDATE OR DELETE ON "audit_event" '
+                "FOR EACH STATEMENT EXECUTE FUNCTION audit_event_append_only()",
+            ),
         ),
-    )),
+    ),
     # Storage limits: the open upload links of a clinic are counted, and expired unregistered
     # uploads purged, by issue time. Named as Peewee names the model's index (no second copy).
-    (12, "upload_link_created_at_index", _sql(
-        'CREATE INDEX IF NOT EXISTS "upload_link_created_at" ON "upload_link" ("created_at")',
-    )),
+    (
+        12,
+        "upload_link_created_at_index",
+        _sql(
+            'CREATE INDEX IF NOT EXISTS "upload_link_created_at" ON "upload_link" ("created_at")',
+        ),
+    ),
     # One name for the switchboard vendor's API that re-fetches recordings: the platform.
-    (13, "platform_names", _steps(*(
-        _rename_column("clinic", f"pbx_{name}", f"platform_{name}")
-        for name in ("api_url", "username", "password_encrypted")
-    ))),
+    (
+        13,
+        "platform_names",
+        _steps(
+            *(
+                _rename_column("clinic", f"pbx_{name}", f"platform_{name}")
+                for name in ("api_url", "username", "password_encrypted")
+            )
+        ),
+    ),
     # Issue 20: the staff console's users, their clinics and their server-side sessions.
     (14, "staff_console", _create(m.StaffUser, m.StaffMembership, m.StaffSession)),
     # A clinic's own marker words for its platform (were one setting for every clinic).
-    (15, "platform_source_markers", _steps(
-        _add_column("clinic", "platform_source_markers", pw.TextField(null=True)),
-    )),
+    (
+        15,
+        "platform_source_markers",
+        _steps(
+            _add_column("clinic", "platform_source_markers", pw.TextField(null=True)),
+        ),
+    ),
     # Issue 21: who issued each API key and which key a rotation replaced; and the audit
     # trail's "from where" (the client's address).
-    (16, "api_key_rules", _steps(
-        _add_column("api_token", "created_by", pw.CharField(max_length=220, null=True)),
-        _add_column("api_token", "rotated_from", pw.UUIDField(null=True)),
-        _add_column("audit_event", "address", pw.CharField(max_length=64, null=True)),
-    )),
+    (
+        16,
+        "api_key_rules",
+        _steps(
+            _add_column("api_token", "created_by", pw.CharField(max_length=220, null=True)),
+            _add_column("api_token", "rotated_from", pw.UUIDField(null=True)),
+            _add_column("audit_event", "address", pw.CharField(max_length=64, null=True)),
+        ),
+    ),
     # Issue 26: a callback number whose digits were not confirmed as heard is kept apart
     # from callback_number, and where in the recording the number was said.
-    (17, "heard_callback_number", _steps(
-        _add_column("call", "heard_number", pw.CharField(max_length=20, null=True)),
-        _add_column("call", "callback_number_at", pw.FloatField(null=True)),
-    )),
+    (
+        17,
+        "heard_callback_number",
+        _steps(
+            _add_column("call", "heard_number", pw.CharField(max_length=20, null=True)),
+            _add_column("call", "callback_number_at", pw.FloatField(null=True)),
+        ),
+    ),
     # What was odd about a hand-off, kept on the call instead of refused; the recording bound
     # to the bytes the hand-off delivered; and the hand-offs refused all the same.
-    (18, "handoff_anomalies", _steps(
-        _add_column("call", "anomalies", pw.TextField(null=True)),
-        _add_column("call", "recording_sha256", pw.CharField(max_length=64, null=True)),
-        _add_column("call", "recording_bytes", pw.BigIntegerField(null=True)),
-        _create(m.RefusedHandoff),
-    )),
+    (
+        18,
+        "handoff_anomalies",
+        _steps(
+            _add_column("call", "anomalies", pw.TextField(null=True)),
+            _add_column("call", "recording_sha256", pw.CharField(max_length=64, null=True)),
+            _add_column("call", "recording_bytes", pw.BigIntegerField(null=True)),
+            _create(m.RefusedHandoff),
+        ),
+    ),
 ]
 
 

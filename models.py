@@ -3,6 +3,7 @@
 Times are stored as naive UTC (`utc_now()`); office hours and vacations are evaluated
 in the clinic's IANA timezone by `office_hours`. Phones are stored in E.164.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -11,15 +12,15 @@ import json
 import secrets
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, NoReturn
-from datetime import datetime, timedelta
 
 import peewee as pw
 
 from plumbing.clock import as_utc, utc_now
-from plumbing.errors import Conflict
 from plumbing.database import columns, db, from_row, hot_prepared, hot_sql, is_postgresql
+from plumbing.errors import Conflict
 from plumbing.logs import client_address as current_client_address
 from plumbing.logs import request_id as current_request_id
 from plumbing.phones import to_e164
@@ -63,7 +64,7 @@ class Clinic(BaseModel):
     platform_source_markers = pw.TextField(null=True)
 
     @classmethod
-    def by_slug(cls, slug: str) -> "Clinic":
+    def by_slug(cls, slug: str) -> Clinic:
         return cls.get(cls.slug == slug)
 
     @property
@@ -141,7 +142,7 @@ class Patient(BaseModel):
         return [p.id for p in query]
 
     @classmethod
-    def for_caller(cls, clinic: "Clinic", raw_number: str) -> "Patient":
+    def for_caller(cls, clinic: Clinic, raw_number: str) -> Patient:
         """The patient a call from `raw_number` belongs to in `clinic`, created if none.
 
         Call inside a transaction. Several patients may share a number (a family line):
@@ -155,7 +156,8 @@ class Patient(BaseModel):
         if phone is None:
             anonymous = uuid.uuid5(clinic.id, "unknown-caller")
             patient = cls.get_or_none(cls.id == anonymous) or cls.create(
-                id=anonymous, organization=clinic.organization_id, last_name="Unknown caller")
+                id=anonymous, organization=clinic.organization_id, last_name="Unknown caller"
+            )
             PatientRecord.insert(patient=patient, clinic=clinic).on_conflict_ignore().execute()
             return patient
         if is_postgresql():
@@ -163,18 +165,29 @@ class Patient(BaseModel):
             db.execute_sql("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{clinic.organization_id}:{phone}",))
         survivors = cls.with_survivors(cls.ids_with_phone(clinic.organization_id, phone))
         live = [p for p in cls.select().where(cls.id.in_(survivors or [uuid.UUID(int=0)])) if p.merged_into_id is None]
-        here = (PatientRecord.select(PatientRecord.patient)
-                .where((PatientRecord.clinic == clinic) & PatientRecord.patient.in_([p.id for p in live] or [uuid.UUID(int=0)])))
+        here = PatientRecord.select(PatientRecord.patient).where(
+            (PatientRecord.clinic == clinic) & PatientRecord.patient.in_([p.id for p in live] or [uuid.UUID(int=0)])
+        )
         local = {r.patient_id for r in here}
         if local:
-            open_here = (PatientRequest.select(PatientRequest.patient)
-                         .where((PatientRequest.clinic == clinic) & PatientRequest.patient.in_(list(local))
-                                & PatientRequest.done_at.is_null())
-                         .order_by(PatientRequest.created_at.desc()).first())
+            open_here = (
+                PatientRequest.select(PatientRequest.patient)
+                .where(
+                    (PatientRequest.clinic == clinic)
+                    & PatientRequest.patient.in_(list(local))
+                    & PatientRequest.done_at.is_null()
+                )
+                .order_by(PatientRequest.created_at.desc())
+                .first()
+            )
             if open_here is not None:
                 return cls.get_by_id(open_here.patient_id)
-            newest = (PatientRecord.select().where((PatientRecord.clinic == clinic) & PatientRecord.patient.in_(list(local)))
-                      .order_by(PatientRecord.created_at.desc()).first())
+            newest = (
+                PatientRecord.select()
+                .where((PatientRecord.clinic == clinic) & PatientRecord.patient.in_(list(local)))
+                .order_by(PatientRecord.created_at.desc())
+                .first()
+            )
             return cls.get_by_id(newest.patient_id)
         if len(live) == 1 and clinic.organization.patient_sharing:
             PatientRecord.insert(patient=live[0], clinic=clinic).on_conflict_ignore().execute()
@@ -190,7 +203,9 @@ class Patient(BaseModel):
         links: dict[uuid.UUID, uuid.UUID] = {}
         seen, frontier = set(ids), set(ids)
         while frontier:
-            query = cls.select(cls.id, cls.merged_into).where(cls.id.in_(list(frontier)) & cls.merged_into.is_null(False))
+            query = cls.select(cls.id, cls.merged_into).where(
+                cls.id.in_(list(frontier)) & cls.merged_into.is_null(False)
+            )
             step = {p.id: p.merged_into_id for p in query}
             links.update(step)
             frontier = set(step.values()) - seen
@@ -312,7 +327,7 @@ class ApiToken(BaseModel):
         created_by: str | None = None,
         expires_at: datetime | None = None,
         rotated_from: uuid.UUID | None = None,
-    ) -> tuple["ApiToken", str]:
+    ) -> tuple[ApiToken, str]:
         """Create a token; returns the row and the token text (never stored). The rules
         (expiry required, at most a year, ...) are `api_keys`'s: this only writes."""
         secret = secrets.token_urlsafe(32)
@@ -330,8 +345,9 @@ class ApiToken(BaseModel):
         return token, f"{cls.PREFIX}_{token.id.hex}_{secret}"
 
     @classmethod
-    def authorize(cls, text: str, slug: str, now: datetime,
-                  cache: "RowCache | None" = None) -> "tuple[ApiToken, Clinic | None] | None":
+    def authorize(
+        cls, text: str, slug: str, now: datetime, cache: RowCache | None = None
+    ) -> tuple[ApiToken, Clinic | None] | None:
         """The live token for `text` (None: unknown, bad secret, revoked or expired) and
         the clinic named `slug` (None if there is none), with `covered` telling whether
         the token is bound to it.
@@ -359,7 +375,7 @@ class ApiToken(BaseModel):
                 hmac.compare_digest(presented, presented)  # same work either way
                 return None
             token = from_row(cls, row)
-            clinic_values = row[len(cls._meta.sorted_fields):]
+            clinic_values = row[len(cls._meta.sorted_fields) :]
             clinic = None
             if clinic_values[0] is not None:  # else the LEFT JOIN found no clinic of that slug
                 clinic = from_row(Clinic, clinic_values)
@@ -385,8 +401,11 @@ class ApiToken(BaseModel):
         """Record a use at `now` unless one within `every` is recorded already (by any
         process): at most one write per token per `every`. Returns the recorded last use."""
         now = as_utc(now)
-        written = cls.update(last_used_at=now).where(
-            (cls.id == token_id) & (cls.last_used_at.is_null() | (cls.last_used_at <= now - every))).execute()
+        written = (
+            cls.update(last_used_at=now)
+            .where((cls.id == token_id) & (cls.last_used_at.is_null() | (cls.last_used_at <= now - every)))
+            .execute()
+        )
         if written:
             return now
         row = cls.select(cls.last_used_at).where(cls.id == token_id).first()
@@ -478,10 +497,15 @@ class Call(BaseModel):
         set by its job) holds no place: it would block its clinic for minutes. 0: oldest
         first, no limit (the order before the fair share)."""
         if per_clinic <= 0:
-            oldest = (cls.select(cls.id).where((cls.state == "pending") & cls.queued_at.is_null())
-                      .order_by(cls.received_at).limit(limit))
-            claimed = (cls.update(queued_at=utc_now())
-                       .where(cls.id.in_(oldest) & cls.queued_at.is_null()).returning(cls.id))
+            oldest = (
+                cls.select(cls.id)
+                .where((cls.state == "pending") & cls.queued_at.is_null())
+                .order_by(cls.received_at)
+                .limit(limit)
+            )
+            claimed = (
+                cls.update(queued_at=utc_now()).where(cls.id.in_(oldest) & cls.queued_at.is_null()).returning(cls.id)
+            )
             return [row.id for row in claimed.execute()]
         waiting = [cls.id.python_value(row[0]) for row in hot_sql(_FAIR_CLAIM_SQL, (per_clinic, limit)).fetchall()]
         if not waiting:
@@ -490,8 +514,13 @@ class Call(BaseModel):
         # skipped. Two relays at once pick from the front of the same per-clinic order, so
         # together they stay within the share (bar a call stored with an earlier
         # received_at than one already claimed: one more in flight for a while).
-        taken = {row.id for row in cls.update(queued_at=utc_now()).where(
-            cls.id.in_(waiting) & cls.queued_at.is_null()).returning(cls.id).execute()}
+        taken = {
+            row.id
+            for row in cls.update(queued_at=utc_now())
+            .where(cls.id.in_(waiting) & cls.queued_at.is_null())
+            .returning(cls.id)
+            .execute()
+        }
         return [call_id for call_id in waiting if call_id in taken]
 
     @classmethod
@@ -500,13 +529,20 @@ class Call(BaseModel):
             cls.update(queued_at=None).where(cls.id.in_(ids)).execute()
 
     @classmethod
-    def row_for(cls, clinic: Clinic, fields: dict, token: "ApiToken | None") -> dict:
+    def row_for(cls, clinic: Clinic, fields: dict, token: ApiToken | None) -> dict:
         """The row `recording-complete` stores (`switchboard.intake.GroupCommit` writes it)."""
-        return {"id": uuid.uuid4(), "clinic": clinic.id, "received_by": token.id if token else None,
-                "received_at": utc_now(), "state": "pending", "attempts": 0, **fields}
+        return {
+            "id": uuid.uuid4(),
+            "clinic": clinic.id,
+            "received_by": token.id if token else None,
+            "received_at": utc_now(),
+            "state": "pending",
+            "attempts": 0,
+            **fields,
+        }
 
     @classmethod
-    def insert_rows(cls, rows: list[dict], origins: "dict[uuid.UUID, Origin] | None" = None) -> set[uuid.UUID]:
+    def insert_rows(cls, rows: list[dict], origins: dict[uuid.UUID, Origin] | None = None) -> set[uuid.UUID]:
         """INSERT the rows in one statement, so one commit; returns the ids stored (a row
         whose CallSid is already stored, or repeated among `rows`, is skipped).
 
@@ -530,27 +566,47 @@ class Call(BaseModel):
         return {cls.id.python_value(r[0]) for r in hot_sql(sql, params).fetchall()}
 
     @classmethod
-    def stored(cls, clinic: Clinic, call_sid: str) -> "Call":
+    def stored(cls, clinic: Clinic, call_sid: str) -> Call:
         """The call already stored under `call_sid`; `CallSidConflict` if another clinic's."""
         call = cls.get(cls.call_sid == call_sid)
         if call.clinic_id != clinic.id:
             raise CallSidConflict(call_sid)
         return call
 
-    def finish(self, outcome: str, *, transcript: str | None = None, language: str | None = None,
-               signals: str | None = None, intelligibility: str | None = None, fetch_error: str | None = None,
-               status: str | None = None, issue: str | None = None, callback: str | None = None,
-               heard_number: str | None = None, callback_number_at: float | None = None) -> None:
+    def finish(
+        self,
+        outcome: str,
+        *,
+        transcript: str | None = None,
+        language: str | None = None,
+        signals: str | None = None,
+        intelligibility: str | None = None,
+        fetch_error: str | None = None,
+        status: str | None = None,
+        issue: str | None = None,
+        callback: str | None = None,
+        heard_number: str | None = None,
+        callback_number_at: float | None = None,
+    ) -> None:
         """Record what the ingest made of the call and create its request, in one
         transaction, once: a call already done is left as it is, and a call has at most one
         request (`PatientRequest.from_call`)."""
         with db.atomic():
             PatientRequest.from_call(self, outcome)
             Call.update(
-                state="done", outcome=outcome, processed_at=utc_now(), transcript=transcript,
-                transcript_language=language, transcript_signals=signals, intelligibility=intelligibility,
-                fetch_error=fetch_error, transcript_status=status, transcript_issue=issue, callback_number=callback,
-                heard_number=heard_number, callback_number_at=callback_number_at,
+                state="done",
+                outcome=outcome,
+                processed_at=utc_now(),
+                transcript=transcript,
+                transcript_language=language,
+                transcript_signals=signals,
+                intelligibility=intelligibility,
+                fetch_error=fetch_error,
+                transcript_status=status,
+                transcript_issue=issue,
+                callback_number=callback,
+                heard_number=heard_number,
+                callback_number_at=callback_number_at,
             ).where((Call.id == self.id) & (Call.state == "pending")).execute()
 
 
@@ -624,7 +680,10 @@ class PatientRequest(BaseModel):
         clinic = Clinic.get_by_id(call.clinic_id)
         patient = Patient.for_caller(clinic, call.call_from)
         cls.insert(
-            clinic=clinic, patient=patient, kind=kind, call=call.id,
+            clinic=clinic,
+            patient=patient,
+            kind=kind,
+            call=call.id,
             title=title.format(number=patient.phone or call.call_from.strip() or "a withheld number")[:300],
         ).on_conflict_ignore().execute()
 
@@ -634,11 +693,18 @@ class PatientRequest(BaseModel):
         organization or of `patient_id`, or of a patient either was merged into (along
         the whole chain), in one round trip, for
         `has-active-request`, which a switchboard asks on every call."""
-        return bool(hot_prepared("open_for_caller", _OPEN_FOR_CALLER_SQL, (
-            Patient.organization.db_value(clinic.organization_id), phone,
-            Patient.id.db_value(patient_id) if patient_id else None, cls.clinic.db_value(clinic.id),
-        )).fetchone()[0])
-
+        return bool(
+            hot_prepared(
+                "open_for_caller",
+                _OPEN_FOR_CALLER_SQL,
+                (
+                    Patient.organization.db_value(clinic.organization_id),
+                    phone,
+                    Patient.id.db_value(patient_id) if patient_id else None,
+                    cls.clinic.db_value(clinic.id),
+                ),
+            ).fetchone()[0]
+        )
 
 
 # The merge chains in SQL: UNION (not UNION ALL) drops ids already seen, so a cycle ends.
@@ -740,7 +806,7 @@ class StaffUser(BaseModel):
         return email.strip().lower()
 
     @classmethod
-    def by_email(cls, email: str) -> "StaffUser | None":
+    def by_email(cls, email: str) -> StaffUser | None:
         return cls.get_or_none(cls.email == cls.normal_email(email))
 
     def clinics(self, role: str | None = None) -> list[Clinic]:
@@ -792,7 +858,7 @@ class Origin:
     address: str | None = None
 
     @classmethod
-    def current(cls) -> "Origin":
+    def current(cls) -> Origin:
         return cls(current_request_id.get(), current_client_address.get())
 
 
@@ -806,11 +872,11 @@ class Actor:
     token_id: uuid.UUID | None = None
 
     @classmethod
-    def of(cls, who: "ApiToken | Actor") -> "Actor":
+    def of(cls, who: ApiToken | Actor) -> Actor:
         return who if isinstance(who, Actor) else cls("token", who.name, who.id)
 
     @classmethod
-    def staff(cls, user: "StaffUser") -> "Actor":
+    def staff(cls, user: StaffUser) -> Actor:
         # The e-mail is the stable name (unique); the display name may repeat.
         return cls("staff", user.email)
 
@@ -860,8 +926,14 @@ class AuditEvent(BaseModel):
         indexes = ((("clinic_id", "at"), False),)
 
     @classmethod
-    def record(cls, actor: "ApiToken | Actor", clinic: "Clinic | uuid.UUID | None", action: str,
-               target: "pw.Model | tuple[str, object] | None" = None, details: dict | None = None) -> None:
+    def record(
+        cls,
+        actor: ApiToken | Actor,
+        clinic: Clinic | uuid.UUID | None,
+        action: str,
+        target: pw.Model | tuple[str, object] | None = None,
+        details: dict | None = None,
+    ) -> None:
         """Append the event of a write; call it inside that write's transaction."""
         if not db.in_transaction():
             # Outside the write's transaction the event could outlive a rolled-back write,
@@ -871,31 +943,54 @@ class AuditEvent(BaseModel):
         if isinstance(target, pw.Model):
             target = (target._meta.table_name, target.get_id())
         cls.insert(
-            at=utc_now(), actor_kind=who.kind, token=who.token_id, actor_name=who.name,
-            clinic_id=clinic.id if isinstance(clinic, Clinic) else clinic, action=action,
-            target_type=target[0] if target else None, target_id=str(target[1]) if target else None,
-            details=json.dumps(details or {}, sort_keys=True, default=str), request_id=origin.request_id,
+            at=utc_now(),
+            actor_kind=who.kind,
+            token=who.token_id,
+            actor_name=who.name,
+            clinic_id=clinic.id if isinstance(clinic, Clinic) else clinic,
+            action=action,
+            target_type=target[0] if target else None,
+            target_id=str(target[1]) if target else None,
+            details=json.dumps(details or {}, sort_keys=True, default=str),
+            request_id=origin.request_id,
             address=origin.address,
         ).execute()
 
     @classmethod
-    def calls_received(cls, rows: list[dict], origins: "dict[uuid.UUID, Origin]") -> None:
+    def calls_received(cls, rows: list[dict], origins: dict[uuid.UUID, Origin]) -> None:
         """The `call.receive` events of stored call rows (`Call.row_for`), in one INSERT;
         rows without a token are nobody's write to attribute. (On PostgreSQL
         `Call.insert_rows` writes them in its own statement instead.)"""
-        names = {t.id: t.name for t in ApiToken.select(ApiToken.id, ApiToken.name)
-                 .where(ApiToken.id.in_([r["received_by"] for r in rows if r.get("received_by")]))}
-        events = [{"at": r["received_at"], "actor_kind": "token", "token": r["received_by"],
-                   "actor_name": names[r["received_by"]], "clinic_id": r["clinic"], "action": "call.receive",
-                   "target_type": "call", "target_id": str(r["id"]), "details": "{}",
-                   "request_id": origins.get(r["id"], Origin()).request_id,
-                   "address": origins.get(r["id"], Origin()).address} for r in rows if r.get("received_by") in names]
+        names = {
+            t.id: t.name
+            for t in ApiToken.select(ApiToken.id, ApiToken.name).where(
+                ApiToken.id.in_([r["received_by"] for r in rows if r.get("received_by")])
+            )
+        }
+        events = [
+            {
+                "at": r["received_at"],
+                "actor_kind": "token",
+                "token": r["received_by"],
+                "actor_name": names[r["received_by"]],
+                "clinic_id": r["clinic"],
+                "action": "call.receive",
+                "target_type": "call",
+                "target_id": str(r["id"]),
+                "details": "{}",
+                "request_id": origins.get(r["id"], Origin()).request_id,
+                "address": origins.get(r["id"], Origin()).address,
+            }
+            for r in rows
+            if r.get("received_by") in names
+        ]
         if events:
             cls.insert_many(events).execute()
 
     @classmethod
-    def trail(cls, clinic_id: uuid.UUID | None = None, since: datetime | None = None,
-              limit: int = 100) -> list["AuditEvent"]:
+    def trail(
+        cls, clinic_id: uuid.UUID | None = None, since: datetime | None = None, limit: int = 100
+    ) -> list[AuditEvent]:
         """Newest first (insertion order breaks ties of one timestamp)."""
         query = cls.select()
         if clinic_id is not None:
@@ -931,7 +1026,7 @@ class SchemaMigration(BaseModel):
 # database.hot_sql.
 
 _AUTHORIZE_SQL = (
-    f'SELECT {columns("t", ApiToken)}, {columns("c", Clinic)}, EXISTS ('
+    f"SELECT {columns('t', ApiToken)}, {columns('c', Clinic)}, EXISTS ("
     'SELECT 1 FROM "api_token_clinic" AS l WHERE l."token_id" = t."id" AND l."clinic_id" = c."id") '
     'FROM "api_token" AS t LEFT JOIN "clinic" AS c ON c."slug" = %s WHERE t."id" = %s'
 )
@@ -961,24 +1056,37 @@ LIMIT %s
 @lru_cache(maxsize=256)
 def _insert_call_sql(names: tuple[str, ...], rows: int, audited: bool = False) -> str:
     columns = ", ".join(f'"{Call._meta.fields[n].column_name}"' for n in names)
-    values = ", ".join([f'({", ".join(["%s"] * len(names))})'] * rows)
+    values = ", ".join([f"({', '.join(['%s'] * len(names))})"] * rows)
     insert = f'INSERT INTO "call" ({columns}) VALUES {values} ON CONFLICT DO NOTHING RETURNING "id"'
     if not audited:
         return insert
     # The stored rows (RETURNING: a skipped row gets no event) joined to their token for the
     # service account's name, and to (call id, request id) pairs passed after the rows.
     a, c = AuditEvent._meta.fields, Call._meta.fields
-    events = ", ".join(f'"{a[n].column_name}"' for n in (
-        "at", "actor_kind", "token", "actor_name", "clinic_id", "action", "target_type", "target_id", "details",
-        "request_id", "address"))
+    events = ", ".join(
+        f'"{a[n].column_name}"'
+        for n in (
+            "at",
+            "actor_kind",
+            "token",
+            "actor_name",
+            "clinic_id",
+            "action",
+            "target_type",
+            "target_id",
+            "details",
+            "request_id",
+            "address",
+        )
+    )
     handed = ", ".join(["(%s::uuid, %s::text, %s::text)"] * rows)
     received_by, clinic, received_at = (c[n].column_name for n in ("received_by", "clinic", "received_at"))
     return (
         f'WITH stored AS ({insert}, "{clinic}", "{received_by}", "{received_at}"), '
         f'audited AS (INSERT INTO "audit_event" ({events}) '
-        f"SELECT s.\"{received_at}\", 'token', s.\"{received_by}\", t.\"name\", s.\"{clinic}\", 'call.receive', 'call', "
-        f"s.\"id\"::text, '{{}}', h.request_id, h.address FROM stored AS s JOIN \"api_token\" AS t ON t.\"id\" = s.\"{received_by}\" "
-        f"LEFT JOIN (VALUES {handed}) AS h(call_id, request_id, address) ON h.call_id = s.\"id\") "
+        f'SELECT s."{received_at}", \'token\', s."{received_by}", t."name", s."{clinic}", \'call.receive\', \'call\', '
+        f's."id"::text, \'{{}}\', h.request_id, h.address FROM stored AS s JOIN "api_token" AS t ON t."id" = s."{received_by}" '  # noqa: E501
+        f'LEFT JOIN (VALUES {handed}) AS h(call_id, request_id, address) ON h.call_id = s."id") '
         'SELECT "id" FROM stored'
     )
 

@@ -11,6 +11,7 @@
 - every issue, rotation and revocation is an audit event in each clinic the key grants.
 
 `now` is the caller's clock (the service's `Config.clock`), the one token checks use."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -67,9 +68,16 @@ def _created_by(actor: Actor) -> str:
     return f"{actor.kind}:{actor.name}"[:220]
 
 
-def issue(actor: Actor, name: str, clinics: list[Clinic], scopes: list[str], now: datetime,
-          expires_in: timedelta | None = DEFAULT_LIFETIME, never_expires: bool = False,
-          replacing: ApiToken | None = None) -> tuple[ApiToken, str]:
+def issue(
+    actor: Actor,
+    name: str,
+    clinics: list[Clinic],
+    scopes: list[str],
+    now: datetime,
+    expires_in: timedelta | None = DEFAULT_LIFETIME,
+    never_expires: bool = False,
+    replacing: ApiToken | None = None,
+) -> tuple[ApiToken, str]:
     """A new key (the row, and its text shown once). `expires_in` None is refused unless
     `never_expires` says so explicitly; `replacing`: the key a rotation replaces."""
     name = _check_grants(name, clinics, scopes)
@@ -79,12 +87,27 @@ def issue(actor: Actor, name: str, clinics: list[Clinic], scopes: list[str], now
         raise KeyRuleError("The expiry must be between 1 and 365 days ahead.")
     expires_at = as_utc(now) + expires_in if expires_in is not None else None
     with db.atomic():
-        token, text = ApiToken.issue(name, clinics, scopes, created_by=_created_by(actor), expires_at=expires_at,
-                                     rotated_from=replacing.id if replacing else None)
+        token, text = ApiToken.issue(
+            name,
+            clinics,
+            scopes,
+            created_by=_created_by(actor),
+            expires_at=expires_at,
+            rotated_from=replacing.id if replacing else None,
+        )
         for clinic in clinics:
-            AuditEvent.record(actor, clinic, "token.create", token, {
-                "name": token.name, "clinics": [c.slug for c in clinics], "scopes": token.scopes,
-                "expiresAt": iso_utc(expires_at) if expires_at else "never"})
+            AuditEvent.record(
+                actor,
+                clinic,
+                "token.create",
+                token,
+                {
+                    "name": token.name,
+                    "clinics": [c.slug for c in clinics],
+                    "scopes": token.scopes,
+                    "expiresAt": iso_utc(expires_at) if expires_at else "never",
+                },
+            )
     return token, text
 
 
@@ -108,8 +131,9 @@ def may_revoke(token: ApiToken, admin_clinics: list[Clinic]) -> bool:
     return any(c.id in mine for c in clinics_of(token))
 
 
-def rotate(actor: Actor, token: ApiToken, old_until: datetime, now: datetime,
-           expires_in: timedelta = DEFAULT_LIFETIME) -> tuple[ApiToken, str]:
+def rotate(
+    actor: Actor, token: ApiToken, old_until: datetime, now: datetime, expires_in: timedelta = DEFAULT_LIFETIME
+) -> tuple[ApiToken, str]:
     """A new key with the old one's service account, clinics and scopes; the old one
     works until `old_until` (now to 7 days ahead), never past its own expiry."""
     now, old_until = as_utc(now), as_utc(old_until)
@@ -130,7 +154,9 @@ def rotate(actor: Actor, token: ApiToken, old_until: datetime, now: datetime,
         # The cached rows of every web process are dropped (the token trigger counts the change).
         ApiToken.update(expires_at=until).where(ApiToken.id == token.id).execute()
         for clinic in clinics:
-            AuditEvent.record(actor, clinic, "token.rotate", token, {"newKey": str(new.id), "oldValidUntil": iso_utc(until)})
+            AuditEvent.record(
+                actor, clinic, "token.rotate", token, {"newKey": str(new.id), "oldValidUntil": iso_utc(until)}
+            )
     row_cache.changed_here()
     return new, text
 
@@ -138,8 +164,11 @@ def rotate(actor: Actor, token: ApiToken, old_until: datetime, now: datetime,
 def revoke(actor: Actor, token: ApiToken, now: datetime | None = None) -> bool:
     """Stop the key at once; False when it was revoked already (nothing written)."""
     with db.atomic():
-        revoked = ApiToken.update(revoked_at=as_utc(now) if now else utc_now()).where(
-            (ApiToken.id == token.id) & ApiToken.revoked_at.is_null()).execute()
+        revoked = (
+            ApiToken.update(revoked_at=as_utc(now) if now else utc_now())
+            .where((ApiToken.id == token.id) & ApiToken.revoked_at.is_null())
+            .execute()
+        )
         if revoked:
             for clinic in clinics_of(token):
                 AuditEvent.record(actor, clinic, "token.revoke", token, {"name": token.name})
@@ -151,9 +180,13 @@ def view(token: ApiToken, now: datetime, slugs: list[str] | None = None) -> KeyV
     now = as_utc(now)
     expires = as_utc(token.expires_at) if token.expires_at else None
     state = "revoked" if token.revoked_at else ("expired" if expires is not None and expires <= now else "active")
-    return KeyView(token=token, clinics=slugs if slugs is not None else [c.slug for c in clinics_of(token)],
-                   state=state, expiring_soon=state == "active" and expires is not None and expires - now <= EXPIRY_WARNING,
-                   never_expires=expires is None)
+    return KeyView(
+        token=token,
+        clinics=slugs if slugs is not None else [c.slug for c in clinics_of(token)],
+        state=state,
+        expiring_soon=state == "active" and expires is not None and expires - now <= EXPIRY_WARNING,
+        never_expires=expires is None,
+    )
 
 
 def keys_of(clinic: Clinic | None, now: datetime) -> list[KeyView]:
@@ -163,7 +196,10 @@ def keys_of(clinic: Clinic | None, now: datetime) -> list[KeyView]:
         query = query.join(ApiTokenClinic).where(ApiTokenClinic.clinic == clinic)
     tokens = list(query.order_by(ApiToken.created_at.desc()))
     slugs: dict = {}
-    for link in (ApiTokenClinic.select(ApiTokenClinic.token, Clinic.slug).join(Clinic)
-                 .where(ApiTokenClinic.token.in_([t.id for t in tokens] or [None]))):
+    for link in (
+        ApiTokenClinic.select(ApiTokenClinic.token, Clinic.slug)
+        .join(Clinic)
+        .where(ApiTokenClinic.token.in_([t.id for t in tokens] or [None]))
+    ):
         slugs.setdefault(link.token_id, []).append(link.clinic.slug)
     return [view(t, now, sorted(slugs.get(t.id, []))) for t in tokens]

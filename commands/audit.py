@@ -1,14 +1,15 @@
 """`audit`: the audit trail on the operator's terminal, newest first."""
+
 from __future__ import annotations
 
 import argparse
 import sys
 from datetime import datetime
 
+from commands.cli import visible
 from config import Config
 from models import AuditEvent, Clinic
 from plumbing.clock import iso_utc
-from commands.cli import visible
 
 
 def cmd_audit(config: Config, args: argparse.Namespace) -> int:
@@ -29,14 +30,20 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
             print(f"error: --since: not an ISO 8601 date or date-time: {args.since}", file=sys.stderr)
             return 2
     events = AuditEvent.trail(clinic_id, since, args.limit)
-    slugs = {c.id: c.slug for c in Clinic.select(Clinic.id, Clinic.slug)
-             .where(Clinic.id.in_(list({e.clinic_id for e in events if e.clinic_id})))}
+    slugs = {
+        c.id: c.slug
+        for c in Clinic.select(Clinic.id, Clinic.slug).where(
+            Clinic.id.in_(list({e.clinic_id for e in events if e.clinic_id}))
+        )
+    }
     for event in events:
         who = f"{event.actor_kind}:{visible(event.actor_name)}" + (f" ({event.token_id})" if event.token_id else "")
         where = slugs.get(event.clinic_id, str(event.clinic_id)) if event.clinic_id else "-"
         target = f"{event.target_type}:{event.target_id}" if event.target_type else "-"
-        print(f"{iso_utc(event.at)}  {where}  {who}  {event.action}  {target}  {visible(event.details)}"
-              f"  request={visible(event.request_id or '-')}  from={visible(event.address or '-')}")
+        print(
+            f"{iso_utc(event.at)}  {where}  {who}  {event.action}  {target}  {visible(event.details)}"
+            f"  request={visible(event.request_id or '-')}  from={visible(event.address or '-')}"
+        )
     return 0
 
 

@@ -1,5 +1,6 @@
 """The operator running the CLI: who they are in the audit trail, the clinics they name,
 and caller-supplied text made safe for their terminal."""
+
 from __future__ import annotations
 
 import getpass

@@ -1,5 +1,6 @@
 """`demo`: the example organization onboarded, with a token, console logins and curl lines
 (what bin/run prints)."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,11 +10,11 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+from commands.cli import actor
 from config import Config
 from migrations import migrate
 from models import Clinic, StaffMembership, StaffUser
 from plumbing.database import db
-from commands.cli import actor
 
 DEMO_FILE = Path(__file__).parent.parent / "examples" / "onboarding.json"
 
@@ -37,13 +38,21 @@ def cmd_demo(config: Config, args: argparse.Namespace) -> int:
     print(f"Demo token (read, write; valid 7 days): {text}\n")
     print(f"curl -sS -X POST {auth} {base}/is-clinic-opened")
     print(f"curl -sS -X POST {auth} -d '{{}}' {base}/is-on-vacation")
-    print(f"curl -sS -X POST {auth} -d '{{\"callFrom\": \"+420 601 123 456\"}}' {base}/has-active-request")
+    print(f'curl -sS -X POST {auth} -d \'{{"callFrom": "+420 601 123 456"}}\' {base}/has-active-request')
     if args.sample_recording:
-        body = json.dumps({"CallSid": f"demo-{uuid.uuid4().hex[:8]}", "CallFrom": "+420 601 123 456",
-                           "CallTo": "+420 222 000 111", "Status": "completed", "HasRecording": True,
-                           "RecordingUrl": args.sample_recording,
-                           "RecordingSid": args.sample_recording.rsplit("/", 1)[-1],
-                           "Source": "demo", "Extra": "{}"})
+        body = json.dumps(
+            {
+                "CallSid": f"demo-{uuid.uuid4().hex[:8]}",
+                "CallFrom": "+420 601 123 456",
+                "CallTo": "+420 222 000 111",
+                "Status": "completed",
+                "HasRecording": True,
+                "RecordingUrl": args.sample_recording,
+                "RecordingSid": args.sample_recording.rsplit("/", 1)[-1],
+                "Source": "demo",
+                "Extra": "{}",
+            }
+        )
         print("\nHand off a call with the sample voicemail, then list the calls and their requests:")
         print(f"curl -sS -X POST {auth} -d '{body}' {base}/recording-complete")
         print(".venv/bin/python manage.py calls")
@@ -62,7 +71,8 @@ def _demo_login(clinic: Clinic, role: str) -> tuple[str, str]:
             user = StaffUser.create(email=email, name=f"Demo {role}", password_hash=hash_password(password))
         else:
             StaffUser.update(password_hash=hash_password(password), disabled_at=None).where(
-                StaffUser.id == user.id).execute()
+                StaffUser.id == user.id
+            ).execute()
         StaffMembership.insert(user=user, clinic=clinic, role=role).on_conflict_ignore().execute()
     return email, password
 

@@ -1,5 +1,6 @@
 """Setting a deployment up: `migrate` (the Procfile's release step), `model` (install
 time) and `onboard` (an organization from a JSON file)."""
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,11 @@ def never_refetched_warnings(config: Config, slugs: list[str]) -> list[str]:
     recording links can never be re-fetched (no marker word applies to them)."""
     if not slugs:
         return []
-    return [f"clinic(s) {', '.join(slugs)} have switchboard platform credentials but no marker words: their "
-            "recordings become unavailable once the original link expires. Set PROVIDER_MARKER_WORDS (the "
-            "platform family's words in the calls' Source) or the clinic's switchboard sourceMarkers."]
+    return [
+        f"clinic(s) {', '.join(slugs)} have switchboard platform credentials but no marker words: their "
+        "recordings become unavailable once the original link expires. Set PROVIDER_MARKER_WORDS (the "
+        "platform family's words in the calls' Source) or the clinic's switchboard sourceMarkers."
+    ]
 
 
 def cmd_onboard(config: Config, args: argparse.Namespace) -> int:
@@ -48,8 +51,9 @@ def cmd_onboard(config: Config, args: argparse.Namespace) -> int:
         print(f"error: cannot read {args.file}: {exc}", file=sys.stderr)
         return 2
     try:
-        summary = apply_file(document, secret_key=config.secret_key, actor=actor(),
-                             overwrite=args.overwrite_console_changes)
+        summary = apply_file(
+            document, secret_key=config.secret_key, actor=actor(), overwrite=args.overwrite_console_changes
+        )
     except OnboardingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -63,11 +67,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     sub.add_parser("migrate", help="apply pending schema migrations").set_defaults(func=cmd_migrate, needs_secret=True)
     # Listed for the help only: manage.main hands `model ...` to tools/whisper_convert.py
     # before parsing (model tools need no database or configuration).
-    sub.add_parser("model", help="whisper model tools: model build [--name tiny.en|base] [--quantize TYPE], "
-                   "model verify PATH (also quantized files)")
+    sub.add_parser(
+        "model",
+        help="whisper model tools: model build [--name tiny.en|base] [--quantize TYPE], "
+        "model verify PATH (also quantized files)",
+    )
     onboard_p = sub.add_parser("onboard", help="create or update an organization from a JSON file")
     onboard_p.add_argument("file")
-    onboard_p.add_argument("--overwrite-console-changes", action="store_true",
-                           help="apply the file even where the staff console changed its clinics since it was "
-                                "last applied (the file's values replace those changes)")
+    onboard_p.add_argument(
+        "--overwrite-console-changes",
+        action="store_true",
+        help="apply the file even where the staff console changed its clinics since it was "
+        "last applied (the file's values replace those changes)",
+    )
     onboard_p.set_defaults(func=cmd_onboard, needs_secret=True)

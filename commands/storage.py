@@ -1,4 +1,5 @@
 """`storage purge`: the document storage's periodic purge, once, by hand."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,17 +21,24 @@ def cmd_storage_purge(config: Config, args: argparse.Namespace) -> int:
             return 2
         config = dataclasses.replace(config, upload_purge_grace_seconds=args.grace_seconds)
     purged = purge_storage(make_storage(config), config)
-    print(f"purged {purged.uploads} unregistered upload(s) and {purged.partial_files} interrupted upload "
-          "file(s)", file=sys.stderr)
-    print(f"purged {purged.refused_handoffs} refused hand-off record(s) older than "
-          f"{config.refused_handoff_retention_days} days", file=sys.stderr)
+    print(
+        f"purged {purged.uploads} unregistered upload(s) and {purged.partial_files} interrupted upload file(s)",
+        file=sys.stderr,
+    )
+    print(
+        f"purged {purged.refused_handoffs} refused hand-off record(s) older than "
+        f"{config.refused_handoff_retention_days} days",
+        file=sys.stderr,
+    )
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    storage = sub.add_parser("storage", help="document storage").add_subparsers(dest="storage_command",
-                                                                               required=True)
-    purge = storage.add_parser("purge", help="delete uploads never registered whose link expired over "
-                               "UPLOAD_PURGE_GRACE_SECONDS ago (every worker does it periodically)")
+    storage = sub.add_parser("storage", help="document storage").add_subparsers(dest="storage_command", required=True)
+    purge = storage.add_parser(
+        "purge",
+        help="delete uploads never registered whose link expired over "
+        "UPLOAD_PURGE_GRACE_SECONDS ago (every worker does it periodically)",
+    )
     purge.add_argument("--grace-seconds", type=int, metavar="N", help="instead of UPLOAD_PURGE_GRACE_SECONDS")
     purge.set_defaults(func=cmd_storage_purge)

@@ -1,5 +1,6 @@
 """`token create|list|rotate|revoke`: personal access tokens, by the rules the console's
 API keys page follows too (api_keys/rules.py)."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,10 +8,10 @@ import sys
 import uuid
 from datetime import timedelta
 
+from commands.cli import actor, named_clinics
 from config import Config
 from models import ApiToken
 from plumbing.clock import as_utc, iso_utc
-from commands.cli import actor, named_clinics
 
 
 def cmd_token_create(config: Config, args: argparse.Namespace) -> int:
@@ -22,15 +23,18 @@ def cmd_token_create(config: Config, args: argparse.Namespace) -> int:
         return 2
     try:
         expires = None if args.never_expires else rules.lifetime(args.expires_in_days)
-        token, text = rules.issue(actor(), args.name, clinics, args.scope, config.clock(), expires,
-                                  never_expires=args.never_expires)
+        token, text = rules.issue(
+            actor(), args.name, clinics, args.scope, config.clock(), expires, never_expires=args.never_expires
+        )
     except rules.KeyRuleError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(text)  # the only thing on stdout: scripts capture it
     until = f"expires {iso_utc(token.expires_at)}" if token.expires_at else "NEVER expires (--never-expires)"
-    print(f"token {token.id} created for {', '.join(slugs)} ({token.scopes}), {until}; it is shown only once",
-          file=sys.stderr)
+    print(
+        f"token {token.id} created for {', '.join(slugs)} ({token.scopes}), {until}; it is shown only once",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -40,12 +44,20 @@ def cmd_token_list(config: Config, args: argparse.Namespace) -> int:
     for key in reversed(rules.keys_of(None, config.clock())):
         token = key.token
         expires = "never(--never-expires)" if key.never_expires else iso_utc(token.expires_at)
-        print("\t".join([
-            str(token.id), token.name, ",".join(key.clinics), token.scopes,
-            key.state + (" expiring-soon" if key.expiring_soon else ""),
-            f"expires={expires}", f"last_used={iso_utc(token.last_used_at) or 'never'}",
-            f"created_by={token.created_by or '-'}",
-        ]))
+        print(
+            "\t".join(
+                [
+                    str(token.id),
+                    token.name,
+                    ",".join(key.clinics),
+                    token.scopes,
+                    key.state + (" expiring-soon" if key.expiring_soon else ""),
+                    f"expires={expires}",
+                    f"last_used={iso_utc(token.last_used_at) or 'never'}",
+                    f"created_by={token.created_by or '-'}",
+                ]
+            )
+        )
     return 0
 
 
@@ -73,8 +85,11 @@ def cmd_token_rotate(config: Config, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(text)
-    print(f"token {new.id} replaces {token.id}, which works until {iso_utc(until)} at the latest; the new one "
-          f"expires {iso_utc(new.expires_at)}; it is shown only once", file=sys.stderr)
+    print(
+        f"token {new.id} replaces {token.id}, which works until {iso_utc(until)} at the latest; the new one "
+        f"expires {iso_utc(new.expires_at)}; it is shown only once",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -103,8 +118,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     token.add_parser("list", help="list tokens (never their secrets)").set_defaults(func=cmd_token_list)
     rotate = token.add_parser("rotate", help="a new token with the same grants; prints it once on stdout")
     rotate.add_argument("token_id")
-    rotate.add_argument("--old-valid-hours", type=float, required=True, metavar="H",
-                        help="how long the old token keeps working (0 to 168)")
+    rotate.add_argument(
+        "--old-valid-hours",
+        type=float,
+        required=True,
+        metavar="H",
+        help="how long the old token keeps working (0 to 168)",
+    )
     rotate.add_argument("--expires-in-days", type=int, metavar="N", help="the new token's expiry (default 90)")
     rotate.set_defaults(func=cmd_token_rotate)
     revoke = token.add_parser("revoke", help="revoke a token at once")

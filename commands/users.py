@@ -1,14 +1,15 @@
 """`user create|reset-password|hash-password|disable`: staff console users."""
+
 from __future__ import annotations
 
 import argparse
 import sys
 
+from commands.cli import actor, named_clinics
 from config import Config
 from models import AuditEvent, StaffMembership, StaffUser
 from plumbing.clock import utc_now
 from plumbing.database import db
-from commands.cli import actor, named_clinics
 
 
 def _read_password() -> str | None:
@@ -41,8 +42,9 @@ def cmd_user_create(config: Config, args: argparse.Namespace) -> int:
     if password is None:
         return 2
     with db.atomic():
-        user = StaffUser.create(email=email, name=args.name, password_hash=hash_password(password),
-                                language=args.language)
+        user = StaffUser.create(
+            email=email, name=args.name, password_hash=hash_password(password), language=args.language
+        )
         for clinic in clinics:
             StaffMembership.create(user=user, clinic=clinic, role=args.role)
             AuditEvent.record(actor(), clinic, "staff_user.create", user, {"role": args.role})
@@ -114,8 +116,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ureset.add_argument("--email", required=True)
     ureset.add_argument("--password-stdin", action="store_true", required=True)
     ureset.set_defaults(func=cmd_user_reset_password)
-    uhash = user.add_parser("hash-password", help="print the Argon2id hash of the password on stdin, "
-                                                   "for an onboarding file's users[].passwordHash")
+    uhash = user.add_parser(
+        "hash-password",
+        help="print the Argon2id hash of the password on stdin, for an onboarding file's users[].passwordHash",
+    )
     uhash.add_argument("--password-stdin", action="store_true", required=True)
     uhash.set_defaults(func=cmd_user_hash_password, needs_db=False)
     udisable = user.add_parser("disable", help="refuse the user's logins and end their sessions")

@@ -1,4 +1,5 @@
 """`wait-ready`: poll a health URL until the service answers, for scripts that start it."""
+
 from __future__ import annotations
 
 import argparse

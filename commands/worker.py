@@ -1,5 +1,6 @@
 """`worker` (the Procfile's worker process) and `requeue`, its sweep of pending calls on
 demand."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,9 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
 
     from rq import Queue
 
+    from jobs import companions, metrics, queueing, relay, runtime, storage_purge, worker
     from plumbing import logs
     from voicemail import transcription
-    from jobs import companions, metrics, queueing, relay, runtime, storage_purge, worker
 
     logs.setup(config.log_level, config.log_format)
     log = logging.getLogger("worker")
@@ -41,8 +42,13 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
             companions.die_with_parent(args.parent_pid)
         db.close()
         runtime.start(config)
-        return worker.run(worker_class, [Queue(queueing.RECORDINGS, connection=connection)], with_scheduler=False,
-                          logging_level=level, who="playback worker")
+        return worker.run(
+            worker_class,
+            [Queue(queueing.RECORDINGS, connection=connection)],
+            with_scheduler=False,
+            logging_level=level,
+            who="playback worker",
+        )
     playback = companions.PlaybackWorker().start() if queueing.RECORDINGS in args.queues else None
     from commands.deployment import never_refetched_warnings
     from voicemail.recordings import clinics_never_refetched
@@ -105,4 +111,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     worker.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     worker.set_defaults(func=cmd_worker, needs_db=False, needs_secret=True)
     sub.add_parser("requeue", help="queue stored calls that are not processed yet").set_defaults(
-        func=cmd_requeue, needs_db=False)
+        func=cmd_requeue, needs_db=False
+    )

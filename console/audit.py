@@ -1,6 +1,7 @@
 """What the console writes to the audit trail about logins, and what its audit page
 reads from it. A login event goes to every clinic the user works for (each clinic's
 admins see who entered); the address is the request's (AuditEvent.record reads it)."""
+
 from __future__ import annotations
 
 from datetime import datetime, time, timedelta
@@ -19,19 +20,29 @@ ORDER = Keyset(AuditEvent.at, AuditEvent.id, descending=True)  # newest first
 # The verbs the filter offers (AuditEvent.action), in the order a reader looks for them,
 # with the words the page shows for them (translated where shown).
 ACTIONS: dict[str, str] = {
-    "staff.login": N_("Logged in"), "staff.login_failed": N_("Failed login"),
-    "token.create": N_("API key created"), "token.rotate": N_("API key replaced by a new one"),
+    "staff.login": N_("Logged in"),
+    "staff.login_failed": N_("Failed login"),
+    "token.create": N_("API key created"),
+    "token.rotate": N_("API key replaced by a new one"),
     "token.revoke": N_("API key revoked"),
-    "patient_request.create": N_("Request created"), "patient_request.patch": N_("Request changed"),
-    "attachment.upload_link": N_("Upload link issued"), "attachment.register": N_("Document stored"),
-    "patient.import": N_("Patient imported"), "patient.import_bulk": N_("Patients imported in bulk"),
-    "call.receive": N_("Call received"), "staff_user.create": N_("Staff user created"),
+    "patient_request.create": N_("Request created"),
+    "patient_request.patch": N_("Request changed"),
+    "attachment.upload_link": N_("Upload link issued"),
+    "attachment.register": N_("Document stored"),
+    "patient.import": N_("Patient imported"),
+    "patient.import_bulk": N_("Patients imported in bulk"),
+    "call.receive": N_("Call received"),
+    "staff_user.create": N_("Staff user created"),
     "call.recording_mismatch": N_("Recording did not match the call"),
     # The settings pages' changes (onboarding/clinic_settings.py).
-    "settings.office_hours.add": N_("Office hours added"), "settings.office_hours.remove": N_("Office hours removed"),
-    "settings.calendar.create": N_("Calendar created"), "settings.calendar.update": N_("Calendar changed"),
-    "settings.vacation.add": N_("Vacation added"), "settings.vacation.remove": N_("Vacation removed"),
-    "settings.calls.update": N_("Call settings changed"), "settings.tag.create": N_("Tag created"),
+    "settings.office_hours.add": N_("Office hours added"),
+    "settings.office_hours.remove": N_("Office hours removed"),
+    "settings.calendar.create": N_("Calendar created"),
+    "settings.calendar.update": N_("Calendar changed"),
+    "settings.vacation.add": N_("Vacation added"),
+    "settings.vacation.remove": N_("Vacation removed"),
+    "settings.calls.update": N_("Call settings changed"),
+    "settings.tag.create": N_("Tag created"),
     "settings.request_type.create": N_("Request type created"),
     "settings.request_type.update": N_("Request type changed"),
     # The operator's file (onboarding/from_file.py).
@@ -72,8 +83,13 @@ def login_failed(user: StaffUser | None) -> None:
             AuditEvent.record(Actor("staff", "unknown"), None, "staff.login_failed", None, {"knownAccount": False})
             return
         for clinic in user.clinics():
-            AuditEvent.record(Actor.staff(user), clinic, "staff.login_failed", user,
-                              {"knownAccount": True, "disabled": user.disabled_at is not None})
+            AuditEvent.record(
+                Actor.staff(user),
+                clinic,
+                "staff.login_failed",
+                user,
+                {"knownAccount": True, "disabled": user.disabled_at is not None},
+            )
 
 
 def day_start(day: str, clinic: Clinic, later_days: int = 0) -> datetime | None:
@@ -87,8 +103,14 @@ def day_start(day: str, clinic: Clinic, later_days: int = 0) -> datetime | None:
     return as_utc(local)
 
 
-def events(clinic: Clinic, who: str = "", what: str = "", since: datetime | None = None,
-           until: datetime | None = None, cursor: str | None = None) -> tuple[list[AuditEvent], str | None]:
+def events(
+    clinic: Clinic,
+    who: str = "",
+    what: str = "",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cursor: str | None = None,
+) -> tuple[list[AuditEvent], str | None]:
     """A page of the clinic's events, newest first, and the next page's cursor. `who`
     matches the actor's name in part, any case; `what` is an action; `since` inclusive,
     `until` exclusive (naive UTC)."""
@@ -102,4 +124,3 @@ def events(clinic: Clinic, who: str = "", what: str = "", since: datetime | None
     if until is not None:
         query = query.where(AuditEvent.at < until)
     return ORDER.page(query, cursor, PAGE_SIZE)
-

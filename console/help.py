@@ -5,6 +5,7 @@ markdown-it-py (CommonMark with tables) with raw HTML off: whatever the Markdown
 text, so a `<script>` in a guide shows as text like anything else the console displays.
 Links between the guides become console URLs, their images the console's image route;
 a link the console cannot serve (a file elsewhere in the repository) keeps its text only."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,6 @@
 """What the inbox shows: a clinic's requests, newest first, filtered, each with its
 patient and its call read in the same query (one round trip for a page of rows)."""
+
 from __future__ import annotations
 
 import math
@@ -19,11 +20,22 @@ KINDS = ("voice_message", "missed_call", "other")  # "other": every kind not fro
 STATES = ("open", "resolved")
 
 
-def requests(clinic: Clinic, *, state: str = "open", kind: str | None = None, search: str = "",
-             after: datetime | None = None, limit: int = PAGE) -> list[PatientRequest]:
-    query = (PatientRequest.select(PatientRequest, Patient, Call).join(Patient)
-             .switch(PatientRequest).join(Call, join_type=pw.JOIN.LEFT_OUTER)
-             .where(PatientRequest.clinic == clinic))
+def requests(
+    clinic: Clinic,
+    *,
+    state: str = "open",
+    kind: str | None = None,
+    search: str = "",
+    after: datetime | None = None,
+    limit: int = PAGE,
+) -> list[PatientRequest]:
+    query = (
+        PatientRequest.select(PatientRequest, Patient, Call)
+        .join(Patient)
+        .switch(PatientRequest)
+        .join(Call, join_type=pw.JOIN.LEFT_OUTER)
+        .where(PatientRequest.clinic == clinic)
+    )
     query = query.where(PatientRequest.done_at.is_null() if state == "open" else PatientRequest.done_at.is_null(False))
     if kind == "other":
         query = query.where(PatientRequest.kind.not_in(["voice_message", "missed_call"]))
@@ -33,8 +45,12 @@ def requests(clinic: Clinic, *, state: str = "open", kind: str | None = None, se
     if search:
         # Name parts or phone digits; ILIKE patterns with the user's % and _ taken literally.
         pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        query = query.where(Patient.first_name.ilike(pattern) | Patient.last_name.ilike(pattern)
-                            | Patient.phone.ilike(pattern) | Call.call_from.ilike(pattern))
+        query = query.where(
+            Patient.first_name.ilike(pattern)
+            | Patient.last_name.ilike(pattern)
+            | Patient.phone.ilike(pattern)
+            | Call.call_from.ilike(pattern)
+        )
     if after is not None:
         query = query.where(PatientRequest.created_at > as_utc(after))
     return list(query.order_by(PatientRequest.created_at.desc(), PatientRequest.id.desc()).limit(limit))
@@ -47,10 +63,16 @@ def request_for(user: StaffUser, request_id: str) -> PatientRequest | None:
     except ValueError:
         return None
     clinic_ids = [c.id for c in user.clinics()]
-    return (PatientRequest.select(PatientRequest, Patient, Call, Clinic).join(Patient)
-            .switch(PatientRequest).join(Call, join_type=pw.JOIN.LEFT_OUTER)
-            .switch(PatientRequest).join(Clinic)
-            .where((PatientRequest.id == rid) & (PatientRequest.clinic.in_(clinic_ids))).get_or_none())
+    return (
+        PatientRequest.select(PatientRequest, Patient, Call, Clinic)
+        .join(Patient)
+        .switch(PatientRequest)
+        .join(Call, join_type=pw.JOIN.LEFT_OUTER)
+        .switch(PatientRequest)
+        .join(Clinic)
+        .where((PatientRequest.id == rid) & (PatientRequest.clinic.in_(clinic_ids)))
+        .get_or_none()
+    )
 
 
 def local_time(value: datetime, clinic: Clinic, language: str) -> str:
@@ -76,16 +98,23 @@ def row(request: PatientRequest, clinic: Clinic, language: str) -> dict[str, obj
     patient = request.patient
     name = f"{patient.first_name} {patient.last_name}".strip()
     return {
-        "id": str(request.id), "kind": request.kind, "title": request.title, "name": name,
-        "created": as_utc(request.created_at).isoformat(), "time": local_time(request.created_at, clinic, language),
-        "open": request.done_at is None, "call_from": call.call_from if call else patient.phone,
+        "id": str(request.id),
+        "kind": request.kind,
+        "title": request.title,
+        "name": name,
+        "created": as_utc(request.created_at).isoformat(),
+        "time": local_time(request.created_at, clinic, language),
+        "open": request.done_at is None,
+        "call_from": call.call_from if call else patient.phone,
         "callback": call.callback_number if call and call.callback_number != call.call_from else None,
         # Digits read but not confirmed as heard: shown as heard, never as a link to call.
         "heard": call.heard_number if call and not call.callback_number else None,
         # A second before the number: the listener hears it whole.
-        "heard_from": (max(0, math.floor(call.callback_number_at) - 1)
-                       if call and call.callback_number_at is not None else 0),
-        "transcript": call.transcript if call else None, "status": call.transcript_status if call else None,
+        "heard_from": (
+            max(0, math.floor(call.callback_number_at) - 1) if call and call.callback_number_at is not None else 0
+        ),
+        "transcript": call.transcript if call else None,
+        "status": call.transcript_status if call else None,
         "language": call.transcript_language if call else None,
         "language_name": language_name(call.transcript_language, language) if call else None,
         "playable": bool(call and call.has_recording),
@@ -98,5 +127,9 @@ def history(request: PatientRequest) -> list[AuditEvent]:
     about = (AuditEvent.target_type == "patient_request") & (AuditEvent.target_id == str(request.id))
     if request.call_id:
         about |= (AuditEvent.target_type == "call") & (AuditEvent.target_id == str(request.call_id))
-    return list(AuditEvent.select().where((AuditEvent.clinic_id == request.clinic_id) & about)
-                .order_by(AuditEvent.at, AuditEvent.id).limit(200))
+    return list(
+        AuditEvent.select()
+        .where((AuditEvent.clinic_id == request.clinic_id) & about)
+        .order_by(AuditEvent.at, AuditEvent.id)
+        .limit(200)
+    )

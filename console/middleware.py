@@ -5,11 +5,13 @@ It reads the session cookie into `req.context.console_session`, parses a form bo
 a resource that declares `login_required` to the login page when there is no session.
 The API's TokenAuth reads only the Authorization header, so a session cookie opens
 nothing there; and this reads only the cookie, so a token opens nothing here."""
+
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import falcon
 
@@ -54,9 +56,14 @@ class ConsoleSession:
             tr = self.renderer.translations[language]
             resp.status = falcon.HTTP_403
             resp.content_type = "text/html; charset=utf-8"
-            resp.text = self.renderer.render("console/refused.html", language, user=None, csrf_token="",
-                                             title=tr.gettext("Forbidden"),
-                                             message=tr.gettext("The form expired. Please try again."))
+            resp.text = self.renderer.render(
+                "console/refused.html",
+                language,
+                user=None,
+                csrf_token="",
+                title=tr.gettext("Forbidden"),
+                message=tr.gettext("The form expired. Please try again."),
+            )
             resp.complete = True  # the responder does not run
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict) -> None:
@@ -74,9 +81,14 @@ class ConsoleSession:
                 resp.status = falcon.HTTP_403
                 resp.content_type = "text/html; charset=utf-8"
                 resp.cache_control = ["no-store"]
-                resp.text = self.renderer.render("console/refused.html", language, user=session.user,
-                                                 csrf_token=session.csrf_token, title=tr.gettext("Forbidden"),
-                                                 message=tr.gettext("Only the clinic's administrators can open this page."))
+                resp.text = self.renderer.render(
+                    "console/refused.html",
+                    language,
+                    user=session.user,
+                    csrf_token=session.csrf_token,
+                    title=tr.gettext("Forbidden"),
+                    message=tr.gettext("Only the clinic's administrators can open this page."),
+                )
                 resp.complete = True
 
 

@@ -3,6 +3,7 @@ escaped), gettext through the Jinja2 i18n extension, Czech first and English sec
 
 The catalogue (locale/cs/LC_MESSAGES/messages.po, English msgids) is compiled in memory
 at start with Babel: no build step and no .mo file to forget to regenerate."""
+
 from __future__ import annotations
 
 import gettext
@@ -12,9 +13,9 @@ from typing import Any
 
 import falcon
 import jinja2
-from markupsafe import Markup
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
+from markupsafe import Markup
 
 HERE = Path(__file__).parent
 LANGUAGES = ("cs", "en")  # the first is the default
@@ -61,7 +62,8 @@ class Renderer:
             return Markup(tr.gettext(message)) % values if values else tr.gettext(message)
 
         return self.env.get_template(name).render(
-            gettext=gettext_, _=gettext_, ngettext=tr.ngettext, language=language, **context)
+            gettext=gettext_, _=gettext_, ngettext=tr.ngettext, language=language, **context
+        )
 
 
 LANGUAGE_COOKIE = "console_lang"  # the login page's language choice, before anyone is known

@@ -1,5 +1,6 @@
 """Server-side console sessions: the cookie carries a random token; the database holds
 its SHA-256 (the session id), the user, the CSRF token and the times that expire it."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,15 @@ class Lifetime:
 def start(user: StaffUser, now: datetime, ip: str | None, user_agent: str | None) -> str:
     """A new session for `user`; returns the cookie's token (shown once, never stored)."""
     token = new_token()
-    StaffSession.create(id=_digest(token), user=user, created_at=as_utc(now), last_seen_at=as_utc(now),
-                        csrf_token=new_token(), ip=(ip or "")[:64] or None, user_agent=(user_agent or "")[:300] or None)
+    StaffSession.create(
+        id=_digest(token),
+        user=user,
+        created_at=as_utc(now),
+        last_seen_at=as_utc(now),
+        csrf_token=new_token(),
+        ip=(ip or "")[:64] or None,
+        user_agent=(user_agent or "")[:300] or None,
+    )
     return token
 
 
@@ -51,13 +59,20 @@ def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession |
     (idle or absolute; the row is deleted then) or its user is disabled."""
     if not token or len(token) > 100:
         return None
-    session = (StaffSession.select(StaffSession, StaffUser).join(StaffUser)
-               .where(StaffSession.id == _digest(token)).get_or_none())
+    session = (
+        StaffSession.select(StaffSession, StaffUser)
+        .join(StaffUser)
+        .where(StaffSession.id == _digest(token))
+        .get_or_none()
+    )
     if session is None:
         return None
     now = as_utc(now)
-    if (session.user.disabled_at is not None or now - as_utc(session.last_seen_at) > lifetime.idle
-            or now - as_utc(session.created_at) > lifetime.absolute):
+    if (
+        session.user.disabled_at is not None
+        or now - as_utc(session.last_seen_at) > lifetime.idle
+        or now - as_utc(session.created_at) > lifetime.absolute
+    ):
         StaffSession.delete().where(StaffSession.id == session.id).execute()
         return None
     if now - as_utc(session.last_seen_at) > _TOUCH_EVERY:

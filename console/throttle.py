@@ -5,6 +5,7 @@ is checked, for the account (by the e-mail as typed, lower case, known or not: c
 only known accounts would tell which exist) and for the address. Counters live in Redis
 so that every gunicorn worker and process sees the same count; each expires `window`
 seconds after its first failure."""
+
 from __future__ import annotations
 
 import hashlib

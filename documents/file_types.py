@@ -5,6 +5,7 @@ served to a doctor as a PDF. The five types the API accepts (`schemas.ALLOWED_CO
 each start with a fixed signature (their specifications' "magic numbers"); a PDF may
 carry up to 1 KiB of bytes before `%PDF-`, as PDF readers allow.
 """
+
 from __future__ import annotations
 
 import re

@@ -8,6 +8,7 @@ disposition).
 
 Presigned URLs are credentials: nothing here logs them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,15 +17,28 @@ from datetime import datetime
 from typing import Any
 
 from documents import file_types, uploads
-from plumbing.errors import Invalid, NotFound
+from documents.patients import patient_for_create, tag_json
+from models import (
+    Actor,
+    ApiToken,
+    AuditEvent,
+    Calendar,
+    Clinic,
+    MedicalRecord,
+    PatientRecord,
+    PatientRecordTag,
+    PatientRequest,
+    PatientRequestTag,
+    RequestType,
+    RequestTypeDefaultTag,
+    Reservation,
+    Tag,
+    UploadLink,
+)
 from plumbing.clock import as_utc, iso_utc, utc_now
 from plumbing.database import db, release_connection
+from plumbing.errors import Invalid, NotFound
 from plumbing.keyset import Keyset
-from models import (
-    Actor, ApiToken, AuditEvent, Calendar, Clinic, UploadLink, MedicalRecord, PatientRecord, PatientRecordTag, PatientRequest,
-    PatientRequestTag, RequestType, RequestTypeDefaultTag, Reservation, Tag,
-)
-from documents.patients import patient_for_create, tag_json
 from storage import ObjectNotFound, Storage, new_object_key, sealed_key
 from storage.links import LinkCache
 
@@ -36,10 +50,17 @@ DEFAULT_LIMIT = 50
 
 
 def request_type_json(t: RequestType) -> dict[str, Any]:
-    return {"id": str(t.id), "ecrfId": t.ecrf_id, "name": t.name, "description": t.description,
-            "requiresReservation": t.requires_reservation, "requiresPayment": t.requires_payment,
-            "requiresSignature": t.requires_signature, "reservationLength": t.reservation_length,
-            "remindDaysBefore": t.remind_days_before}
+    return {
+        "id": str(t.id),
+        "ecrfId": t.ecrf_id,
+        "name": t.name,
+        "description": t.description,
+        "requiresReservation": t.requires_reservation,
+        "requiresPayment": t.requires_payment,
+        "requiresSignature": t.requires_signature,
+        "reservationLength": t.reservation_length,
+        "remindDaysBefore": t.remind_days_before,
+    }
 
 
 def active_types(clinic: Clinic) -> list[dict[str, Any]]:
@@ -60,7 +81,9 @@ def request_of(clinic: Clinic, request_id: str) -> PatientRequest:
         rid = uuid.UUID(request_id)
     except ValueError:
         rid = None
-    request = PatientRequest.get_or_none((PatientRequest.id == rid) & (PatientRequest.clinic == clinic)) if rid else None
+    request = (
+        PatientRequest.get_or_none((PatientRequest.id == rid) & (PatientRequest.clinic == clinic)) if rid else None
+    )
     if request is None:
         raise NotFound("No such patient request in this clinic.", code="PATIENT_REQUEST_NOT_FOUND")
     return request
@@ -68,26 +91,38 @@ def request_of(clinic: Clinic, request_id: str) -> PatientRequest:
 
 # --- create ----------------------------------------------------------------------------
 
+
 def create_request(clinic: Clinic, body: dict[str, Any], token: ApiToken) -> dict[str, Any]:
     """The new request as create answers it. The answer is read inside the transaction
     that writes the request: once it commits nothing is left to fail, so a committed create
     never answers 5xx and invites the retry that would duplicate it."""
     patient, record = patient_for_create(clinic, body["patientId"])
-    request_type = RequestType.get_or_none((RequestType.id == uuid.UUID(body["userECRFId"]))
-                                           & (RequestType.clinic == clinic) & RequestType.active)
+    request_type = RequestType.get_or_none(
+        (RequestType.id == uuid.UUID(body["userECRFId"])) & (RequestType.clinic == clinic) & RequestType.active
+    )
     if request_type is None:
         raise NotFound("Unknown or inactive request type.", code="USER_ECRF_NOT_FOUND")
     slot = _time_slot(clinic, body.get("timeSlotInput"))
     with db.atomic():
         request = PatientRequest.create(
-            clinic=clinic, patient=patient, request_type=request_type, title=request_type.name,
-            clinic_note=body.get("userNote", ""), created_by=token, done_at=utc_now() if slot else None,
+            clinic=clinic,
+            patient=patient,
+            request_type=request_type,
+            title=request_type.name,
+            clinic_note=body.get("userNote", ""),
+            created_by=token,
+            done_at=utc_now() if slot else None,
         )
         if slot:
             Reservation.create(request=request, calendar=slot[0], starts_at=slot[1], ends_at=slot[2])
         apply_default_tags(request_type, record)
-        AuditEvent.record(token, clinic, "patient_request.create", request,
-                          {"patientId": str(patient.id), "requestTypeId": str(request_type.id)})
+        AuditEvent.record(
+            token,
+            clinic,
+            "patient_request.create",
+            request,
+            {"patientId": str(patient.id), "requestTypeId": str(request_type.id)},
+        )
         return summaries([request])[0]
 
 
@@ -116,8 +151,13 @@ def apply_default_tags(request_type: RequestType, record: PatientRecord) -> None
                     raise ValueError("not a patient tag of the record's clinic")
                 PatientRecordTag.insert(record=record, tag=tag).on_conflict_ignore().execute()
         except Exception:
-            log.warning("default tag %s of request type %s not applied to patient record %s",
-                        tag.id, request_type.id, record.id, exc_info=True)
+            log.warning(
+                "default tag %s of request type %s not applied to patient record %s",
+                tag.id,
+                request_type.id,
+                record.id,
+                exc_info=True,
+            )
 
 
 # --- search, detail, patch -------------------------------------------------------------------
@@ -126,7 +166,9 @@ def apply_default_tags(request_type: RequestType, record: PatientRecord) -> None
 REQUEST_ORDER = Keyset(PatientRequest.created_at, PatientRequest.id, descending=True)
 
 
-def search_requests(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+def search_requests(
+    clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]
+) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first, keyset-paginated on (createdAt, id); the filters only narrow the
     rows, so a cursor stays a position in the same order."""
     # JSON Schema counts 9.0 as an integer (found by the fuzzer: a float slice index was a 500).
@@ -146,40 +188,78 @@ def summaries(requests: list[PatientRequest]) -> list[dict[str, Any]]:
     tags: dict[uuid.UUID, list[dict[str, Any]]] = {}
     reservations: dict[uuid.UUID, list[dict[str, Any]]] = {}
     if ids:
-        rows = (PatientRequestTag.select(PatientRequestTag.request, Tag).join(Tag)
-                .where(PatientRequestTag.request.in_(ids) & Tag.deleted_at.is_null()).order_by(Tag.name))
+        rows = (
+            PatientRequestTag.select(PatientRequestTag.request, Tag)
+            .join(Tag)
+            .where(PatientRequestTag.request.in_(ids) & Tag.deleted_at.is_null())
+            .order_by(Tag.name)
+        )
         for row in rows:
             tags.setdefault(row.request_id, []).append(tag_json(row.tag))
         for res in Reservation.select().where(Reservation.request.in_(ids)).order_by(Reservation.starts_at):
             reservations.setdefault(res.request_id, []).append(
-                {"id": str(res.id), "start": iso_utc(res.starts_at), "end": iso_utc(res.ends_at),
-                 "calendarId": str(res.calendar_id) if res.calendar_id else None})
-    return [{
-        "id": str(r.id), "kind": r.kind, "title": r.title, "createdAt": iso_utc(r.created_at),
-        "doneAt": iso_utc(r.done_at),
-        "patientId": str(r.patient_id), "requestTypeId": str(r.request_type_id) if r.request_type_id else None,
-        "userNote": r.user_note, "tags": tags.get(r.id, []), "medicalRecords": [],
-        "reservations": reservations.get(r.id, []),
-    } for r in requests]
+                {
+                    "id": str(res.id),
+                    "start": iso_utc(res.starts_at),
+                    "end": iso_utc(res.ends_at),
+                    "calendarId": str(res.calendar_id) if res.calendar_id else None,
+                }
+            )
+    return [
+        {
+            "id": str(r.id),
+            "kind": r.kind,
+            "title": r.title,
+            "createdAt": iso_utc(r.created_at),
+            "doneAt": iso_utc(r.done_at),
+            "patientId": str(r.patient_id),
+            "requestTypeId": str(r.request_type_id) if r.request_type_id else None,
+            "userNote": r.user_note,
+            "tags": tags.get(r.id, []),
+            "medicalRecords": [],
+            "reservations": reservations.get(r.id, []),
+        }
+        for r in requests
+    ]
 
 
 def detail(request: PatientRequest, links: LinkCache) -> dict[str, Any]:
-    records = list(MedicalRecord.select().where(MedicalRecord.request == request)
-                   .order_by(MedicalRecord.created_at, MedicalRecord.id).limit(MAX_ATTACHMENTS + 1))
+    records = list(
+        MedicalRecord.select()
+        .where(MedicalRecord.request == request)
+        .order_by(MedicalRecord.created_at, MedicalRecord.id)
+        .limit(MAX_ATTACHMENTS + 1)
+    )
     if len(records) > MAX_ATTACHMENTS:
         raise Invalid(f"the request holds more than {MAX_ATTACHMENTS} attachments")
     out = summaries([request])[0]
-    out["medicalRecords"] = [{
-        **attachment_json(m), "categoryType": m.category_type, "visibleToPatient": m.visible_to_patient,
-        "url": links.url(m, "inline"), "downloadUrl": links.url(m, "attachment"),
-    } for m in records]
+    out["medicalRecords"] = [
+        {
+            **attachment_json(m),
+            "categoryType": m.category_type,
+            "visibleToPatient": m.visible_to_patient,
+            "url": links.url(m, "inline"),
+            "downloadUrl": links.url(m, "attachment"),
+        }
+        for m in records
+    ]
     return out
 
 
 def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any], token: ApiToken) -> None:
     wanted = {uuid.UUID(i) for i in body.get("addTagIds", [])}
-    tags = list(Tag.select(Tag.id).where(Tag.id.in_(list(wanted)) & (Tag.clinic == clinic)
-                                         & (Tag.type == "patient_request") & Tag.deleted_at.is_null())) if wanted else []
+    tags = (
+        list(
+            Tag.select(Tag.id).where(
+                Tag.id.in_(list(wanted))
+                & (Tag.clinic == clinic)
+                & (Tag.type == "patient_request")
+                & Tag.deleted_at.is_null()
+            )
+        )
+        if wanted
+        else []
+    )
     unknown = wanted - {t.id for t in tags}
     if unknown:
         raise Invalid(f"addTagIds: not request tags of this clinic: {', '.join(sorted(map(str, unknown)))}")
@@ -190,7 +270,8 @@ def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any],
             PatientRequest.update(user_note=body["userNote"]).where(PatientRequest.id == request.id).execute()
         if body.get("done") is True:  # a second resolve keeps the first one's time
             PatientRequest.update(done_at=utc_now()).where(
-                (PatientRequest.id == request.id) & PatientRequest.done_at.is_null()).execute()
+                (PatientRequest.id == request.id) & PatientRequest.done_at.is_null()
+            ).execute()
         elif body.get("done") is False:
             PatientRequest.update(done_at=None).where(PatientRequest.id == request.id).execute()
         # The names of the fields set, never their values (a note may hold anything); a
@@ -206,18 +287,22 @@ def remove_tag(request: PatientRequest, tag_id: uuid.UUID, actor: Actor) -> bool
     """Take one tag off a request (the console's remove; the API only adds, as the spec
     says). False when the request did not carry it."""
     with db.atomic():
-        removed = PatientRequestTag.delete().where((PatientRequestTag.request == request)
-                                                   & (PatientRequestTag.tag == tag_id)).execute()
+        removed = (
+            PatientRequestTag.delete()
+            .where((PatientRequestTag.request == request) & (PatientRequestTag.tag == tag_id))
+            .execute()
+        )
         if removed:
-            AuditEvent.record(actor, request.clinic_id, "patient_request.patch", request,
-                              {"fields": ["removeTagIds"]})
+            AuditEvent.record(actor, request.clinic_id, "patient_request.patch", request, {"fields": ["removeTagIds"]})
     return bool(removed)
 
 
 # --- attachments -------------------------------------------------------------------------------
 
-def issue_upload_link(storage: Storage, request: PatientRequest, content_type: str, token: ApiToken, *,
-                      open_links_limit: int) -> dict[str, str]:
+
+def issue_upload_link(
+    storage: Storage, request: PatientRequest, content_type: str, token: ApiToken, *, open_links_limit: int
+) -> dict[str, str]:
     """A fresh key and its presigned PUT; 429 TOO_MANY_UPLOAD_LINKS while the clinic holds
     `open_links_limit` links that are neither expired nor registered (`uploads.check_open_links`)."""
     content_type = content_type.strip()
@@ -225,12 +310,15 @@ def issue_upload_link(storage: Storage, request: PatientRequest, content_type: s
     with db.atomic():  # counted and issued in one transaction, under the clinic's lock
         uploads.check_open_links(request.clinic_id, open_links_limit, UPLOAD_URL_SECONDS)
         UploadLink.create(request=request, file_hash=key, content_type=content_type)
-        AuditEvent.record(token, request.clinic_id, "attachment.upload_link", request,
-                          {"fileHash": key, "contentType": content_type})
+        AuditEvent.record(
+            token, request.clinic_id, "attachment.upload_link", request, {"fileHash": key, "contentType": content_type}
+        )
     return {"url": storage.presign_put(key, content_type, UPLOAD_URL_SECONDS), "fileHash": key}
 
 
-def register_attachment(storage: Storage, request: PatientRequest, body: dict[str, Any], token: ApiToken) -> MedicalRecord:
+def register_attachment(
+    storage: Storage, request: PatientRequest, body: dict[str, Any], token: ApiToken
+) -> MedicalRecord:
     """Register an uploaded object. Registering the same fileHash again answers the
     attachment registered first (so a retry after a timeout never duplicates).
 
@@ -263,20 +351,38 @@ def register_attachment(storage: Storage, request: PatientRequest, body: dict[st
         raise Invalid(f"contentType: the uploaded file is not {body['contentType']}")
     with db.atomic():
         MedicalRecord.insert(
-            id=(ours := uuid.uuid4()), request=request, file_hash=link.file_hash, object_key=target, sha256=sealed.sha256,
-            content_type=body["contentType"], description=body["description"], category_type=body.get("categoryType"),
-            visible_to_patient=body.get("visibleToPatient", False), created_by=token, created_at=utc_now(),
+            id=(ours := uuid.uuid4()),
+            request=request,
+            file_hash=link.file_hash,
+            object_key=target,
+            sha256=sealed.sha256,
+            content_type=body["contentType"],
+            description=body["description"],
+            category_type=body.get("categoryType"),
+            visible_to_patient=body.get("visibleToPatient", False),
+            created_by=token,
+            created_at=utc_now(),
         ).on_conflict_ignore().execute()
         record = MedicalRecord.get(MedicalRecord.file_hash == link.file_hash)
         if record.id == ours:  # not when a concurrent registration of the same upload won
             # Not the description: a file name may carry a patient's name.
-            AuditEvent.record(token, request.clinic_id, "attachment.register", record, {
-                "patientRequestId": str(request.id), "contentType": record.content_type, "sha256": record.sha256})
+            AuditEvent.record(
+                token,
+                request.clinic_id,
+                "attachment.register",
+                record,
+                {"patientRequestId": str(request.id), "contentType": record.content_type, "sha256": record.sha256},
+            )
     release_connection()
     storage.delete(target if record.object_key != target else link.file_hash)  # a concurrent registration won
     return record
 
 
 def attachment_json(m: MedicalRecord) -> dict[str, Any]:
-    return {"id": str(m.id), "description": m.description, "contentType": m.content_type,
-            "createdAt": iso_utc(m.created_at), "sha256": m.sha256}
+    return {
+        "id": str(m.id),
+        "description": m.description,
+        "contentType": m.content_type,
+        "createdAt": iso_utc(m.created_at),
+        "sha256": m.sha256,
+    }

@@ -5,6 +5,7 @@ clinic; a patient without a record in the addressed clinic reads `isInClinic` fa
 status `WAITING`, and no note, tags or external ids. External ids are per clinic:
 matching and listing only see the addressed clinic's. Merged patients are not listed.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,12 +15,12 @@ from typing import Any
 
 import peewee as pw
 
-from plumbing.clock import utc_now
-from plumbing import json_schema
-from plumbing.errors import DomainError, Forbidden, Gone, Invalid, NotFound
-from plumbing.database import db, is_postgresql
-from plumbing.keyset import Keyset
 from models import Actor, ApiToken, AuditEvent, Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag
+from plumbing import json_schema
+from plumbing.clock import utc_now
+from plumbing.database import db, is_postgresql
+from plumbing.errors import DomainError, Forbidden, Gone, Invalid, NotFound
+from plumbing.keyset import Keyset
 from plumbing.phones import to_e164
 
 DEFAULT_LIMIT = 50
@@ -29,12 +30,17 @@ PATIENT_ORDER = Keyset(Patient.id)  # a cursor is the id of the last patient sho
 
 def patient_for_create(clinic: Clinic, patient_id: str) -> tuple[Patient, PatientRecord]:
     """The patient and its record here, or the API error the spec names (404, 410, 403)."""
-    patient = Patient.get_or_none((Patient.id == uuid.UUID(patient_id)) & (Patient.organization == clinic.organization_id))
+    patient = Patient.get_or_none(
+        (Patient.id == uuid.UUID(patient_id)) & (Patient.organization == clinic.organization_id)
+    )
     if patient is None:
         raise NotFound("Unknown patient.", code="PATIENT_NOT_FOUND")
     if patient.merged_into_id is not None:
-        raise Gone("The patient was merged into another record; use mergedInto.", code="PATIENT_MERGED",
-                       mergedInto=str(patient.survivor_id()))
+        raise Gone(
+            "The patient was merged into another record; use mergedInto.",
+            code="PATIENT_MERGED",
+            mergedInto=str(patient.survivor_id()),
+        )
     record = PatientRecord.get_or_none((PatientRecord.patient == patient) & (PatientRecord.clinic == clinic))
     if record is None:
         raise Forbidden("The patient has no record in this clinic; import the patient first.")
@@ -47,10 +53,14 @@ def search(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> t
     limit = int(pagination.get("limit", DEFAULT_LIMIT))
     query = Patient.select().where((Patient.organization == clinic.organization_id) & Patient.merged_into.is_null())
     if flt.get("inClinic") or not clinic.organization.patient_sharing:
-        query = query.where(Patient.id.in_(PatientRecord.select(PatientRecord.patient).where(PatientRecord.clinic == clinic)))
+        query = query.where(
+            Patient.id.in_(PatientRecord.select(PatientRecord.patient).where(PatientRecord.clinic == clinic))
+        )
     if "externalId" in flt or "externalIds" in flt:
         values = ([flt["externalId"]] if "externalId" in flt else []) + list(flt.get("externalIds", []))
-        matches = ExternalId.select(ExternalId.patient).where((ExternalId.clinic == clinic) & ExternalId.value.in_(values))
+        matches = ExternalId.select(ExternalId.patient).where(
+            (ExternalId.clinic == clinic) & ExternalId.value.in_(values)
+        )
         if "externalIdSource" in flt:
             matches = matches.where(ExternalId.source == flt["externalIdSource"])
         query = query.where(Patient.id.in_(matches))
@@ -62,8 +72,11 @@ def search(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> t
 
 def _text_match(clinic: Clinic, text: str) -> pw.Expression:
     full_name = Patient.first_name.concat(" ").concat(Patient.last_name)
-    condition = (full_name.contains(text) | Patient.last_name.concat(" ").concat(Patient.first_name).contains(text)
-                 | Patient.email.contains(text))
+    condition = (
+        full_name.contains(text)
+        | Patient.last_name.concat(" ").concat(Patient.first_name).contains(text)
+        | Patient.email.contains(text)
+    )
     digits = re.sub(r"\D", "", text)
     if len(digits) >= 3 and re.fullmatch(r"[\d\s()+./-]+", text):
         condition |= Patient.phone.contains(digits)
@@ -77,29 +90,51 @@ def _text_match(clinic: Clinic, text: str) -> pw.Expression:
 def represent(clinic: Clinic, patients: list[Patient]) -> list[dict[str, Any]]:
     """Patients as in `data[]` of patient search; three queries whatever their number."""
     ids = [p.id for p in patients]
-    records = {r.patient_id: r for r in PatientRecord.select().where(
-        (PatientRecord.clinic == clinic) & PatientRecord.patient.in_(ids))} if ids else {}
+    records = (
+        {
+            r.patient_id: r
+            for r in PatientRecord.select().where((PatientRecord.clinic == clinic) & PatientRecord.patient.in_(ids))
+        }
+        if ids
+        else {}
+    )
     tags: dict[uuid.UUID, list[dict[str, Any]]] = {}
     if records:
         record_owner = {r.id: r.patient_id for r in records.values()}
-        rows = (PatientRecordTag.select(PatientRecordTag.record, Tag).join(Tag)
-                .where(PatientRecordTag.record.in_(list(record_owner)) & Tag.deleted_at.is_null()).order_by(Tag.name))
+        rows = (
+            PatientRecordTag.select(PatientRecordTag.record, Tag)
+            .join(Tag)
+            .where(PatientRecordTag.record.in_(list(record_owner)) & Tag.deleted_at.is_null())
+            .order_by(Tag.name)
+        )
         for row in rows:
             tags.setdefault(record_owner[row.record_id], []).append(tag_json(row.tag))
     external: dict[uuid.UUID, list[dict[str, str]]] = {}
     if records:
-        for e in ExternalId.select().where((ExternalId.clinic == clinic) & ExternalId.patient.in_(list(records))).order_by(ExternalId.id):
+        for e in (
+            ExternalId.select()
+            .where((ExternalId.clinic == clinic) & ExternalId.patient.in_(list(records)))
+            .order_by(ExternalId.id)
+        ):
             external.setdefault(e.patient_id, []).append({"source": e.source, "id": e.value})
     out = []
     for p in patients:
         record = records.get(p.id)
-        out.append({
-            "id": str(p.id), "firstName": p.first_name, "lastName": p.last_name, "phone": p.phone, "email": p.email,
-            "birthDate": p.birth_date.isoformat() if p.birth_date else None,
-            "tags": tags.get(p.id, []), "note": record.note if record else "",
-            "externalIds": external.get(p.id, []),
-            "status": record.status if record else SHARED_STATUS, "isInClinic": record is not None,
-        })
+        out.append(
+            {
+                "id": str(p.id),
+                "firstName": p.first_name,
+                "lastName": p.last_name,
+                "phone": p.phone,
+                "email": p.email,
+                "birthDate": p.birth_date.isoformat() if p.birth_date else None,
+                "tags": tags.get(p.id, []),
+                "note": record.note if record else "",
+                "externalIds": external.get(p.id, []),
+                "status": record.status if record else SHARED_STATUS,
+                "isInClinic": record is not None,
+            }
+        )
     return out
 
 
@@ -108,6 +143,7 @@ def tag_json(tag: Tag) -> dict[str, Any]:
 
 
 # --- import ---------------------------------------------------------------------------
+
 
 def _fields(clinic: Clinic, item: dict[str, Any]) -> dict[str, Any]:
     fields: dict[str, Any] = {"first_name": item["firstName"], "last_name": item["lastName"]}
@@ -132,8 +168,11 @@ def import_patient(clinic: Clinic, item: dict[str, Any], actor: ApiToken | Actor
     the same id: the loser's insert fails inside a savepoint and it updates instead.
     """
     fields = _fields(clinic, item)
-    key = (ExternalId.clinic == clinic) & (ExternalId.source == item.get("externalIdSource", "")) & (
-        ExternalId.value == item["externalId"])
+    key = (
+        (ExternalId.clinic == clinic)
+        & (ExternalId.source == item.get("externalIdSource", ""))
+        & (ExternalId.value == item["externalId"])
+    )
     with db.atomic():
         link = ExternalId.get_or_none(key)
         if link is None:
@@ -141,8 +180,12 @@ def import_patient(clinic: Clinic, item: dict[str, Any], actor: ApiToken | Actor
                 with db.atomic():
                     patient = Patient.create(organization=clinic.organization_id, **fields)
                     PatientRecord.create(patient=patient, clinic=clinic)
-                    ExternalId.create(clinic=clinic, patient=patient, source=item.get("externalIdSource", ""),
-                                      value=item["externalId"])
+                    ExternalId.create(
+                        clinic=clinic,
+                        patient=patient,
+                        source=item.get("externalIdSource", ""),
+                        value=item["externalId"],
+                    )
                     AuditEvent.record(actor, clinic, "patient.import", patient, {"created": True})
                 return patient, True
             except pw.IntegrityError:
@@ -172,8 +215,9 @@ WHERE p."id" = v.id
 _BULK_UPDATE_ROW = "(%s::uuid, %s::text, %s::text, %s::boolean, %s::text, %s::boolean, %s::text, %s::boolean, %s::date)"
 
 
-def import_patients(clinic: Clinic, items: list[dict[str, Any]], actor: ApiToken | Actor,
-                    item_schema: dict[str, Any]) -> list[tuple[uuid.UUID | None, str, DomainError | None]]:
+def import_patients(
+    clinic: Clinic, items: list[dict[str, Any]], actor: ApiToken | Actor, item_schema: dict[str, Any]
+) -> list[tuple[uuid.UUID | None, str, DomainError | None]]:
     """`import_patient` for many items at once, with the same outcome per item, in order:
     (patient id, "created" | "updated" | "failed", the error of a failed one). Each item is
     checked against `item_schema` (the API's, which the web layer owns) first.
@@ -210,8 +254,13 @@ def import_patients(clinic: Clinic, items: list[dict[str, Any]], actor: ApiToken
                 new[key].update(fields)  # a later item with the same id updates the new patient
                 results[index] = (new[key]["id"], "updated", None)
             else:
-                new[key] = {"id": uuid.uuid4(), "organization": clinic.organization_id, "created_at": now,
-                             **dict.fromkeys(_OPTIONAL), **fields}
+                new[key] = {
+                    "id": uuid.uuid4(),
+                    "organization": clinic.organization_id,
+                    "created_at": now,
+                    **dict.fromkeys(_OPTIONAL),
+                    **fields,
+                }
                 results[index] = (new[key]["id"], "created", None)
         lost = _create(clinic, new)
         if lost:  # created meanwhile by another import: update theirs instead
@@ -221,8 +270,9 @@ def import_patients(clinic: Clinic, items: list[dict[str, Any]], actor: ApiToken
                     results[index] = (lost[key], "updated", None)
         _update(clinic, [(known[key], fields) for _, key, fields in wanted if key in known])
         statuses = [status for _, status, _ in results]
-        AuditEvent.record(actor, clinic, "patient.import_bulk", None,
-                          {s: statuses.count(s) for s in ("created", "updated", "failed")})
+        AuditEvent.record(
+            actor, clinic, "patient.import_bulk", None, {s: statuses.count(s) for s in ("created", "updated", "failed")}
+        )
     return results
 
 
@@ -231,7 +281,8 @@ def _patients_by_key(clinic: Clinic, keys: set[tuple[str, str]]) -> dict[tuple[s
     values = sorted({value for _, value in keys})
     for start in range(0, len(values), _CHUNK):
         query = ExternalId.select(ExternalId.source, ExternalId.value, ExternalId.patient).where(
-            (ExternalId.clinic == clinic) & ExternalId.value.in_(values[start:start + _CHUNK]))
+            (ExternalId.clinic == clinic) & ExternalId.value.in_(values[start : start + _CHUNK])
+        )
         for link in query:
             if (link.source, link.value) in keys:
                 found[(link.source, link.value)] = link.patient_id
@@ -243,16 +294,18 @@ def _create(clinic: Clinic, new: dict[tuple[str, str], dict[str, Any]]) -> dict[
     another import took first, with that import's patient (ours for them are deleted)."""
     rows = list(new.values())
     for start in range(0, len(rows), _CHUNK):
-        chunk = rows[start:start + _CHUNK]
+        chunk = rows[start : start + _CHUNK]
         Patient.insert_many(chunk).execute()
-        PatientRecord.insert_many([{"patient": row["id"], "clinic": clinic, "created_at": row["created_at"]}
-                                   for row in chunk]).execute()
+        PatientRecord.insert_many(
+            [{"patient": row["id"], "clinic": clinic, "created_at": row["created_at"]} for row in chunk]
+        ).execute()
     keys = list(new)
     won: set[tuple[str, str]] = set()
     for start in range(0, len(keys), _CHUNK):
-        chunk = keys[start:start + _CHUNK]
-        query = ExternalId.insert_many([{"clinic": clinic, "patient": new[key]["id"], "source": key[0], "value": key[1]}
-                                        for key in chunk]).on_conflict_ignore()
+        chunk = keys[start : start + _CHUNK]
+        query = ExternalId.insert_many(
+            [{"clinic": clinic, "patient": new[key]["id"], "source": key[0], "value": key[1]} for key in chunk]
+        ).on_conflict_ignore()
         if is_postgresql():
             won |= {(row.source, row.value) for row in query.returning(ExternalId.source, ExternalId.value).execute()}
         else:  # SQLite (bin/run): one importer at a time, nothing to lose
@@ -276,7 +329,7 @@ def _update(clinic: Clinic, updates: list[tuple[uuid.UUID, dict[str, Any]]]) -> 
     ids = list(merged)
     if is_postgresql():
         for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start:start + _CHUNK]
+            chunk = ids[start : start + _CHUNK]
             params: list[Any] = []
             for patient_id in chunk:
                 fields = merged[patient_id]
@@ -288,5 +341,6 @@ def _update(clinic: Clinic, updates: list[tuple[uuid.UUID, dict[str, Any]]]) -> 
         for patient_id, fields in merged.items():
             Patient.update(**fields).where(Patient.id == patient_id).execute()
     for start in range(0, len(ids), _CHUNK):
-        PatientRecord.insert_many([{"patient": i, "clinic": clinic} for i in ids[start:start + _CHUNK]]
-                                  ).on_conflict_ignore().execute()
+        PatientRecord.insert_many(
+            [{"patient": i, "clinic": clinic} for i in ids[start : start + _CHUNK]]
+        ).on_conflict_ignore().execute()

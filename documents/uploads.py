@@ -8,6 +8,7 @@ nothing from the flow itself.
 
 Presigned URLs are credentials: nothing here sees or logs one; logs carry counts only.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,11 +17,11 @@ from datetime import datetime, timedelta
 
 import peewee as pw
 
-from models import UploadLink, MedicalRecord, PatientRequest
+from models import MedicalRecord, PatientRequest, UploadLink
 from plumbing.clock import utc_now
 from plumbing.database import db, is_postgresql
-from storage import Storage
 from plumbing.errors import Invalid, TooMany
+from storage import Storage
 
 __all__ = ["PURGE_BATCH", "check_open_links", "check_size", "purge_expired_uploads"]
 
@@ -39,6 +40,7 @@ def _registered() -> pw.Node:
 
 # --- the size of one upload ----------------------------------------------------------------
 
+
 def check_size(storage: Storage, size: int, *keys: str) -> None:
     """400 VALIDATION_FAILED naming the limit when an upload of `size` bytes is over
     `storage.max_upload_bytes`, after deleting the objects `keys` (the upload, its copy).
@@ -52,11 +54,14 @@ def check_size(storage: Storage, size: int, *keys: str) -> None:
         return
     for key in keys:
         storage.delete(key)
-    raise Invalid(f"fileHash: the uploaded file has {size} bytes; at most {limit} bytes "
-                            f"({limit / 2**20:g} MiB) are accepted. Upload a smaller file.")
+    raise Invalid(
+        f"fileHash: the uploaded file has {size} bytes; at most {limit} bytes "
+        f"({limit / 2**20:g} MiB) are accepted. Upload a smaller file."
+    )
 
 
 # --- open upload links per clinic ------------------------------------------------------------
+
 
 def check_open_links(clinic_id: uuid.UUID, limit: int, lifetime: int, now: datetime | None = None) -> None:
     """Inside the transaction that issues a link: 429 TOO_MANY_UPLOAD_LINKS with Retry-After
@@ -69,25 +74,34 @@ def check_open_links(clinic_id: uuid.UUID, limit: int, lifetime: int, now: datet
         key = int.from_bytes(uuid.UUID(str(clinic_id)).bytes[:4], "big", signed=True)  # uuid4s are random
         db.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)", (_LINKS_LOCK_NAMESPACE, key))
     now = now or utc_now()
-    count, oldest = (UploadLink
-                     .select(pw.fn.COUNT(UploadLink.id), pw.fn.MIN(UploadLink.created_at))
-                     .join(PatientRequest)
-                     .where((PatientRequest.clinic == clinic_id)
-                            & (UploadLink.created_at > now - timedelta(seconds=lifetime)) & ~_registered())
-                     .scalar(as_tuple=True))
+    count, oldest = (
+        UploadLink.select(pw.fn.COUNT(UploadLink.id), pw.fn.MIN(UploadLink.created_at))
+        .join(PatientRequest)
+        .where(
+            (PatientRequest.clinic == clinic_id)
+            & (UploadLink.created_at > now - timedelta(seconds=lifetime))
+            & ~_registered()
+        )
+        .scalar(as_tuple=True)
+    )
     if count < limit:
         return
     retry_after = max(1, math.ceil((oldest + timedelta(seconds=lifetime) - now).total_seconds()))
-    raise TooMany(f"The clinic holds {count} open upload links (at most {limit}: issued within "
-                  f"{lifetime} seconds and not registered). Upload and register with the links "
-                  "already issued, or try again after Retry-After seconds.",
-                  code="TOO_MANY_UPLOAD_LINKS", retry_after=retry_after)
+    raise TooMany(
+        f"The clinic holds {count} open upload links (at most {limit}: issued within "
+        f"{lifetime} seconds and not registered). Upload and register with the links "
+        "already issued, or try again after Retry-After seconds.",
+        code="TOO_MANY_UPLOAD_LINKS",
+        retry_after=retry_after,
+    )
 
 
 # --- purging what was never registered --------------------------------------------------------
 
-def purge_expired_uploads(storage: Storage, *, lifetime: int, grace: int, batch: int = PURGE_BATCH,
-                          now: datetime | None = None) -> int:
+
+def purge_expired_uploads(
+    storage: Storage, *, lifetime: int, grace: int, batch: int = PURGE_BATCH, now: datetime | None = None
+) -> int:
     """Delete every upload whose link expired over `grace` seconds ago without being
     registered: its stored object (a missing one is no error) and its `UploadLink` row,
     so a later registration of that fileHash answers 400 ("not issued by an upload link").
@@ -103,9 +117,12 @@ def purge_expired_uploads(storage: Storage, *, lifetime: int, grace: int, batch:
     purged = 0
     while True:
         with db.atomic():
-            query = (UploadLink.select(UploadLink.id, UploadLink.file_hash)
-                     .where((UploadLink.created_at < cutoff) & ~_registered())
-                     .order_by(UploadLink.created_at).limit(batch))
+            query = (
+                UploadLink.select(UploadLink.id, UploadLink.file_hash)
+                .where((UploadLink.created_at < cutoff) & ~_registered())
+                .order_by(UploadLink.created_at)
+                .limit(batch)
+            )
             if is_postgresql():
                 query = query.for_update(skip_locked=True)
             rows = list(query)
@@ -114,7 +131,8 @@ def purge_expired_uploads(storage: Storage, *, lifetime: int, grace: int, batch:
             if rows:
                 # Checked again: a registration committed since the select (it sealed a copy
                 # before the upload went) keeps its row, so its retry still finds it.
-                purged += (UploadLink.delete()
-                           .where(UploadLink.id.in_([row.id for row in rows]) & ~_registered()).execute())
+                purged += (
+                    UploadLink.delete().where(UploadLink.id.in_([row.id for row in rows]) & ~_registered()).execute()
+                )
         if len(rows) < batch:
             return purged

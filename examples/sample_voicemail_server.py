@@ -7,6 +7,7 @@ written to --ca-out once the server listens (bin/run waits for it), so the servi
 trust it (FETCH_CA_BUNDLE). The service refuses loopback hosts unless
 UNSAFE_ALLOW_LOOPBACK_FETCH=1 is set: for trying it out only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,12 +24,17 @@ AUDIO = Path(__file__).resolve().parent.parent / "tests" / "audio"
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         name = self.path.split("?", 1)[0].lstrip("/")
         path = AUDIO / name
         # tests/audio itself, or its voicemails/ (the labelled set, Czech voices among them).
-        if (name.count("/") > 1 or (name.count("/") == 1 and not name.startswith("voicemails/"))
-                or ".." in name or not path.is_file() or path.suffix not in (".mp3", ".wav")):
+        if (
+            name.count("/") > 1
+            or (name.count("/") == 1 and not name.startswith("voicemails/"))
+            or ".." in name
+            or not path.is_file()
+            or path.suffix not in (".mp3", ".wav")
+        ):
             self.send_error(404)
             return
         body = path.read_bytes()
@@ -47,8 +53,10 @@ def main() -> None:
     try:  # listen first: the CA file tells whoever waits for it that the server is there
         server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     except OSError as exc:
-        sys.exit(f"sample server: cannot listen on 127.0.0.1:{args.port}: {exc.strerror} "
-                 "(bin/run: choose another port with SAMPLE_PORT)")
+        sys.exit(
+            f"sample server: cannot listen on 127.0.0.1:{args.port}: {exc.strerror} "
+            "(bin/run: choose another port with SAMPLE_PORT)"
+        )
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -18,20 +18,24 @@ Presigned URLs and the token are credentials: they are never printed.
 
 The token may come from CLINIC_API_TOKEN instead. Without --file a small demo PDF is sent.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import requests
 
 TIMEOUT = 30
 ATTEMPTS = 3
-DEMO_PDF = (b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n"
-            b"3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 100]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n")
+DEMO_PDF = (
+    b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n"
+    b"3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 100]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
+)
 
 
 class Unsure(Exception):
@@ -73,7 +77,7 @@ class Client:
             except Unsure:
                 if attempt == ATTEMPTS - 1:
                     raise
-                time.sleep(0.5 * 2 ** attempt)
+                time.sleep(0.5 * 2**attempt)
 
     def write(self, path: str, body: dict[str, Any], look: Any) -> Any:
         """A non-idempotent write: after an unsure outcome, `look()` decides whether it landed."""
@@ -82,7 +86,7 @@ class Client:
                 return self._call("POST", path, body)
             except Unsure as exc:
                 print(f"  unsure ({exc}); checking before a retry", file=sys.stderr)
-                time.sleep(0.5 * 2 ** attempt)
+                time.sleep(0.5 * 2**attempt)
                 found = look()
                 if found is not None:
                     return found
@@ -105,8 +109,9 @@ class Client:
         return found[0]
 
     def request_ids(self, patient_id: str) -> set[str]:
-        page = self.read("POST", "/patientRequests/search", {"filter": {"patientId": patient_id},
-                                                              "pagination": {"limit": 500}})
+        page = self.read(
+            "POST", "/patientRequests/search", {"filter": {"patientId": patient_id}, "pagination": {"limit": 500}}
+        )
         return {r["id"] for r in page}
 
     def create(self, patient_id: str, type_id: str, note: str) -> dict[str, Any]:
@@ -132,11 +137,13 @@ class Client:
     def upload(self, request_id: str, content: bytes, content_type: str) -> str:
         """Steps 4-5; a refused upload gets a fresh link. Returns the fileHash."""
         for _ in range(ATTEMPTS):
-            link = self.read("POST", f"/patientRequests/{request_id}/attachments/upload-link",
-                             {"contentType": content_type})
+            link = self.read(
+                "POST", f"/patientRequests/{request_id}/attachments/upload-link", {"contentType": content_type}
+            )
             try:
-                stored = requests.put(link["url"], data=content, headers={"Content-Type": content_type},
-                                      timeout=TIMEOUT)
+                stored = requests.put(
+                    link["url"], data=content, headers={"Content-Type": content_type}, timeout=TIMEOUT
+                )
             except (requests.Timeout, requests.ConnectionError):
                 continue
             if stored.status_code == 200:
@@ -154,8 +161,13 @@ class Client:
             new = [m for m in records if m["id"] not in before and m["description"] == description]
             return new[0] if new else None
 
-        body = {"contentType": content_type, "fileHash": file_hash, "description": description,
-                "categoryType": "CONSENT", "visibleToPatient": False}
+        body = {
+            "contentType": content_type,
+            "fileHash": file_hash,
+            "description": description,
+            "categoryType": "CONSENT",
+            "visibleToPatient": False,
+        }
         return self.write(f"/patientRequests/{request_id}/attachments", body, look)
 
 
@@ -173,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.token:
         parser.error("--token or CLINIC_API_TOKEN is required")
-    content = open(args.file, "rb").read() if args.file else DEMO_PDF
+    content = Path(args.file).read_bytes() if args.file else DEMO_PDF
     content_type = "application/pdf"
 
     api = Client(args.base_url, args.clinic, args.token)

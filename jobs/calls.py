@@ -6,6 +6,7 @@ request a call". A transient download failure raises so RQ retries it with backo
 after the last attempt the call still becomes a request, marked that the recording
 could not be fetched, with the reason kept on the call.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,14 +16,14 @@ import time
 import uuid
 from pathlib import Path
 
-from plumbing import metrics
-from voicemail import recordings, spoken_numbers, transcription
 from config import Config
 from jobs import leases, queueing
 from jobs.runtime import job_config
-from plumbing.database import db
 from models import Call, Clinic
+from plumbing import metrics
+from plumbing.database import db
 from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
+from voicemail import recordings, spoken_numbers, transcription
 
 log = logging.getLogger(__name__)
 QUEUE = queueing.CALLS
@@ -63,8 +64,11 @@ def _ingest(config: Config, call_id: str) -> str:
         with tempfile.TemporaryDirectory(prefix="call-") as tmp:
             audio = Path(tmp) / "recording"
             download_audio(
-                call.recording_url, audio, max_bytes=config.recording_max_bytes,
-                timeout=config.recording_fetch_timeout, allow_loopback=config.unsafe_allow_loopback_fetch,
+                call.recording_url,
+                audio,
+                max_bytes=config.recording_max_bytes,
+                timeout=config.recording_fetch_timeout,
+                allow_loopback=config.unsafe_allow_loopback_fetch,
                 ca_certs=config.fetch_ca_bundle or None,
             )
             fetched = time.perf_counter()
@@ -72,8 +76,7 @@ def _ingest(config: Config, call_id: str) -> str:
             # platform is served only if it yields them (voicemail/recordings.py).
             held = recordings.Fingerprint.of_file(audio)
             with db.connection_context():
-                Call.update(recording_sha256=held.sha256, recording_bytes=held.size).where(
-                    Call.id == call.id).execute()
+                Call.update(recording_sha256=held.sha256, recording_bytes=held.size).where(Call.id == call.id).execute()
             transcript = _transcribe(config, str(audio), clinic, deadline)
     except (UnsafeURL, FetchError) as exc:
         reason = str(exc)
@@ -91,9 +94,16 @@ def _ingest(config: Config, call_id: str) -> str:
         issue = "undecodable" if isinstance(exc, transcription.AudioDecodeError) else "engine_error"
         return _finish_voicemail(call, clinic, transcription.failed(0.0, None, issue))
     metrics.observe_transcription(transcript.model, transcript.duration, transcript.elapsed)
-    log.info("call %s: downloaded in %.2f s, transcribed %.1f s of audio in %.2f s (%s, %s, %s)", call.id,
-             fetched - started, transcript.duration, transcript.elapsed, transcript.model, transcript.language,
-             transcript.status or transcript.message_reason)
+    log.info(
+        "call %s: downloaded in %.2f s, transcribed %.1f s of audio in %.2f s (%s, %s, %s)",
+        call.id,
+        fetched - started,
+        transcript.duration,
+        transcript.elapsed,
+        transcript.model,
+        transcript.language,
+        transcript.status or transcript.message_reason,
+    )
     return _finish_voicemail(call, clinic, transcript)
 
 
@@ -106,8 +116,9 @@ def _transcribe(config: Config, path: str, clinic: Clinic, deadline: float) -> t
     languages = clinic.caller_languages
     model = config.whisper_model_for(languages[0] if len(languages) == 1 else None)
     engine = transcription.get_transcriber(config.transcriber, model, config.whisper_threads, config.whisper_vad)
-    return engine.transcribe(path, languages, deadline=deadline, max_seconds=config.recording_max_seconds,
-                             country=clinic.country)
+    return engine.transcribe(
+        path, languages, deadline=deadline, max_seconds=config.recording_max_seconds, country=clinic.country
+    )
 
 
 def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -> str:
@@ -116,11 +127,20 @@ def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -
         outcome = "missed_call" if clinic.missed_call_requests else "opted_out"
         return _finish(call, outcome, signals=signals, intelligibility=t.message_reason)
     heard = t.heard_number
-    callback, unconfirmed = spoken_numbers.callback_numbers(heard and heard.number, bool(heard and heard.confirmed),
-                                                            call.call_from, clinic.country)
+    callback, unconfirmed = spoken_numbers.callback_numbers(
+        heard and heard.number, bool(heard and heard.confirmed), call.call_from, clinic.country
+    )
     return _finish(
-        call, "voice_message", transcript=t.text, language=t.language, signals=signals, intelligibility="speech",
-        status=t.status, issue=t.issue, callback=callback, heard_number=unconfirmed,
+        call,
+        "voice_message",
+        transcript=t.text,
+        language=t.language,
+        signals=signals,
+        intelligibility="speech",
+        status=t.status,
+        issue=t.issue,
+        callback=callback,
+        heard_number=unconfirmed,
         callback_number_at=heard.start if heard and heard.number else None,
     )
 

@@ -8,6 +8,7 @@ SIGKILL cannot stop its children, so each child asks the kernel to send it SIGTE
 its parent dies (Linux `PR_SET_PDEATHSIG`); on SIGTERM an RQ worker or scheduler finishes
 what it is doing, releases its locks and exits.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -17,8 +18,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +61,16 @@ class PlaybackWorker:
     def __init__(self, argv: Sequence[str] | None = None, *, restart_after: float = 1.0) -> None:
         # The child ties itself to this process first thing (`--parent-pid`), rather than
         # in a `preexec_fn`, which is unsafe in a process with threads.
-        self.argv = list(argv or [sys.executable, str(ROOT / "manage.py"), "worker", "--playback",
-                                  "--parent-pid", str(os.getpid())])
+        self.argv = list(
+            argv or [sys.executable, str(ROOT / "manage.py"), "worker", "--playback", "--parent-pid", str(os.getpid())]
+        )
         self.restart_after = restart_after
         self.proc: subprocess.Popen | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="playback-worker", daemon=True)
 
-    def start(self) -> "PlaybackWorker":
+    def start(self) -> PlaybackWorker:
         self._thread.start()
         return self
 

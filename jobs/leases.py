@@ -12,12 +12,13 @@ Two-key advisory locks under `NAMESPACE`: apart from the one-key locks the rest 
 service takes (migrations, first calls from a new number). The second key is a 32-bit
 hash of the call id; two calls sharing one only make the sweep wait a round for one of them.
 """
+
 from __future__ import annotations
 
 import contextlib
 import logging
 import uuid
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import psycopg2
 
@@ -42,10 +43,16 @@ def hold(call_id: uuid.UUID | str) -> Iterator[bool]:
     if not is_postgresql():
         yield True
         return
-    conn = connector(db.obj, application_name="ingest-lease",
-                     # A job whose host vanished should not hold the call for hours:
-                     # PostgreSQL drops the connection (and the lock) after ~1 min of silence.
-                     keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3)()
+    conn = connector(
+        db.obj,
+        application_name="ingest-lease",
+        # A job whose host vanished should not hold the call for hours:
+        # PostgreSQL drops the connection (and the lock) after ~1 min of silence.
+        keepalives=1,
+        keepalives_idle=30,
+        keepalives_interval=10,
+        keepalives_count=3,
+    )()
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
@@ -63,8 +70,11 @@ def held(call_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
     if not ids or not is_postgresql():
         return set()
     with db.connection_context():
-        cursor = db.execute_sql("SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
-                                "AND objsubid = 2 AND classid = %s AND granted", (NAMESPACE,))
+        cursor = db.execute_sql(
+            "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
+            "AND objsubid = 2 AND classid = %s AND granted",
+            (NAMESPACE,),
+        )
         # pg_locks shows the key as an unsigned oid.
         locked = {k - (1 << 32) if k >= 1 << 31 else k for (k,) in cursor.fetchall()}
     return {i for i in ids if _key(i) in locked}

@@ -1,5 +1,6 @@
 """The worker's job metrics: each job run's duration and outcome (plumbing/metrics.py's
 families), flushed to Redis after every job."""
+
 from __future__ import annotations
 
 import logging
@@ -53,5 +54,3 @@ class JobMetrics:
 def with_job_metrics(worker_class: type) -> type:
     """`worker_class` with `JobMetrics` mixed in (the worker keeps its own name)."""
     return type(worker_class.__name__, (JobMetrics, worker_class), {})
-
-

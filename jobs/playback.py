@@ -5,6 +5,7 @@ or 503 + Retry-After while a re-fetch (`jobs/refetch.py`) has not brought a fres
 (`refetch.ensure_refetch`) and waited for, bounded. The resources (the API's play route and
 the console's player) use it; nothing below them does.
 """
+
 from __future__ import annotations
 
 import logging
@@ -12,7 +13,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import redis
 from rq import Queue
@@ -72,14 +73,22 @@ class RecordingPlayer:
             except redis.RedisError as exc:
                 log.warning("call %s: re-fetch not queued (Redis: %s)", call.id, type(exc).__name__)
         return {
-            "callSid": call.call_sid, "callFrom": call.call_from, "callbackNumber": call.callback_number,
-            "unconfirmedCallbackNumber": call.heard_number, "callbackNumberAt": call.callback_number_at,
-            "callTo": call.call_to, "status": call.status, "receivedAt": iso_utc(call.received_at),
-            "transcript": call.transcript, "transcriptStatus": call.transcript_status,
-            "transcriptIssue": call.transcript_issue, "language": call.transcript_language,
+            "callSid": call.call_sid,
+            "callFrom": call.call_from,
+            "callbackNumber": call.callback_number,
+            "unconfirmedCallbackNumber": call.heard_number,
+            "callbackNumberAt": call.callback_number_at,
+            "callTo": call.call_to,
+            "status": call.status,
+            "receivedAt": iso_utc(call.received_at),
+            "transcript": call.transcript,
+            "transcriptStatus": call.transcript_status,
+            "transcriptIssue": call.transcript_issue,
+            "language": call.transcript_language,
             # `language` is the name the detail documents; `transcriptLanguage` was shown first.
             "transcriptLanguage": call.transcript_language,
-            "extra": call.extra, "recording": state.describe(),
+            "extra": call.extra,
+            "recording": state.describe(),
         }
 
     def play(self, call: Call, now: datetime) -> PlayAnswer:
@@ -131,7 +140,7 @@ class RecordingPlayer:
         except (NoSuchJobError, redis.RedisError, ValueError, TypeError):
             return None
         if at.tzinfo is None:
-            at = at.replace(tzinfo=timezone.utc)
+            at = at.replace(tzinfo=UTC)
         return max(0.0, (at - clock.now()).total_seconds())
 
     def _retry_after(self, job: Job | None) -> int:

@@ -1,11 +1,13 @@
 """What the jobs share about RQ: the queues, the Redis clients, retries, whether a job is
 live, and enqueueing once under a stable job id."""
+
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import redis
 from rq import Queue, Retry
@@ -21,8 +23,9 @@ QUEUES = (RECORDINGS, CALLS)
 
 # A job in one of these states will still run (or is running): do not queue another.
 # (`CREATED` is the instant between a job's creation and its enqueue.)
-LIVE_STATES = frozenset({JobStatus.CREATED, JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED,
-                         JobStatus.STARTED})
+LIVE_STATES = frozenset(
+    {JobStatus.CREATED, JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.STARTED}
+)
 
 # Socket timeouts (connect, read) in seconds by who holds the client. The web answers
 # while a caller or a doctor waits, so it gives up soon; the metrics flush is best effort;
@@ -70,9 +73,7 @@ def is_live(job: Job, *, refresh: bool = True) -> bool:
     hostname, pid = job.connection.hmget(Worker.redis_worker_namespace_prefix + job.worker_name, "hostname", "pid")
     if hostname is None:
         return False  # the worker stopped beating long enough for its key to expire
-    if hostname.decode() == socket.gethostname() and pid and not _process_alive(int(pid)):
-        return False
-    return True
+    return not (hostname.decode() == socket.gethostname() and pid and not _process_alive(int(pid)))
 
 
 def _process_alive(pid: int) -> bool:
@@ -97,14 +98,19 @@ def forget_job(job: Job, queue: Queue) -> None:
     later on the fresh job that reuses the id."""
     job.delete()
     registry = StartedJobRegistry(job.origin or queue.name, connection=job.connection)
-    stale = [entry for entry in job.connection.zrange(registry.key, 0, -1)
-             if entry.decode().split(":", 1)[0] == job.id]
+    stale = [entry for entry in job.connection.zrange(registry.key, 0, -1) if entry.decode().split(":", 1)[0] == job.id]
     if stale:
         job.connection.zrem(registry.key, *stale)
 
 
-def enqueue_once(queue: Queue, func: Callable[..., Any], *args: Any, job_id: str,
-                 replace: Callable[[Job], bool] | None = None, **options: Any) -> tuple[Job, bool]:
+def enqueue_once(
+    queue: Queue,
+    func: Callable[..., Any],
+    *args: Any,
+    job_id: str,
+    replace: Callable[[Job], bool] | None = None,
+    **options: Any,
+) -> tuple[Job, bool]:
     """The job under ``job_id``, and whether this call enqueued it. Raises ``redis.RedisError``.
 
     The job is enqueued unless one with that id exists (atomically: RQ's ``unique``), so

@@ -15,6 +15,7 @@ call's clinic, attributed to the token that handed the call off, and counted in 
 `ensure_refetch` enqueues it once per call; the web side that waits for it is
 `jobs/playback.py`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -103,8 +104,9 @@ def refetch_recording(call_id: str, as_of: str | None = None) -> str:
             _mismatch(call, got, now)
             return "mismatch"
     with db.connection_context():
-        Call.update(recording_link=fresh.url, recording_link_expires_at=fresh.expires_at,
-                    recording_checked_at=as_utc(now)).where(Call.id == call.id).execute()
+        Call.update(
+            recording_link=fresh.url, recording_link_expires_at=fresh.expires_at, recording_checked_at=as_utc(now)
+        ).where(Call.id == call.id).execute()
     log.info("call %s: fresh recording link stored (expires %s)", call.id, fresh.expires_at.isoformat())
     return "fresh"
 
@@ -117,11 +119,25 @@ def _mismatch(call: Call, got: recordings.Fingerprint, now: datetime) -> None:
         recordings.remember_gone(call.id, "mismatch", now)
         token = ApiToken.get_or_none(ApiToken.id == call.received_by_id) if call.received_by_id else None
         actor = Actor.of(token) if token is not None else Actor("operator", "worker")
-        AuditEvent.record(actor, call.clinic_id, "call.recording_mismatch", ("call", call.id), {
-            "expectedBytes": call.recording_bytes, "receivedBytes": got.size,
-            "expectedSha256": call.recording_sha256, "receivedSha256": got.sha256})
-    log.warning("call %s: the platform's link for its RecordingSid is another recording (%d bytes, not %d): "
-                "served as unavailable", call.id, got.size, call.recording_bytes)
+        AuditEvent.record(
+            actor,
+            call.clinic_id,
+            "call.recording_mismatch",
+            ("call", call.id),
+            {
+                "expectedBytes": call.recording_bytes,
+                "receivedBytes": got.size,
+                "expectedSha256": call.recording_sha256,
+                "receivedSha256": got.sha256,
+            },
+        )
+    log.warning(
+        "call %s: the platform's link for its RecordingSid is another recording (%d bytes, not %d): "
+        "served as unavailable",
+        call.id,
+        got.size,
+        call.recording_bytes,
+    )
 
 
 def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, config: Config) -> Job:
@@ -134,9 +150,16 @@ def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, conf
         return recordings.link_state(Call.get_by_id(call_id), as_of, config).state == "expired"
 
     job, _ = queueing.enqueue_once(
-        queue, refetch_recording, str(call_id), as_utc(as_of).isoformat(), job_id=job_id(call_id),
-        replace=still_expired, job_timeout=JOB_TIMEOUT, retry=queueing.retry(config.platform_retry_intervals),
-        result_ttl=300, failure_ttl=86400,
+        queue,
+        refetch_recording,
+        str(call_id),
+        as_utc(as_of).isoformat(),
+        job_id=job_id(call_id),
+        replace=still_expired,
+        job_timeout=JOB_TIMEOUT,
+        retry=queueing.retry(config.platform_retry_intervals),
+        result_ttl=300,
+        failure_ttl=86400,
     )
     return job
 

@@ -19,8 +19,10 @@ wait in the outbox. When a job ends, its worker wakes this process's relay (`Wak
 which queues that clinic's next call at once: every worker runs a relay, so the worker
 that finished a call is enough to keep the queue fed.
 """
+
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -39,9 +41,9 @@ from rq.job import Job
 from config import Config
 from jobs import leases, queueing
 from jobs.calls import ingest_call
+from models import Call
 from plumbing.clock import utc_now
 from plumbing.database import db, is_postgresql
-from models import Call
 from plumbing.pg_listen import Listener, connector
 
 log = logging.getLogger(__name__)
@@ -53,8 +55,12 @@ def job_id(call_id: uuid.UUID | str) -> str:
 
 def job_options(config: Config) -> dict[str, Any]:
     """How the ingest job is enqueued: its limit, retries and TTLs."""
-    return dict(job_timeout=config.job_timeout, retry=queueing.retry(config.retry_delays),
-                result_ttl=3600, failure_ttl=7 * 86400)
+    return dict(
+        job_timeout=config.job_timeout,
+        retry=queueing.retry(config.retry_delays),
+        result_ttl=3600,
+        failure_ttl=7 * 86400,
+    )
 
 
 def ensure_queued(queue: Queue, call_id: uuid.UUID | str, config: Config) -> bool:
@@ -79,8 +85,9 @@ def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | N
         pending = [c.id for c in query]
     # One round trip for all the jobs, not two a call: a backlog can be tens of thousands.
     jobs = Job.fetch_many([job_id(i) for i in pending], connection=queue.connection)
-    orphans = {call_id: job for call_id, job in zip(pending, jobs)
-               if job is None or not queueing.is_live(job, refresh=False)}
+    orphans = {
+        call_id: job for call_id, job in zip(pending, jobs) if job is None or not queueing.is_live(job, refresh=False)
+    }
     for call_id in leases.held(orphans):
         del orphans[call_id]
     if orphans:
@@ -89,7 +96,9 @@ def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | N
         orphans = {call_id: job for call_id, job in orphans.items() if call_id in still}
     for call_id, job in orphans.items():
         if job is not None:
-            log.warning("call %s: its job is %s with no live worker; queued again", call_id, job.get_status(refresh=False))
+            log.warning(
+                "call %s: its job is %s with no live worker; queued again", call_id, job.get_status(refresh=False)
+            )
             queueing.forget_job(job, queue)
         ensure_queued(queue, call_id, config)
     if orphans:
@@ -99,8 +108,15 @@ def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | N
 
 
 class CallRelay:
-    def __init__(self, queue: Queue, config: Config, *, poll_every: float | None = None,
-                 sweep_every: float = 30.0, batch: int = 200) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        config: Config,
+        *,
+        poll_every: float | None = None,
+        sweep_every: float = 30.0,
+        batch: int = 200,
+    ) -> None:
         self.queue = queue
         self.config = config
         self.listening = is_postgresql()
@@ -204,10 +220,8 @@ class _WakeUp:
         return self._read
 
     def set(self) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError):  # the pipe is full: wake-ups are pending anyway
             os.write(self._write, b"\0")
-        except BlockingIOError:
-            pass  # the pipe is full: wake-ups are pending anyway
 
     def clear(self) -> None:
         try:
@@ -246,7 +260,8 @@ def waking_relay(worker_class: type) -> type:
 def start(queue: Queue, config: Config, **options: float) -> tuple[threading.Thread, threading.Event]:
     """Run a relay in a daemon thread of this process; set the event to stop it."""
     stop = threading.Event()
-    thread = threading.Thread(target=CallRelay(queue, config, **options).run, args=(stop,),
-                              name="call-relay", daemon=True)
+    thread = threading.Thread(
+        target=CallRelay(queue, config, **options).run, args=(stop,), name="call-relay", daemon=True
+    )
     thread.start()
     return thread, stop

@@ -1,4 +1,5 @@
 """What a job needs from its process, once: the worker's configuration and the database."""
+
 from __future__ import annotations
 
 import threading

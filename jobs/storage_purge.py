@@ -12,6 +12,7 @@ take disjoint rows (FOR UPDATE SKIP LOCKED), so running it in every worker needs
 election and goes on while any one worker lives. `python manage.py storage purge` runs
 one round by hand. Logs carry counts only, never keys or URLs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,8 @@ from config import Config
 from documents import patient_requests, uploads
 from plumbing.clock import utc_now
 from plumbing.database import db
-from switchboard import refusals
 from storage import LocalStorage, Storage, make_storage
+from switchboard import refusals
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +58,19 @@ def run(storage: Storage | None, config: Config, stop: threading.Event) -> None:
             with db.connection_context():
                 purged = purge_storage(storage, config)
             if purged.uploads or purged.partial_files:
-                log.info("storage purge removed %d unregistered upload(s) and %d interrupted upload file(s)",
-                         purged.uploads, purged.partial_files)
+                log.info(
+                    "storage purge removed %d unregistered upload(s) and %d interrupted upload file(s)",
+                    purged.uploads,
+                    purged.partial_files,
+                )
             if purged.refused_handoffs:
                 log.info("purge removed %d refused hand-off record(s) past their retention", purged.refused_handoffs)
         except Exception as exc:
             # Whatever fails (database, bucket, disk), the thread must outlive it: the next
             # round retries, and a batch that failed was rolled back whole.
-            log.warning("storage purge failed (%s); next round in %.0f s", type(exc).__name__,
-                        config.upload_purge_every_seconds)
+            log.warning(
+                "storage purge failed (%s); next round in %.0f s", type(exc).__name__, config.upload_purge_every_seconds
+            )
         stop.wait(config.upload_purge_every_seconds)
 
 

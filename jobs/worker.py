@@ -37,6 +37,7 @@ one anywhere else in its loop (the beat after a job, the suspension check, maint
 the job's bookkeeping). This worker skips those steps and waits for Redis with backoff
 instead, so it is still there when Redis returns (tests/test_faults.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,7 +45,7 @@ import os
 import signal
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import redis
 from rq import SimpleWorker
@@ -126,8 +127,9 @@ class ClinicWorker(SimpleWorker):
                     raise StopRequested() from None
                 # (RQ sets the worker's state before its own retry loop.) A stop request
                 # interrupts this wait like it interrupts a blocking dequeue.
-                self.log.warning("Worker %s: Redis unreachable (%s); retrying in %.0f s", self.name,
-                                 type(exc).__name__, wait)
+                self.log.warning(
+                    "Worker %s: Redis unreachable (%s); retrying in %.0f s", self.name, type(exc).__name__, wait
+                )
                 time.sleep(wait)
                 wait = min(wait * 2, 30.0)
 
@@ -135,8 +137,9 @@ class ClinicWorker(SimpleWorker):
         try:
             super().check_for_suspension(burst)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            self.log.warning("Worker %s: suspension check skipped, Redis unreachable (%s)", self.name,
-                             type(exc).__name__)
+            self.log.warning(
+                "Worker %s: suspension check skipped, Redis unreachable (%s)", self.name, type(exc).__name__
+            )
 
     def run_maintenance_tasks(self) -> None:
         try:
@@ -144,12 +147,22 @@ class ClinicWorker(SimpleWorker):
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.log.warning("Worker %s: maintenance skipped, Redis unreachable (%s)", self.name, type(exc).__name__)
 
-    def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO",
-                         date_format: str = "%H:%M:%S", log_format: str = "%(asctime)s %(message)s") -> None:
+    def _start_scheduler(
+        self,
+        burst: bool = False,
+        logging_level: str | None = "INFO",
+        date_format: str = "%H:%M:%S",
+        log_format: str = "%(asctime)s %(message)s",
+    ) -> None:
         # RQ's own, with `ClinicScheduler` (RQ names its scheduler class here, not as an attribute).
-        self.scheduler = ClinicScheduler(self.queues, connection=self.connection,
-                                         logging_level=logging_level if logging_level is not None else self.log.level,
-                                         date_format=date_format, log_format=log_format, serializer=self.serializer)
+        self.scheduler = ClinicScheduler(
+            self.queues,
+            connection=self.connection,
+            logging_level=logging_level if logging_level is not None else self.log.level,
+            date_format=date_format,
+            log_format=log_format,
+            serializer=self.serializer,
+        )
         self.scheduler.acquire_locks()
         if not self.scheduler.acquired_locks:
             return
@@ -193,12 +206,19 @@ class ClinicWorker(SimpleWorker):
             # Redis went away while RQ recorded the job's start or end. RQ would let the
             # worker quit; stay up instead: the dequeue loop waits for Redis with backoff,
             # and the relay re-queues the call if the job's work was not done.
-            self.log.warning("Worker %s: Redis unreachable around job %s (%s); carrying on",
-                             self.name, job.id, type(exc).__name__)
+            self.log.warning(
+                "Worker %s: Redis unreachable around job %s (%s); carrying on", self.name, job.id, type(exc).__name__
+            )
 
 
-def wait_for_redis(connection: redis.Redis, stopping: threading.Event, *, who: str = "worker",
-                   first_wait: float = 1.0, longest_wait: float = 30.0) -> bool:
+def wait_for_redis(
+    connection: redis.Redis,
+    stopping: threading.Event,
+    *,
+    who: str = "worker",
+    first_wait: float = 1.0,
+    longest_wait: float = 30.0,
+) -> bool:
     """Block until Redis answers a PING (True) or `stopping` is set (False), logging the
     wait (host and port only: the URL may carry a password)."""
     kwargs = connection.connection_pool.connection_kwargs
@@ -215,8 +235,14 @@ def wait_for_redis(connection: redis.Redis, stopping: threading.Event, *, who: s
     return False
 
 
-def run(worker_class: type[SimpleWorker], queues: Sequence[Queue], *, with_scheduler: bool,
-        logging_level: str, who: str = "worker") -> int:
+def run(
+    worker_class: type[SimpleWorker],
+    queues: Sequence[Queue],
+    *,
+    with_scheduler: bool,
+    logging_level: str,
+    who: str = "worker",
+) -> int:
     """Run a worker on `queues` until it is asked to stop, waiting for Redis before it
     starts and whenever Redis goes away during its start (RQ's constructor and bootstrap
     talk to Redis and raise; only its dequeue waits). SIGTERM or SIGINT while waiting

@@ -1,6 +1,7 @@
 """What the onboarding writer's parts share: the error naming the bad field's path, the
 stable ids of entities the file gives none, and the row writer that counts changes (so
 running the same file twice reports, and writes, nothing)."""
+
 from __future__ import annotations
 
 import uuid
@@ -55,7 +56,14 @@ class RowWriter:
             self.changes += 1
             model.create(**values)
 
-    def replace(self, model: type[pw.Model], where: pw.Expression, wanted: set[tuple], columns: tuple[str, ...], fixed: dict[str, Any]) -> None:
+    def replace(
+        self,
+        model: type[pw.Model],
+        where: pw.Expression,
+        wanted: set[tuple],
+        columns: tuple[str, ...],
+        fixed: dict[str, Any],
+    ) -> None:
         have = {tuple(getattr(r, _FK_IDS.get(c, c)) for c in columns): r for r in model.select().where(where)}
         for key, row in have.items():
             if key not in wanted:
@@ -67,5 +75,11 @@ class RowWriter:
 
 
 # Foreign keys compared by their raw id column.
-_FK_IDS = {"organization": "organization_id", "clinic": "clinic_id", "calendar": "calendar_id",
-           "merged_into": "merged_into_id", "tag": "tag_id", "patient": "patient_id"}
+_FK_IDS = {
+    "organization": "organization_id",
+    "clinic": "clinic_id",
+    "calendar": "calendar_id",
+    "merged_into": "merged_into_id",
+    "tag": "tag_id",
+    "patient": "patient_id",
+}

@@ -10,16 +10,27 @@ A change names what it edits by the row's id; a row of another clinic is `NotFou
 Errors are `SettingsError`: the onboarding error's path, relative to the clinic
 ("officeHours[2].closes"), and its message.
 """
+
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from models import (
-    Actor, AuditEvent, Calendar, Clinic, OfficeHours, Organization, RequestType, RequestTypeDefaultTag, Tag, Vacation,
+    Actor,
+    AuditEvent,
+    Calendar,
+    Clinic,
+    OfficeHours,
+    Organization,
+    RequestType,
+    RequestTypeDefaultTag,
+    Tag,
+    Vacation,
 )
 from onboarding.writer import OnboardingError, onboard
 from plumbing import crypto, row_cache
@@ -52,46 +63,82 @@ def clinic_document(clinic: Clinic, secret_key: str) -> dict[str, Any]:
     tag_names = {t.id: t.name for t in tags}
     calendars = list(Calendar.select().where(Calendar.clinic == clinic).order_by(Calendar.name))
     vacations: dict[uuid.UUID, list[dict[str, Any]]] = {k.id: [] for k in calendars}
-    for v in (Vacation.select().join(Calendar).where(Calendar.clinic == clinic)
-              .order_by(Vacation.starts_at, Vacation.id)):
-        vacations[v.calendar_id].append({"name": v.name, "start": _iso(v.starts_at), "end": _iso(v.ends_at),
-                                         "switchboard": v.applies_to_switchboard})
+    for v in (
+        Vacation.select().join(Calendar).where(Calendar.clinic == clinic).order_by(Vacation.starts_at, Vacation.id)
+    ):
+        vacations[v.calendar_id].append(
+            {
+                "name": v.name,
+                "start": _iso(v.starts_at),
+                "end": _iso(v.ends_at),
+                "switchboard": v.applies_to_switchboard,
+            }
+        )
     types = list(RequestType.select().where(RequestType.clinic == clinic).order_by(RequestType.name))
     defaults: dict[uuid.UUID, list[str]] = {t.id: [] for t in types}
-    for d in (RequestTypeDefaultTag.select().join(RequestType)
-              .where(RequestType.clinic == clinic)):
+    for d in RequestTypeDefaultTag.select().join(RequestType).where(RequestType.clinic == clinic):
         if d.tag_id in tag_names:
             defaults[d.request_type_id].append(tag_names[d.tag_id])
     c: dict[str, Any] = {
-        "slug": clinic.slug, "name": clinic.name, "timezone": clinic.timezone, "country": clinic.country,
-        "subdivision": clinic.subdivision, "language": clinic.language,
-        "languages": clinic.language_list or None, "missedCallRequests": clinic.missed_call_requests,
-        "officeHours": [{"weekday": WEEKDAYS[h.weekday - 1], "opens": h.opens.strftime("%H:%M"),
-                         "closes": h.closes.strftime("%H:%M"), "weeks": h.weeks}
-                        for h in OfficeHours.select().where(OfficeHours.clinic == clinic).order_by(OfficeHours.id)],
-        "calendars": [{"id": str(k.id), "name": k.name, "ignoreHolidays": k.ignore_holidays, "vacations": vacations[k.id]}
-                      for k in calendars],
-        "tags": [{"id": str(t.id), "type": t.type, "name": t.name, "color": t.color, "deleted": t.deleted_at is not None}
-                 for t in tags],
-        "requestTypes": [{"id": str(t.id), "ecrfId": t.ecrf_id, "name": t.name, "description": t.description,
-                          "requiresReservation": t.requires_reservation, "requiresPayment": t.requires_payment,
-                          "requiresSignature": t.requires_signature, "reservationLength": t.reservation_length,
-                          "remindDaysBefore": t.remind_days_before, "active": t.active,
-                          "defaultPatientTags": sorted(defaults[t.id])} for t in types],
+        "slug": clinic.slug,
+        "name": clinic.name,
+        "timezone": clinic.timezone,
+        "country": clinic.country,
+        "subdivision": clinic.subdivision,
+        "language": clinic.language,
+        "languages": clinic.language_list or None,
+        "missedCallRequests": clinic.missed_call_requests,
+        "officeHours": [
+            {
+                "weekday": WEEKDAYS[h.weekday - 1],
+                "opens": h.opens.strftime("%H:%M"),
+                "closes": h.closes.strftime("%H:%M"),
+                "weeks": h.weeks,
+            }
+            for h in OfficeHours.select().where(OfficeHours.clinic == clinic).order_by(OfficeHours.id)
+        ],
+        "calendars": [
+            {"id": str(k.id), "name": k.name, "ignoreHolidays": k.ignore_holidays, "vacations": vacations[k.id]}
+            for k in calendars
+        ],
+        "tags": [
+            {"id": str(t.id), "type": t.type, "name": t.name, "color": t.color, "deleted": t.deleted_at is not None}
+            for t in tags
+        ],
+        "requestTypes": [
+            {
+                "id": str(t.id),
+                "ecrfId": t.ecrf_id,
+                "name": t.name,
+                "description": t.description,
+                "requiresReservation": t.requires_reservation,
+                "requiresPayment": t.requires_payment,
+                "requiresSignature": t.requires_signature,
+                "reservationLength": t.reservation_length,
+                "remindDaysBefore": t.remind_days_before,
+                "active": t.active,
+                "defaultPatientTags": sorted(defaults[t.id]),
+            }
+            for t in types
+        ],
     }
     if clinic.platform_api_url:
         try:
             password = crypto.decrypt(clinic.platform_password_encrypted, secret_key)
         except crypto.InvalidToken:
             # Written under another SECRET_KEY: only the operator's onboarding file can say it again.
-            raise SettingsError("switchboard.password", "cannot be read with this SECRET_KEY; "
-                                "the operator must onboard the clinic's switchboard again") from None
-        c["switchboard"] = {"apiUrl": clinic.platform_api_url, "username": clinic.platform_username,
-                            "password": password}
+            raise SettingsError(
+                "switchboard.password",
+                "cannot be read with this SECRET_KEY; the operator must onboard the clinic's switchboard again",
+            ) from None
+        c["switchboard"] = {
+            "apiUrl": clinic.platform_api_url,
+            "username": clinic.platform_username,
+            "password": password,
+        }
         if clinic.platform_source_markers:
             c["switchboard"]["sourceMarkers"] = json.loads(clinic.platform_source_markers)
-    return {"organization": {"slug": org.slug, "name": org.name, "patientSharing": org.patient_sharing},
-            "clinics": [c]}
+    return {"organization": {"slug": org.slug, "name": org.name, "patientSharing": org.patient_sharing}, "clinics": [c]}
 
 
 class ClinicSettings:
@@ -102,8 +149,13 @@ class ClinicSettings:
         self.actor = actor
         self.secret_key = secret_key
 
-    def _change(self, action: str, edit: Callable[[dict[str, Any]], None],
-                target: tuple[str, object] | None = None, details: dict[str, Any] | None = None) -> None:
+    def _change(
+        self,
+        action: str,
+        edit: Callable[[dict[str, Any]], None],
+        target: tuple[str, object] | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         """Read the clinic as a document, `edit` its clinic, write it through onboarding
         and record `action`, all in one transaction."""
         try:
@@ -148,11 +200,16 @@ class ClinicSettings:
 
     def remove_office_hours(self, row_id: Any) -> None:
         h = self._own(OfficeHours, row_id)
-        row = {"weekday": WEEKDAYS[h.weekday - 1], "opens": h.opens.strftime("%H:%M"),
-               "closes": h.closes.strftime("%H:%M"), "weeks": h.weeks}
+        row = {
+            "weekday": WEEKDAYS[h.weekday - 1],
+            "opens": h.opens.strftime("%H:%M"),
+            "closes": h.closes.strftime("%H:%M"),
+            "weeks": h.weeks,
+        }
 
         def edit(c: dict[str, Any]) -> None:
             c["officeHours"] = [r for r in c["officeHours"] if r != row]
+
         self._change("settings.office_hours.remove", edit, details=row)
 
     # Calendars and vacations
@@ -163,28 +220,47 @@ class ClinicSettings:
             self._change("settings.calendar.create", lambda c: c["calendars"].append(fields), details={"name": name})
             return
         calendar = self._own(Calendar, calendar_id)
-        self._change("settings.calendar.update", _update_entry("calendars", str(calendar.id), fields),
-                     ("calendar", calendar.id), fields)
+        self._change(
+            "settings.calendar.update",
+            _update_entry("calendars", str(calendar.id), fields),
+            ("calendar", calendar.id),
+            fields,
+        )
 
     def add_vacation(self, calendar_id: Any, name: str, start: str, end: str, switchboard: bool) -> None:
         calendar = self._own(Calendar, calendar_id)
         tz = ZoneInfo(self.clinic.timezone)
-        vacation = {"name": name, "start": local_instant(start, tz), "end": local_instant(end, tz),
-                    "switchboard": switchboard}
+        vacation = {
+            "name": name,
+            "start": local_instant(start, tz),
+            "end": local_instant(end, tz),
+            "switchboard": switchboard,
+        }
 
         def edit(c: dict[str, Any]) -> None:
             entry = next(k for k in c["calendars"] if k["id"] == str(calendar.id))
             entry["vacations"].append(vacation)
-        self._change("settings.vacation.add", edit, ("calendar", calendar.id),
-                     {"name": name, "start": vacation["start"], "end": vacation["end"], "switchboard": switchboard})
+
+        self._change(
+            "settings.vacation.add",
+            edit,
+            ("calendar", calendar.id),
+            {"name": name, "start": vacation["start"], "end": vacation["end"], "switchboard": switchboard},
+        )
 
     def remove_vacation(self, vacation_id: Any) -> None:
         v = self._own(Vacation, vacation_id)
-        gone = {"name": v.name, "start": _iso(v.starts_at), "end": _iso(v.ends_at), "switchboard": v.applies_to_switchboard}
+        gone = {
+            "name": v.name,
+            "start": _iso(v.starts_at),
+            "end": _iso(v.ends_at),
+            "switchboard": v.applies_to_switchboard,
+        }
 
         def edit(c: dict[str, Any]) -> None:
             entry = next(k for k in c["calendars"] if k["id"] == str(v.calendar_id))
             entry["vacations"] = [x for x in entry["vacations"] if x != gone]
+
         self._change("settings.vacation.remove", edit, ("calendar", v.calendar_id), gone)
 
     # Calls
@@ -207,17 +283,25 @@ class ClinicSettings:
             names.append(self._own(Tag, tag_id, Tag.type == "patient").name)
         entry = {**fields, "defaultPatientTags": names}
         if type_id is None:
-            self._change("settings.request_type.create", lambda c: c["requestTypes"].append(entry),
-                         details={"ecrfId": fields.get("ecrfId"), "name": fields.get("name")})
+            self._change(
+                "settings.request_type.create",
+                lambda c: c["requestTypes"].append(entry),
+                details={"ecrfId": fields.get("ecrfId"), "name": fields.get("name")},
+            )
             return
         request_type = self._own(RequestType, type_id)
-        self._change("settings.request_type.update", _update_entry("requestTypes", str(request_type.id), entry),
-                     ("request_type", request_type.id), {"ecrfId": fields.get("ecrfId"), "name": fields.get("name")})
+        self._change(
+            "settings.request_type.update",
+            _update_entry("requestTypes", str(request_type.id), entry),
+            ("request_type", request_type.id),
+            {"ecrfId": fields.get("ecrfId"), "name": fields.get("name")},
+        )
 
 
 def _update_entry(collection: str, entry_id: str, fields: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
     def edit(c: dict[str, Any]) -> None:
         next(e for e in c[collection] if e["id"] == entry_id).update(fields)
+
     return edit
 
 
@@ -244,4 +328,3 @@ def local_moment(text: str, tz: ZoneInfo) -> datetime | None:
     except ValueError:
         return None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=tz)
-

@@ -32,8 +32,9 @@ def console_changes(slugs: list[str]) -> list[str]:
         changed = events.where(AuditEvent.action.startswith("settings.")).order_by(AuditEvent.id.desc()).first()
         applied = events.where(AuditEvent.action == FILE_ACTION).order_by(AuditEvent.id.desc()).first()
         if changed is not None and (applied is None or changed.id > applied.id):
-            found.append(f"{clinic.slug}: {changed.action} by {changed.actor_kind}:{changed.actor_name} "
-                         f"at {iso_utc(changed.at)}")
+            found.append(
+                f"{clinic.slug}: {changed.action} by {changed.actor_kind}:{changed.actor_name} at {iso_utc(changed.at)}"
+            )
     return found
 
 
@@ -47,9 +48,11 @@ def apply_file(document: dict[str, Any], *, secret_key: str, actor: Actor, overw
         changed = console_changes(slugs)
         if changed and not overwrite:
             raise OnboardingError(
-                "clinics", "changed in the staff console since this file was last applied, and applying it "
+                "clinics",
+                "changed in the staff console since this file was last applied, and applying it "
                 "would undo what it lists: " + "; ".join(changed) + ". Put those changes into the file "
-                "(manage.py audit --clinic SLUG lists them) or run again with --overwrite-console-changes")
+                "(manage.py audit --clinic SLUG lists them) or run again with --overwrite-console-changes",
+            )
         summary = onboard(document, secret_key=secret_key)
         for clinic in Clinic.select().where(Clinic.slug.in_(slugs)):
             AuditEvent.record(actor, clinic, FILE_ACTION, None, {"overwroteConsoleChanges": bool(changed)})

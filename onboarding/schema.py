@@ -4,6 +4,7 @@ What the schema cannot say (time zones, countries, phones, languages whisper.cpp
 references between entities) is checked by the writer, `onboarding/writer.py`; both
 report the first problem with the path of the bad field.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,8 +20,9 @@ NAME = {"type": "string", "minLength": 1, "maxLength": 200}
 UUID = {"type": "string", "format": "uuid"}
 
 
-def _closed(properties: dict[str, Any], required: list[str] | None = None,
-            any_of: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _closed(
+    properties: dict[str, Any], required: list[str] | None = None, any_of: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """An object with exactly these fields (an unknown field is an error: a typo would
     otherwise be ignored silently)."""
     out: dict[str, Any] = {"type": "object"}
@@ -37,117 +39,169 @@ def _list_of(item: dict[str, Any]) -> dict[str, Any]:
     return {"type": "array", "items": item}
 
 
-OFFICE_HOURS = _closed({
-    "weekday": {"enum": list(WEEKDAYS)},
-    "opens": HHMM,
-    "closes": HHMM,
-    "weeks": {"enum": list(OfficeHours.WEEKS)},
-}, required=["weekday", "opens", "closes"])
+OFFICE_HOURS = _closed(
+    {
+        "weekday": {"enum": list(WEEKDAYS)},
+        "opens": HHMM,
+        "closes": HHMM,
+        "weeks": {"enum": list(OfficeHours.WEEKS)},
+    },
+    required=["weekday", "opens", "closes"],
+)
 
-VACATION = _closed({
-    "name": {"type": "string", "maxLength": 200},
-    "start": DAY_OR_INSTANT,
-    "end": DAY_OR_INSTANT,
-    "switchboard": {"type": "boolean"},
-}, required=["start", "end"])
+VACATION = _closed(
+    {
+        "name": {"type": "string", "maxLength": 200},
+        "start": DAY_OR_INSTANT,
+        "end": DAY_OR_INSTANT,
+        "switchboard": {"type": "boolean"},
+    },
+    required=["start", "end"],
+)
 
-CALENDAR = _closed({
-    "id": UUID,
-    "name": NAME,
-    "ignoreHolidays": {"type": "boolean"},
-    "vacations": _list_of(VACATION),
-}, required=["name"])
+CALENDAR = _closed(
+    {
+        "id": UUID,
+        "name": NAME,
+        "ignoreHolidays": {"type": "boolean"},
+        "vacations": _list_of(VACATION),
+    },
+    required=["name"],
+)
 
-TAG = _closed({
-    "id": UUID,
-    "type": {"enum": list(Tag.TYPES)},
-    "name": NAME,
-    "color": {"type": ["string", "null"], "maxLength": 20},
-    "deleted": {"type": "boolean"},
-}, required=["type", "name"])
+TAG = _closed(
+    {
+        "id": UUID,
+        "type": {"enum": list(Tag.TYPES)},
+        "name": NAME,
+        "color": {"type": ["string", "null"], "maxLength": 20},
+        "deleted": {"type": "boolean"},
+    },
+    required=["type", "name"],
+)
 
-REQUEST_TYPE = _closed({
-    "id": UUID,
-    "ecrfId": {"type": "string", "minLength": 1, "maxLength": 100},
-    "name": NAME,
-    "description": {"type": "string"},
-    "requiresReservation": {"type": "boolean"},
-    "requiresPayment": {"type": "boolean"},
-    "requiresSignature": {"type": "boolean"},
-    "reservationLength": {"type": "integer", "minimum": 0},
-    "remindDaysBefore": {"type": "integer", "minimum": 0},
-    "active": {"type": "boolean"},
-    "defaultPatientTags": _list_of(NAME),
-}, required=["ecrfId", "name"])
+REQUEST_TYPE = _closed(
+    {
+        "id": UUID,
+        "ecrfId": {"type": "string", "minLength": 1, "maxLength": 100},
+        "name": NAME,
+        "description": {"type": "string"},
+        "requiresReservation": {"type": "boolean"},
+        "requiresPayment": {"type": "boolean"},
+        "requiresSignature": {"type": "boolean"},
+        "reservationLength": {"type": "integer", "minimum": 0},
+        "remindDaysBefore": {"type": "integer", "minimum": 0},
+        "active": {"type": "boolean"},
+        "defaultPatientTags": _list_of(NAME),
+    },
+    required=["ecrfId", "name"],
+)
 
-SWITCHBOARD = _closed({
-    "apiUrl": {"type": "string", "pattern": "^https://"},
-    "username": {"type": "string", "minLength": 1},
-    "password": {"type": "string", "minLength": 1},
-    # Words the platform's `Source` values contain; a call re-fetches expired recording
-    # links through this clinic's credentials only when its `Source` holds one.
-    "sourceMarkers": {"type": "array", "maxItems": 10, "uniqueItems": True,
-                      "items": {"type": "string", "minLength": 2, "maxLength": 50, "pattern": "^[^,]+$"}},
-}, required=["apiUrl", "username", "password"])
+SWITCHBOARD = _closed(
+    {
+        "apiUrl": {"type": "string", "pattern": "^https://"},
+        "username": {"type": "string", "minLength": 1},
+        "password": {"type": "string", "minLength": 1},
+        # Words the platform's `Source` values contain; a call re-fetches expired recording
+        # links through this clinic's credentials only when its `Source` holds one.
+        "sourceMarkers": {
+            "type": "array",
+            "maxItems": 10,
+            "uniqueItems": True,
+            "items": {"type": "string", "minLength": 2, "maxLength": 50, "pattern": "^[^,]+$"},
+        },
+    },
+    required=["apiUrl", "username", "password"],
+)
 
-CLINIC = _closed({
-    "slug": SLUG,
-    "name": NAME,
-    "timezone": {"type": "string"},
-    "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
-    "subdivision": {"type": ["string", "null"]},
-    "language": {"type": ["string", "null"], "pattern": "^[a-z]{2,3}$"},
-    # Codes are checked against whisper.cpp's list by the writer (`onboarding/writer.py`),
-    # which names the bad one; the schema only bounds the shape.
-    "languages": {"type": ["array", "null"], "minItems": 1, "maxItems": MAX_LANGUAGES,
-                  "items": {"type": "string", "maxLength": 20}},
-    "missedCallRequests": {"type": "boolean"},
-    "officeHours": _list_of(OFFICE_HOURS),
-    "calendars": _list_of(CALENDAR),
-    "tags": _list_of(TAG),
-    "requestTypes": _list_of(REQUEST_TYPE),
-    "switchboard": SWITCHBOARD,
-}, required=["slug", "name", "timezone", "country"])
+CLINIC = _closed(
+    {
+        "slug": SLUG,
+        "name": NAME,
+        "timezone": {"type": "string"},
+        "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
+        "subdivision": {"type": ["string", "null"]},
+        "language": {"type": ["string", "null"], "pattern": "^[a-z]{2,3}$"},
+        # Codes are checked against whisper.cpp's list by the writer (`onboarding/writer.py`),
+        # which names the bad one; the schema only bounds the shape.
+        "languages": {
+            "type": ["array", "null"],
+            "minItems": 1,
+            "maxItems": MAX_LANGUAGES,
+            "items": {"type": "string", "maxLength": 20},
+        },
+        "missedCallRequests": {"type": "boolean"},
+        "officeHours": _list_of(OFFICE_HOURS),
+        "calendars": _list_of(CALENDAR),
+        "tags": _list_of(TAG),
+        "requestTypes": _list_of(REQUEST_TYPE),
+        "switchboard": SWITCHBOARD,
+    },
+    required=["slug", "name", "timezone", "country"],
+)
 
-PATIENT_RECORD = _closed({
-    "clinic": SLUG,
-    "status": {"type": "string", "pattern": "^[A-Z_]{1,32}$"},
-    "note": {"type": "string"},
-    "tags": _list_of(NAME),
-    "externalIds": _list_of(_closed({
-        "id": {"type": "string", "minLength": 1, "maxLength": 200},
-        "source": {"type": "string", "maxLength": 100},
-    }, required=["id"])),
-}, required=["clinic"])
+PATIENT_RECORD = _closed(
+    {
+        "clinic": SLUG,
+        "status": {"type": "string", "pattern": "^[A-Z_]{1,32}$"},
+        "note": {"type": "string"},
+        "tags": _list_of(NAME),
+        "externalIds": _list_of(
+            _closed(
+                {
+                    "id": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "source": {"type": "string", "maxLength": 100},
+                },
+                required=["id"],
+            )
+        ),
+    },
+    required=["clinic"],
+)
 
-PATIENT = _closed({
-    "id": UUID,
-    "key": {"type": "string", "minLength": 1, "maxLength": 200},
-    "firstName": {"type": "string", "maxLength": 200},
-    "lastName": {"type": "string", "maxLength": 200},
-    "phone": {"type": "string", "maxLength": 40},
-    "email": {"type": "string", "format": "email", "maxLength": 320},
-    "birthDate": {"type": "string", "format": "date"},
-    "mergedInto": {"type": "string"},
-    "records": _list_of(PATIENT_RECORD),
-}, any_of=[{"required": ["id"]}, {"required": ["key"]}])
+PATIENT = _closed(
+    {
+        "id": UUID,
+        "key": {"type": "string", "minLength": 1, "maxLength": 200},
+        "firstName": {"type": "string", "maxLength": 200},
+        "lastName": {"type": "string", "maxLength": 200},
+        "phone": {"type": "string", "maxLength": 40},
+        "email": {"type": "string", "format": "email", "maxLength": 320},
+        "birthDate": {"type": "string", "format": "date"},
+        "mergedInto": {"type": "string"},
+        "records": _list_of(PATIENT_RECORD),
+    },
+    any_of=[{"required": ["id"]}, {"required": ["key"]}],
+)
 
 # A staff console login. Only an Argon2 hash of the password (`manage.py user hash-password`):
 # the file is shared and versioned, a password in it would be read by everyone who reads it.
-USER = _closed({
-    "email": {"type": "string", "format": "email", "maxLength": 254},
-    "name": NAME,
-    "language": {"enum": list(StaffUser.LANGUAGES)},
-    "passwordHash": {"type": "string", "pattern": "^\\$argon2id\\$", "maxLength": 500},
-    "disabled": {"type": "boolean"},
-    "clinics": {"type": "array", "minItems": 1, "items": _closed(
-        {"clinic": SLUG, "role": {"enum": list(StaffMembership.ROLES)}}, required=["clinic", "role"])},
-}, required=["email", "name", "clinics"])
+USER = _closed(
+    {
+        "email": {"type": "string", "format": "email", "maxLength": 254},
+        "name": NAME,
+        "language": {"enum": list(StaffUser.LANGUAGES)},
+        "passwordHash": {"type": "string", "pattern": "^\\$argon2id\\$", "maxLength": 500},
+        "disabled": {"type": "boolean"},
+        "clinics": {
+            "type": "array",
+            "minItems": 1,
+            "items": _closed(
+                {"clinic": SLUG, "role": {"enum": list(StaffMembership.ROLES)}}, required=["clinic", "role"]
+            ),
+        },
+    },
+    required=["email", "name", "clinics"],
+)
 
-SCHEMA: dict[str, Any] = _closed({
-    "organization": _closed({"slug": SLUG, "name": NAME, "patientSharing": {"type": "boolean"}},
-                            required=["slug", "name"]),
-    "clinics": _list_of(CLINIC),
-    "patients": _list_of(PATIENT),
-    "users": _list_of(USER),
-}, required=["organization", "clinics"])
+SCHEMA: dict[str, Any] = _closed(
+    {
+        "organization": _closed(
+            {"slug": SLUG, "name": NAME, "patientSharing": {"type": "boolean"}}, required=["slug", "name"]
+        ),
+        "clinics": _list_of(CLINIC),
+        "patients": _list_of(PATIENT),
+        "users": _list_of(USER),
+    },
+    required=["organization", "clinics"],
+)

@@ -1,14 +1,15 @@
 """A document's `users`: staff console logins and their roles in its clinics, checked
 against the document and the other organizations, then written."""
+
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from staff import passwords
 from models import Clinic, StaffMembership, StaffSession, StaffUser
 from onboarding.base import OnboardingError, RowWriter, stable_id, unique
 from plumbing.clock import utc_now
+from staff import passwords
 
 
 def plan_users(items: list[dict[str, Any]], clinics: list[dict[str, Any]], org_id: uuid.UUID) -> list[dict[str, Any]]:
@@ -23,8 +24,12 @@ def plan_users(items: list[dict[str, Any]], clinics: list[dict[str, Any]], org_i
         email = StaffUser.normal_email(u["email"])
         existing = StaffUser.by_email(email)
         if existing is not None:
-            foreign = (StaffMembership.select().join(Clinic)
-                       .where((StaffMembership.user == existing) & (Clinic.organization != org_id)).exists())
+            foreign = (
+                StaffMembership.select()
+                .join(Clinic)
+                .where((StaffMembership.user == existing) & (Clinic.organization != org_id))
+                .exists()
+            )
             if foreign:
                 raise OnboardingError(f"{at}.email", f"{email} works for another organization")
         if u.get("passwordHash") is not None and not passwords.readable_hash(u["passwordHash"]):
@@ -36,9 +41,17 @@ def plan_users(items: list[dict[str, Any]], clinics: list[dict[str, Any]], org_i
             if m["clinic"] not in slugs:
                 raise OnboardingError(f"{at}.clinics[{j}].clinic", f"no clinic {m['clinic']!r} in this document")
             roles[slugs[m["clinic"]]] = m["role"]
-        out.append({"id": existing.id if existing else stable_id("staff_user", email), "email": email,
-                    "name": u["name"], "language": u.get("language"), "password_hash": u.get("passwordHash"),
-                    "disabled": u.get("disabled"), "roles": roles})
+        out.append(
+            {
+                "id": existing.id if existing else stable_id("staff_user", email),
+                "email": email,
+                "name": u["name"],
+                "language": u.get("language"),
+                "password_hash": u.get("passwordHash"),
+                "disabled": u.get("disabled"),
+                "roles": roles,
+            }
+        )
     return out
 
 
@@ -56,11 +69,17 @@ def write_user(w: RowWriter, u: dict[str, Any], clinic_ids: list[uuid.UUID]) -> 
         disabled = before.disabled_at if before and before.disabled_at else utc_now()
         values["disabled_at"] = disabled if u["disabled"] else None
     user = w.upsert(StaffUser, u["id"], values)
-    if before is not None and (("password_hash" in values and values["password_hash"] != before.password_hash)
-                               or (u["disabled"] and before.disabled_at is None)):
+    if before is not None and (
+        ("password_hash" in values and values["password_hash"] != before.password_hash)
+        or (u["disabled"] and before.disabled_at is None)
+    ):
         StaffSession.delete().where(StaffSession.user == user.id).execute()
-    have = {m.clinic_id: m for m in StaffMembership.select().where(
-        (StaffMembership.user == user.id) & StaffMembership.clinic.in_(clinic_ids))}
+    have = {
+        m.clinic_id: m
+        for m in StaffMembership.select().where(
+            (StaffMembership.user == user.id) & StaffMembership.clinic.in_(clinic_ids)
+        )
+    }
     for clinic_id, membership in have.items():
         if clinic_id not in u["roles"]:
             w.changes += 1

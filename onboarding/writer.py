@@ -15,6 +15,7 @@ external ids) is only added or updated, never removed, because the API adds to i
 The staff logins (`users`) are `onboarding/users.py`'s; the error, the stable ids and the
 row writer that counts changes are `onboarding/base.py`'s.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,22 +27,31 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import holidays
 import peewee as pw
 
-from plumbing import row_cache
-from plumbing import crypto
-from plumbing.clock import as_utc, utc_now
-from plumbing.database import db
 from models import (
-    Calendar, Clinic, ExternalId, OfficeHours, Organization, Patient, PatientRecord, PatientRecordTag, RequestType,
-    RequestTypeDefaultTag, Tag, Vacation,
+    Calendar,
+    Clinic,
+    ExternalId,
+    OfficeHours,
+    Organization,
+    Patient,
+    PatientRecord,
+    PatientRecordTag,
+    RequestType,
+    RequestTypeDefaultTag,
+    Tag,
+    Vacation,
 )
+
 # OnboardingError and stable_id are this module's too: callers import them from here.
 from onboarding.base import OnboardingError, RowWriter, stable_id, unique
 from onboarding.schema import SCHEMA
 from onboarding.users import plan_users, write_user
-from switchboard.office_hours import WEEKDAYS
+from plumbing import crypto, json_schema, row_cache
+from plumbing.clock import as_utc, utc_now
+from plumbing.database import db
 from plumbing.phones import to_e164
+from switchboard.office_hours import WEEKDAYS
 from voicemail.transcription import whisper_languages
-from plumbing import json_schema
 
 
 def _hhmm(text: str) -> time:
@@ -70,8 +80,11 @@ def _instant(text: str, tz: ZoneInfo, *, end: bool, where: str) -> datetime:
 
 def _known_language(code: str, where: str) -> None:
     if code not in whisper_languages():
-        raise OnboardingError(where, f"{code!r} is not a language code whisper.cpp knows "
-                              "(lower-case ISO 639-1, such as 'cs', 'sk', 'uk', 'en', 'de')")
+        raise OnboardingError(
+            where,
+            f"{code!r} is not a language code whisper.cpp knows "
+            "(lower-case ISO 639-1, such as 'cs', 'sk', 'uk', 'en', 'de')",
+        )
 
 
 def _languages(codes: list[str] | None, language: str | None, at: str) -> str | None:
@@ -117,8 +130,7 @@ class _Plan:
         if model is Patient:
             owner = Patient.select(Patient.organization).where(Patient.id == key).scalar()
         else:
-            owner = (model.select(Clinic.organization).join(Clinic)
-                     .where(model._meta.primary_key == key).scalar())
+            owner = model.select(Clinic.organization).join(Clinic).where(model._meta.primary_key == key).scalar()
         if owner is not None and owner != self.org_id:
             raise OnboardingError(at, f"{key} belongs to another organization")
         return key
@@ -152,16 +164,23 @@ class _Plan:
             if key in tags:
                 raise OnboardingError(f"{at}.tags[{j}].name", f"duplicate {t['type']} tag {t['name']!r}")
             tags[key] = {
-                "id": self._own(Tag, t["id"], f"{at}.tags[{j}].id") if t.get("id") else stable_id("tag", c["slug"], *key),
-                "type": t["type"], "name": t["name"], "color": t.get("color"),
+                "id": self._own(Tag, t["id"], f"{at}.tags[{j}].id")
+                if t.get("id")
+                else stable_id("tag", c["slug"], *key),
+                "type": t["type"],
+                "name": t["name"],
+                "color": t.get("color"),
                 "deleted": bool(t.get("deleted", False)),
             }
 
         calendars = []
         unique([k["name"] for k in c.get("calendars", [])], f"{at}.calendars", "name")
         for j, k in enumerate(c.get("calendars", [])):
-            cal_id = (self._own(Calendar, k["id"], f"{at}.calendars[{j}].id") if k.get("id")
-                      else stable_id("calendar", c["slug"], k["name"]))
+            cal_id = (
+                self._own(Calendar, k["id"], f"{at}.calendars[{j}].id")
+                if k.get("id")
+                else stable_id("calendar", c["slug"], k["name"])
+            )
             vacations = []
             for v_i, v in enumerate(k.get("vacations", [])):
                 where = f"{at}.calendars[{j}].vacations[{v_i}]"
@@ -169,13 +188,23 @@ class _Plan:
                 end = _instant(v["end"], tz, end=True, where=f"{where}.end")
                 if end <= start:
                     raise OnboardingError(f"{where}.end", "is not after start")
-                vacations.append({
-                    "id": stable_id("vacation", str(cal_id), v.get("name", ""), start.isoformat(), end.isoformat()),
-                    "name": v.get("name", ""), "starts_at": start, "ends_at": end,
-                    "applies_to_switchboard": v.get("switchboard", True),
-                })
-            calendars.append({"id": cal_id, "name": k["name"], "ignore_holidays": k.get("ignoreHolidays", False),
-                              "vacations": vacations})
+                vacations.append(
+                    {
+                        "id": stable_id("vacation", str(cal_id), v.get("name", ""), start.isoformat(), end.isoformat()),
+                        "name": v.get("name", ""),
+                        "starts_at": start,
+                        "ends_at": end,
+                        "applies_to_switchboard": v.get("switchboard", True),
+                    }
+                )
+            calendars.append(
+                {
+                    "id": cal_id,
+                    "name": k["name"],
+                    "ignore_holidays": k.get("ignoreHolidays", False),
+                    "vacations": vacations,
+                }
+            )
 
         types = []
         unique([t["ecrfId"] for t in c.get("requestTypes", [])], f"{at}.requestTypes", "ecrfId")
@@ -183,35 +212,57 @@ class _Plan:
             default_tags = []
             for n, name in enumerate(t.get("defaultPatientTags", [])):
                 if ("patient", name) not in tags:
-                    raise OnboardingError(f"{at}.requestTypes[{j}].defaultPatientTags[{n}]",
-                                          f"no patient tag {name!r} in this clinic's tags")
+                    raise OnboardingError(
+                        f"{at}.requestTypes[{j}].defaultPatientTags[{n}]",
+                        f"no patient tag {name!r} in this clinic's tags",
+                    )
                 default_tags.append(tags[("patient", name)]["id"])
-            types.append({
-                "id": (self._own(RequestType, t["id"], f"{at}.requestTypes[{j}].id") if t.get("id")
-                       else stable_id("request-type", c["slug"], t["ecrfId"])),
-                "ecrf_id": t["ecrfId"], "name": t["name"], "description": t.get("description", ""),
-                "requires_reservation": t.get("requiresReservation", False),
-                "requires_payment": t.get("requiresPayment", False),
-                "requires_signature": t.get("requiresSignature", False),
-                "reservation_length": t.get("reservationLength", 0),
-                "remind_days_before": t.get("remindDaysBefore", 0),
-                "active": t.get("active", True), "default_tags": default_tags,
-            })
+            types.append(
+                {
+                    "id": (
+                        self._own(RequestType, t["id"], f"{at}.requestTypes[{j}].id")
+                        if t.get("id")
+                        else stable_id("request-type", c["slug"], t["ecrfId"])
+                    ),
+                    "ecrf_id": t["ecrfId"],
+                    "name": t["name"],
+                    "description": t.get("description", ""),
+                    "requires_reservation": t.get("requiresReservation", False),
+                    "requires_payment": t.get("requiresPayment", False),
+                    "requires_signature": t.get("requiresSignature", False),
+                    "reservation_length": t.get("reservationLength", 0),
+                    "remind_days_before": t.get("remindDaysBefore", 0),
+                    "active": t.get("active", True),
+                    "default_tags": default_tags,
+                }
+            )
 
         return {
-            "id": clinic_id, "slug": c["slug"], "name": c["name"], "timezone": c["timezone"],
-            "country": c["country"], "subdivision": c.get("subdivision"), "language": c.get("language"),
+            "id": clinic_id,
+            "slug": c["slug"],
+            "name": c["name"],
+            "timezone": c["timezone"],
+            "country": c["country"],
+            "subdivision": c.get("subdivision"),
+            "language": c.get("language"),
             "languages": _languages(c.get("languages"), c.get("language"), at),
-            "missed_call_requests": c.get("missedCallRequests", True), "hours": hours, "tags": tags,
-            "calendars": calendars, "types": types, "switchboard": c.get("switchboard"),
+            "missed_call_requests": c.get("missedCallRequests", True),
+            "hours": hours,
+            "tags": tags,
+            "calendars": calendars,
+            "types": types,
+            "switchboard": c.get("switchboard"),
         }
 
     def _patients(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         clinics = {c["slug"]: c for c in self.clinics}
         ids: dict[str, uuid.UUID] = {}
         for i, p in enumerate(items):
-            pid = (self._own(Patient, p["id"], f"patients[{i}].id") if p.get("id")
-                   else stable_id("patient", self.doc["organization"]["slug"], p["key"]))
+            pid = (
+                self._own(Patient, p["id"], f"patients[{i}].id")
+                if p.get("id")
+                else stable_id("patient", self.doc["organization"]["slug"], p["key"])
+            )
             for ref in filter(None, (p.get("key"), p.get("id"))):
                 if ref in ids:
                     raise OnboardingError(f"patients[{i}]", f"duplicate patient {ref!r}")
@@ -219,7 +270,13 @@ class _Plan:
         out = []
         for i, p in enumerate(items):
             at = f"patients[{i}]"
-            region = clinics[p["records"][0]["clinic"]]["country"] if p.get("records") and p["records"][0]["clinic"] in clinics else self.clinics[0]["country"] if self.clinics else "US"
+            region = (
+                clinics[p["records"][0]["clinic"]]["country"]
+                if p.get("records") and p["records"][0]["clinic"] in clinics
+                else self.clinics[0]["country"]
+                if self.clinics
+                else "US"
+            )
             phone = None
             if p.get("phone"):
                 phone = to_e164(p["phone"], region)
@@ -240,19 +297,32 @@ class _Plan:
                 tag_ids = []
                 for n, name in enumerate(r.get("tags", [])):
                     if ("patient", name) not in clinic["tags"]:
-                        raise OnboardingError(f"{at}.records[{j}].tags[{n}]", f"no patient tag {name!r} in {r['clinic']}")
+                        raise OnboardingError(
+                            f"{at}.records[{j}].tags[{n}]", f"no patient tag {name!r} in {r['clinic']}"
+                        )
                     tag_ids.append(clinic["tags"][("patient", name)]["id"])
-                records.append({
-                    "clinic_id": clinic["id"], "status": r.get("status", "ACTIVE"), "note": r.get("note", ""),
-                    "tags": tag_ids,
-                    "external_ids": [(e.get("source", ""), e["id"]) for e in r.get("externalIds", [])],
-                })
+                records.append(
+                    {
+                        "clinic_id": clinic["id"],
+                        "status": r.get("status", "ACTIVE"),
+                        "note": r.get("note", ""),
+                        "tags": tag_ids,
+                        "external_ids": [(e.get("source", ""), e["id"]) for e in r.get("externalIds", [])],
+                    }
+                )
             birth = date.fromisoformat(p["birthDate"]) if p.get("birthDate") else None
-            out.append({
-                "id": ids[p.get("key") or p["id"]], "first_name": p.get("firstName", ""),
-                "last_name": p.get("lastName", ""), "phone": phone, "email": p.get("email"),
-                "birth_date": birth, "merged_into": merged_into, "records": records,
-            })
+            out.append(
+                {
+                    "id": ids[p.get("key") or p["id"]],
+                    "first_name": p.get("firstName", ""),
+                    "last_name": p.get("lastName", ""),
+                    "phone": phone,
+                    "email": p.get("email"),
+                    "birth_date": birth,
+                    "merged_into": merged_into,
+                    "records": records,
+                }
+            )
         # Merge chains must end: a cycle would make the survivor undefined.
         links = {p["id"]: p["merged_into"] for p in out if p["merged_into"]}
         for start in links:
@@ -278,46 +348,81 @@ def _onboard(document: dict[str, Any], secret_key: str) -> str:
         plan = _Plan(document)
         w = RowWriter(secret_key)
         org = document["organization"]
-        w.upsert(Organization, plan.org_id, {"slug": org["slug"], "name": org["name"],
-                                             "patient_sharing": org.get("patientSharing", False)})
+        w.upsert(
+            Organization,
+            plan.org_id,
+            {"slug": org["slug"], "name": org["name"], "patient_sharing": org.get("patientSharing", False)},
+        )
         for c in plan.clinics:
             _write_clinic(w, plan.org_id, c)
         for p in plan.patients:  # all rows first, so merged_into always points at one
-            w.upsert(Patient, p["id"], {"organization": plan.org_id, "first_name": p["first_name"],
-                                        "last_name": p["last_name"], "phone": p["phone"], "email": p["email"],
-                                        "birth_date": p["birth_date"]})
+            w.upsert(
+                Patient,
+                p["id"],
+                {
+                    "organization": plan.org_id,
+                    "first_name": p["first_name"],
+                    "last_name": p["last_name"],
+                    "phone": p["phone"],
+                    "email": p["email"],
+                    "birth_date": p["birth_date"],
+                },
+            )
         for p in plan.patients:
             w.upsert(Patient, p["id"], {"merged_into": p["merged_into"]})
             for r in p["records"]:
-                record = PatientRecord.get_or_none((PatientRecord.patient == p["id"]) & (PatientRecord.clinic == r["clinic_id"]))
+                record = PatientRecord.get_or_none(
+                    (PatientRecord.patient == p["id"]) & (PatientRecord.clinic == r["clinic_id"])
+                )
                 rid = record.id if record else stable_id("record", str(p["id"]), str(r["clinic_id"]))
-                w.upsert(PatientRecord, rid, {"patient": p["id"], "clinic": r["clinic_id"], "status": r["status"], "note": r["note"]})
+                w.upsert(
+                    PatientRecord,
+                    rid,
+                    {"patient": p["id"], "clinic": r["clinic_id"], "status": r["status"], "note": r["note"]},
+                )
                 for tag_id in r["tags"]:
                     w.ensure(PatientRecordTag, record=rid, tag=tag_id)
                 for source, value in r["external_ids"]:
-                    owner = ExternalId.get_or_none((ExternalId.clinic == r["clinic_id"]) & (ExternalId.source == source) & (ExternalId.value == value))
+                    owner = ExternalId.get_or_none(
+                        (ExternalId.clinic == r["clinic_id"])
+                        & (ExternalId.source == source)
+                        & (ExternalId.value == value)
+                    )
                     if owner is not None and owner.patient_id != p["id"]:
-                        raise OnboardingError("patients", f"external id {source}:{value} already belongs to another patient")
+                        raise OnboardingError(
+                            "patients", f"external id {source}:{value} already belongs to another patient"
+                        )
                     w.ensure(ExternalId, clinic=r["clinic_id"], patient=p["id"], source=source, value=value)
         for u in plan.users:
             write_user(w, u, [c["id"] for c in plan.clinics])
-        return (f"onboarded {org['slug']}: {len(plan.clinics)} clinic(s), {len(plan.patients)} patient(s), "
-                f"{len(plan.users)} user(s), {w.changes} change(s)")
+        return (
+            f"onboarded {org['slug']}: {len(plan.clinics)} clinic(s), {len(plan.patients)} patient(s), "
+            f"{len(plan.users)} user(s), {w.changes} change(s)"
+        )
 
 
 def _write_clinic(w: RowWriter, org_id: uuid.UUID, c: dict[str, Any]) -> None:
-    values = {k: c[k] for k in ("slug", "name", "timezone", "country", "subdivision", "language", "languages",
-                                 "missed_call_requests")}
+    values = {
+        k: c[k]
+        for k in ("slug", "name", "timezone", "country", "subdivision", "language", "languages", "missed_call_requests")
+    }
     values["organization"] = org_id
     current = Clinic.get_or_none(Clinic.id == c["id"])
     sb = c["switchboard"]
     if sb is None:
-        values |= {"platform_api_url": None, "platform_username": None, "platform_password_encrypted": None,
-                   "platform_source_markers": None}
+        values |= {
+            "platform_api_url": None,
+            "platform_username": None,
+            "platform_password_encrypted": None,
+            "platform_source_markers": None,
+        }
     else:
         markers = [word.strip().lower() for word in sb.get("sourceMarkers", []) if word.strip()]
-        values |= {"platform_api_url": sb["apiUrl"], "platform_username": sb["username"],
-                   "platform_source_markers": json.dumps(markers) if markers else None}
+        values |= {
+            "platform_api_url": sb["apiUrl"],
+            "platform_username": sb["username"],
+            "platform_source_markers": json.dumps(markers) if markers else None,
+        }
         stored = current.platform_password_encrypted if current else None
         try:
             same = stored is not None and crypto.decrypt(stored, w.secret_key) == sb["password"]
@@ -327,25 +432,50 @@ def _write_clinic(w: RowWriter, org_id: uuid.UUID, c: dict[str, Any]) -> None:
             values["platform_password_encrypted"] = crypto.encrypt(sb["password"], w.secret_key)
     w.upsert(Clinic, c["id"], values)
 
-    w.replace(OfficeHours, OfficeHours.clinic == c["id"], set(c["hours"]), ("weekday", "opens", "closes", "weeks"), {"clinic": c["id"]})
+    w.replace(
+        OfficeHours,
+        OfficeHours.clinic == c["id"],
+        set(c["hours"]),
+        ("weekday", "opens", "closes", "weeks"),
+        {"clinic": c["id"]},
+    )
     for t in c["tags"].values():
         existing = Tag.get_or_none(Tag.id == t["id"])
         deleted_at = None
         if t["deleted"]:
             deleted_at = existing.deleted_at if existing and existing.deleted_at else utc_now()
-        w.upsert(Tag, t["id"], {"clinic": c["id"], "type": t["type"], "name": t["name"], "color": t["color"],
-                               "deleted_at": deleted_at})
+        w.upsert(
+            Tag,
+            t["id"],
+            {"clinic": c["id"], "type": t["type"], "name": t["name"], "color": t["color"], "deleted_at": deleted_at},
+        )
     for k in c["calendars"]:
         w.upsert(Calendar, k["id"], {"clinic": c["id"], "name": k["name"], "ignore_holidays": k["ignore_holidays"]})
         wanted = {v["id"] for v in k["vacations"]}
-        for row in Vacation.select().where((Vacation.calendar == k["id"]) & Vacation.id.not_in(list(wanted) or [uuid.UUID(int=0)])):
+        for row in Vacation.select().where(
+            (Vacation.calendar == k["id"]) & Vacation.id.not_in(list(wanted) or [uuid.UUID(int=0)])
+        ):
             w.changes += 1
             row.delete_instance()
         for v in k["vacations"]:
-            w.upsert(Vacation, v["id"], {"calendar": k["id"], "name": v["name"], "starts_at": v["starts_at"],
-                                         "ends_at": v["ends_at"], "applies_to_switchboard": v["applies_to_switchboard"]})
+            w.upsert(
+                Vacation,
+                v["id"],
+                {
+                    "calendar": k["id"],
+                    "name": v["name"],
+                    "starts_at": v["starts_at"],
+                    "ends_at": v["ends_at"],
+                    "applies_to_switchboard": v["applies_to_switchboard"],
+                },
+            )
     for t in c["types"]:
         fields = {k: v for k, v in t.items() if k not in ("id", "default_tags")}
         w.upsert(RequestType, t["id"], {"clinic": c["id"], **fields})
-        w.replace(RequestTypeDefaultTag, RequestTypeDefaultTag.request_type == t["id"],
-                  {(tag_id,) for tag_id in t["default_tags"]}, ("tag",), {"request_type": t["id"]})
+        w.replace(
+            RequestTypeDefaultTag,
+            RequestTypeDefaultTag.request_type == t["id"],
+            {(tag_id,) for tag_id in t["default_tags"]},
+            ("tag",),
+            {"request_type": t["id"]},
+        )

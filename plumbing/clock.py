@@ -3,14 +3,15 @@
 `now()` is the aware wall clock (`Config.clock`, replaceable in tests); `utc_now()` the
 naive UTC value every DateTimeField stores; `as_utc` and `iso_utc` convert to them.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def now() -> datetime:
     """The wall clock, aware (UTC)."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def utc_now() -> datetime:
@@ -21,7 +22,7 @@ def utc_now() -> datetime:
 def as_utc(value: datetime) -> datetime:
     """Aware or naive (taken as UTC) -> naive UTC."""
     if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(UTC).replace(tzinfo=None)
     return value
 
 

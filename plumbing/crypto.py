@@ -1,4 +1,5 @@
 """Secrets at rest (platform passwords): Fernet with a key from SECRET_KEY."""
+
 from __future__ import annotations
 
 import base64
@@ -6,7 +7,7 @@ import hashlib
 
 from cryptography.fernet import Fernet, InvalidToken
 
-__all__ = ["encrypt", "decrypt", "InvalidToken", "MIN_SECRET_KEY_BYTES"]
+__all__ = ["MIN_SECRET_KEY_BYTES", "InvalidToken", "decrypt", "encrypt"]
 
 #: Shortest SECRET_KEY a production process accepts, in UTF-8 bytes: 256 bits of a random
 #: value, out of reach of guessing whatever is derived from it (config.py enforces it).

@@ -2,6 +2,7 @@
 at check-out, cooperative under gevent) or SQLite, and running hand-written SQL on the
 hot path (every authenticated request, every call hand-off).
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,6 +64,7 @@ def _cooperative_psycopg2() -> None:
         return
     if monkey.is_module_patched("socket"):
         from psycogreen.gevent import patch_psycopg
+
         patch_psycopg()
 
 
@@ -86,7 +88,7 @@ def open_database(url: str, *, pool_size: int = 10, pool_wait: float = 10, poole
             **params,
         )
     if scheme == "sqlite":
-        path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else url[len("sqlite://"):]
+        path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else url[len("sqlite://") :]
         return pw.SqliteDatabase(
             path or ":memory:",
             pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 10000},
@@ -118,6 +120,7 @@ def release_connection() -> bool:
 # --- SQL by hand on the hot path, written from the models' metadata (a renamed column
 # cannot drift).
 
+
 def from_row(model: type[pw.Model], values: tuple) -> pw.Model:
     """A model from raw column values in `_meta.sorted_fields` order, converted as Peewee
     converts its own query results."""
@@ -138,7 +141,7 @@ def hot_sql(sql: str, params: list | tuple):
 
 # Server-side prepared statements: connection -> names prepared on it. A pooled
 # connection keeps its statements for its whole life; a new one prepares them again.
-_prepared: "weakref.WeakKeyDictionary[object, set[str]]" = weakref.WeakKeyDictionary()
+_prepared: weakref.WeakKeyDictionary[object, set[str]] = weakref.WeakKeyDictionary()
 _prepare_failures = 0
 _PREPARE_GIVE_UP = 3
 # invalid_sql_statement_name (EXECUTE of a statement this session does not have),
@@ -168,8 +171,7 @@ def hot_prepared(name: str, sql: str, params: list | tuple):
     this process stops trying."""
     global _prepare_failures
     database = db.obj
-    if (not is_postgresql(database) or database.in_transaction()
-            or _prepare_failures >= _PREPARE_GIVE_UP):
+    if not is_postgresql(database) or database.in_transaction() or _prepare_failures >= _PREPARE_GIVE_UP:
         return hot_sql(sql, params)
     conn = database.connection()
     names = _prepared.setdefault(conn, set())
@@ -185,6 +187,8 @@ def hot_prepared(name: str, sql: str, params: list | tuple):
         names.discard(name)
         _prepare_failures += 1
         if _prepare_failures == _PREPARE_GIVE_UP:
-            log.warning("prepared statements do not work on this connection (%s); not using them",
-                        type(exc.__cause__ or exc).__name__)
+            log.warning(
+                "prepared statements do not work on this connection (%s); not using them",
+                type(exc.__cause__ or exc).__name__,
+            )
         return hot_sql(sql, params)

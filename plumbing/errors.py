@@ -7,6 +7,7 @@ Each refusal has a stable `code` (the API's machine-readable word) and a message
 people; `data` holds fields an answer carries besides (`mergedInto`), `retry_after` the
 seconds after which trying again may work.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,8 +18,7 @@ class DomainError(Exception):
 
     default_code = "ERROR"
 
-    def __init__(self, message: str, *, code: str | None = None, retry_after: int | None = None,
-                 **data: Any) -> None:
+    def __init__(self, message: str, *, code: str | None = None, retry_after: int | None = None, **data: Any) -> None:
         super().__init__(message)
         self.message = message
         self.code = code or self.default_code

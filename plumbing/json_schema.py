@@ -6,10 +6,12 @@ that may only accept, then the Python `jsonschema` validator, the sole authority
 refusals and their messages. `check` turns a refusal into `errors.Invalid` naming the
 field (the API answers it 400 VALIDATION_FAILED).
 """
+
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import jsonschema_rs
 from jsonschema import Draft202012Validator, FormatChecker, validators
@@ -50,7 +52,8 @@ def _validator(schema: dict[str, Any]) -> Any:
 # before a final newline). Formats use the Python checks: jsonschema_rs's own accept year 0
 # and leap seconds. The walk runs first: it also keeps over-deep bodies out of the Rust code.
 _RS_FORMATS: dict[str, Callable[[str], bool]] = {
-    name: (lambda text, name=name: _format_checker.conforms(text, name)) for name in _format_checker.checkers}
+    name: (lambda text, name=name: _format_checker.conforms(text, name)) for name in _format_checker.checkers
+}
 _JSON_SCALARS = (int, float, bool, type(None))
 _fast_validators: dict[int, tuple[dict[str, Any], Any]] = {}
 

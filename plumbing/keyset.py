@@ -9,14 +9,16 @@ one-column key's cursor is its value's text (a patient id); a longer key's is th
 list of the values' texts in URL-safe base64 without padding. A cursor that is neither
 is refused: 400 VALIDATION_FAILED.
 """
+
 from __future__ import annotations
 
 import base64
 import json
 import operator
 import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 import peewee as pw
 

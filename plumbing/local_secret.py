@@ -7,6 +7,7 @@ encrypted with it: a new key each start would make them unreadable.
 
     python -m plumbing.local_secret var/secret_key   # prints the key (made on first use)
 """
+
 from __future__ import annotations
 
 import os
@@ -58,9 +59,11 @@ def ensure_secret_key_file(path: str | os.PathLike[str]) -> str:
 def _read(path: Path) -> str:
     key = path.read_text(encoding="utf-8").strip()
     if len(key.encode("utf-8")) < MIN_SECRET_KEY_BYTES:
-        raise ValueError(f"{path} does not hold a secret key of at least {MIN_SECRET_KEY_BYTES} bytes; "
-                         "remove it to have a new one made (platform passwords stored with the old "
-                         "key must then be onboarded again)")
+        raise ValueError(
+            f"{path} does not hold a secret key of at least {MIN_SECRET_KEY_BYTES} bytes; "
+            "remove it to have a new one made (platform passwords stored with the old "
+            "key must then be onboarded again)"
+        )
     return key
 
 

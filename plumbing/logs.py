@@ -13,6 +13,7 @@ Safety rules, whatever the level:
 - urllib3, botocore, boto3 and s3transfer log full request URLs (presigned query strings)
   and signed headers at DEBUG: they are held at INFO.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -175,7 +176,9 @@ class RequestId:
         req.context.client_address_token = client_address.set(req.context.client_address)
         req.context.request_started = time.perf_counter()
 
-    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool) -> None:
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool
+    ) -> None:
         rid = getattr(req.context, "request_id", None)
         if rid is None:  # process_request never ran (cannot happen with Falcon's ordering)
             return
@@ -183,8 +186,14 @@ class RequestId:
         if access_log.isEnabledFor(logging.INFO):
             ms = round((time.perf_counter() - req.context.request_started) * 1000, 2)
             # pid: which web process answered (a check that must hold in every process can tell).
-            fields = {"method": req.method, "path": req.path, "route": req.uri_template, "status": resp.status_code,
-                      "duration_ms": ms, "pid": os.getpid()}
+            fields = {
+                "method": req.method,
+                "path": req.path,
+                "route": req.uri_template,
+                "status": resp.status_code,
+                "duration_ms": ms,
+                "pid": os.getpid(),
+            }
             token = getattr(req.context, "token", None)  # set by web.auth once the bearer token checked out
             if token is not None:
                 fields["token"] = str(token.id)  # its id, which the audit trail names too; never the secret

@@ -23,6 +23,7 @@ timing is `jobs/metrics.py`.
   never raw paths, so no clinic slugs or ids), known methods, status codes, job function
   names, short outcome words, model file names. Nothing tenant-specific.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -32,13 +33,12 @@ import os
 import re
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from rq.registry import DeferredJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
-
 
 log = logging.getLogger(__name__)
 
@@ -60,32 +60,65 @@ class Family:
         return REDIS_KEY + self.name
 
 
-HTTP_REQUESTS = Family("http_requests_total", "HTTP requests answered, by route template, method and status.",
-                       ("route", "method", "status"))
-HTTP_DURATION = Family("http_request_duration_seconds", "Time from the request reaching the app to its answer.",
-                       ("route", "method", "status"),
-                       (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
-JOBS = Family("jobs_total", "RQ jobs run, by function and outcome (the job's return word, retried or failed).",
-              ("function", "outcome"))
-JOB_DURATION = Family("job_duration_seconds", "Wall time of one RQ job run.", ("function", "outcome"),
-                      (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0))
-TRANSCRIPTION_RTF = Family("transcription_real_time_factor",
-                           "Transcription time over audio duration, per transcribed call (below 1: faster than real time).",
-                           ("model",), (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0))
+HTTP_REQUESTS = Family(
+    "http_requests_total",
+    "HTTP requests answered, by route template, method and status.",
+    ("route", "method", "status"),
+)
+HTTP_DURATION = Family(
+    "http_request_duration_seconds",
+    "Time from the request reaching the app to its answer.",
+    ("route", "method", "status"),
+    (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+JOBS = Family(
+    "jobs_total",
+    "RQ jobs run, by function and outcome (the job's return word, retried or failed).",
+    ("function", "outcome"),
+)
+JOB_DURATION = Family(
+    "job_duration_seconds",
+    "Wall time of one RQ job run.",
+    ("function", "outcome"),
+    (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0),
+)
+TRANSCRIPTION_RTF = Family(
+    "transcription_real_time_factor",
+    "Transcription time over audio duration, per transcribed call (below 1: faster than real time).",
+    ("model",),
+    (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0),
+)
 TRANSCRIPTION_AUDIO = Family("transcription_audio_seconds_total", "Seconds of call audio transcribed.", ("model",))
 TRANSCRIPTION_TIME = Family("transcription_seconds_total", "Seconds spent transcribing call audio.", ("model",))
-HANDOFFS_REFUSED = Family("handoffs_refused_total",
-                          "recording-complete hand-offs answered 4xx after the token was authenticated (each one a "
-                          "voicemail that did not arrive: switchboards do not retry a 4xx), by status and code.",
-                          ("status", "code"))
-HANDOFF_ANOMALIES = Family("handoff_anomalies_total",
-                           "Hand-offs stored with something odd about them (switchboard.handoff.ANOMALIES), by anomaly.",
-                           ("anomaly",))
-RECORDING_CHECKS = Family("recording_checks_total",
-                          "Re-fetched recording links checked against the bytes the hand-off delivered, by result "
-                          "(match; mismatch: served as unavailable, never the other recording).", ("result",))
-FAMILIES = (HTTP_REQUESTS, HTTP_DURATION, JOBS, JOB_DURATION, TRANSCRIPTION_RTF, TRANSCRIPTION_AUDIO, TRANSCRIPTION_TIME,
-            HANDOFFS_REFUSED, HANDOFF_ANOMALIES, RECORDING_CHECKS)
+HANDOFFS_REFUSED = Family(
+    "handoffs_refused_total",
+    "recording-complete hand-offs answered 4xx after the token was authenticated (each one a "
+    "voicemail that did not arrive: switchboards do not retry a 4xx), by status and code.",
+    ("status", "code"),
+)
+HANDOFF_ANOMALIES = Family(
+    "handoff_anomalies_total",
+    "Hand-offs stored with something odd about them (switchboard.handoff.ANOMALIES), by anomaly.",
+    ("anomaly",),
+)
+RECORDING_CHECKS = Family(
+    "recording_checks_total",
+    "Re-fetched recording links checked against the bytes the hand-off delivered, by result "
+    "(match; mismatch: served as unavailable, never the other recording).",
+    ("result",),
+)
+FAMILIES = (
+    HTTP_REQUESTS,
+    HTTP_DURATION,
+    JOBS,
+    JOB_DURATION,
+    TRANSCRIPTION_RTF,
+    TRANSCRIPTION_AUDIO,
+    TRANSCRIPTION_TIME,
+    HANDOFFS_REFUSED,
+    HANDOFF_ANOMALIES,
+    RECORDING_CHECKS,
+)
 
 #: Label values kept bounded: the HTTP methods counted by name, and short words (job
 #: functions and outcomes); anything else is counted as "OTHER" / "other".
@@ -125,8 +158,11 @@ class Recorder:
         bucket = _le(family.buckets[index]) if index < len(family.buckets) else "le=+Inf"
         pending, k = self._pending, family.key
         with self._lock:
-            for field, amount in ((labels + _PART + "count", 1.0), (labels + _PART + "sum", value),
-                                  (labels + _PART + bucket, 1.0)):
+            for field, amount in (
+                (labels + _PART + "count", 1.0),
+                (labels + _PART + "sum", value),
+                (labels + _PART + bucket, 1.0),
+            ):
                 pending[(k, field)] = pending.get((k, field), 0.0) + amount
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
@@ -176,6 +212,7 @@ def observe_transcription(model: str, audio_seconds: float, elapsed_seconds: flo
 
 # --- flushing ---------------------------------------------------------------------------------
 
+
 class Flusher:
     """A daemon thread per process adding RECORDER to Redis every `interval` seconds.
     Started lazily from the first request of each process, so it also exists in processes
@@ -207,6 +244,7 @@ class Flusher:
 
 # --- scrape: read the totals and the queues from Redis ---------------------------------------
 
+
 def _split(field: bytes) -> tuple[list[str], str | None]:
     text = field.decode("utf-8", "replace")
     labels, _, part = text.partition(_PART)
@@ -226,8 +264,12 @@ class RedisCollector:
         keys = []
         for name in self.queues:
             keys.append((name, "queued", "list", f"rq:queue:{name}"))
-            for state, registry in (("started", StartedJobRegistry), ("scheduled", ScheduledJobRegistry),
-                                    ("deferred", DeferredJobRegistry), ("failed", FailedJobRegistry)):
+            for state, registry in (
+                ("started", StartedJobRegistry),
+                ("scheduled", ScheduledJobRegistry),
+                ("deferred", DeferredJobRegistry),
+                ("failed", FailedJobRegistry),
+            ):
                 keys.append((name, state, "zset", registry(name, connection=self.connection).key))
         return keys
 
@@ -251,9 +293,12 @@ class RedisCollector:
         yield up
         for family, stored in zip(FAMILIES, answers):
             yield self._family(family, stored)
-        depths = answers[len(FAMILIES):-1]
-        jobs = GaugeMetricFamily(f"{PREFIX}_queue_jobs", "RQ jobs per queue and state (queued, started, scheduled, "
-                                 "deferred, failed).", labels=("queue", "state"))
+        depths = answers[len(FAMILIES) : -1]
+        jobs = GaugeMetricFamily(
+            f"{PREFIX}_queue_jobs",
+            "RQ jobs per queue and state (queued, started, scheduled, deferred, failed).",
+            labels=("queue", "state"),
+        )
         for (queue, state, _, _), depth in zip(queue_keys, depths):
             jobs.add_metric([queue, state], depth)
         yield jobs

@@ -7,11 +7,14 @@ the server sent; `close` hangs up. A lost connection (a server restart,
 recovering means opening a new Listener, when and how often is the caller's policy
 (plumbing/row_cache.py retries in the background, jobs/relay.py from its loop, with backoff).
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 import select
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import peewee as pw
 import psycopg2
@@ -28,11 +31,15 @@ Connect = Callable[[], psycopg2.extensions.connection]
 def connector(database: pw.PostgresqlDatabase, **params: Any) -> Connect:
     """A function opening a new connection (not a pooled one) to `database` with its
     URL's own parameters (host, port, sslmode, ...) and `params` on top."""
-    options = {**{k: v for k, v in database.connect_params.items() if k != "connection_factory"},
-               "dbname": database.database, **params}
+    options = {
+        **{k: v for k, v in database.connect_params.items() if k != "connection_factory"},
+        "dbname": database.database,
+        **params,
+    }
 
     def connect() -> psycopg2.extensions.connection:
         return psycopg2.connect(**options)
+
     return connect
 
 
@@ -44,7 +51,7 @@ class Listener:
         self.pid = os.getpid()
 
     @classmethod
-    def open(cls, connect: Connect, *channels: str) -> "Listener":
+    def open(cls, connect: Connect, *channels: str) -> Listener:
         """Connect and LISTEN on `channels`; raises psycopg2.Error or OSError when that fails."""
         conn = connect()
         try:
@@ -87,7 +94,5 @@ class Listener:
 
 
 def _close(conn: psycopg2.extensions.connection) -> None:
-    try:
+    with contextlib.suppress(psycopg2.Error):
         conn.close()
-    except psycopg2.Error:
-        pass

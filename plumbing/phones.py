@@ -1,5 +1,6 @@
 """Phone numbers: parse anything a switchboard or an integrator sends, or a caller says,
 and store E.164."""
+
 from __future__ import annotations
 
 import re
@@ -57,4 +58,5 @@ def _only_prefixed(said: str, number: phonenumbers.PhoneNumber, region: str) -> 
     home = phonenumbers.PhoneMetadata.metadata_for_region(region.upper())
     exit_code = home.international_prefix if home else None  # "00" in Europe
     return head in international | {"", trunk} or any(
-        bool(exit_code and head.endswith(h) and re.fullmatch(exit_code, head[: -len(h)])) for h in international)
+        bool(exit_code and head.endswith(h) and re.fullmatch(exit_code, head[: -len(h)])) for h in international
+    )

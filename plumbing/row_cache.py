@@ -25,20 +25,22 @@ on the listening connection: behind such a pooler a change is honoured within a 
 of its commit, at the cost of one small query a second per process. SQLite (the embedded
 default) has no NOTIFY and gets no cache: its lookups are local.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
 import weakref
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import peewee as pw
 import psycopg2
 
 from plumbing import pg_listen
-from plumbing.pg_listen import Listener
 from plumbing.database import is_postgresql
+from plumbing.pg_listen import Listener
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ CHANNEL = "auth_changed"
 GENERATION_SQL = "SELECT n FROM cache_generation WHERE id = 1"
 RECONNECT_EVERY = 5.0  # seconds between attempts to re-establish the listening connection
 
-_caches: "weakref.WeakSet[RowCache]" = weakref.WeakSet()
+_caches: weakref.WeakSet[RowCache] = weakref.WeakSet()
 
 
 def changed_here() -> None:
@@ -57,8 +59,15 @@ def changed_here() -> None:
 
 
 class RowCache:
-    def __init__(self, connect: Callable[[], Any] | None, *, ttl: float = 60.0, max_entries: int = 10_000,
-                 poll_every: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Any] | None,
+        *,
+        ttl: float = 60.0,
+        max_entries: int = 10_000,
+        poll_every: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._connect = connect
         self.ttl = ttl
         self.poll_every = poll_every
@@ -76,14 +85,20 @@ class RowCache:
         _caches.add(self)
 
     @classmethod
-    def for_database(cls, database: pw.Database, **options: Any) -> "RowCache":
+    def for_database(cls, database: pw.Database, **options: Any) -> RowCache:
         """A cache listening on `database` when it is PostgreSQL; a disabled one otherwise."""
         if not is_postgresql(database):
             return cls(None, **options)
         # The URL's own parameters (host, sslmode, ...), with ours on top; keepalives notice
         # a connection that died silently, `ttl` covers the rest.
-        connect = pg_listen.connector(database, application_name="auth-cache listener", keepalives=1,
-                                      keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
+        connect = pg_listen.connector(
+            database,
+            application_name="auth-cache listener",
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+        )
         return cls(connect, **options)
 
     @property
@@ -126,8 +141,9 @@ class RowCache:
             if self._clock() >= self._poll_at:
                 self._poll_generation()
         except pg_listen.LOST as exc:
-            log.warning("auth cache: listening connection lost (%s); reading tokens from the database",
-                        type(exc).__name__)
+            log.warning(
+                "auth cache: listening connection lost (%s); reading tokens from the database", type(exc).__name__
+            )
             self._drop()
             return False
         return True
@@ -156,8 +172,11 @@ class RowCache:
         try:
             listener = Listener.open(self._connect, CHANNEL)
         except (psycopg2.Error, OSError) as exc:
-            log.warning("auth cache: cannot listen for token changes (%s); retrying in %.0f s",
-                        type(exc).__name__, RECONNECT_EVERY)
+            log.warning(
+                "auth cache: cannot listen for token changes (%s); retrying in %.0f s",
+                type(exc).__name__,
+                RECONNECT_EVERY,
+            )
             with self._lock:
                 self._connecting = False
                 self._retry_at = self._clock() + RECONNECT_EVERY

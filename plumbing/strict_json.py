@@ -5,6 +5,7 @@
 only `ValueError` into a 400, so either would surface as a 500 or as a float no schema
 expects. `loads` refuses both as malformed JSON.
 """
+
 from __future__ import annotations
 
 import json

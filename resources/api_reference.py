@@ -6,6 +6,7 @@ requirements.txt, kept by connexion's maintainers), so a PaaS build needs nothin
 and is served from here: the page loads nothing from anywhere but this service. Its Content-Security-Policy says so to
 the browser too, so a future Swagger UI that reached for a CDN, a font or the public
 validator would be stopped by the browser, not only by the test that looks for it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,8 +31,10 @@ _ASSETS = {
 
 # Everything from this origin; inline styles because Swagger UI sets element styles itself;
 # images may be data: URIs (its icons). No other origin for anything, requests included.
-_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-           "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 
 _PAGE = """<!doctype html>
 <html lang="en">
@@ -44,7 +47,8 @@ _PAGE = """<!doctype html>
 </head>
 <body>
 <div id="swagger-ui"></div>
-<noscript>This reference needs JavaScript. The same contract as JSON: <a href="/openapi.json">/openapi.json</a>.</noscript>
+<noscript>This reference needs JavaScript. The same contract as JSON:
+<a href="/openapi.json">/openapi.json</a>.</noscript>
 <script src="/docs/assets/swagger-ui-bundle.js"></script>
 <script src="/docs/assets/initializer.js"></script>
 </body>
@@ -53,9 +57,12 @@ _PAGE = """<!doctype html>
 
 
 def _missing() -> APIError:
-    return APIError(503, "SERVICE_UNAVAILABLE",
-                    "The API reference is not installed on this server (pip install -r requirements.txt brings "
-                    "Swagger UI). The contract itself is at /openapi.json.")
+    return APIError(
+        503,
+        "SERVICE_UNAVAILABLE",
+        "The API reference is not installed on this server (pip install -r requirements.txt brings "
+        "Swagger UI). The contract itself is at /openapi.json.",
+    )
 
 
 class ApiReference:

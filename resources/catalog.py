@@ -1,12 +1,13 @@
 """Clinic configuration the integrator looks up: request types and tags."""
+
 from __future__ import annotations
 
 import falcon
 
 from documents import patient_requests
+from models import Tag
 from web import schemas, validation
 from web.errors import validation_failed
-from models import Tag
 
 
 class RequestTypeSearch:

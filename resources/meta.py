@@ -1,7 +1,9 @@
 """Service endpoints without authentication: the OpenAPI document and the health check."""
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import falcon
 import peewee as pw
@@ -24,8 +26,10 @@ class Healthz:
         self.redis = queue_redis
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        checks = {"database": self._probe(lambda: self.database.execute_sql("SELECT 1").fetchone()),
-                  "redis": self._probe(self.redis.ping)}
+        checks = {
+            "database": self._probe(lambda: self.database.execute_sql("SELECT 1").fetchone()),
+            "redis": self._probe(self.redis.ping),
+        }
         if any(state != "ok" for state in checks.values()):
             down = ", ".join(name for name, state in checks.items() if state != "ok")
             raise APIError(503, "SERVICE_UNAVAILABLE", f"unreachable: {down}", **checks)

@@ -1,20 +1,21 @@
 """Patient requests and their attachments (signed-documents flow, steps 3, 4, 6, 7)."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 import falcon
 
 from documents import patient_requests
-from web import schemas, validation
-from plumbing import clock
-from storage.links import LinkCache
-from web.errors import APIError
 from jobs.playback import RecordingPlayer
 from models import Call, PatientRequest
-from voicemail.recordings import gone_message
+from plumbing import clock
 from storage import Storage
+from storage.links import LinkCache
+from voicemail.recordings import gone_message
+from web import schemas, validation
+from web.errors import APIError
 
 
 class RequestCreate:
@@ -31,15 +32,18 @@ class RequestSearch:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.REQUEST_SEARCH_REQUEST, optional=True)
-        found, cursor = patient_requests.search_requests(req.context.clinic, body.get("filter", {}), body.get("pagination", {}))
+        found, cursor = patient_requests.search_requests(
+            req.context.clinic, body.get("filter", {}), body.get("pagination", {})
+        )
         resp.media = {"data": found, "pagination": {"nextCursor": cursor}}
 
 
 class RequestDetail:
     scopes = {"GET": "read", "PATCH": "write"}
 
-    def __init__(self, links: LinkCache, player: RecordingPlayer | None = None,
-                 clock: Callable[[], datetime] = clock.now) -> None:
+    def __init__(
+        self, links: LinkCache, player: RecordingPlayer | None = None, clock: Callable[[], datetime] = clock.now
+    ) -> None:
         self.links = links
         self.player = player
         self.clock = clock
@@ -68,9 +72,11 @@ class UploadLink:
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = patient_requests.request_of(req.context.clinic, request_id)
         body = validation.body(req, schemas.UPLOAD_LINK_REQUEST)
-        resp.media = {"data": patient_requests.issue_upload_link(self.storage, request, body["contentType"],
-                                                                     req.context.token,
-                                                                     open_links_limit=self.open_links_limit)}
+        resp.media = {
+            "data": patient_requests.issue_upload_link(
+                self.storage, request, body["contentType"], req.context.token, open_links_limit=self.open_links_limit
+            )
+        }
 
 
 class Attachments:
@@ -106,8 +112,12 @@ class RequestRecording:
         if answer.kind == "gone":
             raise APIError(410, "RECORDING_UNAVAILABLE", gone_message(answer.reason or "deleted"))
         if answer.kind == "later":
-            raise APIError(503, "SERVICE_UNAVAILABLE", "The switchboard platform has not handed out the recording "
-                           "yet; try again shortly.", headers={"Retry-After": str(answer.retry_after)})
+            raise APIError(
+                503,
+                "SERVICE_UNAVAILABLE",
+                "The switchboard platform has not handed out the recording yet; try again shortly.",
+                headers={"Retry-After": str(answer.retry_after)},
+            )
         resp.status = falcon.HTTP_302
         resp.location = answer.url
         resp.cache_control = ["no-store"]

@@ -1,4 +1,5 @@
 """Patients: organization-scoped search and import into the addressed clinic."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -6,8 +7,8 @@ from typing import Any
 import falcon
 
 from documents import patients
-from web import schemas, validation
 from models import ApiToken, Clinic
+from web import schemas, validation
 
 
 class PatientSearch:
@@ -41,10 +42,17 @@ class PatientImportBulk:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.PATIENT_IMPORT_BULK_ENVELOPE)
-        outcomes = patients.import_patients(req.context.clinic, body["patients"], req.context.token,
-                                           schemas.PATIENT_IMPORT)
-        resp.media = {"data": [
-            {"index": index, "status": status, "patientId": str(patient_id) if patient_id else None,
-             "error": error.to_dict() if error else None}
-            for index, (patient_id, status, error) in enumerate(outcomes)
-        ]}
+        outcomes = patients.import_patients(
+            req.context.clinic, body["patients"], req.context.token, schemas.PATIENT_IMPORT
+        )
+        resp.media = {
+            "data": [
+                {
+                    "index": index,
+                    "status": status,
+                    "patientId": str(patient_id) if patient_id else None,
+                    "error": error.to_dict() if error else None,
+                }
+                for index, (patient_id, status, error) in enumerate(outcomes)
+            ]
+        }

@@ -9,7 +9,8 @@ A PUT body streams without a pooled database connection and within a deadline.
 
 from __future__ import annotations
 
-from typing import BinaryIO, Callable, cast
+from collections.abc import Callable
+from typing import BinaryIO, cast
 
 import falcon
 
@@ -52,8 +53,13 @@ class StoredObject:
     "expired" vs "does not match", and never echoes the URL.
     """
 
-    def __init__(self, storage: LocalStorage, registered: Callable[[str], bool] = lambda key: False, *,
-                 read_seconds: float = Config.upload_read_seconds) -> None:
+    def __init__(
+        self,
+        storage: LocalStorage,
+        registered: Callable[[str], bool] = lambda key: False,
+        *,
+        read_seconds: float = Config.upload_read_seconds,
+    ) -> None:
         """`registered(key)`: whether an upload is registered as an attachment (the app
         asks its database); a registered upload cannot be written again. `read_seconds`:
         the whole body's deadline; past it, 408 and nothing stored."""
@@ -94,8 +100,9 @@ class StoredObject:
         try:
             # Past the deadline the read raises 408 (an APIError, passed through here);
             # write_stream removes its partial file on any error.
-            self.storage.write_stream(key, Deadline(stream, self.read_seconds), length,
-                                      (req.content_type or "").strip())
+            self.storage.write_stream(
+                key, Deadline(stream, self.read_seconds), length, (req.content_type or "").strip()
+            )
         except ObjectTooLarge as exc:
             raise APIError(413, "PAYLOAD_TOO_LARGE", str(exc)) from None
         except IncompleteUpload as exc:
@@ -172,8 +179,9 @@ def _byte_range(req: falcon.Request, size: int) -> tuple[int, int] | None:
     elif last < 0 or last >= size:  # "bytes=500-": to the end
         last = size - 1
     if first >= size or first > last:
-        raise APIError(416, "RANGE_NOT_SATISFIABLE", f"the object has {size} bytes",
-                       headers={"Content-Range": f"bytes */{size}"})
+        raise APIError(
+            416, "RANGE_NOT_SATISFIABLE", f"the object has {size} bytes", headers={"Content-Range": f"bytes */{size}"}
+        )
     return first, last
 
 

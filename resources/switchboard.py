@@ -1,10 +1,12 @@
 """The switchboard's routing checks: POST .../switchboard/{is-clinic-opened,...}."""
+
 from __future__ import annotations
 
 import json
 import math
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qsl
 
 import falcon
@@ -12,6 +14,7 @@ import falcon
 from config import Config
 from models import PatientRequest
 from plumbing import metrics, strict_json
+from plumbing.errors import Invalid
 from plumbing.phones import to_e164
 from plumbing.row_cache import RowCache
 from switchboard.handoff import parse as parse_handoff
@@ -19,7 +22,6 @@ from switchboard.intake import GroupCommit
 from switchboard.schedules import is_clinic_open, schedule_of
 from switchboard.vacations import on_vacation
 from web import schemas, validation
-from plumbing.errors import Invalid
 
 
 class IsClinicOpened:

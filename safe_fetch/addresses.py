@@ -7,7 +7,8 @@ import ipaddress
 import socket
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .errors import FetchError, UnsafeURL
 
@@ -126,7 +127,7 @@ def _resolve_with_deadline(resolver: Resolver, host: str, port: int, deadline: f
     def run() -> None:
         try:
             box["result"] = list(resolver(host, port))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in caller
+        except BaseException as exc:
             box["error"] = exc
         finally:
             done.set()

@@ -9,8 +9,9 @@ import re
 import socket
 import ssl
 import time
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Callable, Collection, Mapping
+from typing import IO
 from urllib.parse import urljoin
 
 from .addresses import Resolver, check_resolves_public

@@ -6,13 +6,14 @@ custom ``connect()``) rather than using urllib3.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import ipaddress
 import socket
 import ssl
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from .errors import FetchError
 
@@ -66,22 +67,18 @@ class _Deadline:
             self.fired = True
             sock = self._sock
             if sock is not None:
-                try:
-                    # Base-class shutdown works on the fd directly, also for
-                    # an SSLSocket, without touching its SSL object.
+                # Base-class shutdown works on the fd directly, also for an SSLSocket,
+                # without touching its SSL object.
+                with contextlib.suppress(OSError):
                     socket.socket.shutdown(sock, socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def tick(self) -> None:
         """Refresh the socket timeout to the time left (or raise)."""
         left = self.remaining()
         with self._lock:
             if self._sock is not None:
-                try:
+                with contextlib.suppress(OSError):
                     self._sock.settimeout(left)
-                except OSError:
-                    pass
 
     def expired(self) -> bool:
         return self.fired or time.monotonic() >= self.deadline

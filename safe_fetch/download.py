@@ -3,12 +3,13 @@ which fetches one to a file atomically."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import ssl
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .addresses import Resolver
 from .client import fetch
@@ -113,10 +114,8 @@ def download_audio(
             os.fsync(fh.fileno())
         os.replace(tmp, dest_path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     log.info("downloaded %d bytes from %s", result.bytes_written, redact_url(result.final_url))
     assert result.sniffed is not None

@@ -1,4 +1,5 @@
 """Staff passwords: Argon2id (argon2-cffi's defaults, RFC 9106's low-memory profile)."""
+
 from __future__ import annotations
 
 from argon2 import PasswordHasher, extract_parameters

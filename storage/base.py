@@ -126,7 +126,7 @@ class Storage(Protocol):
         """The object's first ``size`` bytes (fewer when it is shorter; b"" when missing)."""
         ...
 
-    def seal(self, source: str, target: str) -> "Sealed":
+    def seal(self, source: str, target: str) -> Sealed:
         """Copy object ``source`` to ``target`` (a key no upload URL names, so nothing can
         write it afterwards) and return the SHA-256 and size of the bytes ``target`` holds.
         ``ObjectNotFound`` when ``source`` is missing."""
@@ -178,6 +178,7 @@ def check_writable_key(key: str) -> str:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Sealed:
     """What `Storage.seal` stored: the digest and size of exactly those bytes."""
+
     sha256: str
     size: int
 
@@ -186,7 +187,7 @@ def sealed_key(upload_key: str) -> str:
     """A fresh key for the registered copy of an upload: ``registered/…``, a prefix no
     upload link is ever issued for (`new_object_key` only makes ``requests/…``)."""
     head, _, name = upload_key.rpartition("/")
-    stem, dot, ext = name.rpartition(".")
+    _stem, dot, ext = name.rpartition(".")
     return validate_key(f"{SEALED_PREFIX}{head.split('/', 1)[-1]}/{secrets.token_hex(16)}{dot}{ext if dot else ''}")
 
 

@@ -5,6 +5,7 @@ only while they have at least `LINK_MIN_LEFT` seconds to live.
 
 Presigned URLs are credentials: nothing here logs them.
 """
+
 from __future__ import annotations
 
 import threading
@@ -30,8 +31,15 @@ class LinkCache:
     least `min_left` seconds to live. In-process and bounded (LRU): a cache miss only
     costs a signature, and the URLs (credentials) stay out of shared stores."""
 
-    def __init__(self, storage: Storage, *, lifetime: int = LINK_SECONDS, min_left: int = LINK_MIN_LEFT,
-                 max_entries: int = 50_000, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        lifetime: int = LINK_SECONDS,
+        min_left: int = LINK_MIN_LEFT,
+        max_entries: int = 50_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if min_left >= lifetime:
             raise ValueError("min_left must be shorter than lifetime")
         self.storage, self.lifetime, self.min_left = storage, lifetime, min_left
@@ -46,8 +54,13 @@ class LinkCache:
             if hit is not None and hit[1] - now >= self.min_left:
                 self._entries.move_to_end(key)
                 return hit[0]
-        url = self.storage.presign_get(record.stored_key, self.lifetime, content_type=record.content_type,
-                                       disposition=disposition, filename=ascii_filename(record.description))
+        url = self.storage.presign_get(
+            record.stored_key,
+            self.lifetime,
+            content_type=record.content_type,
+            disposition=disposition,
+            filename=ascii_filename(record.description),
+        )
         with self._lock:
             # Backends count whole seconds from the second of signing: assume the worst.
             self._entries[key] = (url, int(now) + self.lifetime - 1)

@@ -6,6 +6,7 @@ Presigned URLs are credentials: never log them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -173,10 +174,8 @@ class LocalStorage:
 
     def delete(self, key: str) -> None:
         for path in (self.path_for(key), self._meta_path(key)):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-            except FileNotFoundError:
-                pass
 
     def prepare(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -306,7 +305,7 @@ class LocalStorage:
     def open_for_read(self, key: str) -> tuple[BinaryIO, int]:
         """Open the object for streaming; ``FileNotFoundError`` when missing."""
         path = self.path_for(key)
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 (kept open for the caller; closed by it)
         try:
             stat = os.fstat(handle.fileno())
         except BaseException:
@@ -364,7 +363,5 @@ def _fsync_directory(directory: Path) -> None:
 
 def _discard(tmp_name: str) -> None:
     """Remove a temporary file that will not be renamed into place (it may be gone)."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp_name)
-    except FileNotFoundError:
-        pass

@@ -111,10 +111,13 @@ class S3Storage:
         # them directly (same URLs as boto3, ~100x cheaper); otherwise through boto3.
         self._fast_signer: SigV4Presigner | None = None
         if access_key_id and secret_access_key:
-            self._fast_signer = SigV4Presigner(self._signer.meta.endpoint_url, self._signer.meta.region_name,
-                                               access_key_id, secret_access_key)
+            self._fast_signer = SigV4Presigner(
+                self._signer.meta.endpoint_url, self._signer.meta.region_name, access_key_id, secret_access_key
+            )
 
-    def _make_client(self, endpoint_url: str | None, access_key_id: str | None, secret_access_key: str | None) -> BaseClient:
+    def _make_client(
+        self, endpoint_url: str | None, access_key_id: str | None, secret_access_key: str | None
+    ) -> BaseClient:
         import boto3
         from botocore.config import Config as BotoConfig
 
@@ -142,12 +145,14 @@ class S3Storage:
         check_writable_key(key)
         if not content_type or any(c in content_type for c in "\r\n"):
             raise ValueError("content_type must be a non-empty header value")
-        return str(self._signer.generate_presigned_url(
-            "put_object",
-            Params={"Bucket": self.bucket, "Key": key, "ContentType": content_type.strip()},
-            ExpiresIn=_check_expires_in(expires_in),
-            HttpMethod="PUT",
-        ))
+        return str(
+            self._signer.generate_presigned_url(
+                "put_object",
+                Params={"Bucket": self.bucket, "Key": key, "ContentType": content_type.strip()},
+                ExpiresIn=_check_expires_in(expires_in),
+                HttpMethod="PUT",
+            )
+        )
 
     def presign_get(
         self,
@@ -161,23 +166,31 @@ class S3Storage:
         validate_key(key)
         _check_get_params(content_type, disposition, filename)
         if self._fast_signer is not None:
-            return self._fast_signer.presign("GET", self.bucket, key, _check_expires_in(expires_in), {
-                "response-content-type": content_type,
-                "response-content-disposition": content_disposition(disposition, filename),
-                "response-cache-control": DOWNLOAD_CACHE_CONTROL,
-            })
-        return str(self._signer.generate_presigned_url(
-            "get_object",
-            Params={
-                "Bucket": self.bucket,
-                "Key": key,
-                "ResponseContentType": content_type,
-                "ResponseContentDisposition": content_disposition(disposition, filename),
-                "ResponseCacheControl": DOWNLOAD_CACHE_CONTROL,
-            },
-            ExpiresIn=_check_expires_in(expires_in),
-            HttpMethod="GET",
-        ))
+            return self._fast_signer.presign(
+                "GET",
+                self.bucket,
+                key,
+                _check_expires_in(expires_in),
+                {
+                    "response-content-type": content_type,
+                    "response-content-disposition": content_disposition(disposition, filename),
+                    "response-cache-control": DOWNLOAD_CACHE_CONTROL,
+                },
+            )
+        return str(
+            self._signer.generate_presigned_url(
+                "get_object",
+                Params={
+                    "Bucket": self.bucket,
+                    "Key": key,
+                    "ResponseContentType": content_type,
+                    "ResponseContentDisposition": content_disposition(disposition, filename),
+                    "ResponseCacheControl": DOWNLOAD_CACHE_CONTROL,
+                },
+                ExpiresIn=_check_expires_in(expires_in),
+                HttpMethod="GET",
+            )
+        )
 
     def exists(self, key: str) -> bool:
         return self.head(key) is not None
@@ -219,8 +232,12 @@ class S3Storage:
         validate_key(source)
         validate_key(target)
         try:
-            self._client.copy_object(Bucket=self.bucket, Key=target, CopySource={"Bucket": self.bucket, "Key": source},
-                                     MetadataDirective="COPY")
+            self._client.copy_object(
+                Bucket=self.bucket,
+                Key=target,
+                CopySource={"Bucket": self.bucket, "Key": source},
+                MetadataDirective="COPY",
+            )
         except ClientError as exc:
             if _is_not_found(exc):
                 raise ObjectNotFound(source) from None

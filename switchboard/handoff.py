@@ -17,6 +17,7 @@ as sent (the recording is bound to the bytes the hand-off delivered, not to that
 `voicemail.recordings`); informational fields of another JSON type are stored as text or
 coerced; a value longer than its column is stored cut, with a marker.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,20 +35,48 @@ from safe_fetch import FetchError, ResolutionCache, UnsafeURL, validate_url
 from voicemail.recordings import names_its_recording
 
 #: The contract's fields, in its order.
-FIELDS = ("CallSid", "CallFrom", "CallTo", "Status", "HasRecording", "RecordingUrl", "RecordingSid", "Source",
-          "Extra")
+FIELDS = ("CallSid", "CallFrom", "CallTo", "Status", "HasRecording", "RecordingUrl", "RecordingSid", "Source", "Extra")
 #: Field -> the call's column.
-COLUMNS = {"CallSid": "call_sid", "CallFrom": "call_from", "CallTo": "call_to", "Status": "status",
-           "HasRecording": "has_recording", "RecordingUrl": "recording_url", "RecordingSid": "recording_sid",
-           "Source": "source", "Extra": "extra"}
+COLUMNS = {
+    "CallSid": "call_sid",
+    "CallFrom": "call_from",
+    "CallTo": "call_to",
+    "Status": "status",
+    "HasRecording": "has_recording",
+    "RecordingUrl": "recording_url",
+    "RecordingSid": "recording_sid",
+    "Source": "source",
+    "Extra": "extra",
+}
 #: The longest value each text column keeps (`models.Call`); a longer one is stored cut.
 #: CallSid is not cut (it deduplicates): a longer one is stored as its SHA-256.
 LIMITS = {"CallSid": 200, "CallFrom": 100, "CallTo": 100, "Status": 100, "RecordingSid": 500, "Source": 200}
 #: What a caller's number reads when the caller withheld it (compared lower case, without
 #: spaces and punctuation); anything else that is not a phone number is `callFromUnparseable`.
-WITHHELD = frozenset({"", "anonymous", "unknown", "private", "privatenumber", "restricted", "withheld",
-                      "unavailable", "blocked", "nocallerid", "notavailable", "none", "null", "hidden",
-                      "anonym", "neznamy", "skryte", "skrytecislo", "utajene", "utajenecislo"})
+WITHHELD = frozenset(
+    {
+        "",
+        "anonymous",
+        "unknown",
+        "private",
+        "privatenumber",
+        "restricted",
+        "withheld",
+        "unavailable",
+        "blocked",
+        "nocallerid",
+        "notavailable",
+        "none",
+        "null",
+        "hidden",
+        "anonym",
+        "neznamy",
+        "skryte",
+        "skrytecislo",
+        "utajene",
+        "utajenecislo",
+    }
+)
 _TRUE, _FALSE = frozenset({"true", "1", "yes", "y", "on"}), frozenset({"false", "0", "no", "n", "off", ""})
 # PostgreSQL refuses NUL in text and UTF-8 cannot encode a lone surrogate: replaced, not refused.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -128,15 +157,20 @@ def parse(body: Any, country: str, *, allow_loopback: bool = False) -> Handoff:
         found.flag("callToMissing")
     if to_e164(found.columns["call_from"], country) is None:
         spoken = re.sub(r"[\s\-_.()<>\"']", "", found.columns["call_from"].lower())
-        found.flag("callFromWithheld" if spoken in WITHHELD or not any(c.isdigit() for c in spoken)
-                   else "callFromUnparseable")
+        found.flag(
+            "callFromWithheld" if spoken in WITHHELD or not any(c.isdigit() for c in spoken) else "callFromUnparseable"
+        )
 
     found.columns["has_recording"] = _boolean(values.get("HasRecording"), found)
     if found.columns["has_recording"] and url is None:
         found.flag("hasRecordingWithoutUrl")
     sid_of_recording = found.columns["recording_sid"]
-    if url is not None and sid_of_recording and sid_of_recording.strip() \
-            and not names_its_recording(sid_of_recording, url):
+    if (
+        url is not None
+        and sid_of_recording
+        and sid_of_recording.strip()
+        and not names_its_recording(sid_of_recording, url)
+    ):
         found.flag("recordingSidNotInUrl")
 
     extra = values.get("Extra")
@@ -176,8 +210,9 @@ def _text(name: str, value: Any, found: Handoff) -> str | None:
         value = "true" if value else "false"
         found.flag("notText")
     elif isinstance(value, (int, float)):
-        value = str(int(value)) if isinstance(value, float) and math.isfinite(value) and value.is_integer() \
-            else str(value)
+        value = (
+            str(int(value)) if isinstance(value, float) and math.isfinite(value) and value.is_integer() else str(value)
+        )
         found.flag("notText")
     elif not isinstance(value, str):
         value = json.dumps(value, ensure_ascii=False)

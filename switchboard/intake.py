@@ -11,6 +11,7 @@ request is still answered only after its own row is committed; a failed write fa
 exactly the requests whose rows it carried. The same statement writes each stored call's
 `call.receive` audit event (`Call.insert_rows`).
 """
+
 from __future__ import annotations
 
 import threading
@@ -19,8 +20,8 @@ from dataclasses import dataclass, field
 
 import peewee as pw
 
-from plumbing.database import db, release_connection
 from models import ApiToken, Call, Clinic, Origin
+from plumbing.database import release_connection
 
 
 @dataclass(eq=False)
@@ -75,7 +76,7 @@ class GroupCommit:
     def _write_next(self) -> None:
         """Write one batch (this thread's own row among it), then hand the lead on."""
         with self._lock:
-            batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch:]
+            batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
             self.writes += 1
         stored, errors = _insert(batch)
         with self._lock:
@@ -102,7 +103,7 @@ def _insert(batch: list[_Waiting]) -> tuple[set[uuid.UUID], dict[uuid.UUID, Base
     except (pw.IntegrityError, pw.DataError) as exc:
         if len(batch) == 1:
             return set(), {batch[0].row["id"]: exc}
-    except Exception as exc:  # noqa: BLE001 - handed to each waiting request, raised there
+    except Exception as exc:
         return set(), {w.row["id"]: exc for w in batch}
     stored: set[uuid.UUID] = set()
     errors: dict[uuid.UUID, BaseException] = {}

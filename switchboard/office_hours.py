@@ -1,8 +1,10 @@
 """Is the clinic open now? Office hours in the clinic's timezone, by ISO week parity."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import date, datetime, time, timedelta
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -10,6 +12,7 @@ WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 class Interval(NamedTuple):
     """One office-hours row, as the schedule keeps it."""
+
     weekday: int  # ISO 1..7
     opens: time
     closes: time
@@ -36,10 +39,10 @@ def is_open(intervals: Iterable[Interval], tz: str, now: datetime) -> bool:
     yesterday = today - timedelta(days=1)
     for iv in intervals:
         overnight = iv.closes <= iv.opens
-        if iv.weekday == today.isoweekday() and week_matches(iv.weeks, today):
-            if iv.opens <= clock and (overnight or clock < iv.closes):
-                return True
-        if overnight and iv.weekday == yesterday.isoweekday() and week_matches(iv.weeks, yesterday):
-            if clock < iv.closes:
-                return True
+        opened_today = iv.weekday == today.isoweekday() and week_matches(iv.weeks, today)
+        if opened_today and iv.opens <= clock and (overnight or clock < iv.closes):
+            return True
+        opened_yesterday = overnight and iv.weekday == yesterday.isoweekday() and week_matches(iv.weeks, yesterday)
+        if opened_yesterday and clock < iv.closes:
+            return True
     return False

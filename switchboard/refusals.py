@@ -7,6 +7,7 @@ read and had one, the status, the code and the message. Never the body, and neve
 query string. Kept `REFUSED_HANDOFF_RETENTION_DAYS` (the worker's periodic purge), listed by
 `manage.py calls --refused`, counted in /metrics (`clinic_handoffs_refused_total`).
 """
+
 from __future__ import annotations
 
 import re
@@ -31,8 +32,15 @@ def redacted(message: str) -> str:
     return _URL_QUERY.sub(r"\1?…", message)[:500]
 
 
-def record(clinic_slug: str, clinic_id: uuid.UUID | None, token_id: uuid.UUID | None, call_sid: str | None,
-           status: int, code: str, message: str) -> bool:
+def record(
+    clinic_slug: str,
+    clinic_id: uuid.UUID | None,
+    token_id: uuid.UUID | None,
+    call_sid: str | None,
+    status: int,
+    code: str,
+    message: str,
+) -> bool:
     """Store one refusal (its own small transaction); False when a repeated 429 of the same
     token within `RATE_LIMITED_EVERY` is only counted."""
     if status == 429 and token_id is not None:
@@ -43,9 +51,15 @@ def record(clinic_slug: str, clinic_id: uuid.UUID | None, token_id: uuid.UUID | 
             if len(_last_rate_limited) > 10_000:
                 _last_rate_limited.clear()
             _last_rate_limited[token_id] = now
-    RefusedHandoff.insert(clinic_slug=clinic_slug[:64], clinic_id=clinic_id, token_id=token_id,
-                          call_sid=call_sid[:200] if call_sid else None, status=status, code=code[:40],
-                          message=redacted(message)).execute()
+    RefusedHandoff.insert(
+        clinic_slug=clinic_slug[:64],
+        clinic_id=clinic_id,
+        token_id=token_id,
+        call_sid=call_sid[:200] if call_sid else None,
+        status=status,
+        code=code[:40],
+        message=redacted(message),
+    ).execute()
     return True
 
 

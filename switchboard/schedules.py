@@ -13,6 +13,7 @@ The rules themselves stay in `office_hours` and `vacations`; `tests/test_switchb
 checks that answers from a cached schedule equal the answers read straight from the
 database, on randomized clinics.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -20,9 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from plumbing.row_cache import RowCache
-from plumbing.clock import as_utc
 from models import Calendar, Clinic, OfficeHours, Vacation
+from plumbing.clock import as_utc
+from plumbing.row_cache import RowCache
 from switchboard.office_hours import Interval, is_open
 
 
@@ -52,14 +53,20 @@ class Schedule:
 
 def read_schedule(clinic_id: uuid.UUID) -> Schedule:
     """The clinic's schedule from the database (three small queries)."""
-    hours = tuple(Interval(h.weekday, h.opens, h.closes, h.weeks)
-                  for h in OfficeHours.select().where(OfficeHours.clinic == clinic_id))
-    calendars = tuple(CalendarFacts(c.id, c.ignore_holidays)
-                      for c in Calendar.select(Calendar.id, Calendar.ignore_holidays)
-                      .where(Calendar.clinic == clinic_id))
-    vacations = tuple(SwitchboardVacation(v.calendar_id, v.starts_at, v.ends_at)
-                      for v in Vacation.select(Vacation.calendar, Vacation.starts_at, Vacation.ends_at)
-                      .join(Calendar).where((Calendar.clinic == clinic_id) & Vacation.applies_to_switchboard))
+    hours = tuple(
+        Interval(h.weekday, h.opens, h.closes, h.weeks)
+        for h in OfficeHours.select().where(OfficeHours.clinic == clinic_id)
+    )
+    calendars = tuple(
+        CalendarFacts(c.id, c.ignore_holidays)
+        for c in Calendar.select(Calendar.id, Calendar.ignore_holidays).where(Calendar.clinic == clinic_id)
+    )
+    vacations = tuple(
+        SwitchboardVacation(v.calendar_id, v.starts_at, v.ends_at)
+        for v in Vacation.select(Vacation.calendar, Vacation.starts_at, Vacation.ends_at)
+        .join(Calendar)
+        .where((Calendar.clinic == clinic_id) & Vacation.applies_to_switchboard)
+    )
     return Schedule(hours, calendars, vacations)
 
 

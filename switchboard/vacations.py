@@ -1,10 +1,12 @@
 """Is the clinic on vacation? Switchboard vacations of its calendars, and public holidays."""
+
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from functools import lru_cache
-from typing import Protocol, Sequence
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 import holidays
@@ -41,8 +43,7 @@ def decide(clinic: Clinic, calendars: Sequence[_IgnoresHolidays], vacation_now: 
     return is_public_holiday(clinic.country, clinic.subdivision, local_day)
 
 
-def on_vacation(clinic: Clinic, schedule: Schedule, calendar_ids: frozenset[uuid.UUID] | None,
-                now: datetime) -> bool:
+def on_vacation(clinic: Clinic, schedule: Schedule, calendar_ids: frozenset[uuid.UUID] | None, now: datetime) -> bool:
     """Whether the clinic is on vacation, from its schedule (schedules.py), for the
     calendars `calendar_ids` (None: all of the clinic's)."""
     calendars = [c for c in schedule.calendars if calendar_ids is None or c.id in calendar_ids]
@@ -50,13 +51,14 @@ def on_vacation(clinic: Clinic, schedule: Schedule, calendar_ids: frozenset[uuid
     return decide(clinic, calendars, active, now)
 
 
-
-def coming_holidays(country: str, subdivision: str | None, today: date, language: str | None = None,
-                    days: int = 366) -> list[tuple[date, str]]:
+def coming_holidays(
+    country: str, subdivision: str | None, today: date, language: str | None = None, days: int = 366
+) -> list[tuple[date, str]]:
     """The public holidays of `country` (and `subdivision`) from `today` on, for `days`
     days, named in `language` where the package has it: what the settings page shows
     beside the clinic's vacations."""
     end = today + timedelta(days=days)
-    found = holidays.country_holidays(country, subdiv=subdivision, years=range(today.year, end.year + 1),
-                                      language=language)
+    found = holidays.country_holidays(
+        country, subdiv=subdivision, years=range(today.year, end.year + 1), language=language
+    )
     return sorted((day, name) for day, name in found.items() if today <= day < end)

@@ -307,18 +307,45 @@ _SOURCE_DIRS = ("api_keys", "commands", "console", "documents", "jobs", "onboard
 
 def answered_codes() -> set[tuple[int, str]]:
     """(status, code) of every error the service can answer, read from its source: each
-    `APIError(status, "CODE", ...)` and the serializer's default code per status."""
+    `APIError(status, "CODE", ...)`, each domain refusal (`plumbing.errors`: `NotFound(...,
+    code="...")`, or the class's default code; a subclass defined in the source counts as its
+    base) with the status web/errors.py maps it to, and the serializer's default code per status."""
+    from plumbing import errors as domain
+    from web.errors import DOMAIN_STATUSES
+
     files = [ROOT / "app.py", ROOT / "models.py", *(p for d in _SOURCE_DIRS for p in (ROOT / d).rglob("*.py"))]
-    codes: set[tuple[int, str]] = set()
-    for path in files:
-        tree = ast.parse(path.read_text("utf-8"))
+    kinds = {cls.__name__: cls for cls in DOMAIN_STATUSES}
+    trees = [ast.parse(path.read_text("utf-8")) for path in files]
+    for tree in trees:  # subclasses of the domain's refusals, by name
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "APIError"
-                    and len(node.args) >= 2 and all(isinstance(a, ast.Constant) for a in node.args[:2])):
+            if isinstance(node, ast.ClassDef):
+                base = next((kinds[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in kinds), None)
+                if base is not None:
+                    kinds.setdefault(node.name, base)
+
+    def code_of(call: ast.Call, default: str) -> str:
+        given = next((k.value for k in call.keywords if k.arg == "code"), None)
+        return given.value if isinstance(given, ast.Constant) else default
+
+    codes: set[tuple[int, str]] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            name = getattr(node.func, "id", getattr(node.func, "attr", None)) if isinstance(node, ast.Call) else None
+            if (name == "APIError" and len(node.args) >= 2 and all(isinstance(a, ast.Constant) for a in node.args[:2])):
                 codes.add((node.args[0].value, node.args[1].value))
+            if name in kinds:
+                kind = kinds[name]
+                codes.add((DOMAIN_STATUSES[next(k for k in DOMAIN_STATUSES if issubclass(kind, k))],
+                           code_of(node, kind.default_code)))
+            if isinstance(node, ast.ClassDef) and node.name in kinds:  # super().__init__(..., code="...") inside
+                for call in (n for n in ast.walk(node) if isinstance(n, ast.Call) and any(k.arg == "code" for k in n.keywords)):
+                    kind = kinds[node.name]
+                    codes.add((DOMAIN_STATUSES[next(k for k in DOMAIN_STATUSES if issubclass(kind, k))],
+                               code_of(call, kind.default_code)))
             if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_DEFAULT_CODES" for t in node.targets)
                     and isinstance(node.value, ast.Dict)):
                 codes |= {(k.value, v.value) for k, v in zip(node.value.keys, node.value.values)}
+    assert domain.DomainError  # the module the refusals come from
     return codes
 
 

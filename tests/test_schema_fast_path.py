@@ -211,18 +211,19 @@ def test_valid_body_never_reaches_the_python_validator(monkeypatch):
 
 
 BODY = REQUEST_BODIES["RECORDING_COMPLETE"]
+IMPORT = {"externalId": "EXT-1", "firstName": "Jana", "lastName": "Nová", "phone": "+420601123456"}
 
 
 @pytest.mark.parametrize("body, message", [
-    ({**BODY, "CallSid": 3}, "CallSid: 3 is not of type 'string'"),
-    ({**BODY, "CallSid": ""}, "CallSid: '' should be non-empty"),
-    ({**BODY, "CallTo": "+1\x00"}, "CallTo: must not contain NUL (U+0000) or unpaired surrogate characters"),
-    ({**BODY, "Source": "\ud800"}, "Source: must not contain NUL (U+0000) or unpaired surrogate characters"),
-    ({**BODY, "HasRecording": 1}, "HasRecording: 1 is not of type 'boolean', 'null'"),
-    ({k: v for k, v in BODY.items() if k != "CallFrom"}, "CallFrom: is required"),
+    ({**IMPORT, "externalId": 3}, "externalId: 3 is not of type 'string'"),
+    ({**IMPORT, "externalId": ""}, "externalId: '' should be non-empty"),
+    ({**IMPORT, "firstName": "J\x00"}, "firstName: must not contain NUL (U+0000) or unpaired surrogate characters"),
+    ({**IMPORT, "lastName": "\ud800"}, "lastName: must not contain NUL (U+0000) or unpaired surrogate characters"),
+    ({**IMPORT, "birthDate": 1}, "birthDate: 1 is not of type 'string', 'null'"),
+    ({k: v for k, v in IMPORT.items() if k != "firstName"}, "firstName: is required"),
 ])
 def test_refusals_keep_their_message(body, message):
-    assert outcome(body, schemas.RECORDING_COMPLETE) == message == python_outcome(body, schemas.RECORDING_COMPLETE)
+    assert outcome(body, schemas.PATIENT_IMPORT) == message == python_outcome(body, schemas.PATIENT_IMPORT)
 
 
 def test_unstorable_text_in_an_unknown_field_is_still_ignored():
@@ -236,9 +237,11 @@ def test_unstorable_text_in_an_unknown_field_is_still_ignored():
 
 def test_over_the_wire(app):
     load(organization(clinic("clinic-en", tz="America/New_York", country="US", language="en")))
+    imports = "/external/v1/clinics/clinic-en/patients/import"
+    answer = app.post_json(imports, {**IMPORT, "externalId": 3}, headers=bearer(issue_token(["clinic-en"], ["write"])),
+                           status=400).json
+    assert answer == {"error": "externalId: 3 is not of type 'string'", "code": "VALIDATION_FAILED"}
     url, headers = switchboard_url("clinic-en", "recording-complete"), bearer(issue_token(["clinic-en"], ["write"]))
-    answer = app.post_json(url, {**BODY, "CallSid": 3}, headers=headers, status=400).json
-    assert answer == {"error": "CallSid: 3 is not of type 'string'", "code": "VALIDATION_FAILED"}
     answer = app.post_json(url, {**BODY, "CallSid": f"x-{uuid.uuid4()}", "RecordingUrl": None, "Unknown": "a\x00b"},
                            headers=headers).json
     assert answer == {"success": True}

@@ -11,6 +11,7 @@ trail, the help page itself: OUT/staff/img/NAME.LANG.png); and the API reference
 Reads the password from --password or, when it is "-", from standard input. Drives Debian's
 Chromium (/usr/bin/chromium) through Playwright; nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,15 +93,19 @@ def main() -> int:
         # The demo's sample server has a throw-away CA (var/sample-ca.pem) the browser does not know.
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--ignore-certificate-errors"])
         try:
-            for language, viewport, name in (("cs", DESKTOP, "console-inbox.png"),
-                                              ("cs", PHONE, "console-inbox-phone.png"),
-                                              ("en", DESKTOP, "console-inbox-en.png")):
+            for language, viewport, name in (
+                ("cs", DESKTOP, "console-inbox.png"),
+                ("cs", PHONE, "console-inbox-phone.png"),
+                ("en", DESKTOP, "console-inbox-en.png"),
+            ):
                 # The browser's own locale too: date inputs and the player follow it, not the page.
                 page = browser.new_page(viewport=viewport, locale="cs-CZ" if language == "cs" else "en-GB")
                 login(page, args.base_url, args.email, password, language)
-                page.wait_for_function("document.querySelectorAll('audio').length === 0 || "
-                                       "[...document.querySelectorAll('audio')].every(a => a.readyState >= 1 || a.error !== null)",
-                                       timeout=15_000)
+                page.wait_for_function(
+                    "document.querySelectorAll('audio').length === 0 || "
+                    "[...document.querySelectorAll('audio')].every(a => a.readyState >= 1 || a.error !== null)",
+                    timeout=15_000,
+                )
                 shoot(page, args.out / name)
                 if name == "console-inbox.png":
                     first = page.query_selector("ul.rows a.who")

@@ -23,9 +23,10 @@ import io
 import os
 import re
 import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterable, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class ConcatReader(io.RawIOBase):
 
     def __init__(self, paths: Sequence[Path]) -> None:
         super().__init__()
-        self._files = [open(p, "rb") for p in paths]
+        self._files = [open(p, "rb") for p in paths]  # noqa: SIM115 (kept open for the caller; closed by it)
         self._sizes = [os.fstat(f.fileno()).st_size for f in self._files]
         self._starts = [sum(self._sizes[:i]) for i in range(len(self._sizes))]
         self._total = sum(self._sizes)
@@ -65,7 +66,7 @@ class ConcatReader(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
-    def readinto(self, buffer: "bytearray | memoryview") -> int:  # type: ignore[override]
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         view = memoryview(buffer).cast("B")
         done = 0
         while done < len(view) and self._pos < self._total:

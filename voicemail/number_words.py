@@ -6,6 +6,7 @@ English, with or without diacritics. :func:`words_to_digits` turns the number wo
 digit groups the way people group phone numbers; `voicemail.spoken_numbers` reads the
 callback number out of the result and `voicemail.word_error` compares transcripts by it.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,6 +25,7 @@ def fold(text: str) -> str:
 
 # ------------------------------------------------------------------ the lexicon
 
+
 @dataclass(frozen=True)
 class _Morph:
     """One number word, or one piece of a compound number word ("dvadsaťjeden")."""
@@ -37,22 +39,68 @@ class _Morph:
 
 
 # Czech and Slovak forms together: a transcript may hold either, or a mix.
-_CS_UNITS = ("nula", "jedna jeden jedno jednu", "dva dvě dve", "tři tri", "čtyři štyri", "pět päť",
-             "šest šesť", "sedm sedem sedum", "osm osem osum", "devět deväť")
-_CS_TEENS = ("deset desať", "jedenáct jedenásť", "dvanáct dvanásť", "třináct trinásť", "čtrnáct štrnásť",
-             "patnáct pätnásť", "šestnáct šestnásť", "sedmnáct sedemnásť", "osmnáct osemnásť",
-             "devatenáct devätnásť")
-_CS_TENS = ("dvacet dvadsať", "třicet tridsať", "čtyřicet štyridsať", "padesát päťdesiat",
-            "šedesát šesťdesiat", "sedmdesát sedemdesiat", "osmdesát osemdesiat", "devadesát deväťdesiat")
+_CS_UNITS = (
+    "nula",
+    "jedna jeden jedno jednu",
+    "dva dvě dve",
+    "tři tri",
+    "čtyři štyri",
+    "pět päť",
+    "šest šesť",
+    "sedm sedem sedum",
+    "osm osem osum",
+    "devět deväť",
+)
+_CS_TEENS = (
+    "deset desať",
+    "jedenáct jedenásť",
+    "dvanáct dvanásť",
+    "třináct trinásť",
+    "čtrnáct štrnásť",
+    "patnáct pätnásť",
+    "šestnáct šestnásť",
+    "sedmnáct sedemnásť",
+    "osmnáct osemnásť",
+    "devatenáct devätnásť",
+)
+_CS_TENS = (
+    "dvacet dvadsať",
+    "třicet tridsať",
+    "čtyřicet štyridsať",
+    "padesát päťdesiat",
+    "šedesát šesťdesiat",
+    "sedmdesát sedemdesiat",
+    "osmdesát osemdesiat",
+    "devadesát deväťdesiat",
+)
 # Whole hundreds as one word: Slovak writes them so ("dvesto"); Czech "dvě stě" is two
 # words, but Whisper sometimes joins it.
-_CS_HUNDREDS = ("sto", "dvěstě dvesto", "třista tristo", "čtyřista štyristo", "pětset päťsto",
-                "šestset šesťsto", "sedmset sedemsto", "osmset osemsto", "devětset deväťsto")
+_CS_HUNDREDS = (
+    "sto",
+    "dvěstě dvesto",
+    "třista tristo",
+    "čtyřista štyristo",
+    "pětset päťsto",
+    "šestset šesťsto",
+    "sedmset sedemsto",
+    "osmset osemsto",
+    "devětset deväťsto",
+)
 # Czech inverted tens ("pětadvacet" = 25): unit stem + "a" + tens.
 _CS_INVERTED_STEMS = ("jedna jeden", "dva", "tři", "čtyři", "pět", "šest", "sedm", "osm", "devět")
 _EN_UNITS = ("zero nought oh o", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-_EN_TEENS = ("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
-             "nineteen")
+_EN_TEENS = (
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+)
 _EN_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 
 # Number words only when next to a number: "o"/"oh" (zero in "seven oh four", otherwise a
@@ -71,8 +119,10 @@ def _lexicon() -> dict[str, _Morph]:
             if form not in _EXACT_ONLY:
                 words.setdefault(fold(form), morph)
 
-    for english, units, teens, tens in ((False, _CS_UNITS, _CS_TEENS, _CS_TENS),
-                                        (True, _EN_UNITS, _EN_TEENS, _EN_TENS)):
+    for english, units, teens, tens in (
+        (False, _CS_UNITS, _CS_TEENS, _CS_TENS),
+        (True, _EN_UNITS, _EN_TEENS, _EN_TENS),
+    ):
         for n, forms in enumerate(units):
             add(forms, _Morph("unit", n, english))
         for n, forms in enumerate(teens):
@@ -100,8 +150,9 @@ def _lexicon() -> dict[str, _Morph]:
 _WORDS = _lexicon()
 _NUMBER_KINDS = {"unit", "teen", "tens", "tens_unit", "hundreds", "hundred", "thousand"}
 # Pieces a compound word may be made of ("dvadsaťjeden", "stodvadsaťtri", "dvetisíc").
-_PIECES = {w: m for w, m in _WORDS.items()
-           if m.kind in _NUMBER_KINDS | {"hundred_suffix"} and w not in _WEAK and w == fold(w)}
+_PIECES = {
+    w: m for w, m in _WORDS.items() if m.kind in _NUMBER_KINDS | {"hundred_suffix"} and w not in _WEAK and w == fold(w)
+}
 
 
 @lru_cache(maxsize=8192)
@@ -125,7 +176,7 @@ def _compound(word: str) -> tuple[_Morph, ...] | None:
         for j in range(i + 2, len(word) + 1):
             piece, rest = _PIECES.get(word[i:j]), best[j]
             if piece is not None and rest is not None and (best[i] is None or len(rest) + 1 < len(best[i])):
-                best[i] = (piece,) + rest
+                best[i] = (piece, *rest)
     morphs = best[0]
     if morphs is None or len(morphs) < 2:
         return None
@@ -134,6 +185,7 @@ def _compound(word: str) -> tuple[_Morph, ...] | None:
 
 
 # ------------------------------------------------------------------ the grammar
+
 
 def _kind(ms: list[_Morph], i: int) -> str:
     return ms[i].kind if i < len(ms) else ""
@@ -246,10 +298,14 @@ class _Transcript:
 
     def __init__(self, text: str, eager: bool) -> None:
         self.tokens = _TOKEN.findall(unicodedata.normalize("NFC", text))
-        self.morphs = {t: m for t, tok in enumerate(self.tokens)
-                       if tok[0].isalpha() and (m := _lookup(tok)) is not None}
-        weak = {t: _WEAK[self.tokens[t].lower()] for t in self.morphs
-                if self.tokens[t].lower() in _WEAK and not (eager and self.tokens[t].lower() == "ten")}
+        self.morphs = {
+            t: m for t, tok in enumerate(self.tokens) if tok[0].isalpha() and (m := _lookup(tok)) is not None
+        }
+        weak = {
+            t: _WEAK[self.tokens[t].lower()]
+            for t in self.morphs
+            if self.tokens[t].lower() in _WEAK and not (eager and self.tokens[t].lower() == "ten")
+        }
         self.numeric = {t for t, m in self.morphs.items() if t not in weak and m[0].kind in _NUMBER_KINDS}
         self.numeric |= {t for t, tok in enumerate(self.tokens) if tok.isdigit()}
         changed = True
@@ -317,14 +373,14 @@ class _Transcript:
                 bad = run.index(t0 if k0 != 0 else t1)
                 self.usable.discard(run[bad])
                 out: dict[int, tuple[int, str]] = {}
-                for part in (run[:bad], run[bad + 1:]):
+                for part in (run[:bad], run[bad + 1 :]):
                     if part:
                         out.update(self._replace_run(part))
                 return out
         return {flat[start][0]: (flat[end - 1][0], digits) for start, end, digits in groups}
 
     def _digit_prefixes(self, replacements: dict[int, tuple[int, str]]) -> None:
-        """"plus 420" -> "+420" and "double 7" -> "77", where Whisper wrote the digits."""
+        """ "plus 420" -> "+420" and "double 7" -> "77", where Whisper wrote the digits."""
         covered = {i for first, (last, _) in replacements.items() for i in range(first, last + 1)}
         for t, m in self.morphs.items():
             after = self.neighbour(t, 1)

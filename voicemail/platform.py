@@ -16,6 +16,7 @@ Secrets: passwords are stored encrypted (crypto.py) and the access token is cach
 Redis encrypted with the same key; neither they nor the links ever reach a log line.
 Every platform call goes through `safe_fetch.fetch` (public https hosts only).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,6 +56,7 @@ _DEFAULT_TOKEN_SECONDS = 300
 _MAX_TOKEN_SECONDS = 86400
 _MAX_LINK_SECONDS = 7 * 86400
 _RESOLVE_SECONDS = 2.0
+
 
 @dataclass(frozen=True)
 class Credentials:
@@ -115,10 +117,18 @@ class PlatformClient:
         self.token_exchanges = 0  # exchanges made by this instance (diagnostics)
 
     def _fetch(self, method: str, url: str, *, headers: dict[str, str] | None = None, body: bytes | None = None):
-        return fetch(method, url, headers={"Accept": "application/json", **(headers or {})}, body=body,
-                     max_bytes=_MAX_API_BYTES, timeout=self.config.platform_fetch_timeout, max_redirects=0,
-                     allow_loopback=self.config.unsafe_allow_loopback_fetch,
-                     ca_certs=self.config.fetch_ca_bundle or None, raise_for_status=False)
+        return fetch(
+            method,
+            url,
+            headers={"Accept": "application/json", **(headers or {})},
+            body=body,
+            max_bytes=_MAX_API_BYTES,
+            timeout=self.config.platform_fetch_timeout,
+            max_redirects=0,
+            allow_loopback=self.config.unsafe_allow_loopback_fetch,
+            ca_certs=self.config.fetch_ca_bundle or None,
+            raise_for_status=False,
+        )
 
     # -- token
     def token(self, creds: Credentials, *, renew: bool = False) -> str:
@@ -128,8 +138,11 @@ class PlatformClient:
             if cached:
                 return cached
         # One exchange at a time per clinic; whoever waited finds the new token cached.
-        with self.redis.lock(f"{key}:lock", timeout=self.config.platform_fetch_timeout + 5,
-                             blocking_timeout=self.config.platform_fetch_timeout + 5):
+        with self.redis.lock(
+            f"{key}:lock",
+            timeout=self.config.platform_fetch_timeout + 5,
+            blocking_timeout=self.config.platform_fetch_timeout + 5,
+        ):
             if not renew:
                 cached = self._cached(key)
                 if cached:
@@ -157,8 +170,11 @@ class PlatformClient:
         self.token_exchanges += 1
         result = self._fetch("POST", url, headers={"Content-Type": "application/json"}, body=body)
         if result.status in (401, 403):
-            raise PlatformError(f"token exchange refused (HTTP {result.status}) by {redact_url(url)}: "
-                                "check the clinic's platform username and password", transient=False)
+            raise PlatformError(
+                f"token exchange refused (HTTP {result.status}) by {redact_url(url)}: "
+                "check the clinic's platform username and password",
+                transient=False,
+            )
         _raise_for_status(result.status, url)
         data = _json(result.content, url)
         token = _first(data, "access_token", "accessToken", "token")
@@ -184,8 +200,9 @@ class PlatformClient:
             if result.status in (404, 410):
                 raise RecordingGone(f"HTTP {result.status} from {redact_url(url)}")
             if result.status in (401, 403):
-                raise PlatformError(f"recording request refused (HTTP {result.status}) by {redact_url(url)}",
-                                    transient=False)
+                raise PlatformError(
+                    f"recording request refused (HTTP {result.status}) by {redact_url(url)}", transient=False
+                )
             _raise_for_status(result.status, url)
             return _link_from(_json(result.content, url), url, now, self.config, self.resolver)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -222,8 +239,9 @@ def _seconds(value: Any, most: float) -> float | None:
     return min(max(float(value), 0.0), most)
 
 
-def _link_from(data: dict[str, Any], api_url: str, now: datetime, config: Config,
-               resolver: Resolver | None = None) -> FreshLink:
+def _link_from(
+    data: dict[str, Any], api_url: str, now: datetime, config: Config, resolver: Resolver | None = None
+) -> FreshLink:
     """The fresh link in the platform's answer. The link goes to a doctor's browser as a
     302, so it gets the same checks as a `RecordingUrl`: https to a public host name, and
     a name that does not resolve to a private address (one that does not resolve right
@@ -234,8 +252,13 @@ def _link_from(data: dict[str, Any], api_url: str, now: datetime, config: Config
     allow_loopback = config.unsafe_allow_loopback_fetch
     try:
         parts = urlsplit(validate_url(link, allow_loopback=allow_loopback))
-        check_resolves_public(parts.hostname or "", parts.port or 443, allow_loopback=allow_loopback,
-                              resolver=resolver, deadline=time.monotonic() + _RESOLVE_SECONDS)
+        check_resolves_public(
+            parts.hostname or "",
+            parts.port or 443,
+            allow_loopback=allow_loopback,
+            resolver=resolver,
+            deadline=time.monotonic() + _RESOLVE_SECONDS,
+        )
     except UnsafeURL as exc:
         raise PlatformError(f"{redact_url(api_url)} answered an unusable link: {exc.reason}", transient=False) from None
     except FetchError:

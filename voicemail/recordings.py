@@ -22,6 +22,7 @@ downloaded (its original link died first) has no hash to check against: it is re
 reference only when its `RecordingSid` names `RecordingUrl`'s file (or there is no
 `RecordingSid` and the file name is the reference), else it is `unverifiable`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,7 +52,7 @@ GONE_REASONS: dict[str, str] = {
     "no_recording": "the call has no recording",
     "mismatch": "the switchboard platform returned another recording than the one the call handed off",
     "unverifiable": "the recording was never downloaded and RecordingSid does not name RecordingUrl's file, "
-                    "so a re-fetched recording could not be checked against it",
+    "so a re-fetched recording could not be checked against it",
 }
 
 
@@ -97,9 +98,10 @@ def clinics_never_refetched(config: Config) -> list[str]:
     re-fetched, which the worker and the release step say at start."""
     if config.marker_words:
         return []
-    query = Clinic.select(Clinic.slug).where(Clinic.platform_api_url.is_null(False)
-                                             & (Clinic.platform_source_markers.is_null()
-                                                | (Clinic.platform_source_markers == "[]")))
+    query = Clinic.select(Clinic.slug).where(
+        Clinic.platform_api_url.is_null(False)
+        & (Clinic.platform_source_markers.is_null() | (Clinic.platform_source_markers == "[]"))
+    )
     return sorted(clinic.slug for clinic in query)
 
 
@@ -122,7 +124,11 @@ def platform_reference(call: Call) -> tuple[str | None, str | None]:
     then only a `RecordingSid` that names the URL's own file is used."""
     sid = (call.recording_sid or "").strip()
     name = file_name(call.recording_url) if call.recording_url else ""
-    if call.recording_sha256 is None and sid and not (call.recording_url and names_its_recording(sid, call.recording_url)):
+    if (
+        call.recording_sha256 is None
+        and sid
+        and not (call.recording_url and names_its_recording(sid, call.recording_url))
+    ):
         return None, "unverifiable"
     reference = sid or name
     return (reference, None) if reference else (None, "no_reference")
@@ -154,7 +160,8 @@ def link_state(call: Call, now: datetime, config: Config) -> LinkState:
 def remember_gone(call_id: Any, reason: str, now: datetime) -> None:
     """Record once that the recording is gone: later plays answer 410 without asking."""
     Call.update(recording_gone_reason=reason, recording_checked_at=as_utc(now)).where(
-        (Call.id == call_id) & Call.recording_gone_reason.is_null()).execute()
+        (Call.id == call_id) & Call.recording_gone_reason.is_null()
+    ).execute()
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,7 @@ class Fingerprint:
     size: int
 
     @classmethod
-    def of_file(cls, path: str | Path) -> "Fingerprint":
+    def of_file(cls, path: str | Path) -> Fingerprint:
         digest, size = hashlib.sha256(), 0
         with open(path, "rb") as fh:
             while chunk := fh.read(1 << 16):
@@ -181,8 +188,14 @@ def matches_handoff(url: str, call: Call, config: Config) -> tuple[bool, Fingerp
     assert call.recording_sha256 is not None
     with tempfile.TemporaryDirectory(prefix="verify-") as tmp:
         path = Path(tmp) / "recording"
-        download_audio(url, path, max_bytes=config.recording_max_bytes, timeout=config.recording_fetch_timeout,
-                       allow_loopback=config.unsafe_allow_loopback_fetch, ca_certs=config.fetch_ca_bundle or None)
+        download_audio(
+            url,
+            path,
+            max_bytes=config.recording_max_bytes,
+            timeout=config.recording_fetch_timeout,
+            allow_loopback=config.unsafe_allow_loopback_fetch,
+            ca_certs=config.fetch_ca_bundle or None,
+        )
         got = Fingerprint.of_file(path)
     same = got.size == call.recording_bytes and hmac.compare_digest(got.sha256, call.recording_sha256)
     return same, got

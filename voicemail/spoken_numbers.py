@@ -7,6 +7,7 @@ number words ("sedm sedm sedm, jedna dva tÅ™i"), or as a mix ("sedm set dvacet Ä
 :func:`find_callback_number` joins adjacent digit groups and lets ``phonenumbers`` decide
 what is a valid number in the clinic's country (`plumbing.phones.to_e164`, as said).
 """
+
 from __future__ import annotations
 
 import re
@@ -24,17 +25,64 @@ _GROUP = re.compile(r"\+?\d+")
 _AND = re.compile(r",?\s+(?:a|and)\s+")
 _CUE_WORD = re.compile(r"[^\W\d_]+")
 
-_MONTHS = ("ledna unora brezna dubna kvetna cervna cervence srpna zari rijna listopadu prosince "
-           "leden unor brezen duben kveten cerven cervenec srpen rijen listopad prosinec "
-           "januara februara marca aprila maja juna jula augusta septembra oktobra novembra decembra "
-           "january february march april may june july august september october november december").split()
+_MONTHS = [
+    "ledna",
+    "unora",
+    "brezna",
+    "dubna",
+    "kvetna",
+    "cervna",
+    "cervence",
+    "srpna",
+    "zari",
+    "rijna",
+    "listopadu",
+    "prosince",
+    "leden",
+    "unor",
+    "brezen",
+    "duben",
+    "kveten",
+    "cerven",
+    "cervenec",
+    "srpen",
+    "rijen",
+    "listopad",
+    "prosinec",
+    "januara",
+    "februara",
+    "marca",
+    "aprila",
+    "maja",
+    "juna",
+    "jula",
+    "augusta",
+    "septembra",
+    "oktobra",
+    "novembra",
+    "decembra",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
 _MONTH = "(?:" + "|".join(_MONTHS) + r")\b"
 # Amounts: doses, ages, durations, temperatures, money. "let" is Czech "years", not "let me".
-_AMOUNT_UNITS = (r"tablet\w*|tabliet\w*|pilul\w*|prask\w*|kapsl\w*|kapk\w*|davk\w*|mg|mcg|ml|kg|kil\w*|gram\w*|"
-                 r"let(?!\s+(?:me|us|you)\b)|lety|leta|rok\w*|mesic\w*|mesiac\w*|tyd\w*|tyzd\w*|den|dny|dni|dnu|"
-                 r"hod\w*|h|min|minut\w*|sekund\w*|stup\w*|procent\w*|percent|kc|korun\w*|eur\w*|krat|x|kus\w*|"
-                 r"patr\w*|cm|mm|years?|months?|weeks?|days?|hours?|minutes?|seconds?|tablets?|pills?|"
-                 r"capsules?|doses?|drops?|times|degrees?|am|pm|o'?clock")
+_AMOUNT_UNITS = (
+    r"tablet\w*|tabliet\w*|pilul\w*|prask\w*|kapsl\w*|kapk\w*|davk\w*|mg|mcg|ml|kg|kil\w*|gram\w*|"
+    r"let(?!\s+(?:me|us|you)\b)|lety|leta|rok\w*|mesic\w*|mesiac\w*|tyd\w*|tyzd\w*|den|dny|dni|dnu|"
+    r"hod\w*|h|min|minut\w*|sekund\w*|stup\w*|procent\w*|percent|kc|korun\w*|eur\w*|krat|x|kus\w*|"
+    r"patr\w*|cm|mm|years?|months?|weeks?|days?|hours?|minutes?|seconds?|tablets?|pills?|"
+    r"capsules?|doses?|drops?|times|degrees?|am|pm|o'?clock"
+)
 _NOT_PHONE = [
     # dates: 15. 3. 2026, 15.3., 15/3/2026 (checked to be a day and month below)
     (re.compile(r"(?<![\d+])(\d{1,2})\s?\.\s?(\d{1,2})\s?\.(?:\s?\d{4}(?!\d)|\s?\d{2}(?!\d))?"), "date"),
@@ -50,10 +98,27 @@ _NOT_PHONE = [
     (re.compile(r"(?<![\d,.])\d+(?:[.,]\d+)?\s*(?:%|(?:" + _AMOUNT_UNITS + r")(?!\w))"), ""),
 ]
 # Numbers that are not the caller's phone even when they look like one.
-_NOT_PHONE_CUE = re.compile(r"\b(?:rodn\w*\s+cisl\w*|rc|cisl\w*\s+pojist\w*|pojistenc\w*|birth\s+number|"
-                            r"date\s+of\s+birth|insurance\s+number|nhs\s+number)\b")
-_STRONG_CUES = ("zavol", "volej", "volaj", "volat", "zpet", "zpatk", "spat", "ozvet", "ozvi", "kontaktuj", "call",
-                "ring", "reach", "contact", "text")
+_NOT_PHONE_CUE = re.compile(
+    r"\b(?:rodn\w*\s+cisl\w*|rc|cisl\w*\s+pojist\w*|pojistenc\w*|birth\s+number|"
+    r"date\s+of\s+birth|insurance\s+number|nhs\s+number)\b"
+)
+_STRONG_CUES = (
+    "zavol",
+    "volej",
+    "volaj",
+    "volat",
+    "zpet",
+    "zpatk",
+    "spat",
+    "ozvet",
+    "ozvi",
+    "kontaktuj",
+    "call",
+    "ring",
+    "reach",
+    "contact",
+    "text",
+)
 _WEAK_CUES = ("cisl", "cisel", "telefon", "mobil", "link", "number", "phone", "mobile")
 _WEAK_CUE_WORDS = {"at", "tel"}
 _CUE_WINDOW = 6  # words before a number that may hold its cue
@@ -117,7 +182,7 @@ def _numbers_in_run(masked: str, start: int, end: int, country: str) -> list[tup
                 continue
             number = to_e164(said, country, any_00=False, valid=True, as_said=True)
             if number:
-                best[i] = [(groups[i][0], groups[j][1], number)] + rest
+                best[i] = [(groups[i][0], groups[j][1], number), *rest]
     return best[0] or []
 
 

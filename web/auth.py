@@ -4,17 +4,19 @@ Check order (docs/design.md): token (401), clinic exists (404), token covers the
 the scope (403); the body is validated later, by the resource (400). A resource opts in
 by declaring `scopes = {"POST": "read", ...}`.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import falcon
 
+from models import ApiToken
+from plumbing.clock import as_utc
 from plumbing.row_cache import RowCache
 from web.errors import APIError
-from plumbing.clock import as_utc
-from models import ApiToken
 
 _TOUCH_EVERY = timedelta(minutes=1)  # last_used_at is advisory; spare a write per request
 

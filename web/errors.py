@@ -7,6 +7,7 @@ malformed JSON, ...) go through the same serializer; `DoesNotExist`, `IntegrityE
 (`MaxConnectionsExceeded`), both 503 with `Retry-After`, are mapped here, centrally, and
 anything unexpected becomes a logged 500 `INTERNAL_ERROR` that leaks nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,7 +57,12 @@ class APIError(falcon.HTTPError):
 #: The domain's refusals and the statuses the API answers them with (the body keeps their
 #: code, message and data; `retry_after` becomes the Retry-After header).
 DOMAIN_STATUSES: dict[type[DomainError], int] = {
-    Invalid: 400, Forbidden: 403, NotFound: 404, Conflict: 409, Gone: 410, TooMany: 429,
+    Invalid: 400,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+    Gone: 410,
+    TooMany: 429,
 }
 
 
@@ -80,8 +86,10 @@ def _body(req: falcon.Request, ex: falcon.HTTPError) -> dict[str, Any]:
     if isinstance(ex, APIError):
         return ex.to_dict()
     status = ex.status_code
-    code = ex.code if isinstance(ex.code, str) and ex.code else _DEFAULT_CODES.get(
-        status, "INTERNAL_ERROR" if status >= 500 else "ERROR"
+    code = (
+        ex.code
+        if isinstance(ex.code, str) and ex.code
+        else _DEFAULT_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "ERROR")
     )
     # Falcon's titles are the bare status line ("404 Not Found"); say something useful.
     if ex.description:
@@ -116,8 +124,10 @@ def _integrity(req: falcon.Request, resp: falcon.Response, ex: pw.IntegrityError
 
 
 SAFE_TO_RETRY = "safe to retry"
-CHECK_FIRST = ("the request or document may have been stored: check with patientRequests/search or "
-               "the request detail before retrying")
+CHECK_FIRST = (
+    "the request or document may have been stored: check with patientRequests/search or "
+    "the request detail before retrying"
+)
 
 
 def retry_advice(req: falcon.Request) -> str:
@@ -135,8 +145,9 @@ def _database_unavailable(req: falcon.Request, resp: falcon.Response, ex: Except
     # names no secret; the DSN's password is never part of it.
     detail = (str(ex).strip().splitlines() or [""])[0][:200]
     log.warning("database unavailable on %s %s: %s: %s", req.method, req.path, type(ex).__name__, detail)
-    raise APIError(503, "SERVICE_UNAVAILABLE", f"Database unavailable; {retry_advice(req)}.",
-                   headers={"Retry-After": "2"})
+    raise APIError(
+        503, "SERVICE_UNAVAILABLE", f"Database unavailable; {retry_advice(req)}.", headers={"Retry-After": "2"}
+    )
 
 
 def _pool_exhausted(req: falcon.Request, resp: falcon.Response, ex: MaxConnectionsExceeded, params: dict) -> None:

@@ -1,10 +1,11 @@
 """The web process's metrics: every answer counted and timed (`RequestMetrics`), and
 `GET /metrics` reading the service-wide totals from Redis (plumbing/metrics.py)."""
+
 from __future__ import annotations
 
 import hmac
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import falcon
 import redis
@@ -23,7 +24,9 @@ class RequestMetrics:
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         req.context.metrics_started = time.perf_counter()
 
-    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool) -> None:
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool
+    ) -> None:
         started = getattr(req.context, "metrics_started", None)
         if started is None:
             return
@@ -38,8 +41,9 @@ class MetricsEndpoint:
     """`GET /metrics`: Prometheus text format. Open unless `METRICS_TOKEN` is set, then
     `Authorization: Bearer <METRICS_TOKEN>`; it carries no tenant data either way."""
 
-    def __init__(self, connection: redis.Redis, queues: Iterable[str], token: str = "",
-                 recorder: Recorder = RECORDER) -> None:
+    def __init__(
+        self, connection: redis.Redis, queues: Iterable[str], token: str = "", recorder: Recorder = RECORDER
+    ) -> None:
         self.connection, self.token, self.recorder = connection, token, recorder
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(RedisCollector(connection, queues))
@@ -48,8 +52,12 @@ class MetricsEndpoint:
         if self.token:
             kind, _, given = (req.get_header("Authorization") or "").partition(" ")
             if kind.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
-                raise APIError(401, "UNAUTHORIZED", "Metrics need the metrics bearer token.",
-                               headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
+                raise APIError(
+                    401,
+                    "UNAUTHORIZED",
+                    "Metrics need the metrics bearer token.",
+                    headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+                )
         self.recorder.flush(self.connection)  # this process's latest requests, the scrape itself excluded
         resp.content_type = CONTENT_TYPE_LATEST
         resp.data = generate_latest(self.registry)

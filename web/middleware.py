@@ -1,6 +1,7 @@
 """The web process's middleware, in the order `create_app` installs it, and the rules
 for reading a body: one that declares no length (`require_known_end`), and every body
 within a deadline (`Deadline`)."""
+
 from __future__ import annotations
 
 import io
@@ -39,6 +40,7 @@ class TakeTurns:
         self._yield = None
         if _gevent_patched():
             from gevent import sleep
+
             self._yield = sleep
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -88,6 +90,7 @@ class Deadline:
         self._timeout: Any = None
         if _gevent_patched():
             from gevent import Timeout
+
             self._timeout = Timeout
         self._ends = time.monotonic() + seconds
 
@@ -169,6 +172,8 @@ class DatabaseConnection:
     out. Taken at the first query (Peewee's autoconnect), not up front: a call hand-off
     whose token is cached and whose row another request's group commit writes needs none."""
 
-    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool) -> None:
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool
+    ) -> None:
         if not db.is_closed():
             db.close()

@@ -6,13 +6,14 @@ registered in `schemas.COMPONENTS` is shown as a `$ref` wherever it appears, so 
 is one named type in a generated client; every operation has a stable `operationId`
 (the name of its function in a generated client) and documents its errors, 5xx included.
 """
+
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from web import schemas
 import storage
+from web import schemas
 
 SWITCHBOARD = "/external/v1/clinics/{clinic_slug}/switchboard"
 ERROR = {"$ref": "#/components/schemas/Error"}
@@ -28,12 +29,12 @@ _ERROR_TEXT = {
     413: "Body larger than the configured limit.",
     415: "Body is not JSON.",
     429: "Too many: RATE_LIMITED when the token sent more write requests than its per-minute limit "
-         "(recording-complete and the document writes have one each), TOO_MANY_UPLOAD_LINKS when the "
-         "clinic holds too many open upload links; retry after the Retry-After seconds.",
+    "(recording-complete and the document writes have one each), TOO_MANY_UPLOAD_LINKS when the "
+    "clinic holds too many open upload links; retry after the Retry-After seconds.",
     500: "INTERNAL_ERROR: an unexpected failure; the message says whether a retry is safe (after a create or "
-         "a registration, look with search or the detail first).",
+    "a registration, look with search or the detail first).",
     503: "SERVICE_UNAVAILABLE: a dependency (database, the switchboard platform) is unavailable or the service "
-         "is busy; retry after the Retry-After seconds.",
+    "is busy; retry after the Retry-After seconds.",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}}
 # Whatever the operation: an unexpected failure, or the database down or its pool exhausted (web/errors.py).
@@ -49,8 +50,10 @@ def error_responses(codes: dict[int, str], schemas_by_code: dict[int, dict[str, 
     for its code), with Retry-After on 429 and 503."""
     out: dict[str, Any] = {}
     for code in sorted(codes):
-        answer: dict[str, Any] = {"description": codes[code],
-                                  "content": _json((schemas_by_code or {}).get(code, schemas.ERROR))}
+        answer: dict[str, Any] = {
+            "description": codes[code],
+            "content": _json((schemas_by_code or {}).get(code, schemas.ERROR)),
+        }
         if code in (429, 503):
             answer["headers"] = _RETRY_AFTER
         out[str(code)] = answer
@@ -69,8 +72,12 @@ def operation(
     request_required: bool = True,
     tag: str,
 ) -> dict[str, Any]:
-    op: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag],
-                          "responses": {"200": {"description": "OK", "content": _json(response)}}}
+    op: dict[str, Any] = {
+        "operationId": operation_id,
+        "summary": summary,
+        "tags": [tag],
+        "responses": {"200": {"description": "OK", "content": _json(response)}},
+    }
     codes = set(errors) | set(_ALWAYS)
     if scope is not None:
         op["security"] = [{"bearerAuth": [scope]}]
@@ -93,14 +100,16 @@ def _failures(*pairs: tuple[int, str]) -> dict[str, Any]:
 # The query string a presigned download URL carries (its signature covers all five).
 _DOWNLOAD_PARAMETERS: list[dict[str, Any]] = [
     {"name": name, "in": "query", "required": True, "schema": {"type": "string"}}
-    for name in ("expires", "signature", "content_type", "disposition", "filename")]
+    for name in ("expires", "signature", "content_type", "disposition", "filename")
+]
 _BYTES = {"*/*": {"schema": {"type": "string", "format": "binary"}}}
 _SERVICE, _STORAGE = "service", "storage"
 
 OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "/openapi.json": {
-        "get": operation("getOpenApiDocument", "This document.", scope=None, request=None,
-                         response={"type": "object"}, tag=_SERVICE),
+        "get": operation(
+            "getOpenApiDocument", "This document.", scope=None, request=None, response={"type": "object"}, tag=_SERVICE
+        ),
     },
     "/healthz": {
         "get": operation(
@@ -108,8 +117,13 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             "Database and Redis reachability.",
             scope=None,
             request=None,
-            response=schemas.answer({"status": {"type": "string", "const": "ok"}, "database": {"type": "string"},
-                                     "redis": {"type": "string"}}),
+            response=schemas.answer(
+                {
+                    "status": {"type": "string", "const": "ok"},
+                    "database": {"type": "string"},
+                    "redis": {"type": "string"},
+                }
+            ),
             tag=_SERVICE,
         ),
     },
@@ -117,13 +131,15 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
         "get": {
             "operationId": "getMetrics",
             "summary": "Prometheus metrics of the whole service (text format): requests per route template, "
-                       "method and status, latency, RQ queue depths, job durations and outcomes, transcription "
-                       "real-time factor. No tenant data.",
+            "method and status, latency, RQ queue depths, job durations and outcomes, transcription "
+            "real-time factor. No tenant data.",
             "description": "Open unless the service sets `METRICS_TOKEN`; then send it as a bearer token.",
             "tags": [_SERVICE],
             "responses": {
-                "200": {"description": "Prometheus text exposition format.",
-                        "content": {"text/plain": {"schema": {"type": "string"}}}},
+                "200": {
+                    "description": "Prometheus text exposition format.",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                },
                 **_failures((401, "METRICS_TOKEN is set and was not sent.")),
             },
         },
@@ -134,31 +150,47 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             "summary": "Upload an object through a presigned URL (local storage backend).",
             "tags": [_STORAGE],
             "description": "The signed query string is the credential; send the signed Content-Type and no "
-                           "Authorization header.",
-            "parameters": [{"name": name, "in": "query", "required": True, "schema": {"type": "string"}}
-                           for name in ("expires", "signature")],
+            "Authorization header.",
+            "parameters": [
+                {"name": name, "in": "query", "required": True, "schema": {"type": "string"}}
+                for name in ("expires", "signature")
+            ],
             "requestBody": {"required": True, "content": _BYTES},
             "responses": {
                 "200": {"description": "Stored.", "content": _json({"type": "object"})},
-                **_failures((400, "Bad key."), (403, "Bad, expired or foreign signature, or other content type."),
-                            (409, "`ALREADY_REGISTERED`: the upload is registered as an attachment and "
-                                  "cannot change."),
-                            (408, "The body did not arrive within the upload deadline; nothing stored."),
-                            (411, "Content-Length required."), (413, "Too large.")),
+                **_failures(
+                    (400, "Bad key."),
+                    (403, "Bad, expired or foreign signature, or other content type."),
+                    (409, "`ALREADY_REGISTERED`: the upload is registered as an attachment and cannot change."),
+                    (408, "The body did not arrive within the upload deadline; nothing stored."),
+                    (411, "Content-Length required."),
+                    (413, "Too large."),
+                ),
             },
         },
         "get": {
             "operationId": "getStorageObject",
             "summary": "Download an object through a presigned URL (local storage backend).",
             "tags": [_STORAGE],
-            "parameters": _DOWNLOAD_PARAMETERS + [
-                {"name": "Range", "in": "header", "required": False, "schema": {"type": "string"},
-                 "description": "One byte range (`bytes=first-last`, `bytes=first-`, `bytes=-suffix`)."}],
+            "parameters": [
+                *_DOWNLOAD_PARAMETERS,
+                {
+                    "name": "Range",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string"},
+                    "description": "One byte range (`bytes=first-last`, `bytes=first-`, `bytes=-suffix`).",
+                },
+            ],
             "responses": {
                 "200": {"description": "The object's bytes.", "content": _BYTES},
                 "206": {"description": "The bytes of the range asked for (Content-Range).", "content": _BYTES},
-                **_failures((400, "Bad key or Range header."), (403, "Bad or expired signature."),
-                            (404, "No such object."), (416, "The range starts past the object's end.")),
+                **_failures(
+                    (400, "Bad key or Range header."),
+                    (403, "Bad or expired signature."),
+                    (404, "No such object."),
+                    (416, "The range starts past the object's end."),
+                ),
             },
         },
         "head": {
@@ -168,9 +200,16 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             "parameters": _DOWNLOAD_PARAMETERS,
             "responses": {
                 "200": {"description": "Content-Type, Content-Length, Content-Disposition, Accept-Ranges."},
-                **{str(c): {"description": d} for c, d in
-                   ((400, "Bad key."), (403, "Bad or expired signature."), (404, "No such object."),
-                    (500, _ERROR_TEXT[500]), (503, _ERROR_TEXT[503]))},
+                **{
+                    str(c): {"description": d}
+                    for c, d in (
+                        (400, "Bad key."),
+                        (403, "Bad or expired signature."),
+                        (404, "No such object."),
+                        (500, _ERROR_TEXT[500]),
+                        (503, _ERROR_TEXT[503]),
+                    )
+                },
             },
         },
     },
@@ -228,8 +267,15 @@ _DOCS = "signed documents"
 
 
 def _tags_operation() -> dict[str, Any]:
-    op = operation("listTags", "The clinic's tags that are not deleted.", scope="read", request=None,
-                   response=schemas.data({"type": "array", "items": schemas.TAG}), errors=(400,), tag=_DOCS)
+    op = operation(
+        "listTags",
+        "The clinic's tags that are not deleted.",
+        scope="read",
+        request=None,
+        response=schemas.data({"type": "array", "items": schemas.TAG}),
+        errors=(400,),
+        tag=_DOCS,
+    )
     op["parameters"] = [{"name": "type", "in": "query", "required": False, "schema": schemas.TAG_TYPE}]
     return op
 
@@ -242,83 +288,148 @@ def _recording_operation() -> dict[str, Any]:
         "(an expired one is re-fetched from the switchboard platform, waiting a few seconds at most), "
         "410 RECORDING_UNAVAILABLE when the recording is gone (the transcript stays in the detail), "
         "503 with Retry-After while the platform does not answer. 404 NOT_FOUND for other requests.",
-        scope="read", request=None, response={"type": "object"}, errors=(410,), tag="switchboard")
+        scope="read",
+        request=None,
+        response={"type": "object"},
+        errors=(410,),
+        tag="switchboard",
+    )
     del op["responses"]["200"]
-    op["responses"]["302"] = {"description": "Redirect to the recording (do not log the Location; fetch it "
-                                             "without the bearer token).",
-                              "headers": {"Location": {"schema": {"type": "string"}}}}
+    op["responses"]["302"] = {
+        "description": "Redirect to the recording (do not log the Location; fetch it without the bearer token).",
+        "headers": {"Location": {"schema": {"type": "string"}}},
+    }
     return op
 
 
-OPERATIONS.update({
-    f"{CLINIC}/patientRequestTypes/search": {"post": operation(
-        "searchPatientRequestTypes",
-        "Step 1: the clinic's active request types (`id` is create's `userECRFId`).", scope="read",
-        request=schemas.EMPTY_REQUEST, request_required=False,
-        response=schemas.data({"type": "array", "items": schemas.REQUEST_TYPE}), tag=_DOCS)},
-    f"{CLINIC}/patients/search": {"post": operation(
-        "searchPatients",
-        "Step 2: find patients. Organization scope with patient sharing: patients without a record here "
-        "read `isInClinic` false and are not usable for create. Next page: `pagination.cursor`.",
-        scope="read", request=schemas.PATIENT_SEARCH_REQUEST, request_required=False,
-        response=schemas.page(schemas.PATIENT), tag=_DOCS)},
-    f"{CLINIC}/patients/import": {"post": operation(
-        "importPatient",
-        "Import one patient into this clinic; the same external id (and source) again updates it.",
-        scope="write", request=schemas.PATIENT_IMPORT, response=schemas.data(schemas.PATIENT_IMPORT_RESULT),
-        tag=_DOCS)},
-    f"{CLINIC}/patients/import-bulk": {"post": operation(
-        "importPatientsBulk",
-        "Import up to 1000 patients; each item is validated and written on its own, answered per item "
-        "(an invalid item is answered `failed` with its error; the others are imported).",
-        scope="write", request=schemas.PATIENT_IMPORT_BULK,
-        response=schemas.data(schemas.PATIENT_IMPORT_BULK_RESULT), tag=_DOCS)},
-    f"{CLINIC}/patientRequests/create": {"post": operation(
-        "createPatientRequest",
-        "Step 3: create a request (title = type name); the type's default patient tags are applied "
-        "best effort. 403 patient without a record here, 404 PATIENT_NOT_FOUND / USER_ECRF_NOT_FOUND, "
-        "410 PATIENT_MERGED with mergedInto. Not idempotent: after a 5xx look via search first.",
-        scope="write", request=schemas.CREATE_REQUEST, response=schemas.data(schemas.PATIENT_REQUEST),
-        errors=(410,), error_schemas={410: schemas.PATIENT_MERGED_ERROR}, tag=_DOCS)},
-    f"{CLINIC}/patientRequests/search": {"post": operation(
-        "searchPatientRequests",
-        "The clinic's requests, newest first; `filter.patientId` and `filter.kind` (standard, voice_message, "
-        "missed_call) narrow them, together or alone. `medicalRecords` is always empty. Next page: "
-        "`pagination.cursor`.",
-        scope="read", request=schemas.REQUEST_SEARCH_REQUEST, request_required=False,
-        response=schemas.page(schemas.PATIENT_REQUEST), tag=_DOCS)},
-    _REQUEST: {
-        "get": operation(
-            "getPatientRequest",
-            "Step 7: request detail with attachments and presigned links (at least 30 minutes left). "
-            "400 for more than 1000 attachments. A request made from a call (`kind` voice_message or "
-            "missed_call) carries `call`: the caller's and callback numbers, the transcript with its status, "
-            "issue and language, the switchboard's Extra and the recording's state.", scope="read", request=None,
-            response=schemas.data(schemas.PATIENT_REQUEST_DETAIL), errors=(400,), tag=_DOCS),
-        "patch": operation(
-            "updatePatientRequest",
-            "Add request tags (`addTagIds`), set the request's own `userNote`, resolve or reopen it (`done`).",
-            scope="write", request=schemas.REQUEST_PATCH, response=schemas.data(schemas.PATIENT_REQUEST), tag=_DOCS),
-    },
-    f"{_REQUEST}/recording": {"get": _recording_operation()},
-    f"{_REQUEST}/attachments/upload-link": {"post": operation(
-        "createUploadLink",
-        "Step 4: a presigned PUT URL (10 minutes, reusable, one object) and its `fileHash`. The URL is a "
-        "credential: do not log or persist it. 429 TOO_MANY_UPLOAD_LINKS while the clinic holds the most "
-        "open links (issued within 10 minutes, not registered) it may; Retry-After says when the oldest expires.",
-        scope="write", request=schemas.UPLOAD_LINK_REQUEST, response=schemas.data(schemas.UPLOAD_LINK), tag=_DOCS)},
-    f"{_REQUEST}/attachments": {"post": operation(
-        "registerAttachment",
-        "Step 6: register an uploaded file (fileHash from an upload link of this request). Registering "
-        "the same fileHash again answers the first registration. A file over the service's upload size "
-        "limit is refused with 400 naming the limit, and deleted.", scope="write",
-        request=schemas.ATTACHMENT_REQUEST, response=schemas.data(schemas.ATTACHMENT), tag=_DOCS)},
-    f"{CLINIC}/tags": {"get": _tags_operation()},
-})
+OPERATIONS.update(
+    {
+        f"{CLINIC}/patientRequestTypes/search": {
+            "post": operation(
+                "searchPatientRequestTypes",
+                "Step 1: the clinic's active request types (`id` is create's `userECRFId`).",
+                scope="read",
+                request=schemas.EMPTY_REQUEST,
+                request_required=False,
+                response=schemas.data({"type": "array", "items": schemas.REQUEST_TYPE}),
+                tag=_DOCS,
+            )
+        },
+        f"{CLINIC}/patients/search": {
+            "post": operation(
+                "searchPatients",
+                "Step 2: find patients. Organization scope with patient sharing: patients without a record here "
+                "read `isInClinic` false and are not usable for create. Next page: `pagination.cursor`.",
+                scope="read",
+                request=schemas.PATIENT_SEARCH_REQUEST,
+                request_required=False,
+                response=schemas.page(schemas.PATIENT),
+                tag=_DOCS,
+            )
+        },
+        f"{CLINIC}/patients/import": {
+            "post": operation(
+                "importPatient",
+                "Import one patient into this clinic; the same external id (and source) again updates it.",
+                scope="write",
+                request=schemas.PATIENT_IMPORT,
+                response=schemas.data(schemas.PATIENT_IMPORT_RESULT),
+                tag=_DOCS,
+            )
+        },
+        f"{CLINIC}/patients/import-bulk": {
+            "post": operation(
+                "importPatientsBulk",
+                "Import up to 1000 patients; each item is validated and written on its own, answered per item "
+                "(an invalid item is answered `failed` with its error; the others are imported).",
+                scope="write",
+                request=schemas.PATIENT_IMPORT_BULK,
+                response=schemas.data(schemas.PATIENT_IMPORT_BULK_RESULT),
+                tag=_DOCS,
+            )
+        },
+        f"{CLINIC}/patientRequests/create": {
+            "post": operation(
+                "createPatientRequest",
+                "Step 3: create a request (title = type name); the type's default patient tags are applied "
+                "best effort. 403 patient without a record here, 404 PATIENT_NOT_FOUND / USER_ECRF_NOT_FOUND, "
+                "410 PATIENT_MERGED with mergedInto. Not idempotent: after a 5xx look via search first.",
+                scope="write",
+                request=schemas.CREATE_REQUEST,
+                response=schemas.data(schemas.PATIENT_REQUEST),
+                errors=(410,),
+                error_schemas={410: schemas.PATIENT_MERGED_ERROR},
+                tag=_DOCS,
+            )
+        },
+        f"{CLINIC}/patientRequests/search": {
+            "post": operation(
+                "searchPatientRequests",
+                "The clinic's requests, newest first; `filter.patientId` and `filter.kind` (standard, voice_message, "
+                "missed_call) narrow them, together or alone. `medicalRecords` is always empty. Next page: "
+                "`pagination.cursor`.",
+                scope="read",
+                request=schemas.REQUEST_SEARCH_REQUEST,
+                request_required=False,
+                response=schemas.page(schemas.PATIENT_REQUEST),
+                tag=_DOCS,
+            )
+        },
+        _REQUEST: {
+            "get": operation(
+                "getPatientRequest",
+                "Step 7: request detail with attachments and presigned links (at least 30 minutes left). "
+                "400 for more than 1000 attachments. A request made from a call (`kind` voice_message or "
+                "missed_call) carries `call`: the caller's and callback numbers, the transcript with its status, "
+                "issue and language, the switchboard's Extra and the recording's state.",
+                scope="read",
+                request=None,
+                response=schemas.data(schemas.PATIENT_REQUEST_DETAIL),
+                errors=(400,),
+                tag=_DOCS,
+            ),
+            "patch": operation(
+                "updatePatientRequest",
+                "Add request tags (`addTagIds`), set the request's own `userNote`, resolve or reopen it (`done`).",
+                scope="write",
+                request=schemas.REQUEST_PATCH,
+                response=schemas.data(schemas.PATIENT_REQUEST),
+                tag=_DOCS,
+            ),
+        },
+        f"{_REQUEST}/recording": {"get": _recording_operation()},
+        f"{_REQUEST}/attachments/upload-link": {
+            "post": operation(
+                "createUploadLink",
+                "Step 4: a presigned PUT URL (10 minutes, reusable, one object) and its `fileHash`. The URL is a "
+                "credential: do not log or persist it. 429 TOO_MANY_UPLOAD_LINKS while the clinic holds the most "
+                "open links (issued within 10 minutes, not registered) it may; Retry-After says when the oldest expires.",  # noqa: E501
+                scope="write",
+                request=schemas.UPLOAD_LINK_REQUEST,
+                response=schemas.data(schemas.UPLOAD_LINK),
+                tag=_DOCS,
+            )
+        },
+        f"{_REQUEST}/attachments": {
+            "post": operation(
+                "registerAttachment",
+                "Step 6: register an uploaded file (fileHash from an upload link of this request). Registering "
+                "the same fileHash again answers the first registration. A file over the service's upload size "
+                "limit is refused with 400 naming the limit, and deleted.",
+                scope="write",
+                request=schemas.ATTACHMENT_REQUEST,
+                response=schemas.data(schemas.ATTACHMENT),
+                tag=_DOCS,
+            )
+        },
+        f"{CLINIC}/tags": {"get": _tags_operation()},
+    }
+)
 
 
 def public_path(template: str) -> str:
     """Falcon template -> documented path: `{clinic_slug}` -> `{clinicSlug}`."""
+
     def camel(match: re.Match[str]) -> str:
         name = match.group(1).split(":")[0]
         head, *rest = name.split("_")
@@ -351,11 +462,17 @@ def _referenced(node: Any, names: dict[int, str], own: int | None = None) -> Any
 
 
 _TAGS = [
-    {"name": "switchboard", "description": "The switchboard's routing checks and call hand-off "
-                                           "(docs/spec/switchboard.md), and the recording of a request made "
-                                           "from a call."},
-    {"name": _DOCS, "description": "Externally signed document storage (docs/spec/signed-documents.md): "
-                                   "request types, patients, patient requests, attachments, tags."},
+    {
+        "name": "switchboard",
+        "description": "The switchboard's routing checks and call hand-off "
+        "(docs/spec/switchboard.md), and the recording of a request made "
+        "from a call.",
+    },
+    {
+        "name": _DOCS,
+        "description": "Externally signed document storage (docs/spec/signed-documents.md): "
+        "request types, patients, patient requests, attachments, tags.",
+    },
     {"name": _STORAGE, "description": "Presigned storage URLs (local backend): send no bearer token to them."},
     {"name": _SERVICE, "description": "Health, metrics and this document."},
 ]

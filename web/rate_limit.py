@@ -23,12 +23,14 @@ limit that cannot be counted is not enforced rather than refusing calls. After a
 error the limiter does not ask again for `PAUSE_SECONDS`, so a Redis that hangs costs
 one short timeout per process per pause, not one per request.
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import falcon
 import redis
@@ -65,8 +67,9 @@ class RateLimiter:
     """Budgets per token, counted in Redis; `limits` maps a budget's name to requests
     per minute (0 or less: not limited)."""
 
-    def __init__(self, connection: redis.Redis, limits: dict[str, int],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, connection: redis.Redis, limits: dict[str, int], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.connection = connection
         self.limits = limits
         self.clock = clock
@@ -83,8 +86,7 @@ class RateLimiter:
             wait_ms = int(self._script(keys=[f"clinic:rate:{budget}:{token_id}"], args=[PERIOD_MS, limit]))
         except redis.RedisError as exc:
             self._paused_until = self.clock() + PAUSE_SECONDS
-            log.warning("rate limits not counted for %.0f s: Redis unavailable (%s)", PAUSE_SECONDS,
-                        type(exc).__name__)
+            log.warning("rate limits not counted for %.0f s: Redis unavailable (%s)", PAUSE_SECONDS, type(exc).__name__)
             return None
         return max(1, math.ceil(wait_ms / 1000)) if wait_ms > 0 else None
 
@@ -105,5 +107,9 @@ class RateLimit:
         budget = getattr(resource, "rate_limit", "writes")
         wait = self.limiter.retry_after(budget, token.id)
         if wait is not None:
-            raise APIError(429, "RATE_LIMITED", f"This token's rate limit for {budget} is reached; "
-                           f"retry after {wait} s.", headers={"Retry-After": str(wait)})
+            raise APIError(
+                429,
+                "RATE_LIMITED",
+                f"This token's rate limit for {budget} is reached; retry after {wait} s.",
+                headers={"Retry-After": str(wait)},
+            )

@@ -6,6 +6,7 @@ recorded and counted, whatever refused them: the clinic (404), the scope (403), 
 limit (429), the body's size or deadline (413, 411, 408), its content (400) or the CallSid
 (409). Runs before the request's database connection is handed back.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,14 @@ class HandoffRefusals:
         metrics.RECORDER.count(metrics.HANDOFFS_REFUSED, (str(status), code))
         clinic = getattr(req.context, "clinic", None)
         try:
-            refusals.record(getattr(req.context, "handoff_clinic_slug", ""), clinic.id if clinic is not None else None, token.id,
-                            getattr(req.context, "call_sid", None), status, code, str(answer.get("error") or ""))
+            refusals.record(
+                getattr(req.context, "handoff_clinic_slug", ""),
+                clinic.id if clinic is not None else None,
+                token.id,
+                getattr(req.context, "call_sid", None),
+                status,
+                code,
+                str(answer.get("error") or ""),
+            )
         except Exception as exc:  # the database away: the answer stands, the counter has it
             log.warning("refused hand-off not recorded (%s)", type(exc).__name__)

@@ -1,6 +1,7 @@
 """Request bodies: read the JSON body and check it against its schema (`web/schemas.py`)
 with the service's one validator (`plumbing/json_schema.py`); a refusal is
 `errors.Invalid`, answered 400 VALIDATION_FAILED naming the field."""
+
 from __future__ import annotations
 
 from typing import Any

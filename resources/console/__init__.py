@@ -3,11 +3,12 @@ console/ package (sessions, rendering, view models) and the feature packages. Se
 CSRF are checked by console.middleware.ConsoleSession before these run; a resource with
 `login_required` never runs without a session, one with `admin_required` only for an admin
 of the clinic it acts on. The helpers the pages share are here."""
+
 from __future__ import annotations
 
 import falcon
 
-from console import inbox
+from console.inbox import KINDS, STATES, request_for
 from models import Clinic, PatientRequest, StaffUser
 
 
@@ -18,15 +19,17 @@ def clinic_of(req: falcon.Request, user: StaffUser) -> tuple[Clinic | None, list
 
 
 def inbox_filters(req: falcon.Request) -> dict[str, str]:
-    return {"state": req.get_param("state") if req.get_param("state") in inbox.STATES else "open",
-            "kind": req.get_param("kind") if req.get_param("kind") in inbox.KINDS else "",
-            "q": (req.get_param("q") or "")[:100]}
+    return {
+        "state": req.get_param("state") if req.get_param("state") in STATES else "open",
+        "kind": req.get_param("kind") if req.get_param("kind") in KINDS else "",
+        "q": (req.get_param("q") or "")[:100],
+    }
 
 
 def own_request(req: falcon.Request, request_id: str) -> tuple[StaffUser, PatientRequest]:
     """The session's user and the request they may see: one of their clinics', else 404."""
     user: StaffUser = req.context.console_session.user
-    request = inbox.request_for(user, request_id)
+    request = request_for(user, request_id)
     if request is None:
         raise falcon.HTTPNotFound()
     return user, request

@@ -1,8 +1,9 @@
 """Logging in and out, and the user's language."""
+
 from __future__ import annotations
 
 import urllib.parse
-from typing import Callable
+from collections.abc import Callable
 
 import falcon
 
@@ -16,8 +17,9 @@ from staff import passwords
 
 
 class ConsoleLogin:
-    def __init__(self, renderer: Renderer, throttle: LoginThrottle, clock: Callable,
-                 trust_forwarded_proto: bool, max_age: int) -> None:
+    def __init__(
+        self, renderer: Renderer, throttle: LoginThrottle, clock: Callable, trust_forwarded_proto: bool, max_age: int
+    ) -> None:
         self.renderer = renderer
         self.throttle = throttle
         self.clock = clock
@@ -30,19 +32,37 @@ class ConsoleLogin:
                 return candidate
         return DEFAULT_LANGUAGE
 
-    def _form(self, req: falcon.Request, resp: falcon.Response, language: str, status: str = falcon.HTTP_200,
-              message: str = "", email: str = "", **values: object) -> None:
+    def _form(
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        language: str,
+        status: str = falcon.HTTP_200,
+        message: str = "",
+        email: str = "",
+        **values: object,
+    ) -> None:
         token = (req.get_cookie_values(sessions.PRELOGIN_COOKIE) or [None])[0]
         if not token or len(token) > 100:
             token = sessions.new_token()
         secure = is_secure(req, self.trust)
         resp.set_cookie(sessions.PRELOGIN_COOKIE, token, path=PREFIX, http_only=True, secure=secure, same_site="Lax")
-        resp.set_cookie(LANGUAGE_COOKIE, language, path=PREFIX, http_only=True, secure=secure, same_site="Lax",
-                        max_age=365 * 86400)
+        resp.set_cookie(
+            LANGUAGE_COOKIE, language, path=PREFIX, http_only=True, secure=secure, same_site="Lax", max_age=365 * 86400
+        )
         tr = self.renderer.translations[language]
-        html(resp, self.renderer.render("console/login.html", language, user=None, csrf_token=token,
-                                         message=tr.gettext(message) % values if message else "", email=email),
-              status)
+        html(
+            resp,
+            self.renderer.render(
+                "console/login.html",
+                language,
+                user=None,
+                csrf_token=token,
+                message=tr.gettext(message) % values if message else "",
+                email=email,
+            ),
+            status,
+        )
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         if req.context.console_session is not None:
@@ -57,8 +77,15 @@ class ConsoleLogin:
         wait = self.throttle.blocked(email, address)
         if wait:
             resp.set_header("Retry-After", str(wait))
-            self._form(req, resp, language, falcon.HTTP_429,
-                       N_("Too many failed logins. Try again in %(minutes)d min."), email, minutes=-(-wait // 60))
+            self._form(
+                req,
+                resp,
+                language,
+                falcon.HTTP_429,
+                N_("Too many failed logins. Try again in %(minutes)d min."),
+                email,
+                minutes=-(-wait // 60),
+            )
             return
         user = StaffUser.by_email(email) if email else None
         # An unknown e-mail is checked against a dummy hash: the same answer in the same time.
@@ -72,8 +99,15 @@ class ConsoleLogin:
         with db.atomic():
             token = sessions.start(user, self.clock(), address, req.user_agent)
             audit.logged_in(user)
-        resp.set_cookie(sessions.COOKIE, token, path=PREFIX, http_only=True, secure=is_secure(req, self.trust),
-                        same_site="Lax", max_age=self.max_age)
+        resp.set_cookie(
+            sessions.COOKIE,
+            token,
+            path=PREFIX,
+            http_only=True,
+            secure=is_secure(req, self.trust),
+            same_site="Lax",
+            max_age=self.max_age,
+        )
         resp.unset_cookie(sessions.PRELOGIN_COOKIE, path=PREFIX)  # a fresh one for the next login
         raise see_other(PREFIX + "/")
 

@@ -1,6 +1,7 @@
 """The console's help: the staff guides (docs/staff/*.md) in the user's language. Open
 before login too (the login page's reader may need "who resets my password"): the guides
 hold no clinic's data. The language: the user's, else the login page's choice."""
+
 from __future__ import annotations
 
 import falcon
@@ -26,9 +27,17 @@ class HelpPage:
         guide = self.guides.get(name, language) if name in guides_module.PAGES else None
         if guide is None:
             raise falcon.HTTPNotFound()
-        html(resp, self.renderer.render(
-            "console/help.html", guide.language, user=session.user if session else None,
-            csrf_token=session.csrf_token if session else "", guide=guide, guides=self.guides.listed(language)))
+        html(
+            resp,
+            self.renderer.render(
+                "console/help.html",
+                guide.language,
+                user=session.user if session else None,
+                csrf_token=session.csrf_token if session else "",
+                guide=guide,
+                guides=self.guides.listed(language),
+            ),
+        )
 
 
 class HelpImage:

@@ -1,9 +1,10 @@
 """The inbox and its live update."""
+
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 import falcon
 
@@ -33,9 +34,21 @@ class Inbox:
         # The live update asks for rows newer than the newest shown (or than now).
         after = rows[0]["created"] if rows else as_utc(self.clock()).isoformat()
         rows_url = "/console/rows?" + urllib.parse.urlencode({"clinic": clinic.slug if clinic else "", **filters})
-        html(resp, self.renderer.render("console/inbox.html", user.language, user=user, csrf_token=session.csrf_token,
-                                         clinic=clinic, clinics=clinics, rows=rows, after=after, rows_url=rows_url,
-                                         **filters))
+        html(
+            resp,
+            self.renderer.render(
+                "console/inbox.html",
+                user.language,
+                user=user,
+                csrf_token=session.csrf_token,
+                clinic=clinic,
+                clinics=clinics,
+                rows=rows,
+                after=after,
+                rows_url=rows_url,
+                **filters,
+            ),
+        )
 
 
 class InboxRows:
@@ -55,8 +68,20 @@ class InboxRows:
         except ValueError:
             raise falcon.HTTPBadRequest() from None
         filters = inbox_filters(req)
-        found = inbox.requests(clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"],
-                               after=after) if clinic else []
-        html = "".join(self.renderer.render("console/_row.html", user.language, row=inbox.row(r, clinic, user.language),
-                                            csrf_token=session.csrf_token) for r in found)
-        html(resp, html)
+        found = (
+            inbox.requests(
+                clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"], after=after
+            )
+            if clinic
+            else []
+        )
+        rows = "".join(
+            self.renderer.render(
+                "console/_row.html",
+                user.language,
+                row=inbox.row(r, clinic, user.language),
+                csrf_token=session.csrf_token,
+            )
+            for r in found
+        )
+        html(resp, rows)

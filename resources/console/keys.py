@@ -2,21 +2,22 @@
 and revoke a clinic's keys. Admins only (`admin_required`: ConsoleSession lets the clinic's
 admins in, from `?clinic=` or the form's `clinic`). Every rule is `api_keys.rules`'s, the
 same `manage.py token` follows; a new key's text is in the answer to its POST only."""
+
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import falcon
 
 from api_keys import rules
 from console.inbox import local_time
-from console.rendering import Renderer
+from console.rendering import Renderer, html, see_other
 from models import Actor, ApiToken, Clinic
 from plumbing.clock import as_utc
-from console.rendering import html, see_other
 from resources.console.settings import SECTIONS
 
 URL = "/console/settings/api-keys"
@@ -50,8 +51,14 @@ class _KeysPage:
         self.renderer = renderer
         self.clock = clock
 
-    def render(self, req: falcon.Request, resp: falcon.Response, status: str = falcon.HTTP_200,
-               error: str = "", created: dict[str, Any] | None = None) -> None:
+    def render(
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        status: str = falcon.HTTP_200,
+        error: str = "",
+        created: dict[str, Any] | None = None,
+    ) -> None:
         session, clinic = req.context.console_session, req.context.admin_clinic
         language, now = session.user.language, self.clock()
         tr = self.renderer.translations[language]
@@ -59,15 +66,35 @@ class _KeysPage:
         def when(value: datetime | None) -> str:
             return local_time(value, clinic, language) if value else ""
 
-        keys = [{"view": key, "created": when(key.token.created_at), "last_used": when(key.token.last_used_at),
-                 "expires": when(key.token.expires_at), "rotatable": rules.may_rotate(key, req.context.admin_clinics)}
-                for key in rules.keys_of(clinic, now)]
-        html(resp, self.renderer.render(
-            "console/settings/api_keys.html", language, user=session.user, csrf_token=session.csrf_token,
-            clinic=clinic, clinics=req.context.admin_clinics, keys=keys, error=tr.gettext(error) if error else "",
-            created=created, default_days=rules.DEFAULT_LIFETIME.days, max_days=rules.MAX_LIFETIME.days,
-            rotate_default=_local_input(as_utc(now) + timedelta(days=1), clinic),
-            rotate_max=_local_input(as_utc(now) + rules.MAX_OVERLAP, clinic)), status)
+        keys = [
+            {
+                "view": key,
+                "created": when(key.token.created_at),
+                "last_used": when(key.token.last_used_at),
+                "expires": when(key.token.expires_at),
+                "rotatable": rules.may_rotate(key, req.context.admin_clinics),
+            }
+            for key in rules.keys_of(clinic, now)
+        ]
+        html(
+            resp,
+            self.renderer.render(
+                "console/settings/api_keys.html",
+                language,
+                user=session.user,
+                csrf_token=session.csrf_token,
+                clinic=clinic,
+                clinics=req.context.admin_clinics,
+                keys=keys,
+                error=tr.gettext(error) if error else "",
+                created=created,
+                default_days=rules.DEFAULT_LIFETIME.days,
+                max_days=rules.MAX_LIFETIME.days,
+                rotate_default=_local_input(as_utc(now) + timedelta(days=1), clinic),
+                rotate_max=_local_input(as_utc(now) + rules.MAX_OVERLAP, clinic),
+            ),
+            status,
+        )
 
     def token(self, req: falcon.Request, token_id: str, allowed: Callable) -> ApiToken:
         """The key of the URL if this admin may act on it; 404 otherwise (another clinic's
@@ -90,8 +117,14 @@ class ApiKeys(_KeysPage):
         clinics = [c for c in req.context.admin_clinics if form.get(f"grant_{c.slug}") == "on"]
         scopes = [s for s in ApiToken.SCOPES if form.get(f"scope_{s}") == "on"]
         try:
-            token, text = rules.issue(Actor.staff(user), form.get("name", ""), clinics, scopes, self.clock(),
-                                      rules.lifetime(_days(form.get("expires_in_days", ""))))
+            token, text = rules.issue(
+                Actor.staff(user),
+                form.get("name", ""),
+                clinics,
+                scopes,
+                self.clock(),
+                rules.lifetime(_days(form.get("expires_in_days", ""))),
+            )
         except rules.KeyRuleError as exc:
             self.render(req, resp, falcon.HTTP_400, error=str(exc))
             return
@@ -106,14 +139,23 @@ class ApiKeyRotation(_KeysPage):
         try:
             if until is None:
                 raise rules.KeyRuleError("The old key may keep working for at most 7 days.")
-            new, text = rules.rotate(Actor.staff(user), token, until, self.clock(),
-                                     rules.lifetime(_days(form.get("expires_in_days", ""))))
+            new, text = rules.rotate(
+                Actor.staff(user), token, until, self.clock(), rules.lifetime(_days(form.get("expires_in_days", "")))
+            )
         except rules.KeyRuleError as exc:
             self.render(req, resp, falcon.HTTP_400, error=str(exc))
             return
-        self.render(req, resp, falcon.HTTP_201, created={"text": text, "name": new.name, "rotated": True,
-                                                         "old_until": local_time(until, req.context.admin_clinic,
-                                                                                 user.language)})
+        self.render(
+            req,
+            resp,
+            falcon.HTTP_201,
+            created={
+                "text": text,
+                "name": new.name,
+                "rotated": True,
+                "old_until": local_time(until, req.context.admin_clinic, user.language),
+            },
+        )
 
 
 class ApiKeyRevocation(_KeysPage):

@@ -1,11 +1,12 @@
 """One request's page and its writes (note, tags, resolution), and its recording's player."""
+
 from __future__ import annotations
 
 import json
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 import falcon
 
@@ -23,8 +24,12 @@ class RequestPage:
     presigned links) and its history from the audit trail. Another clinic's id: 404."""
 
     login_required = True
-    _WHAT = {"patient_request.create": N_("Created"), "call.receive": N_("Call received"),
-             "patient_request.patch": N_("Changed"), "call.recording_mismatch": N_("Recording did not match the call")}
+    _WHAT = {
+        "patient_request.create": N_("Created"),
+        "call.receive": N_("Call received"),
+        "patient_request.patch": N_("Changed"),
+        "call.recording_mismatch": N_("Recording did not match the call"),
+    }
 
     def __init__(self, renderer: Renderer, links: LinkCache) -> None:
         self.renderer = renderer
@@ -36,31 +41,60 @@ class RequestPage:
         clinic, language = request.clinic, user.language
         tr = self.renderer.translations[language]
         data = patient_requests.detail(request, self.links)
-        documents = [{"description": d["description"], "category": d["categoryType"], "sha256": d["sha256"],
-                      "visible": d["visibleToPatient"], "url": d["downloadUrl"],
-                      "registered": inbox.local_time(datetime.fromisoformat(d["createdAt"].replace("Z", "+00:00")),
-                                                     clinic, language)} for d in data["medicalRecords"]]
+        documents = [
+            {
+                "description": d["description"],
+                "category": d["categoryType"],
+                "sha256": d["sha256"],
+                "visible": d["visibleToPatient"],
+                "url": d["downloadUrl"],
+                "registered": inbox.local_time(
+                    datetime.fromisoformat(d["createdAt"].replace("Z", "+00:00")), clinic, language
+                ),
+            }
+            for d in data["medicalRecords"]
+        ]
         events = []
         # What was odd about the call's hand-off, said beside its "Call received".
-        odd = [tr.gettext(audit.ANOMALIES.get(name, name))
-               for name in json.loads(request.call.anomalies or "[]")] if request.call_id else []
+        odd = (
+            [tr.gettext(audit.ANOMALIES.get(name, name)) for name in json.loads(request.call.anomalies or "[]")]
+            if request.call_id
+            else []
+        )
         for event in inbox.history(request):
             details = json.loads(event.details or "{}")
             what = self._WHAT.get(event.action, event.action)
             if event.action == "patient_request.patch" and "done" in details:
                 what = N_("Marked resolved") if details["done"] else N_("Reopened")
-            events.append({"time": inbox.local_time(event.at, clinic, language), "what": tr.gettext(what),
-                           "who": f"{tr.gettext(audit.WHO.get(event.actor_kind, event.actor_kind))}: {event.actor_name}",
-                           "notes": odd if event.action == "call.receive" else []})
+            events.append(
+                {
+                    "time": inbox.local_time(event.at, clinic, language),
+                    "what": tr.gettext(what),
+                    "who": f"{tr.gettext(audit.WHO.get(event.actor_kind, event.actor_kind))}: {event.actor_name}",
+                    "notes": odd if event.action == "call.receive" else [],
+                }
+            )
         row = inbox.row(request, clinic, language)
         held = {tag["id"] for tag in data["tags"]}
-        html(resp, self.renderer.render(
-            "console/request.html", language, user=user, csrf_token=session.csrf_token, clinic=clinic, row=row,
-            title=row["name"] or tr.gettext("unknown caller"),
-            type_name=request.request_type.name if request.request_type_id else None,
-            clinic_note=request.clinic_note, user_note=request.user_note, tags=data["tags"],
-            other_tags=[t for t in patient_requests.clinic_tags(clinic, "patient_request") if t["id"] not in held],
-            documents=documents, events=events))
+        html(
+            resp,
+            self.renderer.render(
+                "console/request.html",
+                language,
+                user=user,
+                csrf_token=session.csrf_token,
+                clinic=clinic,
+                row=row,
+                title=row["name"] or tr.gettext("unknown caller"),
+                type_name=request.request_type.name if request.request_type_id else None,
+                clinic_note=request.clinic_note,
+                user_note=request.user_note,
+                tags=data["tags"],
+                other_tags=[t for t in patient_requests.clinic_tags(clinic, "patient_request") if t["id"] not in held],
+                documents=documents,
+                events=events,
+            ),
+        )
 
 
 class RequestResolution:
@@ -86,7 +120,7 @@ class RequestNote:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
         user, request = own_request(req, request_id)
-        note = req.context.form.get("note", "").replace("\r\n", "\n")[:self.MAX_LENGTH]
+        note = req.context.form.get("note", "").replace("\r\n", "\n")[: self.MAX_LENGTH]
         patient_requests.patch_request(request.clinic, request, {"userNote": note}, Actor.staff(user))
         raise see_other(f"/console/requests/{request.id}")
 
@@ -134,15 +168,29 @@ class ConsoleRecording:
             return
         tr = self.renderer.translations[user.language]
         if answer.kind == "gone":
-            html(resp, self.renderer.render("console/refused.html", user.language, user=user,
-                                             csrf_token=req.context.console_session.csrf_token,
-                                             title=tr.gettext("Recording"),
-                                             message=tr.gettext("The recording is no longer available; the transcript stays.")),
-                  falcon.HTTP_410)
+            html(
+                resp,
+                self.renderer.render(
+                    "console/refused.html",
+                    user.language,
+                    user=user,
+                    csrf_token=req.context.console_session.csrf_token,
+                    title=tr.gettext("Recording"),
+                    message=tr.gettext("The recording is no longer available; the transcript stays."),
+                ),
+                falcon.HTTP_410,
+            )
             return
         resp.set_header("Retry-After", str(answer.retry_after))
-        html(resp, self.renderer.render("console/refused.html", user.language, user=user,
-                                         csrf_token=req.context.console_session.csrf_token,
-                                         title=tr.gettext("Recording"),
-                                         message=tr.gettext("The recording is not ready yet; try again shortly.")),
-              falcon.HTTP_503)
+        html(
+            resp,
+            self.renderer.render(
+                "console/refused.html",
+                user.language,
+                user=user,
+                csrf_token=req.context.console_session.csrf_token,
+                title=tr.gettext("Recording"),
+                message=tr.gettext("The recording is not ready yet; try again shortly."),
+            ),
+            falcon.HTTP_503,
+        )

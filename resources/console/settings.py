@@ -1,21 +1,22 @@
 """The console's admin pages (issue 21): the clinic's settings and its audit trail.
 ConsoleSession (console/middleware.py) lets a resource with `admin_required` run only
 for an admin of the clinic it acts on, and puts that clinic in `req.context.admin_clinic`."""
+
 from __future__ import annotations
 
 import urllib.parse
 from abc import ABC, abstractmethod
-from datetime import datetime, time, timedelta, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, time, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import falcon
 
-from console.rendering import N_, Renderer
+from console.rendering import N_, Renderer, html, see_other
 from models import Actor, Calendar, Clinic, OfficeHours, RequestType, Tag, Vacation
 from onboarding.clinic_settings import ClinicSettings, NotFound, SettingsError, local_moment
 from plumbing.row_cache import RowCache
-from console.rendering import html, see_other
 from switchboard.office_hours import WEEKDAYS
 from switchboard.schedules import is_clinic_open
 from switchboard.vacations import coming_holidays
@@ -32,9 +33,18 @@ class SettingsIndex:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         session = req.context.console_session
-        html(resp, self.renderer.render("console/settings/index.html", session.user.language, user=session.user,
-                                         csrf_token=session.csrf_token, clinic=req.context.admin_clinic,
-                                         clinics=req.context.admin_clinics, sections=SECTIONS))
+        html(
+            resp,
+            self.renderer.render(
+                "console/settings/index.html",
+                session.user.language,
+                user=session.user,
+                csrf_token=session.csrf_token,
+                clinic=req.context.admin_clinic,
+                clinics=req.context.admin_clinics,
+                sections=SECTIONS,
+            ),
+        )
 
 
 class _SettingsPage(ABC):
@@ -46,8 +56,9 @@ class _SettingsPage(ABC):
     template = ""
     path = ""
 
-    def __init__(self, renderer: Renderer, secret_key: str, clock: Callable[[], datetime],
-                 cache: RowCache | None = None) -> None:
+    def __init__(
+        self, renderer: Renderer, secret_key: str, clock: Callable[[], datetime], cache: RowCache | None = None
+    ) -> None:
         self.renderer = renderer
         self.secret_key = secret_key
         self.clock = clock
@@ -60,13 +71,29 @@ class _SettingsPage(ABC):
     def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
         """Make the form's change (`action`) through `settings`; each section defines it."""
 
-    def _render(self, req: falcon.Request, resp: falcon.Response, status: str = falcon.HTTP_200,
-                error: SettingsError | None = None) -> None:
+    def _render(
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        status: str = falcon.HTTP_200,
+        error: SettingsError | None = None,
+    ) -> None:
         session, clinic = req.context.console_session, req.context.admin_clinic
-        html(resp, self.renderer.render(self.template, session.user.language, user=session.user,
-                                         csrf_token=session.csrf_token, clinic=clinic,
-                                         clinics=req.context.admin_clinics, error=error,
-                                         form=req.context.form, **self.facts(req, clinic)), status)
+        html(
+            resp,
+            self.renderer.render(
+                self.template,
+                session.user.language,
+                user=session.user,
+                csrf_token=session.csrf_token,
+                clinic=clinic,
+                clinics=req.context.admin_clinics,
+                error=error,
+                form=req.context.form,
+                **self.facts(req, clinic),
+            ),
+            status,
+        )
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         self._render(req, resp)
@@ -100,18 +127,25 @@ class OfficeHoursPage(_SettingsPage):
         now = self.clock().astimezone(tz)
         at_text = req.get_param("at") or ""
         at = local_moment(at_text, tz) if at_text else None
-        return {"hours": clinic.office_hours.order_by(OfficeHours.weekday, OfficeHours.opens, OfficeHours.id),
-                "weekdays": WEEKDAYS, "weeks": OfficeHours.WEEKS, "now": now,
-                "open_now": is_clinic_open(clinic, self.cache, now), "at_text": at_text,
-                "at": at.astimezone(tz) if at else None, "bad_at": bool(at_text) and at is None,
-                "open_at": is_clinic_open(clinic, self.cache, at) if at else None}
+        return {
+            "hours": clinic.office_hours.order_by(OfficeHours.weekday, OfficeHours.opens, OfficeHours.id),
+            "weekdays": WEEKDAYS,
+            "weeks": OfficeHours.WEEKS,
+            "now": now,
+            "open_now": is_clinic_open(clinic, self.cache, now),
+            "at_text": at_text,
+            "at": at.astimezone(tz) if at else None,
+            "bad_at": bool(at_text) and at is None,
+            "open_at": is_clinic_open(clinic, self.cache, at) if at else None,
+        }
 
     def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
         if action == "remove":
             settings.remove_office_hours(form.get("id"))
         else:
-            settings.add_office_hours(form.get("weekday", ""), form.get("opens", ""), form.get("closes", ""),
-                                      form.get("weeks", "every"))
+            settings.add_office_hours(
+                form.get("weekday", ""), form.get("opens", ""), form.get("closes", ""), form.get("weeks", "every")
+            )
 
 
 class CalendarsPage(_SettingsPage):
@@ -125,16 +159,25 @@ class CalendarsPage(_SettingsPage):
         today = self.clock().astimezone(tz).date()
         calendars = list(clinic.calendars.order_by(Calendar.name))
         vacations = {k.id: [(v, *_span(v, tz)) for v in k.vacations.order_by(Vacation.starts_at)] for k in calendars}
-        return {"calendars": calendars, "vacations": vacations,
-                "holidays": coming_holidays(clinic.country, clinic.subdivision, today,
-                                            req.context.console_session.user.language)}
+        return {
+            "calendars": calendars,
+            "vacations": vacations,
+            "holidays": coming_holidays(
+                clinic.country, clinic.subdivision, today, req.context.console_session.user.language
+            ),
+        }
 
     def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
         if action == "remove-vacation":
             settings.remove_vacation(form.get("id"))
         elif action == "add-vacation":
-            settings.add_vacation(form.get("calendar"), form.get("name", ""), form.get("start", ""),
-                                  form.get("end", ""), _checked(form, "switchboard"))
+            settings.add_vacation(
+                form.get("calendar"),
+                form.get("name", ""),
+                form.get("start", ""),
+                form.get("end", ""),
+                _checked(form, "switchboard"),
+            )
         else:
             settings.save_calendar(form.get("id") or None, form.get("name", ""), _checked(form, "ignore_holidays"))
 
@@ -142,8 +185,7 @@ class CalendarsPage(_SettingsPage):
 def _span(vacation: Vacation, tz: ZoneInfo) -> tuple[str, str]:
     """A vacation's start and end as the form takes them: whole local days as dates, the end
     day included (as onboarding reads a date), otherwise local dates and times."""
-    start, end = (moment.replace(tzinfo=timezone.utc).astimezone(tz)
-                  for moment in (vacation.starts_at, vacation.ends_at))
+    start, end = (moment.replace(tzinfo=UTC).astimezone(tz) for moment in (vacation.starts_at, vacation.ends_at))
     if start.time() == end.time() == time(0):
         return start.date().isoformat(), (end.date() - timedelta(days=1)).isoformat()
     return start.strftime("%Y-%m-%d %H:%M"), end.strftime("%Y-%m-%d %H:%M")
@@ -178,8 +220,11 @@ class RequestTypesPage(_SettingsPage):
         if action == "add-tag":
             settings.add_patient_tag(form.get("name", ""), form.get("color", "").strip())
             return
-        fields: dict[str, Any] = {"ecrfId": form.get("ecrfId", "").strip(), "name": form.get("name", "").strip(),
-                                  "description": form.get("description", "").replace("\r\n", "\n")}
+        fields: dict[str, Any] = {
+            "ecrfId": form.get("ecrfId", "").strip(),
+            "name": form.get("name", "").strip(),
+            "description": form.get("description", "").replace("\r\n", "\n"),
+        }
         fields |= {flag: _checked(form, flag) for flag in self.FLAGS}
         for number in self.NUMBERS:
             text = form.get(number, "").strip() or "0"
@@ -195,6 +240,10 @@ def _ticked_tags(form: dict[str, str]) -> list[str]:
     return [name.removeprefix("tag-") for name in form if name.startswith("tag-") and form[name] == "1"]
 
 
-for _title, _page in ((N_("Office hours"), OfficeHoursPage), (N_("Calendars and vacations"), CalendarsPage),
-                      (N_("Calls"), CallsPage), (N_("Request types"), RequestTypesPage)):
+for _title, _page in (
+    (N_("Office hours"), OfficeHoursPage),
+    (N_("Calendars and vacations"), CalendarsPage),
+    (N_("Calls"), CallsPage),
+    (N_("Request types"), RequestTypesPage),
+):
     SECTIONS.append({"title": _title, "url": _page.path})

@@ -1,4 +1,5 @@
 """The console's one stylesheet."""
+
 from __future__ import annotations
 
 from pathlib import Path

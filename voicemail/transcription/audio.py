@@ -9,6 +9,7 @@ took 2.5 GB.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from pathlib import Path
@@ -18,7 +19,13 @@ import numpy as np
 
 from voicemail.transcription.results import AudioDecodeError, RecordingTooLong, TranscriptionError
 from voicemail.transcription.settings import (
-    MAX_PAUSE, SAMPLE_RATE, SPEECH_PAD_AFTER, SPEECH_PAD_BEFORE, VAD_FRAME, VAD_MIN_SILENCE, VAD_MIN_SPEECH,
+    MAX_PAUSE,
+    SAMPLE_RATE,
+    SPEECH_PAD_AFTER,
+    SPEECH_PAD_BEFORE,
+    VAD_FRAME,
+    VAD_MIN_SILENCE,
+    VAD_MIN_SPEECH,
     VAD_THRESHOLD,
 )
 
@@ -109,14 +116,14 @@ class _Samples:
         end = self._size + samples.size
         if end > self._data.size:
             grown = np.empty(max(end, 2 * self._data.size), dtype=np.float32)
-            grown[:self._size] = self._data[:self._size]
+            grown[: self._size] = self._data[: self._size]
             self._data = grown
-        self._data[self._size:end] = samples
+        self._data[self._size : end] = samples
         self._size = end
 
     def result(self) -> np.ndarray:
         # A view: the unused tail was never written, so it never became resident.
-        return self._data[:self._size]
+        return self._data[: self._size]
 
 
 # --- MPEG audio frame headers (ISO 11172-3, 13818-3 and the 2.5 extension) ----------------
@@ -245,11 +252,11 @@ def span_pieces(runs: list[tuple[float, float]]) -> list[tuple[float, float]]:
         return []
     pieces: list[tuple[float, float]] = []
     start = max(0.0, runs[0][0] - SPEECH_PAD_BEFORE)
-    for (_, end), (nxt, _) in zip(runs, runs[1:]):
+    for (_, end), (nxt, _) in itertools.pairwise(runs):
         if nxt - end > MAX_PAUSE:
             pieces.append((start, end + MAX_PAUSE / 2))
             start = nxt - MAX_PAUSE / 2
-    return pieces + [(start, runs[-1][1] + SPEECH_PAD_AFTER)]
+    return [*pieces, (start, runs[-1][1] + SPEECH_PAD_AFTER)]
 
 
 def recording_time(seconds: float, pieces: list[tuple[float, float]]) -> float:
@@ -265,5 +272,5 @@ def speech_span(audio: np.ndarray, runs: list[tuple[float, float]]) -> np.ndarra
     """The audio from the first to the last speech run, padded, long pauses shortened."""
     if not runs:
         return audio[:0]
-    pieces = [audio[int(start * SAMPLE_RATE):int(end * SAMPLE_RATE)] for start, end in span_pieces(runs)]
+    pieces = [audio[int(start * SAMPLE_RATE) : int(end * SAMPLE_RATE)] for start, end in span_pieces(runs)]
     return np.ascontiguousarray(np.concatenate(pieces), dtype=np.float32)

@@ -16,8 +16,8 @@ one digit of what was heard, confirms it too: `jobs/calls.py`.)"""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 import numpy as np
 import phonenumbers
@@ -81,7 +81,7 @@ def _locate(tokens: Sequence[Token], says: Callable[[str], bool]) -> tuple[int, 
     if not says(_text(tokens)):
         return None
     first = max(i for i in range(len(tokens)) if says(_text(tokens[i:])))
-    last = min(j for j in range(first, len(tokens)) if says(_text(tokens[first:j + 1])))
+    last = min(j for j in range(first, len(tokens)) if says(_text(tokens[first : j + 1])))
     return first, last
 
 
@@ -113,8 +113,13 @@ def _spoken(token: Token) -> bool:
     return any(c.isalnum() for c in token[3].decode("utf-8", errors="ignore")) or not token[3].isascii()
 
 
-def heard_number(segments: Sequence[Segment], country: str, language: str | None, span: np.ndarray | None,
-                 decode: Callable[[np.ndarray, str, Decoding, str | None], str] | None) -> HeardNumber | None:
+def heard_number(
+    segments: Sequence[Segment],
+    country: str,
+    language: str | None,
+    span: np.ndarray | None,
+    decode: Callable[[np.ndarray, str, Decoding, str | None], str] | None,
+) -> HeardNumber | None:
     """The callback number of a transcript's segments, confirmed or not. ``decode(audio,
     language, decoding, prompt)`` gives the text of a piece of ``span`` (the second look);
     without it a number is confirmed by its tokens alone never."""
@@ -128,14 +133,15 @@ def heard_number(segments: Sequence[Segment], country: str, language: str | None
         where = locate(tokens, number, country)
     if where is None:  # no number; or loops collapsed away the tokens' order: cannot say where
         return HeardNumber(number, None, None, 0.0) if number else None
-    said = [t for t in tokens[where[0]:where[1] + 1] if _spoken(t)]
+    said = [t for t in tokens[where[0] : where[1] + 1] if _spoken(t)]
     min_p = round(min((t[0] for t in said), default=0.0), 3)
     start, end = tokens[where[0]][1], tokens[where[1]][2]
     heard = HeardNumber(number or "", round(start, 2), round(end, 2), min_p)
     if decode is None or span is None or language is None:
         return heard if number else None
     piece = np.ascontiguousarray(
-        span[max(0, int((start - SECOND_LOOK_BEFORE) * SAMPLE_RATE)):int((end + SECOND_LOOK_AFTER) * SAMPLE_RATE)])
+        span[max(0, int((start - SECOND_LOOK_BEFORE) * SAMPLE_RATE)) : int((end + SECOND_LOOK_AFTER) * SAMPLE_RATE)]
+    )
     prompt = SECOND_LOOK_PROMPTS.get(language)
     again = decode(piece, language, SECOND_LOOK, prompt).strip()
     # No threshold on the tokens' probabilities: on the labelled set the right numbers' least

@@ -14,7 +14,6 @@ from voicemail.transcription import reliability
 from voicemail.transcription.results import Transcript
 from voicemail.transcription.text import words
 
-
 BLANK_AUDIO = re.compile(r"\[BLANK_AUDIO\]")  # whisper.cpp's marker for a silent window, not text
 
 
@@ -31,7 +30,7 @@ def repetition_score(text: str) -> float:
     ws = words(text)
     if len(ws) < 6:
         return 0.0
-    grams = [tuple(ws[i: i + 3]) for i in range(len(ws) - 2)]
+    grams = [tuple(ws[i : i + 3]) for i in range(len(ws) - 2)]
     return round(1.0 - len(set(grams)) / len(grams), 3)
 
 
@@ -50,8 +49,9 @@ def collapse_loops(text: str, max_copies: int = 2) -> tuple[str, bool]:
     is a phone number, not a loop). Returns the text and whether anything was removed."""
     tokens = _TOKEN.findall(text)
     keys = [re.sub(r"[^\w]", "", t.lower()) for t in tokens]
-    numeric = [bool(_NUMERIC.match(t)) or number_words.words_to_digits(k).strip().isdigit() for t, k in
-               zip(tokens, keys)]
+    numeric = [
+        bool(_NUMERIC.match(t)) or number_words.words_to_digits(k).strip().isdigit() for t, k in zip(tokens, keys)
+    ]
     out_tokens: list[str] = []
     out_keys: list[str] = []
     out_numeric: list[bool] = []
@@ -60,17 +60,17 @@ def collapse_loops(text: str, max_copies: int = 2) -> tuple[str, bool]:
     while i < len(tokens):
         collapsed = False
         for n in range(1, 9):
-            gram = keys[i:i + n]
-            if len(gram) < n or not any(gram) or all(numeric[i:i + n]):
+            gram = keys[i : i + n]
+            if len(gram) < n or not any(gram) or all(numeric[i : i + n]):
                 continue
             copies = 1
-            while keys[i + copies * n:i + (copies + 1) * n] == gram:
+            while keys[i + copies * n : i + (copies + 1) * n] == gram:
                 copies += 1
             if copies > max_copies:
-                keep = tokens[i:i + n * max_copies]
+                keep = tokens[i : i + n * max_copies]
                 out_tokens += keep
-                out_keys += keys[i:i + n * max_copies]
-                out_numeric += numeric[i:i + n * max_copies]
+                out_keys += keys[i : i + n * max_copies]
+                out_numeric += numeric[i : i + n * max_copies]
                 i += copies * n
                 changed = collapsed = True
                 break
@@ -116,9 +116,19 @@ RELIABLE_MEAN_LOGPROB = -0.8
 
 # Whole-transcript texts Whisper is known to invent on silence and noise.
 _HALLUCINATIONS = {
-    "thank you", "thanks for watching", "thank you for watching", "thank you so much for watching",
-    "you", "bye", "bye bye", "subtitles by the amara org community", "please subscribe",
-    "titulky vytvořil johnyx", "děkuji za pozornost", "děkuji", "díky",
+    "thank you",
+    "thanks for watching",
+    "thank you for watching",
+    "thank you so much for watching",
+    "you",
+    "bye",
+    "bye bye",
+    "subtitles by the amara org community",
+    "please subscribe",
+    "titulky vytvořil johnyx",
+    "děkuji za pozornost",
+    "děkuji",
+    "díky",
 }
 
 
@@ -153,8 +163,9 @@ def entropy(probs: np.ndarray | None) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def reversed_speech(forward_entropy: float | None, backward_entropy: float | None,
-                    backward_share: float | None = None) -> bool:
+def reversed_speech(
+    forward_entropy: float | None, backward_entropy: float | None, backward_share: float | None = None
+) -> bool:
     """Whether language detection is surer of the recording played backwards (see
     REVERSAL_MARGIN), in the clinic's languages (``backward_share``: their probability
     played backwards; None when the clinic lists none). False when either entropy is
@@ -198,5 +209,13 @@ def assess(t: Transcript, looped: bool) -> tuple[str, str | None]:
 def failed(duration: float, speech_seconds: float | None, issue: str) -> Transcript:
     """A message whose transcription failed outright (the call's attempts ran out, the
     recording is too long to decode)."""
-    return Transcript(text="", language=None, duration=duration, speech_seconds=speech_seconds,
-                      message=True, message_reason="speech", status="failed", issue=issue)
+    return Transcript(
+        text="",
+        language=None,
+        duration=duration,
+        speech_seconds=speech_seconds,
+        message=True,
+        message_reason="speech",
+        status="failed",
+        issue=issue,
+    )

@@ -11,9 +11,10 @@ import logging
 import math
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -60,8 +61,9 @@ class Engine(Protocol):
     multilingual: bool
     eot: int  # first special token id: text tokens are below it
 
-    def run(self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None,
-            abort: Callable[[], bool]) -> RawResult: ...
+    def run(
+        self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None, abort: Callable[[], bool]
+    ) -> RawResult: ...
 
     def language_probabilities(self, audio: np.ndarray) -> np.ndarray: ...
 
@@ -100,16 +102,28 @@ def _result(lib: Any, ctx: Any, language: str, rc: int, aborted: bool) -> RawRes
     for i in range(lib.whisper_full_n_segments(ctx)):
         raw = lib.whisper_full_get_segment_text(ctx, i)
         text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
-        seg = RawSegment(lib.whisper_full_get_segment_t0(ctx, i) / 100.0,
-                         lib.whisper_full_get_segment_t1(ctx, i) / 100.0, text)
+        seg = RawSegment(
+            lib.whisper_full_get_segment_t0(ctx, i) / 100.0, lib.whisper_full_get_segment_t1(ctx, i) / 100.0, text
+        )
         for j in range(lib.whisper_full_n_tokens(ctx, i)):
             td = lib.whisper_full_get_token_data(ctx, i, j)
             # Bytes: a token may end inside a UTF-8 character ("č" split in two), and
             # pywhispercpp's str-returning getter raises on it.
-            piece = (lib.whisper_token_to_bytes(ctx, td.id) if hasattr(lib, "whisper_token_to_bytes")
-                     else lib.whisper_full_get_token_text(ctx, i, j))
-            seg.tokens.append(Token(int(td.id), float(td.p), float(td.plog), td.t0 / 100.0, td.t1 / 100.0,
-                                    piece if isinstance(piece, bytes) else str(piece).encode("utf-8")))
+            piece = (
+                lib.whisper_token_to_bytes(ctx, td.id)
+                if hasattr(lib, "whisper_token_to_bytes")
+                else lib.whisper_full_get_token_text(ctx, i, j)
+            )
+            seg.tokens.append(
+                Token(
+                    int(td.id),
+                    float(td.p),
+                    float(td.plog),
+                    td.t0 / 100.0,
+                    td.t1 / 100.0,
+                    piece if isinstance(piece, bytes) else str(piece).encode("utf-8"),
+                )
+            )
         segments.append(seg)
     error = None if rc == 0 or aborted else f"whisper_full failed with code {rc}"
     return RawResult(segments, language, aborted=aborted, error=error)
@@ -190,8 +204,10 @@ class _PyWhisperCpp:
         if params is None:
             beam = decoding.beam_size > 1
             params = pw.whisper_full_default_params(
-                pw.whisper_sampling_strategy.WHISPER_SAMPLING_BEAM_SEARCH if beam
-                else pw.whisper_sampling_strategy.WHISPER_SAMPLING_GREEDY)
+                pw.whisper_sampling_strategy.WHISPER_SAMPLING_BEAM_SEARCH
+                if beam
+                else pw.whisper_sampling_strategy.WHISPER_SAMPLING_GREEDY
+            )
             params.n_threads = self.threads
             params.print_progress = params.print_realtime = params.print_timestamps = False
             params.beam_search = {"beam_size": max(decoding.beam_size, 1), "patience": -1.0}
@@ -240,13 +256,15 @@ class _PyWhisperCpp:
             try:
                 self._decoder = libwhisper.Decoder(self._ctx, self.threads) if self.multilingual else False
             except libwhisper.LibraryError as exc:
-                logger.warning("language detection needs its own encoder pass, and the label has no second "
-                               "opinion: %s", exc)
+                logger.warning(
+                    "language detection needs its own encoder pass, and the label has no second opinion: %s", exc
+                )
                 self._decoder = False
         return self._decoder
 
-    def run(self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None,
-            abort: Callable[[], bool]) -> RawResult:
+    def run(
+        self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None, abort: Callable[[], bool]
+    ) -> RawResult:
         pw = self._pw
         params = self.params(decoding)
         seconds = audio.size / SAMPLE_RATE
@@ -296,7 +314,7 @@ class _WhisperCppPython:
         ctx = w.whisper_init_from_file(model_path.encode("utf-8"))
         if not ctx:
             raise TranscriptionError(f"whisper.cpp (whisper-cpp-python) could not load {model_path}")
-        self._ctx: "ctypes.c_void_p | None" = ctypes.c_void_p(ctx)
+        self._ctx: ctypes.c_void_p | None = ctypes.c_void_p(ctx)
         self.threads = threads
         self.multilingual = bool(w.whisper_is_multilingual(self._ctx))
         self.eot = int(w.whisper_token_eot(self._ctx))
@@ -317,17 +335,19 @@ class _WhisperCppPython:
     def language_probabilities(self, audio: np.ndarray) -> np.ndarray:
         w, ct = self._w, self._ct
         window = np.ascontiguousarray(audio[: 30 * SAMPLE_RATE], dtype=np.float32)
-        if w.whisper_pcm_to_mel(self._ctx, window.ctypes.data_as(ct.POINTER(ct.c_float)), window.size,
-                                self.threads) != 0:
+        if (
+            w.whisper_pcm_to_mel(self._ctx, window.ctypes.data_as(ct.POINTER(ct.c_float)), window.size, self.threads)
+            != 0
+        ):
             raise TranscriptionError("whisper_pcm_to_mel failed")
         probs = np.zeros(w.whisper_lang_max_id() + 1, dtype=np.float32)
-        if w.whisper_lang_auto_detect(self._ctx, 0, self.threads,
-                                      probs.ctypes.data_as(ct.POINTER(ct.c_float))) < 0:
+        if w.whisper_lang_auto_detect(self._ctx, 0, self.threads, probs.ctypes.data_as(ct.POINTER(ct.c_float))) < 0:
             raise TranscriptionError("whisper_lang_auto_detect failed")
         return probs
 
-    def run(self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None,
-            abort: Callable[[], bool]) -> RawResult:
+    def run(
+        self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None, abort: Callable[[], bool]
+    ) -> RawResult:
         w, ct = self._w, self._ct
         beam = decoding.beam_size > 1
         p = w.whisper_full_default_params(1 if beam else 0)

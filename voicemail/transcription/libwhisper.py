@@ -28,9 +28,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -52,8 +53,13 @@ def library() -> ctypes.CDLL:
     import _pywhispercpp as pw  # loads the library
 
     site = str(Path(pw.__file__).resolve().parent)  # the binding's own copy, not another backend's
-    found = sorted({line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
-                    if line.split()[-1].startswith(site) and "/libwhisper" in line})
+    found = sorted(
+        {
+            line.split()[-1]
+            for line in Path("/proc/self/maps").read_text().splitlines()
+            if line.split()[-1].startswith(site) and "/libwhisper" in line
+        }
+    )
     if len(found) != 1:
         raise LibraryError(f"expected one libwhisper loaded by pywhispercpp under {site}, found {found or 'none'}")
     lib = ctypes.CDLL(found[0])
@@ -71,9 +77,19 @@ def library() -> ctypes.CDLL:
     lib.whisper_vad_probs.restype = c_float_p
     lib.whisper_vad_free.argtypes = [c_void_p]
     lib.whisper_vad_free.restype = None
-    for name in ("whisper_model_n_vocab", "whisper_model_n_audio_ctx", "whisper_model_n_audio_state",
-                 "whisper_model_n_text_layer", "whisper_model_n_mels", "whisper_n_vocab", "whisper_n_text_ctx",
-                 "whisper_token_sot", "whisper_token_eot", "whisper_token_transcribe", "whisper_token_not"):
+    for name in (
+        "whisper_model_n_vocab",
+        "whisper_model_n_audio_ctx",
+        "whisper_model_n_audio_state",
+        "whisper_model_n_text_layer",
+        "whisper_model_n_mels",
+        "whisper_n_vocab",
+        "whisper_n_text_ctx",
+        "whisper_token_sot",
+        "whisper_token_eot",
+        "whisper_token_transcribe",
+        "whisper_token_not",
+    ):
         getattr(lib, name).argtypes = [c_void_p]
         getattr(lib, name).restype = c_int
     lib.whisper_token_lang.argtypes = [c_void_p, c_int]
@@ -117,9 +133,10 @@ class SileroVad:
         n = audio.size // self.frame
         if n == 0:
             return np.zeros(0, dtype=np.float32)
-        samples = np.ascontiguousarray(audio[:n * self.frame], dtype=np.float32)
-        if not self._lib.whisper_vad_detect_speech(self._ctx, samples.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
-                                                   samples.size):
+        samples = np.ascontiguousarray(audio[: n * self.frame], dtype=np.float32)
+        if not self._lib.whisper_vad_detect_speech(
+            self._ctx, samples.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), samples.size
+        ):
             raise TranscriptionError("whisper.cpp's VAD failed")
         got = self._lib.whisper_vad_n_probs(self._ctx)
         if got != n:
@@ -157,8 +174,13 @@ def context_pointer(ctx: Any) -> int:
     if not pointer:
         raise LibraryError("pywhispercpp's context holds no whisper_context (the model did not load)")
     lib = library()
-    for name in ("whisper_model_n_vocab", "whisper_model_n_audio_ctx", "whisper_model_n_audio_state",
-                 "whisper_model_n_text_layer", "whisper_model_n_mels"):
+    for name in (
+        "whisper_model_n_vocab",
+        "whisper_model_n_audio_ctx",
+        "whisper_model_n_audio_state",
+        "whisper_model_n_text_layer",
+        "whisper_model_n_mels",
+    ):
         if getattr(lib, name)(pointer) != getattr(pw, name)(ctx):
             raise LibraryError(f"the C library and pywhispercpp disagree on {name}")
     return int(pointer)
@@ -177,8 +199,9 @@ class Decoder:
         self._n_vocab = self._lib.whisper_n_vocab(self._ptr)
         self._n_text_ctx = self._lib.whisper_n_text_ctx(self._ptr)
         self._languages = pw.whisper_lang_max_id() + 1
-        self._language_tokens = np.array([self._lib.whisper_token_lang(self._ptr, i)
-                                          for i in range(self._languages)], dtype=np.int64)
+        self._language_tokens = np.array(
+            [self._lib.whisper_token_lang(self._ptr, i) for i in range(self._languages)], dtype=np.int64
+        )
         self._sot = (ctypes.c_int * 1)(self._lib.whisper_token_sot(self._ptr))
         self._eot = self._lib.whisper_token_eot(self._ptr)
         self._transcribe = self._lib.whisper_token_transcribe(self._ptr)
@@ -204,8 +227,12 @@ class Decoder:
         each step the most probable text token, without timestamps, until the end of text or
         ``max_tokens``; None when ``abort()`` says stop. The cost of the decoder steps only
         (about 8 ms each with 2 threads), no encoder pass."""
-        prompt = [self._sot[0], self._lib.whisper_token_lang(self._ptr, language_id), self._transcribe,
-                  self._no_timestamps]
+        prompt = [
+            self._sot[0],
+            self._lib.whisper_token_lang(self._ptr, language_id),
+            self._transcribe,
+            self._no_timestamps,
+        ]
         # The decoder has n_text_ctx positions (448), and a position past them is a failed
         # assertion in ggml that ends the process: like whisper_full, at most half of them.
         max_tokens = max(0, min(max_tokens, self._n_text_ctx // 2 - len(prompt)))
@@ -221,7 +248,7 @@ class Decoder:
                 n_past += n_batch
                 # whisper_decode keeps the logits of its last token, after those of the others
                 row = np.ctypeslib.as_array(self._lib.whisper_get_logits(self._ptr), (n_batch * self._n_vocab,))
-                last = row[(n_batch - 1) * self._n_vocab:(n_batch - 1) * self._n_vocab + self._eot + 1]
+                last = row[(n_batch - 1) * self._n_vocab : (n_batch - 1) * self._n_vocab + self._eot + 1]
                 # the first word never starts with the end of text: whisper's suppress_blank
                 token = int(np.argmax(last[:-1] if not tokens else last))
                 if token == self._eot:

@@ -26,9 +26,10 @@ from __future__ import annotations
 import hashlib
 import io
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -65,11 +66,21 @@ GGML_TYPES: dict[str, GgmlType] = {
         GgmlType("f32", 0, 0, 1, 4),
         GgmlType("f16", 1, 1, 1, 2),
         # blocks of 32 values: (name, ggml_type, ggml_ftype, bytes per block)
-        *(GgmlType(name, type_id, ftype, 32, size) for name, type_id, ftype, size in (
-            ("q4_0", 2, 2, 18), ("q4_1", 3, 3, 20), ("q5_0", 6, 8, 22), ("q5_1", 7, 9, 24), ("q8_0", 8, 7, 34))),
+        *(
+            GgmlType(name, type_id, ftype, 32, size)
+            for name, type_id, ftype, size in (
+                ("q4_0", 2, 2, 18),
+                ("q4_1", 3, 3, 20),
+                ("q5_0", 6, 8, 22),
+                ("q5_1", 7, 9, 24),
+                ("q8_0", 8, 7, 34),
+            )
+        ),
         # k-quants q2_k .. q6_k: blocks of 256 values; ggml_type and ggml_ftype are both 8 + bits
-        *(GgmlType(f"q{bits}_k", 8 + bits, 8 + bits, 256, size)
-          for bits, size in ((2, 84), (3, 110), (4, 144), (5, 176), (6, 210))),
+        *(
+            GgmlType(f"q{bits}_k", 8 + bits, 8 + bits, 256, size)
+            for bits, size in ((2, 84), (3, 110), (4, 144), (5, 176), (6, 210))
+        ),
     ]
 }
 QUANTIZATIONS = tuple(name for name, t in GGML_TYPES.items() if t.quantized)
@@ -201,7 +212,7 @@ class GgmlInfo:
         return self.hparams["ftype"] // GGML_QNT_VERSION_FACTOR
 
 
-def header_type(ftype: int, path: "Path | str" = "model") -> GgmlType:
+def header_type(ftype: int, path: Path | str = "model") -> GgmlType:
     """The weight type of a header ``ftype`` (``ggml_ftype + 1000 * quantization version``).
 
     Refuses what whisper.cpp cannot load: an unknown ftype makes its
@@ -220,7 +231,7 @@ def header_type(ftype: int, path: "Path | str" = "model") -> GgmlType:
     return wtype
 
 
-def read_ggml(path: "Path | str") -> GgmlInfo:
+def read_ggml(path: Path | str) -> GgmlInfo:
     """Parse a ggml Whisper file's header and tensor table (skipping tensor data).
 
     Raises :class:`ConversionError` for a file that cannot be walked: bad magic or header
@@ -319,7 +330,7 @@ def expected_tensors(hp: dict[str, int]) -> dict[str, tuple[tuple[int, ...], int
     return out
 
 
-def verify(path: "Path | str") -> tuple[GgmlInfo, list[str]]:
+def verify(path: Path | str) -> tuple[GgmlInfo, list[str]]:
     """Check a ggml Whisper file's layout; returns its info and the problems found.
 
     Raises :class:`ConversionError` where :func:`read_ggml` does; either way the file
@@ -333,8 +344,9 @@ def verify(path: "Path | str") -> tuple[GgmlInfo, list[str]]:
         if got is None:
             problems.append(f"missing tensor {name}")
         elif got.dims != dims or got.ftype != ftype:
-            problems.append(f"tensor {name}: dims {got.dims} type {got.type.name}, "
-                            f"expected {dims} type {_TYPE_BY_ID[ftype].name}")
+            problems.append(
+                f"tensor {name}: dims {got.dims} type {got.type.name}, expected {dims} type {_TYPE_BY_ID[ftype].name}"
+            )
     for name in sorted(set(info.tensors) - set(want)):
         problems.append(f"unexpected tensor {name}")
     if info.mel_shape != (info.hparams["n_mels"], N_FFT // 2 + 1):

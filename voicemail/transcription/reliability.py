@@ -23,8 +23,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from voicemail.transcription.text import words
 from voicemail.transcription.results import Transcript
+from voicemail.transcription.text import words
 from voicemail.word_error import word_error_rate
 
 logger = logging.getLogger("transcription")
@@ -44,20 +44,34 @@ LOW_P = 0.4  # a text token below this probability is a doubtful one
 # 1: never reliable.
 MODEL: dict[str, dict[str, Any]] = {
     "cs": {
-        "signals": ["known_share", "low_share", "mean_logprob", "language_probability",
-                    "words_per_second", "compression_ratio"],
+        "signals": [
+            "known_share",
+            "low_share",
+            "mean_logprob",
+            "language_probability",
+            "words_per_second",
+            "compression_ratio",
+        ],
         "mean": [0.5512, 0.2296, -0.5663, 0.3494, 2.3177, 1.7781],
         "scale": [0.1469, 0.1402, 0.2483, 0.3571, 0.6167, 1.4604],
         "weights": [1.5487, 0.0691, 0.0982, 1.3704, -1.0112, -0.9013],
-        "bias": -2.4524, "cuts": [1.01, 0.3068],
+        "bias": -2.4524,
+        "cuts": [1.01, 0.3068],
     },
     "en": {
-        "signals": ["known_share", "low_share", "mean_logprob", "language_probability",
-                    "words_per_second", "compression_ratio"],
+        "signals": [
+            "known_share",
+            "low_share",
+            "mean_logprob",
+            "language_probability",
+            "words_per_second",
+            "compression_ratio",
+        ],
         "mean": [0.9852, 0.153, -0.4426, 0.8321, 2.892, 1.2196],
         "scale": [0.0291, 0.1068, 0.2013, 0.1856, 0.6047, 0.0915],
         "weights": [-0.0864, -0.3573, 0.2968, 0.949, -0.0675, -0.9662],
-        "bias": 0.7044, "cuts": [0.7188, 0.0004],
+        "bias": 0.7044,
+        "cuts": [0.7188, 0.0004],
     },
 }
 
@@ -85,8 +99,9 @@ def dictionary(language: str | None) -> Any | None:
                 path = DICTIONARIES / name
                 if not path.with_suffix(".dic").is_file():  # libhunspell would load an empty one
                     raise OSError(f"{path}.dic not found")
-                _dictionaries[language] = hunspell.HunSpell(str(path.with_suffix(".dic")),
-                                                            str(path.with_suffix(".aff")))
+                _dictionaries[language] = hunspell.HunSpell(
+                    str(path.with_suffix(".dic")), str(path.with_suffix(".aff"))
+                )
             except (OSError, ImportError) as exc:
                 logger.warning("no %s dictionary (%s): transcripts in it are never labelled reliable", name, exc)
                 _dictionaries[language] = None
@@ -147,8 +162,9 @@ def probability(values: dict[str, float | None], model: dict[str, Any]) -> float
     return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
 
 
-def label(values: dict[str, float | None], language: str | None,
-          models: dict[str, dict[str, Any]] | None = None) -> str:
+def label(
+    values: dict[str, float | None], language: str | None, models: dict[str, dict[str, Any]] | None = None
+) -> str:
     """``reliable``, ``check`` or ``unreliable`` for a transcript's signals."""
     model = (MODEL if models is None else models).get(language or "")
     p = None if model is None else probability(values, model)

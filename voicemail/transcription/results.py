@@ -22,8 +22,11 @@ class RecordingTooLong(TranscriptionError):
     def __init__(self, seconds: float, limit: float, *, at_least: bool = False) -> None:
         self.seconds = seconds
         self.limit = limit
-        super().__init__(f"recording is longer than the limit of {limit:g} s (stopped after {seconds:.0f} s of it)"
-                         if at_least else f"recording is {seconds:.0f} s long, over the limit of {limit:g} s")
+        super().__init__(
+            f"recording is longer than the limit of {limit:g} s (stopped after {seconds:.0f} s of it)"
+            if at_least
+            else f"recording is {seconds:.0f} s long, over the limit of {limit:g} s"
+        )
 
 
 class UnsupportedLanguage(TranscriptionError, ValueError):
@@ -104,6 +107,7 @@ class Transcript:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (nan becomes None, token bytes text)."""
+
         def clean(v: Any) -> Any:
             if isinstance(v, float) and math.isnan(v):
                 return None
@@ -114,6 +118,7 @@ class Transcript:
             if isinstance(v, (list, tuple)):
                 return [clean(x) for x in v]
             return v
+
         return clean(asdict(self))  # type: ignore[no-any-return]
 
     def signals(self) -> dict[str, Any]:

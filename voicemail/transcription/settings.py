@@ -83,11 +83,11 @@ OTHER_LANGUAGE_ODDS = 40.0
 PROMPTS = {
     "cs": "Dobrý den, volám kvůli objednání, receptu, výsledkům krve a neschopence. Zavolejte mi prosím zpět.",
     "sk": "Dobrý deň, volám kvôli objednaniu, receptu, výsledkom krvi a PN-ke. Zavolajte mi prosím späť.",
-    "en": "Hello, I'm calling about an appointment, a prescription, my test results and a sick note. Please call me back.",
+    "en": "Hello, I'm calling about an appointment, a prescription, my test results and a sick note. Please call me back.",  # noqa: E501
     "uk": "Добрий день, я телефоную щодо запису до лікаря, рецепта, результатів аналізів і лікарняного. "
-          "Передзвоніть мені, будь ласка.",
+    "Передзвоніть мені, будь ласка.",
     "de": "Guten Tag, ich rufe wegen eines Termins, eines Rezepts, meiner Laborergebnisse und einer "
-          "Krankschreibung an. Bitte rufen Sie mich zurück.",
+    "Krankschreibung an. Bitte rufen Sie mich zurück.",
     "pl": "Dzień dobry, dzwonię w sprawie wizyty, recepty, wyników badań i zwolnienia lekarskiego. "
-          "Proszę o telefon zwrotny.",
+    "Proszę o telefon zwrotny.",
 }

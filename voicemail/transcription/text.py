@@ -1,5 +1,6 @@
 """A transcript's words, as every measure of it counts them (the decisions, the reliability
 label, the word error of the benchmark)."""
+
 from __future__ import annotations
 
 import re

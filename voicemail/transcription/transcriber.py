@@ -8,27 +8,49 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from voicemail.transcription import confirmation, engines, reliability
 from voicemail.transcription.audio import Vad, load_audio, recording_time, span_pieces, speech_runs, speech_span
 from voicemail.transcription.decisions import (
-    BLANK_AUDIO, MIN_MESSAGE_SPEECH_SECONDS, MIN_SPEECH_SECONDS, REVERSAL_MARGIN, assess, collapse_loops,
-    compression_ratio, decide_message, entropy, failed, normalize_language, repetition_score, reversed_speech,
+    BLANK_AUDIO,
+    MIN_MESSAGE_SPEECH_SECONDS,
+    MIN_SPEECH_SECONDS,
+    REVERSAL_MARGIN,
+    assess,
+    collapse_loops,
+    compression_ratio,
+    decide_message,
+    entropy,
+    failed,
+    normalize_language,
+    repetition_score,
+    reversed_speech,
 )
 from voicemail.transcription.engines import ENGINES, Engine, RawResult
 from voicemail.transcription.model_file import ConversionError, verify
-from voicemail.transcription.text import words
 from voicemail.transcription.results import (
-    RecordingTooLong, Segment, Transcript, TranscriptionError, UnsupportedLanguage,
+    RecordingTooLong,
+    Segment,
+    Transcript,
+    TranscriptionError,
+    UnsupportedLanguage,
 )
-from voicemail.transcription.settings import (BACKENDS, DEFAULT_DECODING, OTHER_LANGUAGE_MIN, OTHER_LANGUAGE_ODDS, PROMPTS,
-                                              SAMPLE_RATE, Decoding)
+from voicemail.transcription.settings import (
+    BACKENDS,
+    DEFAULT_DECODING,
+    OTHER_LANGUAGE_MIN,
+    OTHER_LANGUAGE_ODDS,
+    PROMPTS,
+    SAMPLE_RATE,
+    Decoding,
+)
+from voicemail.transcription.text import words
 
 # Audio that fits whisper's one 30 s window: whisper_full encodes it once unless it moves
 # on after its last timestamp (RawResult.encoder_runs), and detection's own pass encodes it
@@ -71,8 +93,9 @@ class _Decoded:
 class Transcriber:
     """One loaded model on one backend. Thread-safe (calls are serialised)."""
 
-    def __init__(self, backend: str, model_path: str, threads: int, vad: bool = True,
-                 decoding: Decoding = DEFAULT_DECODING) -> None:
+    def __init__(
+        self, backend: str, model_path: str, threads: int, vad: bool = True, decoding: Decoding = DEFAULT_DECODING
+    ) -> None:
         if backend not in ENGINES:
             raise ValueError(f"unknown transcription backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if not Path(model_path).is_file():
@@ -120,9 +143,16 @@ class Transcriber:
                 raise UnsupportedLanguage(f"Whisper does not know the language {code!r}")
         return codes
 
-    def transcribe(self, path: str, languages: str | Sequence[str] | None = None, *,
-                   deadline: float | None = None, decoding: Decoding | None = None,
-                   max_seconds: float | None = None, country: str | None = None) -> Transcript:
+    def transcribe(
+        self,
+        path: str,
+        languages: str | Sequence[str] | None = None,
+        *,
+        deadline: float | None = None,
+        decoding: Decoding | None = None,
+        max_seconds: float | None = None,
+        country: str | None = None,
+    ) -> Transcript:
         """Transcribe an mp3/wav file and decide (see module doc). ``languages``: the one
         language, the clinic's languages to detect among, or None for any. ``deadline``:
         a ``time.monotonic()`` value at which whisper.cpp is stopped. ``max_seconds``: a
@@ -139,15 +169,28 @@ class Transcriber:
             # Hours of audio would not fit the worker's memory nor the job's time; whatever
             # it holds, a person listens to it.
             logger.warning("not transcribed: %s", exc)
-            return replace(failed(0.0, None, "too_long"), recording_seconds=round(exc.seconds, 1),
-                           backend=self.backend, model=Path(self.model_path).name,
-                           elapsed=round(time.perf_counter() - started, 4))
-        return self.transcribe_audio(audio, codes, deadline=deadline, decoding=decoding, started=started,
-                                     country=country, stages=stage)
+            return replace(
+                failed(0.0, None, "too_long"),
+                recording_seconds=round(exc.seconds, 1),
+                backend=self.backend,
+                model=Path(self.model_path).name,
+                elapsed=round(time.perf_counter() - started, 4),
+            )
+        return self.transcribe_audio(
+            audio, codes, deadline=deadline, decoding=decoding, started=started, country=country, stages=stage
+        )
 
-    def transcribe_audio(self, audio: np.ndarray, languages: Sequence[str], *, deadline: float | None = None,
-                         decoding: Decoding | None = None, started: float | None = None,
-                         country: str | None = None, stages: _Stages | None = None) -> Transcript:
+    def transcribe_audio(
+        self,
+        audio: np.ndarray,
+        languages: Sequence[str],
+        *,
+        deadline: float | None = None,
+        decoding: Decoding | None = None,
+        started: float | None = None,
+        country: str | None = None,
+        stages: _Stages | None = None,
+    ) -> Transcript:
         """Transcribe 16 kHz mono float32 samples; ``languages`` as from :meth:`resolve_languages`."""
         started = time.perf_counter() if started is None else started
         stage = stages or _Stages()
@@ -163,34 +206,53 @@ class Transcriber:
             else:
                 runs, speech_seconds, span = [], None, audio
             abort = (lambda: time.monotonic() >= deadline) if deadline is not None else (lambda: False)
-            base = Transcript(text="", language=None, duration=round(duration, 3), speech_seconds=speech_seconds,
-                              backend=self.backend, model=Path(self.model_path).name,
-                              speech_start=round(runs[0][0], 2) if runs else None,
-                              decoded_seconds=round(span.size / SAMPLE_RATE, 2))
+            base = Transcript(
+                text="",
+                language=None,
+                duration=round(duration, 3),
+                speech_seconds=speech_seconds,
+                backend=self.backend,
+                model=Path(self.model_path).name,
+                speech_start=round(runs[0][0], 2) if runs else None,
+                decoded_seconds=round(span.size / SAMPLE_RATE, 2),
+            )
             if span.size < SAMPLE_RATE // 2 or (speech_seconds is not None and speech_seconds < MIN_SPEECH_SECONDS):
                 decoded = _Decoded(RawResult([], None), languages[0] if len(languages) == 1 else None)
             else:
                 decoded = self._decode(span, speech_seconds, languages, decoding, abort, stage)
-                base = replace(base, reversed_language_entropy=decoded.backward,
-                               reversed_language_share=decoded.backward_share, second_pass=decoded.second_pass,
-                               second_opinion=decoded.second_opinion)
+                base = replace(
+                    base,
+                    reversed_language_entropy=decoded.backward,
+                    reversed_language_share=decoded.backward_share,
+                    second_pass=decoded.second_pass,
+                    second_opinion=decoded.second_opinion,
+                )
         language, probability, all_probs = decoded.language, decoded.probability, decoded.probs
         raw = decoded.raw or RawResult([], language)
         if all_probs is not None:
             top = np.sort(all_probs)[::-1]
-            base = replace(base, top_language_probability=round(float(top[0]), 4),
-                           top3_language_probability=round(float(top[:3].sum()), 4),
-                           language_entropy=round(entropy(all_probs), 3))
+            base = replace(
+                base,
+                top_language_probability=round(float(top[0]), 4),
+                top3_language_probability=round(float(top[:3].sum()), 4),
+                language_entropy=round(entropy(all_probs), 3),
+            )
         t = self._summarise(replace(base, stages=stage.seconds), raw, language, probability, started)
         if country and t.message and t.text and not t.aborted:
             with stage("callback_number"):
                 heard = self._heard_number(t, country, span, runs, abort)
-            t = replace(t, heard_number=heard, stages=stage.seconds,
-                        elapsed=round(time.perf_counter() - started, 4))
+            t = replace(t, heard_number=heard, stages=stage.seconds, elapsed=round(time.perf_counter() - started, 4))
         return t
 
-    def _decode(self, span: np.ndarray, speech_seconds: float | None, languages: Sequence[str], decoding: Decoding,
-                abort: Callable[[], bool], stage: _Stages) -> _Decoded:
+    def _decode(
+        self,
+        span: np.ndarray,
+        speech_seconds: float | None,
+        languages: Sequence[str],
+        decoding: Decoding,
+        abort: Callable[[], bool],
+        stage: _Stages,
+    ) -> _Decoded:
         """Decode the speech span: in which language, what whisper.cpp wrote, whether it is
         speech played backwards (then nothing is kept), and the second pass without the
         no-speech gate when a long stretch of speech came out with no words."""
@@ -209,18 +271,29 @@ class Transcriber:
             with stage("decode"):
                 out.raw = self._engine.run(span, out.language, decoding, self._prompt(out.language, decoding), abort)
         wordless = not words(" ".join(x.text for x in out.raw.segments))
-        if (speech_seconds is not None and speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS and wordless
-                and not out.raw.aborted and not out.raw.error):
+        if (
+            speech_seconds is not None
+            and speech_seconds >= MIN_MESSAGE_SPEECH_SECONDS
+            and wordless
+            and not out.raw.aborted
+            and not out.raw.error
+        ):
             # A message with no words: whisper's no-speech gate dropped every window. Once
             # more without it, so the receptionist gets what it heard.
             with stage("second_pass"):
-                out.raw = self._engine.run(span, out.language, replace(decoding, no_speech_thold=1.0),
-                                           self._prompt(out.language, decoding), abort)
+                out.raw = self._engine.run(
+                    span,
+                    out.language,
+                    replace(decoding, no_speech_thold=1.0),
+                    self._prompt(out.language, decoding),
+                    abort,
+                )
             out.second_pass, out.second_opinion = True, None
         return out
 
-    def _decode_then_detect(self, span: np.ndarray, languages: Sequence[str], decoding: Decoding,
-                            abort: Callable[[], bool], stage: _Stages) -> _Decoded:
+    def _decode_then_detect(
+        self, span: np.ndarray, languages: Sequence[str], decoding: Decoding, abort: Callable[[], bool], stage: _Stages
+    ) -> _Decoded:
         """The clinic's first language is decoded first, and the language is read from the
         encoder output that decoding left: one encoder pass for the callers of the clinic's
         first language instead of two (README, "Where the time goes"). A caller of another
@@ -244,17 +317,18 @@ class Transcriber:
                 out.raw = self._engine.run(span, out.language, decoding, self._prompt(out.language, decoding), abort)
             whole = out.raw.encoder_runs == 1
         # The second opinion decodes that same encoder output: of the span, or not at all.
-        if (whole and reliability.asks("disagreement", out.language) and not out.raw.aborted
-                and not out.raw.error):
+        if whole and reliability.asks("disagreement", out.language) and not out.raw.aborted and not out.raw.error:
             with stage("second_opinion"):
                 n = sum(len(x.tokens) for x in out.raw.segments)
                 out.second_opinion = self._engine.greedy_text(out.language or "", 2 * n + 16, abort)
         return out
 
-    def _heard_number(self, t: Transcript, country: str, span: np.ndarray, runs: list[tuple[float, float]],
-                      abort: Callable[[], bool]) -> confirmation.HeardNumber | None:
+    def _heard_number(
+        self, t: Transcript, country: str, span: np.ndarray, runs: list[tuple[float, float]], abort: Callable[[], bool]
+    ) -> confirmation.HeardNumber | None:
         """The transcript's callback number, confirmed by a second look or not, its times
         in seconds of the recording."""
+
         def decode(piece: np.ndarray, language: str, decoding: Decoding, prompt: str | None) -> str:
             return " ".join(s.text for s in self._engine.run(piece, language, decoding, prompt, abort).segments)
 
@@ -263,8 +337,11 @@ class Transcriber:
         if heard is None or heard.start is None or not runs:
             return heard
         pieces = span_pieces(runs)
-        return replace(heard, start=round(recording_time(heard.start, pieces), 2),
-                       end=round(recording_time(heard.end or heard.start, pieces), 2))
+        return replace(
+            heard,
+            start=round(recording_time(heard.start, pieces), 2),
+            end=round(recording_time(heard.end or heard.start, pieces), 2),
+        )
 
     @staticmethod
     def _prompt(language: str | None, decoding: Decoding) -> str | None:
@@ -288,14 +365,16 @@ class Transcriber:
         # unclear Czech, base often rates English above Czech at 0.1-0.2, up to 13 times
         # Czech (measured); an accented English caller can be under 0.5 English, but then
         # over a hundred times Czech.
-        sure = (probs[best] >= OTHER_LANGUAGE_MIN and probs[best] >= 2 * probs[first]) or \
-            probs[best] >= OTHER_LANGUAGE_ODDS * probs[first]
+        sure = (probs[best] >= OTHER_LANGUAGE_MIN and probs[best] >= 2 * probs[first]) or probs[
+            best
+        ] >= OTHER_LANGUAGE_ODDS * probs[first]
         if best != first and not sure:
             best = first
         return self._engine.lang_str(best), float(probs[best])
 
-    def _backward_detection(self, span: np.ndarray, forward: np.ndarray | None,
-                            languages: Sequence[str]) -> tuple[float | None, float | None]:
+    def _backward_detection(
+        self, span: np.ndarray, forward: np.ndarray | None, languages: Sequence[str]
+    ) -> tuple[float | None, float | None]:
         """Language detection of the span played backwards, when the time-reversal test can
         still find it surer than forwards (an English-only model detects nothing; a forward
         entropy below the margin cannot be beaten by it): its entropy, and the probability
@@ -303,8 +382,7 @@ class Transcriber:
         if forward is None or entropy(forward) < REVERSAL_MARGIN:
             return None, None
         backward = self._engine.language_probabilities(np.ascontiguousarray(span[::-1]))
-        share = (round(float(sum(backward[self._engine.lang_id(code)] for code in languages)), 4)
-                 if languages else None)
+        share = round(float(sum(backward[self._engine.lang_id(code)] for code in languages)), 4) if languages else None
         return round(entropy(backward), 3), share
 
     def _check_fork(self) -> None:
@@ -324,8 +402,9 @@ class Transcriber:
             )
         _ENGINE_RAN_IN_PID = pid
 
-    def _summarise(self, base: Transcript, raw: RawResult, language: str | None, probability: float | None,
-                   started: float) -> Transcript:
+    def _summarise(
+        self, base: Transcript, raw: RawResult, language: str | None, probability: float | None, started: float
+    ) -> Transcript:
         eot = self._engine.eot
         segments: list[Segment] = []
         logprobs: list[float] = []
@@ -335,24 +414,44 @@ class Transcriber:
             lp = [t.plog for t in text_tokens]
             logprobs += lp
             probs += [t.p for t in text_tokens]
-            segments.append(Segment(s.t0, s.t1, BLANK_AUDIO.sub("", s.text).strip(),
-                                    float(np.mean(lp)) if lp else math.nan, len(text_tokens),
-                                    tuple((t.p, t.t0, t.t1, t.piece) for t in text_tokens)))
+            segments.append(
+                Segment(
+                    s.t0,
+                    s.t1,
+                    BLANK_AUDIO.sub("", s.text).strip(),
+                    float(np.mean(lp)) if lp else math.nan,
+                    len(text_tokens),
+                    tuple((t.p, t.t0, t.t1, t.piece) for t in text_tokens),
+                )
+            )
         raw_text = " ".join(s.text for s in segments if s.text).strip()
         text, looped = collapse_loops(raw_text)
         t = replace(
-            base, text=text, language=language, mean_logprob=float(np.mean(logprobs)) if logprobs else math.nan,
-            mean_token_prob=float(np.mean(probs)) if probs else math.nan, n_tokens=len(logprobs),
-            repetition=repetition_score(raw_text), compression_ratio=compression_ratio(raw_text),
-            segments=tuple(segments), language_probability=probability, aborted=raw.aborted,
+            base,
+            text=text,
+            language=language,
+            mean_logprob=float(np.mean(logprobs)) if logprobs else math.nan,
+            mean_token_prob=float(np.mean(probs)) if probs else math.nan,
+            n_tokens=len(logprobs),
+            repetition=repetition_score(raw_text),
+            compression_ratio=compression_ratio(raw_text),
+            segments=tuple(segments),
+            language_probability=probability,
+            aborted=raw.aborted,
             engine_error=raw.error,
         )
         message, reason = decide_message(t)
         if message:
             t = replace(t, label_signals=reliability.signals(t))
         status, issue = assess(t, looped) if message else (None, None)
-        return replace(t, message=message, message_reason=reason, status=status, issue=issue,
-                       elapsed=round(time.perf_counter() - started, 4))
+        return replace(
+            t,
+            message=message,
+            message_reason=reason,
+            status=status,
+            issue=issue,
+            elapsed=round(time.perf_counter() - started, 4),
+        )
 
     def warm_up(self) -> None:
         """Run a short clip through VAD, language detection and decoding so the first
