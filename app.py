@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import falcon
 from rq import Queue
@@ -59,23 +60,22 @@ def create_app(config: Config) -> falcon.App:
     # The token checks (401/404/403), then the rate limits, then the body: a body is read
     # only once the token, the clinic and the scope are checked and the token is within its
     # rate (BodyLimit's declared-length refusal, in process_request, still comes first).
-    app = falcon.App(
-        middleware=[
-            TakeTurns(),
-            logs.RequestId(config.trusted_proxy_hops),
-            web_metrics.RequestMetrics(flusher),
-            NoNulInUrl(),
-            DatabaseConnection(),
-            # recording-complete's 4xx after authentication are recorded
-            HandoffRefusals(),
-            # /console only: the staff session (cookie) and CSRF; never the API's
-            ConsoleSession(config.clock, session_lifetime, renderer),
-            TokenAuth(config.clock, cache),
-            RateLimit(limiter),
-            RetryAdvice(),
-            BodyLimit(config.max_body_bytes, config.body_read_seconds),
-        ]
-    )
+    middleware: list[Any] = [
+        TakeTurns(),
+        logs.RequestId(config.trusted_proxy_hops),
+        web_metrics.RequestMetrics(flusher),
+        NoNulInUrl(),
+        DatabaseConnection(),
+        # recording-complete's 4xx after authentication are recorded
+        HandoffRefusals(),
+        # /console only: the staff session (cookie) and CSRF; never the API's
+        ConsoleSession(config.clock, session_lifetime, renderer),
+        TokenAuth(config.clock, cache),
+        RateLimit(limiter),
+        RetryAdvice(),
+        BodyLimit(config.max_body_bytes, config.body_read_seconds),
+    ]
+    app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
     # JSON only: a form body (curl -d's default) would parse as a confusing form key: 415.
     app.req_options.media_handlers = falcon.media.Handlers(

@@ -346,7 +346,7 @@ class Config:
             embedded = _embedded_secret_key(str(values.get("database_url", cls.database_url)))
             if embedded:
                 values["secret_key"] = embedded
-        return cls(**values)
+        return cls(**values)  # type: ignore[arg-type]  # each value parsed for its field above
 
     def describe(self) -> dict[str, object]:
         """Settings safe to print (secrets masked)."""

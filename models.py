@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import peewee as pw
 
@@ -27,6 +27,11 @@ from plumbing.phones import to_e164
 
 if TYPE_CHECKING:
     from plumbing.row_cache import RowCache
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    """A UUID column's raw value (a string on SQLite, a UUID on PostgreSQL) as a UUID."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 class BaseModel(pw.Model):
@@ -43,6 +48,14 @@ class Organization(BaseModel):
 
 
 class Clinic(BaseModel):
+    # Set by peewee (foreign key ids, back-references) or by a query: declared for the type checker.
+    organization_id: uuid.UUID
+    calendars: pw.ModelSelect[Calendar]
+    office_hours: pw.ModelSelect[OfficeHours]
+    request_types: pw.ModelSelect[RequestType]
+    tags: pw.ModelSelect[Tag]
+    covered: bool  # ApiToken.authorize: whether the token is bound to this clinic
+
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     organization = pw.ForeignKeyField(Organization, backref="clinics", on_delete="CASCADE")
     slug = pw.CharField(max_length=64, unique=True)
@@ -80,6 +93,9 @@ class Clinic(BaseModel):
 
 
 class Calendar(BaseModel):
+    clinic_id: uuid.UUID
+    vacations: pw.ModelSelect[Vacation]
+
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     clinic = pw.ForeignKeyField(Clinic, backref="calendars", on_delete="CASCADE")
     name = pw.CharField(max_length=200)
@@ -90,6 +106,9 @@ class Calendar(BaseModel):
 
 
 class OfficeHours(BaseModel):
+    id: Any  # the AutoField: a column in queries, an int on a row
+    clinic_id: uuid.UUID
+
     WEEKS = ("every", "odd", "even")
 
     clinic = pw.ForeignKeyField(Clinic, backref="office_hours", on_delete="CASCADE")
@@ -100,6 +119,8 @@ class OfficeHours(BaseModel):
 
 
 class Vacation(BaseModel):
+    calendar_id: uuid.UUID
+
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     calendar = pw.ForeignKeyField(Calendar, backref="vacations", on_delete="CASCADE")
     name = pw.CharField(max_length=200, default="")
@@ -109,6 +130,8 @@ class Vacation(BaseModel):
 
 
 class Tag(BaseModel):
+    clinic_id: uuid.UUID
+
     TYPES = ("patient", "patient_request")
 
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
@@ -123,6 +146,9 @@ class Tag(BaseModel):
 
 
 class Patient(BaseModel):
+    organization_id: uuid.UUID
+    merged_into_id: uuid.UUID | None
+
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     organization = pw.ForeignKeyField(Organization, backref="patients", on_delete="CASCADE")
     first_name = pw.CharField(max_length=200, default="")
@@ -206,7 +232,7 @@ class Patient(BaseModel):
             query = cls.select(cls.id, cls.merged_into).where(
                 cls.id.in_(list(frontier)) & cls.merged_into.is_null(False)
             )
-            step = {p.id: p.merged_into_id for p in query}
+            step = {p.id: p.merged_into_id for p in query if p.merged_into_id is not None}
             links.update(step)
             frontier = set(step.values()) - seen
             seen |= frontier
@@ -233,6 +259,9 @@ class Patient(BaseModel):
 class PatientRecord(BaseModel):
     """A patient's record in one clinic: status, note, tags and external ids live here."""
 
+    patient_id: uuid.UUID
+    clinic_id: uuid.UUID
+
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     patient = pw.ForeignKeyField(Patient, backref="records", on_delete="CASCADE")
     clinic = pw.ForeignKeyField(Clinic, backref="patient_records", on_delete="CASCADE")
@@ -245,6 +274,10 @@ class PatientRecord(BaseModel):
 
 
 class PatientRecordTag(BaseModel):
+    id: Any  # the AutoField: a column in queries, an int on a row
+    record_id: uuid.UUID
+    tag_id: uuid.UUID
+
     record = pw.ForeignKeyField(PatientRecord, backref="record_tags", on_delete="CASCADE")
     tag = pw.ForeignKeyField(Tag, on_delete="CASCADE")
 
@@ -254,6 +287,10 @@ class PatientRecordTag(BaseModel):
 
 class ExternalId(BaseModel):
     """An external identifier registered in one clinic for a patient."""
+
+    id: Any  # the AutoField: a column in queries, an int on a row
+    clinic_id: uuid.UUID
+    patient_id: uuid.UUID
 
     clinic = pw.ForeignKeyField(Clinic, on_delete="CASCADE")
     patient = pw.ForeignKeyField(Patient, backref="external_ids", on_delete="CASCADE")
@@ -265,6 +302,9 @@ class ExternalId(BaseModel):
 
 
 class RequestType(BaseModel):
+    clinic_id: uuid.UUID
+    default_tags: pw.ModelSelect[RequestTypeDefaultTag]
+
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     clinic = pw.ForeignKeyField(Clinic, backref="request_types", on_delete="CASCADE")
     ecrf_id = pw.CharField(max_length=100)
@@ -282,6 +322,10 @@ class RequestType(BaseModel):
 
 
 class RequestTypeDefaultTag(BaseModel):
+    id: Any  # the AutoField: a column in queries, an int on a row
+    request_type_id: uuid.UUID
+    tag_id: uuid.UUID
+
     request_type = pw.ForeignKeyField(RequestType, backref="default_tags", on_delete="CASCADE")
     tag = pw.ForeignKeyField(Tag, on_delete="CASCADE")
 
@@ -413,6 +457,10 @@ class ApiToken(BaseModel):
 
 
 class ApiTokenClinic(BaseModel):
+    id: Any  # the AutoField: a column in queries, an int on a row
+    token_id: uuid.UUID
+    clinic_id: uuid.UUID
+
     token = pw.ForeignKeyField(ApiToken, backref="clinic_links", on_delete="CASCADE")
     clinic = pw.ForeignKeyField(Clinic, on_delete="CASCADE")
 
@@ -426,6 +474,9 @@ class Call(BaseModel):
     `state` is `pending` until the ingest job has finished with it (`done`); `outcome`
     says what came of it. Every input is kept as received, `Extra` included.
     """
+
+    clinic_id: uuid.UUID
+    received_by_id: uuid.UUID | None
 
     OUTCOMES = ("no_recording", "voice_message", "missed_call", "opted_out", "recording_unavailable")
     # reliable / check / unreliable: the reliability label (transcription/reliability.py);
@@ -507,7 +558,7 @@ class Call(BaseModel):
                 cls.update(queued_at=utc_now()).where(cls.id.in_(oldest) & cls.queued_at.is_null()).returning(cls.id)
             )
             return [row.id for row in claimed.execute()]
-        waiting = [cls.id.python_value(row[0]) for row in hot_sql(_FAIR_CLAIM_SQL, (per_clinic, limit)).fetchall()]
+        waiting = [_uuid(row[0]) for row in hot_sql(_FAIR_CLAIM_SQL, (per_clinic, limit)).fetchall()]
         if not waiting:
             return []
         # Selected, then claimed row by row: a call another relay claimed in between is
@@ -556,14 +607,14 @@ class Call(BaseModel):
         origins = origins or {}
         if not is_postgresql():  # SQLite has no INSERT inside a WITH
             with db.atomic():
-                stored = {cls.id.python_value(r[0]) for r in hot_sql(_insert_call_sql(names, len(rows)), params)}
+                stored = {_uuid(r[0]) for r in hot_sql(_insert_call_sql(names, len(rows)), params)}
                 AuditEvent.calls_received([row for row in rows if row["id"] in stored], origins)
             return stored
         for row in rows:
             origin = origins.get(row["id"], Origin())
             params += [cls.id.db_value(row["id"]), origin.request_id, origin.address]
         sql = _insert_call_sql(names, len(rows), audited=True)
-        return {cls.id.python_value(r[0]) for r in hot_sql(sql, params).fetchall()}
+        return {_uuid(r[0]) for r in hot_sql(sql, params).fetchall()}
 
     @classmethod
     def stored(cls, clinic: Clinic, call_sid: str) -> Call:
@@ -637,6 +688,12 @@ class RefusedHandoff(BaseModel):
 
 
 class PatientRequest(BaseModel):
+    clinic_id: uuid.UUID
+    patient_id: uuid.UUID
+    request_type_id: uuid.UUID | None
+    created_by_id: uuid.UUID | None
+    call_id: uuid.UUID | None
+
     KINDS = ("standard", "voice_message", "missed_call")
 
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
@@ -721,6 +778,10 @@ SELECT EXISTS (SELECT 1 FROM "patient_request" r WHERE r."clinic_id" = %s AND r.
 
 
 class PatientRequestTag(BaseModel):
+    id: Any  # the AutoField: a column in queries, an int on a row
+    request_id: uuid.UUID
+    tag_id: uuid.UUID
+
     request = pw.ForeignKeyField(PatientRequest, backref="request_tags", on_delete="CASCADE")
     tag = pw.ForeignKeyField(Tag, on_delete="CASCADE")
 
@@ -730,6 +791,9 @@ class PatientRequestTag(BaseModel):
 
 class Reservation(BaseModel):
     """A time slot booked by `timeSlotInput` on create (the request is closed at once)."""
+
+    request_id: uuid.UUID
+    calendar_id: uuid.UUID | None
 
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     request = pw.ForeignKeyField(PatientRequest, backref="reservations", on_delete="CASCADE")
@@ -743,6 +807,9 @@ class UploadLink(BaseModel):
     """An upload link handed out for one request (table `upload_link`, resource
     `resources.patient_requests.UploadLink`): its `fileHash` is the object key the signing
     system PUTs to; registration accepts only keys issued here for the same request."""
+
+    id: Any  # the AutoField: a column in queries, an int on a row
+    request_id: uuid.UUID
 
     class Meta:
         table_name = "upload_link"
@@ -758,6 +825,9 @@ class UploadLink(BaseModel):
 
 class MedicalRecord(BaseModel):
     """A registered attachment: the stored object `file_hash` on a patient request."""
+
+    request_id: uuid.UUID
+    created_by_id: uuid.UUID | None
 
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     request = pw.ForeignKeyField(PatientRequest, backref="medical_records", on_delete="CASCADE")
@@ -825,6 +895,10 @@ class StaffUser(BaseModel):
 class StaffMembership(BaseModel):
     """Which clinics a staff user works for, and as what."""
 
+    id: Any  # the AutoField: a column in queries, an int on a row
+    user_id: uuid.UUID
+    clinic_id: uuid.UUID
+
     ROLES = ("staff", "admin")
 
     user = pw.ForeignKeyField(StaffUser, backref="memberships", on_delete="CASCADE")
@@ -839,6 +913,8 @@ class StaffSession(BaseModel):
     """A console login, held server-side. The cookie carries a random token; only its
     SHA-256 is stored (the id), so a database dump opens no session. Logging out or
     disabling the user deletes the row, which ends the session at once."""
+
+    user_id: uuid.UUID
 
     id = pw.CharField(max_length=64, primary_key=True)  # sha256 hex of the cookie's token
     user = pw.ForeignKeyField(StaffUser, backref="sessions", on_delete="CASCADE")
@@ -900,6 +976,8 @@ class AuditEvent(BaseModel):
     DELETE from any client (migration `audit_trail`). TRUNCATE stays possible: the tests
     empty every table between cases.
     """
+
+    token_id: uuid.UUID | None
 
     ACTOR_KINDS = ("token", "operator", "staff")
 

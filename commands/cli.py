@@ -30,6 +30,6 @@ def named_clinics(slugs: list[str]) -> list[Clinic] | None:
 
 def visible(text: str) -> str:
     """Caller-supplied text for the operator's terminal: control characters (escape
-    sequences, carriage returns, newlines, C1 codes) are written as escapes (``\\x1b``),
+    sequences, carriage returns, newlines, C1 codes) are written as escapes (`\\x1b`),
     so nothing a switchboard sends can move the cursor, recolour or rewrite the screen."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

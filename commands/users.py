@@ -12,14 +12,17 @@ from plumbing.clock import utc_now
 from plumbing.database import db
 
 
-def _read_password() -> str | None:
+def _read_password(*user_inputs: str) -> str | None:
     """The password from the first line of stdin (never an argument: the process list and the
-    shell history would show it); None, with the reason on stderr, when too short."""
-    from staff.passwords import MIN_LENGTH
+    shell history would show it); None, with the reason on stderr, when the password rules
+    (`staff.passwords.check_new`, the console's too) refuse it."""
+    from staff.passwords import WeakPassword, check_new
 
     password = sys.stdin.readline().rstrip("\r\n")
-    if len(password) < MIN_LENGTH:
-        print(f"error: the password on stdin must be at least {MIN_LENGTH} characters", file=sys.stderr)
+    try:
+        check_new(password, user_inputs)
+    except WeakPassword as exc:
+        print(f"error: the password on stdin is refused: {exc.message}", file=sys.stderr)
         return None
     return password
 
@@ -38,7 +41,7 @@ def cmd_user_create(config: Config, args: argparse.Namespace) -> int:
     if StaffUser.by_email(email):
         print(f"error: a user with e-mail {email} exists already", file=sys.stderr)
         return 2
-    password = _read_password()
+    password = _read_password(email, args.name)
     if password is None:
         return 2
     with db.atomic():
@@ -66,7 +69,7 @@ def cmd_user_reset_password(config: Config, args: argparse.Namespace) -> int:
     user = _existing_user(args.email)
     if user is None:
         return 2
-    password = _read_password()
+    password = _read_password(user.email, user.name)
     if password is None:
         return 2
     with db.atomic():

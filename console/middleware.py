@@ -16,7 +16,7 @@ from typing import Any
 import falcon
 
 from console import sessions
-from console.rendering import DEFAULT_LANGUAGE, Renderer
+from console.rendering import DEFAULT_LANGUAGE, Renderer, cookie
 
 PREFIX = "/console"
 _FORM = "application/x-www-form-urlencoded"
@@ -37,8 +37,7 @@ class ConsoleSession:
         req.context.form = {}
         if not is_console(req) or req.path.startswith(PREFIX + "/static/"):
             return
-        cookie = req.get_cookie_values(sessions.COOKIE)
-        session = sessions.find(cookie[0] if cookie else None, self.clock(), self.lifetime)
+        session = sessions.find(cookie(req, sessions.COOKIE), self.clock(), self.lifetime)
         req.context.console_session = session
         if req.method != "POST":
             return
@@ -48,7 +47,7 @@ class ConsoleSession:
         # The login form is checked against the pre-login cookie (there is no session yet);
         # every other form against the session's own token.
         if req.path == PREFIX + "/login":
-            expected = (req.get_cookie_values(sessions.PRELOGIN_COOKIE) or [None])[0]
+            expected = cookie(req, sessions.PRELOGIN_COOKIE)
         else:
             expected = session.csrf_token if session else None
         if not sessions.same(req.context.form.get("csrf_token"), expected):

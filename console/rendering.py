@@ -48,7 +48,7 @@ class Renderer:
             extensions=["jinja2.ext.i18n"],
             undefined=jinja2.StrictUndefined,  # a misspelt variable fails a test, not a page silently
         )
-        self.env.install_null_translations(newstyle=True)
+        self.env.install_null_translations(newstyle=True)  # type: ignore[attr-defined]  # the i18n extension's
         self.translations = {language: _compile(language) for language in LANGUAGES}
 
     def render(self, name: str, language: str, **context: Any) -> str:
@@ -67,6 +67,12 @@ class Renderer:
 
 
 LANGUAGE_COOKIE = "console_lang"  # the login page's language choice, before anyone is known
+
+
+def cookie(req: falcon.Request, name: str) -> str | None:
+    """The first value of the request's cookie `name`, or None."""
+    values = req.get_cookie_values(name)
+    return values[0] if values else None
 
 
 def is_secure(req: falcon.Request, trust_forwarded_proto: bool) -> bool:

@@ -30,7 +30,7 @@ def new_token() -> str:
 
 def same(a: str | None, b: str | None) -> bool:
     """Constant-time comparison of two tokens; a missing one never matches."""
-    return bool(a) and bool(b) and hmac.compare_digest(a.encode(), b.encode())
+    return bool(a and b) and hmac.compare_digest((a or "").encode(), (b or "").encode())
 
 
 @dataclass(frozen=True)

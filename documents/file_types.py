@@ -22,7 +22,7 @@ _SIGNATURES: dict[str, re.Pattern[bytes]] = {
 
 
 def matches(content_type: str, prefix: bytes) -> bool:
-    """Whether ``prefix`` (the object's first ``PREFIX_BYTES``) starts like ``content_type``.
+    """Whether `prefix` (the object's first `PREFIX_BYTES`) starts like `content_type`.
     An unknown type matches nothing."""
     signature = _SIGNATURES.get(content_type)
     return bool(signature and signature.search(prefix[:PREFIX_BYTES]))

@@ -246,7 +246,7 @@ def detail(request: PatientRequest, links: LinkCache) -> dict[str, Any]:
     return out
 
 
-def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any], token: ApiToken) -> None:
+def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any], token: ApiToken | Actor) -> None:
     wanted = {uuid.UUID(i) for i in body.get("addTagIds", [])}
     tags = (
         list(

@@ -294,10 +294,10 @@ def _create(clinic: Clinic, new: dict[tuple[str, str], dict[str, Any]]) -> dict[
     another import took first, with that import's patient (ours for them are deleted)."""
     rows = list(new.values())
     for start in range(0, len(rows), _CHUNK):
-        chunk = rows[start : start + _CHUNK]
-        Patient.insert_many(chunk).execute()
+        patients = rows[start : start + _CHUNK]
+        Patient.insert_many(patients).execute()
         PatientRecord.insert_many(
-            [{"patient": row["id"], "clinic": clinic, "created_at": row["created_at"]} for row in chunk]
+            [{"patient": row["id"], "clinic": clinic, "created_at": row["created_at"]} for row in patients]
         ).execute()
     keys = list(new)
     won: set[tuple[str, str]] = set()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import uuid
 from datetime import datetime, timedelta
+from typing import Any
 
 import peewee as pw
 
@@ -33,7 +34,7 @@ PURGE_BATCH = 100
 _LINKS_LOCK_NAMESPACE = 0x75706C64  # "upld"
 
 
-def _registered() -> pw.Node:
+def _registered() -> Any:  # a peewee expression (its stubs lack `~`)
     """True for an issued upload registered as an attachment (correlated EXISTS)."""
     return pw.fn.EXISTS(MedicalRecord.select(pw.SQL("1")).where(MedicalRecord.file_hash == UploadLink.file_hash))
 

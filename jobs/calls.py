@@ -15,6 +15,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from config import Config
 from jobs import leases, queueing
@@ -145,7 +146,7 @@ def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -
     )
 
 
-def _finish(call: Call, outcome: str, **results: str | float | None) -> str:
+def _finish(call: Call, outcome: str, **results: Any) -> str:
     """Record the outcome and create the request, once, in one transaction (`Call.finish`)."""
     with db.connection_context():
         call.finish(outcome, **results)

@@ -43,13 +43,13 @@ _TIMEOUTS: dict[str, tuple[float | None, float | None]] = {
 
 
 def redis_client(url: str, role: str) -> redis.Redis:
-    """A Redis client for ``role`` (``web``, ``metrics``, ``job``, ``worker``)."""
+    """A Redis client for `role` (`web`, `metrics`, `job`, `worker`)."""
     connect, read = _TIMEOUTS[role]
     return redis.Redis.from_url(url, socket_connect_timeout=connect, socket_timeout=read)
 
 
 def retry(delays: Sequence[int]) -> Retry | None:
-    """RQ's retry after each of ``delays`` seconds in turn; None when there are none."""
+    """RQ's retry after each of `delays` seconds in turn; None when there are none."""
     return Retry(max=len(delays), interval=list(delays)) if delays else None
 
 
@@ -73,7 +73,8 @@ def is_live(job: Job, *, refresh: bool = True) -> bool:
     hostname, pid = job.connection.hmget(Worker.redis_worker_namespace_prefix + job.worker_name, "hostname", "pid")
     if hostname is None:
         return False  # the worker stopped beating long enough for its key to expire
-    return not (hostname.decode() == socket.gethostname() and pid and not _process_alive(int(pid)))
+    host = hostname.decode() if isinstance(hostname, bytes) else str(hostname)
+    return not (host == socket.gethostname() and pid and not _process_alive(int(pid)))
 
 
 def _process_alive(pid: int) -> bool:
@@ -98,7 +99,8 @@ def forget_job(job: Job, queue: Queue) -> None:
     later on the fresh job that reuses the id."""
     job.delete()
     registry = StartedJobRegistry(job.origin or queue.name, connection=job.connection)
-    stale = [entry for entry in job.connection.zrange(registry.key, 0, -1) if entry.decode().split(":", 1)[0] == job.id]
+    entries: list[bytes] = job.connection.zrange(registry.key, 0, -1)  # type: ignore[assignment]
+    stale = [entry for entry in entries if entry.decode().split(":", 1)[0] == job.id]
     if stale:
         job.connection.zrem(registry.key, *stale)
 
@@ -111,12 +113,12 @@ def enqueue_once(
     replace: Callable[[Job], bool] | None = None,
     **options: Any,
 ) -> tuple[Job, bool]:
-    """The job under ``job_id``, and whether this call enqueued it. Raises ``redis.RedisError``.
+    """The job under `job_id`, and whether this call enqueued it. Raises `redis.RedisError`.
 
-    The job is enqueued unless one with that id exists (atomically: RQ's ``unique``), so
+    The job is enqueued unless one with that id exists (atomically: RQ's `unique`), so
     concurrent callers share one job. An existing job is kept, unless it is no longer
-    live (`is_live`) and ``replace(job)`` says it must run again: it is then forgotten and
-    enqueued anew. ``replace`` is asked under a lock on the id, so concurrent callers
+    live (`is_live`) and `replace(job)` says it must run again: it is then forgotten and
+    enqueued anew. `replace` is asked under a lock on the id, so concurrent callers
     replace a job once, and it may read what the job changed meanwhile.
     """
     while True:

@@ -257,7 +257,7 @@ def waking_relay(worker_class: type) -> type:
     return type(worker_class.__name__, (WakesRelay, worker_class), {})
 
 
-def start(queue: Queue, config: Config, **options: float) -> tuple[threading.Thread, threading.Event]:
+def start(queue: Queue, config: Config, **options: Any) -> tuple[threading.Thread, threading.Event]:
     """Run a relay in a daemon thread of this process; set the event to stop it."""
     stop = threading.Event()
     thread = threading.Thread(

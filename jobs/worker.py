@@ -81,9 +81,10 @@ class ClinicScheduler(RQScheduler):
             die_with_parent(parent)
             run_scheduler(scheduler)
 
-        self._process = ForkProcess(target=tied_run, args=(self,), name="Scheduler")
-        self._process.start()
-        return self._process
+        process = ForkProcess(target=tied_run, args=(self,), name="Scheduler")
+        self._process = process  # type: ignore[assignment]  # RQ declares it None until started
+        process.start()
+        return process
 
 
 class ClinicWorker(SimpleWorker):

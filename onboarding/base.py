@@ -5,11 +5,14 @@ running the same file twice reports, and writes, nothing)."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import peewee as pw
 
 NAMESPACE = uuid.UUID("5b0f3c1e-7a0e-4f7e-9a51-6f3c2d1b8e40")
+
+
+M = TypeVar("M", bound=pw.Model)
 
 
 class OnboardingError(ValueError):
@@ -36,15 +39,16 @@ class RowWriter:
         self.secret_key = secret_key
         self.changes = 0
 
-    def upsert(self, model: type[pw.Model], key: Any, values: dict[str, Any]) -> pw.Model:
-        row = model.get_or_none(model._meta.primary_key == key)
+    def upsert(self, model: type[M], key: Any, values: dict[str, Any]) -> M:
+        primary_key = cast(pw.Field, model._meta.primary_key)  # every model here has one
+        row = model.get_or_none(primary_key == key)
         if row is None:
             self.changes += 1
-            return model.create(**{model._meta.primary_key.name: key}, **values)
+            return model.create(**{primary_key.name: key}, **values)
         dirty = {k: v for k, v in values.items() if getattr(row, _FK_IDS.get(k, k)) != v}
         if dirty:
             self.changes += 1
-            model.update(**dirty).where(model._meta.primary_key == key).execute()
+            model.update(**dirty).where(primary_key == key).execute()
         return row
 
     def ensure(self, model: type[pw.Model], **values: Any) -> None:

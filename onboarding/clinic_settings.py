@@ -124,7 +124,7 @@ def clinic_document(clinic: Clinic, secret_key: str) -> dict[str, Any]:
     }
     if clinic.platform_api_url:
         try:
-            password = crypto.decrypt(clinic.platform_password_encrypted, secret_key)
+            password = crypto.decrypt(clinic.platform_password_encrypted or "", secret_key)
         except crypto.InvalidToken:
             # Written under another SECRET_KEY: only the operator's onboarding file can say it again.
             raise SettingsError(
@@ -175,7 +175,7 @@ class ClinicSettings:
             row_cache.changed_here()  # the routing checks read the change on the next call
         self.clinic = Clinic.get_by_id(self.clinic.id)
 
-    def _own(self, model: type, row_id: Any, *where: Any) -> Any:
+    def _own(self, model: Any, row_id: Any, *where: Any) -> Any:
         try:
             key = uuid.UUID(str(row_id)) if model is not OfficeHours else int(row_id)
         except (TypeError, ValueError):

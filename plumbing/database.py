@@ -9,6 +9,7 @@ import logging
 import re
 import select
 import weakref
+from typing import TypeVar
 from urllib.parse import urlparse
 
 import peewee as pw
@@ -48,6 +49,9 @@ class CheckedPostgresqlPool(PooledPostgresqlDatabase):
             except psycopg2.Error:
                 return True
         return False
+
+
+M = TypeVar("M", bound=pw.Model)
 
 
 def _cooperative_psycopg2() -> None:
@@ -121,7 +125,7 @@ def release_connection() -> bool:
 # cannot drift).
 
 
-def from_row(model: type[pw.Model], values: tuple) -> pw.Model:
+def from_row(model: type[M], values: tuple) -> M:
     """A model from raw column values in `_meta.sorted_fields` order, converted as Peewee
     converts its own query results."""
     return model(**{f.name: f.python_value(v) for f, v in zip(model._meta.sorted_fields, values)})

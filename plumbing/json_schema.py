@@ -51,9 +51,11 @@ def _validator(schema: dict[str, Any]) -> Any:
 # raising) goes on to the Python path, which may still accept it (its `re` `$` matches
 # before a final newline). Formats use the Python checks: jsonschema_rs's own accept year 0
 # and leap seconds. The walk runs first: it also keeps over-deep bodies out of the Rust code.
-_RS_FORMATS: dict[str, Callable[[str], bool]] = {
-    name: (lambda text, name=name: _format_checker.conforms(text, name)) for name in _format_checker.checkers
-}
+def _python_format(name: str) -> Callable[[str], bool]:
+    return lambda text: _format_checker.conforms(text, name)
+
+
+_RS_FORMATS: dict[str, Callable[[str], bool]] = {name: _python_format(name) for name in _format_checker.checkers}
 _JSON_SCALARS = (int, float, bool, type(None))
 _fast_validators: dict[int, tuple[dict[str, Any], Any]] = {}
 

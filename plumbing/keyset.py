@@ -77,7 +77,7 @@ class Keyset:
             condition = beyond(column, value) | ((column == value) & condition)
         return condition
 
-    def page(self, query: pw.ModelSelect, cursor: str | None, limit: int) -> tuple[list[Any], str | None]:
+    def page(self, query: pw.ModelSelect[Any], cursor: str | None, limit: int) -> tuple[list[Any], str | None]:
         """Up to `limit` rows of `query` after `cursor` (None: from the first) in this
         order, and the next page's cursor (None on the last page)."""
         if cursor is not None:

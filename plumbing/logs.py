@@ -161,7 +161,7 @@ class RequestId:
     line (JSON like every other line, with the id and, for an authenticated request, the
     token's id; the query string is never logged, it may hold a presigned signature).
     First in the chain, so its `process_response` runs last, after every other middleware.
-    It also sets the client's address (:func:`peer_address`) for the request: the one
+    It also sets the client's address (`peer_address`) for the request: the one
     every other part (login throttle, sessions, audit trail) reads."""
 
     def __init__(self, trusted_proxy_hops: int = 0) -> None:

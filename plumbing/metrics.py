@@ -322,11 +322,11 @@ class RedisCollector:
             if part and len(labels) == len(family.labels):
                 series.setdefault(tuple(labels), {})[part] = float(value)
         histogram = HistogramMetricFamily(name, family.help, labels=family.labels)
-        for labels, parts in sorted(series.items()):
+        for values, parts in sorted(series.items()):
             running, buckets = 0.0, []
             for bound in family.buckets:
                 running += parts.get(_le(bound), 0.0)
                 buckets.append((repr(float(bound)), running))
             buckets.append(("+Inf", parts.get("count", 0.0)))
-            histogram.add_metric(list(labels), buckets, parts.get("sum", 0.0))
+            histogram.add_metric(list(values), buckets, parts.get("sum", 0.0))
         return histogram

@@ -50,7 +50,7 @@ def _only_prefixed(said: str, number: phonenumbers.PhoneNumber, region: str) -> 
     if not digits.endswith(national):
         return False
     head, code = digits[: len(digits) - len(national)], str(number.country_code)
-    theirs = phonenumbers.PhoneMetadata.metadata_for_region(phonenumbers.region_code_for_number(number))
+    theirs = phonenumbers.PhoneMetadata.metadata_for_region(phonenumbers.region_code_for_number(number) or "")
     trunk = (theirs.national_prefix or "") if theirs else ""
     international = {code, code + trunk}
     if said.startswith("+"):

@@ -33,7 +33,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, cast
 
 import peewee as pw
 import psycopg2
@@ -92,7 +92,7 @@ class RowCache:
         # The URL's own parameters (host, sslmode, ...), with ours on top; keepalives notice
         # a connection that died silently, `ttl` covers the rest.
         connect = pg_listen.connector(
-            database,
+            cast(pw.PostgresqlDatabase, database),  # is_postgresql said so
             application_name="auth-cache listener",
             keepalives=1,
             keepalives_idle=10,
@@ -169,6 +169,7 @@ class RowCache:
         threading.Thread(target=self._listen, name="auth-cache-listen", daemon=True).start()
 
     def _listen(self) -> None:
+        assert self._connect is not None  # _listen runs only when there is one
         try:
             listener = Listener.open(self._connect, CHANNEL)
         except (psycopg2.Error, OSError) as exc:
@@ -197,7 +198,8 @@ class RowCache:
         listener, self._listener = self._listener, None
         self._retry_at = self._clock() + RECONNECT_EVERY
         self._invalidate()
-        listener.close()
+        if listener is not None:
+            listener.close()
 
     def close(self) -> None:
         with self._lock:

@@ -32,7 +32,9 @@ class Healthz:
         }
         if any(state != "ok" for state in checks.values()):
             down = ", ".join(name for name, state in checks.items() if state != "ok")
-            raise APIError(503, "SERVICE_UNAVAILABLE", f"unreachable: {down}", **checks)
+            raise APIError(
+                503, "SERVICE_UNAVAILABLE", f"unreachable: {down}", database=checks["database"], redis=checks["redis"]
+            )
         resp.media = {"status": "ok", **checks}
 
     @staticmethod

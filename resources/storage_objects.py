@@ -1,9 +1,9 @@
-"""Serves the local storage backend's presigned URLs: ``/storage/{key:path}``.
+"""Serves the local storage backend's presigned URLs: `/storage/{key:path}`.
 
-Route it only when ``storage_backend`` is ``local``; with S3 the URLs point at the
+Route it only when `storage_backend` is `local`; with S3 the URLs point at the
 bucket and the service is not in the data path. Both directions stream, so memory
 stays flat whatever the file size: PUT bodies go to disk in 1 MiB pieces, GET
-responses are handed to the WSGI server as a file (gunicorn uses ``sendfile``).
+responses are handed to the WSGI server as a file (gunicorn uses `sendfile`).
 A PUT body streams without a pooled database connection and within a deadline.
 """
 
@@ -24,6 +24,7 @@ from storage import (
     InvalidKeyError,
     LocalStorage,
     ObjectTooLarge,
+    Readable,
     content_disposition,
 )
 from web.errors import APIError, validation_failed
@@ -45,11 +46,11 @@ def _not_found() -> APIError:
 
 
 class StoredObject:
-    """PUT uploads and GET downloads through URLs signed by ``LocalStorage``.
+    """PUT uploads and GET downloads through URLs signed by `LocalStorage`.
 
     Every refusal happens before any byte of the body is read or written: a bad,
-    foreign or expired signature, or a ``Content-Type`` other than the signed one,
-    answers 403 ``FORBIDDEN``. The error text never says which check failed beyond
+    foreign or expired signature, or a `Content-Type` other than the signed one,
+    answers 403 `FORBIDDEN`. The error text never says which check failed beyond
     "expired" vs "does not match", and never echoes the URL.
     """
 
@@ -89,7 +90,7 @@ class StoredObject:
         release_connection()
 
         length = req.content_length
-        stream = req.bounded_stream
+        stream: Readable = req.bounded_stream
         if length is None:
             # A chunked upload: read to its end (the storage stops one byte past its
             # cap), but only where the server marks that end.
@@ -186,15 +187,15 @@ def _byte_range(req: falcon.Request, size: int) -> tuple[int, int] | None:
 
 
 class _Bounded:
-    """A file read from its current position for ``length`` bytes at most (a 206 body)."""
+    """A file read from its current position for `length` bytes at most (a 206 body)."""
 
     def __init__(self, handle: BinaryIO, length: int) -> None:
         self._handle, self._left = handle, length
 
-    def read(self, size: int = -1) -> bytes:
+    def read(self, size: int | None = -1, /) -> bytes:
         if self._left <= 0:
             return b""
-        data = self._handle.read(self._left if size < 0 else min(size, self._left))
+        data = self._handle.read(self._left if size is None or size < 0 else min(size, self._left))
         self._left -= len(data)
         return data
 

@@ -1,5 +1,5 @@
 """Address policy: which IP addresses are public, resolving a name once within a
-deadline, and :class:`ResolutionCache` for the intake check."""
+deadline, and `ResolutionCache` for the intake check."""
 
 from __future__ import annotations
 
@@ -60,12 +60,12 @@ def _v4_is_public(ip: ipaddress.IPv4Address) -> bool:
 
 
 def is_public_ip(address: str | IPAddress, *, allow_loopback: bool = False) -> bool:
-    """True when ``address`` is a globally routable unicast address.
+    """True when `address` is a globally routable unicast address.
 
     IPv6 must be global unicast (2000::/3) outside documentation / protocol
     ranges; 6to4 and NAT64 (64:ff9b::/96) addresses are judged by the IPv4
     address they embed; IPv4-mapped / IPv4-compatible forms are refused.
-    ``allow_loopback`` (tests only) additionally admits 127.0.0.0/8 and ::1.
+    `allow_loopback` (tests only) additionally admits 127.0.0.0/8 and ::1.
     """
     try:
         if isinstance(address, str):
@@ -97,11 +97,11 @@ def is_public_ip(address: str | IPAddress, *, allow_loopback: bool = False) -> b
 
 
 Resolver = Callable[[str, int], Sequence[str]]
-"""``resolver(host, port) -> [ip, ...]``.  Injectable for tests."""
+"""`resolver(host, port) -> [ip, ...]`.  Injectable for tests."""
 
 
 def system_resolver(host: str, port: int) -> list[str]:
-    """Resolve with ``getaddrinfo`` (TCP), preserving order, de-duplicated."""
+    """Resolve with `getaddrinfo` (TCP), preserving order, de-duplicated."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     out: list[str] = []
     for family, _type, _proto, _canon, sockaddr in infos:
@@ -148,13 +148,13 @@ def check_resolves_public(
     resolver: Resolver | None = None,
     deadline: float | None = None,
 ) -> list[str]:
-    """Resolve ``host`` once and return its addresses if all are public.
+    """Resolve `host` once and return its addresses if all are public.
 
-    Raises :class:`UnsafeURL` if any address is not public (one bad address
+    Raises `UnsafeURL` if any address is not public (one bad address
     is enough: an attacker controlling DNS could otherwise mix a public and
-    a private answer), and :class:`FetchError` when the name does not
+    a private answer), and `FetchError` when the name does not
     resolve (transient for temporary resolver failures).
-    ``deadline`` is a ``time.monotonic()`` value.
+    `deadline` is a `time.monotonic()` value.
     """
     resolve = resolver or system_resolver
     if allow_loopback and host == "127.0.0.1":
@@ -176,11 +176,11 @@ def check_resolves_public(
 
 
 class ResolutionCache:
-    """Verdicts of :func:`check_resolves_public` per host, kept for ``ttl`` seconds.
+    """Verdicts of `check_resolves_public` per host, kept for `ttl` seconds.
 
     For the intake check only, where a lookup per hand-off would sit on the request's
     hot path while every call of a platform names the same few hosts. It never
-    weakens a fetch: :func:`fetch` always resolves and checks again.
+    weakens a fetch: `fetch` always resolves and checks again.
     """
 
     def __init__(self, ttl: float = 60.0, max_hosts: int = 1024, resolver: Resolver | None = None) -> None:
@@ -191,8 +191,8 @@ class ResolutionCache:
         self._verdicts: dict[tuple[str, bool], tuple[float, UnsafeURL | None]] = {}
 
     def check(self, host: str, *, allow_loopback: bool = False, deadline: float | None = None) -> None:
-        """Raise :class:`UnsafeURL` for a host that resolves to a non-public address;
-        :class:`FetchError` (not cached) when it does not resolve now."""
+        """Raise `UnsafeURL` for a host that resolves to a non-public address;
+        `FetchError` (not cached) when it does not resolve now."""
         key, now = (host, allow_loopback), time.monotonic()
         with self._lock:
             cached = self._verdicts.get(key)

@@ -1,4 +1,4 @@
-"""``fetch``: one request to a public https host, redirects re-checked hop by hop,
+"""`fetch`: one request to a public https host, redirects re-checked hop by hop,
 the body capped and sniffed, everything within one total deadline."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ log = logging.getLogger(__package__)
 class FetchResult:
     status: int
     headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
-    content: bytes | None  # None when written to ``dest``
+    content: bytes | None  # None when written to `dest`
     bytes_written: int
     final_url: str  # normalized; may carry a query string -- log redact_url() of it
     content_type: str  # media type, lower-case, no parameters ("" if absent)
@@ -44,7 +44,7 @@ _SENSITIVE_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"
 _CHUNK = 64 * 1024
 USER_AGENT = "clinic-integration-safe-fetch/1"
 
-#: How many leading bytes of the body :func:`fetch` gathers before calling ``sniff``
+#: How many leading bytes of the body `fetch` gathers before calling `sniff`
 #: (enough for a RIFF....WAVE header).
 SNIFF_BYTES = 12
 
@@ -85,28 +85,28 @@ def fetch(
     resolver: Resolver | None = None,
     raise_for_status: bool = True,
 ) -> FetchResult:
-    """Fetch ``url`` from a public https host; see the package docstring.
+    """Fetch `url` from a public https host; see the package docstring.
 
-    - ``max_bytes``: body cap; a larger ``Content-Length`` fails before any
-      body byte is read, otherwise reading stops at ``max_bytes + 1``.
-    - ``timeout``: total seconds for everything (DNS, connect, TLS, all
+    - `max_bytes`: body cap; a larger `Content-Length` fails before any
+      body byte is read, otherwise reading stops at `max_bytes + 1`.
+    - `timeout`: total seconds for everything (DNS, connect, TLS, all
       redirects, headers and body).
-    - ``allowed_content_types``: media types (no parameters) accepted for the
+    - `allowed_content_types`: media types (no parameters) accepted for the
       final response; others fail permanently.
-    - ``sniff``: called with the first bytes of the final body *before*
-      anything is written to ``dest``; returning ``None`` fails permanently.
-      Its result is ``FetchResult.sniffed``.
-    - Redirects (301/302/303/307/308) are followed at most ``max_redirects``
+    - `sniff`: called with the first bytes of the final body *before*
+      anything is written to `dest`; returning `None` fails permanently.
+      Its result is `FetchResult.sniffed`.
+    - Redirects (301/302/303/307/308) are followed at most `max_redirects`
       times, each target fully re-validated and re-resolved.  303, and
       301/302 of a non-GET/HEAD, become GET without body.  Authorization and
       Cookie headers are dropped when the origin changes.
-    - ``dest``: when given the body is streamed into it and
-      ``FetchResult.content`` is ``None``.  On failure ``dest`` may hold a
-      partial body; :func:`download_audio` handles cleanup.
-    - ``ca_certs`` / ``ssl_context``: trust configuration (tests pass a CA
+    - `dest`: when given the body is streamed into it and
+      `FetchResult.content` is `None`.  On failure `dest` may hold a
+      partial body; `download_audio` handles cleanup.
+    - `ca_certs` / `ssl_context`: trust configuration (tests pass a CA
       bundle).  A supplied context must verify certificates and hostnames.
-    - ``resolver``: injectable ``(host, port) -> [ip]`` (tests).
-    - ``raise_for_status``: when False, a non-2xx final answer is returned
+    - `resolver`: injectable `(host, port) -> [ip]` (tests).
+    - `raise_for_status`: when False, a non-2xx final answer is returned
       (body still capped) instead of raising.
     """
     if max_bytes < 0 or timeout <= 0:
@@ -246,7 +246,7 @@ def _read_body(
     dest: IO[bytes] | None,
 ) -> FetchResult:
     where = redact_url(current.url)
-    # http.client has already parsed Content-Length into ``length`` (None for
+    # http.client has already parsed Content-Length into `length` (None for
     # chunked or close-delimited bodies, and for HEAD / 204 / 304).
     declared: int | None = response.length
     if declared is not None and declared > max_bytes:

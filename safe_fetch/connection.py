@@ -1,7 +1,7 @@
 """The HTTPS connection pinned to a checked address, under one hard deadline.
 
-See the package docstring for why this owns the socket (``http.client`` with a
-custom ``connect()``) rather than using urllib3.
+See the package docstring for why this owns the socket (`http.client` with a
+custom `connect()`) rather than using urllib3.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ class _Deadline:
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):
     """HTTPS connection whose TCP peer is a pre-checked IP address.
 
-    ``host`` (used for the Host header, SNI and the certificate check) stays
-    the name from the URL; ``connect()`` never resolves it.
+    `host` (used for the Host header, SNI and the certificate check) stays
+    the name from the URL; `connect()` never resolves it.
     """
 
     def __init__(
@@ -139,7 +139,7 @@ class _PinnedHTTPSConnection(http.client.HTTPSConnection):
                 tls.settimeout(self._deadline.remaining())
                 tls.do_handshake()
             except BaseException:
-                (tls or sock).close()  # wrap_socket detaches ``sock``
+                (tls or sock).close()  # wrap_socket detaches `sock`
                 raise
             self.sock = tls
             return

@@ -1,4 +1,4 @@
-"""Recordings: recognizing MP3 / WAV by their magic bytes, and ``download_audio``,
+"""Recordings: recognizing MP3 / WAV by their magic bytes, and `download_audio`,
 which fetches one to a file atomically."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ log = logging.getLogger(__package__)
 # Content sniffing
 # --------------------------------------------------------------------------
 
-#: Declared media types accepted for recordings.  ``application/octet-stream``
-#: is listed because :func:`download_audio` always sniffs the magic bytes.
+#: Declared media types accepted for recordings.  `application/octet-stream`
+#: is listed because `download_audio` always sniffs the magic bytes.
 AUDIO_CONTENT_TYPES: frozenset[str] = frozenset(
     {
         "audio/mpeg",
@@ -38,7 +38,7 @@ AUDIO_CONTENT_TYPES: frozenset[str] = frozenset(
 
 
 def sniff_audio(head: bytes) -> str | None:
-    """Return ``"mp3"``, ``"wav"`` or ``None`` from the first bytes of a file."""
+    """Return `"mp3"`, `"wav"` or `None` from the first bytes of a file."""
     if len(head) >= 12 and head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         return "wav"
     if head[:3] == b"ID3":
@@ -79,14 +79,14 @@ def download_audio(
     resolver: Resolver | None = None,
     max_redirects: int = 3,
 ) -> DownloadResult:
-    """Download an MP3/WAV recording to ``dest_path`` atomically.
+    """Download an MP3/WAV recording to `dest_path` atomically.
 
     The body goes to a temporary file in the same directory, is fsynced and
-    renamed over ``dest_path`` only when complete and valid; on any failure
-    the temporary file is removed and ``dest_path`` is left untouched.
-    Accepts :data:`AUDIO_CONTENT_TYPES`; the magic bytes must always look
+    renamed over `dest_path` only when complete and valid; on any failure
+    the temporary file is removed and `dest_path` is left untouched.
+    Accepts `AUDIO_CONTENT_TYPES`; the magic bytes must always look
     like MP3 (ID3 / frame sync) or WAV (RIFF....WAVE), whatever the declared
-    type -- which is what makes ``application/octet-stream`` acceptable.
+    type -- which is what makes `application/octet-stream` acceptable.
     """
     dest_path = os.fspath(dest_path)
     directory = os.path.dirname(os.path.abspath(dest_path))

@@ -1,4 +1,4 @@
-"""The two exceptions of :mod:`safe_fetch`, and which HTTP error answers are worth retrying."""
+"""The two exceptions of `safe_fetch`, and which HTTP error answers are worth retrying."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 class UnsafeURL(ValueError):
     """The URL (or what it resolves / redirects to) is not allowed.
 
-    Always permanent: retrying cannot help.  ``str(exc)`` is safe to log and
+    Always permanent: retrying cannot help.  `str(exc)` is safe to log and
     to return to an API client (it never contains a query string).
     """
 
@@ -21,9 +21,9 @@ class UnsafeURL(ValueError):
 class FetchError(Exception):
     """The fetch failed.
 
-    ``transient`` tells a job whether retrying later may succeed (timeouts,
+    `transient` tells a job whether retrying later may succeed (timeouts,
     connection errors, 5xx, 429) or not (other 4xx, too large, wrong type).
-    ``status`` is the HTTP status when the failure is an HTTP answer.
+    `status` is the HTTP status when the failure is an HTTP answer.
     """
 
     def __init__(self, message: str, transient: bool, status: int | None = None) -> None:
@@ -37,8 +37,8 @@ def is_retryable_status(status: int) -> bool:
     """Whether an HTTP error answer may succeed if the request is retried later.
 
     5xx, 408 (Request Timeout), 425 (Too Early) and 429 (Too Many Requests)
-    are; every other status is permanent.  This is :attr:`FetchError.transient`
-    for an HTTP answer, for :func:`safe_fetch.fetch` and for its callers that
-    judge statuses themselves (``raise_for_status=False``).
+    are; every other status is permanent.  This is `FetchError.transient`
+    for an HTTP answer, for `safe_fetch.fetch` and for its callers that
+    judge statuses themselves (`raise_for_status=False`).
     """
     return status >= 500 or status in (408, 425, 429)

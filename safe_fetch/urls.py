@@ -19,9 +19,9 @@ _MAX_REDACTED_PATH = 200
 
 
 def redact_url(url: object) -> str:
-    """Return ``scheme://host[:port]/path`` without userinfo, query or fragment.
+    """Return `scheme://host[:port]/path` without userinfo, query or fragment.
 
-    Never raises: anything unparseable becomes ``"<unparseable url>"``.
+    Never raises: anything unparseable becomes `"<unparseable url>"`.
     Long paths are truncated (the path may itself carry a token-like segment;
     truncation keeps log lines bounded).
     """
@@ -207,16 +207,16 @@ def _parse(url: str, *, allow_loopback: bool) -> _ParsedURL:
 
 
 def validate_url(url: str, *, allow_loopback: bool = False) -> str:
-    """Check ``url`` syntactically and return its normalized form.
+    """Check `url` syntactically and return its normalized form.
 
-    No DNS lookup is done.  Raises :class:`UnsafeURL` with a human-readable
+    No DNS lookup is done.  Raises `UnsafeURL` with a human-readable
     reason (no query string in it).  Normalization: lower-case scheme and
     host, IDNA A-labels, trailing dot removed, default port removed, empty
-    path becomes ``/``, fragment dropped, non-ASCII path/query
+    path becomes `/`, fragment dropped, non-ASCII path/query
     percent-encoded.
 
-    ``allow_loopback`` is a test-only setting: it additionally allows the
-    names ``localhost`` / ``*.localhost`` and the literal ``127.0.0.1``
+    `allow_loopback` is a test-only setting: it additionally allows the
+    names `localhost` / `*.localhost` and the literal `127.0.0.1`
     (written exactly so).  It never allows private ranges.
     """
     return _parse(url, allow_loopback=allow_loopback).url

@@ -4,19 +4,19 @@ Both backends hand out *presigned URLs*: the integrator PUTs the raw file to one
 (step 5 of the signed-documents flow) and clinic users open or download it through
 another (`url` / `downloadUrl` of a medical record). The service itself never
 proxies S3 traffic; with the local backend it serves the URLs itself through
-``resources.storage_objects.StoredObject``.
+`resources.storage_objects.StoredObject`.
 
-Object keys are validated strictly (``validate_key``) before they reach a file
+Object keys are validated strictly (`validate_key`) before they reach a file
 system path or a bucket, and every URL is bound to one method, one key, an expiry
 and a content type (plus disposition and file name for downloads).
 
 Presigned URLs are credentials: never log them.
 
-Modules: ``base`` (errors, ``ObjectInfo``, the ``Storage`` protocol, key and file-name
-helpers), ``local`` (``LocalStorage``), ``s3`` (``S3Storage`` and its SigV4 GET
-presigner), ``links`` (``LinkCache``: cached download links), ``factory``
-(``make_storage``). The names in ``__all__`` are re-exported from here;
-``LinkCache`` is imported from ``storage.links``.
+Modules: `base` (errors, `ObjectInfo`, the `Storage` protocol, key and file-name
+helpers), `local` (`LocalStorage`), `s3` (`S3Storage` and its SigV4 GET
+presigner), `links` (`LinkCache`: cached download links), `factory`
+(`make_storage`). The names in `__all__` are re-exported from here;
+`LinkCache` is imported from `storage.links`.
 """
 
 from __future__ import annotations

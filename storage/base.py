@@ -1,11 +1,11 @@
-"""The storage interface and what both backends share: errors, ``ObjectInfo``, the
-``Storage`` protocol, object-key and file-name helpers, and the argument checks.
+"""The storage interface and what both backends share: errors, `ObjectInfo`, the
+`Storage` protocol, object-key and file-name helpers, and the argument checks.
 
-Object keys are validated strictly (``validate_key``) before they reach a file
+Object keys are validated strictly (`validate_key`) before they reach a file
 system path or a bucket, and every URL is bound to one method, one key, an expiry
 and a content type (plus disposition and file name for downloads).
 
-Its public names are re-exported by the package (``storage.__all__``).
+Its public names are re-exported by the package (`storage.__all__`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _PREFERRED_EXTENSIONS = {
 
 
 class Readable(Protocol):
-    """What ``LocalStorage.write_stream`` reads from (a file, ``req.bounded_stream``)."""
+    """What `LocalStorage.write_stream` reads from (a file, `req.bounded_stream`)."""
 
     def read(self, size: int = -1, /) -> bytes: ...
 
@@ -85,7 +85,7 @@ class IncompleteUpload(StorageError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ObjectInfo:
-    """What ``head`` reports about a stored object."""
+    """What `head` reports about a stored object."""
 
     size: int
     content_type: str
@@ -101,10 +101,10 @@ class Storage(Protocol):
     max_upload_bytes: int
 
     def presign_put(self, key: str, content_type: str, expires_in: int) -> str:
-        """URL accepting ``PUT`` of the object's bytes with exactly this ``Content-Type``.
+        """URL accepting `PUT` of the object's bytes with exactly this `Content-Type`.
 
         The URL may be used any number of times until it expires; each use replaces
-        the object. ``AccessDenied`` for a sealed key (`check_writable_key`).
+        the object. `AccessDenied` for a sealed key (`check_writable_key`).
         """
         ...
 
@@ -117,23 +117,23 @@ class Storage(Protocol):
         disposition: Disposition,
         filename: str,
     ) -> str:
-        """URL serving the object with this content type and ``Content-Disposition``."""
+        """URL serving the object with this content type and `Content-Disposition`."""
         ...
 
     def exists(self, key: str) -> bool: ...
 
     def read_prefix(self, key: str, size: int) -> bytes:
-        """The object's first ``size`` bytes (fewer when it is shorter; b"" when missing)."""
+        """The object's first `size` bytes (fewer when it is shorter; b"" when missing)."""
         ...
 
     def seal(self, source: str, target: str) -> Sealed:
-        """Copy object ``source`` to ``target`` (a key no upload URL names, so nothing can
-        write it afterwards) and return the SHA-256 and size of the bytes ``target`` holds.
-        ``ObjectNotFound`` when ``source`` is missing."""
+        """Copy object `source` to `target` (a key no upload URL names, so nothing can
+        write it afterwards) and return the SHA-256 and size of the bytes `target` holds.
+        `ObjectNotFound` when `source` is missing."""
         ...
 
     def head(self, key: str) -> ObjectInfo | None:
-        """Size and stored content type, or ``None`` when there is no such object."""
+        """Size and stored content type, or `None` when there is no such object."""
         ...
 
     def delete(self, key: str) -> None:
@@ -149,11 +149,11 @@ class Storage(Protocol):
 
 
 def validate_key(key: str) -> str:
-    """Return ``key`` unchanged if it is an acceptable object key, else raise.
+    """Return `key` unchanged if it is an acceptable object key, else raise.
 
-    Accepted: 1-16 ``/``-separated segments of ``[A-Za-z0-9._-]``, each starting with
-    a letter or digit, at most 512 characters in all. No leading ``/``, no empty,
-    ``.`` or ``..`` segment, no percent-encoding, no backslash.
+    Accepted: 1-16 `/`-separated segments of `[A-Za-z0-9._-]`, each starting with
+    a letter or digit, at most 512 characters in all. No leading `/`, no empty,
+    `.` or `..` segment, no percent-encoding, no backslash.
     """
     if not isinstance(key, str) or len(key) > _MAX_KEY_LENGTH or not _KEY_RE.fullmatch(key):
         raise InvalidKeyError("invalid object key")
@@ -184,17 +184,17 @@ class Sealed:
 
 
 def sealed_key(upload_key: str) -> str:
-    """A fresh key for the registered copy of an upload: ``registered/…``, a prefix no
-    upload link is ever issued for (`new_object_key` only makes ``requests/…``)."""
+    """A fresh key for the registered copy of an upload: `registered/…`, a prefix no
+    upload link is ever issued for (`new_object_key` only makes `requests/…`)."""
     head, _, name = upload_key.rpartition("/")
     _stem, dot, ext = name.rpartition(".")
     return validate_key(f"{SEALED_PREFIX}{head.split('/', 1)[-1]}/{secrets.token_hex(16)}{dot}{ext if dot else ''}")
 
 
 def new_object_key(request_id: uuid.UUID | str, content_type: str) -> str:
-    """A fresh, unguessable key ``requests/<request-uuid>/<32 hex>.<ext>``.
+    """A fresh, unguessable key `requests/<request-uuid>/<32 hex>.<ext>`.
 
-    The suffix follows the content type, as the upload-link's ``fileHash`` does.
+    The suffix follows the content type, as the upload-link's `fileHash` does.
     """
     rid = uuid.UUID(str(request_id))
     base = content_type.split(";", 1)[0].strip().lower()
@@ -205,10 +205,10 @@ def new_object_key(request_id: uuid.UUID | str, content_type: str) -> str:
 
 
 def ascii_filename(filename: str) -> str:
-    """ASCII-only, quote-free fallback file name for ``filename="..."``.
+    """ASCII-only, quote-free fallback file name for `filename="..."`.
 
-    Diacritics are dropped and whitespace becomes ``_``; anything else outside
-    ``[A-Za-z0-9._-]`` is removed. Never empty.
+    Diacritics are dropped and whitespace becomes `_`; anything else outside
+    `[A-Za-z0-9._-]` is removed. Never empty.
     """
     decomposed = unicodedata.normalize("NFKD", filename)
     ascii_only = decomposed.encode("ascii", "ignore").decode("ascii")
@@ -218,7 +218,7 @@ def ascii_filename(filename: str) -> str:
 
 
 def content_disposition(disposition: Disposition, filename: str) -> str:
-    """``Content-Disposition`` value with an ASCII ``filename`` and RFC 5987 ``filename*``."""
+    """`Content-Disposition` value with an ASCII `filename` and RFC 5987 `filename*`."""
     if disposition not in ("inline", "attachment"):
         raise ValueError("disposition must be 'inline' or 'attachment'")
     encoded = urllib.parse.quote(filename, safe="")

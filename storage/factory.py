@@ -1,4 +1,4 @@
-"""``make_storage``: the configured backend, built from the ``Config``."""
+"""`make_storage`: the configured backend, built from the `Config`."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ __all__ = ["make_storage"]
 
 
 def make_storage(cfg: Config) -> LocalStorage | S3Storage:
-    """Build the configured backend from the ``Config``.
+    """Build the configured backend from the `Config`.
 
-    Reads ``storage_backend`` (``local`` | ``s3``), ``upload_max_bytes`` (both),
-    ``storage_dir``, ``storage_signing_key`` and ``public_base_url`` (local), or
-    ``s3_endpoint_url``, ``s3_public_endpoint_url``, ``s3_bucket``, ``s3_region``,
-    ``s3_access_key_id`` and ``s3_secret_access_key`` (s3). Their defaults are
-    ``Config``'s.
+    Reads `storage_backend` (`local` | `s3`), `upload_max_bytes` (both),
+    `storage_dir`, `storage_signing_key` and `public_base_url` (local), or
+    `s3_endpoint_url`, `s3_public_endpoint_url`, `s3_bucket`, `s3_region`,
+    `s3_access_key_id` and `s3_secret_access_key` (s3). Their defaults are
+    `Config`'s.
     """
     backend = cfg.storage_backend.strip().lower()
     if backend == "local":

@@ -1,5 +1,5 @@
 """The local backend: files under a directory, served by the service itself at
-HMAC-signed URLs (``resources.storage_objects.StoredObject``).
+HMAC-signed URLs (`resources.storage_objects.StoredObject`).
 
 Presigned URLs are credentials: never log them.
 """
@@ -43,15 +43,15 @@ CHUNK_SIZE = 1024 * 1024
 
 
 class LocalStorage:
-    """Files under ``root``, served by the service itself at HMAC-signed URLs.
+    """Files under `root`, served by the service itself at HMAC-signed URLs.
 
-    Layout: the object ``a/b.pdf`` is ``root/a/b.pdf``; its content type is in the
-    JSON sidecar ``root/.meta/a/b.pdf.json``. Uploads are written to a hidden
-    ``.upload-*.part`` file in the target directory and renamed into place, so a
+    Layout: the object `a/b.pdf` is `root/a/b.pdf`; its content type is in the
+    JSON sidecar `root/.meta/a/b.pdf.json`. Uploads are written to a hidden
+    `.upload-*.part` file in the target directory and renamed into place, so a
     reader sees either the old object or the complete new one. No valid key can
     name a hidden file, so neither sidecars nor partial uploads are ever served.
 
-    URL signatures are HMAC-SHA256 (key derived from ``signing_key``) over the
+    URL signatures are HMAC-SHA256 (key derived from `signing_key`) over the
     method, key, expiry and content type, and for GET also the disposition and
     file name.
     """
@@ -66,7 +66,7 @@ class LocalStorage:
         *,
         signing_key: bytes | str,
         public_base_url: str,
-        # The default is the configuration's (``upload_max_bytes``); make_storage passes it.
+        # The default is the configuration's (`upload_max_bytes`); make_storage passes it.
         max_upload_bytes: int = Config.upload_max_bytes,
         fsync: bool = True,
         clock: Callable[[], float] = time.time,
@@ -92,14 +92,14 @@ class LocalStorage:
     # -- paths -------------------------------------------------------------------
 
     def _contained(self, path: Path) -> Path:
-        """``path`` resolved, refusing anything outside ``root`` (e.g. via a symlink)."""
+        """`path` resolved, refusing anything outside `root` (e.g. via a symlink)."""
         resolved = Path(os.path.realpath(path))
         if os.path.commonpath([resolved, self.root]) != str(self.root) or resolved == self.root:
             raise InvalidKeyError("invalid object key")
         return resolved
 
     def path_for(self, key: str) -> Path:
-        """File system path of the object ``key``, guaranteed inside ``root``."""
+        """File system path of the object `key`, guaranteed inside `root`."""
         return self._contained(self.root / validate_key(key))
 
     def _meta_path(self, key: str) -> Path:
@@ -183,7 +183,7 @@ class LocalStorage:
     # -- used by resources.storage_objects -------------------------------------------
 
     def verify_put(self, key: str, *, expires: str | None, signature: str | None, content_type: str | None) -> None:
-        """Raise ``AccessDenied`` unless the PUT URL is genuine, unexpired and for this content
+        """Raise `AccessDenied` unless the PUT URL is genuine, unexpired and for this content
         type, and its key is not sealed: a sealed copy is refused before the signature is
         even looked at, so a signing key that leaked (or was guessed) cannot change it."""
         check_writable_key(key)
@@ -199,19 +199,19 @@ class LocalStorage:
         disposition: str | None,
         filename: str | None,
     ) -> None:
-        """Raise ``AccessDenied`` unless the GET URL is genuine and unexpired."""
+        """Raise `AccessDenied` unless the GET URL is genuine and unexpired."""
         validate_key(key)
         if not content_type or disposition not in ("inline", "attachment") or not filename:
             raise AccessDenied("missing or malformed signature")
         self._verify("GET", key, expires, signature, content_type, disposition, filename)
 
     def write_stream(self, key: str, stream: Readable, length: int | None, content_type: str) -> int:
-        """Store exactly ``length`` bytes read from ``stream`` as ``key``; with ``length``
+        """Store exactly `length` bytes read from `stream` as `key`; with `length`
         None (a chunked upload), the stream up to its end. Returns the size stored.
 
-        Streams in ``CHUNK_SIZE`` pieces to a temporary file beside the target and
+        Streams in `CHUNK_SIZE` pieces to a temporary file beside the target and
         renames it into place only once every byte has arrived, so a short body
-        (``IncompleteUpload``), an oversized one (``ObjectTooLarge``: a declared length
+        (`IncompleteUpload`), an oversized one (`ObjectTooLarge`: a declared length
         before reading, an open-ended stream once one byte over the cap has been read)
         or any error leaves the previous state untouched.
         """
@@ -260,8 +260,8 @@ class LocalStorage:
         return written
 
     def _make_directories(self, directory: Path) -> None:
-        """``mkdir -p``; with ``fsync``, each directory made is also made durable in its
-        parent (a fresh ``registered/<request>/`` would otherwise vanish with its file)."""
+        """`mkdir -p`; with `fsync`, each directory made is also made durable in its
+        parent (a fresh `registered/<request>/` would otherwise vanish with its file)."""
         missing: list[Path] = []
         current = directory
         while not current.is_dir() and current != current.parent:
@@ -303,7 +303,7 @@ class LocalStorage:
             return handle.read(size)
 
     def open_for_read(self, key: str) -> tuple[BinaryIO, int]:
-        """Open the object for streaming; ``FileNotFoundError`` when missing."""
+        """Open the object for streaming; `FileNotFoundError` when missing."""
         path = self.path_for(key)
         handle = open(path, "rb")  # noqa: SIM115 (kept open for the caller; closed by it)
         try:
@@ -320,7 +320,7 @@ class LocalStorage:
         """Delete temp files of uploads killed mid-way (process crash); returns how many.
 
         An interrupted upload in a live process cleans up after itself; only a hard
-        kill leaves a hidden ``.upload-*.part`` behind. For an operator command.
+        kill leaves a hidden `.upload-*.part` behind. For an operator command.
         """
         cutoff = self._clock() - older_than_seconds
         removed = 0

@@ -42,11 +42,11 @@ CHUNK_SIZE = 1024 * 1024  # bytes read at a time when hashing a registered copy
 class SigV4Presigner:
     """S3 GET presigning with botocore's own SigV4 query signer, without boto3's pipeline.
 
-    ``generate_presigned_url`` costs ~0.35 ms a URL in boto3 (events, parameter validation,
+    `generate_presigned_url` costs ~0.35 ms a URL in boto3 (events, parameter validation,
     endpoint rules); a request detail with 1000 attachments needs 2000 URLs. Calling the
     signer class that it ends in (`botocore.auth.S3SigV4QueryAuth`) on a prepared request
-    gives the same URL (path-style, ``UNSIGNED-PAYLOAD``, only ``host`` signed) in ~0.07 ms,
-    and keeps the cryptography in the library. ``tests/test_s3_presign.py`` compares the
+    gives the same URL (path-style, `UNSIGNED-PAYLOAD`, only `host` signed) in ~0.07 ms,
+    and keeps the cryptography in the library. `tests/test_s3_presign.py` compares the
     URLs with boto3's and has a real SeaweedFS serve and refuse them.
 
     Used only with static credentials (access key id and secret configured); anything
@@ -63,7 +63,7 @@ class SigV4Presigner:
         self._credentials = Credentials(access_key_id, secret_access_key)
 
     def presign(self, method: str, bucket: str, key: str, expires_in: int, params: dict[str, str]) -> str:
-        """URL for ``method`` on ``bucket/key`` with extra query ``params`` (signed)."""
+        """URL for `method` on `bucket/key` with extra query `params` (signed)."""
         path = urllib.parse.quote(f"{self.base_path}/{bucket}/{key}", safe="/~")
         request = AWSRequest(method=method, url=f"{self.origin}{path}", params=params)
         S3SigV4QueryAuth(self._credentials, "s3", self.region, expires=expires_in).add_auth(request)
@@ -76,7 +76,7 @@ class SigV4Presigner:
 class S3Storage:
     """An S3-compatible bucket, reached with boto3 (SigV4, path-style addressing).
 
-    ``public_endpoint_url`` is the endpoint written into presigned URLs when clients
+    `public_endpoint_url` is the endpoint written into presigned URLs when clients
     reach storage under another address than the service does; SigV4 signs the
     host, so URLs are signed by a second client bound to that address.
     """

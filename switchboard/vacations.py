@@ -27,7 +27,8 @@ def is_public_holiday(country: str, subdivision: str | None, day: date) -> bool:
 
 
 class _IgnoresHolidays(Protocol):
-    ignore_holidays: bool
+    @property
+    def ignore_holidays(self) -> bool: ...
 
 
 def decide(clinic: Clinic, calendars: Sequence[_IgnoresHolidays], vacation_now: bool, now: datetime) -> bool:

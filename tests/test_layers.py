@@ -5,6 +5,7 @@ same layers by reading their imports."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,16 @@ def test_the_rules_reject_an_upward_import(tmp_path: Path) -> None:
     done = subprocess.run(LINT_IMPORTS, cwd=copy, capture_output=True,
                           text=True, timeout=120, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
     assert done.returncode != 0 and "voicemail.recordings -> jobs.queueing" in done.stdout, done.stdout[-2000:]
+
+
+def test_one_docstring_style() -> None:
+    """Names in docstrings and comments are marked with single backticks (`name`), never
+    reStructuredText's double ones or roles (``name``, :func:`name`): one style to read."""
+    roles = re.compile(r"``[^`\n]+``|:(?:func|class|meth|data|attr|mod|exc|obj):`")
+    offenders = []
+    for package in sorted(SERVICE_PACKAGES | {"tools"}):
+        for path in (ROOT / package).rglob("*.py"):
+            if roles.search(path.read_text(encoding="utf-8")):
+                offenders.append(str(path.relative_to(ROOT)))
+    offenders += [f"{m}.py" for m in sorted(TOP_MODULES) if roles.search((ROOT / f"{m}.py").read_text("utf-8"))]
+    assert not offenders, offenders

@@ -1,13 +1,13 @@
 """Read a CTranslate2 Whisper model and plan its ggml tensors.
 
-Input: CTranslate2 ``model.bin`` (binary version >= 4)::
+Input: CTranslate2 `model.bin` (binary version >= 4)::
 
     u32 binary_version, str spec_name, u32 spec_revision, u32 n_variables,
     n_variables x (str name, u8 rank, u32[rank] shape, u8 dtype, u32 n_bytes, bytes),
     u32 n_aliases, n_aliases x (str alias, str target)
 
-where ``str`` is a u16 length followed by that many bytes ending in NUL, and dtype
-is CTranslate2's ``DataType`` enum (0 float32, 1 int8, 2 int16, 3 int32, 4 float16,
+where `str` is a u16 length followed by that many bytes ending in NUL, and dtype
+is CTranslate2's `DataType` enum (0 float32, 1 int8, 2 int16, 3 int32, 4 float16,
 5 bfloat16). The file is indexed once (headers only, data skipped with seeks) and each
 tensor is then read on its own, so memory stays at the size of the largest tensor and
 the split halves are never joined on disk or in memory.
@@ -40,7 +40,7 @@ _CT2_ITEMSIZE = {0: 4, 1: 1, 2: 2, 3: 4, 4: 2, 5: 2}
 class ConcatReader(io.RawIOBase):
     """A read-only, seekable view of several files one after the other.
 
-    Lets the two halves of a split ``model.bin`` be parsed as one stream without
+    Lets the two halves of a split `model.bin` be parsed as one stream without
     joining them on disk or in memory.
     """
 
@@ -98,7 +98,7 @@ class Ct2Variable:
 
 @dataclass
 class Ct2Model:
-    """Index of a CTranslate2 ``model.bin``: variable headers and data offsets only."""
+    """Index of a CTranslate2 `model.bin`: variable headers and data offsets only."""
 
     binary_version: int
     spec: str
@@ -113,7 +113,7 @@ def _read_str(f: BinaryIO) -> str:
 
 
 def index_ct2(f: BinaryIO) -> Ct2Model:
-    """Read every variable header of ``model.bin``, seeking past the data."""
+    """Read every variable header of `model.bin`, seeking past the data."""
     version = read_int(f, "I")
     if version < 4:
         raise ConversionError(f"CTranslate2 binary version {version} is too old (need >= 4)")
@@ -179,7 +179,7 @@ class TensorPlan:
 
 
 def _layer_ids(names: Iterable[str], prefix: str) -> list[int]:
-    """Layer numbers from ``<prefix>/layer_<n>/...`` only (not ``layer_norm``)."""
+    """Layer numbers from `<prefix>/layer_<n>/...` only (not `layer_norm`)."""
     pattern = re.compile(rf"^{re.escape(prefix)}/layer_(\d+)/")
     ids = {int(m.group(1)) for n in names if (m := pattern.match(n))}
     if ids != set(range(len(ids))):
@@ -286,7 +286,7 @@ def hyperparameters(f: BinaryIO, model: Ct2Model) -> dict[str, int]:
 def tensor_data(f: BinaryIO, model: Ct2Model, plan: TensorPlan, cache: dict[str, np.ndarray]) -> np.ndarray:
     """The data of one ggml tensor (as stored in model.bin), slicing fused projections.
 
-    ``cache`` holds the one fused variable currently being split so it is read once.
+    `cache` holds the one fused variable currently being split so it is read once.
     """
     if plan.parts == 1:
         cache.clear()

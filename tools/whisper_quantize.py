@@ -1,12 +1,12 @@
-"""Quantize a ggml Whisper model, as whisper.cpp's ``examples/quantize`` does.
+"""Quantize a ggml Whisper model, as whisper.cpp's `examples/quantize` does.
 
-Quantized models (:func:`quantize`, ``model build --quantize q8_0``) are what
-whisper.cpp's ``examples/quantize`` writes: the header ``ftype`` becomes
-``ggml_ftype + 1000 * GGML_QNT_VERSION``, every 2-D tensor but the conv biases and the
+Quantized models (`quantize`, `model build --quantize q8_0`) are what
+whisper.cpp's `examples/quantize` writes: the header `ftype` becomes
+`ggml_ftype + 1000 * GGML_QNT_VERSION`, every 2-D tensor but the conv biases and the
 positional embeddings is stored in the quantized type (blocks of 32 or 256 values per
-row, computed by ``ggml_quantize_chunk`` of the ggml library the pywhispercpp wheel
+row, computed by `ggml_quantize_chunk` of the ggml library the pywhispercpp wheel
 ships), everything else is copied as it is. The layout and the check that accepts
-them are in :mod:`transcription.model_file`.
+them are in `transcription.model_file`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ QUANTIZE_SKIP = frozenset(
 
 
 def quantization_type(name: str) -> GgmlType:
-    """The quantized :class:`GgmlType` called ``name`` (``q8_0``, ``q5_0``, ``q4_k`` ...)."""
+    """The quantized `GgmlType` called `name` (`q8_0`, `q5_0`, `q4_k` ...)."""
     qtype = GGML_TYPES.get(name.lower())
     if qtype is None or not qtype.quantized:
         raise ConversionError(f"unknown quantization {name!r}; choose one of {', '.join(QUANTIZATIONS)}")
@@ -63,9 +63,9 @@ def quantization_type(name: str) -> GgmlType:
 def ggml_library() -> ctypes.CDLL:
     """The ggml base library of the installed pywhispercpp (the ggml whisper.cpp runs on).
 
-    The copy ``_pywhispercpp`` loads: the registry wheel's ``pywhispercpp.libs/
-    libggml-base-<hash>.so`` (its soname is its own), or, in the build ``bin/build-whisper``
-    installs, ``libggml-base.so.0`` beside the binding, the soname its libwhisper asks for
+    The copy `_pywhispercpp` loads: the registry wheel's `pywhispercpp.libs/
+    libggml-base-<hash>.so` (its soname is its own), or, in the build `bin/build-whisper`
+    installs, `libggml-base.so.0` beside the binding, the soname its libwhisper asks for
     (the wheel also holds copies under other names, which would load a second ggml).
     """
     spec = importlib.util.find_spec("_pywhispercpp")
@@ -100,7 +100,7 @@ def ggml_library() -> ctypes.CDLL:
 
 
 def _checked_library(qtype: GgmlType) -> ctypes.CDLL:
-    """The ggml library, after checking it lays ``qtype`` out as :data:`GGML_TYPES` says
+    """The ggml library, after checking it lays `qtype` out as `GGML_TYPES` says
     (an enum or block change in a newer wheel must not produce a file verify misreads)."""
     lib = ggml_library()
     got = (
@@ -114,7 +114,7 @@ def _checked_library(qtype: GgmlType) -> ctypes.CDLL:
 
 
 def quantizes(name: str, n_dims: int) -> bool:
-    """whisper.cpp's quantize rule: every 2-D tensor except :data:`QUANTIZE_SKIP`."""
+    """whisper.cpp's quantize rule: every 2-D tensor except `QUANTIZE_SKIP`."""
     return n_dims == 2 and name not in QUANTIZE_SKIP
 
 
@@ -153,12 +153,12 @@ def _quantize_tensor(
 
 
 def quantize(src: Path | str, dst: Path | str, qtype: str) -> Path:
-    """Quantize the f16/f32 ggml Whisper model ``src`` to ``qtype`` (``q8_0``, ``q5_0``,
-    ...) at ``dst``, with its ``.sha256`` sidecar, as whisper.cpp's quantize tool does.
+    """Quantize the f16/f32 ggml Whisper model `src` to `qtype` (`q8_0`, `q5_0`,
+    ...) at `dst`, with its `.sha256` sidecar, as whisper.cpp's quantize tool does.
 
-    The source must pass :func:`verify`. Tensor by tensor, in chunks of rows, so memory
+    The source must pass `verify`. Tensor by tensor, in chunks of rows, so memory
     stays at a few MB; written to a temporary file and renamed, so a crash never leaves
-    a half-written model at ``dst``.
+    a half-written model at `dst`.
     """
     target = quantization_type(qtype)
     src, dst = Path(src), Path(dst)
@@ -190,10 +190,10 @@ def quantize(src: Path | str, dst: Path | str, qtype: str) -> Path:
             fin.seek(4 + 44)
             _copy(fin, write, info.tensors_offset - fin.tell())  # mel filters and vocabulary as they are
             for tensor in info.tensors.values():
-                name = tensor.name.encode("utf-8")
+                encoded = tensor.name.encode("utf-8")
                 out_type = target.type_id if tensor.name in chosen else tensor.ftype
-                write(struct.pack(f"<iii{len(tensor.dims)}i", len(tensor.dims), len(name), out_type, *tensor.dims))
-                write(name)
+                write(struct.pack(f"<iii{len(tensor.dims)}i", len(tensor.dims), len(encoded), out_type, *tensor.dims))
+                write(encoded)
                 fin.seek(tensor.offset)
                 if tensor.name in chosen:
                     _quantize_tensor(lib, fin, write, tensor, target)

@@ -2,7 +2,7 @@
 
 Whisper writes a spoken number as digits ("777 123 456"), as number words ("sedm sedm
 sedm, jedna dva tři"), or as a mix ("sedm set dvacet čtyři 123 456"), in Czech, Slovak or
-English, with or without diacritics. :func:`words_to_digits` turns the number words into
+English, with or without diacritics. `words_to_digits` turns the number words into
 digit groups the way people group phone numbers; `voicemail.spoken_numbers` reads the
 callback number out of the result and `voicemail.word_error` compares transcripts by it.
 """
@@ -132,8 +132,8 @@ def _lexicon() -> dict[str, _Morph]:
     for n, forms in enumerate(_CS_HUNDREDS):
         add(forms, _Morph("hundreds", 100 * (n + 1)))
     for n, stems in enumerate(_CS_INVERTED_STEMS):
-        for t, tens in enumerate(_CS_TENS):
-            czech_tens = tens.split()[0]
+        for t, tens_forms in enumerate(_CS_TENS):
+            czech_tens = tens_forms.split()[0]
             add(" ".join(f"{stem}a{czech_tens}" for stem in stems.split()), _Morph("tens_unit", 21 + n + 10 * t))
     add("stě sta set", _Morph("hundred_suffix", 100))
     add("hundred", _Morph("hundred", 100, True))
@@ -174,8 +174,8 @@ def _compound(word: str) -> tuple[_Morph, ...] | None:
     best: list[tuple[_Morph, ...] | None] = [None] * len(word) + [()]
     for i in range(len(word) - 1, -1, -1):
         for j in range(i + 2, len(word) + 1):
-            piece, rest = _PIECES.get(word[i:j]), best[j]
-            if piece is not None and rest is not None and (best[i] is None or len(rest) + 1 < len(best[i])):
+            piece, rest, shortest = _PIECES.get(word[i:j]), best[j], best[i]
+            if piece is not None and rest is not None and (shortest is None or len(rest) + 1 < len(shortest)):
                 best[i] = (piece, *rest)
     morphs = best[0]
     if morphs is None or len(morphs) < 2:
@@ -286,7 +286,7 @@ def words_to_digits(text: str, *, eager: bool = False) -> str:
     groups is kept: "sedm sedm sedm, jedna dva tři" -> "7 7 7, 1 2 3", "sedm set dvacet
     čtyři sto dvacet tři" -> "724 123", "dvacet tři dvacet" -> "23 20", "plus čtyři sta
     dvacet" -> "+420", "double seven" -> "77", "six hundred and two" -> "602".
-    ``eager`` takes "ten" as a number everywhere (for word error rate, where both sides
+    `eager` takes "ten" as a number everywhere (for word error rate, where both sides
     are read alike and "at ten" must equal "at 10").
     """
     return _Transcript(text, eager).with_digits()

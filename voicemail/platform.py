@@ -160,7 +160,7 @@ class PlatformClient:
         if not raw:
             return None
         try:
-            return crypto.decrypt(raw.decode(), self.config.secret_key)
+            return crypto.decrypt(raw.decode() if isinstance(raw, bytes) else str(raw), self.config.secret_key)
         except crypto.InvalidToken:
             return None
 

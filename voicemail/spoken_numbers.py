@@ -4,7 +4,7 @@ Whisper writes a spoken phone number as digits ("777 123 456", "+420 777-123-456
 number words ("sedm sedm sedm, jedna dva tři"), or as a mix ("sedm set dvacet čtyři
 123 456"), in Czech, Slovak or English, with or without diacritics.
 `voicemail.number_words.words_to_digits` turns number words into digit groups;
-:func:`find_callback_number` joins adjacent digit groups and lets ``phonenumbers`` decide
+`find_callback_number` joins adjacent digit groups and lets `phonenumbers` decide
 what is a valid number in the clinic's country (`plumbing.phones.to_e164`, as said).
 """
 
@@ -160,7 +160,7 @@ def _mask(folded: str) -> str:
 
 
 def _numbers_in_run(masked: str, start: int, end: int, country: str) -> list[tuple[int, int, str]]:
-    """The phone numbers the digit groups in ``masked[start:end]`` are made of: (start,
+    """The phone numbers the digit groups in `masked[start:end]` are made of: (start,
     end, E.164) each.
 
     All the groups must be used: they are cut into valid numbers, as few as possible, or
@@ -239,7 +239,7 @@ def find_callback_number(text: str, country: str = "CZ") -> str | None:
     """The phone number the caller asks to be called back on, in E.164, or None.
 
     Number words become digits; dates, times, birth numbers and amounts are set aside;
-    each run of adjacent digit groups must make whole valid numbers in ``country`` (or
+    each run of adjacent digit groups must make whole valid numbers in `country` (or
     in another country when said with its prefix). Of several numbers, the last one
     after a call-back cue ("zavolejte", "call me") wins, then the last one after a
     number cue ("číslo", "telefon", "number"), then the last one.
@@ -252,8 +252,8 @@ def callback_numbers(heard: str | None, confirmed: bool, call_from: str, country
     """(callback number, unconfirmed number) of a call from the number read in its
     transcript. The caller's own line within one digit of it is what was said (base
     mishears a digit more often than a caller gives a number one digit off their own):
-    the callback number is then ``call_from`` in E.164. Otherwise the number is the
-    callback number only when its digits were ``confirmed`` as heard
+    the callback number is then `call_from` in E.164. Otherwise the number is the
+    callback number only when its digits were `confirmed` as heard
     (`voicemail.transcription.confirmation`), else it is kept apart, unconfirmed."""
     if heard is None:
         return None, None

@@ -20,7 +20,7 @@ _ABBREVIATIONS = {"dr": "doctor", "mr": "mister", "mrs": "missus", "ok": "okay"}
 
 
 def normalize_for_wer(text: str) -> list[str]:
-    """The words of ``text`` for word error rate, in any of the languages: lower case,
+    """The words of `text` for word error rate, in any of the languages: lower case,
     without punctuation and annotations, abbreviations written out, and every number
     one digit per word, so "sedm set dvacet čtyři", "724" and "7 2 4" all give
     ["7", "2", "4"]."""
@@ -30,7 +30,7 @@ def normalize_for_wer(text: str) -> list[str]:
 
 
 def word_error_rate(reference: str, hypothesis: str) -> tuple[int, int]:
-    """(word edits, reference words) between the two after :func:`normalize_for_wer`;
+    """(word edits, reference words) between the two after `normalize_for_wer`;
     the rate is edits / words."""
     ref, hyp = normalize_for_wer(reference), normalize_for_wer(hypothesis)
     previous = list(range(len(hyp) + 1))

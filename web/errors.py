@@ -47,7 +47,8 @@ class APIError(falcon.HTTPError):
     def __init__(
         self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None, **extra: Any
     ) -> None:
-        super().__init__(falcon.code_to_http_status(status), title=message, code=code, headers=headers)
+        # Falcon types `code` as an int, but any JSON value is allowed: ours is the stable word.
+        super().__init__(falcon.code_to_http_status(status), title=message, code=code, headers=headers)  # type: ignore[arg-type]
         self.extra = extra
 
     def to_dict(self, obj_type: type = dict) -> dict[str, Any]:
@@ -171,5 +172,6 @@ def install(app: falcon.App) -> None:
     app.add_error_handler(DomainError, _domain)
     app.add_error_handler(pw.DoesNotExist, _not_found)
     app.add_error_handler(pw.IntegrityError, _integrity)
-    app.add_error_handler((pw.OperationalError, pw.InterfaceError), _database_unavailable)
+    for database_error in (pw.OperationalError, pw.InterfaceError):
+        app.add_error_handler(database_error, _database_unavailable)
     app.add_error_handler(MaxConnectionsExceeded, _pool_exhausted)

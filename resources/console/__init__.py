@@ -20,8 +20,8 @@ def clinic_of(req: falcon.Request, user: StaffUser) -> tuple[Clinic | None, list
 
 def inbox_filters(req: falcon.Request) -> dict[str, str]:
     return {
-        "state": req.get_param("state") if req.get_param("state") in STATES else "open",
-        "kind": req.get_param("kind") if req.get_param("kind") in KINDS else "",
+        "state": state if (state := req.get_param("state") or "") in STATES else "open",
+        "kind": kind if (kind := req.get_param("kind") or "") in KINDS else "",
         "q": (req.get_param("q") or "")[:100],
     }
 

@@ -9,7 +9,17 @@ import falcon
 
 from console import audit, sessions
 from console.middleware import PREFIX
-from console.rendering import DEFAULT_LANGUAGE, LANGUAGE_COOKIE, LANGUAGES, N_, Renderer, html, is_secure, see_other
+from console.rendering import (
+    DEFAULT_LANGUAGE,
+    LANGUAGE_COOKIE,
+    LANGUAGES,
+    N_,
+    Renderer,
+    cookie,
+    html,
+    is_secure,
+    see_other,
+)
 from console.throttle import LoginThrottle
 from models import StaffUser
 from plumbing.database import db
@@ -27,7 +37,7 @@ class ConsoleLogin:
         self.max_age = max_age
 
     def _language(self, req: falcon.Request, chosen: str | None = None) -> str:
-        for candidate in (chosen, req.get_param("lang"), (req.get_cookie_values(LANGUAGE_COOKIE) or [None])[0]):
+        for candidate in (chosen, req.get_param("lang"), cookie(req, LANGUAGE_COOKIE)):
             if candidate in LANGUAGES:
                 return candidate
         return DEFAULT_LANGUAGE
@@ -42,7 +52,7 @@ class ConsoleLogin:
         email: str = "",
         **values: object,
     ) -> None:
-        token = (req.get_cookie_values(sessions.PRELOGIN_COOKIE) or [None])[0]
+        token = cookie(req, sessions.PRELOGIN_COOKIE)
         if not token or len(token) > 100:
             token = sessions.new_token()
         secure = is_secure(req, self.trust)
@@ -134,7 +144,6 @@ class ConsoleLanguage:
 
 class ConsoleLogout:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        cookie = req.get_cookie_values(sessions.COOKIE)
-        sessions.end(cookie[0] if cookie else None)
+        sessions.end(cookie(req, sessions.COOKIE))
         resp.unset_cookie(sessions.COOKIE, path=PREFIX)
         raise see_other(PREFIX + "/login")

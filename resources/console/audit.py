@@ -25,7 +25,7 @@ class AuditList:
         language = session.user.language
         filters = {
             "who": (req.get_param("who") or "")[:200],
-            "what": req.get_param("what") if req.get_param("what") in audit.ACTIONS else "",
+            "what": what if (what := req.get_param("what") or "") in audit.ACTIONS else "",
             "since": (req.get_param("since") or "")[:10],
             "until": (req.get_param("until") or "")[:10],
         }

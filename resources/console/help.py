@@ -7,7 +7,7 @@ from __future__ import annotations
 import falcon
 
 from console import help as guides_module
-from console.rendering import DEFAULT_LANGUAGE, LANGUAGE_COOKIE, LANGUAGES, Renderer, html
+from console.rendering import DEFAULT_LANGUAGE, LANGUAGE_COOKIE, LANGUAGES, Renderer, cookie, html
 
 
 class HelpPage:
@@ -22,7 +22,7 @@ class HelpPage:
         if session is not None:
             language = session.user.language
         else:
-            chosen = req.get_param("lang") or (req.get_cookie_values(LANGUAGE_COOKIE) or [None])[0]
+            chosen = req.get_param("lang") or cookie(req, LANGUAGE_COOKIE)
             language = chosen if chosen in LANGUAGES else DEFAULT_LANGUAGE
         guide = self.guides.get(name, language) if name in guides_module.PAGES else None
         if guide is None:

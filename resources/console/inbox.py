@@ -68,12 +68,11 @@ class InboxRows:
         except ValueError:
             raise falcon.HTTPBadRequest() from None
         filters = inbox_filters(req)
-        found = (
-            inbox.requests(
-                clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"], after=after
-            )
-            if clinic
-            else []
+        if clinic is None:
+            html(resp, "")
+            return
+        found = inbox.requests(
+            clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"], after=after
         )
         rows = "".join(
             self.renderer.render(

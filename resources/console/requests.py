@@ -56,9 +56,10 @@ class RequestPage:
         ]
         events = []
         # What was odd about the call's hand-off, said beside its "Call received".
+        call = request.call if request.call_id else None
         odd = (
-            [tr.gettext(audit.ANOMALIES.get(name, name)) for name in json.loads(request.call.anomalies or "[]")]
-            if request.call_id
+            [tr.gettext(audit.ANOMALIES.get(name, name)) for name in json.loads(call.anomalies or "[]")]
+            if call is not None
             else []
         )
         for event in inbox.history(request):
@@ -86,7 +87,7 @@ class RequestPage:
                 clinic=clinic,
                 row=row,
                 title=row["name"] or tr.gettext("unknown caller"),
-                type_name=request.request_type.name if request.request_type_id else None,
+                type_name=request.request_type.name if request.request_type is not None else None,
                 clinic_note=request.clinic_note,
                 user_note=request.user_note,
                 tags=data["tags"],
@@ -158,9 +159,10 @@ class ConsoleRecording:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
         user, request = own_request(req, request_id)
-        if request.call_id is None:
+        call = request.call if request.call_id else None
+        if call is None:
             raise falcon.HTTPNotFound()
-        answer = self.player.play(request.call, self.clock())
+        answer = self.player.play(call, self.clock())
         if answer.kind == "link":
             resp.status = falcon.HTTP_302
             resp.location = answer.url

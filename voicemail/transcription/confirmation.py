@@ -10,7 +10,7 @@ were heard (README, "Callback number"):
 or the second look reads another whole number there and the third says its digits too:
 then that number, which the transcript's text may not show. Otherwise the
 number is *unconfirmed*: the digits as heard, with where in the recording they were
-said, for a person to listen to. (The caller's own line, ``CallFrom``, within
+said, for a person to listen to. (The caller's own line, `CallFrom`, within
 one digit of what was heard, confirms it too: `jobs/calls.py`.)"""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _digits(text: str) -> str:
 
 
 def _locate(tokens: Sequence[Token], says: Callable[[str], bool]) -> tuple[int, int] | None:
-    """First and last index of the fewest tokens, last in the text, whose text ``says``."""
+    """First and last index of the fewest tokens, last in the text, whose text `says`."""
     if not says(_text(tokens)):
         return None
     first = max(i for i in range(len(tokens)) if says(_text(tokens[i:])))
@@ -86,7 +86,7 @@ def _locate(tokens: Sequence[Token], says: Callable[[str], bool]) -> tuple[int, 
 
 
 def locate(tokens: Sequence[Token], number: str, country: str) -> tuple[int, int] | None:
-    """First and last index of the tokens that say ``number`` (its last mention)."""
+    """First and last index of the tokens that say `number` (its last mention)."""
     return _locate(tokens, lambda text: any(n == number for _, n in spoken_numbers.numbers_said(text, country)))
 
 
@@ -103,7 +103,7 @@ def _digit_run(text: str) -> str | None:
 
 
 def heard_again(number: str, text: str) -> bool:
-    """Whether ``text`` (the second look) says the digits of ``number`` one after another
+    """Whether `text` (the second look) says the digits of `number` one after another
     (its national digits: the look may or may not catch the country code, and catches
     the words around the number: "on six oh two ..." may come out "One six zero two")."""
     return str(phonenumbers.parse(number).national_number) in _digits(text)
@@ -120,8 +120,8 @@ def heard_number(
     span: np.ndarray | None,
     decode: Callable[[np.ndarray, str, Decoding, str | None], str] | None,
 ) -> HeardNumber | None:
-    """The callback number of a transcript's segments, confirmed or not. ``decode(audio,
-    language, decoding, prompt)`` gives the text of a piece of ``span`` (the second look);
+    """The callback number of a transcript's segments, confirmed or not. `decode(audio,
+    language, decoding, prompt)` gives the text of a piece of `span` (the second look);
     without it a number is confirmed by its tokens alone never."""
     text = " ".join(s.text for s in segments if s.text)
     number = spoken_numbers.find_callback_number(text, country)

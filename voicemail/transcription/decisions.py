@@ -18,7 +18,7 @@ BLANK_AUDIO = re.compile(r"\[BLANK_AUDIO\]")  # whisper.cpp's marker for a silen
 
 
 def normalize_language(language: str | None) -> str | None:
-    """``"de-DE"``/``"DE"``/``"de_AT"`` -> ``"de"``; empty or ``"auto"`` -> None."""
+    """`"de-DE"`/`"DE"`/`"de_AT"` -> `"de"`; empty or `"auto"` -> None."""
     if language is None:
         return None
     code = language.strip().replace("_", "-").split("-")[0].lower()
@@ -44,8 +44,8 @@ _NUMERIC = re.compile(r"^[+(]?\d[\d\-/.,)]*$")
 
 
 def collapse_loops(text: str, max_copies: int = 2) -> tuple[str, bool]:
-    """Remove runs of a phrase (1-8 words) repeated more than ``max_copies`` times in a
-    row, keeping ``max_copies`` of them; numbers are never collapsed ("sedm sedm sedm"
+    """Remove runs of a phrase (1-8 words) repeated more than `max_copies` times in a
+    row, keeping `max_copies` of them; numbers are never collapsed ("sedm sedm sedm"
     is a phone number, not a loop). Returns the text and whether anything was removed."""
     tokens = _TOKEN.findall(text)
     keys = [re.sub(r"[^\w]", "", t.lower()) for t in tokens]
@@ -133,8 +133,8 @@ _HALLUCINATIONS = {
 
 
 def decide_message(t: Transcript) -> tuple[bool, str]:
-    """(is a message, reason): ``speech``, or ``no_speech``, ``too_little_speech``,
-    ``reversed_speech``, ``no_words``, ``too_short``, ``hallucination``."""
+    """(is a message, reason): `speech`, or `no_speech`, `too_little_speech`,
+    `reversed_speech`, `no_words`, `too_short`, `hallucination`."""
     if t.speech_seconds is not None and t.speech_seconds == 0:
         return False, "no_speech"
     if t.speech_seconds is not None and t.speech_seconds < MIN_SPEECH_SECONDS:
@@ -167,7 +167,7 @@ def reversed_speech(
     forward_entropy: float | None, backward_entropy: float | None, backward_share: float | None = None
 ) -> bool:
     """Whether language detection is surer of the recording played backwards (see
-    REVERSAL_MARGIN), in the clinic's languages (``backward_share``: their probability
+    REVERSAL_MARGIN), in the clinic's languages (`backward_share`: their probability
     played backwards; None when the clinic lists none). False when either entropy is
     unknown."""
     if forward_entropy is None or backward_entropy is None:
@@ -182,9 +182,9 @@ def _hallucination(ws: list[str]) -> bool:
 
 
 def assess(t: Transcript, looped: bool) -> tuple[str, str | None]:
-    """(status, issue) of a message's transcript: ``failed`` (no usable text), or the
-    reliability label (``reliable``, ``check``, ``unreliable``; reliability.py) from
-    ``t.label_signals``, ``unreliable`` outright for an incomplete, doubtful or looping
+    """(status, issue) of a message's transcript: `failed` (no usable text), or the
+    reliability label (`reliable`, `check`, `unreliable`; reliability.py) from
+    `t.label_signals`, `unreliable` outright for an incomplete, doubtful or looping
     decode or a very unsure one."""
 
     if t.engine_error:

@@ -1,8 +1,8 @@
-"""The two whisper.cpp bindings behind one small interface (:class:`Engine`), and
-whisper.cpp's table of language codes (:func:`whisper_languages`).
+"""The two whisper.cpp bindings behind one small interface (`Engine`), and
+whisper.cpp's table of language codes (`whisper_languages`).
 
-``pywhispercpp`` (default; its ``_pywhispercpp`` binding is called directly, with the abort
-callback inside whisper.cpp) and ``whisper-cpp-python`` (a 2023 whisper.cpp through ctypes;
+`pywhispercpp` (default; its `_pywhispercpp` binding is called directly, with the abort
+callback inside whisper.cpp) and `whisper-cpp-python` (a 2023 whisper.cpp through ctypes;
 the deadline is checked before each 30 s window)."""
 
 from __future__ import annotations
@@ -62,20 +62,20 @@ class Engine(Protocol):
     eot: int  # first special token id: text tokens are below it
 
     def run(
-        self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None, abort: Callable[[], bool]
+        self, audio: np.ndarray, language: str | None, decoding: Decoding, prompt: str | None, abort: Callable[[], bool]
     ) -> RawResult: ...
 
     def language_probabilities(self, audio: np.ndarray) -> np.ndarray: ...
 
     def decoded_language_probabilities(self) -> np.ndarray | None:
-        """The language probabilities of the audio ``run`` encoded last, read from the
+        """The language probabilities of the audio `run` encoded last, read from the
         encoder output it left (no encoder pass of their own), or None when the binding
         cannot read them."""
         ...
 
     def greedy_text(self, language: str, max_tokens: int, abort: Callable[[], bool]) -> str | None:
-        """The audio ``run`` encoded last, decoded again greedily (no encoder pass), or None
-        when the binding cannot (or ``abort()`` said stop)."""
+        """The audio `run` encoded last, decoded again greedily (no encoder pass), or None
+        when the binding cannot (or `abort()` said stop)."""
         ...
 
     def lang_id(self, code: str) -> int: ...
@@ -95,8 +95,8 @@ def _whisper_log(level: int, text: str, *_: Any) -> None:
         logger.debug("whisper.cpp: %s", text.rstrip())
 
 
-def _result(lib: Any, ctx: Any, language: str, rc: int, aborted: bool) -> RawResult:
-    """The segments and tokens whisper_full left in ``ctx``; both bindings name the C API
+def _result(lib: Any, ctx: Any, language: str | None, rc: int, aborted: bool) -> RawResult:
+    """The segments and tokens whisper_full left in `ctx`; both bindings name the C API
     functions alike."""
     segments: list[RawSegment] = []
     for i in range(lib.whisper_full_n_segments(ctx)):
@@ -263,7 +263,7 @@ class _PyWhisperCpp:
         return self._decoder
 
     def run(
-        self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None, abort: Callable[[], bool]
+        self, audio: np.ndarray, language: str | None, decoding: Decoding, prompt: str | None, abort: Callable[[], bool]
     ) -> RawResult:
         pw = self._pw
         params = self.params(decoding)
@@ -346,7 +346,7 @@ class _WhisperCppPython:
         return probs
 
     def run(
-        self, audio: np.ndarray, language: str, decoding: Decoding, prompt: str | None, abort: Callable[[], bool]
+        self, audio: np.ndarray, language: str | None, decoding: Decoding, prompt: str | None, abort: Callable[[], bool]
     ) -> RawResult:
         w, ct = self._w, self._ct
         beam = decoding.beam_size > 1
@@ -367,7 +367,7 @@ class _WhisperCppPython:
         seconds = audio.size / SAMPLE_RATE
         p.max_tokens = _max_tokens(decoding, seconds)
         p.audio_ctx = _audio_ctx(decoding, seconds)
-        lang_b = language.encode("ascii")
+        lang_b = (language or "").encode("ascii")
         prompt_b = (prompt or "").encode("utf-8")
         p.language = lang_b
         p.initial_prompt = prompt_b if prompt else None

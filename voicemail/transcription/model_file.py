@@ -1,7 +1,7 @@
 """The whisper.cpp ggml model file: its layout, and the check run before whisper.cpp opens one.
 
-The legacy ggml file that whisper.cpp's ``models/convert-pt-to-ggml.py`` writes (and
-``tools/whisper_convert.py`` converts the registry models into)::
+The legacy ggml file that whisper.cpp's `models/convert-pt-to-ggml.py` writes (and
+`tools/whisper_convert.py` converts the registry models into)::
 
     i32 magic 0x67676d6c, 11 x i32 hparams (n_vocab, n_audio_ctx, n_audio_state,
     n_audio_head, n_audio_layer, n_text_ctx, n_text_state, n_text_head, n_text_layer,
@@ -9,16 +9,16 @@ The legacy ggml file that whisper.cpp's ``models/convert-pt-to-ggml.py`` writes 
     i32 n_tokens, n_tokens x (i32 len, bytes), then tensors until EOF:
     i32 n_dims, i32 name_len, i32 ttype, i32[n_dims] dims (innermost first), name, data
 
-A quantized file (``tools/whisper_quantize.py``, as whisper.cpp's ``examples/quantize``
-writes it) has the header ``ftype`` ``ggml_ftype + 1000 * GGML_QNT_VERSION`` and its
-2-D weights in blocks of the quantized type. :func:`verify` accepts those files, and
+A quantized file (`tools/whisper_quantize.py`, as whisper.cpp's `examples/quantize`
+writes it) has the header `ftype` `ggml_ftype + 1000 * GGML_QNT_VERSION` and its
+2-D weights in blocks of the quantized type. `verify` accepts those files, and
 the ones operators download, by the rule whisper.cpp's loader applies: 2-D weights in
 the header's type, conv weights f16 (f32 in an f32 model), the rest f32. The worker runs
-it before loading a model (:mod:`transcription.transcriber`): whisper.cpp crashes the
+it before loading a model (`transcription.transcriber`): whisper.cpp crashes the
 process on some bad files instead of failing.
 
-A built model carries its sha256 beside it in ``<file>.sha256`` (``sha256sum``
-format), which :func:`verify` checks when it is there.
+A built model carries its sha256 beside it in `<file>.sha256` (`sha256sum`
+format), which `verify` checks when it is there.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class GgmlType:
         return self.type_id not in (FTYPE_F32, FTYPE_F16)
 
     def row_bytes(self, n_per_row: int) -> int:
-        """ggml_row_size: bytes of one row (``n_per_row`` a multiple of the block)."""
+        """ggml_row_size: bytes of one row (`n_per_row` a multiple of the block)."""
         return n_per_row // self.block * self.block_bytes
 
 
@@ -111,7 +111,7 @@ _MODEL_TYPES = {(4, 384): "tiny", (6, 512): "base", (12, 768): "small", (24, 102
 
 class ConversionError(Exception):
     """The input is not a model this converter can turn into a valid ggml file (or, from
-    :func:`verify`, not a ggml file whisper.cpp can load)."""
+    `verify`, not a ggml file whisper.cpp can load)."""
 
 
 def read_exact(f: BinaryIO, n: int) -> bytes:
@@ -122,7 +122,7 @@ def read_exact(f: BinaryIO, n: int) -> bytes:
 
 
 def read_int(f: BinaryIO, fmt: str) -> int:
-    """One little-endian integer of ``struct`` format ``fmt`` (``"i"``, ``"I"``, ``"H"`` ...)."""
+    """One little-endian integer of `struct` format `fmt` (`"i"`, `"I"`, `"H"` ...)."""
     return int(struct.unpack("<" + fmt, read_exact(f, struct.calcsize(fmt)))[0])
 
 
@@ -140,7 +140,7 @@ def sha256_files(paths: Sequence[Path], chunk: int = 1 << 20) -> str:
 
 
 def checksum_sidecar(path: Path) -> Path:
-    """``<path>.sha256``, where a built model's digest is recorded."""
+    """`<path>.sha256`, where a built model's digest is recorded."""
     return path.with_name(path.name + ".sha256")
 
 
@@ -149,7 +149,7 @@ def record_checksum(path: Path, digest: str) -> None:
 
 
 def recorded_checksum(path: Path) -> str | None:
-    """The digest in ``<path>.sha256`` (``sha256sum`` format), if any."""
+    """The digest in `<path>.sha256` (`sha256sum` format), if any."""
     try:
         return checksum_sidecar(path).read_text().split()[0]
     except (FileNotFoundError, IndexError):
@@ -204,7 +204,7 @@ class GgmlInfo:
 
     @property
     def quantization(self) -> str:
-        """``f16``, ``f32``, or the quantized type such as ``q5_0``."""
+        """`f16`, `f32`, or the quantized type such as `q5_0`."""
         return self.weight_type.name
 
     @property
@@ -213,10 +213,10 @@ class GgmlInfo:
 
 
 def header_type(ftype: int, path: Path | str = "model") -> GgmlType:
-    """The weight type of a header ``ftype`` (``ggml_ftype + 1000 * quantization version``).
+    """The weight type of a header `ftype` (`ggml_ftype + 1000 * quantization version`).
 
     Refuses what whisper.cpp cannot load: an unknown ftype makes its
-    ``ggml_ftype_to_ggml_type`` abort the process, and a quantized file of another
+    `ggml_ftype_to_ggml_type` abort the process, and a quantized file of another
     quantization version has other block layouts than whisper.cpp reads.
     """
     version, base = divmod(ftype, GGML_QNT_VERSION_FACTOR)
@@ -234,7 +234,7 @@ def header_type(ftype: int, path: Path | str = "model") -> GgmlType:
 def read_ggml(path: Path | str) -> GgmlInfo:
     """Parse a ggml Whisper file's header and tensor table (skipping tensor data).
 
-    Raises :class:`ConversionError` for a file that cannot be walked: bad magic or header
+    Raises `ConversionError` for a file that cannot be walked: bad magic or header
     type, truncation, a tensor header whisper.cpp would read out of bounds (more than
     4 dimensions), an unknown tensor type, or rows that are not whole blocks of it.
     """
@@ -333,7 +333,7 @@ def expected_tensors(hp: dict[str, int]) -> dict[str, tuple[tuple[int, ...], int
 def verify(path: Path | str) -> tuple[GgmlInfo, list[str]]:
     """Check a ggml Whisper file's layout; returns its info and the problems found.
 
-    Raises :class:`ConversionError` where :func:`read_ggml` does; either way the file
+    Raises `ConversionError` where `read_ggml` does; either way the file
     must not reach whisper.cpp, which crashes the process on some bad files.
     """
     info = read_ggml(path)

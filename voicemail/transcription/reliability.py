@@ -1,19 +1,19 @@
-"""The reliability label of a transcript: ``reliable``, ``check`` or ``unreliable``, predicted
+"""The reliability label of a transcript: `reliable`, `check` or `unreliable`, predicted
 from signals that were measured to go with its word error on the labelled set (README,
-"Transcription"; fitted by ``bench/transcription_bench.py --fit-label``), not from one
+"Transcription"; fitted by `bench/transcription_bench.py --fit-label`), not from one
 log-probability threshold, which labelled 32 of 40 Czech transcripts reliable at a word
 error of 0.7.
 
-Signals (:func:`signals`), all six in the model: the share of the words a Hunspell
-dictionary of the language knows (Debian's ``hunspell-cs`` / ``hunspell-en-us``, read by
-libhunspell through ``pyhunspell``: a garbled Czech transcript is full of non-words such as
+Signals (`signals`), all six in the model: the share of the words a Hunspell
+dictionary of the language knows (Debian's `hunspell-cs` / `hunspell-en-us`, read by
+libhunspell through `pyhunspell`: a garbled Czech transcript is full of non-words such as
 "profím spět"), the
-share of text tokens the decoder gave less than ``LOW_P``, the mean token
+share of text tokens the decoder gave less than `LOW_P`, the mean token
 log-probability, words per second of speech, the compression ratio and language
 detection's probability of the language. The label is a
-logistic score per language of the word error being at most 0.35 (:data:`MODEL`), cut
+logistic score per language of the word error being at most 0.35 (`MODEL`), cut
 at two thresholds. A language without a fitted model or a dictionary is never
-``reliable``: nothing says it is."""
+`reliable`: nothing says it is."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def dictionary(language: str | None) -> Any | None:
     """The Hunspell dictionary of a language (loaded once per process), or None when the
     language has none installed.
 
-    libhunspell itself, not the pure-Python ``spylls`` the label was first fitted with:
+    libhunspell itself, not the pure-Python `spylls` the label was first fitted with:
     the same answers on every word of the labelled set and garbled variants of them, for
     36 MB and 0.1 s to load the two dictionaries rather than 284 MB and 4 s, which kept a
     worker over its memory budget (README, "Recording length")."""
@@ -92,20 +92,20 @@ def dictionary(language: str | None) -> Any | None:
     if name is None:
         return None
     with _lock:
-        if language not in _dictionaries:
+        if (language or "") not in _dictionaries:
             try:
                 import hunspell
 
                 path = DICTIONARIES / name
                 if not path.with_suffix(".dic").is_file():  # libhunspell would load an empty one
                     raise OSError(f"{path}.dic not found")
-                _dictionaries[language] = hunspell.HunSpell(
+                _dictionaries[language or ""] = hunspell.HunSpell(
                     str(path.with_suffix(".dic")), str(path.with_suffix(".aff"))
                 )
             except (OSError, ImportError) as exc:
                 logger.warning("no %s dictionary (%s): transcripts in it are never labelled reliable", name, exc)
-                _dictionaries[language] = None
-        return _dictionaries[language]
+                _dictionaries[language or ""] = None
+        return _dictionaries[language or ""]
 
 
 def known_share(text: str, language: str | None) -> float | None:
@@ -121,7 +121,7 @@ def known_share(text: str, language: str | None) -> float | None:
 
 
 def asks(signal: str, language: str | None) -> bool:
-    """Whether the label of a transcript in ``language`` reads ``signal`` (one that costs
+    """Whether the label of a transcript in `language` reads `signal` (one that costs
     something to measure, such as the second opinion's decoder steps)."""
     return signal in MODEL.get(language or "", {}).get("signals", ())
 
@@ -165,7 +165,7 @@ def probability(values: dict[str, float | None], model: dict[str, Any]) -> float
 def label(
     values: dict[str, float | None], language: str | None, models: dict[str, dict[str, Any]] | None = None
 ) -> str:
-    """``reliable``, ``check`` or ``unreliable`` for a transcript's signals."""
+    """`reliable`, `check` or `unreliable` for a transcript's signals."""
     model = (MODEL if models is None else models).get(language or "")
     p = None if model is None else probability(values, model)
     if model is None or p is None:

@@ -1,4 +1,4 @@
-"""What transcribing a voicemail gives: errors, segments and the :class:`Transcript`."""
+"""What transcribing a voicemail gives: errors, segments and the `Transcript`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class AudioDecodeError(TranscriptionError):
 
 class RecordingTooLong(TranscriptionError):
     """The recording is longer than the limit it was loaded with (nothing of it is kept).
-    ``at_least``: its decoding was stopped at the limit, so it is at least ``seconds`` long."""
+    `at_least`: its decoding was stopped at the limit, so it is at least `seconds` long."""
 
     def __init__(self, seconds: float, limit: float, *, at_least: bool = False) -> None:
         self.seconds = seconds
@@ -48,10 +48,10 @@ class Segment:
 class Transcript:
     """A voicemail's transcription, the signals behind it and the two decisions.
 
-    ``speech_seconds``: what Silero VAD found (``None`` when VAD was off).
-    ``mean_logprob``/``mean_token_prob``: text tokens only. ``repetition``: share of
-    repeated word trigrams in the decoder's raw output (a loop is close to 1; ``text`` has
-    loops collapsed). ``language_probability``: whisper's probability of the chosen
+    `speech_seconds`: what Silero VAD found (`None` when VAD was off).
+    `mean_logprob`/`mean_token_prob`: text tokens only. `repetition`: share of
+    repeated word trigrams in the decoder's raw output (a loop is close to 1; `text` has
+    loops collapsed). `language_probability`: whisper's probability of the chosen
     language among all, when it was detected.
     """
 
@@ -89,20 +89,20 @@ class Transcript:
     message_reason: str = "no_speech"  # "speech" when a message, else why not
     status: str | None = None  # reliable | check | unreliable | failed; None when no message
     issue: str | None = None
-    # The length of a recording refused as too long (issue ``too_long``; nothing decoded,
-    # so ``duration`` is 0).
+    # The length of a recording refused as too long (issue `too_long`; nothing decoded,
+    # so `duration` is 0).
     recording_seconds: float | None = None
     # The reliability label's signals (reliability.signals), and the callback number read
     # from the text with whether its digits were heard (confirmation.py; start and end in
     # seconds of the recording). Filled by transcribe() when it is given the country.
     label_signals: dict[str, Any] | None = None
     # The same audio decoded again greedily from the same encoder output (the label's
-    # ``disagreement``); the caller's words, so not among the stored signals.
+    # `disagreement`); the caller's words, so not among the stored signals.
     second_opinion: str | None = None
     heard_number: Any = None  # confirmation.HeardNumber
-    # Seconds spent per stage (``audio``: file decoding and resampling, ``vad``,
-    # ``language``: detection, ``reversal``: the time-reversal test, ``decode``: whisper.cpp,
-    # encoder and decoder, ``second_pass``): where a call's time went.
+    # Seconds spent per stage (`audio`: file decoding and resampling, `vad`,
+    # `language`: detection, `reversal`: the time-reversal test, `decode`: whisper.cpp,
+    # encoder and decoder, `second_pass`): where a call's time went.
     stages: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,7 +119,7 @@ class Transcript:
                 return [clean(x) for x in v]
             return v
 
-        return clean(asdict(self))  # type: ignore[no-any-return]
+        return clean(asdict(self))
 
     def signals(self) -> dict[str, Any]:
         """The decision inputs, for storing with the call (no text)."""

@@ -10,5 +10,5 @@ _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 
 
 def words(text: str) -> list[str]:
-    """Lower-case words of a transcript, annotations such as ``[BLANK_AUDIO]`` removed."""
+    """Lower-case words of a transcript, annotations such as `[BLANK_AUDIO]` removed."""
     return [w.lower() for w in _WORD.findall(_ANNOTATION.sub(" ", text))]

@@ -1,4 +1,4 @@
-"""One loaded model on one backend (:class:`Transcriber`), and the per-process cache of them."""
+"""One loaded model on one backend (`Transcriber`), and the per-process cache of them."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ logger = logging.getLogger("transcription")
 
 
 class _Stages:
-    """Seconds per stage of one transcription (:attr:`Transcript.stages`)."""
+    """Seconds per stage of one transcription (`Transcript.stages`)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
@@ -77,7 +77,7 @@ class _Stages:
 
 @dataclass
 class _Decoded:
-    """What :meth:`Transcriber._decode` found: whisper.cpp's result, the language chosen,
+    """What `Transcriber._decode` found: whisper.cpp's result, the language chosen,
     whisper's probability of it, of all languages, and of all played backwards (entropy)."""
 
     raw: RawResult | None
@@ -126,7 +126,7 @@ class Transcriber:
         return self._engine
 
     def resolve_languages(self, languages: str | Sequence[str] | None) -> list[str]:
-        """Whisper language codes to choose among (``[]``: any language)."""
+        """Whisper language codes to choose among (`[]`: any language)."""
         if isinstance(languages, str):
             languages = [languages]
         codes = list(dict.fromkeys(c for c in (normalize_language(x) for x in languages or ()) if c))
@@ -153,12 +153,12 @@ class Transcriber:
         max_seconds: float | None = None,
         country: str | None = None,
     ) -> Transcript:
-        """Transcribe an mp3/wav file and decide (see module doc). ``languages``: the one
-        language, the clinic's languages to detect among, or None for any. ``deadline``:
-        a ``time.monotonic()`` value at which whisper.cpp is stopped. ``max_seconds``: a
+        """Transcribe an mp3/wav file and decide (see module doc). `languages`: the one
+        language, the clinic's languages to detect among, or None for any. `deadline`:
+        a `time.monotonic()` value at which whisper.cpp is stopped. `max_seconds`: a
         longer recording is not decoded; it is a message whose transcript failed
-        (``too_long``), for the clinic to listen to. ``country``: the clinic's, to read
-        the callback number in (``Transcript.heard_number``; None: not read)."""
+        (`too_long`), for the clinic to listen to. `country`: the clinic's, to read
+        the callback number in (`Transcript.heard_number`; None: not read)."""
         started = time.perf_counter()
         codes = self.resolve_languages(languages)
         stage = _Stages()
@@ -191,7 +191,7 @@ class Transcriber:
         country: str | None = None,
         stages: _Stages | None = None,
     ) -> Transcript:
-        """Transcribe 16 kHz mono float32 samples; ``languages`` as from :meth:`resolve_languages`."""
+        """Transcribe 16 kHz mono float32 samples; `languages` as from `resolve_languages`."""
         started = time.perf_counter() if started is None else started
         stage = stages or _Stages()
         decoding = decoding or self.decoding
@@ -317,9 +317,11 @@ class Transcriber:
                 out.raw = self._engine.run(span, out.language, decoding, self._prompt(out.language, decoding), abort)
             whole = out.raw.encoder_runs == 1
         # The second opinion decodes that same encoder output: of the span, or not at all.
-        if whole and reliability.asks("disagreement", out.language) and not out.raw.aborted and not out.raw.error:
+        decoded = out.raw
+        assert decoded is not None
+        if whole and reliability.asks("disagreement", out.language) and not decoded.aborted and not decoded.error:
             with stage("second_opinion"):
-                n = sum(len(x.tokens) for x in out.raw.segments)
+                n = sum(len(x.tokens) for x in decoded.segments)
                 out.second_opinion = self._engine.greedy_text(out.language or "", 2 * n + 16, abort)
         return out
 
@@ -348,7 +350,7 @@ class Transcriber:
         return PROMPTS.get(language or "") if decoding.prompt else None
 
     def _choose(self, probs: np.ndarray | None, languages: Sequence[str]) -> tuple[str | None, float | None]:
-        """The call's language among ``languages`` (any when empty) from whisper's language
+        """The call's language among `languages` (any when empty) from whisper's language
         probabilities (None: an English-only model, or nothing detected), and whisper's
         probability of it."""
         if not self._engine.multilingual:
@@ -390,8 +392,8 @@ class Transcriber:
 
         whisper.cpp's thread pool does not survive fork(): a child that computes after its
         parent did hangs for ever (seen with both backends). A forking RQ worker may load the
-        model in the parent (``get_transcriber``) but must not run it there (no
-        ``warm_up``); a non-forking worker (``rq.worker.SimpleWorker``) can do both.
+        model in the parent (`get_transcriber`) but must not run it there (no
+        `warm_up`); a non-forking worker (`rq.worker.SimpleWorker`) can do both.
         """
         global _ENGINE_RAN_IN_PID
         pid = os.getpid()
@@ -496,7 +498,7 @@ def _shutdown() -> None:
 
 
 def get_transcriber(backend: str, model_path: str, threads: int, vad: bool = True) -> Transcriber:
-    """The process-wide :class:`Transcriber` for these settings, loading the model on first use."""
+    """The process-wide `Transcriber` for these settings, loading the model on first use."""
     key = (backend, os.path.realpath(model_path), int(threads), bool(vad))
     with _CACHE_LOCK:
         transcriber = _CACHE.get(key)
@@ -510,8 +512,8 @@ def warm_up(backend: str, model_path: str, threads: int, vad: bool = True) -> Tr
     """Load the model and run a short clip: call once when a worker starts.
 
     Only in the process that will transcribe: after this, a fork()ed child cannot run
-    whisper.cpp at all (see :meth:`Transcriber._check_fork`). With a forking worker, call
-    :func:`get_transcriber` in the parent instead (loads, does not run).
+    whisper.cpp at all (see `Transcriber._check_fork`). With a forking worker, call
+    `get_transcriber` in the parent instead (loads, does not run).
     """
     transcriber = get_transcriber(backend, model_path, threads, vad)
     transcriber.warm_up()
