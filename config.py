@@ -82,6 +82,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "CONSOLE_SESSION_MAX_HOURS": ("console_session_max_hours", float),
     "CONSOLE_LOGIN_MAX_FAILURES": ("console_login_max_failures", int),
     "CONSOLE_LOGIN_WINDOW_SECONDS": ("console_login_window_seconds", int),
+    "CONSOLE_PASSWORD_LINK_HOURS": ("console_password_link_hours", float),
     "TRUST_FORWARDED_PROTO": ("trust_forwarded_proto", _bool),
     "TRUSTED_PROXY_HOPS": ("trusted_proxy_hops", int),
 }
@@ -234,6 +235,8 @@ class Config:
     # Logins refused for the window after this many failures, per account and per address.
     console_login_max_failures: int = 5
     console_login_window_seconds: int = 900
+    # A set-password link (a new staff account, a reset an admin made) works once, for this long.
+    console_password_link_hours: float = 24.0
     # Behind the operator's TLS-terminating proxy: believe its X-Forwarded-Proto for the
     # session cookie's Secure flag. Off by default: a client could send the header itself.
     trust_forwarded_proto: bool = False
@@ -256,6 +259,7 @@ class Config:
             "upload_links_per_clinic",
             "upload_purge_every_seconds",
             "refused_handoff_retention_days",
+            "console_password_link_hours",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.upper()} must be positive")

@@ -331,6 +331,21 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _create(m.RefusedHandoff),
         ),
     ),
+    # The clinic runs its own staff: set-password links, two-factor login (TOTP secret,
+    # recovery codes, the clinic's requirement), half-done logins, the last login.
+    (
+        20,
+        "staff_accounts",
+        _steps(
+            _add_column("clinic", "two_factor_required", pw.BooleanField(default=False)),
+            _add_column("staff_user", "last_login_at", pw.DateTimeField(null=True)),
+            _add_column("staff_user", "totp_secret_encrypted", pw.TextField(null=True)),
+            _add_column("staff_user", "totp_enabled_at", pw.DateTimeField(null=True)),
+            _add_column("staff_user", "totp_last_step", pw.BigIntegerField(null=True)),
+            _add_column("staff_session", "pending", pw.CharField(max_length=8, null=True)),
+            _create(m.StaffPasswordLink, m.StaffRecoveryCode),
+        ),
+    ),
 ]
 
 

@@ -75,6 +75,9 @@ class Clinic(BaseModel):
     # The words a call's `Source` names this clinic's platform by (JSON list, lower case;
     # onboarding's switchboard `sourceMarkers`): only such calls get expired links re-fetched.
     platform_source_markers = pw.TextField(null=True)
+    # Every staff user of the clinic must log in with a second factor (TOTP): one without it
+    # is held at enrolment after the password (the clinic's admin decides, in the console).
+    two_factor_required = pw.BooleanField(default=False)
 
     @classmethod
     def by_slug(cls, slug: str) -> Clinic:
@@ -870,6 +873,17 @@ class StaffUser(BaseModel):
     language = pw.CharField(max_length=2, default="cs")
     created_at = pw.DateTimeField(default=utc_now)
     disabled_at = pw.DateTimeField(null=True)
+    last_login_at = pw.DateTimeField(null=True)
+    # Two-factor login (staff/two_factor.py): the TOTP secret encrypted with SECRET_KEY
+    # (plumbing/crypto.py); set but not enabled while the user is enrolling. The last time
+    # step a code was accepted for: a code is good once, even within its window.
+    totp_secret_encrypted = pw.TextField(null=True)
+    totp_enabled_at = pw.DateTimeField(null=True)
+    totp_last_step = pw.BigIntegerField(null=True)
+
+    @property
+    def two_factor(self) -> bool:
+        return self.totp_enabled_at is not None
 
     @staticmethod
     def normal_email(email: str) -> str:
@@ -890,6 +904,15 @@ class StaffUser(BaseModel):
         """`staff`, `admin`, or None when the user does not work for the clinic."""
         membership = StaffMembership.get_or_none(StaffMembership.user == self, StaffMembership.clinic == clinic)
         return membership.role if membership else None
+
+    def two_factor_required(self) -> bool:
+        """Whether a clinic the user works for requires a second factor at login."""
+        return (
+            Clinic.select()
+            .join(StaffMembership)
+            .where((StaffMembership.user == self) & Clinic.two_factor_required)
+            .exists()
+        )
 
 
 class StaffMembership(BaseModel):
@@ -923,6 +946,39 @@ class StaffSession(BaseModel):
     csrf_token = pw.CharField(max_length=64)
     ip = pw.CharField(max_length=64, null=True)
     user_agent = pw.CharField(max_length=300, null=True)
+    # A login half done: None = logged in; "code" = the password was right, the second factor
+    # is awaited; "enrol" = the password was right, and a clinic requires two-factor the user
+    # has not enrolled yet. Such a session opens only the page that finishes the login.
+    pending = pw.CharField(max_length=8, null=True)
+
+
+class StaffPasswordLink(BaseModel):
+    """A one-time link that lets a staff user choose a password (a new account, or a reset
+    an admin made): the service sends no e-mail, the admin hands the link over. Only the
+    SHA-256 of its token is stored; it is good once, until `expires_at`."""
+
+    user_id: uuid.UUID
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    user = pw.ForeignKeyField(StaffUser, backref="password_links", on_delete="CASCADE")
+    token_hash = pw.CharField(max_length=64, unique=True)
+    created_at = pw.DateTimeField()
+    expires_at = pw.DateTimeField()
+    used_at = pw.DateTimeField(null=True)
+
+
+class StaffRecoveryCode(BaseModel):
+    """A two-factor recovery code (shown once at enrolment), stored as its SHA-256; good once."""
+
+    id: Any
+    user_id: uuid.UUID
+
+    user = pw.ForeignKeyField(StaffUser, backref="recovery_codes", on_delete="CASCADE")
+    code_hash = pw.CharField(max_length=64)
+    used_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("user", "code_hash"), True),)
 
 
 @dataclass(frozen=True)
@@ -1195,4 +1251,6 @@ MODELS: list[type[BaseModel]] = [
     StaffUser,
     StaffMembership,
     StaffSession,
+    StaffPasswordLink,
+    StaffRecoveryCode,
 ]

@@ -88,6 +88,7 @@ def clinic_document(clinic: Clinic, secret_key: str) -> dict[str, Any]:
         "language": clinic.language,
         "languages": clinic.language_list or None,
         "missedCallRequests": clinic.missed_call_requests,
+        "twoFactorRequired": clinic.two_factor_required,
         "officeHours": [
             {
                 "weekday": WEEKDAYS[h.weekday - 1],
@@ -268,6 +269,13 @@ class ClinicSettings:
     def set_calls(self, missed_call_requests: bool, languages: list[str]) -> None:
         fields = {"missedCallRequests": missed_call_requests, "languages": languages or None}
         self._change("settings.calls.update", lambda c: c.update(fields), details=fields)
+
+    # Staff
+
+    def set_two_factor(self, required: bool) -> None:
+        """Whether the clinic's staff must log in with a second factor."""
+        fields = {"twoFactorRequired": required}
+        self._change("settings.two_factor.update", lambda c: c.update(fields), details=fields)
 
     # Request types and patient tags
 

@@ -131,6 +131,7 @@ CLINIC = _closed(
             "items": {"type": "string", "maxLength": 20},
         },
         "missedCallRequests": {"type": "boolean"},
+        "twoFactorRequired": {"type": "boolean"},
         "officeHours": _list_of(OFFICE_HOURS),
         "calendars": _list_of(CALENDAR),
         "tags": _list_of(TAG),

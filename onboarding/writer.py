@@ -247,6 +247,9 @@ class _Plan:
             "language": c.get("language"),
             "languages": _languages(c.get("languages"), c.get("language"), at),
             "missed_call_requests": c.get("missedCallRequests", True),
+            # Absent: left as it is (the console's admins decide it; a file that does not
+            # mention it must not turn a clinic's two-factor requirement off).
+            "two_factor_required": c.get("twoFactorRequired"),
             "hours": hours,
             "tags": tags,
             "calendars": calendars,
@@ -406,6 +409,8 @@ def _write_clinic(w: RowWriter, org_id: uuid.UUID, c: dict[str, Any]) -> None:
         k: c[k]
         for k in ("slug", "name", "timezone", "country", "subdivision", "language", "languages", "missed_call_requests")
     }
+    if c["two_factor_required"] is not None:
+        values["two_factor_required"] = c["two_factor_required"]
     values["organization"] = org_id
     current = Clinic.get_or_none(Clinic.id == c["id"])
     sb = c["switchboard"]

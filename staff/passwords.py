@@ -67,13 +67,19 @@ def hash_password(password: str) -> str:
     return _hasher.hash(password)
 
 
+#: The password hash of an account whose user has not chosen a password yet (added in the
+#: console, waiting for their set-password link): no password matches it.
+NO_PASSWORD = ""
+
+
 def verify(password_hash: str | None, password: str) -> bool:
-    """Whether `password` matches; with no hash (unknown user) the dummy is checked and False returned."""
+    """Whether `password` matches; with no hash (unknown user, or no password chosen yet) the
+    dummy is checked, in the same time, and False returned."""
     try:
         ok = _hasher.verify(password_hash or _DUMMY_HASH, password)
     except (VerificationError, InvalidHashError):
         return False
-    return ok and password_hash is not None
+    return ok and bool(password_hash)
 
 
 def readable_hash(text: str) -> bool:
