@@ -11,6 +11,7 @@ from rq import Queue
 from config import Config
 from console import help as guides
 from console import rendering
+from console.flash import Flash
 from console.middleware import ConsoleSession, lifetime_of
 from console.throttle import LoginThrottle
 from jobs import queueing
@@ -22,6 +23,7 @@ from plumbing.row_cache import RowCache
 from resources import api_reference, catalog, meta, patient_requests, patients, switchboard
 from resources.console import account, audit, inbox, keys, requests, settings, static
 from resources.console import help as console_help
+from resources.console import staff as staff_pages
 from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
@@ -32,6 +34,7 @@ from web.auth import TokenAuth
 from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, TakeTurns
 from web.rate_limit import RateLimit, RateLimiter
 from web.refusals import HandoffRefusals
+from web.security import SecurityHeaders
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ def create_app(config: Config) -> falcon.App:
     help_pages = guides.Guides()  # docs/staff/*.md, rendered once
     session_lifetime = lifetime_of(config.console_session_idle_hours, config.console_session_max_hours)
     throttle = LoginThrottle(queue_redis, config.console_login_max_failures, config.console_login_window_seconds)
+    flash = Flash(queue_redis, config.secret_key)
+    trust = config.trust_forwarded_proto
 
     # The request id and metrics come first (after the turn taking, which has no response
     # side): their process_response runs last, so every answer is numbered and timed.
@@ -64,12 +69,14 @@ def create_app(config: Config) -> falcon.App:
         TakeTurns(),
         logs.RequestId(config.trusted_proxy_hops),
         web_metrics.RequestMetrics(flusher),
+        # the security headers of every answer, errors included (web/security.py)
+        SecurityHeaders(trust),
         NoNulInUrl(),
         DatabaseConnection(),
         # recording-complete's 4xx after authentication are recorded
         HandoffRefusals(),
         # /console only: the staff session (cookie) and CSRF; never the API's
-        ConsoleSession(config.clock, session_lifetime, renderer),
+        ConsoleSession(config.clock, session_lifetime, renderer, flash),
         TokenAuth(config.clock, cache),
         RateLimit(limiter),
         RetryAdvice(),
@@ -111,16 +118,14 @@ def create_app(config: Config) -> falcon.App:
         ("/console/requests/{request_id}/tags", requests.RequestTags()),
         ("/console/requests/{request_id}/resolution", requests.RequestResolution()),
         ("/console/requests/{request_id}/recording", requests.ConsoleRecording(renderer, player, config.clock)),
+        ("/console/login", account.ConsoleLogin(renderer, throttle, config.clock, trust)),
         (
-            "/console/login",
-            account.ConsoleLogin(
-                renderer,
-                throttle,
-                config.clock,
-                config.trust_forwarded_proto,
-                int(session_lifetime.absolute.total_seconds()),
-            ),
+            account.CODE,
+            account.ConsoleLoginCode(renderer, throttle, config.clock, config.secret_key, trust, flash),
         ),
+        ("/console/password/{token}", account.SetPasswordPage(renderer, config.clock, trust)),
+        (account.ACCOUNT, account.AccountPage(renderer, throttle)),
+        (account.TWO_FACTOR, account.TwoFactorPage(renderer, config.clock, config.secret_key, trust, flash)),
         ("/console/logout", account.ConsoleLogout()),
         ("/console/language", account.ConsoleLanguage()),
         ("/console/static/{name}", static.ConsoleStatic(rendering.HERE / "static")),
@@ -138,6 +143,10 @@ def create_app(config: Config) -> falcon.App:
         (keys.URL, keys.ApiKeys(renderer, config.clock)),
         (keys.URL + "/{token_id}/rotate", keys.ApiKeyRotation(renderer, config.clock)),
         (keys.URL + "/{token_id}/revoke", keys.ApiKeyRevocation(renderer, config.clock)),
+        (
+            staff_pages.URL,
+            staff_pages.StaffPage(renderer, config.clock, config.secret_key, config.console_password_link_hours, trust),
+        ),
         ("/console/audit", audit.AuditList(renderer)),
         *[(path, console_help.HelpPage(renderer, help_pages)) for path in (guides.URL, guides.URL + "/{name}")],
         (guides.URL + "/img/{name}", console_help.HelpImage()),

@@ -143,7 +143,7 @@ def main() -> int:
         _, token = ApiToken.issue("bench", [clinic], ["read"], expires_in=timedelta(days=1))
         user = StaffUser.create(email="bench@example.cz", name="Bench", password_hash=hash_password("bench bench bench"))
         StaffMembership.create(user=user, clinic=clinic, role="staff")
-        cookie = sessions.start(user, datetime.now(timezone.utc), "127.0.0.1", "bench")
+        cookie, _ = sessions.start(user, datetime.now(timezone.utc), "127.0.0.1", "bench")
         newest_open = (PatientRequest.select().where((PatientRequest.clinic == clinic) & PatientRequest.done_at.is_null()
                                                      & (PatientRequest.kind == "voice_message"))
                        .order_by(PatientRequest.created_at.desc()).limit(args.samples).execute())

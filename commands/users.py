@@ -1,4 +1,4 @@
-"""`user create|reset-password|hash-password|disable`: staff console users."""
+"""`user create|reset-password|hash-password|disable|reset-2fa`: staff console users."""
 
 from __future__ import annotations
 
@@ -105,6 +105,21 @@ def cmd_user_disable(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_user_reset_2fa(config: Config, args: argparse.Namespace) -> int:
+    """Clear a user's two-factor login (a lost phone and lost recovery codes): the secret and
+    the recovery codes go, the user's sessions end; they enrol again at their next login if a
+    clinic requires it. Audited in each of the user's clinics."""
+    from staff import two_factor
+
+    user = _existing_user(args.email)
+    if user is None:
+        return 2
+    was_on = two_factor.reset(user, actor())
+    state = "cleared" if was_on else "was not on (any enrolment in progress cleared)"
+    print(f"two-factor login of {user.email} {state}; the user's sessions ended", file=sys.stderr)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     user = sub.add_parser("user", help="staff console users").add_subparsers(dest="user_command", required=True)
     ucreate = user.add_parser("create", help="create a staff user; the password is read from stdin")
@@ -128,3 +143,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     udisable = user.add_parser("disable", help="refuse the user's logins and end their sessions")
     udisable.add_argument("--email", required=True)
     udisable.set_defaults(func=cmd_user_disable)
+    ureset2fa = user.add_parser(
+        "reset-2fa", help="clear the user's two-factor login (lost phone and codes); ends their sessions"
+    )
+    ureset2fa.add_argument("--email", required=True)
+    ureset2fa.set_defaults(func=cmd_user_reset_2fa)

@@ -32,7 +32,20 @@ ACTIONS: dict[str, str] = {
     "patient.import": N_("Patient imported"),
     "patient.import_bulk": N_("Patients imported in bulk"),
     "call.receive": N_("Call received"),
-    "staff_user.create": N_("Staff user created"),
+    "staff_user.create": N_("Staff user added"),
+    "staff_user.role": N_("Staff user's role changed"),
+    "staff_user.disable": N_("Staff user disabled"),
+    "staff_user.enable": N_("Staff user enabled"),
+    "staff_user.password_link": N_("Set-password link made"),
+    "staff_user.password_set": N_("Password set through a link"),
+    "staff_user.password_change": N_("Own password changed"),
+    "staff_user.reset_password": N_("Password reset by the operator"),
+    "staff_user.sessions_end": N_("Sessions ended"),
+    "staff_user.two_factor_enable": N_("Two-factor login turned on"),
+    "staff_user.two_factor_disable": N_("Two-factor login turned off"),
+    "staff_user.two_factor_reset": N_("Two-factor login reset by the operator"),
+    "staff_user.recovery_code_used": N_("Recovery code used"),
+    "staff_user.recovery_codes_new": N_("New recovery codes made"),
     "call.recording_mismatch": N_("Recording did not match the call"),
     # The settings pages' changes (onboarding/clinic_settings.py).
     "settings.office_hours.add": N_("Office hours added"),
@@ -42,6 +55,7 @@ ACTIONS: dict[str, str] = {
     "settings.vacation.add": N_("Vacation added"),
     "settings.vacation.remove": N_("Vacation removed"),
     "settings.calls.update": N_("Call settings changed"),
+    "settings.two_factor.update": N_("Two-factor requirement changed"),
     "settings.tag.create": N_("Tag created"),
     "settings.request_type.create": N_("Request type created"),
     "settings.request_type.update": N_("Request type changed"),
@@ -75,9 +89,10 @@ def logged_in(user: StaffUser) -> None:
         AuditEvent.record(Actor.staff(user), clinic, "staff.login", user)
 
 
-def login_failed(user: StaffUser | None) -> None:
+def login_failed(user: StaffUser | None, second_factor: bool = False) -> None:
     """A failed login: for a known account, in each of its clinics; for an unknown e-mail,
-    one event of no clinic naming nobody (what was typed may be a password: never stored)."""
+    one event of no clinic naming nobody (what was typed may be a password: never stored).
+    `second_factor`: the password was right, the code was not."""
     with db.atomic():
         if user is None:
             AuditEvent.record(Actor("staff", "unknown"), None, "staff.login_failed", None, {"knownAccount": False})
@@ -88,7 +103,8 @@ def login_failed(user: StaffUser | None) -> None:
                 clinic,
                 "staff.login_failed",
                 user,
-                {"knownAccount": True, "disabled": user.disabled_at is not None},
+                {"knownAccount": True, "disabled": user.disabled_at is not None}
+                | ({"secondFactor": True} if second_factor else {}),
             )
 
 

@@ -16,10 +16,15 @@ from typing import Any
 import falcon
 
 from console import sessions
+from console.flash import Flash
 from console.rendering import DEFAULT_LANGUAGE, Renderer, cookie
 
 PREFIX = "/console"
 _FORM = "application/x-www-form-urlencoded"
+# Forms sent before there is a session: checked against the pre-login cookie (double submit).
+PRELOGIN_FORMS = (PREFIX + "/login", PREFIX + "/password/")
+# Where a half-done login (StaffSession.pending) is finished; it opens nothing else.
+PENDING_PAGES = {"code": PREFIX + "/login/code", "enrol": PREFIX + "/account/two-factor"}
 
 
 def is_console(req: falcon.Request) -> bool:
@@ -27,18 +32,23 @@ def is_console(req: falcon.Request) -> bool:
 
 
 class ConsoleSession:
-    def __init__(self, clock: Callable, lifetime: sessions.Lifetime, renderer: Renderer) -> None:
+    def __init__(self, clock: Callable, lifetime: sessions.Lifetime, renderer: Renderer, flash: Flash) -> None:
         self.clock = clock
         self.lifetime = lifetime
         self.renderer = renderer
+        self.flash = flash
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         req.context.console_session = None
         req.context.form = {}
+        req.context.flash = None
         if not is_console(req) or req.path.startswith(PREFIX + "/static/"):
             return
-        session = sessions.find(cookie(req, sessions.COOKIE), self.clock(), self.lifetime)
+        token = cookie(req, sessions.COOKIE)
+        session = sessions.find(token, self.clock(), self.lifetime)
         req.context.console_session = session
+        if session is not None and token:
+            req.context.flash = self.flash.bound(token, session.id)
         if req.method != "POST":
             return
         if (req.content_type or "").split(";")[0].strip().lower() == _FORM:
@@ -46,7 +56,7 @@ class ConsoleSession:
             req.context.form = {k: v[0] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True).items()}
         # The login form is checked against the pre-login cookie (there is no session yet);
         # every other form against the session's own token.
-        if req.path == PREFIX + "/login":
+        if req.path == PRELOGIN_FORMS[0] or req.path.startswith(PRELOGIN_FORMS[1]):
             expected = cookie(req, sessions.PRELOGIN_COOKIE)
         else:
             expected = session.csrf_token if session else None
@@ -67,8 +77,19 @@ class ConsoleSession:
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict) -> None:
         admin_only = getattr(resource, "admin_required", False)
-        if (admin_only or getattr(resource, "login_required", False)) and req.context.console_session is None:
+        session = req.context.console_session
+        if (admin_only or getattr(resource, "login_required", False)) and session is None:
             raise falcon.HTTPSeeOther(PREFIX + "/login")
+        if session is not None and session.pending is not None:
+            # A half-done login opens only the page that finishes it (`finishes` names it).
+            if session.pending not in getattr(resource, "finishes", ()):
+                if admin_only or getattr(resource, "login_required", False):
+                    raise falcon.HTTPSeeOther(PENDING_PAGES[session.pending])
+                req.context.console_session = None  # the login page, help: as if logged out
+            return
+        if getattr(resource, "finishes", ()) and not getattr(resource, "login_required", False):
+            # The second-factor page without a half-done login: nothing to finish.
+            raise falcon.HTTPSeeOther(PREFIX + "/login" if session is None else PREFIX + "/")
         if admin_only:
             # The clinic an admin page acts on: ?clinic=slug among the user's admin clinics,
             # or the first of them. A staff member (or an admin of another clinic) gets 403.

@@ -18,6 +18,9 @@ COOKIE = "console_session"
 # the cookie nor set it, so it cannot post a matching pair.
 PRELOGIN_COOKIE = "console_csrf"
 _TOUCH_EVERY = timedelta(minutes=1)  # spare a write per page; idle expiry is hours
+# A login half done (the second factor awaited, or enrolment) is finished within this, or
+# it ends: the password alone opens nothing for long.
+PENDING_LIFETIME = timedelta(minutes=15)
 
 
 def _digest(token: str) -> str:
@@ -39,11 +42,15 @@ class Lifetime:
     absolute: timedelta
 
 
-def start(user: StaffUser, now: datetime, ip: str | None, user_agent: str | None) -> str:
-    """A new session for `user`; returns the cookie's token (shown once, never stored)."""
+def start(
+    user: StaffUser, now: datetime, ip: str | None, user_agent: str | None, pending: str | None = None
+) -> tuple[str, str]:
+    """A new session for `user` (a half-done login when `pending`: "code" or "enrol"); returns
+    the cookie's token (shown once, never stored) and the session's id."""
     token = new_token()
     StaffSession.create(
         id=_digest(token),
+        pending=pending,
         user=user,
         created_at=as_utc(now),
         last_seen_at=as_utc(now),
@@ -51,7 +58,9 @@ def start(user: StaffUser, now: datetime, ip: str | None, user_agent: str | None
         ip=(ip or "")[:64] or None,
         user_agent=(user_agent or "")[:300] or None,
     )
-    return token
+    if pending is None:
+        StaffUser.update(last_login_at=as_utc(now)).where(StaffUser.id == user.id).execute()
+    return token, _digest(token)
 
 
 def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession | None:
@@ -72,6 +81,7 @@ def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession |
         session.user.disabled_at is not None
         or now - as_utc(session.last_seen_at) > lifetime.idle
         or now - as_utc(session.created_at) > lifetime.absolute
+        or (session.pending is not None and now - as_utc(session.created_at) > PENDING_LIFETIME)
     ):
         StaffSession.delete().where(StaffSession.id == session.id).execute()
         return None

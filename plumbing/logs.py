@@ -185,10 +185,13 @@ class RequestId:
         resp.set_header(_HEADER, rid)
         if access_log.isEnabledFor(logging.INFO):
             ms = round((time.perf_counter() - req.context.request_started) * 1000, 2)
+            # A route whose path carries a secret (a set-password link's `{token}`) is logged
+            # by its template, never by the path itself.
+            path = req.uri_template if "{token}" in (req.uri_template or "") else req.path
             # pid: which web process answered (a check that must hold in every process can tell).
             fields = {
                 "method": req.method,
-                "path": req.path,
+                "path": path,
                 "route": req.uri_template,
                 "status": resp.status_code,
                 "duration_ms": ms,
@@ -197,6 +200,6 @@ class RequestId:
             token = getattr(req.context, "token", None)  # set by web.auth once the bearer token checked out
             if token is not None:
                 fields["token"] = str(token.id)  # its id, which the audit trail names too; never the secret
-            access_log.info("%s %s %s %.2fms", req.method, req.path, resp.status_code, ms, extra=fields)
+            access_log.info("%s %s %s %.2fms", req.method, path, resp.status_code, ms, extra=fields)
         request_id.reset(req.context.request_id_token)
         client_address.reset(req.context.client_address_token)
