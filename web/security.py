@@ -59,5 +59,5 @@ class SecurityHeaders:
         if is_console(req):
             resp.set_header("X-Frame-Options", "DENY")
             resp.set_header("Content-Security-Policy", CONSOLE_POLICY)
-        elif (resp.content_type or "").startswith(falcon.MEDIA_JSON):
+        elif (resp.content_type or falcon.MEDIA_JSON).startswith(falcon.MEDIA_JSON):  # None: the JSON default
             resp.set_header("Content-Security-Policy", DATA_POLICY)
