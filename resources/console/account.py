@@ -466,7 +466,9 @@ class SetPasswordPage:
         status: str = falcon.HTTP_200,
         error: str = "",
     ) -> None:
-        language = user.language if user else _language(req)
+        # The page's own choice (?lang=, the login pages' cookie) first, then the account's.
+        chosen = req.get_param("lang") or cookie(req, LANGUAGE_COOKIE)
+        language = chosen if chosen in LANGUAGES else (user.language if user else DEFAULT_LANGUAGE)
         token = _prelogin_token(req, resp, is_secure(req, self.trust), language)
         tr = self.renderer.translations[language]
         html(
@@ -501,7 +503,7 @@ class SetPasswordPage:
         except DomainError as error:
             user = accounts.link_user(token, now)
             self._render(
-                req, resp, user, falcon.HTTP_400, words.refusal(self.renderer.translations[user.language], error)
+                req, resp, user, falcon.HTTP_400, words.refusal(self.renderer.translations[_language(req)], error)
             )
             return
         raise see_other(PREFIX + "/login?password=set")
