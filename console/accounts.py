@@ -4,11 +4,15 @@ where shown), a session's browser in a few words, and the set-password link's ad
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from gettext import NullTranslations
 
 import falcon
 
+from console.inbox import local_time
 from console.rendering import N_, is_secure
+from models import StaffUser
+from plumbing.clock import as_utc
 from plumbing.errors import DomainError
 
 # The refusals of staff.accounts, staff.two_factor and staff.passwords, as the catalogue
@@ -62,6 +66,14 @@ def browser(user_agent: str | None) -> str:
     if name is None and system is None:
         return re.sub(r"\s+", " ", text)[:60] or "?"
     return ", ".join(part for part in (name, system) if part)
+
+
+def when(moment: datetime, user: StaffUser) -> str:
+    """A stored time in the timezone of the user's first clinic (UTC if none), the user's way."""
+    clinics = user.clinics()
+    if clinics:
+        return local_time(moment, clinics[0], user.language)
+    return f"{as_utc(moment):%Y-%m-%d %H:%M} UTC"
 
 
 def link_url(req: falcon.Request, trust_forwarded_proto: bool, token: str) -> str:

@@ -88,7 +88,7 @@ def set_password(app, link: str, password: str = NEW_PASSWORD, status: int = 303
 def test_an_admin_adds_a_user_who_sets_a_password_through_the_link_once(people, app, clock):
     log_in(app)
     page = app.get(f"{STAFF}?clinic=clinic-a")
-    assert [r.find("td").text for r in page.html.select("table.staff tbody tr:first-child")] == ["Anna", "Bob"]
+    assert [r.find("th").text for r in page.html.select("table.staff tbody tr:first-child")] == ["Anna", "Bob"]
     link = add_user(app, "Dana@Example.cz ", "Dana  Veselá")
     assert link.startswith("http://localhost:80/console/password/") or link.startswith("http://localhost/console/password/")
     dana = user("dana@example.cz")

@@ -80,7 +80,7 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     admin.get_by_role("link", name="Nastavení").click()
     admin.get_by_role("link", name="Uživatelé").click()
     admin.wait_for_url(service + "/console/settings/staff?clinic=clinic-a")
-    names = admin.locator("table.staff tbody tr:first-child td:first-child").all_inner_texts()
+    names = admin.locator("table.staff tbody tr:first-child th").all_inner_texts()
     assert names == ["Anna Adminová", "Bob Beneš"], "clinic B's users are not listed"
 
     # 1. The admin adds a receptionist; the link is shown once.

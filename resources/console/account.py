@@ -308,7 +308,14 @@ class AccountPage:
                 notice=_said(tr, notice),
                 current=session.id,
                 sessions=[
-                    {"id": s.id, "row": s, "browser": words.browser(s.user_agent), "this": s.id == session.id}
+                    {
+                        "id": s.id,
+                        "row": s,
+                        "browser": words.browser(s.user_agent),
+                        "this": s.id == session.id,
+                        "started": words.when(s.created_at, user),
+                        "seen": words.when(s.last_seen_at, user),
+                    }
                     for s in accounts.own_sessions(user)
                 ],
                 codes_left=two_factor.recovery_codes_left(user) if user.two_factor else 0,
