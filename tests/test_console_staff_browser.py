@@ -159,10 +159,10 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
 
     # 6. The clinic requires two-factor: bob (without it) is held at enrolment after his password.
     admin.goto(service + "/console/settings/staff?clinic=clinic-a")
-    admin.get_by_label("Vyžadovat dvoufázové přihlášení od všech v této ordinaci").check()
+    admin.get_by_label("Vyžadovat dvoufázové přihlášení od všech na této klinice").check()
     admin.locator("section", has_text="Vyžadovat").get_by_role("button", name="Uložit").click()
     admin.wait_for_load_state()
-    assert admin.get_by_label("Vyžadovat dvoufázové přihlášení od všech v této ordinaci").is_checked()
+    assert admin.get_by_label("Vyžadovat dvoufázové přihlášení od všech na této klinice").is_checked()
     bob = fresh(browser)
     log_in(bob, service, "bob@example.cz")
     bob.wait_for_url(service + "/console/account/two-factor")
