@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,16 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--ignore-certificate-errors"]
 PASSWORD = "a long password"
 WAIT_MS = 120_000  # a loaded machine: generous bounded waits, never sleeps
+
+
+def wait_true(page, expression: str, timeout: int = WAIT_MS) -> None:
+    """`page.wait_for_function` without its eval: the console's Content-Security-Policy has no
+    'unsafe-eval', which Playwright's in-page polling needs; `page.evaluate` goes through the
+    DevTools protocol, which the policy does not govern. Polled every 100 ms, up to `timeout`."""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"not true within {timeout} ms: {expression}"
+        page.wait_for_timeout(100)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +106,7 @@ def test_a_voicemail_arrives_live_plays_and_is_resolved(service, staff, app, bro
     assert page.locator("p.empty").count() == 0, "the live update removes 'Nothing here.'"
 
     # The <audio> loads the recording through the session-authenticated play route.
-    page.wait_for_function("document.querySelector('li.row audio').readyState >= 2", timeout=WAIT_MS)
+    wait_true(page, "document.querySelector('li.row audio').readyState >= 2")
     duration = page.evaluate("document.querySelector('li.row audio').duration")
     info = soundfile.info(str(ROOT / "tests" / "audio" / "msg_appointment.mp3"))
     assert abs(duration - info.duration) <= 0.5, (duration, info.duration)

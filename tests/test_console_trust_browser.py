@@ -19,7 +19,9 @@ from plumbing.database import db
 from tests.conftest import ROOT
 from tests.support import clinic, load, organization
 from tests.support.https_server import static
-from tests.test_console_browser import ARGS, CHROMIUM, PASSWORD, WAIT_MS, log_in, service  # noqa: F401 (fixture)
+from tests.test_console_browser import (  # noqa: F401 (fixture)
+    ARGS, CHROMIUM, PASSWORD, WAIT_MS, log_in, service, wait_true,
+)
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 CLIP = ROOT / "tests" / "audio" / "voicemails" / "cs_objednani_czech_dita_mp3_8k.mp3"
@@ -113,8 +115,7 @@ def test_numbers_and_labels_in_the_inbox_and_on_the_request_page(service, calls,
 
     # The control plays the recording from a second before the number.
     listen.click()
-    page.wait_for_function(f"(a => !a.paused && a.currentTime >= {start})(document.querySelector('#r-{calls['check'].id} audio'))",
-                           timeout=WAIT_MS)
+    wait_true(page, f"(a => !a.paused && a.currentTime >= {start})(document.querySelector('#r-{calls['check'].id} audio'))")
     at = page.evaluate(f"document.querySelector('#r-{calls['check'].id} audio').currentTime")
     assert start <= at < start + 3, at
 
