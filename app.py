@@ -11,7 +11,9 @@ from rq import Queue
 from config import Config
 from console import help as guides
 from console import rendering
+from console.flash import Flash
 from console.middleware import ConsoleSession, lifetime_of
+from console.once import OnceOnly
 from console.throttle import LoginThrottle
 from jobs import queueing
 from jobs.playback import RecordingPlayer
@@ -69,7 +71,9 @@ def create_app(config: Config) -> falcon.App:
         # recording-complete's 4xx after authentication are recorded
         HandoffRefusals(),
         # /console only: the staff session (cookie) and CSRF; never the API's
-        ConsoleSession(config.clock, session_lifetime, renderer),
+        ConsoleSession(
+            config.clock, session_lifetime, renderer, OnceOnly(queue_redis), Flash(queue_redis, config.secret_key)
+        ),
         TokenAuth(config.clock, cache),
         RateLimit(limiter),
         RetryAdvice(),
@@ -104,13 +108,16 @@ def create_app(config: Config) -> falcon.App:
         ("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url))),
         (api_reference.PREFIX, api_reference.ApiReference()),
         (api_reference.PREFIX + "/assets/{name}", api_reference.ApiReferenceAsset()),
-        ("/console", inbox.Inbox(renderer, config.clock)),
-        ("/console/rows", inbox.InboxRows(renderer)),
-        ("/console/requests/{request_id}", requests.RequestPage(renderer, LinkCache(storage))),
+        ("/console", inbox.Inbox(renderer, config.clock, player)),
+        ("/console/rows", inbox.InboxRows(renderer, config.clock, player)),
+        ("/console/requests/{request_id}", requests.RequestPage(renderer, LinkCache(storage), player, config.clock)),
         ("/console/requests/{request_id}/note", requests.RequestNote()),
         ("/console/requests/{request_id}/tags", requests.RequestTags()),
         ("/console/requests/{request_id}/resolution", requests.RequestResolution()),
-        ("/console/requests/{request_id}/recording", requests.ConsoleRecording(renderer, player, config.clock)),
+        (
+            "/console/requests/{request_id}/recording",
+            recording := requests.ConsoleRecording(renderer, player, config.clock),
+        ),
         (
             "/console/login",
             account.ConsoleLogin(
@@ -153,4 +160,6 @@ def create_app(config: Config) -> falcon.App:
         )
     for path, resource in routes:
         app.add_route(path, resource)
+    # What a request's recording is now, for the console's script (`on_get_state`).
+    app.add_route("/console/requests/{request_id}/recording/state", recording, suffix="state")
     return app

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Callable
 
 import falcon
 
 from console import audit, sessions
-from console.middleware import PREFIX
+from console.middleware import PREFIX, back_to
 from console.rendering import (
     DEFAULT_LANGUAGE,
     LANGUAGE_COOKIE,
@@ -134,12 +133,7 @@ class ConsoleLanguage:
         if language not in LANGUAGES:
             raise falcon.HTTPBadRequest()
         StaffUser.update(language=language).where(StaffUser.id == user.id).execute()
-        # Back to the page the switch was on (the browser's Referer, same-origin), and only
-        # to a console path: never an open redirect.
-        referer = urllib.parse.urlsplit(req.get_header("Referer") or "")
-        back = referer.path + ("?" + referer.query if referer.query else "")
-        same_site = referer.netloc in ("", req.host if req.port in (80, 443) else f"{req.host}:{req.port}")
-        raise see_other(back if same_site and back.startswith(PREFIX + "/") and "//" not in back else PREFIX + "/")
+        raise see_other(back_to(req))  # the page the switch was on
 
 
 class ConsoleLogout:
