@@ -53,7 +53,9 @@ class SessionFlash:
         f = self._flash
         try:
             with f.client.pipeline(transaction=True) as pipe:
-                sealed, _ = pipe.get(self._key(page)).delete(self._key(page)).execute()
+                pipe.get(self._key(page))
+                pipe.delete(self._key(page))
+                sealed, _ = pipe.execute()
         except redis.RedisError:
             return None
         if sealed is None:

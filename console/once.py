@@ -46,7 +46,7 @@ class OnceOnly:
                 return "go", None
             value = self.client.get(key)
             if value is not None and value != _PENDING:
-                return "done", value.decode()
+                return "done", value.decode() if isinstance(value, bytes) else str(value)
             if value is None:
                 continue  # given back (a refused form) or expired meanwhile: claim it again
             if time.monotonic() >= deadline:

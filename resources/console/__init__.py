@@ -43,5 +43,5 @@ def rows_of(
 ) -> list[dict[str, object]]:
     """The rows of requests, each with what its call's recording is now (from the stored
     calls: the page asks nothing of the platform)."""
-    states = player.states([r.call for r in requests if r.call_id], now)
+    states = player.states([r.call for r in requests if r.call_id and r.call is not None], now)
     return [row(r, clinic, language, states.get(r.call_id) if r.call_id else None) for r in requests]
