@@ -13,6 +13,7 @@ from console import help as guides
 from console import rendering
 from console.flash import Flash
 from console.middleware import ConsoleSession, lifetime_of
+from console.once import OnceOnly
 from console.throttle import LoginThrottle
 from jobs import queueing
 from jobs.playback import RecordingPlayer
@@ -76,7 +77,7 @@ def create_app(config: Config) -> falcon.App:
         # recording-complete's 4xx after authentication are recorded
         HandoffRefusals(),
         # /console only: the staff session (cookie) and CSRF; never the API's
-        ConsoleSession(config.clock, session_lifetime, renderer, flash),
+        ConsoleSession(config.clock, session_lifetime, renderer, OnceOnly(queue_redis), flash),
         TokenAuth(config.clock, cache),
         RateLimit(limiter),
         RetryAdvice(),
@@ -111,13 +112,16 @@ def create_app(config: Config) -> falcon.App:
         ("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url))),
         (api_reference.PREFIX, api_reference.ApiReference()),
         (api_reference.PREFIX + "/assets/{name}", api_reference.ApiReferenceAsset()),
-        ("/console", inbox.Inbox(renderer, config.clock)),
-        ("/console/rows", inbox.InboxRows(renderer)),
-        ("/console/requests/{request_id}", requests.RequestPage(renderer, LinkCache(storage))),
+        ("/console", inbox.Inbox(renderer, config.clock, player)),
+        ("/console/rows", inbox.InboxRows(renderer, config.clock, player)),
+        ("/console/requests/{request_id}", requests.RequestPage(renderer, LinkCache(storage), player, config.clock)),
         ("/console/requests/{request_id}/note", requests.RequestNote()),
         ("/console/requests/{request_id}/tags", requests.RequestTags()),
         ("/console/requests/{request_id}/resolution", requests.RequestResolution()),
-        ("/console/requests/{request_id}/recording", requests.ConsoleRecording(renderer, player, config.clock)),
+        (
+            "/console/requests/{request_id}/recording",
+            recording := requests.ConsoleRecording(renderer, player, config.clock),
+        ),
         ("/console/login", account.ConsoleLogin(renderer, throttle, config.clock, trust)),
         (
             account.CODE,
@@ -162,4 +166,6 @@ def create_app(config: Config) -> falcon.App:
         )
     for path, resource in routes:
         app.add_route(path, resource)
+    # What a request's recording is now, for the console's script (`on_get_state`).
+    app.add_route("/console/requests/{request_id}/recording/state", recording, suffix="state")
     return app

@@ -38,7 +38,7 @@ REFUSALS = (
     N_("The password must be at most 1024 characters long."),
     N_("This password is too common or too easy to guess; choose a longer one, for example a few unrelated words."),
 )
-ROLES = {"staff": N_("staff"), "admin": N_("administrator")}
+ROLES = {"staff": N_("staff member"), "admin": N_("administrator")}
 ISSUER = "Clinic console"  # the name the authenticator app shows beside the account
 
 

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import peewee as pw
 
+from console import audit_words
 from console.rendering import N_
 from models import Actor, AuditEvent, Clinic, StaffUser
 from plumbing.clock import as_utc
@@ -17,51 +18,9 @@ from plumbing.keyset import Keyset
 
 PAGE_SIZE = 50
 ORDER = Keyset(AuditEvent.at, AuditEvent.id, descending=True)  # newest first
-# The verbs the filter offers (AuditEvent.action), in the order a reader looks for them,
-# with the words the page shows for them (translated where shown).
-ACTIONS: dict[str, str] = {
-    "staff.login": N_("Logged in"),
-    "staff.login_failed": N_("Failed login"),
-    "token.create": N_("API key created"),
-    "token.rotate": N_("API key replaced by a new one"),
-    "token.revoke": N_("API key revoked"),
-    "patient_request.create": N_("Request created"),
-    "patient_request.patch": N_("Request changed"),
-    "attachment.upload_link": N_("Upload link issued"),
-    "attachment.register": N_("Document stored"),
-    "patient.import": N_("Patient imported"),
-    "patient.import_bulk": N_("Patients imported in bulk"),
-    "call.receive": N_("Call received"),
-    "staff_user.create": N_("Staff user added"),
-    "staff_user.role": N_("Staff user's role changed"),
-    "staff_user.disable": N_("Staff user disabled"),
-    "staff_user.enable": N_("Staff user enabled"),
-    "staff_user.password_link": N_("Set-password link made"),
-    "staff_user.password_set": N_("Password set through a link"),
-    "staff_user.password_change": N_("Own password changed"),
-    "staff_user.reset_password": N_("Password reset by the operator"),
-    "staff_user.sessions_end": N_("Sessions ended"),
-    "staff_user.two_factor_enable": N_("Two-factor login turned on"),
-    "staff_user.two_factor_disable": N_("Two-factor login turned off"),
-    "staff_user.two_factor_reset": N_("Two-factor login reset by the operator"),
-    "staff_user.recovery_code_used": N_("Recovery code used"),
-    "staff_user.recovery_codes_new": N_("New recovery codes made"),
-    "call.recording_mismatch": N_("Recording did not match the call"),
-    # The settings pages' changes (onboarding/clinic_settings.py).
-    "settings.office_hours.add": N_("Office hours added"),
-    "settings.office_hours.remove": N_("Office hours removed"),
-    "settings.calendar.create": N_("Calendar created"),
-    "settings.calendar.update": N_("Calendar changed"),
-    "settings.vacation.add": N_("Vacation added"),
-    "settings.vacation.remove": N_("Vacation removed"),
-    "settings.calls.update": N_("Call settings changed"),
-    "settings.two_factor.update": N_("Two-factor requirement changed"),
-    "settings.tag.create": N_("Tag created"),
-    "settings.request_type.create": N_("Request type created"),
-    "settings.request_type.update": N_("Request type changed"),
-    # The operator's file (onboarding/from_file.py).
-    "onboarding.file": N_("Onboarding file applied"),
-}
+# The actions the trail holds, each with its words and the details it shows (the filter
+# offers them in this order): console/audit_words.py.
+ACTIONS = audit_words.ACTIONS
 # What was odd about a call's hand-off (switchboard.handoff.ANOMALIES), as the request page
 # says it beside "Call received".
 ANOMALIES: dict[str, str] = {
@@ -79,8 +38,6 @@ ANOMALIES: dict[str, str] = {
     "unstorableCharacters": N_("a value held characters that cannot be stored (replaced)"),
     "fieldNameCase": N_("a field name differed from the contract in letter case"),
 }
-# Who wrote, by AuditEvent.actor_kind.
-WHO = {"token": N_("API key"), "staff": N_("staff"), "operator": N_("operator")}
 
 
 def logged_in(user: StaffUser) -> None:
@@ -128,11 +85,16 @@ def events(
     cursor: str | None = None,
 ) -> tuple[list[AuditEvent], str | None]:
     """A page of the clinic's events, newest first, and the next page's cursor. `who`
-    matches the actor's name in part, any case; `what` is an action; `since` inclusive,
-    `until` exclusive (naive UTC)."""
+    matches in part, any case, the actor's recorded name (a key's service account, a staff
+    user's e-mail) or a staff user's name as the page shows it; `what` is an action;
+    `since` inclusive, `until` exclusive (naive UTC)."""
     query = AuditEvent.select().where(AuditEvent.clinic_id == clinic.id)
     if who:
-        query = query.where(pw.fn.LOWER(AuditEvent.actor_name).contains(who.lower()))
+        named = StaffUser.select(StaffUser.email).where(pw.fn.LOWER(StaffUser.name).contains(who.lower()))
+        query = query.where(
+            pw.fn.LOWER(AuditEvent.actor_name).contains(who.lower())
+            | ((AuditEvent.actor_kind == "staff") & AuditEvent.actor_name.in_(named))
+        )
     if what:
         query = query.where(AuditEvent.action == what)
     if since is not None:

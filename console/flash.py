@@ -1,6 +1,6 @@
-"""One-time messages from a write to the page it leads to (post/redirect/get): the answer to
-a POST is a 303, so what the next page must show once (a set-password link, recovery codes)
-waits here, bound to the session, until that page takes it.
+"""One-time messages from a write to the page it leads to (post/redirect/get): the answer
+to a POST is a 303, so whatever the next page must say once (a new API key's secret) waits
+here, bound to the session, until that page takes it.
 
 Kept in Redis under the session's id for a few minutes, encrypted with a key derived from
 SECRET_KEY and the session's cookie token, which the server never stores: neither Redis nor
@@ -17,6 +17,7 @@ import redis
 from plumbing import crypto
 
 PREFIX = "console:flash:"
+_LABEL = "console-flash"
 
 
 class Flash:
@@ -34,7 +35,7 @@ class SessionFlash:
 
     def __init__(self, flash: Flash, cookie_token: str, session_id: str) -> None:
         self._flash = flash
-        self._key_material = f"{flash.secret_key}\0console-flash\0{cookie_token}"
+        self._binding = cookie_token
         self._session_id = session_id
 
     def _key(self, page: str) -> str:
@@ -42,14 +43,16 @@ class SessionFlash:
 
     def put(self, page: str, message: dict[str, Any]) -> None:
         """Leave `message` for the next view of `page`. Raises redis.RedisError."""
-        sealed = crypto.encrypt(json.dumps(message), self._key_material)
-        self._flash.client.set(self._key(page), sealed, ex=self._flash.ttl)
+        f = self._flash
+        sealed = crypto.encrypt_bound(json.dumps(message), f.secret_key, self._binding, _LABEL)
+        f.client.set(self._key(page), sealed, ex=f.ttl)
 
     def take(self, page: str) -> dict[str, Any] | None:
         """The message left for `page`, removed as it is read; None when there is none (or
         it cannot be read: another session's, or Redis unreachable)."""
+        f = self._flash
         try:
-            with self._flash.client.pipeline(transaction=True) as pipe:
+            with f.client.pipeline(transaction=True) as pipe:
                 pipe.get(self._key(page))
                 pipe.delete(self._key(page))
                 sealed, _ = pipe.execute()
@@ -58,6 +61,6 @@ class SessionFlash:
         if sealed is None:
             return None
         try:
-            return json.loads(crypto.decrypt(sealed.decode(), self._key_material))
+            return json.loads(crypto.decrypt_bound(sealed.decode(), f.secret_key, self._binding, _LABEL))
         except crypto.InvalidToken:
             return None

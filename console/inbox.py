@@ -4,6 +4,7 @@ patient and its call read in the same query (one round trip for a page of rows).
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -12,12 +13,32 @@ import peewee as pw
 from babel import Locale, UnknownLocaleError
 from babel.dates import format_date, format_time
 
+from console.rendering import N_
 from models import AuditEvent, Call, Clinic, Patient, PatientRequest, StaffUser
 from plumbing.clock import as_utc
+from plumbing.phones import for_display
+from voicemail.recordings import GONE_REASONS, PlayState
 
 PAGE = 50
 KINDS = ("voice_message", "missed_call", "other")  # "other": every kind not from a call
 STATES = ("open", "resolved")
+_PHONE_LIKE = re.compile(r"\+?[\d\s/().-]{3,}")
+
+# A recording that is gone: the one sentence the page says (the receptionist's "no player
+# and why not"), then why, in words (voicemail.recordings.GONE_REASONS' reasons).
+GONE = N_("The recording is no longer available — the transcript stays.")
+WHY_GONE: dict[str, str] = {
+    "deleted": N_("The switchboard platform has deleted it."),
+    "no_credentials": N_("Its link has expired, and the clinic's switchboard platform access was not set up."),
+    "no_reference": N_("Its link has expired, and the call names no recording to ask the switchboard platform for."),
+    "expired": N_("Its link has expired, and this switchboard cannot give a new one."),
+    "mismatch": N_("The switchboard platform gave a different recording than the call handed off."),
+    "unverifiable": N_("A new link could not be checked against the recording the call handed off."),
+}
+assert set(WHY_GONE) == set(GONE_REASONS) - {"no_recording"}, "every reason a recording is gone has its words"
+# The platform did not give a link just now (or a play failed after the page was drawn).
+TRY_AGAIN = N_("The recording could not be loaded from the switchboard just now — play it again in a moment.")
+NO_RECORDING = N_("No recording came with this call.")
 
 
 def requests(
@@ -44,6 +65,10 @@ def requests(
     search = search.strip()[:100]
     if search:
         # Name parts or phone digits; ILIKE patterns with the user's % and _ taken literally.
+        # A number typed as the console shows it ("608 333 444") is matched by its digits
+        # (stored numbers are E.164).
+        if _PHONE_LIKE.fullmatch(search):
+            search = ("+" if search.startswith("+") else "") + re.sub(r"\D", "", search)
         pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         query = query.where(
             Patient.first_name.ilike(pattern)
@@ -92,11 +117,26 @@ def language_name(code: str | None, language: str) -> str | None:
         return code
 
 
-def row(request: PatientRequest, clinic: Clinic, language: str) -> dict[str, object]:
-    """The values one row template shows (the page and the live update render the same)."""
+def phone(number: str | None, clinic: Clinic) -> dict[str, str | None] | None:
+    """A number to show: `text` in the one display format, `tel` (E.164) for a link (None:
+    not a number to call)."""
+    if not number:
+        return None
+    text, e164 = for_display(number, clinic.country)
+    return {"text": text, "tel": e164}
+
+
+def row(
+    request: PatientRequest, clinic: Clinic, language: str, recording: PlayState | None = None
+) -> dict[str, object]:
+    """The values one row template shows (the page and the live update render the same).
+    `recording`: what the call's recording is now (`RecordingPlayer.states`), for a
+    request made from a call."""
     call: Call | None = request.call if request.call_id else None
     patient = request.patient
     name = f"{patient.first_name} {patient.last_name}".strip()
+    if call is not None and recording is None:
+        recording = PlayState("none")
     return {
         "id": str(request.id),
         "kind": request.kind,
@@ -105,10 +145,10 @@ def row(request: PatientRequest, clinic: Clinic, language: str) -> dict[str, obj
         "created": as_utc(request.created_at).isoformat(),
         "time": local_time(request.created_at, clinic, language),
         "open": request.done_at is None,
-        "call_from": call.call_from if call else patient.phone,
-        "callback": call.callback_number if call and call.callback_number != call.call_from else None,
+        "call_from": phone(call.call_from if call else patient.phone, clinic),
+        "callback": phone(call.callback_number, clinic) if call and call.callback_number != call.call_from else None,
         # Digits read but not confirmed as heard: shown as heard, never as a link to call.
-        "heard": call.heard_number if call and not call.callback_number else None,
+        "heard": phone(call.heard_number, clinic) if call and not call.callback_number else None,
         # A second before the number: the listener hears it whole.
         "heard_from": (
             max(0, math.floor(call.callback_number_at) - 1) if call and call.callback_number_at is not None else 0
@@ -117,7 +157,9 @@ def row(request: PatientRequest, clinic: Clinic, language: str) -> dict[str, obj
         "status": call.transcript_status if call else None,
         "language": call.transcript_language if call else None,
         "language_name": language_name(call.transcript_language, language) if call else None,
-        "playable": bool(call and call.has_recording),
+        "recording": recording.state if recording else None,
+        "gone_why": WHY_GONE.get(recording.reason or "") if recording and recording.state == "gone" else None,
+        "playable": bool(recording and recording.has_player),
     }
 
 

@@ -1,24 +1,31 @@
 """The console's session and CSRF middleware: only `/console` paths, never the API's.
 
-It reads the session cookie into `req.context.console_session`, parses a form body into
-`req.context.form`, refuses (403) every POST whose `csrf_token` does not match, and sends
-a resource that declares `login_required` to the login page when there is no session.
+It reads the session cookie into `req.context.console_session` (and the session's one-time
+messages, `req.context.flash`), parses a form body into `req.context.form`, refuses (403)
+every POST whose `csrf_token` does not match, answers a form sent again (its `once` token
+used already: console/once.py) with the first answer's redirect instead of writing again,
+and sends a resource that declares `login_required` to the login page when there is no
+session.
 The API's TokenAuth reads only the Authorization header, so a session cookie opens
 nothing there; and this reads only the cookie, so a token opens nothing here."""
 
 from __future__ import annotations
 
+import logging
 import urllib.parse
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import falcon
+import redis
 
 from console import sessions
 from console.flash import Flash
+from console.once import OnceOnly
 from console.rendering import DEFAULT_LANGUAGE, Renderer, cookie
 
+log = logging.getLogger(__name__)
 PREFIX = "/console"
 _FORM = "application/x-www-form-urlencoded"
 # Forms sent before there is a session: checked against the pre-login cookie (double submit).
@@ -31,17 +38,35 @@ def is_console(req: falcon.Request) -> bool:
     return req.path == PREFIX or req.path.startswith(PREFIX + "/")
 
 
+def back_to(req: falcon.Request, default: str = PREFIX + "/") -> str:
+    """The console page the request came from (the browser's Referer, same origin), else
+    `default`: only ever a console path, never an open redirect."""
+    referer = urllib.parse.urlsplit(req.get_header("Referer") or "")
+    back = referer.path + ("?" + referer.query if referer.query else "")
+    same_site = referer.netloc in ("", req.host if req.port in (80, 443) else f"{req.host}:{req.port}")
+    return back if same_site and back.startswith(PREFIX + "/") and "//" not in back else default
+
+
 class ConsoleSession:
-    def __init__(self, clock: Callable, lifetime: sessions.Lifetime, renderer: Renderer, flash: Flash) -> None:
+    def __init__(
+        self,
+        clock: Callable,
+        lifetime: sessions.Lifetime,
+        renderer: Renderer,
+        once: OnceOnly,
+        flash: Flash,
+    ) -> None:
         self.clock = clock
         self.lifetime = lifetime
         self.renderer = renderer
+        self.once = once
         self.flash = flash
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         req.context.console_session = None
         req.context.form = {}
         req.context.flash = None
+        req.context.once_key = None
         if not is_console(req) or req.path.startswith(PREFIX + "/static/"):
             return
         token = cookie(req, sessions.COOKIE)
@@ -74,6 +99,39 @@ class ConsoleSession:
                 message=tr.gettext("The form expired. Please try again."),
             )
             resp.complete = True  # the responder does not run
+            return
+        if session is not None:
+            self._once(req, resp, session.id)
+
+    def _once(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
+        """A form's second POST (reload, double click) is sent where its first was sent."""
+        key = self.once.key(session_id, req.context.form.get("once"))
+        if key is None:
+            return
+        try:
+            outcome, location = self.once.claim(key)
+        except redis.RedisError as exc:
+            log.warning("console write not checked for a repeat (Redis: %s)", type(exc).__name__)
+            return
+        if outcome == "go":
+            req.context.once_key = key
+            return
+        resp.status = falcon.HTTP_303
+        resp.location = location or back_to(req)  # "busy": the first is still writing; back to the form
+        resp.cache_control = ["no-store"]
+        resp.complete = True
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool) -> None:
+        key = getattr(req.context, "once_key", None)
+        if key is None:
+            return
+        # A redirect: the write was done (post/redirect/get). Anything else (a refused form,
+        # an error): nothing written, the token is given back.
+        location = resp.get_header("Location") if resp.status_code == 303 else None
+        try:
+            self.once.finish(key, location)
+        except redis.RedisError as exc:
+            log.warning("console write's outcome not kept (Redis: %s)", type(exc).__name__)
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict) -> None:
         admin_only = getattr(resource, "admin_required", False)

@@ -7,7 +7,9 @@ at start with Babel: no build step and no .mo file to forget to regenerate."""
 from __future__ import annotations
 
 import gettext
+import hashlib
 import io
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,14 @@ class Renderer:
         )
         self.env.install_null_translations(newstyle=True)  # type: ignore[attr-defined]  # the i18n extension's
         self.translations = {language: _compile(language) for language in LANGUAGES}
+        # The stylesheet's and the script's addresses, with their content's hash: a changed
+        # file reaches every browser at once, however long it kept the last one.
+        self.assets = {
+            p.name: f"/console/static/{p.name}?v={hashlib.sha256(p.read_bytes()).hexdigest()[:12]}"
+            for p in (HERE / "static").iterdir()
+            if p.is_file()
+        }
+        self.env.globals["asset"] = self.assets.__getitem__
 
     def render(self, name: str, language: str, **context: Any) -> str:
         # The translation functions go in with each page's context, not the environment's
@@ -62,8 +72,13 @@ class Renderer:
             return Markup(tr.gettext(message)) % values if values else tr.gettext(message)
 
         return self.env.get_template(name).render(
-            gettext=gettext_, _=gettext_, ngettext=tr.ngettext, language=language, **context
+            gettext=gettext_, _=gettext_, ngettext=tr.ngettext, language=language, once=_once, **context
         )
+
+
+def _once() -> str:
+    """A form's token of its one use (console/once.py), fresh in every form drawn."""
+    return secrets.token_urlsafe(16)
 
 
 LANGUAGE_COOKIE = "console_lang"  # the login page's language choice, before anyone is known

@@ -12,6 +12,7 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -23,7 +24,7 @@ from rq.registry import ScheduledJobRegistry
 
 from config import Config
 from jobs import queueing
-from jobs.refetch import ensure_refetch
+from jobs.refetch import ensure_refetch, job_id
 from models import Call, Clinic
 from plumbing import clock
 from plumbing.clock import iso_utc
@@ -61,6 +62,43 @@ class RecordingPlayer:
                 recordings.remember_gone(call.id, "no_credentials", now)
                 return recordings.LinkState("unavailable", reason="no_credentials")
         return state
+
+    def states(self, calls: Iterable[Call], now: datetime) -> dict[uuid.UUID, recordings.PlayState]:
+        """What a page says about each call's recording, judged as `play` would judge it, but
+        from the stored calls and the re-fetch jobs' state alone: nothing is asked of the
+        platform, nothing is enqueued and nothing is written (an inbox page of expired links
+        must not start a re-fetch per row). One query per clinic for its marker words and
+        credentials, one Redis round trip for the jobs of the expired links."""
+        clinics: dict[uuid.UUID, tuple[list[str], bool]] = {}
+        links: dict[uuid.UUID, tuple[recordings.LinkState, bool]] = {}
+        for call in calls:
+            if call.clinic_id not in clinics:
+                clinic = Clinic.get_by_id(call.clinic_id)
+                creds = platform.credentials_of(clinic, self.config.secret_key) is not None
+                clinics[call.clinic_id] = (recordings.clinic_marker_words(clinic, self.config), creds)
+            markers, creds = clinics[call.clinic_id]
+            links[call.id] = (recordings.link_state(call, now, self.config, markers), creds)
+        failing = self._failing_refetches(
+            [call_id for call_id, (state, creds) in links.items() if state.state == "expired" and creds]
+        )
+        return {
+            call_id: recordings.play_state(state, creds, call_id in failing)
+            for call_id, (state, creds) in links.items()
+        }
+
+    def _failing_refetches(self, call_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        """The calls whose re-fetch job failed for now: waiting for its retry (a transient
+        failure: the platform unreachable or answering 5xx) or failed after its last one.
+        Redis unreachable: none known (the page offers the player; a play tells)."""
+        if not call_ids:
+            return set()
+        try:
+            jobs = Job.fetch_many([job_id(c) for c in call_ids], connection=self.queue.connection)
+        except redis.RedisError as exc:
+            log.warning("re-fetch jobs not read (Redis: %s)", type(exc).__name__)
+            return set()
+        failing = {JobStatus.SCHEDULED, JobStatus.FAILED}
+        return {c for c, job in zip(call_ids, jobs) if job is not None and job.get_status(refresh=False) in failing}
 
     def describe(self, call: Call, now: datetime) -> dict[str, object]:
         """The call as the request detail carries it. An expired link starts its re-fetch

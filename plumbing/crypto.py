@@ -7,7 +7,7 @@ import hashlib
 
 from cryptography.fernet import Fernet, InvalidToken
 
-__all__ = ["MIN_SECRET_KEY_BYTES", "InvalidToken", "decrypt", "encrypt"]
+__all__ = ["MIN_SECRET_KEY_BYTES", "InvalidToken", "decrypt", "decrypt_bound", "encrypt", "encrypt_bound"]
 
 #: Shortest SECRET_KEY a production process accepts, in UTF-8 bytes: 256 bits of a random
 #: value, out of reach of guessing whatever is derived from it (config.py enforces it).
@@ -27,3 +27,20 @@ def encrypt(plaintext: str, secret_key: str) -> str:
 
 def decrypt(ciphertext: str, secret_key: str) -> str:
     return _fernet(secret_key).decrypt(ciphertext.encode()).decode()
+
+
+def _bound_fernet(secret_key: str, binding: str, label: str) -> Fernet:
+    digest = hashlib.sha256(f"clinic-service/{label}\0".encode() + secret_key.encode() + b"\0" + binding.encode())
+    return Fernet(base64.urlsafe_b64encode(digest.digest()))
+
+
+def encrypt_bound(plaintext: str, secret_key: str, binding: str, label: str) -> str:
+    """Encrypt with a key from SECRET_KEY and `binding`, a secret the server does not keep
+    (a session's cookie): what is stored cannot be read back without the browser that
+    holds the binding. `label` keeps one use's keys apart from another's."""
+    return _bound_fernet(secret_key, binding, label).encrypt(plaintext.encode()).decode()
+
+
+def decrypt_bound(ciphertext: str, secret_key: str, binding: str, label: str) -> str:
+    """`encrypt_bound`'s inverse; raises InvalidToken for another binding or a changed text."""
+    return _bound_fernet(secret_key, binding, label).decrypt(ciphertext.encode()).decode()

@@ -60,3 +60,17 @@ def _only_prefixed(said: str, number: phonenumbers.PhoneNumber, region: str) -> 
     return head in international | {"", trunk} or any(
         bool(exit_code and head.endswith(h) and re.fullmatch(exit_code, head[: -len(h)])) for h in international
     )
+
+
+@lru_cache(maxsize=4096)
+def for_display(raw: str, region: str) -> tuple[str, str | None]:
+    """A stored number as people read it, and its E.164 form for a `tel:` link: the
+    international format with the country's own grouping (`+420 608 333 444`, the same
+    for a clinic's own callers and for foreign ones, so one list never mixes two ways of
+    writing). What is not a phone number (a withheld caller's `anonymous`) is shown as it
+    is, with no link."""
+    e164 = to_e164(raw, region)
+    if e164 is None:
+        return raw, None
+    number = phonenumbers.parse(e164)
+    return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.INTERNATIONAL), e164

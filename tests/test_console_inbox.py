@@ -121,7 +121,7 @@ def test_the_play_route_redirects_or_says_the_recording_is_gone(staff, app, cloc
     played = app.get(f"/console/requests/{live.id}/recording", status=302)
     assert played.headers["Location"] == "https://example.test/r.wav"
     page = app.get(f"/console/requests/{gone.id}/recording", status=410)
-    assert "Nahrávka už není k dispozici; přepis zůstává." in page.text
+    assert "Nahrávka už není k dispozici — přepis zůstává." in page.text
     app.reset()
     app.get(f"/console/requests/{live.id}/recording", status=303), "no session: the login page"
 
@@ -146,7 +146,9 @@ def test_the_request_page_shows_notes_and_history_and_hides_other_clinics(staff,
     with db.connection_context():
         assert PatientRequest.get_by_id(request.id).user_note == "<i>rang twice</i>"
     history = page.html.select_one("ol.history").text
-    assert "Označeno jako vyřízené – personál: anna@example.cz" in history
+    assert "Označeno jako vyřízené – Anna Nováková" in history and "Změněna poznámka – Anna Nováková" in history
+    author = page.html.select_one("ol.history span.who span")
+    assert author["title"] == "anna@example.cz", "the e-mail in a tooltip"
     assert "Podepsané dokumenty" in page.text and "Žádné." in page.text
     app.get(f"/console/requests/{other.id}", status=404)
     app.get("/console/requests/nonsense", status=404)

@@ -1,6 +1,7 @@
-"""The API keys page, /console/settings/api-keys (issue 21, item 5), through WebTest:
-admins only; create (the secret shown once), rotate, revoke; the list's facts; and the
-key rules of api_keys.rules, the same for the console and `manage.py token`."""
+"""The API keys page, /console/settings/api-keys, through WebTest: admins only; create (the
+secret shown once, through the session's one-time flash after a 303), rotate, revoke; the
+list's facts in words; a form sent twice writes once; and the key rules of api_keys.rules,
+the same for the console and `manage.py token`."""
 from __future__ import annotations
 
 import re
@@ -30,8 +31,8 @@ def admin(staff, app):  # noqa: F811
     return staff
 
 
-def create(app, name: str = "pbx", days: str = "", scopes: tuple[str, ...] = ("read", "write"),
-           grants: tuple[str, ...] = ("clinic-a",), status: int = 201):
+def create_form(app, name: str = "pbx", days: str = "", scopes: tuple[str, ...] = ("read", "write"),
+                grants: tuple[str, ...] = ("clinic-a",)):
     form = new_key_form(app.get(PAGE + "?clinic=clinic-a"))
     form["name"] = name
     if days:
@@ -40,7 +41,18 @@ def create(app, name: str = "pbx", days: str = "", scopes: tuple[str, ...] = ("r
         form[f"scope_{scope}"] = scope in scopes
     for field in [f for f in form.fields if f and f.startswith("grant_")]:
         form[field] = field.removeprefix("grant_") in grants
-    return form.submit(status=status, extra_environ=ADDRESS)
+    return form
+
+
+def create(app, name: str = "pbx", days: str = "", scopes: tuple[str, ...] = ("read", "write"),
+           grants: tuple[str, ...] = ("clinic-a",), status: int = 303):
+    """Create a key; a made key's answer is a 303 to the list, followed (the page that shows
+    its secret once)."""
+    answer = create_form(app, name, days, scopes, grants).submit(status=status, extra_environ=ADDRESS)
+    if status != 303:
+        return answer
+    assert answer.headers["Location"].endswith(PAGE + "?clinic=clinic-a#new-key-title")
+    return answer.follow()
 
 
 def new_key_form(page):
@@ -68,8 +80,12 @@ def test_an_admin_creates_a_key_shown_once_that_works_and_is_listed_without_its_
     listed = app.get(PAGE + "?clinic=clinic-a")
     assert text.split("_", 2)[2] not in listed.text and "new-key" not in listed.text, "shown once: never again"
     token = the_token(text)
-    row = listed.html.find(id=f"key-{token.id}").text
-    assert "pbx" in row and "clinic-a" in row and "read write" in row and "staff:anna@example.cz" in row
+    row = listed.html.find(id=f"key-{token.id}")
+    facts = {dt.text: dd for dt, dd in zip(row.find_all("dt"), row.find_all("dd"))}
+    assert row.find("h3").find(class_="name").text == "pbx"
+    assert facts["Kliniky"].text == "Clinic-A" and facts["Oprávnění"].text == "čtení, zápis"
+    author = facts["Vytvořil"].find("span")
+    assert (author.text, author["title"]) == ("Anna Nováková", "anna@example.cz"), "by name, the e-mail in a tooltip"
     assert "nikdy" not in row, "used once: its last use is shown (the page's clock)"
     assert as_utc(token.expires_at) == as_utc(WEDNESDAY) + timedelta(days=90), "90 days unless chosen"
     with db.connection_context():
@@ -133,7 +149,7 @@ def test_rotate_keeps_the_old_key_until_the_chosen_time_then_only_the_new_one(ad
     listed = app.get(PAGE + "?clinic=clinic-a")
     form = next(f for f in listed.forms.values() if f.action.endswith("/rotate"))
     form["old_until"] = "2026-11-18T12:00:00"  # clinic-a is in Prague: 11:00 UTC, an hour ahead
-    page = form.submit(status=201, extra_environ=ADDRESS)
+    page = form.submit(status=303, extra_environ=ADDRESS).follow()
     new = secret_of(page)
     assert new != old and "Starý klíč funguje do" in page.text
     assert works(app, old) and works(app, new)
@@ -197,7 +213,7 @@ def test_an_admin_revokes_but_cannot_rotate_a_key_that_also_opens_another_clinic
         other, other_text = rules.issue(Actor("operator", "ops"), "b-only", [Clinic.by_slug("clinic-b")], ["read"], WEDNESDAY)
     page = app.get(PAGE + "?clinic=clinic-a")
     row = page.html.find(id=f"key-{shared.id}")
-    assert "clinic-a, clinic-b" in row.text and row.find("form", {"class": "rotate"}) is None
+    assert "Clinic-A, Clinic-B" in row.text and row.find("form", {"class": "rotate"}) is None
     assert page.html.find(id=f"key-{other.id}") is None, "another clinic's key is not listed"
     csrf = csrf_of(page)
     app.post(f"{PAGE}/{shared.id}/rotate", {"csrf_token": csrf, "clinic": "clinic-a",
@@ -232,3 +248,63 @@ def test_last_use_is_written_at_most_once_a_minute_per_token_by_any_process(admi
     with db.connection_context():
         assert ApiToken.get_by_id(token_id).last_used_at == as_utc(WEDNESDAY + timedelta(seconds=61)), \
             "at most a minute stale"
+
+
+def keys_named(name: str) -> int:
+    with db.connection_context():
+        return ApiToken.select().where(ApiToken.name == name).count()
+
+
+def test_a_create_sent_again_makes_no_second_key_and_the_secret_is_never_shown_again(admin, app):
+    form = create_form(app, name="twice")
+    first = form.submit(status=303, extra_environ=ADDRESS)
+    again = form.submit(status=303, extra_environ=ADDRESS)  # the browser's reload of the POST
+    assert again.headers["Location"] == first.headers["Location"], "sent where the first was sent"
+    assert keys_named("twice") == 1
+    page = first.follow()
+    text = secret_of(page)
+    assert text.startswith("csk_") and keys_named("twice") == 1
+    assert page.html.find("section", {"class": "new-key"}).find("h2").text == "Klíč pro twice"
+    for reload in (first.follow(), again.follow(), app.get(PAGE + "?clinic=clinic-a")):
+        assert text.split("_", 2)[2] not in reload.text and reload.html.find(id="new-key") is None
+    with db.connection_context():
+        assert AuditEvent.select().where(AuditEvent.action == "token.create").count() == 1
+
+
+def test_a_refused_create_gives_its_form_back_for_the_corrected_try(admin, app):
+    form = create_form(app, name="   ")
+    assert "Servisní účet potřebuje název" in form.submit(status=400).text
+    form["name"] = "fixed"
+    secret_of(form.submit(status=303).follow())
+    assert keys_named("fixed") == 1
+
+
+def test_a_double_click_on_rotate_rotates_once(admin, app):
+    old = secret_of(create(app))
+    form = next(f for f in app.get(PAGE + "?clinic=clinic-a").forms.values() if f.action.endswith("/rotate"))
+    form["old_until"] = "2026-11-18T12:00:00"
+    first, second = form.submit(status=303), form.submit(status=303)
+    assert first.headers["Location"] == second.headers["Location"]
+    with db.connection_context():
+        assert ApiToken.select().count() == 2 and AuditEvent.select().where(AuditEvent.action == "token.rotate").count() == 1
+    new = secret_of(second.follow())  # the page the second click lands on shows the new key
+    assert new != old and works(app, new)
+
+
+def test_the_one_time_flash_is_bound_to_the_session_and_stored_encrypted(admin, app):
+    import redis as redis_lib
+
+    from tests.conftest import REDIS_URL
+
+    answer = create_form(app, name="sealed").submit(status=303)
+    client = redis_lib.Redis.from_url(REDIS_URL)
+    (key,) = client.keys("console:flash:*")
+    stored = client.get(key)
+    with db.connection_context():
+        token = ApiToken.get(ApiToken.name == "sealed")
+    assert token.secret_hash not in stored.decode() and b"csk_" not in stored, "never kept readable"
+    # Another session (another login of the same user) finds nothing to show.
+    other = type(app)(app.app)
+    login(other, status=303)
+    assert other.get(PAGE + "?clinic=clinic-a").html.find(id="new-key") is None
+    assert secret_of(answer.follow()).startswith("csk_") and client.keys("console:flash:*") == []

@@ -31,11 +31,11 @@ LABELS = {
     "cs": {"reliable": "Přepis je spolehlivý",
            "check": "Přepis může místy obsahovat chyby: ověřte si ho v nahrávce",
            "unreliable": "Přepis je nespolehlivý: poslechněte si nahrávku",
-           "heard": "slyšeno jako +420700123456 (nepotvrzeno)", "listen": "Poslechnout číslo"},
+           "heard": "slyšeno jako +420 700 123 456 (nepotvrzeno)", "listen": "Poslechnout číslo"},
     "en": {"reliable": "Transcript reliable",
            "check": "Transcript may be wrong in places: check it against the recording",
            "unreliable": "Transcript unreliable: listen to the recording",
-           "heard": "heard as +420700123456 (unconfirmed)", "listen": "Listen to the number"},
+           "heard": "heard as +420 700 123 456 (unconfirmed)", "listen": "Listen to the number"},
 }
 
 

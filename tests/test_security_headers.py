@@ -65,7 +65,7 @@ def test_console_answers_of_every_kind(people, app):
     assert "max-age" not in cookie.lower() and "expires" not in cookie.lower(), "a browser-session cookie"
     inbox = app.get("/console/")
     console_page(inbox.headers)
-    assert "<script>" not in inbox.text and '<script src="/console/static/console.js"' in inbox.text
+    assert "<script>" not in inbox.text and '<script src="/console/static/console.js?v=' in inbox.text
     refused = app.get("/console/settings", status=403)  # a staff member
     console_page(refused.headers)
     missing = app.get("/console/requests/00000000-0000-0000-0000-000000000000", status=404)

@@ -86,10 +86,18 @@ def marker_words(call: Call, config: Config) -> list[str]:
     return [*config.marker_words, *json.loads(stored or "[]")]
 
 
-def has_strategy(call: Call, config: Config) -> bool:
-    """Whether the call's `Source` names the platform family the service re-fetches from."""
+def clinic_marker_words(clinic: Clinic, config: Config) -> list[str]:
+    """`marker_words` of a clinic already read (a page of one clinic's calls asks once)."""
+    return [*config.marker_words, *json.loads(clinic.platform_source_markers or "[]")]
+
+
+def has_strategy(call: Call, config: Config, markers: list[str] | None = None) -> bool:
+    """Whether the call's `Source` names the platform family the service re-fetches from
+    (`markers`: the clinic's marker words when the caller has them, else read)."""
     text = (call.source or "").lower()
-    return bool(text) and any(word in text for word in marker_words(call, config))
+    if not text:
+        return False
+    return any(word in text for word in (marker_words(call, config) if markers is None else markers))
 
 
 def clinics_never_refetched(config: Config) -> list[str]:
@@ -138,9 +146,10 @@ def original_expiry(call: Call, config: Config) -> datetime:
     return as_utc(call.received_at) + timedelta(minutes=config.recording_url_lifetime_minutes)
 
 
-def link_state(call: Call, now: datetime, config: Config) -> LinkState:
+def link_state(call: Call, now: datetime, config: Config, markers: list[str] | None = None) -> LinkState:
     """The call's recording at `now`: the freshest link with time left, else whether a
-    re-fetch can help (one query for the clinic's marker words when it may)."""
+    re-fetch can help (one query for the clinic's marker words when it may, none when the
+    caller passes them as `markers`)."""
     now = as_utc(now)
     if call.recording_gone_reason:
         return LinkState("unavailable", reason=call.recording_gone_reason)
@@ -152,9 +161,42 @@ def link_state(call: Call, now: datetime, config: Config) -> LinkState:
     expires_at, url = max(candidates, key=lambda c: c[0])
     if expires_at - now >= MIN_LEFT:
         return LinkState("available", url=url, expires_at=expires_at)
-    if not has_strategy(call, config):
+    if not has_strategy(call, config, markers):
         return LinkState("unavailable", reason="expired")
     return LinkState("expired")
+
+
+#: What a page says about a call's recording before anyone plays it (`PlayState.state`):
+#: a link with time left (`playable`); an expired link a play will re-fetch (`refetchable`);
+#: the re-fetch failed for now and waits for a retry or failed its retries (`unreachable`:
+#: "try again", not "gone"); the recording is gone (`gone`, with its reason); the call
+#: brought none (`none`).
+PLAY_STATES = ("playable", "refetchable", "unreachable", "gone", "none")
+
+
+@dataclass(frozen=True)
+class PlayState:
+    state: str
+    reason: str | None = None
+
+    @property
+    def has_player(self) -> bool:
+        """Whether a page offers a player (a play may still work)."""
+        return self.state in ("playable", "refetchable", "unreachable")
+
+
+def play_state(state: LinkState, has_credentials: bool, refetch_failing: bool) -> PlayState:
+    """A page's word for a link state, judged as a play would (`jobs/playback.py`): an
+    expired link of a clinic without platform credentials is gone; of one with them, a
+    re-fetch that is failing for now (`refetch_failing`, the job's own state) is
+    `unreachable`."""
+    if state.state == "available":
+        return PlayState("playable")
+    if state.state == "unavailable":
+        return PlayState("none") if state.reason == "no_recording" else PlayState("gone", state.reason)
+    if not has_credentials:
+        return PlayState("gone", "no_credentials")
+    return PlayState("unreachable" if refetch_failing else "refetchable")
 
 
 def remember_gone(call_id: Any, reason: str, now: datetime) -> None:

@@ -6,9 +6,12 @@ of the clinic it acts on. The helpers the pages share are here."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import falcon
 
-from console.inbox import KINDS, STATES, request_for
+from console.inbox import KINDS, STATES, request_for, row
+from jobs.playback import RecordingPlayer
 from models import Clinic, PatientRequest, StaffUser
 
 
@@ -33,3 +36,12 @@ def own_request(req: falcon.Request, request_id: str) -> tuple[StaffUser, Patien
     if request is None:
         raise falcon.HTTPNotFound()
     return user, request
+
+
+def rows_of(
+    requests: list[PatientRequest], clinic: Clinic, language: str, player: RecordingPlayer, now: datetime
+) -> list[dict[str, object]]:
+    """The rows of requests, each with what its call's recording is now (from the stored
+    calls: the page asks nothing of the platform)."""
+    states = player.states([r.call for r in requests if r.call_id and r.call is not None], now)
+    return [row(r, clinic, language, states.get(r.call_id) if r.call_id else None) for r in requests]

@@ -5,7 +5,6 @@ two-factor) and the set-password link's page."""
 from __future__ import annotations
 
 import logging
-import urllib.parse
 from collections.abc import Callable
 from datetime import datetime
 
@@ -15,7 +14,7 @@ import redis
 from console import accounts as words
 from console import audit, sessions
 from console.flash import Flash
-from console.middleware import PENDING_PAGES, PREFIX
+from console.middleware import PENDING_PAGES, PREFIX, back_to
 from console.rendering import (
     DEFAULT_LANGUAGE,
     LANGUAGE_COOKIE,
@@ -265,12 +264,7 @@ class ConsoleLanguage:
         if language not in LANGUAGES:
             raise falcon.HTTPBadRequest()
         StaffUser.update(language=language).where(StaffUser.id == user.id).execute()
-        # Back to the page the switch was on (the browser's Referer, same-origin), and only
-        # to a console path: never an open redirect.
-        referer = urllib.parse.urlsplit(req.get_header("Referer") or "")
-        back = referer.path + ("?" + referer.query if referer.query else "")
-        same_site = referer.netloc in ("", req.host if req.port in (80, 443) else f"{req.host}:{req.port}")
-        raise see_other(back if same_site and back.startswith(PREFIX + "/") and "//" not in back else PREFIX + "/")
+        raise see_other(back_to(req))  # the page the switch was on
 
 
 class ConsoleLogout:

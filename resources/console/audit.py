@@ -1,15 +1,14 @@
-"""The audit page, /console/audit (issue 21, item 6): the clinic's audit trail for its
-admins, newest first, filtered by who, what and when, a keyset page at a time."""
+"""The audit page, /console/audit: the clinic's audit trail for its admins, in words
+(console/audit_words.py), newest first, filtered by who, what and when, a keyset page at a
+time."""
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 
 import falcon
 
-from console import audit
-from console.inbox import local_time
+from console import audit, audit_words
 from console.rendering import Renderer, html
 from plumbing.errors import Invalid
 
@@ -40,19 +39,7 @@ class AuditList:
             )
         except Invalid:  # a cursor that is not one of this list's
             raise falcon.HTTPBadRequest() from None
-        tr = self.renderer.translations[language]
-        events = [
-            {
-                "time": local_time(e.at, clinic, language),
-                "who": f"{tr.gettext(audit.WHO.get(e.actor_kind, e.actor_kind))}: {e.actor_name}",
-                "what": tr.gettext(audit.ACTIONS.get(e.action, e.action)),
-                "action": e.action,
-                "target": f"{e.target_type}:{e.target_id}" if e.target_type else "",
-                "address": e.address or "",
-                "details": _details(e.details),
-            }
-            for e in rows
-        ]
+        events = audit_words.describe(rows, clinic, language, self.renderer.translations[language])
         query = {"clinic": clinic.slug, **{k: v for k, v in filters.items() if v}}
         more = "/console/audit?" + urllib.parse.urlencode({**query, "after": cursor}) if cursor else None
         html(
@@ -70,9 +57,3 @@ class AuditList:
                 **filters,
             ),
         )
-
-
-def _details(text: str) -> str:
-    """The event's details as `key=value` pairs (names, counts and ids only, never secrets)."""
-    values = json.loads(text or "{}")
-    return ", ".join(f"{k}={v}" for k, v in values.items())

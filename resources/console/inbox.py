@@ -10,17 +10,19 @@ import falcon
 
 from console import inbox
 from console.rendering import Renderer, html
+from jobs.playback import RecordingPlayer
 from models import StaffUser
 from plumbing.clock import as_utc
-from resources.console import clinic_of, inbox_filters
+from resources.console import clinic_of, inbox_filters, rows_of
 
 
 class Inbox:
     login_required = True
 
-    def __init__(self, renderer: Renderer, clock: Callable) -> None:
+    def __init__(self, renderer: Renderer, clock: Callable, player: RecordingPlayer) -> None:
         self.renderer = renderer
         self.clock = clock
+        self.player = player
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         session = req.context.console_session
@@ -30,7 +32,7 @@ class Inbox:
         rows = []
         if clinic is not None:
             found = inbox.requests(clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"])
-            rows = [inbox.row(r, clinic, user.language) for r in found]
+            rows = rows_of(found, clinic, user.language, self.player, self.clock())
         # The live update asks for rows newer than the newest shown (or than now).
         after = rows[0]["created"] if rows else as_utc(self.clock()).isoformat()
         rows_url = "/console/rows?" + urllib.parse.urlencode({"clinic": clinic.slug if clinic else "", **filters})
@@ -56,8 +58,10 @@ class InboxRows:
 
     login_required = True
 
-    def __init__(self, renderer: Renderer) -> None:
+    def __init__(self, renderer: Renderer, clock: Callable, player: RecordingPlayer) -> None:
         self.renderer = renderer
+        self.clock = clock
+        self.player = player
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         session = req.context.console_session
@@ -75,12 +79,7 @@ class InboxRows:
             clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"], after=after
         )
         rows = "".join(
-            self.renderer.render(
-                "console/_row.html",
-                user.language,
-                row=inbox.row(r, clinic, user.language),
-                csrf_token=session.csrf_token,
-            )
-            for r in found
+            self.renderer.render("console/_row.html", user.language, row=row, csrf_token=session.csrf_token)
+            for row in (rows_of(found, clinic, user.language, self.player, self.clock()) if clinic else [])
         )
         html(resp, rows)

@@ -1,10 +1,15 @@
-"""The API keys page, /console/settings/api-keys (issue 21, item 5): list, create, rotate
-and revoke a clinic's keys. Admins only (`admin_required`: ConsoleSession lets the clinic's
-admins in, from `?clinic=` or the form's `clinic`). Every rule is `api_keys.rules`'s, the
-same `manage.py token` follows; a new key's text is in the answer to its POST only."""
+"""The API keys page, /console/settings/api-keys: list, create, rotate and revoke a
+clinic's keys. Admins only (`admin_required`: ConsoleSession lets the clinic's admins in,
+from `?clinic=` or the form's `clinic`). Every rule is `api_keys.rules`'s, the same
+`manage.py token` follows.
+
+Every write answers 303 (post/redirect/get: a reload never writes again). A new key's text
+reaches the page it leads to through the session's one-time flash (console/flash.py):
+shown once, never in a URL, gone on reload."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -12,16 +17,20 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import falcon
+import redis
 
 from api_keys import rules
+from console import audit_words, pages
 from console.inbox import local_time
-from console.rendering import Renderer, html, see_other
+from console.rendering import N_, Renderer, html, see_other
 from models import Actor, ApiToken, Clinic
 from plumbing.clock import as_utc
 from resources.console.settings import SECTIONS
 
-URL = "/console/settings/api-keys"
-SECTIONS.append({"url": URL, "title": "API keys"})
+log = logging.getLogger(__name__)
+URL = pages.API_KEYS
+SECTIONS.append({"url": URL, "title": N_("API keys")})
+FLASH = "api-keys"  # the page's one-time messages (console/flash.py)
 
 
 def _local_input(value: datetime, clinic: Clinic) -> str:
@@ -62,19 +71,39 @@ class _KeysPage:
         session, clinic = req.context.console_session, req.context.admin_clinic
         language, now = session.user.language, self.clock()
         tr = self.renderer.translations[language]
+        if created is None and status == falcon.HTTP_200 and req.context.flash is not None:
+            created = req.context.flash.take(FLASH)
 
         def when(value: datetime | None) -> str:
             return local_time(value, clinic, language) if value else ""
 
+        views = rules.keys_of(clinic, now)
+        words = audit_words.Words(tr, clinic, language)
+        audit_words.read_names(
+            words,
+            [
+                *(("clinic", slug) for key in views for slug in key.clinics),
+                *(
+                    ref
+                    for key in views
+                    for ref in audit_words.who_refs(*audit_words.parse_created_by(key.token.created_by))
+                ),
+            ],
+        )
         keys = [
             {
                 "view": key,
+                "clinics": audit_words.CLINICS.show(key.clinics, words),
+                "scopes": audit_words.SCOPES.show(key.token.scopes, words),
+                "created_by": audit_words.who(*audit_words.parse_created_by(key.token.created_by), None, words)
+                if key.token.created_by
+                else None,
                 "created": when(key.token.created_at),
                 "last_used": when(key.token.last_used_at),
                 "expires": when(key.token.expires_at),
                 "rotatable": rules.may_rotate(key, req.context.admin_clinics),
             }
-            for key in rules.keys_of(clinic, now)
+            for key in views
         ]
         html(
             resp,
@@ -95,6 +124,18 @@ class _KeysPage:
             ),
             status,
         )
+
+    def shown_once(self, req: falcon.Request, resp: falcon.Response, created: dict[str, Any]) -> None:
+        """After a key is made: 303 to the list, which shows its text once (the session's
+        flash). Should Redis fail, the text is in this answer instead (201): a key made
+        and never shown would be a key nobody can use."""
+        try:
+            req.context.flash.put(FLASH, created)
+        except redis.RedisError as exc:
+            log.warning("new key shown in the POST's answer: flash not kept (Redis: %s)", type(exc).__name__)
+            self.render(req, resp, falcon.HTTP_201, created=created)
+            return
+        raise see_other(pages.of_clinic(URL, req.context.admin_clinic.slug, "new-key-title"))
 
     def token(self, req: falcon.Request, token_id: str, allowed: Callable) -> ApiToken:
         """The key of the URL if this admin may act on it; 404 otherwise (another clinic's
@@ -128,7 +169,7 @@ class ApiKeys(_KeysPage):
         except rules.KeyRuleError as exc:
             self.render(req, resp, falcon.HTTP_400, error=str(exc))
             return
-        self.render(req, resp, falcon.HTTP_201, created={"text": text, "name": token.name, "rotated": False})
+        self.shown_once(req, resp, {"text": text, "name": token.name, "id": str(token.id), "rotated": False})
 
 
 class ApiKeyRotation(_KeysPage):
@@ -145,13 +186,13 @@ class ApiKeyRotation(_KeysPage):
         except rules.KeyRuleError as exc:
             self.render(req, resp, falcon.HTTP_400, error=str(exc))
             return
-        self.render(
+        self.shown_once(
             req,
             resp,
-            falcon.HTTP_201,
-            created={
+            {
                 "text": text,
                 "name": new.name,
+                "id": str(new.id),
                 "rotated": True,
                 "old_until": local_time(until, req.context.admin_clinic, user.language),
             },
@@ -162,4 +203,4 @@ class ApiKeyRevocation(_KeysPage):
     def on_post(self, req: falcon.Request, resp: falcon.Response, token_id: str) -> None:
         token = self.token(req, token_id, rules.may_revoke)
         rules.revoke(Actor.staff(req.context.console_session.user), token, self.clock())
-        raise see_other(f"{URL}?clinic={req.context.admin_clinic.slug}")
+        raise see_other(pages.of_clinic(URL, req.context.admin_clinic.slug))

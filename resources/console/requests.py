@@ -10,30 +10,27 @@ from datetime import datetime
 
 import falcon
 
-from console import audit, inbox
-from console.rendering import N_, Renderer, html, see_other
+from console import audit, audit_words, inbox, pages
+from console.rendering import Renderer, html, see_other
 from documents import patient_requests
 from jobs.playback import RecordingPlayer
-from models import Actor
-from resources.console import own_request
+from models import Actor, Call, StaffUser
+from resources.console import own_request, rows_of
 from storage.links import LinkCache
 
 
 class RequestPage:
-    """One request: its row, type, notes, tags, signed documents (the API detail's
-    presigned links) and its history from the audit trail. Another clinic's id: 404."""
+    """One request: its row (with what its recording is now), type, notes, tags, signed
+    documents (the API detail's presigned links) and its history from the audit trail, in
+    the audit page's words. Another clinic's id: 404."""
 
     login_required = True
-    _WHAT = {
-        "patient_request.create": N_("Created"),
-        "call.receive": N_("Call received"),
-        "patient_request.patch": N_("Changed"),
-        "call.recording_mismatch": N_("Recording did not match the call"),
-    }
 
-    def __init__(self, renderer: Renderer, links: LinkCache) -> None:
+    def __init__(self, renderer: Renderer, links: LinkCache, player: RecordingPlayer, clock: Callable) -> None:
         self.renderer = renderer
         self.links = links
+        self.player = player
+        self.clock = clock
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
         session = req.context.console_session
@@ -54,7 +51,6 @@ class RequestPage:
             }
             for d in data["medicalRecords"]
         ]
-        events = []
         # What was odd about the call's hand-off, said beside its "Call received".
         call = request.call if request.call_id else None
         odd = (
@@ -62,20 +58,11 @@ class RequestPage:
             if call is not None
             else []
         )
-        for event in inbox.history(request):
-            details = json.loads(event.details or "{}")
-            what = self._WHAT.get(event.action, event.action)
-            if event.action == "patient_request.patch" and "done" in details:
-                what = N_("Marked resolved") if details["done"] else N_("Reopened")
-            events.append(
-                {
-                    "time": inbox.local_time(event.at, clinic, language),
-                    "what": tr.gettext(what),
-                    "who": f"{tr.gettext(audit.WHO.get(event.actor_kind, event.actor_kind))}: {event.actor_name}",
-                    "notes": odd if event.action == "call.receive" else [],
-                }
-            )
-        row = inbox.row(request, clinic, language)
+        events = [
+            (entry, odd if entry.action == "call.receive" else [])
+            for entry in audit_words.describe(inbox.history(request), clinic, language, tr)
+        ]
+        (row,) = rows_of([request], clinic, language, self.player, self.clock())
         held = {tag["id"] for tag in data["tags"]}
         html(
             resp,
@@ -110,7 +97,7 @@ class RequestResolution:
             raise falcon.HTTPBadRequest()
         # The API's PATCH `done` path, recorded in the audit trail as this staff user.
         patient_requests.patch_request(request.clinic, request, {"done": done == "1"}, Actor.staff(user))
-        raise see_other("/console/?" + urllib.parse.urlencode({"clinic": request.clinic.slug}))
+        raise see_other(pages.INBOX + "?" + urllib.parse.urlencode({"clinic": request.clinic.slug}))
 
 
 class RequestNote:
@@ -123,7 +110,7 @@ class RequestNote:
         user, request = own_request(req, request_id)
         note = req.context.form.get("note", "").replace("\r\n", "\n")[: self.MAX_LENGTH]
         patient_requests.patch_request(request.clinic, request, {"userNote": note}, Actor.staff(user))
-        raise see_other(f"/console/requests/{request.id}")
+        raise see_other(pages.request(request.id))
 
 
 class RequestTags:
@@ -143,12 +130,15 @@ class RequestTags:
             patient_requests.patch_request(request.clinic, request, {"addTagIds": [str(added)]}, Actor.staff(user))
         if removed is not None:
             patient_requests.remove_tag(request, removed, Actor.staff(user))
-        raise see_other(f"/console/requests/{request.id}")
+        raise see_other(pages.request(request.id))
 
 
 class ConsoleRecording:
     """The <audio> element's source: the API's play logic (RecordingPlayer) behind the
-    session: 302 to a working link, 410 when the recording is gone (the transcript stays)."""
+    session: 302 to a working link, 410 when the recording is gone (the transcript stays),
+    503 while the platform does not give it. And (`/state`) what the recording is now, as its
+    row says it (JSON: `state`, `text`), for console.js when a play fails after the page was
+    drawn: asked instead of playing again, so it costs no second round trip to the platform."""
 
     login_required = True
 
@@ -157,11 +147,16 @@ class ConsoleRecording:
         self.player = player
         self.clock = clock
 
-    def on_get(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+    @staticmethod
+    def _call_of(req: falcon.Request, request_id: str) -> tuple[StaffUser, Call]:
         user, request = own_request(req, request_id)
         call = request.call if request.call_id else None
         if call is None:
             raise falcon.HTTPNotFound()
+        return user, call
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        user, call = self._call_of(req, request_id)
         answer = self.player.play(call, self.clock())
         if answer.kind == "link":
             resp.status = falcon.HTTP_302
@@ -169,21 +164,10 @@ class ConsoleRecording:
             resp.cache_control = ["no-store"]
             return
         tr = self.renderer.translations[user.language]
-        if answer.kind == "gone":
-            html(
-                resp,
-                self.renderer.render(
-                    "console/refused.html",
-                    user.language,
-                    user=user,
-                    csrf_token=req.context.console_session.csrf_token,
-                    title=tr.gettext("Recording"),
-                    message=tr.gettext("The recording is no longer available; the transcript stays."),
-                ),
-                falcon.HTTP_410,
-            )
-            return
-        resp.set_header("Retry-After", str(answer.retry_after))
+        gone = answer.kind == "gone"
+        if not gone:
+            resp.set_header("Retry-After", str(answer.retry_after))
+        said = inbox.GONE if gone else inbox.TRY_AGAIN
         html(
             resp,
             self.renderer.render(
@@ -192,7 +176,21 @@ class ConsoleRecording:
                 user=user,
                 csrf_token=req.context.console_session.csrf_token,
                 title=tr.gettext("Recording"),
-                message=tr.gettext("The recording is not ready yet; try again shortly."),
+                message=tr.gettext(said),
             ),
-            falcon.HTTP_503,
+            falcon.HTTP_410 if gone else falcon.HTTP_503,
         )
+
+    def on_get_state(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        user, call = self._call_of(req, request_id)
+        tr = self.renderer.translations[user.language]
+        state = self.player.states([call], self.clock())[call.id]
+        if state.state == "gone":
+            why = inbox.WHY_GONE.get(state.reason or "")
+            text = tr.gettext(inbox.GONE) + (" " + tr.gettext(why) if why else "")
+        elif state.state == "none":
+            text = tr.gettext(inbox.NO_RECORDING)
+        else:  # it may play again later: the failed play was the platform's or the network's
+            text = tr.gettext(inbox.TRY_AGAIN)
+        resp.media = {"state": state.state, "text": text}
+        resp.cache_control = ["no-store"]

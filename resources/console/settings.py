@@ -4,7 +4,6 @@ for an admin of the clinic it acts on, and puts that clinic in `req.context.admi
 
 from __future__ import annotations
 
-import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import UTC, datetime, time, timedelta
@@ -13,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import falcon
 
+from console import pages
 from console.rendering import N_, Renderer, html, see_other
 from models import Actor, Calendar, Clinic, OfficeHours, RequestType, Tag, Vacation
 from onboarding.clinic_settings import ClinicSettings, NotFound, SettingsError, local_moment
@@ -108,7 +108,7 @@ class _SettingsPage(ABC):
         except SettingsError as error:
             self._render(req, resp, falcon.HTTP_400, error)
             return
-        raise see_other(f"{self.path}?" + urllib.parse.urlencode({"clinic": clinic.slug}))
+        raise see_other(pages.of_clinic(self.path, clinic.slug))
 
 
 def _checked(form: dict[str, str], name: str) -> bool:
@@ -120,7 +120,7 @@ class OfficeHoursPage(_SettingsPage):
     `is_clinic_open`, the function `is-clinic-opened` answers with."""
 
     template = "console/settings/office_hours.html"
-    path = "/console/settings/office-hours"
+    path = pages.OFFICE_HOURS
 
     def facts(self, req: falcon.Request, clinic: Clinic) -> dict[str, Any]:
         tz = ZoneInfo(clinic.timezone)
@@ -152,7 +152,7 @@ class CalendarsPage(_SettingsPage):
     """Calendars and their vacations, beside the public holidays of the coming year."""
 
     template = "console/settings/calendars.html"
-    path = "/console/settings/calendars"
+    path = pages.CALENDARS
 
     def facts(self, req: falcon.Request, clinic: Clinic) -> dict[str, Any]:
         tz = ZoneInfo(clinic.timezone)
@@ -195,7 +195,7 @@ class CallsPage(_SettingsPage):
     """Missed-call requests on or off; the languages the transcription chooses among."""
 
     template = "console/settings/calls.html"
-    path = "/console/settings/calls"
+    path = pages.CALLS
 
     def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
         languages = [code for code in form.get("languages", "").replace(",", " ").split() if code]
@@ -206,7 +206,7 @@ class RequestTypesPage(_SettingsPage):
     """Request types with their flags and default patient tags; new patient tags."""
 
     template = "console/settings/request_types.html"
-    path = "/console/settings/request-types"
+    path = pages.REQUEST_TYPES
     FLAGS = ("requiresReservation", "requiresPayment", "requiresSignature", "active")
     NUMBERS = ("reservationLength", "remindDaysBefore")
 

@@ -15,6 +15,7 @@ import falcon
 import redis
 
 from console import accounts as words
+from console import pages
 from console.inbox import local_time
 from console.rendering import N_, Renderer, html, see_other
 from models import Actor, Clinic
@@ -24,7 +25,7 @@ from resources.console.settings import SECTIONS
 from staff import accounts
 
 log = logging.getLogger(__name__)
-URL = "/console/settings/staff"
+URL = pages.STAFF
 SECTIONS.append({"url": URL, "title": N_("Staff")})
 _FLASH = "staff"
 
