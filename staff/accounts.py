@@ -201,9 +201,14 @@ def issue_link(clinic: Clinic, actor: Actor, user_id: str | uuid.UUID, lifetime:
             actor,
             user,
             "staff_user.password_link",
-            {"validHours": round(lifetime.total_seconds() / 3600, 2), "firstPassword": not user.password_hash},
+            {"validHours": _hours(lifetime), "firstPassword": not user.password_hash},
         )
     return token
+
+
+def _hours(lifetime: timedelta) -> float | int:
+    hours = round(lifetime.total_seconds() / 3600, 2)
+    return int(hours) if hours.is_integer() else hours
 
 
 def link_user(token: str, now: datetime) -> StaffUser:

@@ -7,7 +7,8 @@ fails a second time); a code replayed within its window is refused; a reused or 
 refused; the clinic requires two-factor and a user without it is held at enrolment; an admin
 disables a logged-in user, whose next click lands on the login page; a staff member gets 403
 on staff management; an admin of clinic A can neither see nor change a user of clinic B. The
-pages are photographed in Czech and English at 1280 and 390 px (the test's tmp dir)."""
+pages are photographed in Czech and English at 1280 and 390 px (var/screenshots/console/),
+with no text wider than the screen and no English left on a Czech page."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -21,6 +22,7 @@ from staff.passwords import hash_password
 from tests.support import clinic, load, organization
 from tests.support.log_audit import remember
 from tests.test_console_browser import PASSWORD, WAIT_MS, browser, log_in, service  # noqa: F401 (fixtures)
+from tests.test_console_truth_browser import shoot
 
 RITA_PASSWORD = "mango violin harbour tulip"
 WIDTHS = (1280, 390)
@@ -38,16 +40,6 @@ def clinics(app):
                                         ("cyril@example.cz", "Cyril Černý", "clinic-b", "staff")):
             user = StaffUser.create(email=email, name=name, password_hash=hash_password(PASSWORD))
             StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == slug), role=role)
-
-
-def shoot(page, tmp_path, name: str, shots: list) -> None:
-    """The page at desktop and phone width, full length; the paths are kept for the report."""
-    for width in WIDTHS:
-        page.set_viewport_size({"width": width, "height": 900})
-        path = tmp_path / f"{name}-{width}.png"
-        page.screenshot(path=str(path), full_page=True)
-        shots.append(path)
-    page.set_viewport_size({"width": WIDTHS[0], "height": 900})
 
 
 def switch_language(page) -> None:
@@ -72,8 +64,8 @@ def give_code(page, code: str) -> None:
     page.wait_for_load_state()
 
 
-def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service, clinics, app, browser, tmp_path):
-    shots: list = []
+def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service, clinics, app, browser):
+    shots: list = []  # var/screenshots/console/ (tests/test_console_truth_browser.py's `shoot`)
     admin = fresh(browser)
     log_in(admin, service)
     admin.wait_for_url(service + "/console/")
@@ -91,7 +83,7 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     link = admin.locator("#new-link").inner_text()
     remember(link.rsplit("/", 1)[1], "set-password link token")
     assert link.startswith(service + "/console/password/")
-    shoot(admin, tmp_path, "staff-cs", shots)
+    shots += shoot(admin, "accounts-staff", "cs")
     admin.reload()
     assert admin.locator("#new-link").count() == 0, "shown once"
 
@@ -99,7 +91,7 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     rita = fresh(browser)
     rita.goto(link)
     assert "Rita Recepční" in rita.locator("main").inner_text()
-    shoot(rita, tmp_path, "set-password-cs", shots)
+    shots += shoot(rita, "accounts-set-password", "cs")
     rita.get_by_label("Nové heslo", exact=True).fill("rita recepční")
     rita.get_by_label("Nové heslo znovu").fill("rita recepční")
     rita.get_by_role("button", name="Nastavit heslo").click()
@@ -120,14 +112,14 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     rita.wait_for_url(service + "/console/account")
     rita.get_by_role("link", name="Nastavit dvoufázové přihlášení").click()
     assert rita.locator("div.qr svg").is_visible()
-    shoot(rita, tmp_path, "two-factor-enrol-cs", shots)
+    shots += shoot(rita, "accounts-two-factor-enrol", "cs")
     secret = rita.locator("#secret").inner_text().replace(" ", "")
     remember(secret, "TOTP secret")
     rita.get_by_label("Zadejte šestimístný kód, který aplikace ukazuje").fill(code_at(secret))
     rita.get_by_role("button", name="Zapnout dvoufázové přihlášení").click()
     codes = rita.locator("ol.codes code").all_inner_texts()
     assert len(codes) == 10
-    shoot(rita, tmp_path, "recovery-codes-cs", shots)
+    shots += shoot(rita, "accounts-recovery-codes", "cs")
     rita.get_by_role("button", name="Odhlásit").click()
     rita.wait_for_url(service + "/console/login")
 
@@ -135,7 +127,7 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     # next step's code (within the window of one step) logs her in.
     log_in(rita, service, "rita@example.cz", RITA_PASSWORD)
     rita.wait_for_url(service + "/console/login/code")
-    shoot(rita, tmp_path, "login-code-cs", shots)
+    shots += shoot(rita, "accounts-login-code", "cs")
     login_code = code_at(secret, 30)
     give_code(rita, login_code)
     rita.wait_for_url(service + "/console/")
@@ -171,7 +163,7 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     for path in ("/console/", "/console/account", "/console/settings/staff?clinic=clinic-a"):
         bob.goto(service + path)
         assert bob.url == service + "/console/account/two-factor", path
-    shoot(bob, tmp_path, "two-factor-required-cs", shots)
+    shots += shoot(bob, "accounts-two-factor-required", "cs")
     bob_secret = bob.locator("#secret").inner_text().replace(" ", "")
     remember(bob_secret, "TOTP secret")
     bob.get_by_label("Zadejte šestimístný kód, který aplikace ukazuje").fill(code_at(bob_secret))
@@ -223,6 +215,8 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
                   "Zapnuto dvoufázové přihlášení", "Použit kód pro obnovení",
                   "Změněn požadavek dvoufázového přihlášení", "Uživatel zablokován"):
         assert words in story, words
+    assert "Rita Recepční" in story, "the user acted on, by name"
+    shots += shoot(admin, "accounts-audit", "cs")
     with db.connection_context():
         assert AuditEvent.select().where(AuditEvent.action == "staff_user.disable").count() == 1
 
@@ -230,13 +224,13 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     admin.goto(service + "/console/settings/staff?clinic=clinic-a")
     switch_language(admin)
     assert admin.locator("h1").inner_text().startswith("Staff")
-    shoot(admin, tmp_path, "staff-en", shots)
+    shots += shoot(admin, "accounts-staff", "en")
     bob.goto(service + "/console/account")
     switch_language(bob)
     assert bob.locator("h1").inner_text() == "My account"
-    shoot(bob, tmp_path, "account-en", shots)
+    shots += shoot(bob, "accounts-account", "en")
     bob.goto(service + "/console/account/two-factor")
-    shoot(bob, tmp_path, "two-factor-on-en", shots)
+    shots += shoot(bob, "accounts-two-factor-on", "en")
     english = fresh(browser)
     english.goto(service + "/console/login?lang=en")
     english.get_by_label("E-mail").fill("bob@example.cz")
@@ -244,11 +238,11 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     english.get_by_role("button", name="Log in").click()
     english.wait_for_url(service + "/console/login/code")
     assert english.get_by_label("Code from the authenticator app").is_visible()
-    shoot(english, tmp_path, "login-code-en", shots)
+    shots += shoot(english, "accounts-login-code", "en")
     switch_language(bob)
-    shoot(bob, tmp_path, "account-two-factor-cs", shots)
+    shots += shoot(bob, "accounts-account-two-factor", "cs")
     bob.goto(service + "/console/account")
-    shoot(bob, tmp_path, "account-cs", shots)
+    shots += shoot(bob, "accounts-account", "cs")
     admin.goto(service + "/console/settings/staff?clinic=clinic-a")
     admin.get_by_label("E-mail", exact=True).fill("eva@example.cz")
     admin.get_by_label("Full name", exact=True).fill("Eva English")
@@ -259,5 +253,5 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     eva.goto(service + "/console/login?lang=en")  # the language cookie of the pages before login
     eva.goto(eva_link)
     assert "Choose your password" in eva.locator("h1").inner_text()
-    shoot(eva, tmp_path, "set-password-en", shots)
+    shots += shoot(eva, "accounts-set-password", "en")
     print("\nscreenshots:\n" + "\n".join(str(p) for p in shots))

@@ -339,7 +339,19 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
                     "expectedBytes": 48213, "receivedBytes": 51002, "expectedSha256": sha, "receivedSha256": "ef" * 32}),
                 ("staff_user.create", staff, {"role": "staff"}),
                 ("staff_user.reset_password", staff, {"sessionsEnded": 2}),
-                ("staff_user.disable", staff, {}),
+                ("staff_user.disable", staff, {"sessionsEnded": 1}),
+                ("staff_user.role", staff, {"from": "staff", "to": "admin"}),
+                ("staff_user.enable", staff, {}),
+                ("staff_user.password_link", staff, {"validHours": 24, "firstPassword": True}),
+                ("staff_user.password_set", staff, {"firstPassword": True, "sessionsEnded": 0}),
+                ("staff_user.password_change", staff, {"sessionsEnded": 1}),
+                ("staff_user.sessions_end", staff, {"sessionsEnded": 2, "others": True}),
+                ("staff_user.two_factor_enable", staff, {}),
+                ("staff_user.two_factor_disable", staff, {}),
+                ("staff_user.two_factor_reset", staff, {"wasOn": True, "sessionsEnded": 1}),
+                ("staff_user.recovery_code_used", staff, {"left": 9}),
+                ("staff_user.recovery_codes_new", staff, {}),
+                ("settings.two_factor.update", None, {"twoFactorRequired": True}),
                 ("settings.office_hours.add", None, {"weekday": "mon", "opens": "08:00", "closes": "12:00",
                                                      "weeks": "odd"}),
                 ("settings.office_hours.remove", None, {"weekday": "fri", "opens": "13:00", "closes": "17:00",
@@ -398,6 +410,11 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     assert fields(row("settings.office_hours.add")) == {"Den": "pondělí", "Od": "08:00", "Do": "12:00",
                                                          "Týdny": "liché týdny"}
     assert fields(row("settings.vacation.add"))["Od"] == "24. 12. 2026"
+    assert fields(row("staff_user.role")) == {"Od": "personál", "Do": "správce"}
+    assert fields(row("staff_user.recovery_code_used")) == {"Zbývající kódy pro obnovení": "9"}
+    assert fields(row("settings.two_factor.update")) == {"Vyžadováno dvoufázové přihlášení": "zapnuto"}
+    assert row("settings.two_factor.update").select_one("td.subject a")["href"] == (
+        "/console/settings/staff?clinic=clinic-a")
     assert fields(row("settings.vacation.remove"))["Od"] == "5. 2. 2027 18:00", "the clinic's time zone"
     assert row("settings.vacation.add").select_one("td.subject a")["href"] == \
         f"/console/settings/calendars?clinic=clinic-a#calendar-{calendar.id}"

@@ -39,7 +39,9 @@ from tests.conftest import ROOT
 from tests.support import clinic, load, organization
 from tests.support.https_server import static
 from tests.support.servers import wait_until
-from tests.test_console_browser import PASSWORD, WAIT_MS, browser, log_in, service  # noqa: F401 (fixtures)
+from tests.test_console_browser import (  # noqa: F401 (fixtures)
+    PASSWORD, WAIT_MS, browser, log_in, service, wait_true,
+)
 from tests.test_recordings import SOURCE, USER, platform  # noqa: F401 (fixture)
 from tests.test_recordings import PASSWORD as PLATFORM_PASSWORD
 
@@ -106,7 +108,7 @@ def shoot(page, name: str, language: str) -> list[Path]:
     shots = []
     for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 900})
-        page.wait_for_function(f"window.innerWidth === {width}")
+        wait_true(page, f"window.innerWidth === {width}")
         wide = page.evaluate("""() => [...document.querySelectorAll('body *')].filter(e => {
             const r = e.getBoundingClientRect(); return r.width > 0 && r.right > window.innerWidth + 1;
         }).map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 40))""")
@@ -252,8 +254,8 @@ def test_an_unreachable_platform_or_network_says_try_again_not_gone(
     # "Try again" brings the player back and plays (the network is back).
     page.unroute(re.compile(rf".*/console/requests/{ok.id}/recording$"))
     page.get_by_role("button", name="Zkusit znovu").click()
-    page.wait_for_function("document.querySelector('div.recording audio') && "
-                           "document.querySelector('div.recording audio').readyState >= 1")
+    wait_true(page, "document.querySelector('div.recording audio') && "
+                    "document.querySelector('div.recording audio').readyState >= 1")
     set_language(RECEPTION, "en")
     page.goto(service + "/console/")
     assert page.locator(f"#r-{down.id} p.recording-state.unreachable").inner_text().startswith(TRY_AGAIN["en"])
