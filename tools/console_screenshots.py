@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
@@ -101,11 +102,15 @@ def main() -> int:
                 # The browser's own locale too: date inputs and the player follow it, not the page.
                 page = browser.new_page(viewport=viewport, locale="cs-CZ" if language == "cs" else "en-GB")
                 login(page, args.base_url, args.email, password, language)
-                page.wait_for_function(
+                # Polled through page.evaluate: the console's Content-Security-Policy has no
+                # 'unsafe-eval', which Playwright's wait_for_function polls with.
+                ready = (
                     "document.querySelectorAll('audio').length === 0 || "
-                    "[...document.querySelectorAll('audio')].every(a => a.readyState >= 1 || a.error !== null)",
-                    timeout=15_000,
+                    "[...document.querySelectorAll('audio')].every(a => a.readyState >= 1 || a.error !== null)"
                 )
+                deadline = time.monotonic() + 15
+                while not page.evaluate(ready) and time.monotonic() < deadline:
+                    page.wait_for_timeout(100)
                 shoot(page, args.out / name)
                 if name == "console-inbox.png":
                     first = page.query_selector("ul.rows a.who")
