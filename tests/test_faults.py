@@ -54,9 +54,14 @@ from tests.support.ports import free_port
 from tests.support.processes import children, start_worker
 from tests.support.processes import stop_process as stop
 from tests.support.servers import wait_until
+from tests.support.tiers import needs
 from tests.test_recordings import FakePlatform, detail_call, play, received_at, stored_call
 from tests.test_recordings import onboard as rec_onboard
 from tests.support.worker import MODEL, MODEL_EN, processed_call, worker_env
+
+# Private servers, the web process and workers started and broken, in fixtures and in the tests;
+# alone: deadlines on transcriptions and plays are timed.
+pytestmark = [pytest.mark.gunicorn, pytest.mark.rq_worker, pytest.mark.engine, pytest.mark.alone]
 
 AUDIO = ROOT / "tests" / "audio"
 SLUG = "fault-clinic"
@@ -120,6 +125,7 @@ def recordings_server(https_ca, voicemail) -> Iterator[HTTPSTestServer]:
 
 
 @pytest.fixture(scope="module")
+@needs("gunicorn", "rq_worker", "engine")
 def stack(tmp_path_factory, ca_bundle) -> Iterator[dict]:
     """A private Redis, a database of its own, gunicorn on both; workers are per test."""
     workdir = tmp_path_factory.mktemp("fault-stack")

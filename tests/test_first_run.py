@@ -25,6 +25,10 @@ from tests.support.log_audit import remember, watch
 from tests.support.ports import free_port, listening
 from tests.support.servers import wait_until
 
+# bin/run starts gunicorn and the worker; its runs go one after another (each runs bin/setup), and
+# alone: the Ctrl-C tests time the stop.
+pytestmark = [pytest.mark.gunicorn, pytest.mark.rq_worker, pytest.mark.xdist_group("bin-run"), pytest.mark.alone]
+
 BANNER = "Ctrl-C stops it."
 LOGS = ("web.log", "worker.log", "redis.log", "sample.log")
 
