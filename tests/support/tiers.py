@@ -19,11 +19,11 @@ and, so that a test the markers missed cannot slip in, refuses to start any of t
 (the test fails, naming the part and how to mark it).
 
 xdist: the tests of a module whose module-scoped fixture starts a part run in one process
-(`xdist_group`, honoured with `--dist loadgroup`), so that the part starts once; and the
-modules with slow tests come first. A test marked `alone` (it bounds the time CPU-heavy
-work takes: a transcription stopped at its deadline, bin/run stopping) runs while no test
-of another process needs the engine or a worker (a lock file shared by the processes:
-such tests take it shared, an `alone` one exclusive, and waits its turn fairly).
+(`xdist_group`, honoured with `--dist loadgroup`), so that the part starts once. A test
+marked `alone` (it bounds the time CPU-heavy work takes: a transcription stopped at its
+deadline, bin/run stopping) runs while no test of another process needs the engine or a
+worker (a lock file shared by the processes: such tests take it shared, an `alone` one
+exclusive, waiting its turn fairly); the modules with `alone` tests start first.
 """
 from __future__ import annotations
 
@@ -100,10 +100,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if grouped and not any(item.iter_markers("xdist_group")):
             item.add_marker(pytest.mark.xdist_group(sorted(grouped)[0]))
     if isolation.worker_index() is not None:
-        # In parallel, the modules with slow tests start first (each kept whole, so its module
-        # fixtures start once), and quick tests fill in around them instead of waiting at the end.
-        slow_modules = {item.module.__name__ for item in items if any(item.iter_markers("slow"))}
-        items.sort(key=lambda item: item.module.__name__ not in slow_modules)
+        # In parallel, modules kept whole (their module fixtures start once) in this order: those
+        # with `alone` tests first, while the other processes take the quick tests (which wait
+        # for no lock), then the quick ones, then the slow ones.
+        alone = {item.module.__name__ for item in items if item.get_closest_marker("alone")}
+        slow = {item.module.__name__ for item in items if any(item.iter_markers("slow"))}
+        items.sort(key=lambda item: 0 if item.module.__name__ in alone else 2 if item.module.__name__ in slow else 1)
     if config.getoption("fast"):
         kept = [item for item in items if not any(item.iter_markers("slow"))]
         deselected = [item for item in items if any(item.iter_markers("slow"))]
