@@ -52,14 +52,12 @@ def library() -> ctypes.CDLL:
     gives the handle already loaded."""
     import _pywhispercpp as pw  # loads the library
 
-    site = str(Path(pw.__file__).resolve().parent)  # the binding's own copy, not another backend's
-    found = sorted(
-        {
-            line.split()[-1]
-            for line in Path("/proc/self/maps").read_text().splitlines()
-            if line.split()[-1].startswith(site) and "/libwhisper" in line
-        }
-    )
+    site = Path(pw.__file__).resolve().parent
+    # The binding's own copy, not another backend's: whisper-cpp-python's, in its package's
+    # folder under the same site-packages, is loaded beside it once that backend has run.
+    own = {site, site / "pywhispercpp.libs"}
+    found = sorted({path for path in (line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines())
+                    if "/libwhisper" in path and Path(path).parent in own})
     if len(found) != 1:
         raise LibraryError(f"expected one libwhisper loaded by pywhispercpp under {site}, found {found or 'none'}")
     lib = ctypes.CDLL(found[0])
