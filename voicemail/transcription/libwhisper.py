@@ -56,8 +56,13 @@ def library() -> ctypes.CDLL:
     # The binding's own copy, not another backend's: whisper-cpp-python's, in its package's
     # folder under the same site-packages, is loaded beside it once that backend has run.
     own = {site, site / "pywhispercpp.libs"}
-    found = sorted({path for path in (line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines())
-                    if "/libwhisper" in path and Path(path).parent in own})
+    found = sorted(
+        {
+            path
+            for path in (line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines())
+            if "/libwhisper" in path and Path(path).parent in own
+        }
+    )
     if len(found) != 1:
         raise LibraryError(f"expected one libwhisper loaded by pywhispercpp under {site}, found {found or 'none'}")
     lib = ctypes.CDLL(found[0])
