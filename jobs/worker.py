@@ -67,10 +67,20 @@ WORKER_TTL = 60
 log = logging.getLogger(__name__)
 
 
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 class ClinicScheduler(RQScheduler):
     """RQ's scheduler process, tied to the worker that forks it: SIGTERM when the worker
     dies (the stock one, orphaned by a SIGKILL, kept running and holding the scheduler
-    locks, so no other worker's scheduler could take over)."""
+    locks, so no other worker's scheduler could take over).
+
+    The fork copies the worker's signal handlers; until the scheduler installs its own, a
+    SIGTERM (the worker's `stop_scheduler` as it stops, or the parent-death signal) would
+    run the worker's copy in the scheduler and be lost, and the worker would wait for the
+    scheduler forever in `stop_scheduler`. So SIGTERM and SIGINT are blocked across the
+    fork and unblocked in the scheduler once its handlers are in place: one sent meanwhile
+    waits, then stops it."""
 
     def start(self):
         self._status = self.Status.STARTED
@@ -78,12 +88,20 @@ class ClinicScheduler(RQScheduler):
         parent = os.getpid()
 
         def tied_run(scheduler: RQScheduler) -> None:
+            scheduler._install_signal_handlers()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
             die_with_parent(parent)
             run_scheduler(scheduler)
 
         process = ForkProcess(target=tied_run, args=(self,), name="Scheduler")
         self._process = process  # type: ignore[assignment]  # RQ declares it None until started
-        process.start()
+        # Blocked in this thread only (the one that forks); a signal for the worker meanwhile
+        # is taken by another thread and its handler runs once they are unblocked here.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return process
 
 
@@ -247,12 +265,20 @@ def run(
     """Run a worker on `queues` until it is asked to stop, waiting for Redis before it
     starts and whenever Redis goes away during its start (RQ's constructor and bootstrap
     talk to Redis and raise; only its dequeue waits). SIGTERM or SIGINT while waiting
-    stops it; once working, RQ's own handlers do (a warm shutdown)."""
+    stops it; once working, RQ's own handlers do (a warm shutdown).
+
+    RQ installs its handlers only after its start (registering the worker, subscribing,
+    starting the scheduler): a stop asked in between is kept for its loop, which then ends
+    before taking a job. (Lost, it left the worker running until SIGKILL: bin/run's Ctrl-C
+    right after the worker registered took its whole 30 s stop timeout.)"""
     connection = queues[0].connection
     stopping = threading.Event()
+    current: list[SimpleWorker] = []  # the worker being started, once constructed
 
     def stop_waiting(*_: object) -> None:
         stopping.set()
+        for started in current:
+            started._stop_requested = True  # RQ's loop checks it before each dequeue
 
     previous = {sig: signal.signal(sig, stop_waiting) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -260,6 +286,9 @@ def run(
             worker: SimpleWorker | None = None
             try:
                 worker = worker_class(queues, connection=connection)
+                current[:] = [worker]
+                if stopping.is_set():  # asked before `current` named it
+                    return 0
                 worker.work(with_scheduler=with_scheduler, logging_level=logging_level)
                 return 0
             except (redis.ConnectionError, redis.TimeoutError) as exc:

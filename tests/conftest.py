@@ -2,7 +2,9 @@
 
 TEST_DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/clinic_test) names a
 database this suite owns: it is dropped and created at the start of the session.
-TEST_REDIS_URL (default redis://127.0.0.1:6379/15) is flushed likewise.
+TEST_REDIS_URL (default redis://127.0.0.1:6379/15) is flushed likewise. Run in parallel
+(pytest-xdist, `bin/test -n 2`), each process takes its own database and Redis numbers
+derived from these (tests/support/isolation.py).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any, Iterator
 import pytest
 import redis
 import webtest
+from playhouse.pool import PooledDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -27,15 +30,35 @@ from plumbing.database import db  # noqa: E402
 from models import MODELS, SchemaMigration  # noqa: E402
 from tests.support import SECRET_KEY  # noqa: E402
 from tests.support.clocks import WEDNESDAY, Clock  # noqa: E402
+from tests.support import isolation  # noqa: E402
 from tests.support.databases import recreate_database  # noqa: E402
 
 # log_audit: the whole session logs at DEBUG and fails if a secret reaches a log.
 # https_server: the HTTPS test server's fixtures. worker: the session's one RQ worker.
-pytest_plugins = ["tests.support.log_audit", "tests.support.https_server", "tests.support.worker"]
+# tiers: what each test needs (gunicorn, a worker, the engine, ...), `--fast` for none of it.
+# browser: the browser tests' Chromium.
+pytest_plugins = ["tests.support.tiers", "tests.support.log_audit", "tests.support.https_server",
+                  "tests.support.worker", "tests.support.browser"]
 
-PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/clinic_test")
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+_XDIST = isolation.worker_index()  # None unless pytest-xdist runs this process
+_BASE = isolation.base_urls()
+PG_URL = isolation.database_url(os.environ.get("TEST_DATABASE_URL", isolation.DEFAULT_DATABASE_URL), _XDIST)
+REDIS_URL = isolation.redis_url(_BASE["suite"], _XDIST, isolation.STRIDES["suite"])
+#: The fuzz test's own Redis database (TEST_FUZZ_REDIS_URL, default the suite's number minus
+#: one: the session's RQ worker listens on the suite's and must not take the fuzzed service's jobs).
+FUZZ_REDIS_URL = isolation.redis_url(_BASE["fuzz"], _XDIST, isolation.STRIDES["fuzz"])
+#: The relay test's own Redis database (TEST_RELAY_REDIS_URL, default number 7).
+RELAY_REDIS_URL = isolation.redis_url(_BASE["relay"], _XDIST, isolation.STRIDES["relay"])
 EXAMPLE = json.loads((ROOT / "examples" / "onboarding.json").read_text())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    processes = getattr(config.option, "numprocesses", None)
+    if isinstance(processes, int) and processes > 0:  # xdist's controller, before it starts them
+        try:
+            isolation.check_numbers(processes)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +77,11 @@ def config(clock: Clock) -> Config:
 def wsgi_app(config: Config):
     app = create_app(config)
     assert migrate(db.obj), "a fresh database gets the migrations applied"
+    _SESSION_DATABASE.append(db.obj)  # the pool create_app bound
     return app
+
+
+_SESSION_DATABASE: list = []
 
 
 @pytest.fixture
@@ -63,6 +90,10 @@ def app(wsgi_app, clock: Clock) -> Iterator[webtest.TestApp]:
     console login counters in Redis (another test's failed logins from 127.0.0.1 would
     refuse this one's)."""
     clock.set(WEDNESDAY)
+    if not isinstance(db.obj, PooledDatabase):
+        # An earlier test ran a command in this process (manage.main binds a database of its
+        # own, unpooled): the app's pool again, whatever ran before (xdist changes the order).
+        db.initialize(_SESSION_DATABASE[0])
     tables = ", ".join(f'"{m._meta.table_name}"' for m in MODELS if m is not SchemaMigration)
     with db.connection_context():
         db.execute_sql(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")

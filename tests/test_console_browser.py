@@ -18,19 +18,13 @@ from models import Call, Clinic, StaffMembership, StaffUser
 from plumbing.database import db
 from tests.conftest import ROOT
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
-from tests.support.gunicorn import serving, start_gunicorn
+from tests.support.gunicorn import serving_gunicorn
 from tests.support.https_server import static
-from tests.support.ports import free_port
-from tests.support.processes import stop_process
+from tests.support.tiers import needs
 from tests.support.worker import processed_call, worker_env
 from tests.test_call_handoff import audio, call_body
 
 playwright_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        # The recordings come from the test HTTPS server, whose CA (trustme) Chromium does not know.
-        "--ignore-certificate-errors"]
 PASSWORD = "a long password"
 WAIT_MS = 120_000  # a loaded machine: generous bounded waits, never sleeps
 
@@ -46,26 +40,12 @@ def wait_true(page, expression: str, timeout: int = WAIT_MS) -> None:
 
 
 @pytest.fixture(scope="module")
+@needs("gunicorn")
 def service(wsgi_app, ca_bundle, tmp_path_factory):
     """gunicorn as the Procfile runs it, with the worker's settings (loopback recordings)."""
-    port = free_port()
     log = tmp_path_factory.mktemp("console-web") / "web.log"
-    proc = start_gunicorn(port, env=worker_env(ca_bundle, LOG_FORMAT="text"), log=log,
-                          ready=lambda _: serving(f"http://127.0.0.1:{port}"), timeout=120)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_process(proc, 30)
-
-
-@pytest.fixture
-def browser():
-    with playwright_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with serving_gunicorn(env=worker_env(ca_bundle, LOG_FORMAT="text"), log=log, timeout=120) as base_url:
+        yield base_url
 
 
 @pytest.fixture

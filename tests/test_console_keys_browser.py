@@ -21,29 +21,24 @@ from staff.passwords import hash_password
 from models import AuditEvent, Clinic, StaffMembership, StaffUser
 from plumbing.database import db
 from tests.support import switchboard_url
-from tests.support.gunicorn import serving, start_gunicorn
+from tests.support.gunicorn import serving_gunicorn
 from tests.support.log_audit import remember, watch
-from tests.support.ports import free_port
-from tests.support.processes import stop_process
+from tests.support.tiers import needs
 from tests.support.worker import worker_env
-from tests.test_console_browser import PASSWORD, WAIT_MS, _publish, browser, log_in, staff  # noqa: F401 (fixtures)
+from tests.test_console_browser import PASSWORD, WAIT_MS, _publish, log_in, staff  # noqa: F401 (fixtures)
 
 WORKERS = 2  # the Procfile's default WEB_CONCURRENCY
 ADMIN = "adam@example.cz"
 
 
 @pytest.fixture(scope="module")
+@needs("gunicorn")
 def service(wsgi_app, ca_bundle, tmp_path_factory):
     """gunicorn as the Procfile runs it, JSON logs (the access line names its process)."""
-    port = free_port()
     log = tmp_path_factory.mktemp("keys-web") / "web.log"
     watch(log)  # the session's log audit checks it for secrets too
-    proc = start_gunicorn(port, env=worker_env(ca_bundle, LOG_FORMAT="json"), log=log,
-                          ready=lambda _: serving(f"http://127.0.0.1:{port}"), timeout=120)
-    try:
-        yield f"http://127.0.0.1:{port}", log
-    finally:
-        stop_process(proc, 30)
+    with serving_gunicorn(env=worker_env(ca_bundle, LOG_FORMAT="json"), log=log, timeout=120) as base_url:
+        yield base_url, log
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from tests.support.https_server import static
 from tests.support.live_service import serve
 from tests.support.worker import processed_call
 from tests.test_call_handoff import audio, call_body
-from tests.test_console_browser import PASSWORD, WAIT_MS, _publish, browser, log_in, service  # noqa: F401 (fixtures)
+from tests.test_console_browser import PASSWORD, WAIT_MS, _publish, log_in, service  # noqa: F401 (fixtures)
 
 PRAGUE = ZoneInfo("Europe/Prague")
 SETTINGS = ("office-hours", "calendars", "calls", "request-types")

@@ -21,7 +21,7 @@ from plumbing.database import db
 from staff.passwords import hash_password
 from tests.support import clinic, load, organization
 from tests.support.log_audit import remember
-from tests.test_console_browser import PASSWORD, WAIT_MS, browser, log_in, service  # noqa: F401 (fixtures)
+from tests.test_console_browser import PASSWORD, WAIT_MS, log_in, service  # noqa: F401 (fixtures)
 from tests.test_console_truth_browser import shoot
 
 RITA_PASSWORD = "mango violin harbour tulip"

@@ -19,11 +19,10 @@ from plumbing.database import db
 from tests.conftest import ROOT
 from tests.support import clinic, load, organization
 from tests.support.https_server import static
-from tests.test_console_browser import (  # noqa: F401 (fixture)
-    ARGS, CHROMIUM, PASSWORD, WAIT_MS, log_in, service, wait_true,
-)
+from tests.test_console_browser import PASSWORD, WAIT_MS, log_in, service, wait_true  # noqa: F401 (fixture)
 
 playwright_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM_EXTRA_ARGS = ["--autoplay-policy=no-user-gesture-required"]  # the browser fixture's (tests/support/browser.py)
 CLIP = ROOT / "tests" / "audio" / "voicemails" / "cs_objednani_czech_dita_mp3_8k.mp3"
 HEARD_AT = 13.3  # where "sedm sedm sedm" starts in CLIP (whisper's token times)
 
@@ -78,16 +77,6 @@ def calls(app, https_server):
                                                  title="Hlasová zpráva", call=call,
                                                  created_at=as_utc(now - timedelta(minutes=10 - minutes)))
     return made
-
-
-@pytest.fixture
-def browser():
-    with playwright_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS + ["--autoplay-policy=no-user-gesture-required"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.mark.parametrize("language,email", [("cs", "anna@example.cz"), ("en", "eve@example.cz")])

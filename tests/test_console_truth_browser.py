@@ -40,7 +40,7 @@ from tests.support import clinic, load, organization
 from tests.support.https_server import static
 from tests.support.servers import wait_until
 from tests.test_console_browser import (  # noqa: F401 (fixtures)
-    PASSWORD, WAIT_MS, browser, log_in, service, wait_true,
+    PASSWORD, WAIT_MS, log_in, service, wait_true,
 )
 from tests.test_recordings import SOURCE, USER, platform  # noqa: F401 (fixture)
 from tests.test_recordings import PASSWORD as PLATFORM_PASSWORD

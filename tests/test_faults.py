@@ -54,10 +54,14 @@ from tests.support.ports import free_port
 from tests.support.processes import children, start_worker
 from tests.support.processes import stop_process as stop
 from tests.support.servers import wait_until
+from tests.support.tiers import needs
 from tests.test_recordings import FakePlatform, detail_call, play, received_at, stored_call
 from tests.test_recordings import onboard as rec_onboard
 from tests.support.worker import MARKER_WORDS
 from tests.support.worker import MODEL, MODEL_EN, processed_call, worker_env
+
+# Private servers, the web process and workers started and broken, in fixtures and in the tests.
+pytestmark = [pytest.mark.gunicorn, pytest.mark.rq_worker, pytest.mark.engine]
 
 AUDIO = ROOT / "tests" / "audio"
 SLUG = "fault-clinic"
@@ -121,6 +125,7 @@ def recordings_server(https_ca, voicemail) -> Iterator[HTTPSTestServer]:
 
 
 @pytest.fixture(scope="module")
+@needs("gunicorn", "rq_worker", "engine")
 def stack(tmp_path_factory, ca_bundle) -> Iterator[dict]:
     """A private Redis, a database of its own, gunicorn on both; workers are per test."""
     workdir = tmp_path_factory.mktemp("fault-stack")
@@ -202,6 +207,7 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
 
 # --- 1b. a job never runs past its limit; attempts are capped -----------------------------
 
+@pytest.mark.alone  # the stop is timed against the job limit: not beside other processes' transcriptions
 def test_a_transcription_longer_than_the_job_limit_is_stopped_inside_it_and_still_a_voice_message(
         stack, recordings_server, voicemail):
     """JOB_TIMEOUT 15 s on an 85 s voicemail with the multilingual model (about 25 s of
@@ -604,6 +610,7 @@ def test_platform_slow_or_failing_answers_503_never_410_then_plays_once_it_is_ba
     assert wait_until(lambda: play(web_faults, request, reader).status_int == 302, timeout=30, interval=0.5)
 
 
+@pytest.mark.alone  # a long transcription must end within its bound: not beside other processes' transcriptions
 def test_a_play_is_answered_while_the_worker_transcribes_a_long_voicemail(
         web_faults, clock, https_server, worker, voicemail):
     """A doctor's play of an expired link does not wait behind another caller's

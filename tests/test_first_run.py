@@ -25,21 +25,31 @@ from tests.support.log_audit import remember, watch
 from tests.support.ports import free_port, listening
 from tests.support.servers import wait_until
 
+# bin/run starts gunicorn and the worker; its runs go one after another (each runs bin/setup), and
+# alone: the Ctrl-C tests time the stop.
+pytestmark = [pytest.mark.gunicorn, pytest.mark.rq_worker, pytest.mark.xdist_group("bin-run"), pytest.mark.alone]
+
 BANNER = "Ctrl-C stops it."
 LOGS = ("web.log", "worker.log", "redis.log", "sample.log")
 
 
 class Run:
     """`bin/run` in a process group of its own (as a terminal runs it: Ctrl-C is a SIGINT
-    to that group), its output collected line by line from a thread."""
+    to that group), its output collected line by line from a thread. With `tee`, the
+    group is the shell pipeline `bin/run ARGS 2>&1 | tee TEE`, Ctrl-C ending tee too."""
 
-    def __init__(self, var_dir: Path, ports: dict[str, int], *args: str, **env: str) -> None:
+    def __init__(self, var_dir: Path, ports: dict[str, int], *args: str, tee: Path | None = None,
+                 **env: str) -> None:
         self.var_dir, self.ports = var_dir, ports
         environment = {**os.environ, **{name: str(port) for name, port in ports.items()}, "VAR_DIR": str(var_dir),
                        **env}
         for name in ("DATABASE_URL", "REDIS_URL", "PUBLIC_BASE_URL", "STORAGE_DIR", "SECRET_KEY"):
             environment.pop(name, None)  # bin/run's own defaults, under VAR_DIR
-        self.proc = subprocess.Popen([str(ROOT / "bin" / "run"), *args], cwd=ROOT, env=environment,
+        command = [str(ROOT / "bin" / "run"), *args]
+        if tee is not None:
+            command = ["bash", "-c", 'bin/run "$@" 2>&1 | tee "$TEE"', "bash", *args]
+            environment["TEE"] = str(tee)
+        self.proc = subprocess.Popen(command, cwd=ROOT, env=environment,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)
         self.lines: list[str] = []
@@ -107,12 +117,30 @@ def ports() -> dict[str, int]:
 
 
 @contextmanager
-def run(tmp_path: Path, ports: dict[str, int], *args: str, **env: str) -> Iterator[Run]:
-    started = Run(tmp_path / "var", ports, *args, **env)
+def run(tmp_path: Path, ports: dict[str, int], *args: str, tee: Path | None = None, **env: str) -> Iterator[Run]:
+    started = Run(tmp_path / "var", ports, *args, tee=tee, **env)
     try:
         yield started
     finally:
         started.stop()
+
+
+def serving(started: Run) -> None:
+    """Wait until the run serves: the banner printed, and the worker at work (model loaded,
+    taking jobs, talking to Redis), as when a developer stops it; the web process, the
+    sample server and Redis serve by then. Its logs and demo token join the log audit."""
+    assert wait_until(lambda: BANNER in started.output or started.proc.poll() is not None, timeout=120,
+                      interval=0.1), started.output
+    assert started.proc.poll() is None, started.output
+    token = next(line for line in started.lines if line.startswith("Demo token")).split(": ", 1)[1].strip()
+    remember(token, "bin/run's demo token")
+    for log in LOGS:
+        watch(started.var_dir / log)
+    connection = redis.Redis(port=started.ports["REDIS_PORT"])
+    assert wait_until(lambda: any("calls" in w.queue_names() for w in Worker.all(connection=connection)),
+                      timeout=120, interval=0.2), (started.var_dir / "worker.log").read_text()[-3000:]
+    connection.close()
+    assert all(listening(port) for port in started.ports.values())
 
 
 @pytest.mark.parametrize("taken, args", [("PORT", ()), ("REDIS_PORT", ()), ("SAMPLE_PORT", ("--try-handoff",))])
@@ -153,20 +181,7 @@ def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
     key = "the-key-an-earlier-start-made-" + "k" * 34
     (var_dir / "secret_key").write_text(key + "\n")  # kept from a previous start: used, not replaced
     with run(tmp_path, ports, "--try-handoff") as started:
-        assert wait_until(lambda: BANNER in started.output or started.proc.poll() is not None, timeout=120,
-                          interval=0.1), started.output
-        assert started.proc.poll() is None, started.output
-        token = next(line for line in started.lines if line.startswith("Demo token")).split(": ", 1)[1].strip()
-        remember(token, "bin/run's demo token")
-        for log in LOGS:
-            watch(var_dir / log)
-        # The worker at work (model loaded, taking jobs, talking to Redis), as when a
-        # developer stops it; the web process, the sample server and Redis serve by now.
-        connection = redis.Redis(port=ports["REDIS_PORT"])
-        assert wait_until(lambda: any("calls" in w.queue_names() for w in Worker.all(connection=connection)),
-                          timeout=120, interval=0.2), (var_dir / "worker.log").read_text()[-3000:]
-        connection.close()
-        assert all(listening(port) for port in ports.values())
+        serving(started)
         assert started_with(f"SECRET_KEY={key}"), "the web process and the worker run on the kept key"
 
         os.killpg(started.proc.pid, signal.SIGINT)  # the terminal's Ctrl-C
@@ -197,3 +212,21 @@ def test_ctrl_c_during_the_start_stops_what_was_started(tmp_path, ports):
     assert BANNER not in started.output
     assert not any(listening(port) for port in ports.values())
     assert started_with(f"VAR_DIR={tmp_path / 'var'}") == [], "no process of the run is left"
+
+
+def test_ctrl_c_stops_every_process_when_the_output_goes_through_tee(tmp_path, ports):
+    # `bin/run 2>&1 | tee run.log`: the terminal's SIGINT reaches tee too, which ends at
+    # once; bin/run then stops its children with nowhere left to write "Stopping".
+    var_dir, tee_log = tmp_path / "var", tmp_path / "run.log"
+    with run(tmp_path, ports, "--try-handoff", tee=tee_log) as started:
+        serving(started)  # (run.log, the terminal's copy, shows the demo token by design: not audited)
+
+        os.killpg(started.proc.pid, signal.SIGINT)  # the terminal's Ctrl-C, to bin/run and tee
+        code = started.finish(timeout=45)  # the pipeline's end: bin/run's too
+    assert code in (-signal.SIGINT, 128 + signal.SIGINT), started.output
+    assert BANNER in tee_log.read_text()
+    assert not any(listening(port) for port in ports.values())
+    assert started_with(f"VAR_DIR={var_dir}") == [], "no process of the run is left"
+    for log in LOGS:
+        text = (var_dir / log).read_text()
+        assert "Traceback" not in text, f"{log}:\n{text[-3000:]}"

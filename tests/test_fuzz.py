@@ -34,11 +34,12 @@ import redis
 import requests
 
 from onboarding.writer import stable_id
-from tests.conftest import EXAMPLE, PG_URL, REDIS_URL, ROOT
+from tests.conftest import EXAMPLE, FUZZ_REDIS_URL, PG_URL, ROOT
 from tests.support.databases import recreate_database
-from tests.support.gunicorn import serving, start_gunicorn
+from tests.support.gunicorn import serving_gunicorn
 from tests.support.ports import free_port
-from tests.support.processes import manage, stop_process
+from tests.support.processes import manage
+from tests.support.tiers import needs
 
 BIN = Path(sys.executable).parent
 SEED = 20260601
@@ -52,16 +53,7 @@ def _sibling_database(url: str, suffix: str) -> str:
     return urlunparse(parts._replace(path=parts.path.rstrip("/") + suffix))
 
 
-def _sibling_redis(url: str) -> str:
-    # Not the suite's own Redis database: the session's RQ worker (tests/support/worker.py)
-    # listens there, and must not take the fuzzed service's jobs (ids of another database).
-    parts = urlparse(url)
-    index = int(parts.path.lstrip("/") or 0)
-    return urlunparse(parts._replace(path=f"/{(index - 1) % 16}"))
-
-
 FUZZ_DATABASE_URL = _sibling_database(PG_URL, "_fuzz")
-FUZZ_REDIS_URL = os.environ.get("TEST_FUZZ_REDIS_URL") or _sibling_redis(REDIS_URL)
 
 
 @dataclass
@@ -137,6 +129,7 @@ def _seed(base_url: str, token: str, env: dict[str, str]) -> dict[str, list[str]
 
 
 @pytest.fixture(scope="module")
+@needs("gunicorn")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """The service under gunicorn on a free port, its own database, onboarded, with a token."""
     workdir = tmp_path_factory.mktemp("fuzz")
@@ -159,12 +152,10 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     token = manage(env, "token", "create", "--name", "fuzz", *slugs, "--scope", "read", "--scope", "write",
                    "--expires-in-days", "1")
     log = workdir / "gunicorn.log"
-    web = start_gunicorn(port, "--log-level", "warning", env=env, log=log, ready=lambda _: serving(base_url),
-                         timeout=60)
     try:
-        yield Service(base_url, token, log, _seed(base_url, token, env))
+        with serving_gunicorn("--log-level", "warning", env=env, log=log, port=port):
+            yield Service(base_url, token, log, _seed(base_url, token, env))
     finally:
-        stop_process(web, 30)
         queue.flushdb()  # the queued ingest jobs: no worker serves this database
 
 

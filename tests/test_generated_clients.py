@@ -27,11 +27,11 @@ from models import Call, MedicalRecord, PatientRequest
 from plumbing.database import db
 from tests.conftest import PG_URL, REDIS_URL
 from tests.support import ROOT, SECRET_KEY, issue_token, load
-from tests.support.gunicorn import serving, start_gunicorn
+from tests.support.gunicorn import serving_gunicorn
 from tests.support.https_server import static
 from tests.support.live_service import signing_organization
 from tests.support.ports import free_port
-from tests.support.processes import stop_process
+from tests.support.tiers import needs
 from web import openapi
 
 CLIENTS = ROOT / "tests" / "clients"
@@ -58,6 +58,7 @@ def generators() -> None:
 
 
 @pytest.fixture
+@needs("gunicorn")
 def service(app, tmp_path: Path, https_server, worker) -> Iterator[str]:
     """The web process as the Procfile starts it (gunicorn), on the suite's database."""
     load(signing_organization())
@@ -68,12 +69,9 @@ def service(app, tmp_path: Path, https_server, worker) -> Iterator[str]:
     env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
            "DB_POOL_SIZE": "2", "STORAGE_BACKEND": "local", "STORAGE_DIR": str(tmp_path / "storage"),
            "PUBLIC_BASE_URL": base_url, "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "LOG_LEVEL": "WARNING"}
-    web = start_gunicorn(port, "--workers", "1", env=env, log=tmp_path / "gunicorn.log",
-                         ready=lambda _: serving(base_url))
-    try:
+    with serving_gunicorn("--workers", "1", env=env, log=tmp_path / "gunicorn.log", port=port, timeout=30,
+                          stop_timeout=15):
         yield base_url
-    finally:
-        stop_process(web, 15)
 
 
 def expected_lines(recording_sid: str, sha256: str) -> list[str]:

@@ -40,6 +40,7 @@ from tests.support.gunicorn import serving, start_gunicorn
 from tests.support.live_service import patient_id, signing_organization, tag_id, type_id
 from tests.support.ports import free_port
 from tests.support.processes import stop_process
+from tests.support.tiers import needs
 
 PDF = b"%PDF-1.7\n" + b"\0" * 1000 + b"\n%%EOF\n"
 
@@ -592,6 +593,7 @@ class Gunicorn:
 
 
 @pytest.fixture(scope="module")
+@needs("gunicorn")
 def gunicorn(world: World, tmp_path_factory) -> Iterator[Gunicorn]:
     """The web process as the Procfile starts it, with small limits to overrun."""
     port, root = free_port(), tmp_path_factory.mktemp("gunicorn") / "storage"

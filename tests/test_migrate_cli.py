@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import PG_URL, ROOT
 from tests.support import SECRET_KEY
 from tests.support.seaweed import run_seaweedfs
@@ -24,6 +26,7 @@ def test_migrate_creates_the_local_storage_directory(app, tmp_path: Path) -> Non
     assert migrate(STORAGE_BACKEND="local", STORAGE_DIR=str(target)).returncode == 0  # idempotent
 
 
+@pytest.mark.seaweedfs
 def test_migrate_creates_a_missing_bucket_and_keeps_an_existing_one(app, tmp_path: Path) -> None:
     with run_seaweedfs(bucket="existing-bucket", workdir=tmp_path / "sw") as sw:
         client = sw.client()

@@ -49,7 +49,8 @@ def assert_refused(done: subprocess.CompletedProcess, secret_key: str | None) ->
 # ------------------------------------------------------------------------------ the rule
 
 
-@pytest.mark.parametrize("database_url", [PG_URL, "postgres://db.internal:5432/clinic"])
+@pytest.mark.parametrize("database_url", [PG_URL, "postgres://db.internal:5432/clinic"],
+                         ids=["the suite's database", "a production host"])  # ids alike in every xdist process
 def test_the_built_in_or_a_short_key_is_refused_outside_the_embedded_run(database_url: str) -> None:
     for key, problem in [(DEVELOPMENT_SECRET_KEY, "built-in"), (SHORT_KEY, "20 bytes long"), ("é" * 15, "30 bytes")]:
         with pytest.raises(InsecureConfiguration, match="SECRET_KEY") as refused:
@@ -84,6 +85,7 @@ def test_the_release_step_runs_with_a_good_key(app, tmp_path: Path) -> None:
     assert "database is up to date" in done.stderr and (tmp_path / "storage").is_dir()
 
 
+@pytest.mark.rq_worker
 @pytest.mark.parametrize("secret_key", WEAK.values(), ids=WEAK.keys())
 def test_the_worker_refuses_a_weak_key(secret_key: str | None) -> None:
     done = subprocess.run([sys.executable, "manage.py", "worker"], cwd=ROOT, capture_output=True, text=True,
@@ -97,6 +99,7 @@ def test_the_worker_runs_with_a_good_key(worker: subprocess.Popen) -> None:
     assert worker.poll() is None
 
 
+@pytest.mark.gunicorn
 @pytest.mark.parametrize("secret_key", [None, SHORT_KEY], ids=["unset", "20 bytes"])
 def test_the_web_process_refuses_a_weak_key(secret_key: str | None) -> None:
     done = subprocess.run(web_command(free_port()), cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -104,6 +107,7 @@ def test_the_web_process_refuses_a_weak_key(secret_key: str | None) -> None:
     assert_refused(done, secret_key)
 
 
+@pytest.mark.gunicorn
 def test_the_web_process_serves_with_a_good_key(wsgi_app) -> None:
     port = free_port()
     web = start_gunicorn(port, "--workers", "1", env=environment(SECRET_KEY), stdout=subprocess.DEVNULL,

@@ -35,6 +35,7 @@ from tests.support.memory import peak_rss_mb, run_watched
 from tests.support.processes import start_worker
 from tests.support.processes import stop_process as stop
 from tests.support.servers import wait_until
+from tests.support.tiers import needs
 from tests.support.worker import MODEL, worker_env
 from tests.test_faults import Store, call_body
 
@@ -194,6 +195,7 @@ def test_the_transcription_entry_refuses_a_hostile_recording_in_bounded_memory(h
 # --- the ingest job on a real worker ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
+@needs("gunicorn", "rq_worker", "engine")
 def stack(tmp_path_factory, ca_bundle, https_ca, hostile) -> Iterator[dict]:
     """A private Redis, a database of its own, gunicorn on both, and an HTTPS server of the
     recordings; workers are per test."""

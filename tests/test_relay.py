@@ -10,7 +10,6 @@ once (PostgreSQL NOTIFY), long before its poll.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import uuid
 from datetime import timedelta
@@ -30,14 +29,14 @@ from migrations import migrate
 from plumbing.database import db, open_database
 from switchboard.intake import GroupCommit
 from models import Call, Clinic
-from tests.conftest import PG_URL
+from tests.conftest import PG_URL, RELAY_REDIS_URL
 from tests.support import SECRET_KEY, clinic, load, organization
 from tests.support.databases import recreate_database
 from tests.support.servers import wait_until
 
 # Named after the session's database, so runs on different TEST_DATABASE_URLs never share it.
 RELAY_PG = PG_URL + "_relay"
-RELAY_REDIS = os.environ.get("TEST_RELAY_REDIS_URL", "redis://127.0.0.1:6379/7")
+RELAY_REDIS = RELAY_REDIS_URL  # TEST_RELAY_REDIS_URL (default number 7), this process's
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

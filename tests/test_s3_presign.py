@@ -47,6 +47,7 @@ def test_without_static_keys_boto3_signs() -> None:
     assert S3Storage(bucket="docs", endpoint_url="http://127.0.0.1:1")._fast_signer is None
 
 
+@pytest.mark.seaweedfs
 def test_seaweedfs_serves_a_direct_url_and_refuses_a_tampered_one(tmp_path: Path) -> None:
     with run_seaweedfs(bucket="presign-test", workdir=tmp_path / "sw") as sw:
         storage = S3Storage(bucket=sw.s3_bucket, endpoint_url=sw.s3_endpoint_url, region=sw.s3_region,

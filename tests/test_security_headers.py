@@ -113,6 +113,7 @@ def test_behind_a_trusted_proxy_https_answers_carry_hsts(people, config):
     assert "Strict-Transport-Security" not in plain.headers
 
 
+@pytest.mark.gunicorn
 def test_probe_of_gunicorn_as_a_paas_runs_it(people, app, ca_bundle, tmp_path):
     """The headers off the wire, as the router forwards an https request (one proxy hop)."""
     port = free_port()

@@ -34,7 +34,7 @@ PDF_BYTES = b"%PDF-1.7\n" + bytes(range(256)) * 400 + b"\n%%EOF\n"
 TIMEOUT = 30
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.seaweedfs)])
 def service(request: pytest.FixtureRequest, app, tmp_path: Path) -> Iterator[str]:
     """Base URL of the whole service on a real HTTP server, over the chosen backend."""
     if request.param == "local":

@@ -43,6 +43,7 @@ from tests.support.live_service import patient_id, serve, signing_organization, 
 from tests.support.ports import free_port
 from tests.support.processes import stop_process
 from tests.support.servers import wait_until
+from tests.support.tiers import needs
 from tests.test_hostile import _head
 from tests.test_recordings import FakePlatform, received_at, request_url, stored_call
 from tests.test_recordings import onboard as onboard_with_platform
@@ -77,6 +78,7 @@ class Served:
 
 
 @pytest.fixture(scope="module")
+@needs("gunicorn")
 def served(wsgi_app, tmp_path_factory) -> Iterator[Served]:
     """One gunicorn gevent worker (so every trickle lands in the one pool measured), the
     default pool of 10, short deadlines to overrun."""

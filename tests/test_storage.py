@@ -74,7 +74,7 @@ class Backend:
     storage_dir: Path | None = None  # local only
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.seaweedfs)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "local":
         server: LocalServer = request.getfixturevalue("local_server")

@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, issue_token, load, log_audit
 from tests.support.live_service import api, concurrently, patient_id, serve, signing_organization, type_id
 from tests.support.processes import stop_process
-from tests.support.seaweed import SeaweedFS, run_seaweedfs
+from tests.support.seaweed import SeaweedFS, seaweedfs  # noqa: F401 (a fixture)
 from tests.support.servers import wait_until
 
 PDF = "application/pdf"
@@ -46,19 +45,13 @@ def pdf(size: int) -> bytes:
     return head + b"x" * (size - len(head))
 
 
-@pytest.fixture(scope="session")
-def seaweedfs() -> Iterator[SeaweedFS]:
-    with run_seaweedfs(bucket="clinic-limits-test") as server:
-        yield server
-
-
 def s3_settings(sw: SeaweedFS) -> dict[str, Any]:
     return {"storage_backend": "s3", "s3_endpoint_url": sw.s3_endpoint_url, "s3_bucket": sw.s3_bucket,
             "s3_region": sw.s3_region, "s3_access_key_id": sw.s3_access_key_id,
             "s3_secret_access_key": sw.s3_secret_access_key}
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.seaweedfs)])
 def settings(request: pytest.FixtureRequest, app, tmp_path: Path) -> dict[str, Any]:
     """Config fields of the chosen backend (the app fixture empties the database)."""
     if request.param == "local":
@@ -288,6 +281,7 @@ def test_a_failed_purge_keeps_its_batch_and_the_next_round_takes_it(settings: di
     assert all(storage.head(key) is None for key in stale)
 
 
+@pytest.mark.rq_worker
 def test_every_worker_purges_periodically_and_the_cli_once(app, tmp_path: Path) -> None:
     """`manage.py worker` purges at start and then every UPLOAD_PURGE_EVERY_SECONDS;
     `manage.py storage purge` runs one round and says how many it removed."""

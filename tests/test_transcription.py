@@ -18,6 +18,7 @@ import soundfile as sf
 from voicemail import spoken_numbers, word_error
 from voicemail import transcription as tx
 from tests import voicemail_set
+from tests.support.tiers import needs
 from tools import whisper_convert as wc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,16 +39,19 @@ def base_path() -> str:
 
 
 @pytest.fixture(scope="session", params=tx.BACKENDS)
+@needs("engine")
 def transcriber(request: pytest.FixtureRequest, tiny_en_path: str) -> tx.Transcriber:
     return tx.get_transcriber(request.param, tiny_en_path, THREADS)
 
 
 @pytest.fixture(scope="session")
+@needs("engine")
 def default(tiny_en_path: str) -> tx.Transcriber:
     return tx.warm_up(tx.DEFAULT_BACKEND, tiny_en_path, THREADS)
 
 
 @pytest.fixture(scope="session")
+@needs("engine")
 def base(base_path: str) -> tx.Transcriber:
     """The model and settings every clinic gets."""
     return tx.warm_up(tx.DEFAULT_BACKEND, base_path, THREADS)
@@ -480,6 +484,7 @@ def test_whisper_cpp_is_built_with_llamafiles_kernels() -> None:
     assert "LLAMAFILE = 1" in info and "AVX2 = 1" in info and "AVX512" not in info, info
 
 
+@pytest.mark.engine
 def test_a_transcript_does_not_depend_on_what_the_worker_transcribed_before(base_path: str) -> None:
     """A window that falls back to sampling draws from whisper.cpp's generator, which 1.8.5
     left running from one call to the next (bin/whisper-cpp-reseed-decoder-0.patch): the same

@@ -395,6 +395,7 @@ def test_quantize_refusals(tiny_en: Path, base_q5_0: Path, tmp_path: Path) -> No
         wc.build_model("base", MODELS, "f16")
 
 
+@pytest.mark.engine
 def test_quantized_models_transcribe_like_f16(base: Path, base_q8_0: Path, base_q5_0: Path) -> None:
     from voicemail import transcription as tx
 

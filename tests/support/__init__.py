@@ -8,12 +8,16 @@ This module holds the API helpers (onboard a document, issue a token, build requ
 - `databases`: drop and create a PostgreSQL database;
 - `servers`: `wait_until` (a bounded wait for a condition), the threading WSGI server;
 - `processes`: stop a subprocess, its children, `manage.py` and its worker;
-- `gunicorn`: the Procfile's `web` command and a launcher waiting until it serves;
+- `gunicorn`: the Procfile's `web` command, a launcher waiting until it serves, `serving_gunicorn`;
 - `clocks`: the clock tests move instead of sleeping;
 - `bodies`: the switchboard's `recording-complete` body;
 - `https_server`: an HTTPS test server with a trustme CA (a pytest plugin: its fixtures);
 - `live_service`: the whole service behind a real HTTP server in a thread;
 - `worker`: the session's RQ worker (a pytest plugin), `processed_call` (wait for it);
+- `browser`: the browser tests' headless Chromium (a pytest plugin);
+- `tiers`: the markers of what a test needs (gunicorn, a worker, the engine, a browser,
+  SeaweedFS), derived from its fixtures, and `--fast` (a pytest plugin);
+- `isolation`: each pytest-xdist process's own databases and Redis numbers;
 - `log_audit`: no secret in any log (a pytest plugin);
 - `faults`: private Redis and PostgreSQL servers the fault tests break on purpose;
 - `seaweed`: a throw-away SeaweedFS (and its session fixture);

@@ -1,18 +1,19 @@
 """The web process as the Procfile runs it (gunicorn), started and waited for."""
 from __future__ import annotations
 
+import contextlib
 import http.client
 import re
 import shlex
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
 from tests.support import ROOT
-from tests.support.ports import listening
+from tests.support.ports import free_port, listening
 from tests.support.processes import stop_process
 from tests.support.servers import wait_until
 
@@ -65,3 +66,17 @@ def start_gunicorn(port: int, *options: str, env: dict[str, str], app: str = "ws
     else:
         output = f"exit status {proc.returncode}"
     raise AssertionError(f"gunicorn did not start: {output}")
+
+
+@contextlib.contextmanager
+def serving_gunicorn(*options: str, env: dict[str, str], log: Path, port: int | None = None, timeout: float = 60,
+                     stop_timeout: float = 30) -> Iterator[str]:
+    """The web process (`start_gunicorn`, output appended to `log`) on `port` (default: a
+    free one) until the block ends, once it answers /healthz; yields its base URL."""
+    port = port or free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    proc = start_gunicorn(port, *options, env=env, log=log, ready=lambda _: serving(base_url), timeout=timeout)
+    try:
+        yield base_url
+    finally:
+        stop_process(proc, stop_timeout)

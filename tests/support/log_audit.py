@@ -20,6 +20,8 @@ At the end of the session every line is checked for
 - `Bearer <credential>` (platform tokens in headers).
 
 Any finding fails the run (exit status 1) and is listed, masked, in the terminal summary.
+Run in parallel (pytest-xdist), each process audits its own logs and sends its counts and
+findings to the controlling process, which fails the run and lists them.
 """
 from __future__ import annotations
 
@@ -236,19 +238,43 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    findings = AUDIT.findings()
+    findings = AUDIT.findings() + session.config.stash.get(_FROM_WORKERS, [])
     session.config.stash[_FINDINGS] = findings
+    lines, files = _counts(session.config)
+    if hasattr(session.config, "workeroutput"):  # an xdist process: the controller reports
+        session.config.workeroutput["log_audit"] = {  # type: ignore[attr-defined]
+            "lines": lines, "files": files, "findings": [vars(f) for f in findings]}
     if findings and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 _FINDINGS = pytest.StashKey[list]()
+_FROM_WORKERS = pytest.StashKey[list]()
+_WORKER_COUNTS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # type: ignore[no-untyped-def]
+    """An xdist process ended: its audit joins this one's (a process that crashed sent none,
+    and xdist reports the crash)."""
+    report = getattr(node, "workeroutput", {}).get("log_audit")
+    if report:
+        node.config.stash.setdefault(_FROM_WORKERS, []).extend(Finding(**f) for f in report["findings"])
+        node.config.stash.setdefault(_WORKER_COUNTS, []).append((report["lines"], report["files"]))
+
+
+def _counts(config: pytest.Config) -> tuple[int, int]:
+    """Log lines and subprocess log files audited, by this process and the xdist ones."""
+    lines = sum(1 for _ in AUDIT._all_lines())
+    files = sum(1 for path in AUDIT.files if path.is_file())
+    for more_lines, more_files in config.stash.get(_WORKER_COUNTS, []):
+        lines, files = lines + more_lines, files + more_files
+    return lines, files
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
     findings: list[Finding] = config.stash.get(_FINDINGS, [])
-    lines = sum(1 for _ in AUDIT._all_lines())
-    files = sum(1 for path in AUDIT.files if path.is_file())
+    lines, files = _counts(config)
     if not findings:
         terminalreporter.write_line(f"log audit: {lines} log lines (this process at DEBUG and {files} subprocess "
                                     "log file(s)), no secrets")

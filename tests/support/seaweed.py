@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.support.processes import stop_process
+from tests.support.tiers import needs
 
 __all__ = ["SeaweedFS", "SeaweedStartError", "find_weed", "run_seaweedfs", "seaweedfs"]
 
@@ -251,6 +252,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], server: SeaweedFS, timeout: float
 
 
 @pytest.fixture(scope="session")
+@needs("seaweedfs")
 def seaweedfs() -> Iterator[SeaweedFS]:
     """A SeaweedFS with the bucket ``clinic-test``, for the S3 backend's tests."""
     with run_seaweedfs(bucket="clinic-test") as server:

@@ -20,6 +20,7 @@ from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, log_audit
 from tests.support.processes import start_worker, stop_process
 from tests.support.servers import wait_until
+from tests.support.tiers import needs
 
 MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
 MODEL = ROOT / "var" / "models" / "ggml-base.bin"
@@ -60,6 +61,7 @@ def worker_log(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+@needs("rq_worker", "engine")
 def worker(wsgi_app, ca_bundle, worker_log) -> Iterator[subprocess.Popen]:
     """One real RQ worker for the session, started like the Procfile starts it."""
     proc = start_worker(worker_env(ca_bundle), worker_log, interval=0.2)

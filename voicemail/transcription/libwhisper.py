@@ -52,12 +52,15 @@ def library() -> ctypes.CDLL:
     gives the handle already loaded."""
     import _pywhispercpp as pw  # loads the library
 
-    site = str(Path(pw.__file__).resolve().parent)  # the binding's own copy, not another backend's
+    site = Path(pw.__file__).resolve().parent
+    # The binding's own copy, not another backend's: whisper-cpp-python's, in its package's
+    # folder under the same site-packages, is loaded beside it once that backend has run.
+    own = {site, site / "pywhispercpp.libs"}
     found = sorted(
         {
-            line.split()[-1]
-            for line in Path("/proc/self/maps").read_text().splitlines()
-            if line.split()[-1].startswith(site) and "/libwhisper" in line
+            path
+            for path in (line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines())
+            if "/libwhisper" in path and Path(path).parent in own
         }
     )
     if len(found) != 1:

@@ -1,0 +1,188 @@
+"""pytest plugin: what each test needs beyond PostgreSQL and Redis, and the fast tier.
+
+The slow parts, each a marker: `gunicorn` (the web process as the Procfile runs it, or
+bin/run), `rq_worker` (a worker process, `python manage.py worker`, or bin/run), `engine`
+(whisper.cpp with a model loaded), `browser` (headless Chromium driven by Playwright),
+`seaweedfs` (a SeaweedFS server, the S3 backend). A fixture that starts one says so where
+it is defined:
+
+    @pytest.fixture(scope="module")
+    @needs("gunicorn")
+    def service(...): ...
+
+and every test using it, directly or through other fixtures, gets that part's marker and
+`slow`; a test that starts a part in its own body carries the marker itself
+(`pytestmark = pytest.mark.gunicorn`, or `pytest.param(..., marks=...)`).
+
+`bin/test --fast` (pytest `--fast`) runs the tests that need none of them (`-m "not slow"`)
+and, so that a test the markers missed cannot slip in, refuses to start any of those parts
+(the test fails, naming the part and how to mark it).
+
+xdist: the tests of a module whose module-scoped fixture starts a part run in one process
+(`xdist_group`, honoured with `--dist loadgroup`), so that the part starts once. A test
+marked `alone` (it bounds the time CPU-heavy work takes: a transcription stopped at its
+deadline, bin/run stopping) runs while no test of another process needs the engine or a
+worker (a lock file shared by the processes: such tests take it shared, an `alone` one
+exclusive, waiting its turn fairly); the modules with `alone` tests start first.
+"""
+from __future__ import annotations
+
+import fcntl
+import subprocess
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.support import isolation
+
+#: marker -> what it stands for (pytest --markers); a test with any of them is `slow`.
+PARTS = {
+    "gunicorn": "the web process as the Procfile runs it (gunicorn), or bin/run",
+    "rq_worker": "an RQ worker process (python manage.py worker), or bin/run",
+    "engine": "the transcription engine (whisper.cpp) with a model loaded",
+    "browser": "a headless Chromium driven by Playwright",
+    "seaweedfs": "a SeaweedFS server (the S3 backend)",
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def needs(*parts: str) -> Callable[[F], F]:
+    """Declare, on a fixture's function, the slow parts it starts (below `@pytest.fixture`)."""
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}; known: {sorted(PARTS)}")
+
+    def mark(function: F) -> F:
+        function.__needs__ = frozenset(getattr(function, "__needs__", ())) | set(parts)  # type: ignore[attr-defined]
+        return function
+
+    return mark
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help="only the tests that need no gunicorn, worker process, transcription engine, browser or "
+                          "SeaweedFS (and refuse to start any of them)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: needs one of the parts below (derived; --fast leaves it out)")
+    config.addinivalue_line("markers", "alone: bounds the time of CPU-heavy work: in parallel, runs while no "
+                                       "other process runs a test needing the engine or a worker")
+    for name, what in PARTS.items():
+        config.addinivalue_line("markers", f"{name}: needs {what}")
+
+
+def _parts_of(item: pytest.Item) -> tuple[set[str], set[str]]:
+    """The parts `item` needs, and the modules whose module-scoped fixtures start one of them."""
+    parts = {mark.name for mark in item.iter_markers() if mark.name in PARTS}
+    grouped: set[str] = set()
+    info = getattr(item, "_fixtureinfo", None)
+    for name in (info.names_closure if info else ()):
+        for fixturedef in info.name2fixturedefs.get(name, ())[-1:]:
+            started = getattr(fixturedef.func, "__needs__", frozenset())
+            parts |= started
+            if started and fixturedef.scope == "module":
+                grouped.add(fixturedef.baseid or item.module.__name__)
+    return parts, grouped
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the markers added here
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts, grouped = _parts_of(item)
+        for name in sorted(parts):
+            item.add_marker(name)
+        if parts:
+            item.add_marker("slow")
+        if grouped and not any(item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(sorted(grouped)[0]))
+    if isolation.worker_index() is not None:
+        # In parallel, modules kept whole (their module fixtures start once) in this order: those
+        # with `alone` tests first, while the other processes take the quick tests (which wait
+        # for no lock), then the quick ones, then the slow ones.
+        alone = {item.module.__name__ for item in items if item.get_closest_marker("alone")}
+        slow = {item.module.__name__ for item in items if any(item.iter_markers("slow"))}
+        items.sort(key=lambda item: 0 if item.module.__name__ in alone else 2 if item.module.__name__ in slow else 1)
+    if config.getoption("fast"):
+        kept = [item for item in items if not any(item.iter_markers("slow"))]
+        deselected = [item for item in items if any(item.iter_markers("slow"))]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+# --fast: the parts refuse to start.
+
+#: Words of a command line that start one of the parts.
+_COMMANDS: tuple[tuple[str, Callable[[list[str]], bool]], ...] = (
+    ("gunicorn", lambda words: any(w.endswith("gunicorn") or w == "wsgi:app" or w.endswith("bin/run") for w in words)),
+    ("rq_worker", lambda words: any(w.endswith("manage.py") for w in words) and "worker" in words),
+    ("browser", lambda words: any("playwright" in w or w.endswith("chromium") for w in words)),
+    ("seaweedfs", lambda words: any(w.endswith("/weed") or w == "weed" for w in words)),
+)
+
+
+class NotInFastTier(Exception):
+    def __init__(self, part: str) -> None:
+        super().__init__(
+            f"this test starts {PARTS[part]}, which the fast tier (--fast) does without: mark the fixture that "
+            f"starts it (@needs({part!r}), tests/support/tiers.py) or the test (@pytest.mark.{part})")
+
+
+def _refuse_slow_parts() -> None:
+    base = subprocess.Popen
+
+    class Guarded(base):  # type: ignore[valid-type, misc]
+        def __init__(self, args, *rest, **kwargs):  # type: ignore[no-untyped-def]
+            words = [str(a) for a in ([args] if isinstance(args, (str, bytes)) else args)]
+            for part, starts in _COMMANDS:
+                if starts(words):
+                    raise NotInFastTier(part)
+            super().__init__(args, *rest, **kwargs)
+
+    subprocess.Popen = Guarded  # type: ignore[misc]
+
+    from voicemail.transcription import engines
+
+    def refused(*_: object, **__: object) -> None:
+        raise NotInFastTier("engine")
+
+    for engine in engines.ENGINES.values():
+        engine.__init__ = refused  # type: ignore[method-assign]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if session.config.getoption("fast"):
+        _refuse_slow_parts()
+
+
+# In parallel: `alone` tests against the engine's and the workers' CPU.
+
+#: Parts whose tests load the CPU (whisper.cpp transcribing, in the test or in a worker).
+HEAVY = ("engine", "rq_worker")
+
+
+@pytest.fixture(autouse=True)
+def _turns(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    alone = request.node.get_closest_marker("alone") is not None
+    heavy = any(request.node.get_closest_marker(part) for part in HEAVY)
+    if isolation.worker_index() is None or not (alone or heavy):
+        yield
+        return
+    shared = tmp_path_factory.getbasetemp().parent  # every xdist process's basetemp is beside this one's
+    with open(shared / "turnstile.lock", "a") as turnstile, open(shared / "heavy.lock", "a") as lock:
+        # The turnstile: an `alone` test holds it while it waits and runs, so heavy tests
+        # arriving meanwhile queue behind it instead of keeping the shared lock taken.
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)

@@ -1,0 +1,104 @@
+"""The worker stops on SIGTERM whenever it comes, its start included.
+
+`jobs.worker.run` runs RQ's worker loop in this process, on the suite's Redis and a queue
+of this test's own, as `python manage.py worker` runs it (without the scheduler, which
+would fork this process). RQ installs its SIGTERM handler only after its start
+(registering the worker, subscribing, starting the scheduler); a SIGTERM in between
+was lost, and the worker ran until it was killed (bin/run's Ctrl-C right after the
+worker registered waited out its 30 s stop timeout, then SIGKILLed it).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import redis
+from rq import Queue, Worker
+
+from jobs.worker import ClinicWorker, run
+from tests.conftest import REDIS_URL
+
+
+class StoppedWhileStarting(ClinicWorker):
+    """The SIGTERM arrives once the worker is registered (what `Worker.all` lists, and what
+    bin/run's test waits for before its Ctrl-C) and before RQ's own handler is in place."""
+
+    def bootstrap(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        super().bootstrap(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_sigterm_during_the_start_stops_the_worker_before_it_takes_a_job():
+    connection = redis.Redis.from_url(REDIS_URL)
+    queue = Queue(f"stop-test-{os.getpid()}", connection=connection)
+    job = queue.enqueue("builtins.len", "not taken")  # a stopped worker takes no job
+    finished = threading.Event()
+
+    def second_sigterm() -> None:
+        # A lost SIGTERM leaves the worker waiting on its queue; this one (RQ's handler is
+        # in place by now) ends it, so the test ends either way, failing on the time.
+        if not finished.wait(20):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    watchdog = threading.Thread(target=second_sigterm, daemon=True)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    started = time.monotonic()
+    watchdog.start()
+    try:
+        code = run(StoppedWhileStarting, [queue], with_scheduler=False, logging_level="INFO")
+    finally:
+        finished.set()
+        watchdog.join(timeout=5)
+        elapsed = time.monotonic() - started
+        job.delete()
+    assert code == 0
+    assert elapsed < 10, f"the worker ran {elapsed:.1f} s after its SIGTERM"
+    assert not [w for w in Worker.all(connection=connection) if w.pid == os.getpid()], "its death registered"
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers, "this process's handlers restored"
+
+
+#: Set while the test below forks the scheduler: the fork's first moment, in the child.
+AT_BIRTH = threading.Event()
+
+
+def _sigterm_at_birth() -> None:
+    if AT_BIRTH.is_set():  # in the fresh scheduler, before any of its own code has run
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+os.register_at_fork(after_in_child=_sigterm_at_birth)
+
+
+class SchedulerSignalledAtBirth(ClinicWorker):
+    """The scheduler gets a SIGTERM at the first moment of its life, still on the handlers
+    the fork copied from the worker (a worker stopping, or dying, right after the fork:
+    `stop_scheduler` or the parent-death signal). It must end on it; then the worker is
+    told to stop too."""
+
+    seen: dict[str, bool] = {}
+
+    def _start_scheduler(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        AT_BIRTH.set()
+        try:
+            super()._start_scheduler(*args, **kwargs)
+        finally:
+            AT_BIRTH.clear()
+        process = self.scheduler._process if self.scheduler is not None else None
+        self.seen["forked"] = process is not None
+        if process is not None:
+            process.join(10)
+            self.seen["ended on its own SIGTERM"] = not process.is_alive()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_scheduler_told_to_stop_at_its_fork_stops():
+    connection = redis.Redis.from_url(REDIS_URL)
+    queue = Queue(f"stop-test-scheduler-{os.getpid()}", connection=connection)
+    started = time.monotonic()
+    code = run(SchedulerSignalledAtBirth, [queue], with_scheduler=True, logging_level="INFO")
+    elapsed = time.monotonic() - started
+    assert code == 0
+    assert SchedulerSignalledAtBirth.seen == {"forked": True, "ended on its own SIGTERM": True}
+    assert elapsed < 10, f"the worker and its scheduler stopped {elapsed:.1f} s after the SIGTERM"
