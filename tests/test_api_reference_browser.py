@@ -11,10 +11,6 @@ import pytest
 from resources import api_reference
 from tests.support.live_service import serve
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 METHODS = {"get", "put", "post", "patch", "delete", "head", "options"}
 
 
@@ -28,37 +24,33 @@ def operations(document: dict) -> list[str]:
     return [op["operationId"] for item in document["paths"].values() for method, op in item.items() if method in METHODS]
 
 
-def test_docs_renders_every_operation_and_loads_nothing_from_elsewhere(service, tmp_path):
+def test_docs_renders_every_operation_and_loads_nothing_from_elsewhere(service, browser, tmp_path):
+    """(The browser is the suite's: tests/support/browser.py.)"""
     assert api_reference.DIST.is_dir(), "requirements.txt brings Swagger UI (swagger-ui-bundle-v2)"
-    with playwright_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            requested: list[str] = []
-            page.on("request", lambda request: requested.append(request.url))
-            problems: list[str] = []
-            page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
-            page.on("pageerror", lambda error: problems.append(str(error)))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    problems: list[str] = []
+    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
 
-            answer = page.goto(service + "/docs")
-            assert answer is not None and answer.status == 200
-            assert "default-src 'none'" in answer.headers["content-security-policy"]
-            document = page.request.get(service + "/openapi.json").json()
-            expected = operations(document)
-            assert len(expected) >= 20
-            page.wait_for_function(f"document.querySelectorAll('.opblock').length >= {len(expected)}", timeout=60_000)
-            shown = page.locator(".opblock .opblock-summary-operation-id").all_inner_texts()
-            assert sorted(shown) == sorted(expected), "every operation is rendered once, by its operationId"
-            assert page.locator(".info .title").inner_text().startswith(document["info"]["title"])
+    answer = page.goto(service + "/docs")
+    assert answer is not None and answer.status == 200
+    assert "default-src 'none'" in answer.headers["content-security-policy"]
+    document = page.request.get(service + "/openapi.json").json()
+    expected = operations(document)
+    assert len(expected) >= 20
+    page.wait_for_function(f"document.querySelectorAll('.opblock').length >= {len(expected)}", timeout=60_000)
+    shown = page.locator(".opblock .opblock-summary-operation-id").all_inner_texts()
+    assert sorted(shown) == sorted(expected), "every operation is rendered once, by its operationId"
+    assert page.locator(".info .title").inner_text().startswith(document["info"]["title"])
 
-            # Expanding an operation renders its request body schema (the renderer resolved the $refs).
-            page.locator("#operations-switchboard-recordingComplete .opblock-summary").click()
-            page.locator("#operations-switchboard-recordingComplete .body-param__example, "
-                         "#operations-switchboard-recordingComplete .model-example").first.wait_for(timeout=30_000)
-            assert "CallSid" in page.locator("#operations-switchboard-recordingComplete").inner_text()
-            page.screenshot(path=str(tmp_path / "api-reference.png"))
-        finally:
-            browser.close()
+    # Expanding an operation renders its request body schema (the renderer resolved the $refs).
+    page.locator("#operations-switchboard-recordingComplete .opblock-summary").click()
+    page.locator("#operations-switchboard-recordingComplete .body-param__example, "
+                 "#operations-switchboard-recordingComplete .model-example").first.wait_for(timeout=30_000)
+    assert "CallSid" in page.locator("#operations-switchboard-recordingComplete").inner_text()
+    page.screenshot(path=str(tmp_path / "api-reference.png"))
     origin = urlsplit(service)
     elsewhere = [url for url in requested
                  if not url.startswith("data:") and urlsplit(url)[:2] != (origin.scheme, origin.netloc)]
