@@ -32,6 +32,7 @@ from switchboard.intake import GroupCommit
 from web import errors, openapi
 from web import metrics as web_metrics
 from web.auth import TokenAuth
+from web.idempotency import IdempotencyKeys, KeyTaken
 from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, TakeTurns
 from web.rate_limit import RateLimit, RateLimiter
 from web.refusals import HandoffRefusals
@@ -60,6 +61,7 @@ def create_app(config: Config) -> falcon.App:
     throttle = LoginThrottle(queue_redis, config.console_login_max_failures, config.console_login_window_seconds)
     flash = Flash(queue_redis, config.secret_key)
     trust = config.trust_forwarded_proto
+    idempotency = IdempotencyKeys(queue_redis, config.idempotency_key_hours, config.clock)
 
     # The request id and metrics come first (after the turn taking, which has no response
     # side): their process_response runs last, so every answer is numbered and timed.
@@ -82,6 +84,8 @@ def create_app(config: Config) -> falcon.App:
         RateLimit(limiter),
         RetryAdvice(),
         BodyLimit(config.max_body_bytes, config.body_read_seconds),
+        # After the body is read: a document write's Idempotency-Key (replay, 409, 422)
+        idempotency,
     ]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
@@ -90,6 +94,7 @@ def create_app(config: Config) -> falcon.App:
         {falcon.MEDIA_JSON: falcon.media.JSONHandler(loads=strict_json.loads)}
     )
     errors.install(app)
+    app.add_error_handler(KeyTaken, idempotency.taken)
 
     sb, clinic = openapi.SWITCHBOARD, openapi.CLINIC
     request = f"{clinic}/patientRequests/{{request_id}}"

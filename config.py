@@ -49,6 +49,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "UPLOAD_PURGE_EVERY_SECONDS": ("upload_purge_every_seconds", float),
     "UPLOAD_LINKS_PER_CLINIC": ("upload_links_per_clinic", int),
     "REFUSED_HANDOFF_RETENTION_DAYS": ("refused_handoff_retention_days", int),
+    "IDEMPOTENCY_KEY_HOURS": ("idempotency_key_hours", int),
     "S3_ENDPOINT_URL": ("s3_endpoint_url", str),
     "S3_PUBLIC_ENDPOINT_URL": ("s3_public_endpoint_url", str),
     "S3_BUCKET": ("s3_bucket", str),
@@ -111,6 +112,9 @@ class RetiredSetting(ValueError):
 #: The built-in SECRET_KEY. It is public (it is in this file), so only the embedded run
 #: (SQLite under var/) may use it; production processes refuse it (`require_production_secrets`).
 DEVELOPMENT_SECRET_KEY = "insecure-development-key-change-me"
+
+#: The least IDEMPOTENCY_KEY_HOURS: the integrator documentation promises a day.
+MIN_IDEMPOTENCY_KEY_HOURS = 24
 
 
 class InsecureConfiguration(ValueError):
@@ -175,6 +179,9 @@ class Config:
     # Refused hand-offs (`manage.py calls --refused`) are kept this many days; the workers'
     # periodic purge (the upload purge's rounds) deletes older ones.
     refused_handoff_retention_days: int = 30
+    # A document write's answer stored for its Idempotency-Key is replayed this many hours
+    # (the workers' periodic purge deletes it after); integrators are promised at least 24.
+    idempotency_key_hours: int = 24
     s3_endpoint_url: str = ""
     # Endpoint written into presigned S3 URLs when clients reach the bucket under another
     # address than the service does; empty: s3_endpoint_url.
@@ -263,6 +270,11 @@ class Config:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.upper()} must be positive")
+        if self.idempotency_key_hours < MIN_IDEMPOTENCY_KEY_HOURS:
+            raise ValueError(
+                f"IDEMPOTENCY_KEY_HOURS must be at least {MIN_IDEMPOTENCY_KEY_HOURS}: integrators are "
+                "told a key's answer is kept that long, and a shorter time would let a retry duplicate a write"
+            )
         if self.trusted_proxy_hops < 0:
             raise ValueError("TRUSTED_PROXY_HOPS must be 0 or more")
         if self.upload_purge_grace_seconds < 0:

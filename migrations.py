@@ -346,6 +346,8 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _create(m.StaffPasswordLink, m.StaffRecoveryCode),
         ),
     ),
+    # Safe retries: the answer of a document write sent with an Idempotency-Key.
+    (21, "idempotency_keys", _create(m.IdempotencyKey)),
 ]
 
 

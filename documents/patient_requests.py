@@ -16,7 +16,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from documents import file_types, uploads
+from documents import Remember, file_types, forget, uploads
 from documents.patients import patient_for_create, tag_json
 from models import (
     Actor,
@@ -92,7 +92,9 @@ def request_of(clinic: Clinic, request_id: str) -> PatientRequest:
 # --- create ----------------------------------------------------------------------------
 
 
-def create_request(clinic: Clinic, body: dict[str, Any], token: ApiToken) -> dict[str, Any]:
+def create_request(
+    clinic: Clinic, body: dict[str, Any], token: ApiToken, remember: Remember = forget
+) -> dict[str, Any]:
     """The new request as create answers it. The answer is read inside the transaction
     that writes the request: once it commits nothing is left to fail, so a committed create
     never answers 5xx and invites the retry that would duplicate it."""
@@ -123,7 +125,9 @@ def create_request(clinic: Clinic, body: dict[str, Any], token: ApiToken) -> dic
             request,
             {"patientId": str(patient.id), "requestTypeId": str(request_type.id)},
         )
-        return summaries([request])[0]
+        answer = summaries([request])[0]
+        remember(answer)
+        return answer
 
 
 def _time_slot(clinic: Clinic, slot: dict[str, Any] | None) -> tuple[Calendar, datetime, datetime] | None:
@@ -246,7 +250,10 @@ def detail(request: PatientRequest, links: LinkCache) -> dict[str, Any]:
     return out
 
 
-def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any], token: ApiToken | Actor) -> None:
+def patch_request(
+    clinic: Clinic, request: PatientRequest, body: dict[str, Any], token: ApiToken | Actor, remember: Remember = forget
+) -> dict[str, Any]:
+    """Apply a PATCH; the request as PATCH answers it, read inside the write's transaction."""
     wanted = {uuid.UUID(i) for i in body.get("addTagIds", [])}
     tags = (
         list(
@@ -281,6 +288,9 @@ def patch_request(clinic: Clinic, request: PatientRequest, body: dict[str, Any],
         if "done" in body:
             details["done"] = body["done"]
         AuditEvent.record(token, clinic, "patient_request.patch", request, details)
+        answer = summaries([PatientRequest.get_by_id(request.id)])[0]
+        remember(answer)
+        return answer
 
 
 def remove_tag(request: PatientRequest, tag_id: uuid.UUID, actor: Actor) -> bool:
@@ -301,10 +311,19 @@ def remove_tag(request: PatientRequest, tag_id: uuid.UUID, actor: Actor) -> bool
 
 
 def issue_upload_link(
-    storage: Storage, request: PatientRequest, content_type: str, token: ApiToken, *, open_links_limit: int
+    storage: Storage,
+    request: PatientRequest,
+    content_type: str,
+    token: ApiToken,
+    *,
+    open_links_limit: int,
+    remember: Remember = forget,
 ) -> dict[str, str]:
     """A fresh key and its presigned PUT; 429 TOO_MANY_UPLOAD_LINKS while the clinic holds
-    `open_links_limit` links that are neither expired nor registered (`uploads.check_open_links`)."""
+    `open_links_limit` links that are neither expired nor registered (`uploads.check_open_links`).
+
+    `remember` is given the key without the URL: a presigned URL is a credential, never
+    stored, and a replayed one could have expired (`upload_link_again` presigns anew)."""
     content_type = content_type.strip()
     key = new_object_key(request.id, content_type)
     with db.atomic():  # counted and issued in one transaction, under the clinic's lock
@@ -313,11 +332,19 @@ def issue_upload_link(
         AuditEvent.record(
             token, request.clinic_id, "attachment.upload_link", request, {"fileHash": key, "contentType": content_type}
         )
+        remember({"fileHash": key})
     return {"url": storage.presign_put(key, content_type, UPLOAD_URL_SECONDS), "fileHash": key}
 
 
+def upload_link_again(storage: Storage, request: PatientRequest, file_hash: str) -> dict[str, str]:
+    """The upload link answer for a key issued before (a retry with the same
+    Idempotency-Key): the same `fileHash`, a fresh presigned PUT valid the full ten minutes."""
+    link = UploadLink.get((UploadLink.request == request) & (UploadLink.file_hash == file_hash))
+    return {"url": storage.presign_put(file_hash, link.content_type, UPLOAD_URL_SECONDS), "fileHash": file_hash}
+
+
 def register_attachment(
-    storage: Storage, request: PatientRequest, body: dict[str, Any], token: ApiToken
+    storage: Storage, request: PatientRequest, body: dict[str, Any], token: ApiToken, remember: Remember = forget
 ) -> MedicalRecord:
     """Register an uploaded object. Registering the same fileHash again answers the
     attachment registered first (so a retry after a timeout never duplicates).
@@ -331,6 +358,9 @@ def register_attachment(
         raise Invalid("fileHash: not issued by an upload link of this request")
     registered = MedicalRecord.get_or_none(MedicalRecord.file_hash == link.file_hash)
     if registered is not None:
+        if remember is not forget:
+            with db.atomic():
+                remember(attachment_json(registered))
         return registered
     # Over the size cap: refused before the copy (S3 lets any size through its PUT), and the
     # copy checked again, as the reusable upload URL may have replaced the object meanwhile.
@@ -373,6 +403,7 @@ def register_attachment(
                 record,
                 {"patientRequestId": str(request.id), "contentType": record.content_type, "sha256": record.sha256},
             )
+        remember(attachment_json(record))
     release_connection()
     storage.delete(target if record.object_key != target else link.file_hash)  # a concurrent registration won
     return record

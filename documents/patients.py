@@ -15,6 +15,7 @@ from typing import Any
 
 import peewee as pw
 
+from documents import Remember, forget
 from models import Actor, ApiToken, AuditEvent, Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag
 from plumbing import json_schema
 from plumbing.clock import utc_now
@@ -197,6 +198,19 @@ def import_patient(clinic: Clinic, item: dict[str, Any], actor: ApiToken | Actor
         return patient, False
 
 
+def import_one(clinic: Clinic, item: dict[str, Any], actor: ApiToken, remember: Remember = forget) -> dict[str, Any]:
+    """`import_patient` answered as the API answers it (the patient and whether it was
+    created), read inside the import's transaction and given to `remember` there."""
+    if remember is forget:  # no answer to store: no transaction around the import's own
+        patient, created = import_patient(clinic, item, actor)
+        return {"patient": represent(clinic, [patient])[0], "created": created}
+    with db.atomic():
+        patient, created = import_patient(clinic, item, actor)
+        answer = {"patient": represent(clinic, [patient])[0], "created": created}
+        remember(answer)
+    return answer
+
+
 # --- bulk import ----------------------------------------------------------------------
 
 _CHUNK = 500  # rows per statement: well under PostgreSQL's 65,535 parameters
@@ -215,9 +229,29 @@ WHERE p."id" = v.id
 _BULK_UPDATE_ROW = "(%s::uuid, %s::text, %s::text, %s::boolean, %s::text, %s::boolean, %s::text, %s::boolean, %s::date)"
 
 
+Outcome = tuple[uuid.UUID | None, str, DomainError | None]
+
+
+def bulk_answer(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    """import-bulk's answer: per item, in order, its status, patient id and error."""
+    return [
+        {
+            "index": index,
+            "status": status,
+            "patientId": str(patient_id) if patient_id else None,
+            "error": error.to_dict() if error else None,
+        }
+        for index, (patient_id, status, error) in enumerate(outcomes)
+    ]
+
+
 def import_patients(
-    clinic: Clinic, items: list[dict[str, Any]], actor: ApiToken | Actor, item_schema: dict[str, Any]
-) -> list[tuple[uuid.UUID | None, str, DomainError | None]]:
+    clinic: Clinic,
+    items: list[dict[str, Any]],
+    actor: ApiToken | Actor,
+    item_schema: dict[str, Any],
+    remember: Remember = forget,
+) -> list[Outcome]:
     """`import_patient` for many items at once, with the same outcome per item, in order:
     (patient id, "created" | "updated" | "failed", the error of a failed one). Each item is
     checked against `item_schema` (the API's, which the web layer owns) first.
@@ -229,8 +263,9 @@ def import_patients(
     our patient for it is dropped and the item updates theirs.
 
     One audit event for the whole import, with its counts (no event when every item
-    failed validation: nothing was written)."""
-    results: list[tuple[uuid.UUID | None, str, DomainError | None]] = []
+    failed validation: nothing was written, and nothing is given to `remember`: a retry
+    would answer the same)."""
+    results: list[Outcome] = []
     wanted: list[tuple[int, tuple[str, str], dict[str, Any]]] = []  # (index, key, fields)
     for index, item in enumerate(items):
         try:
@@ -273,6 +308,7 @@ def import_patients(
         AuditEvent.record(
             actor, clinic, "patient.import_bulk", None, {s: statuses.count(s) for s in ("created", "updated", "failed")}
         )
+        remember(bulk_answer(results))
     return results
 
 

@@ -4,7 +4,8 @@ Each round deletes the uploads never registered whose link expired over
 `UPLOAD_PURGE_GRACE_SECONDS` ago (`documents.uploads.purge_expired_uploads`, both
 backends) and, on the local backend, the temporary `.upload-*.part` files a killed
 process left behind, as old (`LocalStorage.purge_stale_uploads`); and the other stale
-rows: refused hand-offs past `REFUSED_HANDOFF_RETENTION_DAYS`.
+rows: refused hand-offs past `REFUSED_HANDOFF_RETENTION_DAYS`, and the answers stored for
+an Idempotency-Key past `IDEMPOTENCY_KEY_HOURS`.
 
 A thread of every worker process, like the call relay (jobs/relay.py): a starting worker
 purges at once, then every `UPLOAD_PURGE_EVERY_SECONDS`. Workers purging at the same time
@@ -21,6 +22,7 @@ import threading
 
 from config import Config
 from documents import patient_requests, uploads
+from models import IdempotencyKey
 from plumbing.clock import utc_now
 from plumbing.database import db
 from storage import LocalStorage, Storage, make_storage
@@ -34,6 +36,7 @@ class Purged:
     uploads: int  # unregistered uploads removed (object and issued-link row)
     partial_files: int  # temporary files of interrupted local uploads removed
     refused_handoffs: int = 0  # records of refused hand-offs past their retention
+    idempotency_keys: int = 0  # stored answers of Idempotency-Keys past their time
 
 
 def purge_storage(storage: Storage, config: Config) -> Purged:
@@ -44,7 +47,8 @@ def purge_storage(storage: Storage, config: Config) -> Purged:
     # A `.part` file younger than that may belong to an upload still streaming.
     partial = storage.purge_stale_uploads(lifetime + grace) if isinstance(storage, LocalStorage) else 0
     refused = refusals.purge(utc_now(), config.refused_handoff_retention_days)
-    return Purged(uploads=purged, partial_files=partial, refused_handoffs=refused)
+    keys = IdempotencyKey.purge(config.clock())
+    return Purged(uploads=purged, partial_files=partial, refused_handoffs=refused, idempotency_keys=keys)
 
 
 def run(storage: Storage | None, config: Config, stop: threading.Event) -> None:
@@ -65,6 +69,8 @@ def run(storage: Storage | None, config: Config, stop: threading.Event) -> None:
                 )
             if purged.refused_handoffs:
                 log.info("purge removed %d refused hand-off record(s) past their retention", purged.refused_handoffs)
+            if purged.idempotency_keys:
+                log.info("purge removed %d idempotency key(s) past their time", purged.idempotency_keys)
         except Exception as exc:
             # Whatever fails (database, bucket, disk), the thread must outlive it: the next
             # round retries, and a batch that failed was rolled back whole.

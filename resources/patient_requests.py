@@ -9,7 +9,7 @@ import falcon
 
 from documents import patient_requests
 from jobs.playback import RecordingPlayer
-from models import Call, PatientRequest
+from models import Call
 from plumbing import clock
 from storage import Storage
 from storage.links import LinkCache
@@ -21,10 +21,13 @@ from web.errors import APIError
 class RequestCreate:
     scopes = {"POST": "write"}
     not_idempotent = {"POST"}
+    idempotent = {"POST": "createPatientRequest"}  # web/idempotency.py
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.CREATE_REQUEST)
-        resp.media = {"data": patient_requests.create_request(req.context.clinic, body, req.context.token)}
+        resp.media = {
+            "data": patient_requests.create_request(req.context.clinic, body, req.context.token, req.context.remember)
+        }
 
 
 class RequestSearch:
@@ -40,6 +43,7 @@ class RequestSearch:
 
 class RequestDetail:
     scopes = {"GET": "read", "PATCH": "write"}
+    idempotent = {"PATCH": "updatePatientRequest"}
 
     def __init__(
         self, links: LinkCache, player: RecordingPlayer | None = None, clock: Callable[[], datetime] = clock.now
@@ -58,12 +62,16 @@ class RequestDetail:
     def on_patch(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = patient_requests.request_of(req.context.clinic, request_id)
         body = validation.body(req, schemas.REQUEST_PATCH)
-        patient_requests.patch_request(req.context.clinic, request, body, req.context.token)
-        resp.media = {"data": patient_requests.summaries([PatientRequest.get_by_id(request.id)])[0]}
+        resp.media = {
+            "data": patient_requests.patch_request(
+                req.context.clinic, request, body, req.context.token, req.context.remember
+            )
+        }
 
 
 class UploadLink:
     scopes = {"POST": "write"}
+    idempotent = {"POST": "createUploadLink"}
 
     def __init__(self, storage: Storage, open_links_limit: int) -> None:
         self.storage = storage
@@ -74,14 +82,26 @@ class UploadLink:
         body = validation.body(req, schemas.UPLOAD_LINK_REQUEST)
         resp.media = {
             "data": patient_requests.issue_upload_link(
-                self.storage, request, body["contentType"], req.context.token, open_links_limit=self.open_links_limit
+                self.storage,
+                request,
+                body["contentType"],
+                req.context.token,
+                open_links_limit=self.open_links_limit,
+                remember=req.context.remember,
             )
         }
+
+    def replay(self, req: falcon.Request, stored: dict[str, str], clinic_slug: str, request_id: str) -> dict[str, str]:
+        """A retry with the same Idempotency-Key: the same `fileHash`, a fresh URL (the
+        first may have expired; URLs are never stored)."""
+        request = patient_requests.request_of(req.context.clinic, request_id)
+        return patient_requests.upload_link_again(self.storage, request, stored["fileHash"])
 
 
 class Attachments:
     scopes = {"POST": "write"}
     not_idempotent = {"POST"}
+    idempotent = {"POST": "registerAttachment"}
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
@@ -89,7 +109,9 @@ class Attachments:
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = patient_requests.request_of(req.context.clinic, request_id)
         body = validation.body(req, schemas.ATTACHMENT_REQUEST)
-        record = patient_requests.register_attachment(self.storage, request, body, req.context.token)
+        record = patient_requests.register_attachment(
+            self.storage, request, body, req.context.token, req.context.remember
+        )
         resp.media = {"data": patient_requests.attachment_json(record)}
 
 

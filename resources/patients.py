@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import falcon
 
 from documents import patients
-from models import ApiToken, Clinic
 from web import schemas, validation
 
 
@@ -20,39 +17,26 @@ class PatientSearch:
         resp.media = {"data": found, "pagination": {"nextCursor": cursor}}
 
 
-def _import_one(clinic: Clinic, item: dict[str, Any], token: ApiToken) -> dict[str, Any]:
-    patient, created = patients.import_patient(clinic, item, token)
-    return {"patient": patients.represent(clinic, [patient])[0], "created": created}
-
-
 class PatientImport:
     """POST /patients/import: one patient; the same external id again updates it."""
 
     scopes = {"POST": "write"}
+    idempotent = {"POST": "importPatient"}  # web/idempotency.py
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.PATIENT_IMPORT)
-        resp.media = {"data": _import_one(req.context.clinic, body, req.context.token)}
+        resp.media = {"data": patients.import_one(req.context.clinic, body, req.context.token, req.context.remember)}
 
 
 class PatientImportBulk:
     """POST /patients/import-bulk: every item validated alone, written together; answers per item."""
 
     scopes = {"POST": "write"}
+    idempotent = {"POST": "importPatientsBulk"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.PATIENT_IMPORT_BULK_ENVELOPE)
         outcomes = patients.import_patients(
-            req.context.clinic, body["patients"], req.context.token, schemas.PATIENT_IMPORT
+            req.context.clinic, body["patients"], req.context.token, schemas.PATIENT_IMPORT, req.context.remember
         )
-        resp.media = {
-            "data": [
-                {
-                    "index": index,
-                    "status": status,
-                    "patientId": str(patient_id) if patient_id else None,
-                    "error": error.to_dict() if error else None,
-                }
-                for index, (patient_id, status, error) in enumerate(outcomes)
-            ]
-        }
+        resp.media = {"data": patients.bulk_answer(outcomes)}

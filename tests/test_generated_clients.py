@@ -82,6 +82,7 @@ def expected_lines(recording_sid: str, sha256: str) -> list[str]:
         "2. patient: Jana Nováková tags= externalIds=signing-system:EXT-1 next=null",
         "import: created=true bulk=created,failed failed=1:VALIDATION_FAILED",
         "3. request: Signed consent kind=standard doneAt=null",
+        "3. retried with its Idempotency-Key: same request=true",
         "4. upload link issued",
         "5. upload: 200",
         f"6. attachment: application/pdf sha256={sha256}",
@@ -104,6 +105,8 @@ def check_run(output: str, token: str) -> None:
         call = Call.get(Call.call_sid == "CA-generated")
         assert call.source == "generated-client" and call.outcome == "missed_call"
         assert PatientRequest.select().where(PatientRequest.call == call.id).count() == 1
+        # The create and the registration were each sent twice with one Idempotency-Key: one of each.
+        assert PatientRequest.select().where(PatientRequest.kind == "standard").count() == 1
 
 
 def driver_arguments(base_url: str, token: str, https_server, tmp_path: Path) -> list[str]:

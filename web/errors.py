@@ -126,17 +126,21 @@ def _integrity(req: falcon.Request, resp: falcon.Response, ex: pw.IntegrityError
 
 SAFE_TO_RETRY = "safe to retry"
 CHECK_FIRST = (
-    "the request or document may have been stored: check with patientRequests/search or "
-    "the request detail before retrying"
+    "the request or document may have been stored: retry with the same Idempotency-Key, or check "
+    "with patientRequests/search or the request detail before retrying"
 )
+RETRY_WITH_KEY = "safe to retry with the same Idempotency-Key"
 
 
 def retry_advice(req: falcon.Request) -> str:
     """What a 5xx tells the client about retrying (the signed-documents retry rules): a
     create or a registration may have been stored before the failure, and retrying it
-    blindly makes a duplicate; everything else is safe to retry. A resource names its
-    methods that write once in `not_idempotent` (web.middleware.RetryAdvice reads it)."""
-    return CHECK_FIRST if getattr(req.context, "not_idempotent", False) else SAFE_TO_RETRY
+    blindly makes a duplicate unless it carries the first one's Idempotency-Key
+    (web/idempotency.py); everything else is safe to retry. A resource names its methods
+    that write once in `not_idempotent` (web.middleware.RetryAdvice reads it)."""
+    if not getattr(req.context, "not_idempotent", False):
+        return SAFE_TO_RETRY
+    return RETRY_WITH_KEY if getattr(req.context, "idempotency", None) is not None else CHECK_FIRST
 
 
 def _database_unavailable(req: falcon.Request, resp: falcon.Response, ex: Exception, params: dict) -> None:

@@ -24,6 +24,7 @@ _ERROR_TEXT = {
     403: "Token lacks the scope or has no access to the clinic.",
     404: "Unknown clinic (CLINIC_NOT_FOUND) or resource.",
     409: "Conflict.",
+    422: "IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was sent before with another body or path.",
     408: "The body did not arrive within the configured deadline.",
     410: "Gone.",
     413: "Body larger than the configured limit.",
@@ -32,11 +33,29 @@ _ERROR_TEXT = {
     "(recording-complete and the document writes have one each), TOO_MANY_UPLOAD_LINKS when the "
     "clinic holds too many open upload links; retry after the Retry-After seconds.",
     500: "INTERNAL_ERROR: an unexpected failure; the message says whether a retry is safe (after a create or "
-    "a registration, look with search or the detail first).",
+    "a registration: retry with the same Idempotency-Key, or look with search or the detail first).",
     503: "SERVICE_UNAVAILABLE: a dependency (database, the switchboard platform) is unavailable or the service "
     "is busy; retry after the Retry-After seconds.",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}}
+# The document writes that take an Idempotency-Key (web/idempotency.py).
+_IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "Optional: makes the write safe to retry. The first request with a key runs and its answer is "
+    "kept at least 24 hours; a retry with the same key and the same body is answered that answer (with "
+    "`Idempotent-Replayed: true`) instead of writing again. The same key with another body: 422 "
+    "IDEMPOTENCY_KEY_REUSED; while the first still runs: 409 IDEMPOTENCY_KEY_IN_PROGRESS with Retry-After. Keys "
+    "are per token and operation; use a new random key (a UUID) for every new write.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7e]+$"},
+}
+_IDEMPOTENT_ERRORS = {
+    400: "Malformed payload or validation failure; IDEMPOTENCY_KEY_INVALID for an Idempotency-Key that is not "
+    "1-255 printable ASCII characters.",
+    409: "IDEMPOTENCY_KEY_IN_PROGRESS: a request with this Idempotency-Key is still running; retry after the "
+    "Retry-After seconds.",
+}
 # Whatever the operation: an unexpected failure, or the database down or its pool exhausted (web/errors.py).
 _ALWAYS = (500, 503)
 
@@ -54,7 +73,7 @@ def error_responses(codes: dict[int, str], schemas_by_code: dict[int, dict[str, 
             "description": codes[code],
             "content": _json((schemas_by_code or {}).get(code, schemas.ERROR)),
         }
-        if code in (429, 503):
+        if code in (409, 429, 503):
             answer["headers"] = _RETRY_AFTER
         out[str(code)] = answer
     return out
@@ -70,6 +89,7 @@ def operation(
     errors: tuple[int, ...] = (),
     error_schemas: dict[int, dict[str, Any]] | None = None,
     request_required: bool = True,
+    idempotent: bool = False,
     tag: str,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {
@@ -88,7 +108,18 @@ def operation(
     if request is not None:
         op["requestBody"] = {"required": request_required, "content": _json(request)}
         codes |= {400, 408, 413, 415}
-    op["responses"].update(error_responses({code: _ERROR_TEXT[code] for code in codes}, error_schemas))
+    texts = {code: _ERROR_TEXT[code] for code in codes}
+    if idempotent:  # the Idempotency-Key header and its answers
+        op["parameters"] = [_IDEMPOTENCY_KEY]
+        texts |= {**_IDEMPOTENT_ERRORS, 422: _ERROR_TEXT[422]}
+        op["responses"]["200"]["headers"] = {
+            "Idempotent-Replayed": {
+                "description": "`true` when this is the stored answer of an earlier request with the same "
+                "Idempotency-Key.",
+                "schema": {"type": "string", "const": "true"},
+            }
+        }
+    op["responses"].update(error_responses(texts, error_schemas))
     return op
 
 
@@ -334,6 +365,7 @@ OPERATIONS.update(
                 scope="write",
                 request=schemas.PATIENT_IMPORT,
                 response=schemas.data(schemas.PATIENT_IMPORT_RESULT),
+                idempotent=True,
                 tag=_DOCS,
             )
         },
@@ -345,6 +377,7 @@ OPERATIONS.update(
                 scope="write",
                 request=schemas.PATIENT_IMPORT_BULK,
                 response=schemas.data(schemas.PATIENT_IMPORT_BULK_RESULT),
+                idempotent=True,
                 tag=_DOCS,
             )
         },
@@ -353,9 +386,11 @@ OPERATIONS.update(
                 "createPatientRequest",
                 "Step 3: create a request (title = type name); the type's default patient tags are applied "
                 "best effort. 403 patient without a record here, 404 PATIENT_NOT_FOUND / USER_ECRF_NOT_FOUND, "
-                "410 PATIENT_MERGED with mergedInto. Not idempotent: after a 5xx look via search first.",
+                "410 PATIENT_MERGED with mergedInto. After a 5xx or a timeout: retry with the same Idempotency-Key, "
+                "or (sent without one) look via search first.",
                 scope="write",
                 request=schemas.CREATE_REQUEST,
+                idempotent=True,
                 response=schemas.data(schemas.PATIENT_REQUEST),
                 errors=(410,),
                 error_schemas={410: schemas.PATIENT_MERGED_ERROR},
@@ -394,6 +429,7 @@ OPERATIONS.update(
                 scope="write",
                 request=schemas.REQUEST_PATCH,
                 response=schemas.data(schemas.PATIENT_REQUEST),
+                idempotent=True,
                 tag=_DOCS,
             ),
         },
@@ -403,10 +439,12 @@ OPERATIONS.update(
                 "createUploadLink",
                 "Step 4: a presigned PUT URL (10 minutes, reusable, one object) and its `fileHash`. The URL is a "
                 "credential: do not log or persist it. 429 TOO_MANY_UPLOAD_LINKS while the clinic holds the most "
-                "open links (issued within 10 minutes, not registered) it may; Retry-After says when the oldest expires.",  # noqa: E501
+                "open links (issued within 10 minutes, not registered) it may; Retry-After says when the oldest "
+                "expires. A retry with the same Idempotency-Key answers the same fileHash with a fresh URL.",
                 scope="write",
                 request=schemas.UPLOAD_LINK_REQUEST,
                 response=schemas.data(schemas.UPLOAD_LINK),
+                idempotent=True,
                 tag=_DOCS,
             )
         },
@@ -415,10 +453,12 @@ OPERATIONS.update(
                 "registerAttachment",
                 "Step 6: register an uploaded file (fileHash from an upload link of this request). Registering "
                 "the same fileHash again answers the first registration. A file over the service's upload size "
-                "limit is refused with 400 naming the limit, and deleted.",
+                "limit is refused with 400 naming the limit, and deleted. After a 5xx or a timeout: retry with the "
+                "same Idempotency-Key.",
                 scope="write",
                 request=schemas.ATTACHMENT_REQUEST,
                 response=schemas.data(schemas.ATTACHMENT),
+                idempotent=True,
                 tag=_DOCS,
             )
         },

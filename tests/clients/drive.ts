@@ -70,11 +70,17 @@ async function main(): Promise<void> {
   const failed = bulk.data.filter((item) => item.error !== null).map((item) => `${item.index}:${item.error?.code}`);
   console.log(`import: created=${imported.data.created} bulk=${bulk.data.map((item) => item.status)} failed=${failed}`);
 
-  const created = must("3", await api.POST(`${CLINIC}/patientRequests/create`, {
-    params: inClinic, body: { patientId: patient.id, userECRFId: consent.id, userNote: "Signed consent, version 3" },
-  }));
+  // Every write sent with an Idempotency-Key: a retry with the same key (after a timeout,
+  // say) is answered the first answer and writes nothing again.
+  const creation = {
+    params: { ...inClinic, header: { "Idempotency-Key": crypto.randomUUID() } },
+    body: { patientId: patient.id, userECRFId: consent.id, userNote: "Signed consent, version 3" },
+  };
+  const created = must("3", await api.POST(`${CLINIC}/patientRequests/create`, creation));
   const request = created.data;
   console.log(`3. request: ${request.title} kind=${request.kind} doneAt=${request.doneAt}`);
+  const again = must("3 again", await api.POST(`${CLINIC}/patientRequests/create`, creation));
+  console.log(`3. retried with its Idempotency-Key: same request=${again.data.id === request.id}`);
   const inRequest = { path: { clinicSlug, requestId: request.id } };
 
   const link = must("4", await api.POST(`${CLINIC}/patientRequests/{requestId}/attachments/upload-link`, {
@@ -87,11 +93,15 @@ async function main(): Promise<void> {
   console.log(`5. upload: ${put.status}`);
   if (!put.ok) throw new Error(`5: ${await put.text()}`);
 
-  const registered = must("6", await api.POST(`${CLINIC}/patientRequests/{requestId}/attachments`, {
-    params: inRequest,
-    body: { contentType: "application/pdf", fileHash: link.data.fileHash, description: "signed-consent.pdf",
-      categoryType: "CONSENT" },
-  }));
+  const registration = {
+    params: { ...inRequest, header: { "Idempotency-Key": crypto.randomUUID() } },
+    body: { contentType: "application/pdf" as const, fileHash: link.data.fileHash, description: "signed-consent.pdf",
+      categoryType: "CONSENT" as const },
+  };
+  const registered = must("6", await api.POST(`${CLINIC}/patientRequests/{requestId}/attachments`, registration));
+  const againRegistered = must("6 again", await api.POST(`${CLINIC}/patientRequests/{requestId}/attachments`,
+    registration));
+  if (againRegistered.data.id !== registered.data.id) throw new Error("6: the retry registered another attachment");
   console.log(`6. attachment: ${registered.data.contentType} sha256=${registered.data.sha256}`);
 
   const detail = must("7", await api.GET(`${CLINIC}/patientRequests/{requestId}`, { params: inRequest }));

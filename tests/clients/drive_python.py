@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from typing import NoReturn
 
 import httpx
@@ -104,12 +105,19 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
     print(f"import: created={js(imported.data.created)} bulk={js([item.status.value for item in bulk.data])} "
           f"failed={js(failed)}")
 
-    created = create_patient_request.sync(clinic, client=api, body=PatientRequestCreate(
-        patient_id=patient.id, user_ecrf_id=consent.id, user_note="Signed consent, version 3"))
+    # Every write sent with an Idempotency-Key: a retry with the same key (after a timeout,
+    # say) is answered the first answer and writes nothing again.
+    create_key = str(uuid.uuid4())
+    creation = PatientRequestCreate(patient_id=patient.id, user_ecrf_id=consent.id, user_note="Signed consent, version 3")
+    created = create_patient_request.sync(clinic, client=api, body=creation, idempotency_key=create_key)
     if not isinstance(created, CreatePatientRequestResponse200):
         fail("3", created)
     request = created.data
     print(f"3. request: {request.title} kind={request.kind.value} doneAt={js(request.done_at)}")
+    again = create_patient_request.sync(clinic, client=api, body=creation, idempotency_key=create_key)
+    if not isinstance(again, CreatePatientRequestResponse200):
+        fail("3 again", again)
+    print(f"3. retried with its Idempotency-Key: same request={js(again.data.id == request.id)}")
 
     link = create_upload_link.sync(clinic, str(request.id), client=api,
                                    body=UploadLinkRequest(content_type="application/pdf"))
@@ -122,11 +130,18 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
     print(f"5. upload: {put.status_code}")
     put.raise_for_status()
 
-    registered = register_attachment.sync(clinic, str(request.id), client=api, body=AttachmentRegistration(
+    registration = AttachmentRegistration(
         content_type=AttachmentRegistrationContentType.APPLICATIONPDF, file_hash=link.data.file_hash,
-        description="signed-consent.pdf", category_type=CategoryType.CONSENT))
+        description="signed-consent.pdf", category_type=CategoryType.CONSENT)
+    register_key = str(uuid.uuid4())
+    registered = register_attachment.sync(clinic, str(request.id), client=api, body=registration,
+                                          idempotency_key=register_key)
     if not isinstance(registered, RegisterAttachmentResponse200):
         fail("6", registered)
+    again_registered = register_attachment.sync(clinic, str(request.id), client=api, body=registration,
+                                                idempotency_key=register_key)
+    if not isinstance(again_registered, RegisterAttachmentResponse200) or again_registered.data.id != registered.data.id:
+        fail("6 again", again_registered)
     print(f"6. attachment: {registered.data.content_type} sha256={registered.data.sha256}")
 
     detail = get_patient_request.sync(clinic, str(request.id), client=api)
