@@ -6,8 +6,10 @@ an upload link, PUT the file to storage, register it, read it back and compare b
 
 Retry rules followed here:
 - lookups and the detail GET are retried on 5xx / timeouts;
-- create and registration are not idempotent: after a 5xx or timeout the client looks
-  (patient request search / request detail) before it tries again;
+- every write (create, registration) carries an Idempotency-Key of its own: after a 5xx,
+  a timeout or a lost connection the client sends it again with the same key, and the
+  service answers what the first attempt did (or does it now), never twice; a 409
+  IDEMPOTENCY_KEY_IN_PROGRESS waits its Retry-After;
 - a refused upload (4xx from storage, e.g. an expired link) gets a fresh upload link.
 
 Presigned URLs and the token are credentials: they are never printed.
@@ -25,6 +27,7 @@ import argparse
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +61,17 @@ class Client:
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {token}"
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> Any:
         try:
-            response = self.http.request(method, self.base + path, json=body, timeout=TIMEOUT)
+            response = self.http.request(method, self.base + path, json=body, headers=headers, timeout=TIMEOUT)
         except (requests.Timeout, requests.ConnectionError) as exc:
             raise Unsure(f"{method} {path}: {type(exc).__name__}") from None
-        if response.status_code >= 500:
-            raise Unsure(f"{method} {path}: {response.status_code}")
+        if response.status_code >= 500 or (
+            response.status_code == 409 and response.json().get("code") == "IDEMPOTENCY_KEY_IN_PROGRESS"
+        ):
+            raise Unsure(f"{method} {path}: {response.status_code}", response.headers.get("Retry-After"))
         if response.status_code != 200:
             raise ApiError(response)
         return response.json()["data"]
@@ -79,17 +86,17 @@ class Client:
                     raise
                 time.sleep(0.5 * 2**attempt)
 
-    def write(self, path: str, body: dict[str, Any], look: Any) -> Any:
-        """A non-idempotent write: after an unsure outcome, `look()` decides whether it landed."""
+    def write(self, path: str, body: dict[str, Any]) -> Any:
+        """A write, with a key of its own that its retries send again: whatever became of an
+        attempt whose answer was lost, the retry gets its answer and nothing is written twice."""
+        key = str(uuid.uuid4())
         for attempt in range(ATTEMPTS):
             try:
-                return self._call("POST", path, body)
+                return self._call("POST", path, body, {"Idempotency-Key": key})
             except Unsure as exc:
-                print(f"  unsure ({exc}); checking before a retry", file=sys.stderr)
-                time.sleep(0.5 * 2**attempt)
-                found = look()
-                if found is not None:
-                    return found
+                print(f"  unsure ({exc.args[0]}); retrying with the same Idempotency-Key", file=sys.stderr)
+                wait = exc.args[1] if len(exc.args) > 1 and exc.args[1] else 0.5 * 2**attempt
+                time.sleep(float(wait))
         raise SystemExit(f"giving up on POST {path}")
 
     # -- the flow --------------------------------------------------------------------------
@@ -108,29 +115,16 @@ class Client:
             raise SystemExit(f"no patient with external id {source}:{external_id} in this clinic; import it first")
         return found[0]
 
-    def request_ids(self, patient_id: str) -> set[str]:
-        page = self.read(
-            "POST", "/patientRequests/search", {"filter": {"patientId": patient_id}, "pagination": {"limit": 500}}
-        )
-        return {r["id"] for r in page}
-
     def create(self, patient_id: str, type_id: str, note: str) -> dict[str, Any]:
-        before = self.request_ids(patient_id)
-
-        def look() -> dict[str, Any] | None:
-            page = self.read("POST", "/patientRequests/search", {"filter": {"patientId": patient_id}})
-            new = [r for r in page if r["id"] not in before and r.get("requestTypeId") == type_id]
-            return new[0] if new else None
-
         body = {"patientId": patient_id, "userECRFId": type_id, "userNote": note}
         while True:
             try:
-                return self.write("/patientRequests/create", body, look)
+                return self.write("/patientRequests/create", body)
             except ApiError as exc:
                 if exc.status == 410 and exc.body.get("mergedInto"):
+                    # Another body: a new write, with a key of its own (write() makes one).
                     print(f"  patient merged; retrying with {exc.body['mergedInto']} (store it)", file=sys.stderr)
-                    body["patientId"] = patient_id = exc.body["mergedInto"]
-                    before = self.request_ids(patient_id)
+                    body["patientId"] = exc.body["mergedInto"]
                     continue
                 raise
 
@@ -154,13 +148,6 @@ class Client:
         raise SystemExit("upload failed")
 
     def register(self, request_id: str, file_hash: str, content_type: str, description: str) -> dict[str, Any]:
-        before = {m["id"] for m in self.read("GET", f"/patientRequests/{request_id}")["medicalRecords"]}
-
-        def look() -> dict[str, Any] | None:
-            records = self.read("GET", f"/patientRequests/{request_id}")["medicalRecords"]
-            new = [m for m in records if m["id"] not in before and m["description"] == description]
-            return new[0] if new else None
-
         body = {
             "contentType": content_type,
             "fileHash": file_hash,
@@ -168,7 +155,7 @@ class Client:
             "categoryType": "CONSENT",
             "visibleToPatient": False,
         }
-        return self.write(f"/patientRequests/{request_id}/attachments", body, look)
+        return self.write(f"/patientRequests/{request_id}/attachments", body)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,8 +50,9 @@ def test_client_stores_a_pdf_and_reads_back_the_same_bytes(service: str, tmp_pat
     assert counts() == (1, 1)
 
 
-def test_client_looks_before_retrying_and_re_requests_a_refused_upload(service: str, monkeypatch) -> None:
-    """Create and register succeed but answer 500 once; the first upload link is refused."""
+def test_client_retries_its_writes_with_their_keys_and_re_requests_a_refused_upload(service: str, monkeypatch) -> None:
+    """Create and register succeed but answer 500 once (written, the answer lost); the
+    first upload link is refused."""
     real_create, real_register, real_link = patient_requests.create_request, patient_requests.register_attachment, patient_requests.issue_upload_link
     calls = {"create": 0, "register": 0, "link": 0}
 
@@ -82,7 +83,8 @@ def test_client_looks_before_retrying_and_re_requests_a_refused_upload(service: 
     done = run_client(service, issue_token(["clinic-a"], ["read", "write"]))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "identical" in done.stdout
-    assert done.stderr.count("checking before a retry") == 2 and "requesting a new link" in done.stderr
-    assert calls == {"create": 1, "register": 1, "link": 2}  # the look found both writes: no blind retry
+    assert done.stderr.count("retrying with the same Idempotency-Key") == 2 and "requesting a new link" in done.stderr
+    # Each retry was answered the stored answer of its write: neither ran twice.
+    assert calls == {"create": 1, "register": 1, "link": 2}
     assert counts() == (1, 1)
 

@@ -8,7 +8,8 @@ this search, whether a RecordingUrl host resolves to a public address, whether a
 patient was merged. The spec answers those with 400 VALIDATION_FAILED (410
 PATIENT_MERGED for merges). This check is the built-in one, except that it lets through
 exactly those answers: the operation, the status, the code and the start of the
-message must all match an entry below. Any other refusal of valid data still fails.
+message must all match an entry below. So does a document write's 422
+IDEMPOTENCY_KEY_REUSED: the same key sent earlier with another body. Any other refusal of valid data still fails.
 
 `negative_data_rejection` says a schema-violating request must be refused. The bulk
 import's items are typed (`PatientImport`, so generated clients are) but validated one
@@ -55,6 +56,13 @@ SEMANTIC_REFUSALS: dict[tuple[str, str], tuple[tuple[int, str, str], ...]] = {
         (400, "VALIDATION_FAILED", "contentType: the uploaded file is not "),
     ),
 }
+# An Idempotency-Key sent before with another body (the fuzzer's keys repeat: "0", "a"):
+# its answer depends on what that key was used for, as the contract says.
+_KEY_REUSED = (422, "IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used for a request with another body")
+for _operation in (("POST", f"{CLINIC}/patients/import"), ("POST", f"{CLINIC}/patients/import-bulk"),
+                   ("POST", f"{CLINIC}/patientRequests/create"), ("PATCH", REQUEST),
+                   ("POST", f"{REQUEST}/attachments/upload-link"), ("POST", f"{REQUEST}/attachments")):
+    SEMANTIC_REFUSALS[_operation] = (*SEMANTIC_REFUSALS.get(_operation, ()), _KEY_REUSED)
 
 
 #: Text PostgreSQL cannot store (NUL) or UTF-8 cannot encode (a lone surrogate, valid in
