@@ -1316,6 +1316,7 @@ MODELS: list[type[BaseModel]] = [
     UploadLink,
     MedicalRecord,
     AuditEvent,
+    IdempotencyKey,
     StaffUser,
     StaffMembership,
     StaffSession,

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+import argon2
 import pytest
 import redis
 import webtest
@@ -31,7 +32,15 @@ from models import MODELS, SchemaMigration  # noqa: E402
 from tests.support import SECRET_KEY  # noqa: E402
 from tests.support.clocks import WEDNESDAY, Clock  # noqa: E402
 from tests.support import isolation  # noqa: E402
-from tests.support.databases import recreate_database  # noqa: E402
+from tests.support.databases import TableEmptier, recreate_database  # noqa: E402
+import staff.passwords  # noqa: E402
+
+# Staff passwords in this process are Argon2id at its lowest cost (1 pass over 1 MiB): the
+# same algorithm and code paths, without 160 ms of hashing per login and per new user
+# (hundreds of console tests log in). The service's own processes (gunicorn, manage.py)
+# keep the production parameters, which test_staff_passwords.py checks.
+PRODUCTION_PASSWORD_HASHER = staff.passwords._hasher
+staff.passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
 
 # log_audit: the whole session logs at DEBUG and fails if a secret reaches a log.
 # https_server: the HTTPS test server's fixtures. worker: the session's one RQ worker.
@@ -82,6 +91,7 @@ def wsgi_app(config: Config):
 
 
 _SESSION_DATABASE: list = []
+_EMPTIER: list[TableEmptier] = []
 
 
 @pytest.fixture
@@ -94,9 +104,10 @@ def app(wsgi_app, clock: Clock) -> Iterator[webtest.TestApp]:
         # An earlier test ran a command in this process (manage.main binds a database of its
         # own, unpooled): the app's pool again, whatever ran before (xdist changes the order).
         db.initialize(_SESSION_DATABASE[0])
-    tables = ", ".join(f'"{m._meta.table_name}"' for m in MODELS if m is not SchemaMigration)
+    if not _EMPTIER:
+        _EMPTIER.append(TableEmptier(db, [m for m in MODELS if m is not SchemaMigration]))
     with db.connection_context():
-        db.execute_sql(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+        _EMPTIER[0].empty()
     client = redis.Redis.from_url(REDIS_URL)
     for key in client.scan_iter("console:*"):
         client.delete(key)

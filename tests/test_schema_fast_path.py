@@ -16,6 +16,7 @@ from plumbing import json_schema as validation
 from web import schemas
 from plumbing.errors import DomainError
 from tests.conftest import EXAMPLE
+from tests.support import tiers
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 
 
@@ -182,7 +183,9 @@ def test_the_example_onboarding_document_has_a_fast_path():
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
-@settings(max_examples=200, deadline=None, database=None,
+# 200 examples a schema in the full suite; 25 in the fast tier (`bin/test --fast`), the
+# developer's quick loop, where these 40 schemas alone took half the tier's time.
+@settings(max_examples=25 if tiers.FAST else 200, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_fast_path_accepts_only_what_python_accepts(name, data):

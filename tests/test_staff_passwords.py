@@ -60,3 +60,15 @@ def test_the_cli_applies_the_same_rules():
     accepted = hashed("correct horse battery staple")
     assert accepted.returncode == 0, accepted.stderr
     assert verify(accepted.stdout.strip(), "correct horse battery staple")
+
+
+def test_the_service_hashes_with_argon2id_at_rfc_9106s_low_memory_profile():
+    """The test process hashes at the lowest cost (tests/conftest.py); the service's own
+    hasher is argon2-cffi's default, RFC 9106's second recommendation: 3 passes over 64 MiB."""
+    from argon2 import Type, extract_parameters
+
+    from tests.conftest import PRODUCTION_PASSWORD_HASHER
+
+    parameters = extract_parameters(PRODUCTION_PASSWORD_HASHER.hash("correct horse battery staple"))
+    assert (parameters.type, parameters.time_cost, parameters.memory_cost, parameters.parallelism) == (
+        Type.ID, 3, 65536, 4)

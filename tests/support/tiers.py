@@ -68,7 +68,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "SeaweedFS (and refuse to start any of them)")
 
 
+#: Whether this run is `--fast` (set at configure, before the test modules are imported):
+#: property tests draw fewer examples there (the full suite draws them all).
+FAST = False
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    global FAST
+    FAST = bool(config.getoption("fast"))
     config.addinivalue_line("markers", "slow: needs one of the parts below (derived; --fast leaves it out)")
     config.addinivalue_line("markers", "long: takes minutes on its own (a whole labelled set): in parallel, "
                                        "started first among the slow tests")
