@@ -8,6 +8,7 @@ matching and listing only see the addressed clinic's. Merged patients are not li
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from datetime import date
@@ -201,10 +202,8 @@ def import_patient(clinic: Clinic, item: dict[str, Any], actor: ApiToken | Actor
 def import_one(clinic: Clinic, item: dict[str, Any], actor: ApiToken, remember: Remember = forget) -> dict[str, Any]:
     """`import_patient` answered as the API answers it (the patient and whether it was
     created), read inside the import's transaction and given to `remember` there."""
-    if remember is forget:  # no answer to store: no transaction around the import's own
-        patient, created = import_patient(clinic, item, actor)
-        return {"patient": represent(clinic, [patient])[0], "created": created}
-    with db.atomic():
+    # Without an answer to store, no transaction around the import's own.
+    with db.atomic() if remember is not forget else contextlib.nullcontext():
         patient, created = import_patient(clinic, item, actor)
         answer = {"patient": represent(clinic, [patient])[0], "created": created}
         remember(answer)

@@ -21,7 +21,7 @@ from web.errors import APIError
 class RequestCreate:
     scopes = {"POST": "write"}
     not_idempotent = {"POST"}
-    idempotent = {"POST": "createPatientRequest"}  # web/idempotency.py
+    idempotency_key = {"POST": "createPatientRequest"}  # web/idempotency.py
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.CREATE_REQUEST)
@@ -43,7 +43,7 @@ class RequestSearch:
 
 class RequestDetail:
     scopes = {"GET": "read", "PATCH": "write"}
-    idempotent = {"PATCH": "updatePatientRequest"}
+    idempotency_key = {"PATCH": "updatePatientRequest"}
 
     def __init__(
         self, links: LinkCache, player: RecordingPlayer | None = None, clock: Callable[[], datetime] = clock.now
@@ -71,7 +71,7 @@ class RequestDetail:
 
 class UploadLink:
     scopes = {"POST": "write"}
-    idempotent = {"POST": "createUploadLink"}
+    idempotency_key = {"POST": "createUploadLink"}
 
     def __init__(self, storage: Storage, open_links_limit: int) -> None:
         self.storage = storage
@@ -101,7 +101,7 @@ class UploadLink:
 class Attachments:
     scopes = {"POST": "write"}
     not_idempotent = {"POST"}
-    idempotent = {"POST": "registerAttachment"}
+    idempotency_key = {"POST": "registerAttachment"}
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage

@@ -21,7 +21,7 @@ class PatientImport:
     """POST /patients/import: one patient; the same external id again updates it."""
 
     scopes = {"POST": "write"}
-    idempotent = {"POST": "importPatient"}  # web/idempotency.py
+    idempotency_key = {"POST": "importPatient"}  # web/idempotency.py
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.PATIENT_IMPORT)
@@ -32,7 +32,7 @@ class PatientImportBulk:
     """POST /patients/import-bulk: every item validated alone, written together; answers per item."""
 
     scopes = {"POST": "write"}
-    idempotent = {"POST": "importPatientsBulk"}
+    idempotency_key = {"POST": "importPatientsBulk"}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.PATIENT_IMPORT_BULK_ENVELOPE)

@@ -3,7 +3,7 @@ same key and never makes a duplicate (the practice of Stripe's API and of the IE
 HTTPAPI draft "The Idempotency-Key HTTP Header Field").
 
 A resource names its methods that take a key, with the operation's name, in
-`idempotent` (`{"POST": "createPatientRequest"}`); without the header nothing changes.
+`idempotency_key` (`{"POST": "createPatientRequest"}`); without the header nothing changes.
 With it, per token and operation:
 
 - the first request runs; the write hands its answer to `req.context.remember` inside
@@ -119,7 +119,7 @@ class IdempotencyKeys:
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: object, params: dict) -> None:
         req.context.remember = forget
-        operation = (getattr(resource, "idempotent", None) or {}).get(req.method)
+        operation = (getattr(resource, "idempotency_key", None) or {}).get(req.method)
         key = req.get_header(HEADER)
         if operation is None or key is None:
             return
