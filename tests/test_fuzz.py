@@ -197,7 +197,6 @@ def _cases_per_operation(ndjson: Path) -> dict[str, int]:
     return {label: len(ids) for label, ids in cases.items()}
 
 
-@pytest.mark.long  # minutes: started first among the slow tests (tests/support/tiers.py)
 def test_schemathesis_finds_nothing(service: Service, tmp_path: Path) -> None:
     config = tmp_path / "schemathesis.toml"
     config.write_text(_config(service.ids))

@@ -120,7 +120,6 @@ def test_a_deadline_stops_whisper_cpp_from_inside(transcriber: tx.Transcriber) -
 # ------------------------------------------------- the clinic's model, Czech first
 
 
-@pytest.mark.long  # minutes: started first among the slow tests (tests/support/tiers.py)
 def test_a_czech_voicemail_keeps_its_first_words(base: tx.Transcriber) -> None:
     """Speech right after the beep: the VAD finds its onset, the decoded span starts before
     it, and the greeting before the caller's name survives (it is what a short lead-in
@@ -219,7 +218,6 @@ def test_detection_chooses_among_the_clinic_languages_only(base: tx.Transcriber)
         base.transcribe(str(voicemail_set.clip_path(english)), ["cs", "xx"])
 
 
-@pytest.mark.long  # minutes: started first among the slow tests (tests/support/tiers.py)
 def test_detection_is_not_read_from_a_later_stretch_whisper_full_encoded(base: tx.Transcriber) -> None:
     """whisper_full encodes the rest of the audio after the last timestamp it decoded: the
     encoder output it then leaves is of that stretch alone, whose "language" made these
@@ -253,7 +251,6 @@ def test_another_clinic_language_needs_sure_detection(base: tx.Transcriber, engl
     assert base._choose(probs, ["cs", "en"])[0] == chosen
 
 
-@pytest.mark.long  # minutes: started first among the slow tests (tests/support/tiers.py)
 def test_the_labelled_set_decides_message_or_missed_call(base: tx.Transcriber) -> None:
     """Every empty recording, the short and non-speech ones, and a sample of messages,
     through the clinic's settings: no message lost, no empty recording taken for one,
@@ -314,7 +311,6 @@ def test_a_message_surer_backwards_in_a_language_the_clinic_does_not_speak_is_a_
     assert len(tx.words(t.text)) >= 5
 
 
-@pytest.mark.long  # minutes: started first among the slow tests (tests/support/tiers.py)
 def test_most_reversed_recordings_of_the_set_are_missed_calls(base: tx.Transcriber) -> None:
     """Measured: 5 of the 7 reversed recordings are caught (the two that are not come from
     voices base cannot read forwards either); none of their forward originals is."""

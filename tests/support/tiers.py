@@ -23,8 +23,7 @@ xdist: the tests of a module whose module-scoped fixture starts a part run in on
 marked `alone` (it bounds the time CPU-heavy work takes: a transcription stopped at its
 deadline, bin/run stopping) runs while no test of another process needs the engine or a
 worker (a lock file shared by the processes: such tests take it shared, an `alone` one
-exclusive, waiting its turn fairly); the modules with `alone` tests start first, and the
-slow tests marked `long` (minutes each) first among the slow ones.
+exclusive, waiting its turn fairly); the modules with `alone` tests start first.
 """
 from __future__ import annotations
 
@@ -77,8 +76,6 @@ def pytest_configure(config: pytest.Config) -> None:
     global FAST
     FAST = bool(config.getoption("fast"))
     config.addinivalue_line("markers", "slow: needs one of the parts below (derived; --fast leaves it out)")
-    config.addinivalue_line("markers", "long: takes minutes on its own (a whole labelled set): in parallel, "
-                                       "started first among the slow tests")
     config.addinivalue_line("markers", "alone: bounds the time of CPU-heavy work: in parallel, runs while no "
                                        "other process runs a test needing the engine or a worker")
     for name, what in PARTS.items():
@@ -112,20 +109,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if isolation.worker_index() is not None:
         # In parallel, modules kept whole (their module fixtures start once) in this order: those
         # with `alone` tests first, while the other processes take the quick tests (which wait
-        # for no lock), then the quick ones, then the slow ones, those marked `long` (minutes
-        # each) first among them: started last, one of them would be the run's tail while the
-        # other processes sit idle (longest first: the short ones fill the gaps at the end).
+        # for no lock), then the quick ones, then the slow ones. (Starting the minutes-long
+        # transcription tests first among the slow ones was measured: 36 min for a clean-clone
+        # CI against 24, as they then ran beside each other's engines on two cores.)
         alone = {item.module.__name__ for item in items if item.get_closest_marker("alone")}
         slow = {item.module.__name__ for item in items if any(item.iter_markers("slow"))}
-
-        def order(item: pytest.Item) -> int:
-            if item.module.__name__ in alone:
-                return 0
-            if item.module.__name__ not in slow:
-                return 1
-            return 2 if item.get_closest_marker("long") else 3
-
-        items.sort(key=order)
+        items.sort(key=lambda item: 0 if item.module.__name__ in alone else 2 if item.module.__name__ in slow else 1)
     if config.getoption("fast"):
         kept = [item for item in items if not any(item.iter_markers("slow"))]
         deselected = [item for item in items if any(item.iter_markers("slow"))]
