@@ -110,8 +110,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         # In parallel, modules kept whole (their module fixtures start once) in this order: those
         # with `alone` tests first, while the other processes take the quick tests (which wait
         # for no lock), then the quick ones, then the slow ones. (Starting the minutes-long
-        # transcription tests first among the slow ones was measured: 36 min for a clean-clone
-        # CI against 24, as they then ran beside each other's engines on two cores.)
+        # transcription tests first among the slow ones was tried: no faster on two cores.)
         alone = {item.module.__name__ for item in items if item.get_closest_marker("alone")}
         slow = {item.module.__name__ for item in items if any(item.iter_markers("slow"))}
         items.sort(key=lambda item: 0 if item.module.__name__ in alone else 2 if item.module.__name__ in slow else 1)
