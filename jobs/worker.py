@@ -127,30 +127,50 @@ class ClinicWorker(SimpleWorker):
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.log.warning("Worker %s: heartbeat skipped, Redis unreachable (%s)", self.name, type(exc).__name__)
 
+    #: Whether the main thread is in the wait for a job (the dequeue below), the one place
+    #: where the stop signal's handler may raise.
+    _waiting = False
+
     def request_stop(self, signum, frame) -> None:
-        # RQ's warm shutdown talks to Redis; with Redis gone its error would surface in
-        # whatever the worker was doing (the wait below) and the stop would be lost.
+        # RQ's handler raises StopRequested when the worker is not busy, to break out of the
+        # blocking dequeue. Raised anywhere else, it lands in whatever the main thread runs
+        # at that instant: a finalizer the garbage collector runs (redis-py's
+        # `ConnectionPool.__del__`, seen at Ctrl-C during start-up) prints it as "Exception
+        # ignored" with a traceback and drops it. Outside the wait, the flag alone stops the
+        # loop, which checks it before each dequeue; the dequeue checks it on entry.
+        # RQ's warm shutdown also talks to Redis; with Redis gone its error would surface in
+        # whatever the worker was doing and the stop would be lost.
         self._stop_requested = True
         try:
             super().request_stop(signum, frame)
+        except StopRequested:
+            if self._waiting:
+                raise
         except (redis.ConnectionError, redis.TimeoutError):
-            raise StopRequested() from None
+            if self._waiting:
+                raise StopRequested() from None
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None):
-        wait = 1.0
-        while True:
-            try:
-                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if self._stop_requested:
-                    raise StopRequested() from None
-                # (RQ sets the worker's state before its own retry loop.) A stop request
-                # interrupts this wait like it interrupts a blocking dequeue.
-                self.log.warning(
-                    "Worker %s: Redis unreachable (%s); retrying in %.0f s", self.name, type(exc).__name__, wait
-                )
-                time.sleep(wait)
-                wait = min(wait * 2, 30.0)
+        self._waiting = True  # before the check: a signal either sees it or is seen by it
+        try:
+            if self._stop_requested:
+                raise StopRequested()
+            wait = 1.0
+            while True:
+                try:
+                    return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    if self._stop_requested:
+                        raise StopRequested() from None
+                    # (RQ sets the worker's state before its own retry loop.) A stop request
+                    # interrupts this wait like it interrupts a blocking dequeue.
+                    self.log.warning(
+                        "Worker %s: Redis unreachable (%s); retrying in %.0f s", self.name, type(exc).__name__, wait
+                    )
+                    time.sleep(wait)
+                    wait = min(wait * 2, 30.0)
+        finally:
+            self._waiting = False
 
     def check_for_suspension(self, burst: bool) -> None:
         try:

@@ -102,3 +102,45 @@ def test_a_scheduler_told_to_stop_at_its_fork_stops():
     assert code == 0
     assert SchedulerSignalledAtBirth.seen == {"forked": True, "ended on its own SIGTERM": True}
     assert elapsed < 10, f"the worker and its scheduler stopped {elapsed:.1f} s after the SIGTERM"
+
+
+class SignalledInAFinalizer(ClinicWorker):
+    """Ctrl-C while the garbage collector runs a finalizer of the worker's start (redis-py's
+    `ConnectionPool.__del__`, seen in bin/run's log): after RQ's handlers are in place,
+    before the first wait for a job."""
+
+    signalled = False
+
+    def check_for_suspension(self, burst: bool) -> None:
+        if not SignalledInAFinalizer.signalled:
+            SignalledInAFinalizer.signalled = True
+
+            class Finalized:
+                def __del__(self) -> None:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    sum(range(10_000))  # the handler runs in here, inside the finalizer
+
+            Finalized()  # dropped at once: CPython finalizes it on this line
+        super().check_for_suspension(burst)
+
+
+def test_a_stop_signal_during_a_finalizer_stops_the_worker_and_prints_no_traceback(monkeypatch):
+    # An exception raised inside a finalizer is "unraisable": Python prints it with a
+    # traceback and drops it. RQ's handler raises its StopRequested wherever the worker is
+    # when not busy; only the wait for a job may take it.
+    unraisable: list[object] = []
+    monkeypatch.setattr("sys.unraisablehook", unraisable.append)
+    connection = redis.Redis.from_url(REDIS_URL)
+    queue = Queue(f"stop-test-finalizer-{os.getpid()}", connection=connection)
+    job = queue.enqueue("builtins.len", "not taken")  # a stopped worker takes no job
+    started = time.monotonic()
+    try:
+        code = run(SignalledInAFinalizer, [queue], with_scheduler=False, logging_level="INFO")
+    finally:
+        elapsed = time.monotonic() - started
+        taken = job.get_status(refresh=True)
+        job.delete()
+    assert SignalledInAFinalizer.signalled
+    assert [type(u.exc_value).__name__ for u in unraisable] == []  # type: ignore[attr-defined]
+    assert code == 0 and taken == "queued"
+    assert elapsed < 10, f"the worker ran {elapsed:.1f} s after its SIGINT"
