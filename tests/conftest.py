@@ -50,6 +50,9 @@ pytest_plugins = ["tests.support.tiers", "tests.support.log_audit", "tests.suppo
                   "tests.support.worker", "tests.support.browser"]
 
 _XDIST = isolation.worker_index()  # None unless pytest-xdist runs this process
+# The workers, bin/run and the scripts this process starts transcribe with as many threads
+# as its own engines (isolation.engine_threads); an operator's WHISPER_THREADS is kept.
+os.environ.setdefault("WHISPER_THREADS", str(isolation.engine_threads()))
 _BASE = isolation.base_urls()
 PG_URL = isolation.database_url(os.environ.get("TEST_DATABASE_URL", isolation.DEFAULT_DATABASE_URL), _XDIST)
 REDIS_URL = isolation.redis_url(_BASE["suite"], _XDIST, isolation.STRIDES["suite"])

@@ -18,6 +18,7 @@ import soundfile as sf
 from voicemail import spoken_numbers, word_error
 from voicemail import transcription as tx
 from tests import voicemail_set
+from tests.support import isolation
 from tests.support.tiers import needs
 from tools import whisper_convert as wc
 
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "var" / "models"
 AUDIO = Path(__file__).resolve().parent / "audio"
 LABELS: list[dict[str, Any]] = json.loads((AUDIO / "labels.json").read_text())
-THREADS = 2
+THREADS = isolation.engine_threads()
 
 
 @pytest.fixture(scope="session")
@@ -482,6 +483,22 @@ def test_whisper_cpp_is_built_with_llamafiles_kernels() -> None:
         pytest.skip("bin/build-whisper keeps the registry wheel off x86-64")
     info = pw.whisper_print_system_info()
     assert "LLAMAFILE = 1" in info and "AVX2 = 1" in info and "AVX512" not in info, info
+
+
+@pytest.mark.engine
+def test_one_thread_or_two_write_the_same_transcript(base_path: str) -> None:
+    """The suite runs whisper.cpp with one thread a process under xdist (isolation.engine_threads),
+    the service with two: the same language, words, label and callback number (its second look
+    included). Only the last digits of the probabilities differ: the threads split the
+    encoder's sums differently."""
+    one, two = (tx.Transcriber(tx.DEFAULT_BACKEND, base_path, n) for n in (1, 2))
+    czech = str(voicemail_set.clip_path(_clip("cs", callback=True, channel="ulaw8k")))
+    a, b = (t.transcribe(czech, ["cs", "en"], country="CZ") for t in (one, two))
+    assert (a.text, a.language, a.status, a.issue, a.heard_number) == (b.text, b.language, b.status, b.issue,
+                                                                        b.heard_number)
+    assert a.text and a.heard_number is not None and a.language == "cs"
+    assert a.language_probability == pytest.approx(b.language_probability, rel=0.01)
+    assert a.mean_logprob == pytest.approx(b.mean_logprob, rel=0.01)
 
 
 @pytest.mark.engine

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support import isolation
 from tools import ct2_reader
 from tools import whisper_convert as wc
 from tools import whisper_quantize as wq
@@ -288,7 +289,7 @@ def _assert_refused(path: Path, match: str) -> None:
     else:
         assert any(re.search(match, p) for p in problems), problems
     with pytest.raises(tx.TranscriptionError):
-        tx.get_transcriber("pywhispercpp", str(path), 2)
+        tx.get_transcriber("pywhispercpp", str(path), isolation.engine_threads())
 
 
 def test_type_table_matches_the_ggml_library() -> None:
@@ -403,7 +404,7 @@ def test_quantized_models_transcribe_like_f16(base: Path, base_q8_0: Path, base_
     label = next(x for x in json.loads((AUDIO / "labels.json").read_text()) if x["file"] == "msg_wav16.wav")
     rates = {}
     for path in (base, base_q8_0, base_q5_0):
-        t = tx.get_transcriber("pywhispercpp", str(path), 2).transcribe(str(AUDIO / "msg_wav16.wav"), "en")
+        t = tx.get_transcriber("pywhispercpp", str(path), isolation.engine_threads()).transcribe(str(AUDIO / "msg_wav16.wav"), "en")
         errors, words = _word_error_rate(label["text"], t.text)
         rates[path.name] = errors / words
     assert rates["ggml-base.bin"] <= 0.15, rates

@@ -30,6 +30,16 @@ def worker_index() -> int | None:
     return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else None
 
 
+def engine_threads() -> int:
+    """Threads per whisper.cpp engine in this test process and the workers it starts: the
+    service's default (2) run alone; one under xdist, where the processes are the
+    parallelism. Two threads each in three processes on two cores spin and wait at
+    whisper.cpp's barriers for a partner that is not scheduled (measured in the suite: a
+    3 s transcription took 44 s of CPU beside the others). One thread or two compute the
+    same transcript (tests/test_transcription.py checks it)."""
+    return 1 if worker_index() is not None else 2
+
+
 def database_url(url: str, index: int | None) -> str:
     if index is None:
         return url
