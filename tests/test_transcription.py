@@ -219,6 +219,7 @@ def test_detection_chooses_among_the_clinic_languages_only(base: tx.Transcriber)
         base.transcribe(str(voicemail_set.clip_path(english)), ["cs", "xx"])
 
 
+@pytest.mark.long
 def test_detection_is_not_read_from_a_later_stretch_whisper_full_encoded(base: tx.Transcriber) -> None:
     """whisper_full encodes the rest of the audio after the last timestamp it decoded: the
     encoder output it then leaves is of that stretch alone, whose "language" made these
@@ -252,6 +253,7 @@ def test_another_clinic_language_needs_sure_detection(base: tx.Transcriber, engl
     assert base._choose(probs, ["cs", "en"])[0] == chosen
 
 
+@pytest.mark.long
 def test_the_labelled_set_decides_message_or_missed_call(base: tx.Transcriber) -> None:
     """Every empty recording, the short and non-speech ones, and a sample of messages,
     through the clinic's settings: no message lost, no empty recording taken for one,
@@ -312,6 +314,7 @@ def test_a_message_surer_backwards_in_a_language_the_clinic_does_not_speak_is_a_
     assert len(tx.words(t.text)) >= 5
 
 
+@pytest.mark.long
 def test_most_reversed_recordings_of_the_set_are_missed_calls(base: tx.Transcriber) -> None:
     """Measured: 5 of the 7 reversed recordings are caught (the two that are not come from
     voices base cannot read forwards either); none of their forward originals is."""
@@ -322,6 +325,7 @@ def test_most_reversed_recordings_of_the_set_are_missed_calls(base: tx.Transcrib
     assert len(caught) >= 5, caught
 
 
+@pytest.mark.long
 @pytest.mark.xfail(strict=True, reason="known gap: Silero and whisper both take a babble of four or six voices "
                                        "for speech, and whisper writes words for it (README, Transcription)")
 def test_babble_is_not_a_message(base: tx.Transcriber) -> None:

@@ -78,6 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: needs one of the parts below (derived; --fast leaves it out)")
     config.addinivalue_line("markers", "alone: bounds the time of CPU-heavy work: in parallel, runs while no "
                                        "other process runs a test needing the engine or a worker")
+    config.addinivalue_line("markers", "long: minutes of CPU in a test of its own (the labelled set through the "
+                                       "engine): in parallel, dispatched before the other slow tests")
     for name, what in PARTS.items():
         config.addinivalue_line("markers", f"{name}: needs {what}")
 
@@ -109,11 +111,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if isolation.worker_index() is not None:
         # In parallel, modules kept whole (their module fixtures start once) in this order: those
         # with `alone` tests first, while the other processes take the quick tests (which wait
-        # for no lock), then the quick ones, then the slow ones. (Starting the minutes-long
-        # transcription tests first among the slow ones was tried: no faster on two cores.)
+        # for no lock), then the quick ones, then the `long` tests, then the other slow ones:
+        # started last, a test of minutes was the run's tail, the other processes idle.
+        # (xdist hands out the groups first, most tests first; the single tests in this order.)
         alone = {item.module.__name__ for item in items if item.get_closest_marker("alone")}
         slow = {item.module.__name__ for item in items if any(item.iter_markers("slow"))}
-        items.sort(key=lambda item: 0 if item.module.__name__ in alone else 2 if item.module.__name__ in slow else 1)
+
+        def rank(item: pytest.Item) -> int:
+            module = item.module.__name__
+            if module in alone:
+                return 0
+            if module not in slow:
+                return 1
+            return 2 if item.get_closest_marker("long") else 3
+
+        items.sort(key=rank)
     if config.getoption("fast"):
         kept = [item for item in items if not any(item.iter_markers("slow"))]
         deselected = [item for item in items if any(item.iter_markers("slow"))]
