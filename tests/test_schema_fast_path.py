@@ -128,43 +128,78 @@ FORMATS = {  # valid values, and values at the edges of what either validator ca
 FORMATS = {name: valid | st.sampled_from(TRICKY_FORMATS[name]) for name, valid in FORMATS.items()}
 
 
-@st.composite
-def values(draw: Any, schema: dict[str, Any], rate: int) -> Any:
+#: values(schema, rate) built once per schema node and rate: a strategy built inside each draw
+#: is validated and analysed again by Hypothesis every time (most of this module's time).
+_BUILT: dict[tuple[int, int], st.SearchStrategy[Any]] = {}
+
+
+def values(schema: dict[str, Any], rate: int) -> st.SearchStrategy[Any]:
     """A value of `schema` (usually valid), each part replaced by a hostile one at `rate` %."""
-    if draw(st.integers(0, 99)) < rate:
-        return draw(hostile(schema))
+    key = (id(schema), rate)
+    if key not in _BUILT:
+        _BUILT[key] = _built(schema, rate)
+    return _BUILT[key]
+
+
+PERCENT = st.integers(0, 99)
+
+
+@st.composite
+def _sometimes_hostile(draw: Any, rate: int, bad: st.SearchStrategy[Any], valid: st.SearchStrategy[Any]) -> Any:
+    return draw(bad) if draw(PERCENT) < rate else draw(valid)
+
+
+def _built(schema: dict[str, Any], rate: int) -> st.SearchStrategy[Any]:
+    valid = _valid(schema, rate)
+    return _sometimes_hostile(rate, hostile(schema), valid) if rate else valid
+
+
+@st.composite
+def _object(draw: Any, props: dict[str, st.SearchStrategy[Any]], required: list[str],
+            optional: st.SearchStrategy[list[str]] | None, extra: st.SearchStrategy[dict[str, Any]]) -> Any:
+    names = dict.fromkeys([*required, *(draw(optional) if optional is not None else [])])
+    found = draw(extra)
+    return {**found, **{name: draw(props[name]) for name in names}}
+
+
+def _valid(schema: dict[str, Any], rate: int) -> st.SearchStrategy[Any]:
     if "const" in schema:
-        return schema["const"]
+        return st.just(schema["const"])
     if "enum" in schema:
-        return draw(st.sampled_from(schema["enum"]))
+        return st.sampled_from(schema["enum"])
     if "anyOf" in schema or "oneOf" in schema:
-        return draw(values(draw(st.sampled_from(schema.get("anyOf") or schema["oneOf"])), rate))
+        return st.one_of(*(values(option, rate) for option in schema.get("anyOf") or schema["oneOf"]))
     kinds = schema.get("type", "object")
-    kind = draw(st.sampled_from([kinds] if isinstance(kinds, str) else kinds))
+    return st.one_of(*(_of_kind(schema, kind, rate) for kind in ([kinds] if isinstance(kinds, str) else kinds)))
+
+
+def _of_kind(schema: dict[str, Any], kind: str, rate: int) -> st.SearchStrategy[Any]:
     if kind == "object":
         props = schema.get("properties", {})
-        optional = draw(st.lists(st.sampled_from(sorted(props)), unique=True)) if props else []
-        names = dict.fromkeys([*schema.get("required", []), *optional])
-        extra = draw(st.dictionaries(KEYS.filter(lambda k: k not in props), ANY_JSON, max_size=2))
-        return {**extra, **{name: draw(values(props.get(name, {}), rate)) for name in names}}
+        required = list(schema.get("required", []))
+        optional = st.lists(st.sampled_from(sorted(props)), unique=True) if props else None
+        extra = st.dictionaries(KEYS.filter(lambda k: k not in props), ANY_JSON, max_size=2)
+        children = {name: values(props.get(name, {}), rate) for name in {*required, *props}}
+        return _object(children, required, optional, extra)
     if kind == "array":
         low, high = schema.get("minItems", 0), min(4, schema.get("maxItems", 4))
-        return draw(st.lists(values(schema.get("items", {}), rate), min_size=low, max_size=max(low, high)))
+        return st.lists(values(schema.get("items", {}), rate), min_size=low, max_size=max(low, high))
     if kind == "string":
         if schema.get("format") in FORMATS:
-            return draw(FORMATS[schema["format"]])
+            return FORMATS[schema["format"]]
         if "pattern" in schema:  # its `[^\r\n]+$` lets Python's `$` accept one final newline
-            text = draw(st.text(st.characters(exclude_characters="\r\n"), min_size=3, max_size=20))
-            return text + draw(st.sampled_from(["", "\n"]))
+            return st.builds(lambda text, tail: text + tail,
+                             st.text(st.characters(exclude_characters="\r\n"), min_size=3, max_size=20),
+                             st.sampled_from(["", "\n"]))
         low, high = schema.get("minLength", 0), schema.get("maxLength", 20)
-        return draw(st.text(min_size=low, max_size=min(high, 20)) | sized(schema))
+        return st.text(min_size=low, max_size=min(high, 20)) | sized(schema)
     if kind == "integer":
-        number = draw(st.integers(schema.get("minimum", -(2**64)), schema.get("maximum", 2**64)))
-        return draw(st.sampled_from([number, float(number)]))
-    return draw(st.booleans()) if kind == "boolean" else None
+        return st.builds(lambda number, as_float: float(number) if as_float else number,
+                         st.integers(schema.get("minimum", -(2**64)), schema.get("maximum", 2**64)), st.booleans())
+    return st.booleans() if kind == "boolean" else st.none()
 
 
-STRATEGIES = {name: st.sampled_from([0, 0, 3, 10, 30]).flatmap(lambda rate, schema=schema: values(schema, rate))
+STRATEGIES = {name: st.one_of(*(values(schema, rate) for rate in (0, 0, 3, 10, 30)))
               for name, schema in SCHEMAS.items()}
 
 
