@@ -51,7 +51,7 @@ pytest_plugins = ["tests.support.tiers", "tests.support.log_audit", "tests.suppo
 
 _XDIST = isolation.worker_index()  # None unless pytest-xdist runs this process
 # The workers, bin/run and the scripts this process starts transcribe with as many threads
-# as its own engines (isolation.engine_threads); an operator's WHISPER_THREADS is kept.
+# as its own engines (isolation.engine_threads), unless WHISPER_THREADS is set for the run.
 os.environ.setdefault("WHISPER_THREADS", str(isolation.engine_threads()))
 _BASE = isolation.base_urls()
 PG_URL = isolation.database_url(os.environ.get("TEST_DATABASE_URL", isolation.DEFAULT_DATABASE_URL), _XDIST)
