@@ -78,7 +78,8 @@ class _Stages:
 @dataclass
 class _Decoded:
     """What `Transcriber._decode` found: whisper.cpp's result, the language chosen,
-    whisper's probability of it, of all languages, and of all played backwards (entropy)."""
+    whisper's probability of it, of all languages, and of all played backwards (entropy),
+    and whether the time-reversal test found it speech played backwards."""
 
     raw: RawResult | None
     language: str | None
@@ -88,6 +89,7 @@ class _Decoded:
     backward_share: float | None = None
     second_pass: bool = False
     second_opinion: str | None = None
+    reversed: bool = False
 
 
 class Transcriber:
@@ -262,9 +264,8 @@ class Transcriber:
             with stage("language"):
                 probs = self._engine.language_probabilities(span) if self._engine.multilingual else None
             out = _Decoded(None, *self._choose(probs, languages), probs=probs)
-        with stage("reversal"):
-            out.backward, out.backward_share = self._backward_detection(span, out.probs, languages)
-        if reversed_speech(round(entropy(out.probs), 3), out.backward, out.backward_share):
+            self._check_reversal(out, span, languages, stage)
+        if out.reversed:
             out.raw = RawResult([], out.language)  # words played backwards: not a message, whatever was decoded
             return out
         if out.raw is None:
@@ -297,8 +298,11 @@ class Transcriber:
         """The clinic's first language is decoded first, and the language is read from the
         encoder output that decoding left: one encoder pass for the callers of the clinic's
         first language instead of two (README, "Where the time goes"). A caller of another
-        listed language is decoded once more, in it. Then, while that encoder output is still
-        the span's, the label's second opinion when it asks for one."""
+        listed language is decoded once more, in it, unless the time-reversal test finds
+        the speech played backwards: that decoding would be thrown away. Then, while that
+        encoder output is still the span's, the label's second opinion when it asks for one;
+        the time-reversal test encodes the reversed span, so it comes after it when no
+        decoding follows."""
         with stage("decode"):
             raw = self._engine.run(span, languages[0], decoding, self._prompt(languages[0], decoding), abort)
         probs = None
@@ -313,6 +317,9 @@ class Transcriber:
                     whole = True
         out = _Decoded(raw, *self._choose(probs, languages), probs=probs)
         if out.language != languages[0]:
+            self._check_reversal(out, span, languages, stage)
+            if out.reversed:
+                return out
             with stage("decode"):
                 out.raw = self._engine.run(span, out.language, decoding, self._prompt(out.language, decoding), abort)
             whole = out.raw.encoder_runs == 1
@@ -323,7 +330,15 @@ class Transcriber:
             with stage("second_opinion"):
                 n = sum(len(x.tokens) for x in decoded.segments)
                 out.second_opinion = self._engine.greedy_text(out.language or "", 2 * n + 16, abort)
+        if out.language == languages[0]:
+            self._check_reversal(out, span, languages, stage)
         return out
+
+    def _check_reversal(self, out: _Decoded, span: np.ndarray, languages: Sequence[str], stage: _Stages) -> None:
+        """The time-reversal test on `out` (its `backward`, `backward_share`, `reversed`)."""
+        with stage("reversal"):
+            out.backward, out.backward_share = self._backward_detection(span, out.probs, languages)
+        out.reversed = reversed_speech(round(entropy(out.probs), 3), out.backward, out.backward_share)
 
     def _heard_number(
         self, t: Transcript, country: str, span: np.ndarray, runs: list[tuple[float, float]], abort: Callable[[], bool]
