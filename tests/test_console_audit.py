@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import re
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -144,9 +146,21 @@ def test_the_audit_page_filters_by_who_what_and_when(clinics, app, clock):
     assert actions("what=patient.import") == ["patient.import"]
     assert actions("what=not-an-action") == ["staff.login", "patient.import"], "an unknown verb filters nothing"
     with db.connection_context():
-        today = AuditEvent.select().first().at.date().isoformat()
-    assert actions(f"since={today}&until={today}") == ["staff.login", "patient.import"]
+        zone = ZoneInfo(Clinic.by_slug("clinic-a").timezone)
+        # The days are the clinic's: between 23:00 and 24:00 UTC it is already tomorrow in Prague.
+        days = sorted({e.at.replace(tzinfo=timezone.utc).astimezone(zone).date().isoformat()
+                       for e in AuditEvent.select()})
+    assert actions(f"since={days[0]}&until={days[-1]}") == ["staff.login", "patient.import"]
     assert actions("until=2000-01-01") == [] and actions("since=2999-01-01") == []
+    # At the edge, whatever the hour the suite runs at: 30 minutes before midnight UTC.
+    late = datetime(2026, 11, 18, 23, 30)  # naive UTC, as stored
+    with db.connection_context():  # the trail is append-only: the event is written at that time
+        AuditEvent.create(at=late, actor_kind="operator", actor_name="night", clinic_id=Clinic.by_slug("clinic-a").id,
+                          action="patient.import", target_type="patient", target_id="1")
+    local = late.replace(tzinfo=timezone.utc).astimezone(zone).date()
+    assert local.isoformat() == "2026-11-19", "Prague is an hour ahead of UTC in November"
+    assert actions("who=night&since=2026-11-19&until=2026-11-19") == ["patient.import"], "the clinic's day"
+    assert actions("who=night&since=2026-11-18&until=2026-11-18") == [], "not UTC's"
     page = app.get("/console/audit?clinic=clinic-a&who=%3Cscript%3E")
     assert 'value="&lt;script&gt;"' in page.text, "escaped"
 
