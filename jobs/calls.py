@@ -20,7 +20,7 @@ from typing import Any
 from config import Config
 from jobs import leases, queueing
 from jobs.runtime import job_config
-from models import Call, Clinic
+from models import Call, Clinic, finished_calls
 from plumbing import metrics
 from plumbing.database import db
 from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
@@ -147,7 +147,7 @@ def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -
 
 
 def _finish(call: Call, outcome: str, **results: Any) -> str:
-    """Record the outcome and create the request, once, in one transaction (`Call.finish`)."""
+    """Record the outcome and create the request, once, in one transaction (`finished_calls.finish`)."""
     with db.connection_context():
-        call.finish(outcome, **results)
+        finished_calls.finish(call, outcome, **results)
     return outcome

@@ -17,15 +17,14 @@ from tests.conftest import ROOT
 #: The lint-imports script, run with this interpreter (whatever its first line names).
 LINT_IMPORTS = [sys.executable, str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
 SERVICE_PACKAGES = {"commands", "resources", "jobs", "web", "onboarding", "console", "documents", "switchboard",
-                    "api_keys", "voicemail", "storage", "staff", "plumbing", "safe_fetch"}
-TOP_MODULES = {"app", "wsgi", "manage", "migrations", "models", "config"}
+                    "api_keys", "voicemail", "storage", "staff", "models", "plumbing", "safe_fetch"}
+TOP_MODULES = {"app", "wsgi", "manage", "migrations", "config"}
 #: What each top-level module may import of the service (its layer and those below).
 MAY_IMPORT = {
     "wsgi": {"app", "config"},
     "app": SERVICE_PACKAGES - {"commands"} | {"config", "models"},
     "manage": {"commands", "config", "plumbing", "tools"},
     "migrations": {"models", "plumbing"},
-    "models": {"plumbing"},
     "config": {"plumbing"},
 }
 

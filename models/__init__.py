@@ -1,0 +1,74 @@
+"""Peewee models and the domain queries that live on them, one module per aggregate.
+
+The modules import one way, each only the ones below it (pyproject.toml holds the order):
+
+    finished_calls                       a finished call becomes a request
+    schema                               the migration log, MODELS
+    requests                             patient requests, attachments, upload links
+    calls | idempotency                  handed-off calls; stored write answers
+    audit                                the append-only trail
+    staff | tokens                       console users; API keys
+    patients                             patients and their records per clinic
+    clinics                              organizations, clinics and their set-up
+    base                                 the database proxy, storage conventions
+
+`from models import X` names every public model and type, whichever module holds it.
+"""
+
+from models.audit import Actor, AppendOnly, AuditEvent, Origin
+from models.base import BaseModel
+from models.calls import Call, CallSidConflict, RefusedHandoff
+from models.clinics import (
+    Calendar,
+    Clinic,
+    OfficeHours,
+    Organization,
+    RequestType,
+    RequestTypeDefaultTag,
+    Tag,
+    Vacation,
+)
+from models.idempotency import IdempotencyKey
+from models.patients import ExternalId, Patient, PatientRecord, PatientRecordTag
+from models.requests import MedicalRecord, PatientRequest, PatientRequestTag, Reservation, UploadLink
+from models.schema import MODELS, SchemaMigration
+from models.staff import StaffMembership, StaffPasswordLink, StaffRecoveryCode, StaffSession, StaffUser
+from models.tokens import ApiToken, ApiTokenClinic
+
+__all__ = [
+    "MODELS",
+    "Actor",
+    "ApiToken",
+    "ApiTokenClinic",
+    "AppendOnly",
+    "AuditEvent",
+    "BaseModel",
+    "Calendar",
+    "Call",
+    "CallSidConflict",
+    "Clinic",
+    "ExternalId",
+    "IdempotencyKey",
+    "MedicalRecord",
+    "OfficeHours",
+    "Organization",
+    "Origin",
+    "Patient",
+    "PatientRecord",
+    "PatientRecordTag",
+    "PatientRequest",
+    "PatientRequestTag",
+    "RefusedHandoff",
+    "RequestType",
+    "RequestTypeDefaultTag",
+    "Reservation",
+    "SchemaMigration",
+    "StaffMembership",
+    "StaffPasswordLink",
+    "StaffRecoveryCode",
+    "StaffSession",
+    "StaffUser",
+    "Tag",
+    "UploadLink",
+    "Vacation",
+]

@@ -1,0 +1,189 @@
+"""The append-only audit trail: who wrote what, when, from where."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NoReturn
+
+import peewee as pw
+
+from models.base import BaseModel
+from models.clinics import Clinic
+from models.staff import StaffUser
+from models.tokens import ApiToken
+from plumbing.clock import as_utc, utc_now
+from plumbing.database import db
+from plumbing.logs import client_address as current_client_address
+from plumbing.logs import request_id as current_request_id
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a write came from, for its audit event: the request's id and client address
+    (None outside a request: the CLI, a job)."""
+
+    request_id: str | None = None
+    address: str | None = None
+
+    @classmethod
+    def current(cls) -> Origin:
+        return cls(current_request_id.get(), current_client_address.get())
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who made a write: a token's service account (`token`), the operator at the CLI
+    (`operator`), or a staff user in the console (`staff`, `Actor.staff`)."""
+
+    kind: str
+    name: str
+    token_id: uuid.UUID | None = None
+
+    @classmethod
+    def of(cls, who: ApiToken | Actor) -> Actor:
+        return who if isinstance(who, Actor) else cls("token", who.name, who.id)
+
+    @classmethod
+    def staff(cls, user: StaffUser) -> Actor:
+        # The e-mail is the stable name (unique); the display name may repeat.
+        return cls("staff", user.email)
+
+
+class AppendOnly(Exception):
+    """An audit event was to be changed or deleted: the trail never allows it."""
+
+
+class AuditEvent(BaseModel):
+    """One write in the append-only audit trail: when, who (the token and its service
+    account's name as it was then; later a staff user), in which clinic, what (a stable
+    verb such as `patient_request.patch`) and to what, with a few details that are never
+    sensitive values (field names, counts, ids).
+
+    `record` writes it inside the transaction of the write it describes, so a write that
+    rolls back leaves no event and a committed one always has its event. The group commit
+    of call hand-offs writes its events in its own single statement (`Call.insert_rows`).
+
+    Append-only: nothing here changes or deletes a row (`update`, `delete` and saving an
+    existing row raise `AppendOnly`), and on PostgreSQL a trigger refuses UPDATE and
+    DELETE from any client (migration `audit_trail`). TRUNCATE stays possible: the tests
+    empty every table between cases.
+    """
+
+    token_id: uuid.UUID | None
+
+    ACTOR_KINDS = ("token", "operator", "staff")
+
+    id = pw.BigAutoField()
+    at = pw.DateTimeField(default=utc_now, index=True)  # UTC
+    actor_kind = pw.CharField(max_length=16)
+    # No ON DELETE action: SET NULL or CASCADE would be an UPDATE or DELETE of the trail,
+    # which the trigger refuses. A token that wrote is revoked, never deleted. No index:
+    # every call hand-off writes a row, and nothing reads the trail by token yet.
+    token = pw.ForeignKeyField(ApiToken, null=True, backref="audit_events", index=False)
+    actor_name = pw.CharField(max_length=200)  # the service account as named when it wrote
+    # Not a foreign key: the trail must outlive what it names (a clinic's cascade would
+    # delete it).
+    clinic_id = pw.UUIDField(null=True)
+    action = pw.CharField(max_length=64)
+    target_type = pw.CharField(max_length=40, null=True)  # a table name: patient_request, call, ...
+    target_id = pw.CharField(max_length=64, null=True)
+    details = pw.TextField(default="{}")  # JSON object
+    request_id = pw.CharField(max_length=128, null=True)  # the X-Request-Id of the access log line
+    # From where: the client's address as the web process saw it (None: the CLI, a job).
+    address = pw.CharField(max_length=64, null=True)
+
+    class Meta:
+        indexes = ((("clinic_id", "at"), False),)
+
+    @classmethod
+    def record(
+        cls,
+        actor: ApiToken | Actor,
+        clinic: Clinic | uuid.UUID | None,
+        action: str,
+        target: pw.Model | tuple[str, object] | None = None,
+        details: dict | None = None,
+    ) -> None:
+        """Append the event of a write; call it inside that write's transaction."""
+        if not db.in_transaction():
+            # Outside the write's transaction the event could outlive a rolled-back write,
+            # or be missing from a committed one.
+            raise RuntimeError("AuditEvent.record belongs inside the transaction of the write it records")
+        who, origin = Actor.of(actor), Origin.current()
+        if isinstance(target, pw.Model):
+            target = (target._meta.table_name, target.get_id())
+        cls.insert(
+            at=utc_now(),
+            actor_kind=who.kind,
+            token=who.token_id,
+            actor_name=who.name,
+            clinic_id=clinic.id if isinstance(clinic, Clinic) else clinic,
+            action=action,
+            target_type=target[0] if target else None,
+            target_id=str(target[1]) if target else None,
+            details=json.dumps(details or {}, sort_keys=True, default=str),
+            request_id=origin.request_id,
+            address=origin.address,
+        ).execute()
+
+    @classmethod
+    def calls_received(cls, rows: list[dict], origins: dict[uuid.UUID, Origin]) -> None:
+        """The `call.receive` events of stored call rows (`Call.row_for`), in one INSERT;
+        rows without a token are nobody's write to attribute. (On PostgreSQL
+        `Call.insert_rows` writes them in its own statement instead.)"""
+        names = {
+            t.id: t.name
+            for t in ApiToken.select(ApiToken.id, ApiToken.name).where(
+                ApiToken.id.in_([r["received_by"] for r in rows if r.get("received_by")])
+            )
+        }
+        events = [
+            {
+                "at": r["received_at"],
+                "actor_kind": "token",
+                "token": r["received_by"],
+                "actor_name": names[r["received_by"]],
+                "clinic_id": r["clinic"],
+                "action": "call.receive",
+                "target_type": "call",
+                "target_id": str(r["id"]),
+                "details": "{}",
+                "request_id": origins.get(r["id"], Origin()).request_id,
+                "address": origins.get(r["id"], Origin()).address,
+            }
+            for r in rows
+            if r.get("received_by") in names
+        ]
+        if events:
+            cls.insert_many(events).execute()
+
+    @classmethod
+    def trail(
+        cls, clinic_id: uuid.UUID | None = None, since: datetime | None = None, limit: int = 100
+    ) -> list[AuditEvent]:
+        """Newest first (insertion order breaks ties of one timestamp)."""
+        query = cls.select()
+        if clinic_id is not None:
+            query = query.where(cls.clinic_id == clinic_id)
+        if since is not None:
+            query = query.where(cls.at >= as_utc(since))
+        return list(query.order_by(cls.at.desc(), cls.id.desc()).limit(limit))
+
+    @classmethod
+    def update(cls, *args: object, **kwargs: object) -> NoReturn:
+        raise AppendOnly("audit events are never changed")
+
+    @classmethod
+    def delete(cls) -> NoReturn:
+        raise AppendOnly("audit events are never deleted")
+
+    def delete_instance(self, *args: object, **kwargs: object) -> NoReturn:
+        raise AppendOnly("audit events are never deleted")
+
+    def save(self, force_insert: bool = False, only: object = None) -> int | bool:
+        if self.id is not None and not force_insert:  # saving a loaded row would UPDATE it
+            raise AppendOnly("audit events are never changed")
+        return super().save(force_insert=force_insert, only=only)

@@ -1,0 +1,152 @@
+"""Organizations and their clinics, with what a clinic sets up: calendars, office hours,
+vacations, tags and request types."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import peewee as pw
+
+from models.base import BaseModel
+
+
+class Organization(BaseModel):
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    slug = pw.CharField(max_length=64, unique=True)
+    name = pw.CharField(max_length=200)
+    patient_sharing = pw.BooleanField(default=False)
+
+
+class Clinic(BaseModel):
+    # Set by peewee (foreign key ids, back-references) or by a query: declared for the type checker.
+    organization_id: uuid.UUID
+    calendars: pw.ModelSelect[Calendar]
+    office_hours: pw.ModelSelect[OfficeHours]
+    request_types: pw.ModelSelect[RequestType]
+    tags: pw.ModelSelect[Tag]
+    covered: bool  # ApiToken.authorize: whether the token is bound to this clinic
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    organization = pw.ForeignKeyField(Organization, backref="clinics", on_delete="CASCADE")
+    slug = pw.CharField(max_length=64, unique=True)
+    name = pw.CharField(max_length=200)
+    timezone = pw.CharField(max_length=64)  # IANA name
+    country = pw.CharField(max_length=2)  # ISO 3166-1 alpha-2; holidays and phone region
+    subdivision = pw.CharField(max_length=16, null=True)  # holidays subdivision (state, ...)
+    language = pw.CharField(max_length=8, null=True)  # transcription language; None = detect
+    # JSON array of the ISO 639-1 codes the clinic's callers use, e.g. ["cs", "uk", "en"]:
+    # the transcriber detects the language among these only. None = not set.
+    languages = pw.TextField(null=True)
+    missed_call_requests = pw.BooleanField(default=True)  # False = clinic opted out
+    # The platform's API credentials (re-fetching recordings); password encrypted.
+    platform_api_url = pw.CharField(max_length=500, null=True)
+    platform_username = pw.CharField(max_length=200, null=True)
+    platform_password_encrypted = pw.TextField(null=True)
+    # The words a call's `Source` names this clinic's platform by (JSON list, lower case;
+    # onboarding's switchboard `sourceMarkers`): only such calls get expired links re-fetched.
+    platform_source_markers = pw.TextField(null=True)
+    # Every staff user of the clinic must log in with a second factor (TOTP): one without it
+    # is held at enrolment after the password (the clinic's admin decides, in the console).
+    two_factor_required = pw.BooleanField(default=False)
+
+    @classmethod
+    def by_slug(cls, slug: str) -> Clinic:
+        return cls.get(cls.slug == slug)
+
+    @property
+    def language_list(self) -> list[str]:
+        """`languages` as a list; [] when not set."""
+        return json.loads(self.languages) if self.languages else []
+
+    @property
+    def caller_languages(self) -> list[str]:
+        """The languages to detect a caller's among: the clinic's own first, then the
+        listed ones; [] when it has neither (any language)."""
+        return list(dict.fromkeys(([self.language] if self.language else []) + self.language_list))
+
+
+class Calendar(BaseModel):
+    clinic_id: uuid.UUID
+    vacations: pw.ModelSelect[Vacation]
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    clinic = pw.ForeignKeyField(Clinic, backref="calendars", on_delete="CASCADE")
+    name = pw.CharField(max_length=200)
+    ignore_holidays = pw.BooleanField(default=False)
+
+    class Meta:
+        indexes = ((("clinic", "name"), True),)
+
+
+class OfficeHours(BaseModel):
+    id: Any  # the AutoField: a column in queries, an int on a row
+    clinic_id: uuid.UUID
+
+    WEEKS = ("every", "odd", "even")
+
+    clinic = pw.ForeignKeyField(Clinic, backref="office_hours", on_delete="CASCADE")
+    weekday = pw.SmallIntegerField()  # ISO: 1 = Monday ... 7 = Sunday
+    opens = pw.TimeField()  # local wall-clock time in the clinic's timezone
+    closes = pw.TimeField()  # <= opens means the interval runs past midnight
+    weeks = pw.CharField(max_length=5, default="every")  # ISO week parity
+
+
+class Vacation(BaseModel):
+    calendar_id: uuid.UUID
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    calendar = pw.ForeignKeyField(Calendar, backref="vacations", on_delete="CASCADE")
+    name = pw.CharField(max_length=200, default="")
+    starts_at = pw.DateTimeField()  # UTC, inclusive
+    ends_at = pw.DateTimeField()  # UTC, exclusive
+    applies_to_switchboard = pw.BooleanField(default=True)
+
+
+class Tag(BaseModel):
+    clinic_id: uuid.UUID
+
+    TYPES = ("patient", "patient_request")
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    clinic = pw.ForeignKeyField(Clinic, backref="tags", on_delete="CASCADE")
+    type = pw.CharField(max_length=20)
+    name = pw.CharField(max_length=200)
+    color = pw.CharField(max_length=20, null=True)
+    deleted_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("clinic", "type", "name"), True),)
+
+
+class RequestType(BaseModel):
+    clinic_id: uuid.UUID
+    default_tags: pw.ModelSelect[RequestTypeDefaultTag]
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    clinic = pw.ForeignKeyField(Clinic, backref="request_types", on_delete="CASCADE")
+    ecrf_id = pw.CharField(max_length=100)
+    name = pw.CharField(max_length=200)
+    description = pw.TextField(default="")
+    requires_reservation = pw.BooleanField(default=False)
+    requires_payment = pw.BooleanField(default=False)
+    requires_signature = pw.BooleanField(default=False)
+    reservation_length = pw.IntegerField(default=0)
+    remind_days_before = pw.IntegerField(default=0)
+    active = pw.BooleanField(default=True)
+
+    class Meta:
+        indexes = ((("clinic", "ecrf_id"), True),)
+
+
+class RequestTypeDefaultTag(BaseModel):
+    id: Any  # the AutoField: a column in queries, an int on a row
+    request_type_id: uuid.UUID
+    tag_id: uuid.UUID
+
+    request_type = pw.ForeignKeyField(RequestType, backref="default_tags", on_delete="CASCADE")
+    tag = pw.ForeignKeyField(Tag, on_delete="CASCADE")
+
+    class Meta:
+        indexes = ((("request_type", "tag"), True),)

@@ -1,0 +1,114 @@
+"""Patients (one per person in an organization) and their records in each clinic: status,
+note, tags and external ids."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import peewee as pw
+
+from models.base import BaseModel
+from models.clinics import Clinic, Organization, Tag
+from plumbing.clock import utc_now
+
+
+class Patient(BaseModel):
+    organization_id: uuid.UUID
+    merged_into_id: uuid.UUID | None
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    organization = pw.ForeignKeyField(Organization, backref="patients", on_delete="CASCADE")
+    first_name = pw.CharField(max_length=200, default="")
+    last_name = pw.CharField(max_length=200, default="")
+    phone = pw.CharField(max_length=20, null=True, index=True)  # E.164
+    email = pw.CharField(max_length=320, null=True)
+    birth_date = pw.DateField(null=True)
+    merged_into = pw.ForeignKeyField("self", null=True, backref="merged", on_delete="SET NULL")
+    created_at = pw.DateTimeField(default=utc_now)
+
+    class Meta:
+        indexes = ((("organization", "phone"), False),)
+
+    @classmethod
+    def ids_with_phone(cls, organization_id: uuid.UUID, phone: str) -> list[uuid.UUID]:
+        query = cls.select(cls.id).where((cls.organization == organization_id) & (cls.phone == phone))
+        return [p.id for p in query]
+
+    @classmethod
+    def merge_links(cls, ids: list[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID]:
+        """Which patient each merged one was merged into, for `ids` and every patient
+        their merge chains lead to: one query per step along the chains."""
+        links: dict[uuid.UUID, uuid.UUID] = {}
+        seen, frontier = set(ids), set(ids)
+        while frontier:
+            query = cls.select(cls.id, cls.merged_into).where(
+                cls.id.in_(list(frontier)) & cls.merged_into.is_null(False)
+            )
+            step = {p.id: p.merged_into_id for p in query if p.merged_into_id is not None}
+            links.update(step)
+            frontier = set(step.values()) - seen
+            seen |= frontier
+        return links
+
+    @classmethod
+    def with_survivors(cls, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        """`ids` plus the patients they were merged into, following merge chains."""
+        return list(set(ids) | set(cls.merge_links(ids).values()))
+
+    def survivor_id(self) -> uuid.UUID:
+        """The id at the end of this patient's merge chain (its own when not merged; on
+        a cycle, the last patient before the chain comes back)."""
+        if self.merged_into_id is None:
+            return self.id
+        links = Patient.merge_links([self.merged_into_id])
+        seen, current = {self.id}, self.merged_into_id
+        while (after := links.get(current)) is not None and after not in seen:
+            seen.add(current)
+            current = after
+        return current
+
+
+class PatientRecord(BaseModel):
+    """A patient's record in one clinic: status, note, tags and external ids live here."""
+
+    patient_id: uuid.UUID
+    clinic_id: uuid.UUID
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    patient = pw.ForeignKeyField(Patient, backref="records", on_delete="CASCADE")
+    clinic = pw.ForeignKeyField(Clinic, backref="patient_records", on_delete="CASCADE")
+    status = pw.CharField(max_length=32, default="ACTIVE")
+    note = pw.TextField(default="")
+    created_at = pw.DateTimeField(default=utc_now)
+
+    class Meta:
+        indexes = ((("patient", "clinic"), True), (("clinic",), False))
+
+
+class PatientRecordTag(BaseModel):
+    id: Any  # the AutoField: a column in queries, an int on a row
+    record_id: uuid.UUID
+    tag_id: uuid.UUID
+
+    record = pw.ForeignKeyField(PatientRecord, backref="record_tags", on_delete="CASCADE")
+    tag = pw.ForeignKeyField(Tag, on_delete="CASCADE")
+
+    class Meta:
+        indexes = ((("record", "tag"), True),)
+
+
+class ExternalId(BaseModel):
+    """An external identifier registered in one clinic for a patient."""
+
+    id: Any  # the AutoField: a column in queries, an int on a row
+    clinic_id: uuid.UUID
+    patient_id: uuid.UUID
+
+    clinic = pw.ForeignKeyField(Clinic, on_delete="CASCADE")
+    patient = pw.ForeignKeyField(Patient, backref="external_ids", on_delete="CASCADE")
+    source = pw.CharField(max_length=100, default="")
+    value = pw.CharField(max_length=200)
+
+    class Meta:
+        indexes = ((("clinic", "source", "value"), True), (("clinic", "value"), False))

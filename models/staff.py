@@ -1,0 +1,134 @@
+"""The console's staff: users, their memberships in clinics, sessions, set-password links
+and two-factor recovery codes."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import peewee as pw
+
+from models.base import BaseModel
+from models.clinics import Clinic
+from plumbing.clock import utc_now
+
+
+class StaffUser(BaseModel):
+    """A clinic employee who logs in to the staff console with a password (never to the
+    API). Disabled, not deleted: the audit trail names who wrote."""
+
+    LANGUAGES = ("cs", "en")  # Czech first: the clinics are Czech
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    email = pw.CharField(max_length=254, unique=True)  # stored lower case (`normal_email`)
+    name = pw.CharField(max_length=200)
+    password_hash = pw.TextField()  # Argon2id, staff.passwords
+    language = pw.CharField(max_length=2, default="cs")
+    created_at = pw.DateTimeField(default=utc_now)
+    disabled_at = pw.DateTimeField(null=True)
+    last_login_at = pw.DateTimeField(null=True)
+    # Two-factor login (staff/two_factor.py): the TOTP secret encrypted with SECRET_KEY
+    # (plumbing/crypto.py); set but not enabled while the user is enrolling. The last time
+    # step a code was accepted for: a code is good once, even within its window.
+    totp_secret_encrypted = pw.TextField(null=True)
+    totp_enabled_at = pw.DateTimeField(null=True)
+    totp_last_step = pw.BigIntegerField(null=True)
+
+    @property
+    def two_factor(self) -> bool:
+        return self.totp_enabled_at is not None
+
+    @staticmethod
+    def normal_email(email: str) -> str:
+        return email.strip().lower()
+
+    @classmethod
+    def by_email(cls, email: str) -> StaffUser | None:
+        return cls.get_or_none(cls.email == cls.normal_email(email))
+
+    def clinics(self, role: str | None = None) -> list[Clinic]:
+        """The clinics of the user's memberships (only those with `role` when given), by name."""
+        query = Clinic.select().join(StaffMembership).where(StaffMembership.user == self)
+        if role is not None:
+            query = query.where(StaffMembership.role == role)
+        return list(query.order_by(Clinic.name, Clinic.slug))
+
+    def role_in(self, clinic: Clinic) -> str | None:
+        """`staff`, `admin`, or None when the user does not work for the clinic."""
+        membership = StaffMembership.get_or_none(StaffMembership.user == self, StaffMembership.clinic == clinic)
+        return membership.role if membership else None
+
+    def two_factor_required(self) -> bool:
+        """Whether a clinic the user works for requires a second factor at login."""
+        return (
+            Clinic.select()
+            .join(StaffMembership)
+            .where((StaffMembership.user == self) & Clinic.two_factor_required)
+            .exists()
+        )
+
+
+class StaffMembership(BaseModel):
+    """Which clinics a staff user works for, and as what."""
+
+    id: Any  # the AutoField: a column in queries, an int on a row
+    user_id: uuid.UUID
+    clinic_id: uuid.UUID
+
+    ROLES = ("staff", "admin")
+
+    user = pw.ForeignKeyField(StaffUser, backref="memberships", on_delete="CASCADE")
+    clinic = pw.ForeignKeyField(Clinic, backref="staff", on_delete="CASCADE")
+    role = pw.CharField(max_length=8, default="staff")
+
+    class Meta:
+        indexes = ((("user", "clinic"), True),)
+
+
+class StaffSession(BaseModel):
+    """A console login, held server-side. The cookie carries a random token; only its
+    SHA-256 is stored (the id), so a database dump opens no session. Logging out or
+    disabling the user deletes the row, which ends the session at once."""
+
+    user_id: uuid.UUID
+
+    id = pw.CharField(max_length=64, primary_key=True)  # sha256 hex of the cookie's token
+    user = pw.ForeignKeyField(StaffUser, backref="sessions", on_delete="CASCADE")
+    created_at = pw.DateTimeField()
+    last_seen_at = pw.DateTimeField()
+    csrf_token = pw.CharField(max_length=64)
+    ip = pw.CharField(max_length=64, null=True)
+    user_agent = pw.CharField(max_length=300, null=True)
+    # A login half done: None = logged in; "code" = the password was right, the second factor
+    # is awaited; "enrol" = the password was right, and a clinic requires two-factor the user
+    # has not enrolled yet. Such a session opens only the page that finishes the login.
+    pending = pw.CharField(max_length=8, null=True)
+
+
+class StaffPasswordLink(BaseModel):
+    """A one-time link that lets a staff user choose a password (a new account, or a reset
+    an admin made): the service sends no e-mail, the admin hands the link over. Only the
+    SHA-256 of its token is stored; it is good once, until `expires_at`."""
+
+    user_id: uuid.UUID
+
+    id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
+    user = pw.ForeignKeyField(StaffUser, backref="password_links", on_delete="CASCADE")
+    token_hash = pw.CharField(max_length=64, unique=True)
+    created_at = pw.DateTimeField()
+    expires_at = pw.DateTimeField()
+    used_at = pw.DateTimeField(null=True)
+
+
+class StaffRecoveryCode(BaseModel):
+    """A two-factor recovery code (shown once at enrolment), stored as its SHA-256; good once."""
+
+    id: Any
+    user_id: uuid.UUID
+
+    user = pw.ForeignKeyField(StaffUser, backref="recovery_codes", on_delete="CASCADE")
+    code_hash = pw.CharField(max_length=64)
+    used_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("user", "code_hash"), True),)

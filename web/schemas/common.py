@@ -1,0 +1,63 @@
+"""What every schema module builds with: the component registry, response objects,
+scalars, and the error bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: name -> schema: the document's `components.schemas`, in the order registered.
+COMPONENTS: dict[str, dict[str, Any]] = {}
+
+
+def component(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """Register `schema` as the component `name`; returns it unchanged."""
+    assert name not in COMPONENTS, name
+    COMPONENTS[name] = schema
+    return schema
+
+
+def answer(properties: dict[str, Any], *, optional: tuple[str, ...] = (), **keywords: Any) -> dict[str, Any]:
+    """A response object: every property required except those in `optional`."""
+    assert set(optional) <= set(properties), optional
+    return {
+        "type": "object",
+        "required": [k for k in properties if k not in optional],
+        "properties": properties,
+        **keywords,
+    }
+
+
+def nullable(schema: dict[str, Any], **keywords: Any) -> dict[str, Any]:
+    """`schema` or null (an `anyOf`, so a registered schema stays one `$ref`)."""
+    return {"anyOf": [schema, {"type": "null"}], **keywords}
+
+
+UUID = {"type": "string", "format": "uuid"}
+DATE_TIME = {"type": "string", "format": "date-time"}
+NULLABLE_DATE_TIME = {"type": ["string", "null"], "format": "date-time"}
+NULLABLE_STRING = {"type": ["string", "null"]}
+TEXT = {"type": "string", "maxLength": 10000}
+
+ERROR = component(
+    "Error",
+    answer(
+        {
+            "error": {"type": "string", "description": "A message for people; may change."},
+            "code": {"type": "string", "description": "Stable, machine-readable (VALIDATION_FAILED, NOT_FOUND, ...)."},
+        },
+        description="Every non-2xx answer.",
+    ),
+)
+
+PATIENT_MERGED_ERROR = component(
+    "PatientMergedError",
+    answer(
+        {
+            **ERROR["properties"],
+            "mergedInto": {**UUID, "description": "The patient to use instead."},
+        },
+        description="410 PATIENT_MERGED: the patient was merged into another one.",
+    ),
+)
+
+EMPTY_REQUEST = component("Empty", {"type": "object", "description": "No fields; an empty object or no body."})
