@@ -10,7 +10,7 @@ from rq import Queue
 
 from config import Config
 from console import help as guides
-from console import rendering
+from console import pages, rendering
 from console.flash import Flash
 from console.middleware import ConsoleSession, lifetime_of
 from console.once import OnceOnly
@@ -24,6 +24,7 @@ from plumbing.row_cache import RowCache
 from resources import api_reference, catalog, meta, patient_requests, patients, switchboard
 from resources.console import account, audit, inbox, keys, requests, settings, static
 from resources.console import help as console_help
+from resources.console import patients as patients_pages
 from resources.console import staff as staff_pages
 from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
@@ -146,6 +147,7 @@ def create_app(config: Config) -> falcon.App:
                 settings.CalendarsPage,
                 settings.CallsPage,
                 settings.RequestTypesPage,
+                settings.RetentionPage,
             )
         ],
         # The API keys (a settings section) and the audit list.
@@ -157,6 +159,9 @@ def create_app(config: Config) -> falcon.App:
             staff_pages.StaffPage(renderer, config.clock, config.secret_key, config.console_password_link_hours, trust),
         ),
         ("/console/audit", audit.AuditList(renderer)),
+        (pages.PATIENTS + "/{patient_id}", patients_pages.PatientPage(renderer, config.clock)),
+        (pages.PATIENTS + "/{patient_id}/copy", patients_pages.PatientCopy(storage, config.clock)),
+        (pages.PATIENTS + "/{patient_id}/erase", patients_pages.PatientErasure(storage, config.clock)),
         *[(path, console_help.HelpPage(renderer, help_pages)) for path in (guides.URL, guides.URL + "/{name}")],
         (guides.URL + "/img/{name}", console_help.HelpImage()),
         ("/healthz", meta.Healthz(database, queue_redis)),

@@ -50,6 +50,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "UPLOAD_LINKS_PER_CLINIC": ("upload_links_per_clinic", int),
     "REFUSED_HANDOFF_RETENTION_DAYS": ("refused_handoff_retention_days", int),
     "IDEMPOTENCY_KEY_HOURS": ("idempotency_key_hours", int),
+    "RETENTION_AUDIT_DETAILS_DAYS": ("retention_audit_details_days", int),
     "S3_ENDPOINT_URL": ("s3_endpoint_url", str),
     "S3_PUBLIC_ENDPOINT_URL": ("s3_public_endpoint_url", str),
     "S3_BUCKET": ("s3_bucket", str),
@@ -182,6 +183,10 @@ class Config:
     # A document write's answer stored for its Idempotency-Key is replayed this many hours
     # (the workers' periodic purge deletes it after); integrators are promised at least 24.
     idempotency_key_hours: int = 24
+    # Audit events of no clinic (the operator's commands, failed logins of unknown e-mails)
+    # lose their client address after this many days; a clinic's own events follow that
+    # clinic's retention (docs/data-protection.md). The workers' purge rounds apply both.
+    retention_audit_details_days: int = 180
     s3_endpoint_url: str = ""
     # Endpoint written into presigned S3 URLs when clients reach the bucket under another
     # address than the service does; empty: s3_endpoint_url.
@@ -266,6 +271,7 @@ class Config:
             "upload_links_per_clinic",
             "upload_purge_every_seconds",
             "refused_handoff_retention_days",
+            "retention_audit_details_days",
             "console_password_link_hours",
         ):
             if getattr(self, name) <= 0:

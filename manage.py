@@ -15,6 +15,11 @@ python manage.py demo [--base-url URL]
 python manage.py worker [QUEUE ...]
 python manage.py requeue
 python manage.py storage purge [--grace-seconds N]
+python manage.py patient erase PATIENT_ID [--include-documents] [--yes]
+python manage.py patient copy PATIENT_ID --out FILE.zip
+python manage.py retention show [--clinic SLUG]
+python manage.py retention set --clinic SLUG [--resolved-call-requests-days N|keep] [--calls-without-request-days N|keep] [--audit-details-days N|keep] [--signed-documents-days N|keep]
+python manage.py retention run
 python manage.py model build [--name tiny.en|base] [--quantize q8_0|q5_0|...] [--out var/models]
 python manage.py model verify PATH
 """
@@ -24,13 +29,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from commands import audit, calls, demo, deployment, storage, tokens, users, wait_ready, worker
+from commands import audit, calls, demo, deployment, privacy, storage, tokens, users, wait_ready, worker
 from config import Config, InsecureConfiguration, RetiredSetting
 from plumbing.database import bind_database, db
 
 # In the order `--help` lists them: migrate, model, onboard, token, user, audit, demo,
-# calls, worker, requeue, storage, wait-ready.
-COMMANDS = (deployment, tokens, users, audit, demo, calls, worker, storage, wait_ready)
+# calls, worker, requeue, storage, patient, retention, wait-ready.
+COMMANDS = (deployment, tokens, users, audit, demo, calls, worker, storage, privacy, wait_ready)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -71,7 +71,8 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         relay.start(Queue(queueing.CALLS, connection=connection), config)
         # Deletes uploads never registered once their link expired (and a grace), at once
         # and then every UPLOAD_PURGE_EVERY_SECONDS; safe in every worker (jobs/storage_purge.py).
-        storage_purge.start(config)
+        # Each round also runs the retention: what the clinics keep only as long as they set.
+        storage_purge.start(config, connection=connection)
         # This worker takes plays too (first) when it is idle: the playback worker may be
         # restarting. Heartbeats during jobs and short TTLs: a killed worker's job is re-run
         # quickly (jobs/worker.py). Job durations and outcomes go to the service's metrics

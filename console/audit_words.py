@@ -110,6 +110,10 @@ def _count(value: Any, w: Words) -> Named:
     return Named(format_decimal(value, locale=w.language) if isinstance(value, int) else str(value))
 
 
+def _days(value: Any, w: Words) -> Named:
+    return Named(w._("kept") if value is None else str(value))
+
+
 def _bytes(value: Any, w: Words) -> Named:
     return Named(w._("%(count)s bytes", count=_count(value, w).text))
 
@@ -152,6 +156,7 @@ YES_NO = Kind(_yes_no)
 ON_OFF = Kind(_on_off)
 MOMENT = Kind(_moment)
 COUNT = Kind(_count)
+DAYS = Kind(_days, says_none=True)  # None: kept
 BYTES = Kind(_bytes)
 LANGUAGES = Kind(_languages, says_none=True)  # None: any language
 CLINICS = _list_of(_ref("clinic", unknown_as_is=True))
@@ -361,6 +366,45 @@ ACTIONS: dict[str, Action] = {
     "settings.tag.create": Action(N_("Tag created"), (Field("name", N_("Tag")),), _REQUEST_TYPES),
     "settings.request_type.create": Action(N_("Request type created"), _TYPE, _REQUEST_TYPES),
     "settings.request_type.update": Action(N_("Request type changed"), _TYPE, _REQUEST_TYPES),
+    "settings.retention.update": Action(
+        N_("Data retention changed"),
+        (
+            Field("resolvedCallRequestsDays", N_("Resolved requests from calls (days)"), DAYS),
+            Field("callsWithoutRequestDays", N_("Calls without a request (days)"), DAYS),
+            Field("auditDetailsDays", N_("Addresses in the audit trail (days)"), DAYS),
+            Field("signedDocumentsDays", N_("Signed documents (days)"), DAYS),
+        ),
+        (N_("Data retention"), pages.RETENTION),
+    ),
+    # Personal data's lifecycle (privacy/).
+    "retention.delete": Action(
+        N_("Deleted after the retention period"),
+        (
+            Field("call_requests", N_("Requests from calls"), COUNT),
+            Field("calls", N_("Calls"), COUNT),
+            Field("patients", N_("Patients"), COUNT),
+            Field("documents", N_("Signed documents"), COUNT),
+        ),
+        (N_("Data retention"), pages.RETENTION),
+    ),
+    "patient.erase": Action(
+        N_("Patient erased"),
+        (
+            Field("requests", N_("Requests"), COUNT),
+            Field("requests_kept", N_("Requests kept for their signed documents"), COUNT),
+            Field("calls", N_("Calls"), COUNT),
+            Field("documents", N_("Signed documents erased"), COUNT),
+            Field("documents_kept", N_("Signed documents kept"), COUNT),
+        ),
+    ),
+    "patient.copy": Action(
+        N_("Copy of a patient's data made"),
+        (
+            Field("requests", N_("Requests"), COUNT),
+            Field("calls", N_("Calls"), COUNT),
+            Field("documents", N_("Signed documents"), COUNT),
+        ),
+    ),
     # The operator's file (onboarding/from_file.py).
     "onboarding.file": Action(
         N_("Onboarding file applied"),

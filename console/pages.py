@@ -15,12 +15,18 @@ CALLS = SETTINGS + "/calls"
 REQUEST_TYPES = SETTINGS + "/request-types"
 API_KEYS = SETTINGS + "/api-keys"
 STAFF = SETTINGS + "/staff"
+RETENTION = SETTINGS + "/retention"
+PATIENTS = "/console/patients"
 ACCOUNT = "/console/account"
 AUDIT = "/console/audit"
 
 
 def request(request_id: object) -> str:
     return f"{REQUESTS}/{request_id}"
+
+
+def patient(patient_id: object) -> str:
+    return f"{PATIENTS}/{patient_id}"
 
 
 def of_clinic(path: str, slug: str, anchor: str = "") -> str:

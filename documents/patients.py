@@ -53,7 +53,12 @@ def search(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> t
     """One page of patients (keyset on id) and the next page's cursor."""
     # JSON Schema counts 9.0 as an integer (found by the fuzzer: a float slice index was a 500).
     limit = int(pagination.get("limit", DEFAULT_LIMIT))
-    query = Patient.select().where((Patient.organization == clinic.organization_id) & Patient.merged_into.is_null())
+    query = Patient.select().where(
+        (Patient.organization == clinic.organization_id)
+        & Patient.merged_into.is_null()
+        # The erased patients' documents' holder is nobody's patient (privacy/erasure.py).
+        & (Patient.id != Patient.erased_id(clinic.organization_id))
+    )
     if flt.get("inClinic") or not clinic.organization.patient_sharing:
         query = query.where(
             Patient.id.in_(PatientRecord.select(PatientRecord.patient).where(PatientRecord.clinic == clinic))

@@ -7,6 +7,10 @@ process left behind, as old (`LocalStorage.purge_stale_uploads`); and the other 
 rows: refused hand-offs past `REFUSED_HANDOFF_RETENTION_DAYS`, and the answers stored for
 an Idempotency-Key past `IDEMPOTENCY_KEY_HOURS`.
 
+Each round also runs the retention (privacy/retention.py): what every clinic keeps only
+for as long as it set, the deployment's expired console sessions and links, and the
+objects an erasure left listed. Its counts go to the `retention_deleted_total` metric.
+
 A thread of every worker process, like the call relay (jobs/relay.py): a starting worker
 purges at once, then every `UPLOAD_PURGE_EVERY_SECONDS`. Workers purging at the same time
 take disjoint rows (FOR UPDATE SKIP LOCKED), so running it in every worker needs no
@@ -19,12 +23,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from datetime import timedelta
+
+import redis
 
 from config import Config
+from console.middleware import lifetime_of
+from console.sessions import PENDING_LIFETIME
 from documents import patient_requests, uploads
 from models import IdempotencyKey
+from plumbing import metrics
 from plumbing.clock import utc_now
 from plumbing.database import db
+from privacy import retention
 from storage import LocalStorage, Storage, make_storage
 from switchboard import refusals
 
@@ -51,7 +62,29 @@ def purge_storage(storage: Storage, config: Config) -> Purged:
     return Purged(uploads=purged, partial_files=partial, refused_handoffs=refused, idempotency_keys=keys)
 
 
-def run(storage: Storage | None, config: Config, stop: threading.Event) -> None:
+def lifetimes(config: Config) -> retention.Lifetimes:
+    """The deployment's own periods the retention applies."""
+    session = lifetime_of(config.console_session_idle_hours, config.console_session_max_hours)
+    return retention.Lifetimes(
+        session_idle=session.idle,
+        session_absolute=session.absolute,
+        session_pending=PENDING_LIFETIME,
+        audit_details_without_clinic=timedelta(days=config.retention_audit_details_days),
+    )
+
+
+def retain(storage: Storage, config: Config) -> retention.Deleted:
+    """One retention round (`privacy.retention.run`), counted in the metric; returns the
+    totals. Needs a database connection (the caller's)."""
+    total = retention.Deleted()
+    for deleted in retention.run(storage, config.clock(), lifetimes(config)).values():
+        total.add(deleted)
+    for kind, count in total.counts().items():
+        metrics.RECORDER.count(metrics.RETENTION_DELETED, (kind,), count)
+    return total
+
+
+def run(storage: Storage | None, config: Config, stop: threading.Event, connection: redis.Redis | None = None) -> None:
     """Purge until `stop` is set, once every `config.upload_purge_every_seconds`; with no
     `storage`, the configured one, built here: a storage misconfigured for the worker is
     then a warning each round, and the worker goes on with its calls."""
@@ -71,6 +104,15 @@ def run(storage: Storage | None, config: Config, stop: threading.Event) -> None:
                 log.info("purge removed %d refused hand-off record(s) past their retention", purged.refused_handoffs)
             if purged.idempotency_keys:
                 log.info("purge removed %d idempotency key(s) past their time", purged.idempotency_keys)
+            with db.connection_context():
+                deleted = retain(storage, config)
+            if deleted.counts():
+                log.info(
+                    "retention deleted %s",
+                    ", ".join(f"{count} {kind.replace('_', ' ')}" for kind, count in deleted.counts().items()),
+                )
+            if connection is not None:
+                metrics.RECORDER.flush(connection)
         except Exception as exc:
             # Whatever fails (database, bucket, disk), the thread must outlive it: the next
             # round retries, and a batch that failed was rolled back whole.
@@ -80,9 +122,12 @@ def run(storage: Storage | None, config: Config, stop: threading.Event) -> None:
         stop.wait(config.upload_purge_every_seconds)
 
 
-def start(config: Config, storage: Storage | None = None) -> tuple[threading.Thread, threading.Event]:
-    """Run the purge in a daemon thread of this process; set the event to stop it."""
+def start(
+    config: Config, storage: Storage | None = None, connection: redis.Redis | None = None
+) -> tuple[threading.Thread, threading.Event]:
+    """Run the purge in a daemon thread of this process (its metrics flushed to Redis through
+    `connection` after each round); set the event to stop it."""
     stop = threading.Event()
-    thread = threading.Thread(target=run, args=(storage, config, stop), name="storage-purge", daemon=True)
+    thread = threading.Thread(target=run, args=(storage, config, stop, connection), name="storage-purge", daemon=True)
     thread.start()
     return thread, stop

@@ -9,7 +9,7 @@ The modules import one way, each only the ones below it (pyproject.toml holds th
     audit                                the append-only trail
     staff | tokens                       console users; API keys
     patients                             patients and their records per clinic
-    clinics                              organizations, clinics and their set-up
+    clinics | objects                    organizations, clinics and their set-up; objects to delete
     base                                 the database proxy, storage conventions
 
 `from models import X` names every public model and type, whichever module holds it.
@@ -29,6 +29,7 @@ from models.clinics import (
     Vacation,
 )
 from models.idempotency import IdempotencyKey
+from models.objects import PendingObjectDeletion
 from models.patients import ExternalId, Patient, PatientRecord, PatientRecordTag
 from models.requests import MedicalRecord, PatientRequest, PatientRequestTag, Reservation, UploadLink
 from models.schema import MODELS, SchemaMigration
@@ -58,6 +59,7 @@ __all__ = [
     "PatientRecordTag",
     "PatientRequest",
     "PatientRequestTag",
+    "PendingObjectDeletion",
     "RefusedHandoff",
     "RequestType",
     "RequestTypeDefaultTag",

@@ -67,9 +67,11 @@ class AuditEvent(BaseModel):
     of call hand-offs writes its events in its own single statement (`Call.insert_rows`).
 
     Append-only: nothing here changes or deletes a row (`update`, `delete` and saving an
-    existing row raise `AppendOnly`), and on PostgreSQL a trigger refuses UPDATE and
-    DELETE from any client (migration `audit_trail`). TRUNCATE stays possible: the tests
-    empty every table between cases.
+    existing row raise `AppendOnly`), and on PostgreSQL a trigger refuses DELETE and every
+    UPDATE from any client (migrations `audit_trail`, `data_lifecycle`) but one: the
+    retention's `forget_addresses`, which removes an old event's client address and marks it
+    `redacted_at`, leaving what happened, to what and by whom. TRUNCATE stays possible: the
+    tests empty every table between cases.
     """
 
     token_id: uuid.UUID | None
@@ -94,6 +96,8 @@ class AuditEvent(BaseModel):
     request_id = pw.CharField(max_length=128, null=True)  # the X-Request-Id of the access log line
     # From where: the client's address as the web process saw it (None: the CLI, a job).
     address = pw.CharField(max_length=64, null=True)
+    # When the retention removed the client address (None: not yet).
+    redacted_at = pw.DateTimeField(null=True)
 
     class Meta:
         indexes = ((("clinic_id", "at"), False),)
@@ -159,6 +163,20 @@ class AuditEvent(BaseModel):
         ]
         if events:
             cls.insert_many(events).execute()
+
+    @classmethod
+    def forget_addresses(cls, clinic_id: uuid.UUID | None, before: datetime, now: datetime, batch: int) -> int:
+        """Remove the client address of up to `batch` events of the clinic (None: of no
+        clinic) written before `before`; returns how many. The one UPDATE the trail allows
+        (the PostgreSQL trigger checks nothing else changes)."""
+        owner = cls.clinic_id.is_null() if clinic_id is None else (cls.clinic_id == clinic_id)
+        due = (
+            cls.select(cls.id)
+            .where(owner & (cls.at < as_utc(before)) & cls.address.is_null(False))
+            .order_by(cls.at)
+            .limit(batch)
+        )
+        return super().update(address=None, redacted_at=as_utc(now)).where(cls.id.in_(due)).execute()
 
     @classmethod
     def trail(

@@ -50,6 +50,26 @@ class Clinic(BaseModel):
     # Every staff user of the clinic must log in with a second factor (TOTP): one without it
     # is held at enrolment after the password (the clinic's admin decides, in the console).
     two_factor_required = pw.BooleanField(default=False)
+    # How long what the clinic holds about callers and patients is kept, in days
+    # (privacy/retention.py deletes it in the workers; docs/data-protection.md). None: kept,
+    # as before these settings existed (a clinic onboarded since gets `RETENTION_DEFAULTS`).
+    # Resolved requests made from calls, with their calls, this long after they were resolved:
+    retention_call_requests_days = pw.IntegerField(null=True)
+    # Calls that made no request (no recording, missed calls opted out), after they were received:
+    retention_calls_days = pw.IntegerField(null=True)
+    # Audit events lose their client address after this long (what and who stay):
+    retention_audit_details_days = pw.IntegerField(null=True)
+    # Signed documents (medical documentation) after they were registered; None: kept.
+    retention_documents_days = pw.IntegerField(null=True)
+
+    #: What a clinic onboarded without a `retention` section gets (the reasons are in
+    #: docs/data-protection.md); signed documents are kept unless the clinic says otherwise.
+    RETENTION_DEFAULTS = {
+        "retention_call_requests_days": 90,
+        "retention_calls_days": 30,
+        "retention_audit_details_days": 180,
+        "retention_documents_days": None,
+    }
 
     @classmethod
     def by_slug(cls, slug: str) -> Clinic:

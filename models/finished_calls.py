@@ -17,6 +17,11 @@ from plumbing.clock import utc_now
 from plumbing.database import db, is_postgresql
 from plumbing.phones import to_e164
 
+#: The patient of a withheld number (one per clinic), and the note on a record a call made:
+#: the retention knows such a patient by them (privacy/retention.py).
+UNKNOWN_CALLER_NAME = "Unknown caller"
+CALL_RECORD_NOTE = "Created from a phone call."
+
 # The request a call's outcome makes: kind and title ("no_recording" and "opted_out" make none).
 REQUEST_OF_OUTCOME = {
     "voice_message": ("voice_message", "Voice message from {number}"),
@@ -93,7 +98,7 @@ def patient_for_caller(clinic: Clinic, raw_number: str) -> Patient:
     if phone is None:
         anonymous = uuid.uuid5(clinic.id, "unknown-caller")
         patient = Patient.get_or_none(Patient.id == anonymous) or Patient.create(
-            id=anonymous, organization=clinic.organization_id, last_name="Unknown caller"
+            id=anonymous, organization=clinic.organization_id, last_name=UNKNOWN_CALLER_NAME
         )
         PatientRecord.insert(patient=patient, clinic=clinic).on_conflict_ignore().execute()
         return patient
@@ -132,5 +137,5 @@ def patient_for_caller(clinic: Clinic, raw_number: str) -> Patient:
         PatientRecord.insert(patient=live[0], clinic=clinic).on_conflict_ignore().execute()
         return live[0]
     patient = Patient.create(organization=clinic.organization_id, phone=phone)
-    PatientRecord.create(patient=patient, clinic=clinic, note="Created from a phone call.")
+    PatientRecord.create(patient=patient, clinic=clinic, note=CALL_RECORD_NOTE)
     return patient

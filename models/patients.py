@@ -30,6 +30,14 @@ class Patient(BaseModel):
     class Meta:
         indexes = ((("organization", "phone"), False),)
 
+    #: The patient a request kept for its signed documents belongs to once its own patient
+    #: was erased (privacy/erasure.py): one per organization, holding no personal data.
+    ERASED_NAME = "Erased patient"
+
+    @staticmethod
+    def erased_id(organization_id: uuid.UUID) -> uuid.UUID:
+        return uuid.uuid5(organization_id, "erased-patient")
+
     @classmethod
     def ids_with_phone(cls, organization_id: uuid.UUID, phone: str) -> list[uuid.UUID]:
         query = cls.select(cls.id).where((cls.organization == organization_id) & (cls.phone == phone))

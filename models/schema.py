@@ -18,6 +18,7 @@ from models.clinics import (
     Vacation,
 )
 from models.idempotency import IdempotencyKey
+from models.objects import PendingObjectDeletion
 from models.patients import ExternalId, Patient, PatientRecord, PatientRecordTag
 from models.requests import MedicalRecord, PatientRequest, PatientRequestTag, Reservation, UploadLink
 from models.staff import StaffMembership, StaffPasswordLink, StaffRecoveryCode, StaffSession, StaffUser
@@ -60,4 +61,5 @@ MODELS: list[type[BaseModel]] = [
     StaffSession,
     StaffPasswordLink,
     StaffRecoveryCode,
+    PendingObjectDeletion,
 ]

@@ -32,7 +32,7 @@ from models import (
     Tag,
     Vacation,
 )
-from onboarding.writer import OnboardingError, onboard
+from onboarding.writer import RETENTION_COLUMNS, OnboardingError, onboard
 from plumbing import crypto, row_cache
 from plumbing.database import db, is_postgresql
 from switchboard.office_hours import WEEKDAYS
@@ -89,6 +89,7 @@ def clinic_document(clinic: Clinic, secret_key: str) -> dict[str, Any]:
         "languages": clinic.language_list or None,
         "missedCallRequests": clinic.missed_call_requests,
         "twoFactorRequired": clinic.two_factor_required,
+        "retention": {key: getattr(clinic, column) for key, column in RETENTION_COLUMNS.items()},
         "officeHours": [
             {
                 "weekday": WEEKDAYS[h.weekday - 1],
@@ -265,6 +266,11 @@ class ClinicSettings:
         self._change("settings.vacation.remove", edit, ("calendar", v.calendar_id), gone)
 
     # Calls
+
+    def set_retention(self, days: dict[str, int | None]) -> None:
+        """The clinic's retention (the onboarding file's `retention` keys; None: kept)."""
+        fields = {key: days[key] for key in RETENTION_COLUMNS if key in days}
+        self._change("settings.retention.update", lambda c: c["retention"].update(fields), details=fields)
 
     def set_calls(self, missed_call_requests: bool, languages: list[str]) -> None:
         fields = {"missedCallRequests": missed_call_requests, "languages": languages or None}

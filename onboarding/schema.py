@@ -114,6 +114,19 @@ SWITCHBOARD = _closed(
     required=["apiUrl", "username", "password"],
 )
 
+#: Days each kind of personal data is kept (privacy/retention.py; docs/data-protection.md):
+#: null keeps it. A clinic onboarded without this section gets the defaults
+#: (`Clinic.RETENTION_DEFAULTS`); one that exists keeps what it has.
+_DAYS = {"type": ["integer", "null"], "minimum": 1, "maximum": 36500}
+RETENTION = _closed(
+    {
+        "resolvedCallRequestsDays": _DAYS,
+        "callsWithoutRequestDays": _DAYS,
+        "auditDetailsDays": _DAYS,
+        "signedDocumentsDays": _DAYS,
+    }
+)
+
 CLINIC = _closed(
     {
         "slug": SLUG,
@@ -137,6 +150,7 @@ CLINIC = _closed(
         "tags": _list_of(TAG),
         "requestTypes": _list_of(REQUEST_TYPE),
         "switchboard": SWITCHBOARD,
+        "retention": RETENTION,
     },
     required=["slug", "name", "timezone", "country"],
 )

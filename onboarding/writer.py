@@ -255,6 +255,7 @@ class _Plan:
             "calendars": calendars,
             "types": types,
             "switchboard": c.get("switchboard"),
+            "retention": c.get("retention"),
         }
 
     def _patients(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -404,6 +405,29 @@ def _onboard(document: dict[str, Any], secret_key: str) -> str:
         )
 
 
+#: The file's retention keys and the clinic's columns.
+RETENTION_COLUMNS = {
+    "resolvedCallRequestsDays": "retention_call_requests_days",
+    "callsWithoutRequestDays": "retention_calls_days",
+    "auditDetailsDays": "retention_audit_details_days",
+    "signedDocumentsDays": "retention_documents_days",
+}
+
+
+def _retention(given: dict[str, Any] | None, current: Clinic | None) -> dict[str, Any]:
+    """The retention columns to write: what the file gives (null: kept); for a key it leaves
+    out, the clinic's own, or for a new clinic the defaults. A file that says nothing of
+    retention never changes what an existing clinic deletes (nor starts deleting)."""
+    given = given or {}
+    values = {}
+    for key, column in RETENTION_COLUMNS.items():
+        if key in given:
+            values[column] = given[key]
+        elif current is None:
+            values[column] = Clinic.RETENTION_DEFAULTS[column]
+    return values
+
+
 def _write_clinic(w: RowWriter, org_id: uuid.UUID, c: dict[str, Any]) -> None:
     values = {
         k: c[k]
@@ -413,6 +437,7 @@ def _write_clinic(w: RowWriter, org_id: uuid.UUID, c: dict[str, Any]) -> None:
         values["two_factor_required"] = c["two_factor_required"]
     values["organization"] = org_id
     current = Clinic.get_or_none(Clinic.id == c["id"])
+    values |= _retention(c["retention"], current)
     sb = c["switchboard"]
     if sb is None:
         values |= {

@@ -107,6 +107,13 @@ RECORDING_CHECKS = Family(
     "(match; mismatch: served as unavailable, never the other recording).",
     ("result",),
 )
+RETENTION_DELETED = Family(
+    "retention_deleted_total",
+    "What the workers' retention rounds deleted, by kind (call_requests, calls, patients, documents, "
+    "objects, staff_sessions, password_links, recovery_codes; audit_addresses: old audit events whose "
+    "client address was removed).",
+    ("kind",),
+)
 FAMILIES = (
     HTTP_REQUESTS,
     HTTP_DURATION,
@@ -118,6 +125,7 @@ FAMILIES = (
     HANDOFFS_REFUSED,
     HANDOFF_ANOMALIES,
     RECORDING_CHECKS,
+    RETENTION_DELETED,
 )
 
 #: Label values kept bounded: the HTTP methods counted by name, and short words (job

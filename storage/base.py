@@ -17,7 +17,7 @@ import secrets
 import unicodedata
 import urllib.parse
 import uuid
-from typing import Literal, Protocol, runtime_checkable
+from typing import BinaryIO, Literal, Protocol, runtime_checkable
 
 Disposition = Literal["inline", "attachment"]
 
@@ -124,6 +124,11 @@ class Storage(Protocol):
 
     def read_prefix(self, key: str, size: int) -> bytes:
         """The object's first `size` bytes (fewer when it is shorter; b"" when missing)."""
+        ...
+
+    def open_for_read(self, key: str) -> tuple[BinaryIO, int]:
+        """The object's bytes as a stream (the caller closes it) and its size;
+        `FileNotFoundError` when missing."""
         ...
 
     def seal(self, source: str, target: str) -> Sealed:

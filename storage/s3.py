@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import urllib.parse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from botocore.auth import S3SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
@@ -223,6 +223,18 @@ class S3Storage:
             raise
         with response["Body"] as body:
             return body.read(size)
+
+    def open_for_read(self, key: str) -> tuple[BinaryIO, int]:
+        from botocore.exceptions import ClientError
+
+        validate_key(key)
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if _is_not_found(exc):
+                raise FileNotFoundError(key) from None
+            raise
+        return response["Body"], int(response["ContentLength"])
 
     def seal(self, source: str, target: str) -> Sealed:
         """A server-side copy, then the copy read back once to hash it: the digest is of

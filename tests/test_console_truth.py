@@ -257,7 +257,7 @@ def test_the_one_use_tokens_live_per_session_in_redis_and_a_refused_write_gives_
 
 # --- the audit trail in words --------------------------------------------------------------------
 
-SERVICE = [ROOT / d for d in ("api_keys", "commands", "console", "documents", "jobs", "onboarding", "resources",
+SERVICE = [ROOT / d for d in ("api_keys", "commands", "console", "documents", "jobs", "onboarding", "privacy", "resources",
                               "storage", "switchboard", "voicemail", "staff", "web", "models")]
 
 

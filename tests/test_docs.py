@@ -301,7 +301,8 @@ def test_the_settings_table_is_config_py():
 
 # --- the error table -----------------------------------------------------------------------
 
-_SOURCE_DIRS = ("api_keys", "commands", "console", "documents", "jobs", "models", "onboarding", "plumbing", "resources",
+_SOURCE_DIRS = ("api_keys", "commands", "console", "documents", "jobs", "models", "onboarding", "plumbing", "privacy",
+                "resources",
                 "safe_fetch", "storage", "switchboard", "voicemail", "web")
 
 

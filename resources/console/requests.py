@@ -14,7 +14,7 @@ from console import audit, audit_words, inbox, pages
 from console.rendering import Renderer, html, see_other
 from documents import patient_requests
 from jobs.playback import RecordingPlayer
-from models import Actor, Call, StaffUser
+from models import Actor, Call, Patient, StaffUser
 from resources.console import own_request, rows_of
 from storage.links import LinkCache
 
@@ -81,6 +81,13 @@ class RequestPage:
                 other_tags=[t for t in patient_requests.clinic_tags(clinic, "patient_request") if t["id"] not in held],
                 documents=documents,
                 events=events,
+                # The patient's page (a copy of their data, their erasure): the clinic's admins.
+                patient_url=(
+                    pages.of_clinic(pages.patient(request.patient_id), clinic.slug)
+                    if user.role_in(clinic) == "admin"
+                    and request.patient_id != Patient.erased_id(clinic.organization_id)
+                    else None
+                ),
             ),
         )
 

@@ -17,6 +17,7 @@ from console.rendering import N_, Renderer, html, see_other
 from models import Actor, Calendar, Clinic, OfficeHours, RequestType, Tag, Vacation
 from onboarding.clinic_settings import ClinicSettings, NotFound, SettingsError, local_moment
 from plumbing.row_cache import RowCache
+from privacy.retention import settings_of as retention_settings
 from switchboard.office_hours import WEEKDAYS
 from switchboard.schedules import is_clinic_open
 from switchboard.vacations import coming_holidays
@@ -240,10 +241,58 @@ def _ticked_tags(form: dict[str, str]) -> list[str]:
     return [name.removeprefix("tag-") for name in form if name.startswith("tag-") and form[name] == "1"]
 
 
+class RetentionPage(_SettingsPage):
+    """How long the clinic keeps personal data (privacy/retention.py); empty: kept."""
+
+    template = "console/settings/retention.html"
+    path = pages.RETENTION
+    # (the onboarding key, its label, its hint), in the page's order.
+    FIELDS = (
+        (
+            "resolvedCallRequestsDays",
+            N_("Resolved requests from calls"),
+            N_(
+                "Voice messages and missed calls, with their calls and transcripts, this long after they were resolved."
+            ),
+        ),
+        (
+            "callsWithoutRequestDays",
+            N_("Calls without a request"),
+            N_("Calls that made no request (no recording, missed calls not kept), this long after they came."),
+        ),
+        (
+            "auditDetailsDays",
+            N_("Addresses in the audit trail"),
+            N_("The audit trail keeps what was done and by whom; the address it came from is removed after this."),
+        ),
+        (
+            "signedDocumentsDays",
+            N_("Signed documents"),
+            N_("Medical documentation: empty keeps it. Set it only as the law on medical records allows."),
+        ),
+    )
+
+    def facts(self, req: falcon.Request, clinic: Clinic) -> dict[str, Any]:
+        current = retention_settings(clinic)
+        return {
+            "fields": [{"key": k, "label": label, "hint": hint, "value": current[k]} for k, label, hint in self.FIELDS],
+            "unset": all(value is None for value in current.values()),
+        }
+
+    def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
+        days: dict[str, Any] = {}
+        for key, _label, _hint in self.FIELDS:
+            text = form.get(key, "").strip()
+            # Not a number: passed on as text, for the onboarding schema to refuse with its path.
+            days[key] = None if not text else int(text) if text.isdigit() else text
+        settings.set_retention(days)
+
+
 for _title, _page in (
     (N_("Office hours"), OfficeHoursPage),
     (N_("Calendars and vacations"), CalendarsPage),
     (N_("Calls"), CallsPage),
     (N_("Request types"), RequestTypesPage),
+    (N_("Data retention"), RetentionPage),
 ):
     SECTIONS.append({"title": _title, "url": _page.path})
