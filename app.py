@@ -18,7 +18,7 @@ from console.throttle import LoginThrottle
 from jobs import queueing
 from jobs.playback import RecordingPlayer
 from models import MedicalRecord
-from plumbing import logs, metrics, strict_json
+from plumbing import clock, logs, metrics, strict_json
 from plumbing.database import bind_database
 from plumbing.row_cache import RowCache
 from resources import api_reference, catalog, meta, patient_requests, patients, switchboard
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 def create_app(config: Config) -> falcon.App:
     logs.setup(config.log_level, config.log_format)
+    clock.use(config.clock)  # what asks for "now" without being handed the clock reads this one
     for notice in config.notices:  # former variable names still in use (config.py)
         log.warning(notice)
     database = bind_database(config.database_url, pool_size=config.db_pool_size, pool_wait=config.db_pool_wait_seconds)

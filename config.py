@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 
-from plumbing.clock import now as wall_clock
+from plumbing.clock import wall as wall_clock
 from plumbing.crypto import MIN_SECRET_KEY_BYTES
 
 

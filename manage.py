@@ -10,7 +10,7 @@ python manage.py user create --clinic SLUG [--clinic SLUG ...] --email E --name 
 python manage.py user reset-password --email E --password-stdin
 python manage.py user hash-password --password-stdin   (for an onboarding file's users)
 python manage.py user disable --email E
-python manage.py audit [--clinic SLUG] [--since ISO] [--limit N]
+python manage.py audit [--clinic SLUG] [--since ISO] [--action ACTION] [--limit N]
 python manage.py demo [--base-url URL]
 python manage.py worker [QUEUE ...]
 python manage.py requeue
@@ -31,6 +31,7 @@ import sys
 
 from commands import audit, calls, demo, deployment, privacy, storage, tokens, users, wait_ready, worker
 from config import Config, InsecureConfiguration, RetiredSetting
+from plumbing import clock
 from plumbing.database import bind_database, db
 
 # In the order `--help` lists them: migrate, model, onboard, token, user, audit, demo,
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None, config: Config | None = None) -> int:
             return 2
     for notice in config.notices:
         print(f"warning: {notice}", file=sys.stderr)
+    clock.use(config.clock)
     if getattr(args, "needs_secret", False):
         try:
             config.require_production_secrets()  # before anything is migrated, queued or encrypted

@@ -29,7 +29,7 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
         except ValueError:
             print(f"error: --since: not an ISO 8601 date or date-time: {args.since}", file=sys.stderr)
             return 2
-    events = AuditEvent.trail(clinic_id, since, args.limit)
+    events = AuditEvent.trail(clinic_id, since, args.limit, args.action)
     slugs = {
         c.id: c.slug
         for c in Clinic.select(Clinic.id, Clinic.slug).where(
@@ -58,5 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     audit = sub.add_parser("audit", help="print the audit trail, newest first")
     audit.add_argument("--clinic", metavar="SLUG", help="only this clinic's events")
     audit.add_argument("--since", metavar="ISO", help="only events at or after this time (UTC unless it says)")
+    audit.add_argument(
+        "--action",
+        metavar="ACTION",
+        help="only events of this action (patient.erase: the erasures to redo after a restore)",
+    )
     audit.add_argument("--limit", type=_positive, default=100, metavar="N", help="at most N events (default 100)")
     audit.set_defaults(func=cmd_audit)

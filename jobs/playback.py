@@ -179,7 +179,7 @@ class RecordingPlayer:
             return None
         if at.tzinfo is None:
             at = at.replace(tzinfo=UTC)
-        return max(0.0, (at - clock.now()).total_seconds())
+        return max(0.0, (at - clock.wall()).total_seconds())  # RQ schedules by the real time
 
     def _retry_after(self, job: Job | None) -> int:
         due = self._scheduled_in(job) if job is not None else None

@@ -180,12 +180,18 @@ class AuditEvent(BaseModel):
 
     @classmethod
     def trail(
-        cls, clinic_id: uuid.UUID | None = None, since: datetime | None = None, limit: int = 100
+        cls,
+        clinic_id: uuid.UUID | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+        action: str | None = None,
     ) -> list[AuditEvent]:
         """Newest first (insertion order breaks ties of one timestamp)."""
         query = cls.select()
         if clinic_id is not None:
             query = query.where(cls.clinic_id == clinic_id)
+        if action is not None:
+            query = query.where(cls.action == action)
         if since is not None:
             query = query.where(cls.at >= as_utc(since))
         return list(query.order_by(cls.at.desc(), cls.id.desc()).limit(limit))

@@ -1,22 +1,44 @@
 """The service's one clock and its conventions: times are stored as naive UTC.
 
-`now()` is the aware wall clock (`Config.clock`, replaceable in tests); `utc_now()` the
-naive UTC value every DateTimeField stores; `as_utc` and `iso_utc` convert to them.
+`Config.clock` is the clock (the wall clock, `wall`, unless a test hands in another). The
+entry points install it here once they have built their configuration (`use`: `create_app`,
+the worker's start, `manage.py`), so that everything that asks for "now" without being
+handed the clock (a model's default, an audit event's time) reads the same one: a test
+that moves it moves the whole service. `now()` is that clock, aware; `utc_now()` the naive
+UTC value every DateTimeField stores; `as_utc` and `iso_utc` convert to them. Nothing else
+in the service reads the wall clock (tests/test_layers.py holds it), but for the expiry of
+presigned storage URLs (storage/), which the bucket checks by its own real clock, and RQ's
+schedule (jobs/playback.py), which is kept in real time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 
-def now() -> datetime:
-    """The wall clock, aware (UTC)."""
+def wall() -> datetime:
+    """The wall clock, aware (UTC): `Config.clock`'s default."""
     return datetime.now(UTC)
+
+
+_clock: Callable[[], datetime] = wall
+
+
+def use(clock: Callable[[], datetime]) -> None:
+    """Make `clock` the process's clock (an entry point, once its configuration is built)."""
+    global _clock
+    _clock = clock
+
+
+def now() -> datetime:
+    """The process's clock, aware (UTC)."""
+    return _clock()
 
 
 def utc_now() -> datetime:
     """Naive UTC, the storage convention of every DateTimeField here."""
-    return now().replace(tzinfo=None)
+    return as_utc(now())
 
 
 def as_utc(value: datetime) -> datetime:

@@ -108,7 +108,7 @@ def run(storage: Storage, now: datetime, lifetimes: Lifetimes, batch: int = BATC
     Needs a database connection (the caller's)."""
     now = as_utc(now)
     done: dict[uuid.UUID | None, Deleted] = {}
-    objects.drain(storage)  # what an earlier round or an erasure left listed
+    left = objects.drain(storage)  # what an earlier round or an interrupted erasure left listed
     for clinic in Clinic.select().order_by(Clinic.slug):
         deleted = clinic_round(clinic, now, batch)
         if deleted.of_patients():
@@ -117,7 +117,7 @@ def run(storage: Storage, now: datetime, lifetimes: Lifetimes, batch: int = BATC
         if deleted.counts():
             done[clinic.id] = deleted
     deployment = deployment_round(now, lifetimes, batch)
-    deployment.objects = objects.drain(storage)
+    deployment.objects = left + objects.drain(storage)
     if deployment.counts():
         done[None] = deployment
     return done

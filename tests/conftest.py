@@ -34,6 +34,7 @@ from tests.support.clocks import WEDNESDAY, Clock  # noqa: E402
 from tests.support import isolation  # noqa: E402
 from tests.support.databases import TableEmptier, recreate_database  # noqa: E402
 import staff.passwords  # noqa: E402
+import plumbing.clock  # noqa: E402
 
 # Staff passwords in this process are Argon2id at its lowest cost (1 pass over 1 MiB): the
 # same algorithm and code paths, without 160 ms of hashing per login and per new user
@@ -103,6 +104,7 @@ def app(wsgi_app, clock: Clock) -> Iterator[webtest.TestApp]:
     console login counters in Redis (another test's failed logins from 127.0.0.1 would
     refuse this one's)."""
     clock.set(WEDNESDAY)
+    plumbing.clock.use(clock)  # the session's, whatever app an earlier test built (live_service.serve)
     if not isinstance(db.obj, PooledDatabase):
         # An earlier test ran a command in this process (manage.main binds a database of its
         # own, unpooled): the app's pool again, whatever ran before (xdist changes the order).

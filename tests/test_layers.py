@@ -84,3 +84,23 @@ def test_one_docstring_style() -> None:
                 offenders.append(str(path.relative_to(ROOT)))
     offenders += [f"{m}.py" for m in sorted(TOP_MODULES) if roles.search((ROOT / f"{m}.py").read_text("utf-8"))]
     assert not offenders, offenders
+
+
+def test_only_the_clock_reads_the_wall_clock():
+    """One clock: every "now" of the service comes from `plumbing.clock` (the injected
+    `Config.clock`, installed by the entry points), so a test that moves it moves the whole
+    service. Reading the wall clock anywhere else is refused."""
+    wall = re.compile(r"\bdatetime\.(?:now|utcnow|today)\(|\bdate\.today\(|\btime\.time\(\)|\bnow\(\)\s*$")
+    offenders = []
+    for package in sorted(SERVICE_PACKAGES):
+        for path in (ROOT / package).rglob("*.py"):
+            if path == ROOT / "plumbing" / "clock.py":
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if wall.search(line.split("#")[0]):
+                    offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    for module in sorted(TOP_MODULES):
+        for number, line in enumerate((ROOT / f"{module}.py").read_text("utf-8").splitlines(), 1):
+            if wall.search(line.split("#")[0]):
+                offenders.append(f"{module}.py:{number}: {line.strip()}")
+    assert offenders == [], offenders

@@ -62,7 +62,8 @@ class PatientPage:
         self._render(resp, user, session.csrf_token, clinic, plan=plan)
 
     def _render(self, resp: falcon.Response, user: Any, csrf_token: str, clinic: Clinic, **facts: Any) -> None:
-        plan: erasure.Plan | None = facts.get("plan")
+        facts = {"plan": None, "erased": None, **facts}
+        plan: erasure.Plan | None = facts["plan"]
         language = user.language
         clinics = {c.id: c.name for c in Clinic.select(Clinic.id, Clinic.name)}
         if plan is not None:
