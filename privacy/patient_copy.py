@@ -1,6 +1,6 @@
 """A patient's copy of their data (GDPR articles 15 and 20): one ZIP archive.
 
-It holds `patient.json` (every personal field the service stores about the person, as
+It holds `patient-data.json` (every personal field the service stores about the person, as
 docs/data-protection.md lists them, times in each clinic's time zone), each transcript as
 a text file, each signed document as registered, and a README in Czech and English. The
 recordings are not the service's: it never copies them, so the archive names each one and
@@ -38,7 +38,7 @@ from plumbing.database import db, release_connection
 from privacy.erasure import Plan, plan
 from storage import Storage, ascii_filename
 
-#: (table, column) -> the key under which `patient.json` gives it: every column holding
+#: (table, column) -> the key under which `patient-data.json` gives it: every column holding
 #: personal data of a patient (docs/data-protection.md says which; a test holds the two
 #: together), so a copy holds all of them.
 FIELDS: dict[tuple[str, str], str] = {
@@ -97,15 +97,15 @@ FIELDS: dict[tuple[str, str], str] = {
 
 README = """Kopie údajů pacienta / A patient's copy of their data
 
-patient.json     vše, co služba o pacientovi uchovává (časy v časovém pásmu ordinace)
-                 everything the service holds about the patient (times in the clinic's time zone)
-transcripts/     přepisy hlasových zpráv / the voicemails' transcripts
-documents/       podepsané dokumenty / the signed documents
+patient-data.json  vše, co služba o pacientovi uchovává (časy v časovém pásmu ordinace)
+                   everything the service holds about the patient (times in the clinic's time zone)
+transcripts/       přepisy hlasových zpráv / the voicemails' transcripts
+documents/         podepsané dokumenty / the signed documents
 
 Nahrávky hovorů služba nekopíruje: uchovává je telefonní ústředna (platforma), kterou
-patient.json u každého hovoru jmenuje (calls[].recording).
+patient-data.json u každého hovoru jmenuje (calls[].recording).
 The service does not copy call recordings: the switchboard's platform keeps them, named
-for each call in patient.json (calls[].recording).
+for each call in patient-data.json (calls[].recording).
 """
 
 
@@ -136,7 +136,7 @@ def write_copy(
     release_connection()  # the documents are read from storage: no pooled connection held meanwhile
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("README.txt", README)
-        archive.writestr("patient.json", json.dumps(document, ensure_ascii=False, indent=2))
+        archive.writestr("patient-data.json", json.dumps(document, ensure_ascii=False, indent=2))
         for name, text in files.transcripts.items():
             archive.writestr(name, text)
         for name, key in files.documents.items():

@@ -119,6 +119,13 @@ def app(wsgi_app, clock: Clock) -> Iterator[webtest.TestApp]:
     yield webtest.TestApp(wsgi_app)
 
 
+@pytest.fixture(autouse=True)
+def real_time() -> None:
+    """The service's clock is the wall clock unless the test takes `app` (the session's
+    Clock, moved by hand): whatever app an earlier test in this process built."""
+    plumbing.clock.use(plumbing.clock.wall)
+
+
 @pytest.fixture
 def example() -> dict[str, Any]:
     return copy.deepcopy(EXAMPLE)

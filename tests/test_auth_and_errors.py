@@ -53,10 +53,11 @@ class TestEveryCheck:
         assert_error(post(app, "clinic-a", check, body, bearer(token), status=401), 401, "UNAUTHORIZED")
 
     def test_expired_token_401(self, app, two_clinics, clock, check, body):
-        token = issue_token(["clinic-a"], ["read"], expires_in=timedelta(days=1))
-        clock.set(datetime.now(timezone.utc) + timedelta(hours=23))
+        issued = clock()
+        token = issue_token(["clinic-a"], ["read"], expires_in=timedelta(days=1))  # by the service's one clock
+        clock.set(issued + timedelta(hours=23))
         post(app, "clinic-a", check, body, bearer(token), status=200)
-        clock.set(datetime.now(timezone.utc) + timedelta(days=1, seconds=1))
+        clock.set(issued + timedelta(days=1, seconds=1))
         assert_error(post(app, "clinic-a", check, body, bearer(token), status=401), 401, "UNAUTHORIZED")
 
     def test_unknown_clinic_404(self, app, two_clinics, check, body):

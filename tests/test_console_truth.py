@@ -370,6 +370,11 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
                 ("settings.request_type.update", ("request_type", kind.id), {"ecrfId": "CONSENT", "name": "Souhlas"}),
                 ("onboarding.file", None, {"overwroteConsoleChanges": True}),
                 ("patient.import", ("patient", 7), {"created": False}),  # a target that is no row: no longer exists
+                ("settings.retention.update", None, {"callsWithoutRequestDays": 14, "signedDocumentsDays": None}),
+                ("retention.delete", None, {"call_requests": 3, "calls": 5, "patients": 1}),
+                ("patient.erase", ("patient", "0a5a3e2c-3f2b-4a8e-9a77-3f0d1d7c2b10"),
+                 {"patients": 2, "requests": 2, "requests_kept": 1, "calls": 3, "documents": 0, "documents_kept": 1}),
+                ("patient.copy", patient, {"requests": 1, "calls": 1, "documents": 0, "transcripts": 1}),
             ]:
                 AuditEvent.record(operator if action.startswith(("staff_user", "onboarding")) else admin, a, action,
                                   target, details)
@@ -416,6 +421,11 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     assert row("settings.two_factor.update").select_one("td.subject a")["href"] == (
         "/console/settings/staff?clinic=clinic-a")
     assert fields(row("settings.vacation.remove"))["Od"] == "5. 2. 2027 18:00", "the clinic's time zone"
+    assert fields(row("settings.retention.update")) == {"Hovory bez žádosti (dní)": "14",
+                                                         "Podepsané dokumenty (dní)": "uchovává se trvale"}
+    assert fields(row("retention.delete")) == {"Žádosti z hovorů": "3", "Hovory": "5", "Pacienti": "1"}
+    assert fields(row("patient.erase"))["Ponechané podepsané dokumenty"] == "1"
+    assert "(už neexistuje)" in row("patient.erase").select_one("td.subject").text
     assert row("settings.vacation.add").select_one("td.subject a")["href"] == \
         f"/console/settings/calendars?clinic=clinic-a#calendar-{calendar.id}"
     mismatch = fields(row("call.recording_mismatch"))

@@ -374,3 +374,32 @@ def test_manage_py_retention_shows_sets_and_runs(app, token):
     assert manage("retention", "set", "--clinic", "nowhere", "--audit-details-days", "5").returncode == 2
     ran = manage("retention", "run")
     assert ran.returncode == 0 and "retention deleted:" in ran.stderr
+
+
+def test_an_upgraded_database_leaves_its_clinics_without_retention(config):
+    """A database from before the retention settings (migration 21) gets them empty on its
+    existing clinics: an upgrade deletes nothing until an administrator decides."""
+    from migrations import MIGRATIONS, migrate
+    from models import SchemaMigration
+    from plumbing.database import bind_database
+    from tests.support.databases import recreate_database
+
+    url = PG_URL + "_upgrade_v21"
+    recreate_database(url)
+    database = bind_database(url, pool_size=1)
+    try:
+        with database.connection_context():
+            migrate(database)
+            load(organization(clinic("clinic-a")))
+            for column in ("retention_call_requests_days", "retention_calls_days", "retention_audit_details_days",
+                           "retention_documents_days"):
+                database.execute_sql(f'ALTER TABLE "clinic" DROP COLUMN "{column}"')
+            database.execute_sql('ALTER TABLE "audit_event" DROP COLUMN "redacted_at"')
+            database.execute_sql('DROP TABLE "pending_object_deletion"')
+            SchemaMigration.delete().where(SchemaMigration.version >= 22).execute()
+            assert migrate(database) == [f"{v:04d}_{n}" for v, n, _ in MIGRATIONS if v >= 22]
+            assert set(retention.settings_of(Clinic.by_slug("clinic-a")).values()) == {None}
+            assert PendingObjectDeletion.select().count() == 0
+    finally:
+        database.close_all()
+        bind_database(config.database_url, pool_size=config.db_pool_size)

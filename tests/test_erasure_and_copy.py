@@ -229,7 +229,7 @@ def test_a_patients_copy_holds_every_field_of_the_inventory(app, token, person, 
     assert (made.requests, made.calls, made.documents, made.transcripts) == (3, 2, 1, 1)
     with zipfile.ZipFile(archive) as z:
         names = set(z.namelist())
-        data = json.loads(z.read("patient.json"))
+        data = json.loads(z.read("patient-data.json"))
         readme = z.read("README.txt").decode()
         transcripts = [n for n in names if n.startswith("transcripts/")]
         documents = [n for n in names if n.startswith("documents/")]
@@ -261,7 +261,7 @@ def test_manage_py_patient_copy_writes_the_archive(app, token, person, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "3 request(s), 2 call(s), 1 transcript(s), 1 signed document(s)" in done.stderr
     with zipfile.ZipFile(out) as z:
-        assert json.loads(z.read("patient.json"))["patients"][0]["email"] == person.email
+        assert json.loads(z.read("patient-data.json"))["patients"][0]["email"] == person.email
     missing = subprocess.run([sys.executable, "manage.py", "patient", "copy", str(uuid.uuid4()), "--out",
                               str(tmp_path / "none.zip")], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=60)
@@ -303,7 +303,7 @@ def test_an_admin_copies_and_erases_a_patient_from_the_console(app, token, perso
     copy = app.post(f"/console/patients/{person.patient_id}/copy", {"csrf_token": csrf, "clinic": "clinic-a"})
     assert copy.content_type == "application/zip" and "attachment" in copy.headers["Content-Disposition"]
     with zipfile.ZipFile(io.BytesIO(copy.body)) as z:
-        assert json.loads(z.read("patient.json"))["patients"][0]["phone"] == person.phone
+        assert json.loads(z.read("patient-data.json"))["patients"][0]["phone"] == person.phone
     form = erase_form(page)
     unconfirmed = form.submit(status=303)
     assert unconfirmed.location.endswith("#erase")

@@ -251,9 +251,7 @@ class RetentionPage(_SettingsPage):
         (
             "resolvedCallRequestsDays",
             N_("Resolved requests from calls"),
-            N_(
-                "Voice messages and missed calls, with their calls and transcripts, this long after they were resolved."
-            ),
+            N_("Voice messages and missed calls, with their calls and transcripts, this long after resolving."),
         ),
         (
             "callsWithoutRequestDays",
