@@ -5,40 +5,42 @@ missing", "add column if missing"), so a fresh database and an old one converge 
 the same schema. Applied versions are recorded in `schema_migration`; `migrate()`
 runs only the pending ones, each in its own transaction, and on PostgreSQL under an
 advisory lock so two release steps cannot race.
+
+Every migration carries the schema it needs and never reads the live models: the tables
+a migration creates are frozen SQL (`frozen_schema/`, one file per migration and database),
+a column it adds is defined where it adds it, and a foreign key names a frozen copy of the
+table it points at. So an old migration means today what it meant when it was written, and
+a model changed without a migration is a drift that tests/test_schema_drift.py finds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import peewee as pw
 from playhouse.migrate import PostgresqlMigrator, SchemaMigrator, SqliteMigrator
 from playhouse.migrate import migrate as apply_operations
 
-import models as m
-from plumbing import row_cache
+from models import SchemaMigration
 from plumbing.database import db, is_postgresql
 
 Migration = Callable[[pw.Database, SchemaMigrator], None]
 _ADVISORY_LOCK_KEY = 7_341_002  # arbitrary, constant for this application
+FROZEN = Path(__file__).resolve().parent / "frozen_schema"
+# The NOTIFY channels the triggers announce on (plumbing/row_cache.py, jobs/relay.py read
+# them under the same names).
+_CACHE_CHANNEL = "auth_changed"
+_NEW_CALL_CHANNEL = "call_pending"
 
 
-def _with_dependencies(tables: tuple[type[pw.Model], ...]) -> list[type[pw.Model]]:
-    """The tables plus every table their foreign keys point at (created from the
-    current models, a table may reference one that a later migration introduced)."""
-    out: list[type[pw.Model]] = []
+class _FrozenCall(pw.Model):
+    """The `call` table as migration 2's foreign key saw it: its key only."""
 
-    def visit(model: type[pw.Model]) -> None:
-        if model in out:
-            return
-        for fk in model._meta.refs:
-            if fk.rel_model is not model:
-                visit(fk.rel_model)
-        out.append(model)
+    id = pw.UUIDField(primary_key=True)
 
-    for table in tables:
-        visit(table)
-    return out
+    class Meta:
+        table_name = "call"
 
 
 def _sql(*statements: str) -> Migration:
@@ -59,9 +61,16 @@ def _postgresql(*statements: str) -> Migration:
     return run
 
 
-def _create(*tables: type[pw.Model]) -> Migration:
+def _frozen(name: str) -> Migration:
+    """The tables of `frozen_schema/<name>.<database>.sql`, each created if missing."""
+
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
-        database.create_tables(_with_dependencies(tables), safe=True)
+        dialect = "postgresql" if is_postgresql(database) else "sqlite"
+        text = (FROZEN / f"{name}.{dialect}.sql").read_text("utf-8")
+        for statement in text.split(";\n"):
+            lines = [line for line in statement.splitlines() if line and not line.startswith("--")]
+            if lines:
+                database.execute_sql("\n".join(lines))
 
     return run
 
@@ -112,38 +121,21 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (
         1,
         "foundation",
-        _create(
-            m.Organization,
-            m.Clinic,
-            m.Calendar,
-            m.OfficeHours,
-            m.Vacation,
-            m.Tag,
-            m.Patient,
-            m.PatientRecord,
-            m.PatientRecordTag,
-            m.ExternalId,
-            m.RequestType,
-            m.RequestTypeDefaultTag,
-            m.ApiToken,
-            m.ApiTokenClinic,
-            m.PatientRequest,
-            m.PatientRequestTag,
-        ),
+        _frozen("0001_foundation"),
     ),
     (
         2,
         "calls",
         _steps(
-            _create(m.Call),
+            _frozen("0002_calls"),
             _add_column(
                 "patient_request",
                 "call_id",
-                pw.ForeignKeyField(m.Call, null=True, unique=True, field=m.Call.id, on_delete="SET NULL"),
+                pw.ForeignKeyField(_FrozenCall, null=True, unique=True, field=_FrozenCall.id, on_delete="SET NULL"),
             ),
         ),
     ),
-    (3, "documents", _create(m.Reservation, m.UploadLink, m.MedicalRecord)),
+    (3, "documents", _frozen("0003_documents")),
     (
         4,
         "recordings",
@@ -165,7 +157,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             ),
             _postgresql(
                 "CREATE OR REPLACE FUNCTION call_notify_new() RETURNS trigger LANGUAGE plpgsql AS $$ "
-                f"BEGIN PERFORM pg_notify('{m.Call.NEW_CALL_CHANNEL}', ''); RETURN NULL; END $$",
+                f"BEGIN PERFORM pg_notify('{_NEW_CALL_CHANNEL}', ''); RETURN NULL; END $$",
                 'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
                 'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH ROW EXECUTE FUNCTION call_notify_new()',  # noqa: E501
             ),
@@ -179,7 +171,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         "auth_cache",
         _postgresql(
             "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            f"BEGIN PERFORM pg_notify('{row_cache.CHANNEL}', ''); RETURN NULL; END $$",
+            f"BEGIN PERFORM pg_notify('{_CACHE_CHANNEL}', ''); RETURN NULL; END $$",
             *(
                 statement
                 for table, events in (
@@ -251,7 +243,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             'INSERT INTO "cache_generation" ("id", "n") VALUES (1, 0) ON CONFLICT DO NOTHING',
             "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
             'UPDATE "cache_generation" SET "n" = "n" + 1 WHERE "id" = 1; '
-            f"PERFORM pg_notify('{row_cache.CHANNEL}', ''); RETURN NULL; END $$",
+            f"PERFORM pg_notify('{_CACHE_CHANNEL}', ''); RETURN NULL; END $$",
             'DROP TRIGGER IF EXISTS "auth_changed" ON "organization"',
             'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "organization" '
             "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
@@ -264,7 +256,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         11,
         "audit_trail",
         _steps(
-            _create(m.AuditEvent),
+            _frozen("0011_audit_trail"),
             _postgresql(
                 "CREATE OR REPLACE FUNCTION audit_event_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
                 # No % placeholder: the statement runs through a driver that formats parameters.
@@ -298,7 +290,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         ),
     ),
     # Issue 20: the staff console's users, their clinics and their server-side sessions.
-    (14, "staff_console", _create(m.StaffUser, m.StaffMembership, m.StaffSession)),
+    (14, "staff_console", _frozen("0014_staff_console")),
     # A clinic's own marker words for its platform (were one setting for every clinic).
     (
         15,
@@ -337,7 +329,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("call", "anomalies", pw.TextField(null=True)),
             _add_column("call", "recording_sha256", pw.CharField(max_length=64, null=True)),
             _add_column("call", "recording_bytes", pw.BigIntegerField(null=True)),
-            _create(m.RefusedHandoff),
+            _frozen("0018_handoff_anomalies"),
         ),
     ),
     # The clinic runs its own staff: set-password links, two-factor login (TOTP secret,
@@ -352,11 +344,11 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("staff_user", "totp_enabled_at", pw.DateTimeField(null=True)),
             _add_column("staff_user", "totp_last_step", pw.BigIntegerField(null=True)),
             _add_column("staff_session", "pending", pw.CharField(max_length=8, null=True)),
-            _create(m.StaffPasswordLink, m.StaffRecoveryCode),
+            _frozen("0020_staff_accounts"),
         ),
     ),
     # Safe retries: the answer of a document write sent with an Idempotency-Key.
-    (21, "idempotency_keys", _create(m.IdempotencyKey)),
+    (21, "idempotency_keys", _frozen("0021_idempotency_keys")),
     # Personal data has a lifecycle (docs/data-protection.md): each clinic's retention
     # (None on the clinics that exist: nothing of theirs is deleted until they choose), the
     # objects waiting to be deleted, what the retention's queries walk, and the one change
@@ -420,10 +412,22 @@ def _migrator(database: pw.Database) -> SchemaMigrator:
     return SqliteMigrator(database)
 
 
-def applied_versions(database: pw.Database) -> set[int]:
-    if not database.table_exists(m.SchemaMigration._meta.table_name):
-        return set()
-    return {row.version for row in m.SchemaMigration.select(m.SchemaMigration.version)}
+def _renumber_log(database: pw.Database) -> None:
+    """Put each logged migration under its version today. Early on, branches written side
+    by side took the same numbers, and the merge renumbered some (`platform_names` was 10
+    and became 13, `upload_link_created_at_index` 11 and became 12): a database from then
+    logs a migration under a number another one has now. Matched by name, so that the one
+    applied is not run again and the one under its old number is not skipped."""
+    today = {name: version for version, name, _ in MIGRATIONS}
+    logged = {row.version: row.name for row in SchemaMigration.select()}
+    moved = {version: today[name] for version, name in logged.items() if name in today and today[name] != version}
+    if not moved:
+        return
+    with database.atomic():
+        for version in moved:  # out of the way first: two may swap numbers
+            SchemaMigration.update(version=-version).where(SchemaMigration.version == version).execute()
+        for version, now in moved.items():
+            SchemaMigration.update(version=now).where(SchemaMigration.version == -version).execute()
 
 
 def migrate(database: pw.Database | None = None) -> list[str]:
@@ -431,15 +435,19 @@ def migrate(database: pw.Database | None = None) -> list[str]:
     database = database or db.obj
     applied: list[str] = []
     with database.connection_context():
-        database.create_tables([m.SchemaMigration], safe=True)
+        database.create_tables([SchemaMigration], safe=True)
         migrator = _migrator(database)
+        with database.atomic():
+            if is_postgresql(database):
+                database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_ADVISORY_LOCK_KEY,))
+            _renumber_log(database)
         for version, name, run in MIGRATIONS:
             with database.atomic():
                 if is_postgresql(database):
                     database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_ADVISORY_LOCK_KEY,))
-                if m.SchemaMigration.get_or_none(m.SchemaMigration.version == version):
+                if SchemaMigration.get_or_none(SchemaMigration.version == version):
                     continue
                 run(database, migrator)
-                m.SchemaMigration.create(version=version, name=name)
+                SchemaMigration.create(version=version, name=name)
                 applied.append(f"{version:04d}_{name}")
     return applied

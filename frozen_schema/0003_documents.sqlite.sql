@@ -1,0 +1,46 @@
+-- Migration 3 (documents) on sqlite: the tables it creates, as they were when it was frozen.
+-- Frozen: never edit; a later migration changes the schema.
+
+CREATE TABLE IF NOT EXISTS "organization" ("id" TEXT NOT NULL PRIMARY KEY, "slug" VARCHAR(64) NOT NULL, "name" VARCHAR(200) NOT NULL, "patient_sharing" INTEGER NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS "organization_slug" ON "organization" ("slug");
+CREATE TABLE IF NOT EXISTS "clinic" ("id" TEXT NOT NULL PRIMARY KEY, "organization_id" TEXT NOT NULL, "slug" VARCHAR(64) NOT NULL, "name" VARCHAR(200) NOT NULL, "timezone" VARCHAR(64) NOT NULL, "country" VARCHAR(2) NOT NULL, "subdivision" VARCHAR(16), "language" VARCHAR(8), "languages" TEXT, "missed_call_requests" INTEGER NOT NULL, "platform_api_url" VARCHAR(500), "platform_username" VARCHAR(200), "platform_password_encrypted" TEXT, "platform_source_markers" TEXT, "two_factor_required" INTEGER NOT NULL, "retention_call_requests_days" INTEGER, "retention_calls_days" INTEGER, "retention_audit_details_days" INTEGER, "retention_documents_days" INTEGER, FOREIGN KEY ("organization_id") REFERENCES "organization" ("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS "clinic_organization_id" ON "clinic" ("organization_id");
+CREATE UNIQUE INDEX IF NOT EXISTS "clinic_slug" ON "clinic" ("slug");
+CREATE TABLE IF NOT EXISTS "patient" ("id" TEXT NOT NULL PRIMARY KEY, "organization_id" TEXT NOT NULL, "first_name" VARCHAR(200) NOT NULL, "last_name" VARCHAR(200) NOT NULL, "phone" VARCHAR(20), "email" VARCHAR(320), "birth_date" DATE, "merged_into_id" TEXT, "created_at" DATETIME NOT NULL, FOREIGN KEY ("organization_id") REFERENCES "organization" ("id") ON DELETE CASCADE, FOREIGN KEY ("merged_into_id") REFERENCES "patient" ("id") ON DELETE SET NULL);
+CREATE INDEX IF NOT EXISTS "patient_organization_id" ON "patient" ("organization_id");
+CREATE INDEX IF NOT EXISTS "patient_phone" ON "patient" ("phone");
+CREATE INDEX IF NOT EXISTS "patient_merged_into_id" ON "patient" ("merged_into_id");
+CREATE INDEX IF NOT EXISTS "patient_organization_id_phone" ON "patient" ("organization_id", "phone");
+CREATE TABLE IF NOT EXISTS "request_type" ("id" TEXT NOT NULL PRIMARY KEY, "clinic_id" TEXT NOT NULL, "ecrf_id" VARCHAR(100) NOT NULL, "name" VARCHAR(200) NOT NULL, "description" TEXT NOT NULL, "requires_reservation" INTEGER NOT NULL, "requires_payment" INTEGER NOT NULL, "requires_signature" INTEGER NOT NULL, "reservation_length" INTEGER NOT NULL, "remind_days_before" INTEGER NOT NULL, "active" INTEGER NOT NULL, FOREIGN KEY ("clinic_id") REFERENCES "clinic" ("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS "request_type_clinic_id" ON "request_type" ("clinic_id");
+CREATE UNIQUE INDEX IF NOT EXISTS "request_type_clinic_id_ecrf_id" ON "request_type" ("clinic_id", "ecrf_id");
+CREATE TABLE IF NOT EXISTS "api_token" ("id" TEXT NOT NULL PRIMARY KEY, "name" VARCHAR(200) NOT NULL, "secret_hash" VARCHAR(64) NOT NULL, "scopes" VARCHAR(50) NOT NULL, "created_at" DATETIME NOT NULL, "expires_at" DATETIME, "revoked_at" DATETIME, "last_used_at" DATETIME, "created_by" VARCHAR(220), "rotated_from" TEXT);
+CREATE TABLE IF NOT EXISTS "call" ("id" TEXT NOT NULL PRIMARY KEY, "clinic_id" TEXT NOT NULL, "call_sid" VARCHAR(200) NOT NULL, "call_from" VARCHAR(100) NOT NULL, "call_to" VARCHAR(100) NOT NULL, "status" VARCHAR(100), "has_recording" INTEGER, "recording_url" TEXT, "recording_sid" VARCHAR(500), "source" VARCHAR(200), "extra" TEXT, "received_at" DATETIME NOT NULL, "received_by_id" TEXT, "state" VARCHAR(10) NOT NULL, "outcome" VARCHAR(30), "attempts" INTEGER NOT NULL, "fetch_error" TEXT, "transcript" TEXT, "transcript_language" VARCHAR(8), "transcript_status" VARCHAR(12), "transcript_issue" VARCHAR(40), "callback_number" VARCHAR(20), "heard_number" VARCHAR(20), "callback_number_at" REAL, "transcript_signals" TEXT, "intelligibility" VARCHAR(30), "processed_at" DATETIME, "recording_link" TEXT, "recording_link_expires_at" DATETIME, "recording_gone_reason" VARCHAR(30), "recording_checked_at" DATETIME, "queued_at" DATETIME, "anomalies" TEXT, "recording_sha256" VARCHAR(64), "recording_bytes" INTEGER, FOREIGN KEY ("clinic_id") REFERENCES "clinic" ("id") ON DELETE CASCADE, FOREIGN KEY ("received_by_id") REFERENCES "api_token" ("id") ON DELETE SET NULL);
+CREATE INDEX IF NOT EXISTS "call_clinic_id" ON "call" ("clinic_id");
+CREATE UNIQUE INDEX IF NOT EXISTS "call_call_sid" ON "call" ("call_sid");
+CREATE INDEX IF NOT EXISTS "call_received_by_id" ON "call" ("received_by_id");
+CREATE INDEX IF NOT EXISTS "call_state" ON "call" ("state");
+CREATE TABLE IF NOT EXISTS "patient_request" ("id" TEXT NOT NULL PRIMARY KEY, "clinic_id" TEXT NOT NULL, "patient_id" TEXT NOT NULL, "request_type_id" TEXT, "kind" VARCHAR(20) NOT NULL, "title" VARCHAR(300) NOT NULL, "clinic_note" TEXT NOT NULL, "user_note" TEXT NOT NULL, "created_at" DATETIME NOT NULL, "done_at" DATETIME, "created_by_id" TEXT, "call_id" TEXT, FOREIGN KEY ("clinic_id") REFERENCES "clinic" ("id") ON DELETE CASCADE, FOREIGN KEY ("patient_id") REFERENCES "patient" ("id") ON DELETE CASCADE, FOREIGN KEY ("request_type_id") REFERENCES "request_type" ("id") ON DELETE SET NULL, FOREIGN KEY ("created_by_id") REFERENCES "api_token" ("id") ON DELETE SET NULL, FOREIGN KEY ("call_id") REFERENCES "call" ("id") ON DELETE SET NULL);
+CREATE INDEX IF NOT EXISTS "patient_request_clinic_id" ON "patient_request" ("clinic_id");
+CREATE INDEX IF NOT EXISTS "patient_request_patient_id" ON "patient_request" ("patient_id");
+CREATE INDEX IF NOT EXISTS "patient_request_request_type_id" ON "patient_request" ("request_type_id");
+CREATE INDEX IF NOT EXISTS "patient_request_created_by_id" ON "patient_request" ("created_by_id");
+CREATE UNIQUE INDEX IF NOT EXISTS "patient_request_call_id" ON "patient_request" ("call_id");
+CREATE INDEX IF NOT EXISTS "patient_request_clinic_id_patient_id_done_at" ON "patient_request" ("clinic_id", "patient_id", "done_at");
+CREATE INDEX IF NOT EXISTS "patient_request_clinic_id_created_at" ON "patient_request" ("clinic_id", "created_at");
+CREATE INDEX IF NOT EXISTS "patient_request_clinic_id_kind_created_at" ON "patient_request" ("clinic_id", "kind", "created_at");
+CREATE TABLE IF NOT EXISTS "calendar" ("id" TEXT NOT NULL PRIMARY KEY, "clinic_id" TEXT NOT NULL, "name" VARCHAR(200) NOT NULL, "ignore_holidays" INTEGER NOT NULL, FOREIGN KEY ("clinic_id") REFERENCES "clinic" ("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS "calendar_clinic_id" ON "calendar" ("clinic_id");
+CREATE UNIQUE INDEX IF NOT EXISTS "calendar_clinic_id_name" ON "calendar" ("clinic_id", "name");
+CREATE TABLE IF NOT EXISTS "reservation" ("id" TEXT NOT NULL PRIMARY KEY, "request_id" TEXT NOT NULL, "calendar_id" TEXT, "starts_at" DATETIME NOT NULL, "ends_at" DATETIME NOT NULL, "created_at" DATETIME NOT NULL, FOREIGN KEY ("request_id") REFERENCES "patient_request" ("id") ON DELETE CASCADE, FOREIGN KEY ("calendar_id") REFERENCES "calendar" ("id") ON DELETE SET NULL);
+CREATE INDEX IF NOT EXISTS "reservation_request_id" ON "reservation" ("request_id");
+CREATE INDEX IF NOT EXISTS "reservation_calendar_id" ON "reservation" ("calendar_id");
+CREATE TABLE IF NOT EXISTS "upload_link" ("id" INTEGER NOT NULL PRIMARY KEY, "request_id" TEXT NOT NULL, "file_hash" VARCHAR(512) NOT NULL, "content_type" VARCHAR(200) NOT NULL, "created_at" DATETIME NOT NULL, FOREIGN KEY ("request_id") REFERENCES "patient_request" ("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS "upload_link_request_id" ON "upload_link" ("request_id");
+CREATE UNIQUE INDEX IF NOT EXISTS "upload_link_file_hash" ON "upload_link" ("file_hash");
+CREATE INDEX IF NOT EXISTS "upload_link_created_at" ON "upload_link" ("created_at");
+CREATE TABLE IF NOT EXISTS "medical_record" ("id" TEXT NOT NULL PRIMARY KEY, "request_id" TEXT NOT NULL, "file_hash" VARCHAR(512) NOT NULL, "object_key" VARCHAR(512), "sha256" VARCHAR(64), "content_type" VARCHAR(100) NOT NULL, "description" VARCHAR(255) NOT NULL, "category_type" VARCHAR(30), "visible_to_patient" INTEGER NOT NULL, "created_at" DATETIME NOT NULL, "created_by_id" TEXT, FOREIGN KEY ("request_id") REFERENCES "patient_request" ("id") ON DELETE CASCADE, FOREIGN KEY ("created_by_id") REFERENCES "api_token" ("id") ON DELETE SET NULL);
+CREATE INDEX IF NOT EXISTS "medical_record_request_id" ON "medical_record" ("request_id");
+CREATE UNIQUE INDEX IF NOT EXISTS "medical_record_file_hash" ON "medical_record" ("file_hash");
+CREATE INDEX IF NOT EXISTS "medical_record_created_by_id" ON "medical_record" ("created_by_id");
+CREATE INDEX IF NOT EXISTS "medical_record_request_id_created_at" ON "medical_record" ("request_id", "created_at");

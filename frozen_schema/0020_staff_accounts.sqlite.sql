@@ -1,0 +1,11 @@
+-- Migration 20 (staff_accounts) on sqlite: the tables it creates, as they were when it was frozen.
+-- Frozen: never edit; a later migration changes the schema.
+
+CREATE TABLE IF NOT EXISTS "staff_user" ("id" TEXT NOT NULL PRIMARY KEY, "email" VARCHAR(254) NOT NULL, "name" VARCHAR(200) NOT NULL, "password_hash" TEXT NOT NULL, "language" VARCHAR(2) NOT NULL, "created_at" DATETIME NOT NULL, "disabled_at" DATETIME, "last_login_at" DATETIME, "totp_secret_encrypted" TEXT, "totp_enabled_at" DATETIME, "totp_last_step" INTEGER);
+CREATE UNIQUE INDEX IF NOT EXISTS "staff_user_email" ON "staff_user" ("email");
+CREATE TABLE IF NOT EXISTS "staff_password_link" ("id" TEXT NOT NULL PRIMARY KEY, "user_id" TEXT NOT NULL, "token_hash" VARCHAR(64) NOT NULL, "created_at" DATETIME NOT NULL, "expires_at" DATETIME NOT NULL, "used_at" DATETIME, FOREIGN KEY ("user_id") REFERENCES "staff_user" ("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS "staff_password_link_user_id" ON "staff_password_link" ("user_id");
+CREATE UNIQUE INDEX IF NOT EXISTS "staff_password_link_token_hash" ON "staff_password_link" ("token_hash");
+CREATE TABLE IF NOT EXISTS "staff_recovery_code" ("id" INTEGER NOT NULL PRIMARY KEY, "user_id" TEXT NOT NULL, "code_hash" VARCHAR(64) NOT NULL, "used_at" DATETIME, FOREIGN KEY ("user_id") REFERENCES "staff_user" ("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS "staff_recovery_code_user_id" ON "staff_recovery_code" ("user_id");
+CREATE UNIQUE INDEX IF NOT EXISTS "staff_recovery_code_user_id_code_hash" ON "staff_recovery_code" ("user_id", "code_hash");
