@@ -17,7 +17,8 @@ Safety rules, whatever the level:
   in their place.
 - A database error's text quotes the values of the row or statement (PostgreSQL's
   `DETAIL:  Key (phone)=(+420...)`, `LINE 1: ... '...'`): the formatters drop those lines
-  from every exception they write.
+  from every exception and message they write (RQ puts a failed job's traceback in its
+  message).
 
 A request's path reaches a log only as `loggable_path(req)`: its route's template, with
 only the parameters the app names as showable filled in (`PathNames`), or for a path no
@@ -87,7 +88,8 @@ class JsonFormatter(logging.Formatter):
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            # A message may hold a traceback too (RQ writes a failed job's into its message).
+            "message": without_quoted_values(record.getMessage()),
         }
         rid = getattr(record, "request_id", None)
         if rid:
@@ -110,13 +112,10 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
 
-    def formatException(self, ei: Any) -> str:
-        return without_quoted_values(super().formatException(ei))
-
     def format(self, record: logging.LogRecord) -> str:
         if not getattr(record, "request_id", None):
             record.request_id = "-"
-        return super().format(record)
+        return without_quoted_values(super().format(record))
 
 
 class RequestIdFilter(logging.Filter):

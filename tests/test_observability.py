@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import traceback
 import uuid
 from datetime import timedelta
 from typing import Iterator
@@ -211,9 +212,13 @@ def test_database_errors_quote_no_values_in_logs(wsgi_app, json_lines):
         raise info.value
     except Exception:
         logging.getLogger("obs.db").exception("write failed")
-    entry = parsed(json_lines)[-1]
+    # RQ writes a failed job's traceback into the message itself.
+    logging.getLogger("rq.worker").error("job failed (ingest_call)\n%s",
+                                         "".join(traceback.format_exception(info.value)))
+    entry, job = parsed(json_lines)[-2:]
     assert "UniqueViolation" in entry["exc"] or "IntegrityError" in entry["exc"]
     assert "duplicate key value violates unique constraint" in entry["exc"] and phone not in entry["exc"]
+    assert "duplicate key value violates unique constraint" in job["message"] and phone not in job["message"]
     text = io.StringIO()
     logs.make_handler("text", text).handle(logging.LogRecord("obs.db", logging.ERROR, __file__, 1, "write failed",
                                                              (), (type(info.value), info.value, None)))

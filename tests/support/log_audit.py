@@ -207,11 +207,11 @@ def _mask(text: str, start: int, end: int) -> str:
 
 
 class _ServiceFormatter(logging.Formatter):
-    """A record as the service's formatters write it: exception text without the lines
-    a database error quotes values in (`logs.without_quoted_values`)."""
+    """A record as the service's formatters write it: without the lines a database error
+    quotes values in (`logs.without_quoted_values`), in its message or its exception."""
 
-    def formatException(self, ei) -> str:  # type: ignore[no-untyped-def]
-        text = super().formatException(ei)
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
         try:
             from plumbing import logs
         except ImportError:  # used outside this repository (the plugin's own test)
