@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 LOGGED_PARAMETERS = {
     "clinic_slug": logs.SLUG,
     "request_id": logs.UUID,
+    "patient_id": logs.UUID,
     "token_id": logs.UUID,
     "name": logs.FILE_NAME,
 }

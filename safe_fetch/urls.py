@@ -16,6 +16,7 @@ from .errors import UnsafeURL
 # Redaction
 # --------------------------------------------------------------------------
 
+
 def _short_hash(text: str) -> str:
     # The same short hash as plumbing.logs.short_hash (this package imports nothing of the
     # service's): a path hashed here and there reads the same.
