@@ -30,6 +30,7 @@ phone number, a name, an e-mail address, a note or a transcript.
 from __future__ import annotations
 
 import contextvars
+import functools
 import hashlib
 import ipaddress
 import json
@@ -241,21 +242,38 @@ class PathNames:
     def of(self, path: str) -> str:
         return self.named(path)[0]
 
-    def named(self, path: str) -> tuple[str, str | None]:
-        """(the loggable path, the template of the route it matches or None)."""
-        match = self.find(path) if self.find is not None else None
-        if match is None or match[3] is None:
-            return unrouted_path(path, self.prefixes), None
-        params, template = match[2], match[3]
+    def named(self, path: str, routed: tuple[str, dict[str, Any]] | None = None) -> tuple[str, str | None]:
+        """(the loggable path, the template of the route it matches or None). `routed`:
+        the template and parameters routing found for it already (no second match)."""
+        if routed is None:
+            match = self.find(path) if self.find is not None else None
+            if match is None or match[3] is None:
+                return unrouted_path(path, self.prefixes), None
+            routed = match[3], match[2]
+        template, params = routed
+        shown: list[str] = []
+        for literal, name in _pieces(template):
+            shown.append(literal)
+            if name is not None:
+                value, shape = params.get(name), self.shown.get(name)
+                if isinstance(value, str) and shape is not None and shape.fullmatch(value):
+                    shown.append(value)
+                else:
+                    shown.append("{" + name + "}")
+        return "".join(shown), template
 
-        def fill(parameter: re.Match[str]) -> str:
-            name = parameter.group(1)
-            value, shape = params.get(name), self.shown.get(name)
-            if isinstance(value, str) and shape is not None and shape.fullmatch(value):
-                return value
-            return "{" + name + "}"
 
-        return _PARAMETER.sub(fill, template), template
+@functools.lru_cache(maxsize=512)
+def _pieces(template: str) -> tuple[tuple[str, str | None], ...]:
+    """A route template as (literal text, the parameter after it or None) pairs; the app has
+    a few dozen templates, each split once."""
+    pieces: list[tuple[str, str | None]] = []
+    at = 0
+    for parameter in _PARAMETER.finditer(template):
+        pieces.append((template[at : parameter.start()], parameter.group(1)))
+        at = parameter.end()
+    pieces.append((template[at:], None))
+    return tuple(pieces)
 
 
 _NO_ROUTES = PathNames()
@@ -309,6 +327,10 @@ class RequestId:
         req.context.client_address_token = client_address.set(req.context.client_address)
         req.context.request_started = time.perf_counter()
 
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: object, params: dict) -> None:
+        # What routing found: the access line fills its path in without matching it again.
+        req.context.route_params = params
+
     def process_response(
         self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool
     ) -> None:
@@ -318,7 +340,9 @@ class RequestId:
         resp.set_header(_HEADER, rid)
         if access_log.isEnabledFor(logging.INFO):
             ms = round((time.perf_counter() - req.context.request_started) * 1000, 2)
-            path, route = (getattr(req.context, "path_names", None) or self.paths).named(req.path)
+            params = getattr(req.context, "route_params", None)
+            routed = (req.uri_template, params) if req.uri_template is not None and params is not None else None
+            path, route = self.paths.named(req.path, routed)
             # pid: which web process answered (a check that must hold in every process can tell).
             fields = {
                 "method": req.method,
