@@ -550,6 +550,8 @@ def test_audit_reads_the_level_of_each_subprocess_line(tmp_path):
         "ValueError: 601000005",
         "[2026-01-07 10:00:00 +0000] [4242] [DEBUG] GET 601000006",
         "[2026-01-07 10:00:00 +0000] [4242] [WARNING] Invalid request 601000007",
+        '{"ts": "2026-01-07T10:00:00.000Z", "level": "DEBUG", "logger": "peewee", "message": "SELECT 1"}',
+        "printed after a JSON line: 601000008",  # a JSON record is one line: this is no part of it
     ]) + "\n")
     audit = log_audit.Audit()
     audit.watch(log)
@@ -557,7 +559,7 @@ def test_audit_reads_the_level_of_each_subprocess_line(tmp_path):
     found = audit.findings()
     excerpts = " ".join(f.excerpt for f in found)
     assert {f.source for f in found} == {"service.log", "stderr of manage.py user"}
-    assert len([f for f in found if f.source == "service.log"]) == 3, found  # ...02, ...05, ...07
+    assert len([f for f in found if f.source == "service.log"]) == 4, found  # ...02, ...05, ...07, ...08
     assert "+420601000001" not in excerpts  # masked or not found at all: never printed
 
 

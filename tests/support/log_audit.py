@@ -75,21 +75,52 @@ PERSONAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 # The level of a line of a subprocess's log: a JSON line's "level" (plumbing/logs.py puts it
 # second), a LOG_FORMAT=text line's (after asctime), gunicorn's own "[ts] [pid] [LEVEL]".
-_LEVEL_AT = (
-    re.compile(r'\{"ts": "[^"]*", "level": "([A-Z]+)"'),
+# A record of the last two may go on over more lines (a traceback); a JSON record never does.
+_JSON_LEVEL = re.compile(r'\{"ts": "[^"]*", "level": "([A-Z]+)"')
+_TEXT_LEVEL = (
     re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ([A-Z]+) "),
     re.compile(r"\[[^\]]*\] \[\d+\] \[([A-Z]+)\] "),
 )
+# The lines of a traceback after its record's first line.
+_CONTINUATION = re.compile(r"\s|Traceback \(|During handling of|The above exception|[\w.]+(?:Error|Exception|Warning)\b")
+
+
+def _level_name(name: str) -> int | None:
+    level = logging.getLevelName(name)
+    return level if isinstance(level, int) else None
 
 
 def level_of(line: str) -> int | None:
     """The level a log line says it has, None when it says none."""
-    for pattern in _LEVEL_AT:
+    return _header(line)[0]
+
+
+def _header(line: str) -> tuple[int | None, bool]:
+    """(the level a line says it has or None, whether its record may go on over the next lines)."""
+    match = _JSON_LEVEL.match(line)
+    if match:
+        return _level_name(match.group(1)), False
+    for pattern in _TEXT_LEVEL:
         match = pattern.match(line)
         if match:
-            level = logging.getLevelName(match.group(1))
-            return level if isinstance(level, int) else None
-    return None
+            return _level_name(match.group(1)), True
+    return None, False
+
+
+def _levels(lines: Iterable[str]) -> Iterable[tuple[str, int | None]]:
+    """Each line with its level: its own, or for a traceback's line after a record that may
+    go on, that record's; None for any other line (counted as INFO)."""
+    going_on: int | None = None
+    for line in lines:
+        level, may_go_on = _header(line)
+        if level is not None:
+            going_on = level if may_go_on else None
+            yield line, level
+        elif going_on is not None and _CONTINUATION.match(line):
+            yield line, going_on
+        else:
+            going_on = None
+            yield line, None
 
 
 @dataclass(frozen=True)
@@ -129,19 +160,20 @@ class Audit:
             self.files.append(Path(path))
 
     def _all_lines(self) -> Iterable[tuple[str, str, int | None]]:
-        """(source, line, level) of every line; a line that names no level takes the one
-        of the line before it in its source (a traceback's lines, its record's)."""
-        last: dict[str, int | None] = {}
+        """(source, line, level) of every line (`_levels`: a traceback's lines take their
+        record's level)."""
+        unread: dict[str, list[str]] = {}  # lines that came without a level, by source, in order
         for source, text, level in list(self.lines):
             if level is None:
-                level = level_of(text) or last.get(source)
-                last[source] = level
-            yield source, text, level
+                unread.setdefault(source, []).append(text)
+            else:
+                yield source, text, level
+        for source, texts in unread.items():
+            for text, level in _levels(texts):
+                yield source, text, level
         for path in self.files:
             if path.is_file():
-                level = None
-                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                    level = level_of(line) or level
+                for line, level in _levels(path.read_text(encoding="utf-8", errors="replace").splitlines()):
                     yield str(path.name), line, level
 
     def findings(self) -> list[Finding]:
