@@ -41,6 +41,17 @@ from web.security import SecurityHeaders
 
 log = logging.getLogger(__name__)
 
+#: Route parameters a log line shows by value, when the value has the shape given: clinic
+#: slugs, ids and the service's own file names. Every other parameter (a set-password
+#: link's token, a storage key) is named, never shown (plumbing/logs.py: PathNames).
+LOGGED_PARAMETERS = {
+    "clinic_slug": logs.SLUG,
+    "request_id": logs.UUID,
+    "patient_id": logs.UUID,
+    "token_id": logs.UUID,
+    "name": logs.FILE_NAME,
+}
+
 
 def create_app(config: Config) -> falcon.App:
     logs.setup(config.log_level, config.log_format)
@@ -64,39 +75,6 @@ def create_app(config: Config) -> falcon.App:
     flash = Flash(queue_redis, config.secret_key)
     trust = config.trust_forwarded_proto
     idempotency = IdempotencyKeys(queue_redis, config.idempotency_key_hours, config.clock)
-
-    # The request id and metrics come first (after the turn taking, which has no response
-    # side): their process_response runs last, so every answer is numbered and timed.
-    # The token checks (401/404/403), then the rate limits, then the body: a body is read
-    # only once the token, the clinic and the scope are checked and the token is within its
-    # rate (BodyLimit's declared-length refusal, in process_request, still comes first).
-    middleware: list[Any] = [
-        TakeTurns(),
-        logs.RequestId(config.trusted_proxy_hops),
-        web_metrics.RequestMetrics(flusher),
-        # the security headers of every answer, errors included (web/security.py)
-        SecurityHeaders(trust),
-        NoNulInUrl(),
-        DatabaseConnection(),
-        # recording-complete's 4xx after authentication are recorded
-        HandoffRefusals(),
-        # /console only: the staff session (cookie) and CSRF; never the API's
-        ConsoleSession(config.clock, session_lifetime, renderer, OnceOnly(queue_redis), flash),
-        TokenAuth(config.clock, cache),
-        RateLimit(limiter),
-        RetryAdvice(),
-        BodyLimit(config.max_body_bytes, config.body_read_seconds),
-        # After the body is read: a document write's Idempotency-Key (replay, 409, 422)
-        idempotency,
-    ]
-    app = falcon.App(middleware=middleware)
-    app.req_options.strip_url_path_trailing_slash = True
-    # JSON only: a form body (curl -d's default) would parse as a confusing form key: 415.
-    app.req_options.media_handlers = falcon.media.Handlers(
-        {falcon.MEDIA_JSON: falcon.media.JSONHandler(loads=strict_json.loads)}
-    )
-    errors.install(app)
-    app.add_error_handler(KeyTaken, idempotency.taken)
 
     sb, clinic = openapi.SWITCHBOARD, openapi.CLINIC
     request = f"{clinic}/patientRequests/{{request_id}}"
@@ -175,6 +153,44 @@ def create_app(config: Config) -> falcon.App:
                 StoredObject(storage, MedicalRecord.is_registered, read_seconds=config.upload_read_seconds),
             )
         )
+    router = falcon.routing.CompiledRouter()
+    prefixes = {path.split("/")[1] for path, _ in routes}  # "external", "console", ...: kept in unrouted paths
+
+    # The request id and metrics come first (after the turn taking, which has no response
+    # side): their process_response runs last, so every answer is numbered and timed.
+    # The token checks (401/404/403), then the rate limits, then the body: a body is read
+    # only once the token, the clinic and the scope are checked and the token is within its
+    # rate (BodyLimit's declared-length refusal, in process_request, still comes first).
+    middleware: list[Any] = [
+        TakeTurns(),
+        # The access line names a path by its route, also when the request is refused
+        # before routing (the router's own `find`), and shows only the parameters named here.
+        logs.RequestId(config.trusted_proxy_hops, logs.PathNames(router.find, LOGGED_PARAMETERS, prefixes)),
+        web_metrics.RequestMetrics(flusher),
+        # the security headers of every answer, errors included (web/security.py)
+        SecurityHeaders(trust),
+        NoNulInUrl(),
+        DatabaseConnection(),
+        # recording-complete's 4xx after authentication are recorded
+        HandoffRefusals(),
+        # /console only: the staff session (cookie) and CSRF; never the API's
+        ConsoleSession(config.clock, session_lifetime, renderer, OnceOnly(queue_redis), flash),
+        TokenAuth(config.clock, cache),
+        RateLimit(limiter),
+        RetryAdvice(),
+        BodyLimit(config.max_body_bytes, config.body_read_seconds),
+        # After the body is read: a document write's Idempotency-Key (replay, 409, 422)
+        idempotency,
+    ]
+    app = falcon.App(middleware=middleware, router=router)
+    app.req_options.strip_url_path_trailing_slash = True
+    # JSON only: a form body (curl -d's default) would parse as a confusing form key: 415.
+    app.req_options.media_handlers = falcon.media.Handlers(
+        {falcon.MEDIA_JSON: falcon.media.JSONHandler(loads=strict_json.loads)}
+    )
+    errors.install(app)
+    app.add_error_handler(KeyTaken, idempotency.taken)
+
     for path, resource in routes:
         app.add_route(path, resource)
     # What a request's recording is now, for the console's script (`on_get_state`).

@@ -39,7 +39,7 @@ def cmd_user_create(config: Config, args: argparse.Namespace) -> int:
         print("error: not an e-mail address", file=sys.stderr)
         return 2
     if StaffUser.by_email(email):
-        print(f"error: a user with e-mail {email} exists already", file=sys.stderr)
+        print("error: a user with this e-mail address exists already", file=sys.stderr)
         return 2
     password = _read_password(email, args.name)
     if password is None:
@@ -51,7 +51,7 @@ def cmd_user_create(config: Config, args: argparse.Namespace) -> int:
         for clinic in clinics:
             StaffMembership.create(user=user, clinic=clinic, role=args.role)
             AuditEvent.record(actor(), clinic, "staff_user.create", user, {"role": args.role})
-    print(f"user {email} created for {', '.join(slugs)} ({args.role})", file=sys.stderr)
+    print(f"user {user.id} created for {', '.join(slugs)} ({args.role})", file=sys.stderr)
     return 0
 
 
@@ -76,7 +76,7 @@ def cmd_user_reset_password(config: Config, args: argparse.Namespace) -> int:
         StaffUser.update(password_hash=hash_password(password)).where(StaffUser.id == user.id).execute()
         ended = sessions.end_all(user)  # whoever knew the old password is logged out
         AuditEvent.record(actor(), None, "staff_user.reset_password", user, {"sessionsEnded": ended})
-    print(f"password of {user.email} reset; {ended} session(s) ended", file=sys.stderr)
+    print(f"password of user {user.id} reset; {ended} session(s) ended", file=sys.stderr)
     return 0
 
 
@@ -101,7 +101,7 @@ def cmd_user_disable(config: Config, args: argparse.Namespace) -> int:
             StaffUser.update(disabled_at=utc_now()).where(StaffUser.id == user.id).execute()
             AuditEvent.record(actor(), None, "staff_user.disable", user)
         ended = sessions.end_all(user)
-    print(f"user {user.email} disabled; {ended} session(s) ended", file=sys.stderr)
+    print(f"user {user.id} disabled; {ended} session(s) ended", file=sys.stderr)
     return 0
 
 
@@ -116,7 +116,7 @@ def cmd_user_reset_2fa(config: Config, args: argparse.Namespace) -> int:
         return 2
     was_on = two_factor.reset(user, actor())
     state = "cleared" if was_on else "was not on (any enrolment in progress cleared)"
-    print(f"two-factor login of {user.email} {state}; the user's sessions ended", file=sys.stderr)
+    print(f"two-factor login of user {user.id} {state}; the user's sessions ended", file=sys.stderr)
     return 0
 
 

@@ -25,8 +25,9 @@ socket directly, never consults proxy environment variables, never retries,
 never follows redirects and never pools connections, so every behaviour here
 is explicit in this package.  It is the standard library, so no pin is added.
 
-Secrets: recording URLs carry signed query strings.  Log lines and exception
-messages only ever contain `redact_url` output.
+Secrets: recording URLs carry signed query strings, and tokens or the caller's
+number in their paths.  Log lines and exception messages only ever contain
+`redact_url` output: scheme, host, port and a short hash of the path.
 
 Modules: `errors` (`UnsafeURL`, `FetchError`, which HTTP
 statuses are retryable), `urls` (redaction, parsing, `validate_url`),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -15,15 +16,23 @@ from .errors import UnsafeURL
 # Redaction
 # --------------------------------------------------------------------------
 
-_MAX_REDACTED_PATH = 200
+
+def _short_hash(text: str) -> str:
+    # The same short hash as plumbing.logs.short_hash (this package imports nothing of the
+    # service's): a path hashed here and there reads the same.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
 def redact_url(url: object) -> str:
-    """Return `scheme://host[:port]/path` without userinfo, query or fragment.
+    """Return `scheme://host[:port]/…#<hash>`: the URL without userinfo, path, query or
+    fragment, its path as the first 8 hex digits of the path's SHA-256 (`https://host/`
+    when the path is empty or `/`).
 
-    Never raises: anything unparseable becomes `"<unparseable url>"`.
-    Long paths are truncated (the path may itself carry a token-like segment;
-    truncation keeps log lines bounded).
+    Real platforms put secrets in paths as well as in query strings (signed storage keys,
+    tokenized download links), and a recording's path may name the caller: a log or an
+    error message keeps where a URL points and which URL it was (the same hash), never
+    what it carries. Whoever holds the URL finds its lines: `printf %s /the/path |
+    sha256sum | cut -c1-8`. Never raises: anything unparseable becomes `"<unparseable url>"`.
     """
     try:
         text = str(url)
@@ -36,9 +45,7 @@ def redact_url(url: object) -> str:
         except ValueError:
             port = None
         netloc = host if port is None else f"{host}:{port}"
-        path = parts.path
-        if len(path) > _MAX_REDACTED_PATH:
-            path = path[:_MAX_REDACTED_PATH] + "..."
+        path = "/" if parts.path in ("", "/") else "/…#" + _short_hash(parts.path)
         # Never echo control characters into logs.
         out = f"{parts.scheme}://{netloc}{path}" if parts.scheme else f"{netloc}{path}"
         return "".join(ch if ch.isprintable() else "?" for ch in out)

@@ -204,13 +204,14 @@ def test_cli_creates_resets_and_disables_users(staff, app):
     made = run("user", "create", "--clinic", "clinic-a", "--clinic", "clinic-b", "--email", "Petr@Example.cz",
                "--name", "Petr", "--role", "admin", "--password-stdin", stdin="a long password\n")
     assert made.returncode == 0, made.stderr
+    assert "petr@" not in made.stderr.lower(), "the user is named by id: a command's stderr is a log too"
     login(app, email="petr@example.cz", password="a long password", status=303)
     assert run("user", "create", "--clinic", "clinic-a", "--email", "petr@example.cz", "--name", "P",
                "--role", "staff", "--password-stdin", stdin="a long password\n").returncode == 2
     assert "at least" in run("user", "reset-password", "--email", "petr@example.cz", "--password-stdin",
                              stdin="short\n").stderr
     reset = run("user", "reset-password", "--email", "petr@example.cz", "--password-stdin", stdin="another long one\n")
-    assert reset.returncode == 0 and "1 session(s) ended" in reset.stderr
+    assert reset.returncode == 0 and "1 session(s) ended" in reset.stderr and "petr@" not in reset.stderr.lower()
     app.get("/console/", status=303)
     login(app, email="petr@example.cz", password="another long one", status=303)
     assert run("user", "disable", "--email", "petr@example.cz").returncode == 0

@@ -8,11 +8,13 @@ import re
 import subprocess
 import sys
 import textwrap
+import traceback
 import uuid
 from datetime import timedelta
 from typing import Iterator
 
 import falcon
+import falcon.testing
 import pytest
 import redis
 import requests
@@ -113,6 +115,114 @@ def test_access_line_never_carries_the_query_string(app, json_lines):
     access = [line for line in parsed(json_lines) if line["logger"] == "access"]
     assert access[-1]["request_id"] == "rid-query" and access[-1]["path"] == "/healthz"
     assert "PLANTED-QUERY" not in json_lines.getvalue()
+
+
+def access_lines(stream: io.StringIO) -> dict[str, dict]:
+    return {line["request_id"]: line for line in parsed(stream) if line["logger"] == "access"}
+
+
+def test_access_line_of_a_form_refused_before_routing_names_the_route_not_the_link(app, json_lines):
+    """A set-password link's POST that the CSRF check refuses never reaches routing: the
+    access line still names the route's template, never the link's token."""
+    link_token = "PLANTED-set-password-token-" + uuid.uuid4().hex
+    app.post(f"/console/password/{link_token}", {"password": "x"}, headers={"X-Request-Id": "rid-csrf"}, status=403)
+    app.get(f"/console/password/{link_token}", headers={"X-Request-Id": "rid-link"}, status="*")
+    lines = access_lines(json_lines)
+    for rid in ("rid-csrf", "rid-link"):
+        assert lines[rid]["path"] == lines[rid]["route"] == "/console/password/{token}", lines[rid]
+    assert lines["rid-csrf"]["status"] == 403 and lines["rid-csrf"]["message"].startswith("POST /console/password/{token}")
+    assert link_token not in json_lines.getvalue()
+
+
+def test_access_line_shows_ids_and_slugs_and_names_every_other_parameter(app, config, json_lines):
+    """Refused before routing too (a body too large): the clinic's slug and the request's id
+    are shown, a storage key never; a value that is not a slug's or an id's shape is named."""
+    request_id = str(uuid.uuid4())
+    app.post(f"/external/v1/clinics/clinic-a/patientRequests/{request_id}/attachments",
+             b"x" * (config.max_body_bytes + 1), headers={"Content-Type": "application/json",
+                                                          "X-Request-Id": "rid-413"}, status="*")
+    app.put("/storage/clinic-a/PLANTED-KEY/consent.pdf?signature=x&expires=1", b"%PDF",
+            headers={"X-Request-Id": "rid-storage"}, status="*")
+    app.get("/external/v1/clinics/601123456/tags", headers={"X-Request-Id": "rid-digits"}, status="*")
+    lines = access_lines(json_lines)
+    assert lines["rid-413"]["path"] == f"/external/v1/clinics/clinic-a/patientRequests/{request_id}/attachments"
+    assert lines["rid-413"]["route"] == "/external/v1/clinics/{clinic_slug}/patientRequests/{request_id}/attachments"
+    assert lines["rid-storage"]["path"] == "/storage/{key}" and lines["rid-storage"]["route"] == "/storage/{key:path}"
+    assert lines["rid-digits"]["path"] == "/external/v1/clinics/{clinic_slug}/tags"
+    assert "PLANTED" not in json_lines.getvalue() and "601123456" not in json_lines.getvalue()
+
+
+def test_access_line_of_an_unknown_path_keeps_its_first_segment_and_a_hash(app, json_lines):
+    secret = "PLANTED-" + uuid.uuid4().hex
+    app.get(f"/console/no-such-page/{secret}", headers={"X-Request-Id": "rid-console"}, status=404)
+    app.get(f"/{secret}/x", headers={"X-Request-Id": "rid-root"}, status=404)
+    app.get("/console/no-such-page", headers={"X-Request-Id": "rid-other"}, status=404)
+    lines = access_lines(json_lines)
+    assert lines["rid-console"]["path"] == f"/console/…#{logs.short_hash(f'/console/no-such-page/{secret}')}"
+    assert lines["rid-root"]["path"] == f"/…#{logs.short_hash(f'/{secret}/x')}"  # not a segment of the app's
+    assert lines["rid-other"]["path"] != lines["rid-console"]["path"], "two paths, two hashes"
+    assert all(lines[rid]["route"] is None for rid in ("rid-console", "rid-root", "rid-other"))
+    assert secret not in json_lines.getvalue() and "no-such-page" not in json_lines.getvalue()
+
+
+def test_error_lines_name_the_path_as_the_access_line_does(caplog):
+    """web/errors.py's lines (an unexpected error, the database down) use the same form."""
+    req = falcon.testing.create_req(method="POST", path="/console/password/PLANTED-link-token")
+    router = falcon.routing.CompiledRouter()
+    router.add_route("/console/password/{token}", object())
+    req.context.path_names = logs.PathNames(router.find, {}, {"console"})
+    caplog.set_level(logging.INFO)
+    with pytest.raises(falcon.HTTPError):
+        errors._unexpected(req, falcon.Response(), RuntimeError("boom"), {})
+    with pytest.raises(falcon.HTTPError):
+        errors._database_unavailable(req, falcon.Response(), RuntimeError("server closed the connection"), {})
+    messages = [r.getMessage() for r in caplog.records if r.name == "web.errors"]
+    assert messages[-2:] == ["unhandled error on POST /console/password/{token}",
+                             "database unavailable on POST /console/password/{token}: RuntimeError: server closed "
+                             "the connection"]
+    assert "PLANTED" not in caplog.text
+
+
+def test_gunicorn_request_errors_name_no_path_and_no_request_line(caplog):
+    """gunicorn's own lines: a failed request's URI, a malformed request line."""
+    caplog.set_level(logging.INFO)
+    gunicorn = logging.getLogger("gunicorn.error")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        gunicorn.exception("Error handling request %s %s", "GET", "/console/password/PLANTED1?signature=PLANTED2")
+    gunicorn.warning("Invalid request from ip=127.0.0.1: Invalid HTTP request line: 'GET /PLANTED3 HTTP/9'")
+    first, second = [r.getMessage() for r in caplog.records if r.name == "gunicorn.error"][-2:]
+    assert first == f"Error handling request GET /…#{logs.short_hash('/console/password/PLANTED1')}"
+    assert second == ("Invalid request from ip=127.0.0.1: Invalid HTTP request line: "
+                      f"'#{logs.short_hash('GET /PLANTED3 HTTP/9')}'")
+    assert "PLANTED" not in caplog.text
+
+
+def test_database_errors_quote_no_values_in_logs(wsgi_app, json_lines):
+    """PostgreSQL's DETAIL line quotes the row's values (a unique key's: a phone number),
+    psycopg2's LINE the statement as sent: neither reaches a log, the error's kind does."""
+    phone = "+420601987654"
+    with db.connection_context(), pytest.raises(Exception) as info:  # noqa: PT011 (the driver's own class)
+        with db.atomic():
+            db.execute_sql("CREATE TEMPORARY TABLE obs_phones (phone text UNIQUE)")
+            db.execute_sql("INSERT INTO obs_phones VALUES (%s), (%s)", (phone, phone))
+    assert phone in str(info.value), "PostgreSQL quotes the value"
+    try:
+        raise info.value
+    except Exception:
+        logging.getLogger("obs.db").exception("write failed")
+    # RQ writes a failed job's traceback into the message itself.
+    logging.getLogger("rq.worker").error("job failed (ingest_call)\n%s",
+                                         "".join(traceback.format_exception(info.value)))
+    entry, job = parsed(json_lines)[-2:]
+    assert "UniqueViolation" in entry["exc"] or "IntegrityError" in entry["exc"]
+    assert "duplicate key value violates unique constraint" in entry["exc"] and phone not in entry["exc"]
+    assert "duplicate key value violates unique constraint" in job["message"] and phone not in job["message"]
+    text = io.StringIO()
+    logs.make_handler("text", text).handle(logging.LogRecord("obs.db", logging.ERROR, __file__, 1, "write failed",
+                                                             (), (type(info.value), info.value, None)))
+    assert "duplicate key" in text.getvalue() and phone not in text.getvalue()
 
 
 def test_access_line_names_the_token_by_id_never_its_secret(app, json_lines):
@@ -375,7 +485,7 @@ def test_audit_detector_finds_each_kind_of_planted_secret():
         "(\"INSERT INTO call ...\", ['CA-1', 'https://r.example.com/a.mp3?X=PLANTED5'])",  # peewee's raw form
     ]
     clean = [
-        "downloaded 1234 bytes from https://rec.example.com/v.wav",
+        "downloaded 1234 bytes from https://rec.example.com/…#3f2a9c1b",
         'SELECT "t1"."id" FROM "call" AS "t1" WHERE ("t1"."recording_url" = %s) -- parameters not logged',
         "call 6f1c: transcribed 12.0 s of audio in 2.10 s (ggml-base.bin)",
     ]
@@ -389,23 +499,92 @@ def test_audit_detector_finds_each_kind_of_planted_secret():
         assert token[4:36] not in finding.excerpt and "a" * 64 not in finding.excerpt, finding
 
 
+def test_audit_detector_finds_personal_data_at_info_and_above():
+    audit = log_audit.Audit()
+    audit.remember_personal("Jana Nováková", "a patient's name")
+    audit.remember_personal("I have a fever since Monday.", "a transcript's sentence")
+    planted = [
+        "matched caller +420601123456 to a patient",
+        "caller +420 601 123 456",
+        "callback +1 201-555-0198",
+        "heard 601123456",
+        "heard 601 123 456 in the recording",
+        "login failed for eva.dvorakova@clinic.example.cz",
+        "patient Jana Nováková created",
+        "transcript: I have a fever since Monday. Call me.",
+    ]
+    for index, line in enumerate(planted):
+        audit.add(f"planted {index}", line, logging.INFO)
+    for index, line in enumerate(planted):  # the same at DEBUG: allowed (never on in production)
+        audit.add(f"debug {index}", line, logging.DEBUG)
+    clean = [
+        "call 0b6f1c3e-8d2a-4c55-9a0e-601123456789: downloaded in 0.21 s, transcribed 12.0 s of audio in 2.10 s",
+        "GET /external/v1/clinics/clinic-a/patientRequests/3f2a9c1b-6011-2345-6789-601123456000 200 12.34ms",
+        "downloaded 123456 bytes from https://rec.example.com/…#3f2a9c1b",
+        "request 601123456abcdef0601123456abcdef0 (rid 9e107d9d372bb6826bd81d3542a419d6)",
+        "storage purge removed 12 unregistered upload(s); next round in 86400 s, epoch 1700000000",
+        "clinic 42: platform token obtained (valid 3600s), expires 2026-01-07T12:00:00+01:00",
+        "Listening at: http://127.0.0.1:40123 (4194304), pid 123456, 1234567.891 ms",
+        "postgresql://postgres@127.0.0.1:5432/clinic_test ready; redis://127.0.0.1:6379/15",
+        "took 601.123456 s; ratio 0.601123456",
+    ]
+    for index, line in enumerate(clean):
+        audit.add(f"clean {index}", line, logging.WARNING)
+    found = audit.findings()
+    assert {f.source for f in found} == {f"planted {i}" for i in range(len(planted))}, found
+    for finding in found:
+        assert not re.search(r"601.?123|555|dvorakova|Nováková|fever", finding.excerpt), finding
+
+
+def test_audit_reads_the_level_of_each_subprocess_line(tmp_path):
+    """JSON lines, LOG_FORMAT=text lines and gunicorn's own; a traceback's lines take their
+    record's level; a line with no level (a command's stderr) counts as INFO."""
+    log = tmp_path / "service.log"
+    log.write_text("\n".join([
+        '{"ts": "2026-01-07T10:00:00.000Z", "level": "DEBUG", "logger": "transcription", "message": "+420601000001"}',
+        '{"ts": "2026-01-07T10:00:00.000Z", "level": "INFO", "logger": "jobs.calls", "message": "+420601000002"}',
+        "2026-01-07 10:00:00,123 DEBUG transcription [-] heard 601 000 003",
+        "Traceback (most recent call last):",
+        "ValueError: 601000004",
+        "2026-01-07 10:00:00,124 ERROR worker [-] job failed",
+        "ValueError: 601000005",
+        "[2026-01-07 10:00:00 +0000] [4242] [DEBUG] GET 601000006",
+        "[2026-01-07 10:00:00 +0000] [4242] [WARNING] Invalid request 601000007",
+        '{"ts": "2026-01-07T10:00:00.000Z", "level": "DEBUG", "logger": "peewee", "message": "SELECT 1"}',
+        "printed after a JSON line: 601000008",  # a JSON record is one line: this is no part of it
+    ]) + "\n")
+    audit = log_audit.Audit()
+    audit.watch(log)
+    audit.add("stderr of manage.py user", "user eva@clinic.example.cz created")
+    found = audit.findings()
+    excerpts = " ".join(f.excerpt for f in found)
+    assert {f.source for f in found} == {"service.log", "stderr of manage.py user"}
+    assert len([f for f in found if f.source == "service.log"]) == 4, found  # ...02, ...05, ...07, ...08
+    assert "+420601000001" not in excerpts  # masked or not found at all: never printed
+
+
 def test_audit_fails_a_pytest_session_that_logs_a_secret(tmp_path):
-    """The real plugin in a real pytest run: a test that passes but logs a token fails
-    the session, and the report does not print the token."""
+    """The real plugin in a real pytest run: a test that passes but logs a token (at any
+    level) or a phone number (at INFO) fails the session, and the report prints neither."""
     token = f"csk_{uuid.uuid4().hex}_{'Q' * 43}"
     (tmp_path / "test_leaky.py").write_text(textwrap.dedent(f"""
         import logging
 
         def test_passes_but_leaks():
             logging.getLogger("leaky").debug("using %s", {token!r})
+
+        def test_passes_but_names_a_caller():
+            logging.getLogger("leaky").debug("caller +420601000008 (DEBUG: allowed)")
+            logging.getLogger("leaky").info("caller %s", "+420 601 000 009")
     """))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.support.log_audit", "-p", "no:cacheprovider",
                           "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert "1 passed" in run.stdout, run.stdout[-2000:]
-    assert run.returncode == 1 and "log audit FAILED" in run.stdout, run.stdout[-2000:]
+    assert "2 passed" in run.stdout, run.stdout[-2000:]
+    assert run.returncode == 1 and "log audit FAILED: 2 finding(s)" in run.stdout, run.stdout[-2000:]
     assert "API token" in run.stdout and token not in run.stdout + run.stderr
+    assert "phone number in test process" in run.stdout and "000 009" not in run.stdout
 
 
 def test_worker_log_is_audited_at_debug(worker_log):

@@ -7,6 +7,7 @@ refused before any connection.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
@@ -783,30 +784,46 @@ def test_unsafe_download_leaves_no_file(tmp_path: object) -> None:
 # ------------------------------------------------------------- redaction
 
 
+def _path_hash(path: str) -> str:
+    return hashlib.sha256(path.encode()).hexdigest()[:8]
+
+
 @pytest.mark.parametrize(
     "url, expected",
     [
-        ("https://u:p@host.example.com:8443/a/b.mp3?sig=SECRET#frag", "https://host.example.com:8443/a/b.mp3"),
-        ("https://host.example.com/r.mp3?X-Amz-Signature=SECRET", "https://host.example.com/r.mp3"),
-        ("https://[::1]:8443/x?SECRET", "https://[::1]:8443/x"),
-        ("https://host.example.com:notaport/x?SECRET", "https://host.example.com/x"),
-        ("not a url ?SECRET", "not a url "),
-        ("https://h.example.com/a\nb?SECRET", "https://h.example.com/ab")  # urlsplit drops newlines,
+        ("https://u:p@host.example.com:8443/a/b.mp3?sig=SECRET#frag",
+         f"https://host.example.com:8443/…#{_path_hash('/a/b.mp3')}"),
+        ("https://host.example.com/r.mp3?X-Amz-Signature=SECRET", f"https://host.example.com/…#{_path_hash('/r.mp3')}"),
+        # Tokenized download links and signed storage keys carry their secret in the path.
+        ("https://host.example.com/fresh/SECRET-in-the-path/msg.mp3",
+         f"https://host.example.com/…#{_path_hash('/fresh/SECRET-in-the-path/msg.mp3')}"),
+        ("https://[::1]:8443/x?SECRET", f"https://[::1]:8443/…#{_path_hash('/x')}"),
+        ("https://host.example.com:notaport/x?SECRET", f"https://host.example.com/…#{_path_hash('/x')}"),
+        ("https://host.example.com/?SECRET", "https://host.example.com/"),
+        ("https://host.example.com", "https://host.example.com/"),
+        ("not a url ?SECRET", f"/…#{_path_hash('not a url ')}"),
+        ("https://h.example.com/a\nb?SECRET", f"https://h.example.com/…#{_path_hash('/ab')}"),  # urlsplit drops newlines
     ],
 )
-def test_redact_url(url: str, expected: str) -> None:
+def test_redact_url_keeps_scheme_host_and_port_and_a_hash_of_the_path(url: str, expected: str) -> None:
     assert redact_url(url) == expected
     assert "SECRET" not in redact_url(url)
 
 
-def test_logs_and_errors_never_contain_query(https_server: HTTPSTestServer, caplog: pytest.LogCaptureFixture) -> None:
-    https_server.route("/r", redirect("/missing?sig=SECRET2"))
+def test_redacted_urls_of_one_host_tell_paths_apart():
+    first, second = redact_url("https://h.example.com/rec/a.mp3"), redact_url("https://h.example.com/rec/b.mp3")
+    assert first != second and redact_url("https://h.example.com/rec/a.mp3?sig=1") == first
+
+
+def test_logs_and_errors_never_contain_query_or_path(https_server: HTTPSTestServer,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    https_server.route("/r/SECRET0", redirect("/missing/SECRET3?sig=SECRET2"))
     caplog.set_level(logging.DEBUG, logger="safe_fetch")
     with pytest.raises(FetchError) as info:
-        get(https_server, "/r?sig=SECRET1")
+        get(https_server, "/r/SECRET0?sig=SECRET1")
     assert info.value.status == 404
     text = caplog.text + str(info.value)
-    assert "redirect" in caplog.text
+    assert "redirect" in caplog.text and f"/…#{_path_hash('/missing/SECRET3')}" in str(info.value)
     assert "SECRET" not in text
 
 

@@ -19,6 +19,7 @@ import peewee as pw
 from playhouse.pool import MaxConnectionsExceeded
 
 from plumbing.errors import Conflict, DomainError, Forbidden, Gone, Invalid, NotFound, TooMany
+from plumbing.logs import loggable_path
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def _domain(req: falcon.Request, resp: falcon.Response, ex: DomainError, params:
 
 
 def _integrity(req: falcon.Request, resp: falcon.Response, ex: pw.IntegrityError, params: dict) -> None:
-    log.info("integrity error on %s %s: %s", req.method, req.path, type(ex).__name__)
+    log.info("integrity error on %s %s: %s", req.method, loggable_path(req), type(ex).__name__)
     raise APIError(409, "CONFLICT", "The request conflicts with existing data.")
 
 
@@ -149,7 +150,7 @@ def _database_unavailable(req: falcon.Request, resp: falcon.Response, ex: Except
     # The driver's first line ("connection refused", "server closed the connection", ...)
     # names no secret; the DSN's password is never part of it.
     detail = (str(ex).strip().splitlines() or [""])[0][:200]
-    log.warning("database unavailable on %s %s: %s: %s", req.method, req.path, type(ex).__name__, detail)
+    log.warning("database unavailable on %s %s: %s: %s", req.method, loggable_path(req), type(ex).__name__, detail)
     raise APIError(
         503, "SERVICE_UNAVAILABLE", f"Database unavailable; {retry_advice(req)}.", headers={"Retry-After": "2"}
     )
@@ -159,14 +160,14 @@ def _pool_exhausted(req: falcon.Request, resp: falcon.Response, ex: MaxConnectio
     # Every pooled connection stayed in use for the pool's whole wait: the database is
     # slow, or more requests query at once than DB_POOL_SIZE serves. Nothing was done;
     # a retry shortly after is the remedy, not a 500.
-    log.warning("database pool exhausted on %s %s", req.method, req.path)
+    log.warning("database pool exhausted on %s %s", req.method, loggable_path(req))
     raise APIError(503, "SERVICE_UNAVAILABLE", "The service is busy; safe to retry.", headers={"Retry-After": "2"})
 
 
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, params: dict) -> None:
     if isinstance(ex, falcon.HTTPError):
         raise ex
-    log.exception("unhandled error on %s %s", req.method, req.path)
+    log.exception("unhandled error on %s %s", req.method, loggable_path(req))
     raise APIError(500, "INTERNAL_ERROR", f"Internal error; {retry_advice(req)}.")
 
 

@@ -18,7 +18,7 @@ This module holds the API helpers (onboard a document, issue a token, build requ
 - `tiers`: the markers of what a test needs (gunicorn, a worker, the engine, a browser,
   SeaweedFS), derived from its fixtures, and `--fast` (a pytest plugin);
 - `isolation`: each pytest-xdist process's own databases and Redis numbers;
-- `log_audit`: no secret in any log (a pytest plugin);
+- `log_audit`: no secret and no personal data in any log (a pytest plugin);
 - `faults`: private Redis and PostgreSQL servers the fault tests break on purpose;
 - `seaweed`: a throw-away SeaweedFS (and its session fixture);
 - `organizations`: fixtures of the organizations a test starts from;
@@ -40,9 +40,12 @@ SECRET_KEY = "test-secret-key-of-at-least-32-bytes"
 
 
 def load(document: dict[str, Any]) -> str:
+    """Onboard `document`; its people's personal data join the log audit's."""
     from plumbing.database import db
     from onboarding.writer import onboard
+    from tests.support.log_audit import remember_people
 
+    remember_people(document)
     with db.connection_context():
         return onboard(document, secret_key=SECRET_KEY)
 

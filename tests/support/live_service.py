@@ -1,5 +1,6 @@
 """The whole service behind a real HTTP server in a thread (presigned URLs need one),
-plus the data set the signed-documents tests share."""
+WebTest against a live server (`over_http`), plus the data set the signed-documents tests
+share."""
 from __future__ import annotations
 
 import contextlib
@@ -42,6 +43,42 @@ def serve(**overrides: Any) -> Iterator[str]:
         if served:  # the server is down: its pooled connections closed, a fresh pool bound
             db.obj.close_all()
             bind_database(served["database_url"], pool_size=4)
+
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-encoding", "content-length"}
+
+
+def over_http(base_url: str) -> Callable[[dict[str, Any], Any], list[bytes]]:
+    """A WSGI app that sends each request to the server at `base_url` as it came (method,
+    path, query, headers, body; redirects not followed) and answers what it answered:
+    `webtest.TestApp(over_http(url))` drives a live service (gunicorn) with WebTest's
+    forms and cookies."""
+    import urllib.parse
+
+    import requests
+
+    http = requests.Session()
+    http.trust_env = False
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        path = urllib.parse.quote(environ.get("PATH_INFO", "").encode("latin-1"), safe="/:@!$&'()*+,;=-._~%")
+        query = environ.get("QUERY_STRING", "")
+        headers = {key[5:].replace("_", "-").title(): value for key, value in environ.items()
+                   if key.startswith("HTTP_")}
+        for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            if environ.get(key):
+                headers[key.replace("_", "-").title()] = environ[key]
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        http.cookies.clear()  # WebTest keeps the cookies, and sends them in the headers
+        answer = http.request(environ["REQUEST_METHOD"], base_url + path + ("?" + query if query else ""),
+                              headers={**headers, "Accept-Encoding": "identity"}, data=body,
+                              allow_redirects=False, timeout=60)
+        kept = [(k, v) for k, v in answer.raw.headers.items() if k.lower() not in _HOP_BY_HOP]
+        start_response(f"{answer.status_code} {answer.reason}", [*kept, ("Content-Length", str(len(answer.content)))])
+        return [answer.content]
+
+    return app
 
 
 def settings_of(config: Config, **extra: Any) -> dict[str, Any]:

@@ -1,14 +1,15 @@
-"""pytest plugin: the whole suite logs at DEBUG, and no secret may reach a log.
+"""pytest plugin: the whole suite logs at DEBUG, and no secret and no personal data may
+reach a log.
 
 Loaded from conftest.py (`pytest_plugins`). For the whole session it sets the root
 logger to DEBUG, applies the service's own logging safety rules (`logs.install_safety`,
 what every entry point does) and keeps every record of the test process in memory,
-formatted (arguments and exception text included). Subprocesses the suite starts log to
-files: `watch(path)` adds one; the output file of any gunicorn or `manage.py` subprocess
-is added by itself (the session worker's log among them; it runs at LOG_LEVEL=DEBUG), and
-so is the captured stderr of `subprocess.run` of such a command.
+formatted (arguments and exception text included), with its level. Subprocesses the suite
+starts log to files: `watch(path)` adds one; the output file of any gunicorn or
+`manage.py` subprocess is added by itself (the session worker's log among them; it runs at
+LOG_LEVEL=DEBUG), and so is the captured stderr of `subprocess.run` of such a command.
 
-At the end of the session every line is checked for
+At the end of the session every line, at any level, is checked for
 - API tokens: the pattern `csk_<32 hex>_<secret>`, and every token issued in this process
   (its secret part alone too);
 - every plaintext the suite encrypted with `crypto.encrypt` (provider passwords, platform
@@ -16,8 +17,20 @@ At the end of the session every line is checked for
 - presigned URL credentials: `X-Amz-Signature` / `X-Amz-Credential` / `X-Amz-Security-Token`,
   SigV4 `Signature=<64 hex>`, the local backend's `signature=` / `expires=` parameters;
 - any URL with a query string (recording URLs, presigned URLs): the service logs URLs only
-  through `safe_fetch.redact_url`, which drops the query;
-- `Bearer <credential>` (platform tokens in headers).
+  through `safe_fetch.redact_url`, which keeps scheme, host and a hash of the path;
+- `Bearer <credential>` (platform tokens in headers);
+
+and every line at INFO or above (a subprocess's line's level is read from it: JSON lines'
+"level", `LOG_FORMAT=text` lines, gunicorn's own; a line whose level cannot be read, such
+as a command's stderr, counts as INFO; a traceback's lines take their record's level) for
+personal data:
+- phone numbers: E.164 (`+420601123456`, `+420 601 123 456`) and Czech national
+  (`601123456`, `601 123 456`);
+- e-mail addresses;
+- values registered with `remember_personal()`: the names, e-mail addresses, phone
+  numbers and notes of every organization `tests.support.load` onboards
+  (`remember_people`), the sentences of every transcript `processed_call` waits for
+  (`remember_transcript`), and whatever a test seeds itself.
 
 Any finding fails the run (exit status 1) and is listed, masked, in the terminal summary.
 Run in parallel (pytest-xdist), each process audits its own logs and sends its counts and
@@ -36,7 +49,7 @@ from typing import Iterable
 
 import pytest
 
-#: Shortest exact secret checked (shorter strings would match ordinary words).
+#: Shortest exact secret or personal value checked (shorter strings would match ordinary words).
 MIN_SECRET = 8
 
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -50,6 +63,66 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+#: Personal data, looked for in lines at INFO and above. The boundaries keep the service's
+#: own numbers out: ids (hex and UUIDs), durations and sizes with a decimal point, ports and
+#: times after a colon, epoch seconds (ten digits), counts below nine digits.
+PERSONAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # E.164 (spaces, dots or dashes between the digits), else a Czech national number.
+    ("phone number", re.compile(r"(?<![\w+])\+[1-9](?:[ .-]?\d){7,14}(?!\d)"
+                                r"|(?<![\w.,:/+#-])[2-9]\d{2} ?\d{3} ?\d{3}(?![\w.,:/-])")),
+    ("e-mail address", re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")),
+)
+
+# The level of a line of a subprocess's log: a JSON line's "level" (plumbing/logs.py puts it
+# second), a LOG_FORMAT=text line's (after asctime), gunicorn's own "[ts] [pid] [LEVEL]".
+# A record of the last two may go on over more lines (a traceback); a JSON record never does.
+_JSON_LEVEL = re.compile(r'\{"ts": "[^"]*", "level": "([A-Z]+)"')
+_TEXT_LEVEL = (
+    re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ([A-Z]+) "),
+    re.compile(r"\[[^\]]*\] \[\d+\] \[([A-Z]+)\] "),
+)
+# The lines of a traceback after its record's first line.
+_CONTINUATION = re.compile(r"\s|Traceback \(|During handling of|The above exception|[\w.]+(?:Error|Exception|Warning)\b")
+
+
+def _level_name(name: str) -> int | None:
+    level = logging.getLevelName(name)
+    return level if isinstance(level, int) else None
+
+
+def level_of(line: str) -> int | None:
+    """The level a log line says it has, None when it says none."""
+    return _header(line)[0]
+
+
+def _header(line: str) -> tuple[int | None, bool]:
+    """(the level a line says it has or None, whether its record may go on over the next lines)."""
+    match = _JSON_LEVEL.match(line)
+    if match:
+        return _level_name(match.group(1)), False
+    for pattern in _TEXT_LEVEL:
+        match = pattern.match(line)
+        if match:
+            return _level_name(match.group(1)), True
+    return None, False
+
+
+def _levels(lines: Iterable[str]) -> Iterable[tuple[str, int | None]]:
+    """Each line with its level: its own, or for a traceback's line after a record that may
+    go on, that record's; None for any other line (counted as INFO)."""
+    going_on: int | None = None
+    for line in lines:
+        level, may_go_on = _header(line)
+        if level is not None:
+            going_on = level if may_go_on else None
+            yield line, level
+        elif going_on is not None and _CONTINUATION.match(line):
+            yield line, going_on
+        else:
+            going_on = None
+            yield line, None
+
+
 @dataclass(frozen=True)
 class Finding:
     kind: str
@@ -61,8 +134,9 @@ class Audit:
     """The session's captured log lines and known secrets; `findings()` checks them."""
 
     def __init__(self) -> None:
-        self.lines: list[tuple[str, str]] = []  # (source, text)
+        self.lines: list[tuple[str, str, int | None]] = []  # (source, text, level or None: read from the text)
         self.secrets: dict[str, str] = {}  # secret -> what it is
+        self.personal: dict[str, str] = {}  # personal value -> what it is
         self.files: list[Path] = []
         self._lock = threading.Lock()
 
@@ -71,32 +145,54 @@ class Audit:
             with self._lock:
                 self.secrets.setdefault(secret, what)
 
-    def add(self, source: str, text: str) -> None:
+    def remember_personal(self, value: str | None, what: str) -> None:
+        value = (value or "").strip()
+        if len(value) >= MIN_SECRET:
+            with self._lock:
+                self.personal.setdefault(value, what)
+
+    def add(self, source: str, text: str, level: int | None = None) -> None:
         with self._lock:
-            self.lines.append((source, text))
+            self.lines.append((source, text, level))
 
     def watch(self, path: Path | str) -> None:
         if Path(path) not in self.files:
             self.files.append(Path(path))
 
-    def _all_lines(self) -> Iterable[tuple[str, str]]:
-        yield from list(self.lines)
+    def _all_lines(self) -> Iterable[tuple[str, str, int | None]]:
+        """(source, line, level) of every line (`_levels`: a traceback's lines take their
+        record's level)."""
+        unread: dict[str, list[str]] = {}  # lines that came without a level, by source, in order
+        for source, text, level in list(self.lines):
+            if level is None:
+                unread.setdefault(source, []).append(text)
+            else:
+                yield source, text, level
+        for source, texts in unread.items():
+            for text, level in _levels(texts):
+                yield source, text, level
         for path in self.files:
             if path.is_file():
-                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                    yield str(path.name), line
+                for line, level in _levels(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+                    yield str(path.name), line, level
 
     def findings(self) -> list[Finding]:
         """Every pattern and every known secret, looked for in each source's lines joined
-        into one text: one `find` per secret over megabytes, not one per line (a process
-        of the suite logs 100,000 lines and knows a thousand secrets: minutes, line by line)."""
-        by_source: dict[str, list[str]] = {}
-        for source, text in self._all_lines():
-            by_source.setdefault(source, []).append(text)
+        into one text (personal data: its lines at INFO and above, or of no known level):
+        one `find` per value over megabytes, not one per line (a process of the suite logs
+        100,000 lines and knows a thousand secrets: minutes, line by line)."""
+        by_source: dict[str, tuple[list[str], list[str]]] = {}
+        for source, text, level in self._all_lines():
+            every, shown = by_source.setdefault(source, ([], []))
+            every.append(text)
+            if level is None or level >= logging.INFO:
+                shown.append(text)
         secrets = sorted(self.secrets.items(), key=lambda item: -len(item[0]))
+        personal = sorted(self.personal.items(), key=lambda item: -len(item[0]))
         found: list[Finding] = []
-        for source, texts in by_source.items():
-            found += _findings_in(source, texts, secrets)
+        for source, (every, shown) in by_source.items():
+            found += _findings_in(source, every, PATTERNS, secrets)
+            found += _findings_in(source, shown, PERSONAL_PATTERNS, personal)
         return found
 
 
@@ -105,7 +201,8 @@ class Audit:
 _SEPARATOR = "\n\x00\n"
 
 
-def _findings_in(source: str, texts: list[str], secrets: list[tuple[str, str]]) -> list[Finding]:
+def _findings_in(source: str, texts: list[str], patterns: tuple[tuple[str, re.Pattern[str]], ...],
+                 secrets: list[tuple[str, str]]) -> list[Finding]:
     starts, at = [], 0
     for text in texts:
         starts.append(at)
@@ -117,7 +214,7 @@ def _findings_in(source: str, texts: list[str], secrets: list[tuple[str, str]]) 
         line = bisect.bisect_right(starts, start) - 1
         first.setdefault((line, kind, what), (start - starts[line], end - starts[line]))
 
-    for kind, pattern in PATTERNS:
+    for kind, pattern in patterns:
         for match in pattern.finditer(joined):
             hit(kind, kind, match.start(), match.end())
     for secret, what in secrets:
@@ -141,19 +238,32 @@ def _mask(text: str, start: int, end: int) -> str:
     return f"…{head}***{tail}…".replace("\n", "\\n")
 
 
+class _ServiceFormatter(logging.Formatter):
+    """A record as the service's formatters write it: without the lines a database error
+    quotes values in (`logs.without_quoted_values`), in its message or its exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        try:
+            from plumbing import logs
+        except ImportError:  # used outside this repository (the plugin's own test)
+            return text
+        return logs.without_quoted_values(text)
+
+
 class CaptureHandler(logging.Handler):
     """Every record of the test process, formatted like a log line would be."""
 
     def __init__(self, audit: Audit) -> None:
         super().__init__(logging.DEBUG)
         self.audit = audit
-        self.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+        self.setFormatter(_ServiceFormatter("%(levelname)s %(name)s %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.audit.add("test process", self.format(record))
+            self.audit.add("test process", self.format(record), record.levelno)
         except Exception:  # a record that cannot format is kept raw, never lost
-            self.audit.add("test process", f"{record.name} {record.msg!r} {record.args!r}")
+            self.audit.add("test process", f"{record.name} {record.msg!r} {record.args!r}", record.levelno)
 
 
 AUDIT = Audit()
@@ -168,6 +278,36 @@ def watch(path: Path | str) -> None:
 def remember(secret: str | None, what: str) -> None:
     """Fail the session if this exact string appears in any log."""
     AUDIT.remember(secret, what)
+
+
+def remember_personal(value: str | None, what: str) -> None:
+    """Fail the session if this exact string (8 characters or more) appears in a log line
+    at INFO or above."""
+    AUDIT.remember_personal(value, what)
+
+
+def remember_people(document: dict) -> None:
+    """The personal data of an onboarding document: its patients' full names, phone
+    numbers, e-mail addresses and notes, its staff users' names and e-mail addresses."""
+    for patient in document.get("patients") or []:
+        name = " ".join(part for part in (patient.get("firstName"), patient.get("lastName")) if part)
+        remember_personal(name, "a patient's name")
+        remember_personal(patient.get("phone"), "a patient's phone number")
+        remember_personal(patient.get("email"), "a patient's e-mail address")
+        for record in patient.get("records") or []:
+            remember_personal(record.get("note"), "a patient's note")
+    for user in document.get("users") or []:
+        remember_personal(user.get("name"), "a staff user's name")
+        remember_personal(user.get("email"), "a staff user's e-mail address")
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def remember_transcript(transcript: str | None) -> None:
+    """Each sentence of a transcript (what a caller said)."""
+    for sentence in _SENTENCE_END.split(transcript or ""):
+        remember_personal(sentence, "a transcript's sentence")
 
 
 def _record_issued_tokens() -> None:
@@ -243,7 +383,7 @@ def _watch_service_subprocesses() -> None:
         if any(cmd in word for word in words for cmd in _SERVICE_COMMANDS) and done.stderr:
             text = done.stderr if isinstance(done.stderr, str) else done.stderr.decode("utf-8", "replace")
             for line in text.splitlines():
-                AUDIT.add("stderr of " + " ".join(words[1:3]), line)
+                AUDIT.add("stderr of " + " ".join(words[1:3]), line)  # its level read from the line
         return done
 
     subprocess.run = auditing_run
@@ -306,9 +446,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     lines, files = _counts(config)
     if not findings:
         terminalreporter.write_line(f"log audit: {lines} log lines (this process at DEBUG and {files} subprocess "
-                                    "log file(s)), no secrets")
+                                    "log file(s)), no secrets and no personal data")
         return
-    terminalreporter.section("log audit: secrets in logs", sep="=", red=True, bold=True)
+    terminalreporter.section("log audit: secrets or personal data in logs", sep="=", red=True, bold=True)
     for finding in findings[:50]:
         terminalreporter.write_line(f"{finding.kind} in {finding.source}: {finding.excerpt}")
     if len(findings) > 50:

@@ -4,7 +4,8 @@ Started like the Procfile starts it (`python manage.py worker`), on the test Red
 database, with the test-only loopback setting and the session CA, so it can fetch
 voicemails from and talk to a fake switchboard platform on 127.0.0.1. Every module that
 needs a worker shares this one: two workers on the same queues would take each other's
-jobs with different settings. `processed_call` waits until it has processed a call.
+jobs with different settings. `processed_call` waits until it has processed a call (and
+gives its transcript to the log audit).
 """
 from __future__ import annotations
 
@@ -79,4 +80,6 @@ def processed_call(sid: str, timeout: float = 90) -> Call:
 
     assert wait_until(done, timeout=timeout, interval=0.1), f"call {sid} not processed within {timeout} s"
     with db.connection_context():
-        return Call.get(Call.call_sid == sid)
+        call = Call.get(Call.call_sid == sid)
+    log_audit.remember_transcript(call.transcript)  # what the caller said: never in a log at INFO
+    return call
