@@ -8,7 +8,7 @@ from typing import Any
 import falcon
 from rq import Queue
 
-from config import Config
+from config import Config, prepare_process_environment
 from console import help as guides
 from console import pages, rendering
 from console.flash import Flash
@@ -56,6 +56,7 @@ LOGGED_PARAMETERS = {
 def create_app(config: Config) -> falcon.App:
     logs.setup(config.log_level, config.log_format)
     clock.use(config.clock)  # what asks for "now" without being handed the clock reads this one
+    prepare_process_environment()
     for notice in config.notices:  # former variable names still in use (config.py)
         log.warning(notice)
     database = bind_database(config.database_url, pool_size=config.db_pool_size, pool_wait=config.db_pool_wait_seconds)

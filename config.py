@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
@@ -103,6 +103,24 @@ _FORMER_NAMES: dict[str, str] = {
 # change what a running deployment does). A variable is never dropped from `_ENV` without
 # an entry here.
 RETIRED: dict[str, str] = {}
+
+
+# How long whisper.cpp's OpenMP threads spin at a barrier before they sleep: libgomp's
+# GOMP_SPINCOUNT, which it reads from the process's environment once, when the binding
+# loads. libgomp's default spins about 3 ms; a decoder step has hundreds of barriers, so on
+# cores shared with other processes a spinning thread burns the time slice its partner
+# needs (docs/transcription.md has the measurements). Same words either way: it changes
+# when a thread sleeps, not what it computes. An operator's GOMP_SPINCOUNT or
+# OMP_WAIT_POLICY wins.
+OPENMP_SPIN_COUNT = "10000"
+
+
+def prepare_process_environment(environ: MutableMapping[str, str] | None = None) -> None:
+    """What the libraries a process loads later read from its environment, set before they
+    load: the entry points (`create_app`, `manage.py`) call it, so nothing else writes it."""
+    env = os.environ if environ is None else environ
+    if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
+        env["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
 
 
 class RetiredSetting(ValueError):

@@ -30,7 +30,7 @@ import argparse
 import sys
 
 from commands import audit, calls, demo, deployment, privacy, storage, tokens, users, wait_ready, worker
-from config import Config, InsecureConfiguration, RetiredSetting
+from config import Config, InsecureConfiguration, RetiredSetting, prepare_process_environment
 from plumbing import clock
 from plumbing.database import bind_database, db
 
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None, config: Config | None = None) -> int:
     for notice in config.notices:
         print(f"warning: {notice}", file=sys.stderr)
     clock.use(config.clock)
+    prepare_process_environment()
     if getattr(args, "needs_secret", False):
         try:
             config.require_production_secrets()  # before anything is migrated, queued or encrypted

@@ -221,6 +221,10 @@ def run_project(model: str, threads: int, languages: list[str], decoding_json: s
                 repeat: int) -> None:
     from dataclasses import asdict, fields, replace
 
+    from config import prepare_process_environment
+
+    prepare_process_environment()  # before whisper.cpp's binding loads, as the entry points do
+
     from voicemail import transcription as tx
 
     overrides = json.loads(decoding_json or "{}")
@@ -247,7 +251,6 @@ def run_project(model: str, threads: int, languages: list[str], decoding_json: s
     if "flash_attn" in variant:
         from voicemail.transcription import engines
 
-        engines.openmp_spins_briefly()  # before the binding loads, as the engine does
         import _pywhispercpp as pw
 
         defaults = pw.whisper_context_default_params

@@ -22,7 +22,6 @@ Erasing again finds nothing and changes nothing.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import uuid
 from datetime import datetime
 
@@ -50,10 +49,8 @@ from plumbing.database import db, hot_sql, is_postgresql
 from plumbing.errors import NotFound
 from plumbing.phones import to_e164
 from privacy import objects
-from privacy.retention import delete_requests
+from privacy.retention import delete_requests, drain
 from storage import Storage
-
-log = logging.getLogger(__name__)
 
 #: The title of such a request when it has no request type to be named after.
 KEPT_REQUEST_TITLE = "Signed documents"
@@ -192,18 +189,9 @@ def erase(
                 _take_turns(patient_id)
             erased = _erase(plan(patient_id, clinic), actor, now, include_documents)
     finally:
-        deleted_objects = _drain(storage)
+        # Should the storage fail, the files stay listed for the workers' next round.
+        deleted_objects = drain(storage)
     return dataclasses.replace(erased, objects=deleted_objects)
-
-
-def _drain(storage: Storage) -> int:
-    """The listed objects deleted now; should the storage fail, they stay listed and the
-    workers' next retention round deletes them (the erasure itself is done)."""
-    try:
-        return objects.drain(storage)
-    except Exception as exc:
-        log.warning("erasure: stored files left for the next retention round (%s)", type(exc).__name__)
-        return 0
 
 
 def _take_turns(patient_id: uuid.UUID) -> None:

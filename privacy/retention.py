@@ -27,6 +27,7 @@ Nothing here logs personal data: counts only.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -56,6 +57,7 @@ from plumbing.database import db, is_postgresql
 from privacy import objects
 from storage import Storage
 
+log = logging.getLogger(__name__)
 BATCH = 500
 Q = TypeVar("Q", bound="pw.ModelSelect[Any]")
 #: Who the retention's audit events name: the service's own background work.
@@ -108,7 +110,7 @@ def run(storage: Storage, now: datetime, lifetimes: Lifetimes, batch: int = BATC
     Needs a database connection (the caller's)."""
     now = as_utc(now)
     done: dict[uuid.UUID | None, Deleted] = {}
-    left = objects.drain(storage)  # what an earlier round or an interrupted erasure left listed
+    left = drain(storage)  # what an earlier round or an interrupted erasure left listed
     for clinic in Clinic.select().order_by(Clinic.slug):
         deleted = clinic_round(clinic, now, batch)
         if deleted.of_patients():
@@ -117,10 +119,20 @@ def run(storage: Storage, now: datetime, lifetimes: Lifetimes, batch: int = BATC
         if deleted.counts():
             done[clinic.id] = deleted
     deployment = deployment_round(now, lifetimes, batch)
-    deployment.objects = left + objects.drain(storage)
+    deployment.objects = left + drain(storage)
     if deployment.counts():
         done[None] = deployment
     return done
+
+
+def drain(storage: Storage) -> int:
+    """The listed objects deleted; with the storage failing, they stay listed for the next
+    round, and the rows' deletions go on meanwhile (their objects queue up)."""
+    try:
+        return objects.drain(storage)
+    except Exception as exc:
+        log.warning("retention: stored files not deleted this round (%s); they stay listed", type(exc).__name__)
+        return 0
 
 
 def clinic_round(clinic: Clinic, now: datetime, batch: int = BATCH) -> Deleted:

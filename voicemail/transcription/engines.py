@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -19,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from voicemail.transcription.results import TranscriptionError
-from voicemail.transcription.settings import OPENMP_SPIN_COUNT, SAMPLE_RATE, Decoding
+from voicemail.transcription.settings import SAMPLE_RATE, Decoding
 
 logger = logging.getLogger("transcription")
 
@@ -129,14 +128,6 @@ def _result(lib: Any, ctx: Any, language: str | None, rc: int, aborted: bool) ->
     return RawResult(segments, language, aborted=aborted, error=error)
 
 
-def openmp_spins_briefly() -> None:
-    """Before whisper.cpp's libgomp loads: its threads spin briefly at a barrier, then sleep
-    (settings.OPENMP_SPIN_COUNT), unless the operator chose (OMP_WAIT_POLICY or
-    GOMP_SPINCOUNT). libgomp reads them once, when the binding is first imported."""
-    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
-
-
 def detach_log() -> None:
     """Detach the Python log callback before the interpreter finalizes: whisper.cpp logs
     while freeing, and a Python callback reached during finalization aborts the process."""
@@ -152,7 +143,6 @@ def whisper_languages() -> frozenset[str]:
     the engine's own table (no model needed) rather than asking `whisper_lang_id` per
     code: that also accepts full names ("lao") and prints to stderr for unknown ones.
     Onboarding checks a clinic's languages against it (`onboarding/writer.py`)."""
-    openmp_spins_briefly()
     import _pywhispercpp as pw
 
     return frozenset(pw.whisper_lang_str(i) for i in range(pw.whisper_lang_max_id() + 1))
@@ -174,7 +164,6 @@ class _PyWhisperCpp:
 
     def __init__(self, model_path: str, threads: int) -> None:
         global _log_installed
-        openmp_spins_briefly()
         import _pywhispercpp as pw
 
         self._pw = pw
@@ -306,7 +295,6 @@ class _WhisperCppPython:
     def __init__(self, model_path: str, threads: int) -> None:
         import ctypes
 
-        openmp_spins_briefly()
         from whisper_cpp_python import whisper_cpp as w  # imports librosa via the package: slow, once
 
         self._w = w

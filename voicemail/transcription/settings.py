@@ -9,16 +9,6 @@ SAMPLE_RATE = 16000
 BACKENDS = ("pywhispercpp", "whisper-cpp-python")
 DEFAULT_BACKEND = "pywhispercpp"
 
-# How long whisper.cpp's OpenMP threads spin at a barrier before they sleep (GOMP_SPINCOUNT
-# of the libgomp the binding ships; set before it loads, unless the operator set it or
-# OMP_WAIT_POLICY). libgomp's default spins about 3 ms; a decoder step has hundreds of
-# barriers, so on cores shared with other processes a spinning thread burns the time slice
-# its partner needs. Measured with 2 threads (README): loaded (load 3-13 on 2 cores) a
-# 15 s English message took 66-84 s by default and 16-20 s never spinning (passive);
-# quiet, never spinning cost 7 % and this short spin nothing. Same words either way: it
-# changes when a thread sleeps, not what it computes.
-OPENMP_SPIN_COUNT = "10000"
-
 
 @dataclass(frozen=True)
 class Decoding:

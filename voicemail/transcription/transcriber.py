@@ -498,7 +498,6 @@ _CACHE: dict[tuple[str, str, int, bool], Transcriber] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-@atexit.register
 def _shutdown() -> None:
     """Free cached models and detach the Python log callback before the interpreter finalizes.
 
@@ -518,6 +517,8 @@ def get_transcriber(backend: str, model_path: str, threads: int, vad: bool = Tru
     with _CACHE_LOCK:
         transcriber = _CACHE.get(key)
         if transcriber is None:
+            if not _CACHE:  # the process's first model: free them all before it exits
+                atexit.register(_shutdown)
             transcriber = Transcriber(backend, model_path, threads, vad)
             _CACHE[key] = transcriber
         return transcriber
