@@ -5,6 +5,11 @@ is already done, and relies on the unique `patient_request.call_id` for "at most
 request a call". A transient download failure raises so RQ retries it with backoff;
 after the last attempt the call still becomes a request, marked that the recording
 could not be fetched, with the reason kept on the call.
+
+An infrastructure failure (the database or Redis unreachable) is not the recording's: the
+job gives the call back ("deferred") instead of waiting out the download retries, and
+this worker's relay queues it again as soon as both answer (jobs/relay.py), so the call
+neither waits minutes after an outage nor holds its clinic's place in the fair share.
 """
 
 from __future__ import annotations
@@ -17,8 +22,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import peewee as pw
+import psycopg2
+import redis
+
 from config import Config
-from jobs import leases, queueing
+from jobs import leases, queueing, wakeup
 from jobs.runtime import job_config
 from models import Call, Clinic, finished_calls
 from plumbing import metrics
@@ -35,11 +44,32 @@ def ingest_call(call_id: str) -> str:
     call's lease throughout: another live job on the same call (a duplicate queued while
     Redis had forgotten this one) leaves it alone."""
     config = job_config()
-    with leases.hold(call_id) as mine:
-        if not mine:
-            log.info("call %s: another job is working on it", call_id)
-            return "busy"
-        return _ingest(config, call_id)
+    try:
+        with leases.hold(call_id) as mine:
+            if not mine:
+                log.info("call %s: another job is working on it", call_id)
+                return "busy"
+            return _ingest(config, call_id)
+    except UNREACHABLE as exc:
+        log.warning(
+            "call %s: %s; the call goes back to the relay, queued again once the database and Redis answer",
+            call_id,
+            type(exc).__name__,
+        )
+        wakeup.ingest_deferred()
+        return "deferred"
+
+
+#: The database or Redis unreachable (down, restarting, the connection dropped): the
+#: infrastructure's failures, not the call's.
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    pw.OperationalError,
+    pw.InterfaceError,
+    psycopg2.OperationalError,
+    psycopg2.InterfaceError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+)
 
 
 def _ingest(config: Config, call_id: str) -> str:

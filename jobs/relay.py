@@ -6,12 +6,16 @@ worker process, claims pending calls that were not queued yet (`Call.claim_unque
 atomic per row, so two relays never queue one call twice) and enqueues their ingest
 under the stable job id. On PostgreSQL it sleeps on LISTEN for the trigger's NOTIFY
 of a new call, so a call is queued within milliseconds; on SQLite, and as a safety net
-for a lost notification, it polls. While Redis is down it keeps the claims undone and
-backs off, and every `sweep_every` seconds it re-queues pending calls whose job is
-gone (a worker killed mid-job): `requeue_pending`. When Redis comes back as a new server
-(its run id changed: restarted, so empty without persistence) it sweeps at once.
+for a lost notification, it polls. While Redis is down it keeps the claims undone; while
+the database or Redis is unreachable it tries again every two seconds at most, and every
+`sweep_every` seconds it re-queues pending calls whose job is gone (a worker killed
+mid-job): `requeue_pending`. It sweeps at once, without the sweep's grace, when Redis
+comes back as a new server (its run id changed: restarted, so empty without
+persistence), on its first round after an outage, and when an ingest of this process gave
+its call back on an infrastructure error (jobs/calls.py): a call is queued again within
+seconds of the database's return.
 
-Fair share (issue 22): RQ's queue is first in, first out, so a burst of one clinic's calls
+Fair share: RQ's queue is first in, first out, so a burst of one clinic's calls
 (after a phone outage, or an integration gone wrong) made every other clinic wait behind
 all of it. The relay keeps at most `RELAY_PER_CLINIC` calls of a clinic in flight (queued
 and not finished) and claims the clinics' calls in turn (`Call.claim_unqueued`); the rest
@@ -22,9 +26,7 @@ that finished a call is enough to keep the queue fed.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import select
 import threading
 import time
@@ -39,7 +41,7 @@ from rq import Queue
 from rq.job import Job
 
 from config import Config
-from jobs import leases, queueing
+from jobs import leases, queueing, wakeup
 from jobs.calls import ingest_call
 from models import Call
 from plumbing.clock import utc_now
@@ -47,6 +49,16 @@ from plumbing.database import db, is_postgresql
 from plumbing.pg_listen import Listener, connector
 
 log = logging.getLogger(__name__)
+
+
+#: The relay's waits between tries while the database or Redis is unreachable: short, so
+#: that it notices their return within seconds (a try is one connection attempt).
+RETRY_FIRST = 0.5
+RETRY_CAP = 2.0
+#: While an outage lasts, the relay says so this often (its first failure is logged at once).
+OUTAGE_LOG_EVERY = 30.0
+#: At most one sweep this often for ingests that gave their call back.
+DEFERRED_SWEEP_EVERY = 5.0
 
 
 def job_id(call_id: uuid.UUID | str) -> str:
@@ -97,7 +109,7 @@ def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | N
     for call_id, job in orphans.items():
         if job is not None:
             log.warning(
-                "call %s: its job is %s with no live worker; queued again", call_id, job.get_status(refresh=False)
+                "call %s: its job is %s and the call is not done; queued again", call_id, job.get_status(refresh=False)
             )
             queueing.forget_job(job, queue)
         ensure_queued(queue, call_id, config)
@@ -126,6 +138,7 @@ class CallRelay:
         self.batch = batch
         self._listener: Listener | None = None
         self._redis_run_id: str | None = None
+        self._deferred_sweep_at = 0.0
 
     def relay_new(self) -> int:
         """Queue every call stored but not queued yet. Returns how many were queued."""
@@ -148,9 +161,19 @@ class CallRelay:
         return requeue_pending(self.queue, self.config, queued_before=utc_now() - grace)
 
     def run(self, stop: threading.Event) -> None:
-        """Relay until `stop` is set; survives database and Redis outages (logs, backs off)."""
+        """Relay until `stop` is set; survives database and Redis outages.
+
+        While either is unreachable it tries again every `RETRY_CAP` seconds at most, so it
+        notices their return within seconds (it logs the outage's start, then every
+        `OUTAGE_LOG_EVERY` seconds). Its first round after one sweeps without a grace:
+        the ingests that failed meanwhile gave their calls back (jobs/calls.py), and the
+        sweep queues them again at once, so none holds its clinic's place in the fair share
+        while it waits (it used to wait out the download retry's delay, minutes).
+        """
         next_sweep = 0.0  # a starting worker sweeps at once: calls stranded by a crash
-        backoff = 1.0
+        backoff = RETRY_FIRST
+        failing_since: float | None = None
+        logged_at = 0.0
         while not stop.is_set():
             try:
                 if self.listening and self._listener is None:
@@ -158,18 +181,34 @@ class CallRelay:
                 self.relay_new()
                 if self._redis_restarted():
                     next_sweep = 0.0  # its queue is gone: re-queue every pending call now
+                if wakeup.take_deferred() and time.monotonic() >= self._deferred_sweep_at:
+                    # An ingest gave its call back: queue it again now (bounded, in case
+                    # the database answers the relay but keeps failing the job).
+                    self._deferred_sweep_at = time.monotonic() + DEFERRED_SWEEP_EVERY
+                    next_sweep = 0.0
                 if time.monotonic() >= next_sweep:
                     swept = requeue_pending(self.queue, self.config) if next_sweep == 0.0 else self.sweep()
                     if swept:
                         log.info("relay re-queued %d pending call(s) without a live job", swept)
                     next_sweep = time.monotonic() + self.sweep_every
-                backoff = 1.0
+                if failing_since is not None:
+                    log.info("relay: database and Redis answer again after %.1f s", time.monotonic() - failing_since)
+                    failing_since = None
+                backoff = RETRY_FIRST
                 self._wait(stop, min(self.poll_every, max(0.0, next_sweep - time.monotonic())))
-            except (pw.DatabaseError, pw.InterfaceError, psycopg2.Error, redis.RedisError, OSError) as exc:
-                log.warning("relay: %s; retrying in %.0f s", type(exc).__name__, backoff)
+            except (pw.DatabaseError, pw.InterfaceError, psycopg2.Error, redis.RedisError, OSError, ValueError) as exc:
+                # (ValueError: select() on the LISTEN connection's descriptor once it is gone.)
+                now = time.monotonic()
+                if failing_since is None or now - logged_at >= OUTAGE_LOG_EVERY:
+                    since = "" if failing_since is None else f" (failing for {now - failing_since:.0f} s)"
+                    log.warning("relay: %s%s; retrying every %.0f s at most", type(exc).__name__, since, RETRY_CAP)
+                    logged_at = now
+                if failing_since is None:
+                    failing_since = now
                 self._close_listener()
+                next_sweep = 0.0  # once back: re-queue what failed meanwhile, without a grace
                 stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                backoff = min(backoff * 2, RETRY_CAP)
         self._close_listener()
 
     def _redis_restarted(self) -> bool:
@@ -191,11 +230,12 @@ class CallRelay:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            watched: list[Any] = [_wake_up] if self._listener is None else [_wake_up, self._listener.conn]
+            wake = wakeup.WAKE_UP
+            watched: list[Any] = [wake] if self._listener is None else [wake, self._listener.conn]
             # Short slices so `stop` is honoured promptly; a wake-up returns at once.
             ready = select.select(watched, [], [], min(left, 0.5))[0]
-            if _wake_up in ready:
-                _wake_up.clear()
+            if wake in ready:
+                wake.clear()
                 return
             if ready and self._listener is not None and self._listener.wait(0, drain=False):
                 return
@@ -206,38 +246,10 @@ class CallRelay:
             self._listener = None
 
 
-class _WakeUp:
-    """A wake-up the relay's thread can wait on together with its LISTEN connection (a
-    pipe, so one `select` watches both): set by `job_ended` from the worker's thread. A
-    wake-up set while the relay is busy stays pending, so none is lost."""
-
-    def __init__(self) -> None:
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._read, False)
-        os.set_blocking(self._write, False)
-
-    def fileno(self) -> int:
-        return self._read
-
-    def set(self) -> None:
-        with contextlib.suppress(BlockingIOError):  # the pipe is full: wake-ups are pending anyway
-            os.write(self._write, b"\0")
-
-    def clear(self) -> None:
-        try:
-            while os.read(self._read, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
-
-_wake_up = _WakeUp()
-
-
 def job_ended() -> None:
     """Wake this process's relay: a call may have left flight, so its clinic's next one
     can be queued (the fair share). Cheap, and harmless in a process without a relay."""
-    _wake_up.set()
+    wakeup.job_ended()
 
 
 class WakesRelay:

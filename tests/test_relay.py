@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from typing import Iterator
+from urllib.parse import urlparse
 
 import pytest
 import redis
@@ -32,6 +35,7 @@ from models import Call, Clinic
 from tests.conftest import PG_URL, RELAY_REDIS_URL
 from tests.support import SECRET_KEY, clinic, load, organization
 from tests.support.databases import recreate_database
+from tests.support.faults import TcpProxy
 from tests.support.servers import wait_until
 
 # Named after the session's database, so runs on different TEST_DATABASE_URLs never share it.
@@ -215,3 +219,54 @@ def test_a_redis_restart_makes_the_relay_requeue_at_once(outbox, relay_config, t
         finally:
             stop.set()
             thread.join(timeout=10)
+
+
+@pytest.fixture
+def proxied_outbox(wsgi_app) -> Iterator[TcpProxy]:
+    """`db` bound, through a TCP proxy the test cuts, to a PostgreSQL database of this test
+    alone (restored afterwards): the relay and the ingest see a database outage."""
+    recreate_database(RELAY_PG)
+    session_database = db.obj
+    with TcpProxy(urlparse(RELAY_PG).port or 5432) as proxy:
+        database = open_database(proxy.url(RELAY_PG), pooled=False)
+        db.initialize(database)
+        try:
+            migrate(database)
+            load(organization(clinic("relay-clinic", tz="America/New_York", country="US")))
+            yield proxy
+        finally:
+            database.close()
+            db.initialize(session_database)
+
+
+def test_an_ingest_failing_on_an_outage_gives_its_call_back_and_is_queued_again_at_the_return(
+        proxied_outbox, queue, relay_config):
+    """The ingest of a call fails because the database is unreachable: it does not wait out
+    the download retries (scheduled, its clinic's fair-share place held meanwhile); it gives
+    the call back, and the relay queues it again within seconds of the database's return."""
+    from rq import SimpleWorker
+
+    from jobs import runtime
+
+    settings = replace(relay_config, relay_per_clinic=1, recording_retry_delays="60,600")
+    first, second = store_calls(2)
+    previous, runtime._config = runtime._config, settings  # the jobs below run in this process
+    thread, stop = start(queue, settings, poll_every=0.2, sweep_every=3600.0)
+    try:
+        assert wait_until(lambda: queued_job_ids(queue) == [job_id(first)], timeout=10, interval=0.05)
+        proxied_outbox.cut()
+        SimpleWorker([queue], connection=queue.connection).work(burst=True)  # a worker takes it: it fails
+        job = Job.fetch(job_id(first), connection=queue.connection)
+        assert job.get_status() == JobStatus.FINISHED and job.return_value() == "deferred"
+        assert queued_job_ids(queue) == []
+        proxied_outbox.restore()
+        back = time.monotonic()
+        assert wait_until(lambda: queued_job_ids(queue) == [job_id(first)], timeout=10, interval=0.05), \
+            "the call was not queued again after the database came back"
+        print(f"queued again {time.monotonic() - back:.2f} s after the database's return")
+        assert time.monotonic() - back < 5
+        assert job_id(second) not in queued_job_ids(queue), "the fair share holds: one call of the clinic at a time"
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        runtime._config = previous

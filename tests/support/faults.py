@@ -4,6 +4,9 @@
   stopping it loses everything, as an outage of a cache-like Redis does;
 - `PostgresCluster`: a private PostgreSQL cluster (initdb into a temporary directory,
   run as the `postgres` user when we are root: PostgreSQL refuses to run as root);
+- `TcpProxy`: a loopback TCP proxy to a server, cut and restored at will: an outage of
+  that server as its clients see it (connections dropped, new ones refused), in a test's
+  own process, without stopping a server others use;
 - `gunicorn()`: the web process as the Procfile runs it (gevent workers), once every
   worker runs;
 - `prepare_database()`: create, migrate, onboard one clinic and issue a token, through the
@@ -13,13 +16,16 @@ Nothing here touches the shared PostgreSQL or Redis beyond the database it is na
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +86,86 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class TcpProxy:
+    """127.0.0.1:`port` forwarding to `host`:`target_port`; `cut()` drops every connection
+    and refuses new ones (nothing listens), `restore()` listens again on the same port."""
+
+    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+        self.target = (host, target_port)
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def restore(self) -> "TcpProxy":
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    start = restore
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:  # cut meanwhile
+                    client.close()
+                    upstream.close()
+                    return
+                self._open |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            open_, self._open = self._open, set()
+        if listener is not None:
+            listener.close()
+        for conn in open_:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+    def url(self, database_url: str) -> str:
+        """`database_url` (a PostgreSQL URL to the proxied server) through this proxy."""
+        from urllib.parse import urlparse
+
+        parts = urlparse(database_url)
+        auth = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+        return parts._replace(netloc=f"{auth}127.0.0.1:{self.port}").geturl()
+
+    def __enter__(self) -> "TcpProxy":
+        return self.restore()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cut()
 
 
 class PostgresCluster:
