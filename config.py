@@ -78,6 +78,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "FETCH_CA_BUNDLE": ("fetch_ca_bundle", str),
     "UNSAFE_ALLOW_LOOPBACK_FETCH": ("unsafe_allow_loopback_fetch", _bool),
     "RELAY_PER_CLINIC": ("relay_per_clinic", int),
+    "ROUTING_LAST_KNOWN_SECONDS": ("routing_last_known_seconds", float),
     "RATE_LIMIT_HANDOFFS_PER_MINUTE": ("rate_limit_handoffs_per_minute", int),
     "RATE_LIMIT_WRITES_PER_MINUTE": ("rate_limit_writes_per_minute", int),
     "CONSOLE_SESSION_IDLE_HOURS": ("console_session_idle_hours", float),
@@ -253,6 +254,10 @@ class Config:
     # a burst from one clinic delays the others' by a few transcriptions, not by the burst.
     # One clinic alone keeps at most this many workers busy. 0: oldest first, no share.
     relay_per_clinic: int = 2
+    # While the database is unreachable, the routing checks and their token check answer
+    # from the last state each web process knew, if it was current at most this long ago
+    # (plumbing/row_cache.py); older, they answer 503. 0: never from memory.
+    routing_last_known_seconds: float = 600.0
     # Per-token request rates (web/rate_limit.py; 0: no limit), counted in Redis for every
     # web process. Far above a switchboard's normal traffic with its retries: one token may
     # serve a whole clinic group, hundreds of calls a minute.
@@ -303,6 +308,8 @@ class Config:
             raise ValueError("TRUSTED_PROXY_HOPS must be 0 or more")
         if self.upload_purge_grace_seconds < 0:
             raise ValueError("UPLOAD_PURGE_GRACE_SECONDS must not be negative")
+        if self.routing_last_known_seconds < 0:
+            raise ValueError("ROUTING_LAST_KNOWN_SECONDS must not be negative")
         if not self.storage_signing_key:
             # Derived, so one SECRET_KEY is enough; set it apart to rotate it alone.
             self.storage_signing_key = hashlib.sha256(b"storage-signing\0" + self.secret_key.encode()).hexdigest()

@@ -93,34 +93,44 @@ class ApiToken(BaseModel):
             token_id = uuid.UUID(hex=parts[1])
         except ValueError:
             return None
-        key = (token_id, slug)
-        cached, generation = cache.get(key) if cache is not None else (None, -1)
         presented = cls._hash(parts[2])
-        if cached is not None:
-            # The models built from the row when it was read (building them per request
-            # cost as much as the rest of the check); nothing changes them afterwards.
-            token, clinic = cached
-        else:
+
+        def load() -> tuple[ApiToken, Clinic | None] | None:
             row = hot_sql(_AUTHORIZE_SQL, (slug, cls.id.db_value(token_id))).fetchone()
             if row is None:
-                hmac.compare_digest(presented, presented)  # same work either way
                 return None
+            # The models built from the row when it was read (building them per request
+            # cost as much as the rest of the check); nothing changes them afterwards.
             token = from_row(cls, row)
             clinic_values = row[len(cls._meta.sorted_fields) :]
             clinic = None
             if clinic_values[0] is not None:  # else the LEFT JOIN found no clinic of that slug
                 clinic = from_row(Clinic, clinic_values)
                 clinic.covered = bool(clinic_values[-1])
+            return token, clinic
+
+        def live(found: tuple[ApiToken, Clinic | None]) -> bool:
+            token, clinic = found
+            return (
+                hmac.compare_digest(token.secret_hash, presented)
+                and token.revoked_at is None
+                and (token.expires_at is None or token.expires_at > as_utc(now))
+                and clinic is not None
+            )
+
+        # Only rows whose secret matched are kept: no filling the cache with guesses. While
+        # the database is unreachable, the last known row (plumbing/row_cache.py).
+        found = cache.read((token_id, slug), load, live, lookup="token") if cache is not None else load()
+        if found is None:
+            hmac.compare_digest(presented, presented)  # same work either way
+            return None
+        token, clinic = found
         if not hmac.compare_digest(token.secret_hash, presented):
             return None
         if token.revoked_at is not None:
             return None
         if token.expires_at is not None and token.expires_at <= as_utc(now):
             return None
-        if clinic is None:
-            return token, None
-        if cached is None and cache is not None:  # only rows whose secret matched: no filling it with guesses
-            cache.put(key, (token, clinic), generation)
         return token, clinic
 
     @property

@@ -114,6 +114,12 @@ RETENTION_DELETED = Family(
     "client address was removed).",
     ("kind",),
 )
+LAST_KNOWN_ANSWERS = Family(
+    "last_known_answers_total",
+    "Lookups of the routing checks (their token, the clinic's schedule) answered from the last known "
+    "state because the database was unreachable, by lookup.",
+    ("lookup",),
+)
 FAMILIES = (
     HTTP_REQUESTS,
     HTTP_DURATION,
@@ -126,7 +132,31 @@ FAMILIES = (
     HANDOFF_ANOMALIES,
     RECORDING_CHECKS,
     RETENTION_DELETED,
+    LAST_KNOWN_ANSWERS,
 )
+
+#: Workers alive now: a sorted set of worker names, each scored with the Redis server's time
+#: of its last beat (`jobs.worker.ClinicWorker` beats every `WORKER_BEAT_SECONDS`). A beat
+#: puts the worker back after Redis lost everything (a restart without persistence), so the
+#: count is right within seconds of Redis's return, not at the workers' next start.
+WORKERS_ALIVE_KEY = "clinic:workers:alive"
+WORKER_BEAT_SECONDS = 5
+#: A worker counts as alive this long after its last beat (a few beats missed: still alive).
+WORKER_ALIVE_SECONDS = 20
+# Both on the Redis server's clock, so that workers and web processes on hosts whose
+# clocks differ agree: the beat records its time and drops names silent for an hour.
+BEAT_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600)
+return redis.call('SISMEMBER', KEYS[2], ARGV[2])
+"""
+ALIVE_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+return redis.call('ZCOUNT', KEYS[1], now - tonumber(ARGV[1]), '+inf')
+"""
 
 #: Label values kept bounded: the HTTP methods counted by name, and short words (job
 #: functions and outcomes); anything else is counted as "OTHER" / "other".
@@ -290,7 +320,7 @@ class RedisCollector:
                     pipe.hgetall(family.key)
                 for _, _, kind, key in queue_keys:
                     (pipe.llen if kind == "list" else pipe.zcard)(key)
-                pipe.scard("rq:workers")
+                pipe.eval(ALIVE_SCRIPT, 1, WORKERS_ALIVE_KEY, WORKER_ALIVE_SECONDS)
                 answers = pipe.execute()
         except redis.RedisError as exc:
             log.warning("metrics scrape: Redis unavailable (%s)", type(exc).__name__)
@@ -310,7 +340,11 @@ class RedisCollector:
         for (queue, state, _, _), depth in zip(queue_keys, depths):
             jobs.add_metric([queue, state], depth)
         yield jobs
-        workers = GaugeMetricFamily(f"{PREFIX}_workers", "RQ workers registered (alive within their TTL).")
+        workers = GaugeMetricFamily(
+            f"{PREFIX}_workers",
+            f"RQ worker processes alive now (beating every {WORKER_BEAT_SECONDS} s, within the last "
+            f"{WORKER_ALIVE_SECONDS} s), whatever Redis lost.",
+        )
         workers.add_metric([], answers[-1])
         yield workers
 

@@ -49,6 +49,9 @@ class Listener:
     def __init__(self, conn: psycopg2.extensions.connection) -> None:
         self.conn = conn
         self.pid = os.getpid()
+        # Set when a `wait` that raised `LOST` had read notifications before the loss (they
+        # would be lost with its answer): a change was announced.
+        self.notified_before_loss = False
 
     @classmethod
     def open(cls, connect: Connect, *channels: str) -> Listener:
@@ -79,14 +82,18 @@ class Listener:
         as a notice) and EOF after it, which the next poll() raises on. Without `drain`
         one read, and what else came stays for the next wait."""
         notified = False
-        while select.select([self.conn], [], [], timeout)[0]:
-            self.conn.poll()
-            if self.conn.notifies:
-                self.conn.notifies.clear()
-                notified = True
-            if not drain:
-                break
-            timeout = 0
+        try:
+            while select.select([self.conn], [], [], timeout)[0]:
+                self.conn.poll()
+                if self.conn.notifies:
+                    self.conn.notifies.clear()
+                    notified = True
+                if not drain:
+                    break
+                timeout = 0
+        except LOST:
+            self.notified_before_loss = self.notified_before_loss or notified or bool(self.conn.notifies)
+            raise
         return notified
 
     def close(self) -> None:

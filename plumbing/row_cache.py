@@ -24,6 +24,16 @@ notification. So the same triggers also count every change in `cache_generation`
 on the listening connection: behind such a pooler a change is honoured within a second
 of its commit, at the cost of one small query a second per process. SQLite (the embedded
 default) has no NOTIFY and gets no cache: its lookups are local.
+
+Through a database outage (`read`): a lookup whose database read fails because the
+database is unreachable is answered from the last state this process knew, if that state
+was confirmed current (listening, nothing announced since) at most `max_stale` seconds
+ago. So the routing checks and their token check go on answering while the database is
+down, as their rows cannot change then anyway; each such answer is counted
+(`clinic_last_known_answers_total`) and the outage is logged when it starts, while it
+lasts and when it ends. After a failed read the next reads skip the database for
+`PROBE_EVERY` seconds, so that a database that does not even refuse connections (a lost
+network) costs one request a second a connect timeout, not every request.
 """
 
 from __future__ import annotations
@@ -33,12 +43,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import peewee as pw
 import psycopg2
 
-from plumbing import pg_listen
+from plumbing import metrics, pg_listen
 from plumbing.database import is_postgresql
 from plumbing.pg_listen import Listener
 
@@ -47,8 +57,17 @@ log = logging.getLogger(__name__)
 CHANNEL = "auth_changed"
 GENERATION_SQL = "SELECT n FROM cache_generation WHERE id = 1"
 RECONNECT_EVERY = 5.0  # seconds between attempts to re-establish the listening connection
+PROBE_EVERY = 1.0  # seconds between database reads while it is unreachable
+OUTAGE_LOG_EVERY = 60.0  # seconds between the log lines of a lasting outage
+#: How old a last known state may be to answer from it while the database is unreachable
+#: (the default; create_app passes ROUTING_LAST_KNOWN_SECONDS).
+MAX_STALE = 600.0
+#: A database read failed because the database is unreachable (down, restarting, the
+#: network): not because of what was asked.
+UNREACHABLE = (pw.OperationalError, pw.InterfaceError, psycopg2.OperationalError, psycopg2.InterfaceError)
 
 _caches: weakref.WeakSet[RowCache] = weakref.WeakSet()
+Row = TypeVar("Row", bound=tuple)
 
 
 def changed_here() -> None:
@@ -66,13 +85,16 @@ class RowCache:
         ttl: float = 60.0,
         max_entries: int = 10_000,
         poll_every: float = 1.0,
+        max_stale: float = MAX_STALE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._connect = connect
         self.ttl = ttl
+        self.max_stale = max_stale
         self.poll_every = poll_every
         self._poll_at = 0.0
         self._counted: int | None = None  # the last cache_generation read
+        self._recount = False  # a new listening connection has not counted yet
         self.max_entries = max_entries
         self._clock = clock
         self._lock = threading.Lock()
@@ -82,6 +104,17 @@ class RowCache:
         self._inherited: Listener | None = None
         self._connecting = False
         self._retry_at = 0.0
+        # The last known state: key -> (row, listening epoch it was read in). An epoch is one
+        # listening connection's life; `_confirmed` holds, per epoch, the last moment it was
+        # seen healthy with nothing announced: each row was current then.
+        self._known: dict[Hashable, tuple[tuple, int]] = {}
+        self._epoch = 0
+        self._confirmed: dict[int, float] = {}
+        # The database's reachability, as the lookups found it.
+        self._unreachable_since: float | None = None
+        self._probe_at = 0.0
+        self._outage_logged_at = 0.0
+        self._stale_answers = 0
         _caches.add(self)
 
     @classmethod
@@ -125,7 +158,119 @@ class RowCache:
                 return
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()  # rare and cheap: the next requests read again
+            if len(self._known) >= self.max_entries:
+                self._known.clear()
             self._entries[key] = (self._clock(), row)
+            self._known[key] = (row, self._epoch)
+
+    def read(
+        self,
+        key: Hashable,
+        load: Callable[[], Row | None],
+        keep: Callable[[Row], bool] | None = None,
+        *,
+        lookup: str,
+    ) -> Row | None:
+        """The row for `key`: cached, else `load()` (a database read; None: no such row),
+        kept when `keep(row)` says so (default: any row). When the read fails because the
+        database is unreachable, the last known row if it is at most `max_stale` seconds
+        old (counted under `lookup`, a short word: "token", "schedule"); else the read's
+        error is raised."""
+        cached, generation = self.get(key)
+        if cached is not None:
+            return cast(Row, cached)  # what `load` made for this key
+        if self._connect is None:
+            return load()
+        if self._skipping_database():
+            known = self._last_known(key, lookup)
+            if known is not None:
+                return cast(Row, known)
+        try:
+            row = load()
+        except UNREACHABLE as exc:
+            self._unreachable(exc)
+            known = self._last_known(key, lookup)
+            if known is None:
+                raise
+            return cast(Row, known)
+        self._reachable()
+        if row is not None and (keep is None or keep(row)):
+            self.put(key, row, generation)
+        return row
+
+    @property
+    def database_unreachable(self) -> bool:
+        """Whether the last database read of a lookup failed (the database unreachable)."""
+        return self._unreachable_since is not None
+
+    def last_known_age(self) -> float | None:
+        """Seconds since this process's last known state was last confirmed current (None:
+        it knows nothing): what an answer from it would be as old as."""
+        with self._lock:
+            confirmed = [self._confirmed[epoch] for _, epoch in self._known.values() if epoch in self._confirmed]
+            return self._clock() - max(confirmed) if confirmed else None
+
+    def _skipping_database(self) -> bool:
+        """While unreachable, one read per `PROBE_EVERY` tries the database; the others do not."""
+        with self._lock:
+            if self._unreachable_since is None:
+                return False
+            if self._clock() >= self._probe_at:
+                self._probe_at = self._clock() + PROBE_EVERY
+                return False
+            return True
+
+    def _last_known(self, key: Hashable, lookup: str) -> tuple | None:
+        """The last known row for `key`, counted, if it was confirmed within `max_stale`."""
+        with self._lock:
+            found = self._known.get(key)
+            confirmed = self._confirmed.get(found[1]) if found is not None else None
+            if found is None or confirmed is None:
+                return None
+            age = self._clock() - confirmed
+            if age > self.max_stale:
+                if self._clock() - self._outage_logged_at >= OUTAGE_LOG_EVERY:
+                    self._outage_logged_at = self._clock()
+                    log.warning(
+                        "database unreachable; the last known state is %.0f s old, over %.0f s: not answered from",
+                        age,
+                        self.max_stale,
+                    )
+                return None
+            self._stale_answers += 1
+            if self._clock() - self._outage_logged_at >= OUTAGE_LOG_EVERY:
+                self._outage_logged_at = self._clock()
+                log.warning(
+                    "database unreachable: answering routing and token checks from the last known state, "
+                    "%.0f s old (at most %.0f s); %d answer(s) so far",
+                    age,
+                    self.max_stale,
+                    self._stale_answers,
+                )
+        metrics.RECORDER.count(metrics.LAST_KNOWN_ANSWERS, (lookup,))
+        return found[0]
+
+    def _unreachable(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._unreachable_since is None:
+                self._unreachable_since = self._clock()
+                self._probe_at = self._clock() + PROBE_EVERY
+                self._outage_logged_at = 0.0  # the first answer from memory says so at once
+                log.warning("database unreachable for a lookup (%s)", type(exc).__name__)
+
+    def _reachable(self) -> None:
+        if self._unreachable_since is None:
+            return
+        with self._lock:
+            if self._unreachable_since is None:
+                return
+            log.warning(
+                "database reachable again after %.1f s; %d lookup(s) were answered from the last known state",
+                self._clock() - self._unreachable_since,
+                self._stale_answers,
+            )
+            self._unreachable_since = None
+            self._stale_answers = 0
 
     def _sync(self) -> bool:
         """Apply the notifications that have arrived; False while not listening. Holds the lock."""
@@ -137,15 +282,18 @@ class RowCache:
             return False
         try:
             if self._listener.wait(0):  # without blocking; notices a lost connection too
-                self._invalidate()
+                self._invalidate(changed=True)
             if self._clock() >= self._poll_at:
                 self._poll_generation()
         except pg_listen.LOST as exc:
             log.warning(
                 "auth cache: listening connection lost (%s); reading tokens from the database", type(exc).__name__
             )
+            if self._listener is not None and self._listener.notified_before_loss:
+                self._invalidate(changed=True)  # a change announced in the very read that failed
             self._drop()
             return False
+        self._confirmed[self._epoch] = self._clock()
         return True
 
     def _poll_generation(self) -> None:
@@ -158,8 +306,12 @@ class RowCache:
             row = cur.fetchone()
         counted = row[0] if row else None
         if counted != self._counted:
-            self._counted = counted
-            self._invalidate()
+            self._invalidate(changed=self._counted is not None)
+        elif self._recount:
+            # The first count on a new listening connection, the same as the last one seen:
+            # nothing changed while nobody listened, so the last known rows are current again.
+            self._known = {key: (known, self._epoch) for key, (known, _) in self._known.items()}
+        self._counted, self._recount = counted, False
 
     def _start_listening(self) -> None:
         # In the background: a request must not wait on a connect (or its timeout).
@@ -184,19 +336,29 @@ class RowCache:
             return
         with self._lock:
             self._listener, self._connecting = listener, False
-            self._invalidate()  # changes made while nobody listened were missed
+            self._epoch += 1  # rows read from now on are confirmed by this connection
+            self._recount = True
+            self._poll_at = 0.0  # count at once: whether anything changed while nobody listened
+            self._invalidate()  # changes made while nobody listened may have been missed
 
     def invalidate(self) -> None:
+        """Forget every row: they changed (this process wrote them)."""
         with self._lock:
-            self._invalidate()
+            self._invalidate(changed=True)
 
-    def _invalidate(self) -> None:
+    def _invalidate(self, *, changed: bool = False) -> None:
+        """Forget the fresh rows; `changed`: a change is known, so the last known state
+        is wrong too (without it, a change was only possible: a lost connection)."""
         self._entries.clear()
         self._generation += 1
+        if changed:
+            self._known.clear()
+            self._confirmed = {self._epoch: self._confirmed[self._epoch]} if self._epoch in self._confirmed else {}
 
     def _drop(self) -> None:
         listener, self._listener = self._listener, None
         self._retry_at = self._clock() + RECONNECT_EVERY
+        self._epoch += 1  # the lost connection's rows keep the moment it last confirmed them
         self._invalidate()
         if listener is not None:
             listener.close()

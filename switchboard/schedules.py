@@ -71,15 +71,13 @@ def read_schedule(clinic_id: uuid.UUID) -> Schedule:
 
 
 def schedule_of(clinic: Clinic, cache: RowCache | None) -> Schedule:
-    """The clinic's schedule, from `cache` when it holds a current one."""
-    key = ("schedule", clinic.id)
-    cached, generation = cache.get(key) if cache is not None else (None, -1)
-    if cached is not None:
-        return cached[0]
-    schedule = read_schedule(clinic.id)
-    if cache is not None:
-        cache.put(key, (schedule,), generation)
-    return schedule
+    """The clinic's schedule, from `cache` when it holds a current one (or, while the
+    database is unreachable, the last one known: plumbing/row_cache.py)."""
+    if cache is None:
+        return read_schedule(clinic.id)
+    found = cache.read(("schedule", clinic.id), lambda: (read_schedule(clinic.id),), lookup="schedule")
+    assert found is not None  # the load always finds a schedule
+    return found[0]
 
 
 def is_clinic_open(clinic: Clinic, cache: RowCache | None, now: datetime) -> bool:

@@ -15,7 +15,7 @@ import falcon
 
 from models import ApiToken
 from plumbing.clock import as_utc
-from plumbing.row_cache import RowCache
+from plumbing.row_cache import UNREACHABLE, RowCache
 from web.errors import APIError
 
 _TOUCH_EVERY = timedelta(minutes=1)  # last_used_at is advisory; spare a write per request
@@ -56,9 +56,17 @@ class TokenAuth:
         # Last use, at most a minute stale, at most one write a minute per token: this
         # process asks only when its own record is a minute old, and the conditional UPDATE
         # writes only when no process recorded a use within the minute (then it reads when).
+        # Advisory, so never a reason to fail: while the database is unreachable (the token
+        # then came from the last known state, plumbing/row_cache.py) it is skipped for a minute.
         last_used = max(filter(None, (token.last_used_at, self._touched.get(token.id))), default=None)
         if last_used is None or as_utc(now) - last_used >= _TOUCH_EVERY:
             if len(self._touched) > 10_000:
                 self._touched.clear()
-            self._touched[token.id] = ApiToken.touch(token.id, now, _TOUCH_EVERY)
+            if self.cache is not None and self.cache.database_unreachable:
+                self._touched[token.id] = as_utc(now)
+            else:
+                try:
+                    self._touched[token.id] = ApiToken.touch(token.id, now, _TOUCH_EVERY)
+                except UNREACHABLE:
+                    self._touched[token.id] = as_utc(now)
         req.context.clinic = clinic
