@@ -8,6 +8,7 @@ from typing import Any
 import falcon
 from rq import Queue
 
+import migrations
 from config import Config, prepare_process_environment
 from console import help as guides
 from console import pages, rendering
@@ -34,7 +35,7 @@ from web import errors, openapi
 from web import metrics as web_metrics
 from web.auth import TokenAuth
 from web.idempotency import IdempotencyKeys, KeyTaken
-from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, TakeTurns
+from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, SchemaGate, TakeTurns
 from web.rate_limit import RateLimit, RateLimiter
 from web.refusals import HandoffRefusals
 from web.security import SecurityHeaders
@@ -62,7 +63,9 @@ def create_app(config: Config) -> falcon.App:
     database = bind_database(config.database_url, pool_size=config.db_pool_size, pool_wait=config.db_pool_wait_seconds)
     queue_redis = queueing.redis_client(config.redis_url, "web")
     flusher = metrics.Flusher(queueing.redis_client(config.redis_url, "metrics"), config.metrics_flush_seconds)
-    cache = RowCache.for_database(database)  # token rows and routing schedules, kept current by NOTIFY
+    # Token rows and routing schedules, kept current by NOTIFY; through a database outage the
+    # routing checks answer from the last known state, up to ROUTING_LAST_KNOWN_SECONDS old.
+    cache = RowCache.for_database(database, max_stale=config.routing_last_known_seconds)
     storage = make_storage(config)
     player = RecordingPlayer(config, Queue(queueing.RECORDINGS, connection=queue_redis))
     limiter = RateLimiter(
@@ -144,7 +147,11 @@ def create_app(config: Config) -> falcon.App:
         (pages.PATIENTS + "/{patient_id}/erase", patients_pages.PatientErasure(storage, config.clock)),
         *[(path, console_help.HelpPage(renderer, help_pages)) for path in (guides.URL, guides.URL + "/{name}")],
         (guides.URL + "/img/{name}", console_help.HelpImage()),
-        ("/healthz", meta.Healthz(database, queue_redis)),
+        ("/livez", meta.Liveness()),
+        *[
+            (path, meta.Readiness(database, queue_redis, lambda: migrations.pending(database), cache))
+            for path in ("/readyz", "/healthz")
+        ],
         ("/metrics", web_metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
     ]
     if isinstance(storage, LocalStorage):  # S3 serves its own presigned URLs
@@ -171,6 +178,8 @@ def create_app(config: Config) -> falcon.App:
         # the security headers of every answer, errors included (web/security.py)
         SecurityHeaders(trust),
         NoNulInUrl(),
+        # 503 "run manage.py migrate" until the schema is this release's (then never asked again)
+        SchemaGate(lambda: migrations.pending(database)),
         DatabaseConnection(),
         # recording-complete's 4xx after authentication are recorded
         HandoffRefusals(),

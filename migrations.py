@@ -430,6 +430,16 @@ def _renumber_log(database: pw.Database) -> None:
             SchemaMigration.update(version=now).where(SchemaMigration.version == -version).execute()
 
 
+def pending(database: pw.Database | None = None) -> list[str]:
+    """The migrations this release has that `database` lacks ("0021_idempotency_keys", ...):
+    empty when its schema is current. Raises the database's errors (unreachable: peewee's
+    OperationalError)."""
+    database = database or db.obj
+    with database.connection_context():
+        applied = applied_versions(database)
+    return [f"{version:04d}_{name}" for version, name, _ in MIGRATIONS if version not in applied]
+
+
 def migrate(database: pw.Database | None = None) -> list[str]:
     """Apply pending migrations; returns the names applied (empty when up to date)."""
     database = database or db.obj

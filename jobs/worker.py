@@ -40,6 +40,7 @@ instead, so it is still there when Redis returns (tests/test_faults.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -48,7 +49,7 @@ import time
 from collections.abc import Sequence
 
 import redis
-from rq import SimpleWorker
+from rq import SimpleWorker, worker_registration
 from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.queue import Queue
@@ -57,6 +58,7 @@ from rq.scheduler import run as run_scheduler
 from rq.worker import WorkerStatus
 
 from jobs.companions import die_with_parent
+from plumbing.metrics import BEAT_SCRIPT, WORKER_BEAT_SECONDS, WORKERS_ALIVE_KEY
 
 HEARTBEAT_INTERVAL = 10
 HEARTBEAT_TTL = HEARTBEAT_INTERVAL + 60
@@ -105,14 +107,90 @@ class ClinicScheduler(RQScheduler):
         return process
 
 
+class Presence:
+    """A worker's beat from a thread of its own, idle or busy: every `WORKER_BEAT_SECONDS`
+    it puts the worker in the set `clinic_workers` counts (plumbing/metrics.py), and puts
+    RQ's own registration back when Redis lost it (a restart without persistence: RQ
+    registers a worker only as it starts, and its beats do not register it again), so the
+    count and `rq:workers` are right within seconds of Redis's return."""
+
+    def __init__(self, worker: SimpleWorker) -> None:
+        self.worker = worker
+        pool = worker.connection.connection_pool
+        # Its own connections, with timeouts (the worker's own block on its dequeue), and
+        # the worker's connection class (TLS included).
+        self.client = redis.Redis(
+            connection_pool=type(pool)(
+                connection_class=pool.connection_class,
+                **{**pool.connection_kwargs, "socket_connect_timeout": 2, "socket_timeout": 5},
+            )
+        )
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"presence-{worker.name}", daemon=True)
+
+    def start(self) -> Presence:
+        self.beat()
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stopping.wait(WORKER_BEAT_SECONDS):
+            self.beat()
+
+    def beat(self) -> None:
+        worker = self.worker
+        try:
+            registered = self.client.eval(
+                BEAT_SCRIPT, 2, WORKERS_ALIVE_KEY, worker_registration.REDIS_WORKER_KEYS, worker.name, worker.key
+            )
+            if not registered and not self.stopping.is_set():
+                self._register_again()
+        except redis.RedisError as exc:  # Redis away: the next beat tries again
+            log.debug("worker %s: beat skipped (%s)", worker.name, type(exc).__name__)
+
+    def _register_again(self) -> None:
+        worker = self.worker
+        with self.client.pipeline() as pipe:
+            pipe.delete(worker.key)  # what a beat since the loss left: a hash of one field
+            pipe.hset(worker.key, mapping={**worker.serialize(), "state": str(worker.get_state())})
+            worker_registration.register(worker, pipe)
+            pipe.expire(worker.key, worker.worker_ttl + 60)
+            pipe.execute()
+        log.info("worker %s: registered again (Redis had lost its registration)", worker.name)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=WORKER_BEAT_SECONDS + 5)
+        with contextlib.suppress(redis.RedisError):  # else it ages out of the count
+            self.client.zrem(WORKERS_ALIVE_KEY, self.worker.name)
+        self.client.close()
+
+
 class ClinicWorker(SimpleWorker):
-    """`SimpleWorker` with heartbeats during jobs and the short timings above."""
+    """`SimpleWorker` with heartbeats during jobs, the short timings above and a beat that
+    keeps it counted whatever Redis lost (`Presence`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("worker_ttl", WORKER_TTL)
         kwargs.setdefault("maintenance_interval", MAINTENANCE_INTERVAL)
         kwargs.setdefault("job_monitoring_interval", HEARTBEAT_INTERVAL)
         super().__init__(*args, **kwargs)
+        self._presence: Presence | None = None
+
+    def register_birth(self) -> None:
+        super().register_birth()
+        self._presence = Presence(self).start()
+
+    def register_death(self) -> None:
+        self.stop_presence()
+        super().register_death()
+
+    def stop_presence(self) -> None:
+        """No more beats: the worker stops (or its start failed and another is made)."""
+        if self._presence is not None:
+            self._presence.stop()
+            self._presence = None
 
     # RQ's work loop talks to Redis outside its Redis-outage handling (which covers only
     # the dequeue): the suspension check, maintenance, the beat after each job. A Redis
@@ -313,6 +391,8 @@ def run(
                 return 0
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("Redis went away while the %s started (%s); waiting for it", who, type(exc).__name__)
+                if isinstance(worker, ClinicWorker):
+                    worker.stop_presence()
                 if stopping.is_set() or (worker is not None and worker._stop_requested):
                     return 0
                 for sig in previous:  # RQ's handlers were installed by work(): ours again

@@ -1,4 +1,15 @@
-"""Service endpoints without authentication: the OpenAPI document and the health check."""
+"""Service endpoints without authentication: the OpenAPI document and the health checks.
+
+- `GET /livez` (liveness): the process answers. It looks at nothing else, so a platform
+  that restarts on it restarts a hung process, never a healthy one whose database or
+  Redis is away (a restart would only lose what the process knows).
+- `GET /readyz` (readiness; `/healthz` is the same): whether the process can serve. The
+  web needs the database, with its schema migrated; while the database is unreachable it
+  still serves the routing checks from the last known state (plumbing/row_cache.py), so it
+  stays ready, `degraded`, as long as that state is within `ROUTING_LAST_KNOWN_SECONDS`.
+  Redis down degrades it (no jobs queued, rate limits off) but does not fail it:
+  hand-offs and routing checks work without Redis.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +20,7 @@ import falcon
 import peewee as pw
 import redis
 
+from plumbing.row_cache import RowCache
 from web.errors import APIError
 
 
@@ -20,27 +32,55 @@ class OpenAPIDocument:
         resp.media = self.document()
 
 
-class Healthz:
-    def __init__(self, database: pw.Database, queue_redis: redis.Redis) -> None:
+class Liveness:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = {"status": "alive"}
+
+
+class Readiness:
+    """200 `ok` (everything answers), 200 `degraded` (serving without Redis, or the routing
+    checks from the last known state), 503 `SERVICE_UNAVAILABLE` (cannot serve: the
+    database unreachable and nothing recent known, or its schema not migrated). The body
+    says each part's state: `database` ok | last_known | down, `schema` ok | behind,
+    `redis` ok | down."""
+
+    def __init__(
+        self,
+        database: pw.Database,
+        queue_redis: redis.Redis,
+        pending_migrations: Callable[[], list[str]],
+        cache: RowCache | None = None,
+    ) -> None:
         self.database = database
         self.redis = queue_redis
+        self.pending_migrations = pending_migrations
+        self.cache = cache
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        checks = {
-            "database": self._probe(lambda: self.database.execute_sql("SELECT 1").fetchone()),
-            "redis": self._probe(self.redis.ping),
-        }
-        if any(state != "ok" for state in checks.values()):
-            down = ", ".join(name for name, state in checks.items() if state != "ok")
-            raise APIError(
-                503, "SERVICE_UNAVAILABLE", f"unreachable: {down}", database=checks["database"], redis=checks["redis"]
-            )
-        resp.media = {"status": "ok", **checks}
+        checks: dict[str, Any] = {"database": "ok", "schema": "ok", "redis": "ok"}
+        try:
+            if self.pending_migrations():
+                checks["schema"] = "behind"
+        except Exception:  # any failure means "not reachable"; details stay in our logs
+            del checks["schema"]  # unknown while the database does not answer
+            age = self.cache.last_known_age() if self.cache is not None else None
+            if age is not None and age <= self.cache.max_stale:  # type: ignore[union-attr]  # age implies a cache
+                checks["database"] = "last_known"
+                checks["lastKnownSeconds"] = round(age, 1)
+            else:
+                checks["database"] = "down"
+        if not self._answers(self.redis.ping):
+            checks["redis"] = "down"
+        if checks["database"] == "down" or checks.get("schema") == "behind":
+            problem = "unreachable: database" if checks["database"] == "down" else "database schema not migrated"
+            raise APIError(503, "SERVICE_UNAVAILABLE", problem, headers={"Retry-After": "5"}, **checks)
+        degraded = checks["database"] != "ok" or checks["redis"] != "ok"
+        resp.media = {"status": "degraded" if degraded else "ok", **checks}
 
     @staticmethod
-    def _probe(call: Callable[[], object]) -> str:
+    def _answers(call: Callable[[], object]) -> bool:
         try:
             call()
         except Exception:  # any failure means "not reachable"; details stay in our logs
-            return "down"
-        return "ok"
+            return False
+        return True

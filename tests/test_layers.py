@@ -22,7 +22,8 @@ TOP_MODULES = {"app", "wsgi", "manage", "migrations", "config"}
 #: What each top-level module may import of the service (its layer and those below).
 MAY_IMPORT = {
     "wsgi": {"app", "config"},
-    "app": SERVICE_PACKAGES - {"commands"} | {"config", "models"},
+    # app: whether the schema has every migration (the web waits for a missing one).
+    "app": SERVICE_PACKAGES - {"commands"} | {"config", "models", "migrations"},
     "manage": {"commands", "config", "plumbing", "tools"},
     "migrations": {"models", "plumbing"},
     "config": {"plumbing"},

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 import traceback
 import uuid
 from datetime import timedelta
@@ -393,6 +394,45 @@ def test_other_processes_metrics_are_aggregated_through_redis(app):
                  le="0.005") == 1
     assert value(samples, "clinic_http_request_duration_seconds_bucket", route=route, method="GET", status="200",
                  le="0.25") == 2
+
+
+def test_clinic_workers_counts_the_workers_alive_now_even_after_redis_restarted_empty(tmp_path):
+    """RQ registers a worker only as it starts: after a Redis restart without persistence
+    `rq:workers` was empty and `clinic_workers` read 0 while the workers were busy. Each
+    worker's beat (jobs/worker.py, `Presence`) puts it back: the count and RQ's own
+    registration are right within a beat of Redis's return; a worker that stops leaves it."""
+    from rq import Worker
+
+    from jobs.worker import ClinicWorker
+    from tests.support.faults import RedisServer
+    from tests.support.servers import wait_until
+
+    with RedisServer(tmp_path) as server:
+        connection = server.client()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(metrics.RedisCollector(connection, ["calls"]))
+
+        def counted() -> float:
+            return value(scrape(generate_latest(registry).decode()), "clinic_workers")
+
+        workers = [ClinicWorker([Queue("calls", connection=connection)], connection=connection) for _ in range(2)]
+        try:
+            for worker in workers:
+                worker.register_birth()  # as work() starts it (its loop is not needed here)
+            assert counted() == 2
+            server.stop()
+            server.start()  # the same port, empty
+            assert counted() == 0 and Worker.all(connection=connection) == []
+            started = time.monotonic()
+            assert wait_until(lambda: counted() == 2, timeout=metrics.WORKER_BEAT_SECONDS + 5, interval=0.1)
+            print(f"counted again {time.monotonic() - started:.1f} s after Redis's return")
+            assert wait_until(lambda: {w.name for w in Worker.all(connection=connection)} == {w.name for w in workers},
+                              timeout=metrics.WORKER_BEAT_SECONDS + 5, interval=0.1), "RQ's registration is back"
+            workers[0].register_death()
+            assert counted() == 1, "a worker that stops is no longer counted"
+        finally:
+            for worker in workers:
+                worker.stop_presence()
 
 
 def _metrics_app(connection_url: str, token: str = "") -> webtest.TestApp:

@@ -1,4 +1,4 @@
-"""The OpenAPI document, the health check, and migrations on both databases."""
+"""The OpenAPI document, the health checks, and migrations on both databases."""
 from __future__ import annotations
 
 import falcon.inspect
@@ -13,7 +13,7 @@ from migrations import MIGRATIONS, migrate
 from plumbing.database import bind_database, db
 from models import SchemaMigration
 from tests.support.documented import closed, response_schema
-from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support import assert_error, bearer, clinic, issue_token, load, organization, switchboard_url
 
 
 def test_openapi_document_is_valid_and_served_without_auth(app):
@@ -51,18 +51,59 @@ def test_live_answers_match_their_documented_schemas(app):
         Draft202012Validator(error_schema).validate(bad)
 
 
-def test_healthz_reports_database_and_redis(app):
-    assert app.get("/healthz", status=200).json == {"status": "ok", "database": "ok", "redis": "ok"}
+@pytest.mark.parametrize("path", ["/readyz", "/healthz"])
+def test_readiness_reports_database_schema_and_redis(app, path):
+    assert app.get(path, status=200).json == {"status": "ok", "database": "ok", "schema": "ok", "redis": "ok"}
 
 
-def test_healthz_is_503_when_redis_is_unreachable(config, tmp_path):
+def test_liveness_looks_at_nothing(app):
+    assert app.get("/livez", status=200).json == {"status": "alive"}
+
+
+def test_with_redis_unreachable_the_web_is_ready_degraded_and_alive(config, tmp_path):
+    """Hand-offs and routing checks work without Redis: readiness says so (200, degraded),
+    it does not take the process out of service; liveness looks at nothing."""
     # A port nothing listens on: a real refused connection, not a mock.
     broken = Config(database_url=f"sqlite:///{tmp_path}/h.db", redis_url="redis://127.0.0.1:1/0")
     import webtest
     try:
-        resp = webtest.TestApp(create_app(broken)).get("/healthz", status=503)
-        assert resp.json["code"] == "SERVICE_UNAVAILABLE" and resp.json["redis"] == "down"
-        assert resp.json["database"] == "ok"
+        client = webtest.TestApp(create_app(broken))
+        migrate(db.obj)
+        for path in ("/readyz", "/healthz"):
+            assert client.get(path, status=200).json == {"status": "degraded", "database": "ok", "schema": "ok",
+                                                         "redis": "down"}
+        assert client.get("/livez", status=200).json == {"status": "alive"}
+    finally:
+        bind_database(config.database_url, pool_size=config.db_pool_size)
+
+
+def test_before_migrate_the_web_answers_503_says_why_once_and_serves_once_migrated(config, tmp_path, caplog):
+    """A web process started before the release step: every request but the health checks
+    is 503 (not a 500 with a traceback), the log says "run manage.py migrate" once, and the
+    process serves as soon as the schema is there, without a restart."""
+    import logging
+
+    import webtest
+    fresh = Config(database_url=f"sqlite:///{tmp_path}/early.db", redis_url=config.redis_url, clock=config.clock)
+    try:
+        client = webtest.TestApp(create_app(fresh))
+        with caplog.at_level(logging.WARNING, logger="web.middleware"):
+            for _ in range(3):
+                early = client.post(switchboard_url("clinic-a", "is-clinic-opened"), headers=bearer("clinic_x_y"),
+                                    status=503)
+                assert_error(early, 503, "SERVICE_UNAVAILABLE")
+                assert "manage.py migrate" in early.json["error"] and early.headers["Retry-After"] == "5"
+        said = [r.getMessage() for r in caplog.records if "run manage.py migrate" in r.getMessage()]
+        assert len(said) == 1, said
+        assert "Traceback" not in caplog.text
+        ready = client.get("/readyz", status=503).json
+        assert ready["schema"] == "behind" and ready["database"] == "ok"
+        assert client.get("/livez", status=200).json == {"status": "alive"}
+        migrate(db.obj)
+        gate = next(m for m in client.app._unprepared_middleware if type(m).__name__ == "SchemaGate")
+        gate._checked_at = -gate.recheck_every  # the next request looks again at once
+        client.post(switchboard_url("clinic-a", "is-clinic-opened"), headers=bearer("clinic_x_y"), status=401)
+        assert client.get("/readyz", status=200).json["schema"] == "ok"
     finally:
         bind_database(config.database_url, pool_size=config.db_pool_size)
 

@@ -5,16 +5,22 @@ within a deadline (`Deadline`)."""
 from __future__ import annotations
 
 import io
+import logging
+import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import falcon
 
 from config import Config
 from plumbing.database import db, release_connection
+from plumbing.row_cache import UNREACHABLE
 from storage import Readable
 from web.errors import APIError, body_too_slow
+
+log = logging.getLogger(__name__)
 
 
 def _gevent_patched() -> bool:
@@ -177,3 +183,67 @@ class DatabaseConnection:
     ) -> None:
         if not db.is_closed():
             db.close()
+
+
+#: The paths that answer for themselves whatever the schema: the health checks.
+HEALTH_PATHS = frozenset({"/livez", "/readyz", "/healthz"})
+
+
+class SchemaGate:
+    """Until the database has every migration this release needs, every request but the
+    health checks is answered 503 `SERVICE_UNAVAILABLE` (with `Retry-After`), and the
+    process says why once: "run manage.py migrate". A web process started before the
+    release step (a compose file, a VM starting everything at once) then waits for the
+    schema instead of answering each request with a 500 and a traceback; it serves as
+    soon as the schema is there, without a restart.
+
+    `pending` names the missing migrations (empty: current); it is asked at most every
+    `recheck_every` seconds, and never again once the schema was found current. While the
+    database is unreachable the request goes on (the routing checks may answer from the
+    last known state; the rest answer the database's own 503)."""
+
+    def __init__(self, pending: Callable[[], list[str]], recheck_every: float = 2.0) -> None:
+        self.pending = pending
+        self.recheck_every = recheck_every
+        self._ready = False
+        self._missing: list[str] = []
+        self._checked_at = -recheck_every
+        self._said = False
+        self._lock = threading.Lock()
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if self._ready or req.path in HEALTH_PATHS:
+            return
+        if self._check():
+            raise APIError(
+                503,
+                "SERVICE_UNAVAILABLE",
+                "The database schema is not migrated yet (run manage.py migrate); safe to retry.",
+                headers={"Retry-After": "5"},
+            )
+
+    def _check(self) -> bool:
+        """Whether migrations are missing (as of the last look, at most `recheck_every` old)."""
+        with self._lock:
+            if time.monotonic() - self._checked_at < self.recheck_every:
+                return bool(self._missing)
+            self._checked_at = time.monotonic()
+            try:
+                missing = self.pending()
+            except UNREACHABLE:
+                return False  # nothing known; the database's own errors answer
+            self._missing = missing
+            if not missing:
+                self._ready = True
+                if self._said:
+                    log.warning("database schema migrated: serving")
+                return False
+            if not self._said:
+                self._said = True
+                log.warning(
+                    "database schema lacks %d migration(s) of this release (%s): run manage.py migrate; "
+                    "answering 503 until it is migrated",
+                    len(missing),
+                    ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else ""),
+                )
+            return True

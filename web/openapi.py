@@ -142,21 +142,40 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             "getOpenApiDocument", "This document.", scope=None, request=None, response={"type": "object"}, tag=_SERVICE
         ),
     },
-    "/healthz": {
+    "/livez": {
         "get": operation(
-            "getHealth",
-            "Database and Redis reachability.",
+            "getLiveness",
+            "Liveness: the process answers (nothing else is looked at). For a platform's restart decision.",
             scope=None,
             request=None,
-            response=schemas.answer(
-                {
-                    "status": {"type": "string", "const": "ok"},
-                    "database": {"type": "string"},
-                    "redis": {"type": "string"},
-                }
-            ),
+            response=schemas.answer({"status": {"type": "string", "const": "alive"}}),
             tag=_SERVICE,
         ),
+    },
+    **{
+        path: {
+            "get": operation(
+                operation_id,
+                "Readiness: whether the process can serve. 200 `ok`, or `degraded` (Redis down; or the database "
+                "unreachable and the routing checks answered from the last known state); 503 when the database "
+                "is unreachable with nothing recent known, or its schema is not migrated."
+                + (" The same as `/readyz`." if path == "/healthz" else ""),
+                scope=None,
+                request=None,
+                response=schemas.answer(
+                    {
+                        "status": {"type": "string", "enum": ["ok", "degraded"]},
+                        "database": {"type": "string", "enum": ["ok", "last_known"]},
+                        "schema": {"type": "string", "const": "ok"},
+                        "redis": {"type": "string", "enum": ["ok", "down"]},
+                        "lastKnownSeconds": {"type": "number"},
+                    },
+                    optional=("schema", "lastKnownSeconds"),
+                ),
+                tag=_SERVICE,
+            ),
+        }
+        for path, operation_id in (("/readyz", "getReadiness"), ("/healthz", "getHealth"))
     },
     "/metrics": {
         "get": {
