@@ -4,7 +4,9 @@ demand."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import time
 from pathlib import Path
 
 from config import Config
@@ -23,8 +25,6 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     `recordings` queue alone, so re-fetching a doctor's expired link never waits behind
     a transcription; it and RQ's scheduler end with this process (jobs/companions.py).
     """
-    import logging
-
     from rq import Queue
 
     from jobs import companions, metrics, queueing, relay, runtime, storage_purge, worker
@@ -48,8 +48,18 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
             with_scheduler=False,
             logging_level=level,
             who="playback worker",
+            stop_seconds=config.worker_stop_seconds,
         )
+    if not wait_for_schema(config, log):
+        return 0  # asked to stop while waiting
     playback = companions.PlaybackWorker().start() if queueing.RECORDINGS in args.queues else None
+    stop_by: list[float] = []  # when the grace of a stop request ends (time.monotonic())
+
+    def on_stop() -> None:
+        stop_by.append(time.monotonic() + config.worker_stop_seconds)
+        if playback is not None:
+            playback.stop_soon()
+
     from commands.deployment import never_refetched_warnings
     from voicemail.recordings import clinics_never_refetched
 
@@ -78,10 +88,59 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         # quickly (jobs/worker.py). Job durations and outcomes go to the service's metrics
         # (jobs/metrics.py); RQ's own loggers follow LOG_LEVEL (RQ would pin them at INFO).
         queues = [Queue(name, connection=connection) for name in args.queues]
-        return worker.run(worker_class, queues, with_scheduler=True, logging_level=level)
+        return worker.run(
+            worker_class,
+            queues,
+            with_scheduler=True,
+            logging_level=level,
+            stop_seconds=config.worker_stop_seconds,
+            on_stop=on_stop,
+        )
     finally:
         if playback is not None:
-            playback.stop()
+            # Within what is left of the grace (a second kept for this process's own exit).
+            playback.stop(max(1.0, stop_by[0] - time.monotonic() - 1) if stop_by else 130.0)
+
+
+def wait_for_schema(config: Config, log: logging.Logger, every: float = 2.0) -> bool:
+    """Wait until the database answers with every migration of this release (True), or
+    until SIGTERM/SIGINT (False). A worker started before the release step (a compose
+    file, a VM starting everything at once) says once what it waits for, "run manage.py
+    migrate", instead of dying with a traceback at its first query."""
+    import signal
+    import threading
+
+    from migrations import pending
+    from plumbing.database import UNREACHABLE
+
+    stopping = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    said = ""
+    try:
+        while not stopping.is_set():
+            try:
+                missing = pending(db.obj)
+            except UNREACHABLE as exc:
+                state = f"worker waiting for the database ({type(exc).__name__}); next try every {every:.0f} s"
+            else:
+                if not missing:
+                    if said:
+                        log.warning("database ready: the worker starts")
+                    return True
+                shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+                state = (
+                    f"database schema lacks {len(missing)} migration(s) of this release ({shown}): "
+                    "run manage.py migrate; the worker waits for it"
+                )
+            if state != said:  # one line per state, not one per try
+                log.warning(state)
+                said = state
+            stopping.wait(every)
+        return False
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        db.close()
 
 
 def _calls_queue(config: Config):

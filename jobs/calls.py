@@ -10,6 +10,13 @@ An infrastructure failure (the database or Redis unreachable) is not the recordi
 job gives the call back ("deferred") instead of waiting out the download retries, and
 this worker's relay queues it again as soon as both answer (jobs/relay.py), so the call
 neither waits minutes after an outage nor holds its clinic's place in the fair share.
+
+A worker asked to stop (the platform's SIGTERM) lets a transcription run while its grace
+(`WORKER_STOP_SECONDS`) allows, then stops it at its next checkpoint (whisper.cpp's abort
+callback) and hands the job back: RQ queues it again at once for another worker
+(`HandBack`), what was transcribed is dropped rather than delivered partial, and the
+attempt is not counted. The next run transcribes the whole recording: the same transcript
+as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -22,15 +29,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import peewee as pw
-import psycopg2
 import redis
+from rq import Retry
 
 from config import Config
-from jobs import leases, queueing, wakeup
+from jobs import leases, queueing, runtime, wakeup
 from jobs.runtime import job_config
 from models import Call, Clinic, finished_calls
 from plumbing import metrics
+from plumbing.database import UNREACHABLE as DATABASE_UNREACHABLE
 from plumbing.database import db
 from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
 from voicemail import recordings, spoken_numbers, transcription
@@ -39,10 +46,11 @@ log = logging.getLogger(__name__)
 QUEUE = queueing.CALLS
 
 
-def ingest_call(call_id: str) -> str:
+def ingest_call(call_id: str) -> str | Retry:
     """Turn the stored call into its request (see the module's docstring), holding the
     call's lease throughout: another live job on the same call (a duplicate queued while
-    Redis had forgotten this one) leaves it alone."""
+    Redis had forgotten this one) leaves it alone. Returns the outcome's word, or a
+    `Retry` that hands the job back (the worker stopping)."""
     config = job_config()
     try:
         with leases.hold(call_id) as mine:
@@ -58,18 +66,30 @@ def ingest_call(call_id: str) -> str:
         )
         wakeup.ingest_deferred()
         return "deferred"
+    except HandBack as stopped:
+        log.info("call %s: the worker is stopping; job handed back %s", call_id, stopped)
+        return Retry(max=HAND_BACKS, interval=0)
+
+
+class HandBack(Exception):
+    """The worker is stopping: give the job back before doing (more of) its work."""
+
+
+#: A job is handed back at most this often (RQ counts the returned `Retry`s); past it, it
+#: fails, and the relay's sweep queues the call again.
+HAND_BACKS = 100
+
+
+def _hand_back(call: Call, when: str) -> None:
+    """The attempt this run counted is not one: nothing came of it."""
+    with db.connection_context():
+        Call.update(attempts=Call.attempts - 1).where((Call.id == call.id) & (Call.attempts > 0)).execute()
+    raise HandBack(when)
 
 
 #: The database or Redis unreachable (down, restarting, the connection dropped): the
 #: infrastructure's failures, not the call's.
-UNREACHABLE: tuple[type[BaseException], ...] = (
-    pw.OperationalError,
-    pw.InterfaceError,
-    psycopg2.OperationalError,
-    psycopg2.InterfaceError,
-    redis.ConnectionError,
-    redis.TimeoutError,
-)
+UNREACHABLE: tuple[type[BaseException], ...] = (*DATABASE_UNREACHABLE, redis.ConnectionError, redis.TimeoutError)
 
 
 def _ingest(config: Config, call_id: str) -> str:
@@ -85,6 +105,8 @@ def _ingest(config: Config, call_id: str) -> str:
         clinic = call.clinic
     if not call.recording_url:
         return _finish(call, "no_recording")
+    if runtime.stopping():
+        _hand_back(call, "before its download")
     if attempts > config.ingest_max_attempts:
         # Earlier attempts died mid-job (a worker killed or crashed while transcribing):
         # no more tries, but the caller's message still reaches the clinic, to be listened to.
@@ -108,7 +130,11 @@ def _ingest(config: Config, call_id: str) -> str:
             held = recordings.Fingerprint.of_file(audio)
             with db.connection_context():
                 Call.update(recording_sha256=held.sha256, recording_bytes=held.size).where(Call.id == call.id).execute()
+            if runtime.stop_due():
+                _hand_back(call, "after its download")
             transcript = _transcribe(config, str(audio), clinic, deadline)
+            if transcript.aborted and runtime.stop_due():
+                _hand_back(call, f"{time.perf_counter() - fetched:.1f} s into its transcription")
     except (UnsafeURL, FetchError) as exc:
         reason = str(exc)
         if getattr(exc, "transient", False) and attempts <= len(config.retry_delays):
@@ -148,7 +174,12 @@ def _transcribe(config: Config, path: str, clinic: Clinic, deadline: float) -> t
     model = config.whisper_model_for(languages[0] if len(languages) == 1 else None)
     engine = transcription.get_transcriber(config.transcriber, model, config.whisper_threads, config.whisper_vad)
     return engine.transcribe(
-        path, languages, deadline=deadline, max_seconds=config.recording_max_seconds, country=clinic.country
+        path,
+        languages,
+        deadline=deadline,
+        stop=runtime.stop_due,
+        max_seconds=config.recording_max_seconds,
+        country=clinic.country,
     )
 
 

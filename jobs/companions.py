@@ -56,7 +56,8 @@ class PlaybackWorker:
 
     The child is started from this object's thread, and the kernel's parent-death signal
     belongs to the thread that forked, so the thread lives until `stop()`. A child that
-    exits on its own (a crash, an OOM kill) is started again after a backoff."""
+    exits on its own (a crash, an OOM kill) is started again after a backoff, unless the
+    worker is stopping (`stop_soon`): nothing starts then."""
 
     def __init__(self, argv: Sequence[str] | None = None, *, restart_after: float = 1.0) -> None:
         # The child ties itself to this process first thing (`--parent-pid`), rather than
@@ -89,6 +90,16 @@ class PlaybackWorker:
             log.warning("playback worker exited with code %s; starting it again in %.0f s", code, backoff)
             self._stopping.wait(backoff)
             backoff = min(backoff * 2, 30.0)
+
+    def stop_soon(self) -> None:
+        """The worker is stopping: no restart from now on, and SIGTERM to the child (a
+        platform may signal the worker's process alone), which finishes its re-fetch and
+        exits; `stop` waits for it."""
+        with self._lock:
+            self._stopping.set()
+            proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
 
     def stop(self, timeout: float = 130.0) -> None:
         """SIGTERM the child and wait for it (a play's re-fetch may be finishing: at most

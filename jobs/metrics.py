@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import redis
+from rq import Retry
 
 from plumbing.metrics import JOB_DURATION, JOBS, RECORDER, WORD
 
@@ -20,10 +21,13 @@ def _job_function(job: Any) -> str:
 
 
 def job_outcome(job: Any, succeeded: bool) -> str:
-    """A finished job's return word ("voice_message", "noop", ...) or "ok"; a failed one
-    "retried" (RQ scheduled or queued it again) or "failed"."""
+    """A finished job's return word ("voice_message", "noop", ...) or "ok", "handed_back"
+    for one that returned a `Retry` (its worker stopping); a failed one "retried" (RQ
+    scheduled or queued it again) or "failed"."""
     if succeeded:
         result = getattr(job, "_result", None)
+        if isinstance(result, Retry):
+            return "handed_back"
         return result if isinstance(result, str) and WORD.fullmatch(result) else "ok"
     status = getattr(job, "_status", None)
     return "retried" if str(getattr(status, "value", status)) in ("scheduled", "queued") else "failed"

@@ -46,7 +46,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import redis
 from rq import SimpleWorker, worker_registration
@@ -57,6 +57,8 @@ from rq.scheduler import ForkProcess, RQScheduler
 from rq.scheduler import run as run_scheduler
 from rq.worker import WorkerStatus
 
+from config import Config
+from jobs import runtime
 from jobs.companions import die_with_parent
 from plumbing.metrics import BEAT_SCRIPT, WORKER_BEAT_SECONDS, WORKERS_ALIVE_KEY
 
@@ -208,6 +210,8 @@ class ClinicWorker(SimpleWorker):
     #: Whether the main thread is in the wait for a job (the dequeue below), the one place
     #: where the stop signal's handler may raise.
     _waiting = False
+    #: Called on a stop request, before RQ's own handling (`run` sets it: the grace starts).
+    on_stop: Callable[[], None] | None = None
 
     def request_stop(self, signum, frame) -> None:
         # RQ's handler raises StopRequested when the worker is not busy, to break out of the
@@ -219,6 +223,8 @@ class ClinicWorker(SimpleWorker):
         # RQ's warm shutdown also talks to Redis; with Redis gone its error would surface in
         # whatever the worker was doing and the stop would be lost.
         self._stop_requested = True
+        if self.on_stop is not None:
+            self.on_stop()
         try:
             super().request_stop(signum, frame)
         except StopRequested:
@@ -259,6 +265,8 @@ class ClinicWorker(SimpleWorker):
             )
 
     def run_maintenance_tasks(self) -> None:
+        if self._stop_requested:
+            return  # RQ's maintenance starts the scheduler again if it died: nothing starts while stopping
         try:
             super().run_maintenance_tasks()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -359,6 +367,8 @@ def run(
     with_scheduler: bool,
     logging_level: str,
     who: str = "worker",
+    stop_seconds: float = Config.worker_stop_seconds,
+    on_stop: Callable[[], None] | None = None,
 ) -> int:
     """Run a worker on `queues` until it is asked to stop, waiting for Redis before it
     starts and whenever Redis goes away during its start (RQ's constructor and bootstrap
@@ -368,13 +378,29 @@ def run(
     RQ installs its handlers only after its start (registering the worker, subscribing,
     starting the scheduler): a stop asked in between is kept for its loop, which then ends
     before taking a job. (Lost, it left the worker running until SIGKILL: bin/run's Ctrl-C
-    right after the worker registered took its whole 30 s stop timeout.)"""
+    right after the worker registered took its whole 30 s stop timeout.)
+
+    The first stop request starts the grace, `stop_seconds` (WORKER_STOP_SECONDS): a job
+    running then stops at its next checkpoint before the grace is spent and hands itself
+    back (jobs/calls.py), `on_stop` runs (the worker command stops its playback worker, and
+    starts no child from then on), and should the process still be there at the grace's
+    end, it exits there (`Watchdog`): a platform's SIGKILL after its own grace never finds
+    it mid-job."""
     connection = queues[0].connection
     stopping = threading.Event()
     current: list[SimpleWorker] = []  # the worker being started, once constructed
+    watchdog = Watchdog(stop_seconds, who)
+
+    def stop_asked() -> None:
+        if runtime.request_stop(stop_seconds):
+            log.info("%s asked to stop: gone within %.0f s (WORKER_STOP_SECONDS)", who, stop_seconds)
+            watchdog.start()
+            if on_stop is not None:
+                on_stop()
 
     def stop_waiting(*_: object) -> None:
         stopping.set()
+        stop_asked()
         for started in current:
             started._stop_requested = True  # RQ's loop checks it before each dequeue
 
@@ -384,6 +410,8 @@ def run(
             worker: SimpleWorker | None = None
             try:
                 worker = worker_class(queues, connection=connection)
+                if isinstance(worker, ClinicWorker):
+                    worker.on_stop = stop_asked
                 current[:] = [worker]
                 if stopping.is_set():  # asked before `current` named it
                     return 0
@@ -401,3 +429,34 @@ def run(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        watchdog.cancel()  # stopped in time (or never asked to)
+        runtime.forget_stop()
+
+
+class Watchdog:
+    """Ends the process when a stop's grace is spent and it is still there (a download or
+    a step without a checkpoint outlasted it). The job it was running is found by the
+    relays' sweep (its process is gone) and queued again; the children end with the
+    process (jobs/companions.py)."""
+
+    def __init__(self, grace: float, who: str) -> None:
+        self.grace, self.who = grace, who
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
+
+    def start(self) -> None:
+        if not self._thread.is_alive() and not self._cancelled.is_set():
+            self._thread.start()
+
+    def _watch(self) -> None:
+        # A little before the grace's end: the platform's SIGKILL comes at its end.
+        if self._cancelled.wait(max(0.0, self.grace - 0.5)):
+            return
+        log.warning("%s still busy at the end of its %.0f s stop grace: exiting now", self.who, self.grace)
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        os._exit(1)
+
+    def cancel(self) -> None:
+        self._cancelled.set()

@@ -21,6 +21,15 @@ from playhouse.pool import PooledPostgresqlDatabase
 db = pw.DatabaseProxy()
 log = logging.getLogger(__name__)
 
+#: A database operation failed because the database is unreachable (down, restarting, the
+#: network dropped the connection): not because of what was asked.
+UNREACHABLE: tuple[type[Exception], ...] = (
+    pw.OperationalError,
+    pw.InterfaceError,
+    psycopg2.OperationalError,
+    psycopg2.InterfaceError,
+)
+
 
 class CheckedPostgresqlPool(PooledPostgresqlDatabase):
     """A pool that does not hand out connections the server has closed.

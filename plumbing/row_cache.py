@@ -49,7 +49,7 @@ import peewee as pw
 import psycopg2
 
 from plumbing import metrics, pg_listen
-from plumbing.database import is_postgresql
+from plumbing.database import UNREACHABLE, is_postgresql
 from plumbing.pg_listen import Listener
 
 log = logging.getLogger(__name__)
@@ -62,9 +62,6 @@ OUTAGE_LOG_EVERY = 60.0  # seconds between the log lines of a lasting outage
 #: How old a last known state may be to answer from it while the database is unreachable
 #: (the default; create_app passes ROUTING_LAST_KNOWN_SECONDS).
 MAX_STALE = 600.0
-#: A database read failed because the database is unreachable (down, restarting, the
-#: network): not because of what was asked.
-UNREACHABLE = (pw.OperationalError, pw.InterfaceError, psycopg2.OperationalError, psycopg2.InterfaceError)
 
 _caches: weakref.WeakSet[RowCache] = weakref.WeakSet()
 Row = TypeVar("Row", bound=tuple)

@@ -19,7 +19,7 @@ import webtest
 
 from app import create_app
 from plumbing import row_cache
-from plumbing.database import db, open_database
+from plumbing.database import UNREACHABLE, db, open_database
 from plumbing.row_cache import RowCache
 from tests.conftest import PG_URL
 from tests.support import assert_error, bearer, clinic, issue_token, load, organization, switchboard_url
@@ -146,9 +146,9 @@ def test_the_last_known_state_is_used_only_within_its_bound(proxy):
         assert cache.read("key", load, lookup="token") == (1,), "29 s old: answered from memory"
         assert cache.database_unreachable
         fake.now += row_cache.PROBE_EVERY + 1  # 31 s: past the bound, and the next read tries the database
-        with pytest.raises(row_cache.UNREACHABLE):
+        with pytest.raises(UNREACHABLE):
             cache.read("key", load, lookup="token")
-        with pytest.raises(row_cache.UNREACHABLE):
+        with pytest.raises(UNREACHABLE):
             cache.read("unknown key", load, lookup="token")
     finally:
         cache.close()

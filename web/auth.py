@@ -15,7 +15,8 @@ import falcon
 
 from models import ApiToken
 from plumbing.clock import as_utc
-from plumbing.row_cache import UNREACHABLE, RowCache
+from plumbing.database import UNREACHABLE
+from plumbing.row_cache import RowCache
 from web.errors import APIError
 
 _TOUCH_EVERY = timedelta(minutes=1)  # last_used_at is advisory; spare a write per request

@@ -15,8 +15,7 @@ from typing import Any
 import falcon
 
 from config import Config
-from plumbing.database import db, release_connection
-from plumbing.row_cache import UNREACHABLE
+from plumbing.database import UNREACHABLE, db, release_connection
 from storage import Readable
 from web.errors import APIError, body_too_slow
 

@@ -151,13 +151,15 @@ class Transcriber:
         languages: str | Sequence[str] | None = None,
         *,
         deadline: float | None = None,
+        stop: Callable[[], bool] | None = None,
         decoding: Decoding | None = None,
         max_seconds: float | None = None,
         country: str | None = None,
     ) -> Transcript:
         """Transcribe an mp3/wav file and decide (see module doc). `languages`: the one
         language, the clinic's languages to detect among, or None for any. `deadline`:
-        a `time.monotonic()` value at which whisper.cpp is stopped. `max_seconds`: a
+        a `time.monotonic()` value at which whisper.cpp is stopped; `stop`: asked at the
+        same checkpoints, True stops it too (the worker stopping). `max_seconds`: a
         longer recording is not decoded; it is a message whose transcript failed
         (`too_long`), for the clinic to listen to. `country`: the clinic's, to read
         the callback number in (`Transcript.heard_number`; None: not read)."""
@@ -179,7 +181,14 @@ class Transcriber:
                 elapsed=round(time.perf_counter() - started, 4),
             )
         return self.transcribe_audio(
-            audio, codes, deadline=deadline, decoding=decoding, started=started, country=country, stages=stage
+            audio,
+            codes,
+            deadline=deadline,
+            stop=stop,
+            decoding=decoding,
+            started=started,
+            country=country,
+            stages=stage,
         )
 
     def transcribe_audio(
@@ -188,6 +197,7 @@ class Transcriber:
         languages: Sequence[str],
         *,
         deadline: float | None = None,
+        stop: Callable[[], bool] | None = None,
         decoding: Decoding | None = None,
         started: float | None = None,
         country: str | None = None,
@@ -207,7 +217,10 @@ class Transcriber:
                     span = speech_span(audio, runs)
             else:
                 runs, speech_seconds, span = [], None, audio
-            abort = (lambda: time.monotonic() >= deadline) if deadline is not None else (lambda: False)
+
+            def abort() -> bool:
+                return (deadline is not None and time.monotonic() >= deadline) or (stop is not None and stop())
+
             base = Transcript(
                 text="",
                 language=None,
