@@ -76,7 +76,7 @@ def create_app(config: Config) -> falcon.App:
     help_pages = guides.Guides()  # docs/staff/*.md, rendered once
     session_lifetime = lifetime_of(config.console_session_idle_hours, config.console_session_max_hours)
     throttle = LoginThrottle(queue_redis, config.console_login_max_failures, config.console_login_window_seconds)
-    flash = Flash(queue_redis, config.secret_key)
+    flash = Flash(queue_redis, config.secret_keys)
     trust = config.trust_forwarded_proto
     idempotency = IdempotencyKeys(queue_redis, config.idempotency_key_hours, config.clock)
 
@@ -114,17 +114,17 @@ def create_app(config: Config) -> falcon.App:
         ("/console/login", account.ConsoleLogin(renderer, throttle, config.clock, trust)),
         (
             account.CODE,
-            account.ConsoleLoginCode(renderer, throttle, config.clock, config.secret_key, trust, flash),
+            account.ConsoleLoginCode(renderer, throttle, config.clock, config.secret_keys, trust, flash),
         ),
         ("/console/password/{token}", account.SetPasswordPage(renderer, config.clock, trust)),
         (account.ACCOUNT, account.AccountPage(renderer, throttle)),
-        (account.TWO_FACTOR, account.TwoFactorPage(renderer, config.clock, config.secret_key, trust, flash)),
+        (account.TWO_FACTOR, account.TwoFactorPage(renderer, config.clock, config.secret_keys, trust, flash)),
         ("/console/logout", account.ConsoleLogout()),
         ("/console/language", account.ConsoleLanguage()),
         ("/console/static/{name}", static.ConsoleStatic(rendering.HERE / "static")),
         ("/console/settings", settings.SettingsIndex(renderer)),
         *[
-            (page.path, page(renderer, config.secret_key, config.clock, cache))
+            (page.path, page(renderer, config.secret_keys, config.clock, cache))
             for page in (
                 settings.OfficeHoursPage,
                 settings.CalendarsPage,
@@ -139,7 +139,9 @@ def create_app(config: Config) -> falcon.App:
         (keys.URL + "/{token_id}/revoke", keys.ApiKeyRevocation(renderer, config.clock)),
         (
             staff_pages.URL,
-            staff_pages.StaffPage(renderer, config.clock, config.secret_key, config.console_password_link_hours, trust),
+            staff_pages.StaffPage(
+                renderer, config.clock, config.secret_keys, config.console_password_link_hours, trust
+            ),
         ),
         ("/console/audit", audit.AuditList(renderer)),
         (pages.PATIENTS + "/{patient_id}", patients_pages.PatientPage(renderer, config.clock)),

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from plumbing.clock import wall as wall_clock
-from plumbing.crypto import MIN_SECRET_KEY_BYTES
+from plumbing.crypto import MIN_SECRET_KEY_BYTES, KeyRing
 
 
 def _bool(value: str) -> bool:
@@ -37,6 +37,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "METRICS_TOKEN": ("metrics_token", str),
     "METRICS_FLUSH_SECONDS": ("metrics_flush_seconds", float),
     "SECRET_KEY": ("secret_key", str),
+    "SECRET_KEY_FALLBACKS": ("secret_key_fallbacks", str),
     "MAX_BODY_BYTES": ("max_body_bytes", int),
     "BODY_READ_SECONDS": ("body_read_seconds", float),
     "UPLOAD_READ_SECONDS": ("upload_read_seconds", float),
@@ -78,6 +79,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "FETCH_CA_BUNDLE": ("fetch_ca_bundle", str),
     "UNSAFE_ALLOW_LOOPBACK_FETCH": ("unsafe_allow_loopback_fetch", _bool),
     "RELAY_PER_CLINIC": ("relay_per_clinic", int),
+    "WORKER_STOP_SECONDS": ("worker_stop_seconds", float),
     "ROUTING_LAST_KNOWN_SECONDS": ("routing_last_known_seconds", float),
     "RATE_LIMIT_HANDOFFS_PER_MINUTE": ("rate_limit_handoffs_per_minute", int),
     "RATE_LIMIT_WRITES_PER_MINUTE": ("rate_limit_writes_per_minute", int),
@@ -122,6 +124,10 @@ def prepare_process_environment(environ: MutableMapping[str, str] | None = None)
     env = os.environ if environ is None else environ
     if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
         env["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
+
+
+def _signing_key(secret_key: str) -> str:
+    return hashlib.sha256(b"storage-signing\0" + secret_key.encode()).hexdigest()
 
 
 class RetiredSetting(ValueError):
@@ -173,6 +179,10 @@ class Config:
     # Encrypts provider passwords at rest (Fernet key derived from it). Must be set in
     # production: its processes refuse the default (require_production_secrets).
     secret_key: str = DEVELOPMENT_SECRET_KEY
+    # The keys SECRET_KEY replaced, comma separated, newest first: they still decrypt what
+    # they encrypted and still verify the local storage's links, until `manage.py
+    # reencrypt` has moved the stored secrets to SECRET_KEY and they are removed (retired).
+    secret_key_fallbacks: str = ""
     max_body_bytes: int = 1_000_000
     # Whole-body deadlines, counted from when the service starts reading the body: an API
     # (JSON) body, then an upload through the local backend's presigned URLs. A client
@@ -254,6 +264,10 @@ class Config:
     # a burst from one clinic delays the others' by a few transcriptions, not by the burst.
     # One clinic alone keeps at most this many workers busy. 0: oldest first, no share.
     relay_per_clinic: int = 2
+    # A worker asked to stop (SIGTERM) is gone within this: a transcription running then
+    # stops at a checkpoint and its job is handed back to another worker (jobs/calls.py).
+    # Within the 30 s most platforms allow between their SIGTERM and SIGKILL.
+    worker_stop_seconds: float = 20.0
     # While the database is unreachable, the routing checks and their token check answer
     # from the last state each web process knew, if it was current at most this long ago
     # (plumbing/row_cache.py); older, they answer 503. 0: never from memory.
@@ -308,11 +322,13 @@ class Config:
             raise ValueError("TRUSTED_PROXY_HOPS must be 0 or more")
         if self.upload_purge_grace_seconds < 0:
             raise ValueError("UPLOAD_PURGE_GRACE_SECONDS must not be negative")
+        if self.worker_stop_seconds <= 0:
+            raise ValueError("WORKER_STOP_SECONDS must be positive")
         if self.routing_last_known_seconds < 0:
             raise ValueError("ROUTING_LAST_KNOWN_SECONDS must not be negative")
         if not self.storage_signing_key:
             # Derived, so one SECRET_KEY is enough; set it apart to rotate it alone.
-            self.storage_signing_key = hashlib.sha256(b"storage-signing\0" + self.secret_key.encode()).hexdigest()
+            self.storage_signing_key = _signing_key(self.secret_key)
 
     def require_production_secrets(self) -> None:
         """Raise `InsecureConfiguration` if this configuration is a production one (any
@@ -325,6 +341,15 @@ class Config:
         from it) lets one download link be turned into forged ones."""
         if self.database_url.strip().lower().startswith("sqlite:"):
             return
+        for n, fallback in enumerate(self.fallback_keys, 1):
+            size = len(fallback.encode("utf-8"))
+            if fallback == DEVELOPMENT_SECRET_KEY or size < MIN_SECRET_KEY_BYTES:
+                raise InsecureConfiguration(
+                    f"SECRET_KEY_FALLBACKS: key {n} (of the comma separated list) is "
+                    + ("the built-in development value" if fallback == DEVELOPMENT_SECRET_KEY else f"{size} bytes long")
+                    + f"; every previous key is at least {MIN_SECRET_KEY_BYTES} bytes. A key holding a comma "
+                    "cannot be a fallback: re-encrypt under the new SECRET_KEY at once (manage.py reencrypt)."
+                )
         size = len(self.secret_key.encode("utf-8"))
         if self.secret_key == DEVELOPMENT_SECRET_KEY:
             problem = "is the built-in development value, which anyone can read in config.py"
@@ -337,10 +362,29 @@ class Config:
             "web process, the worker and manage.py migrate/onboard refuse to start with it: it "
             "encrypts the switchboard platform passwords and the storage URL signing key is derived "
             "from it. Set SECRET_KEY "
-            "to a random value of your own and keep it (another one cannot decrypt the stored "
-            "passwords), for example the output of: "
+            "to a random value of your own (to change it later, the old one goes to SECRET_KEY_FALLBACKS: "
+            "docs/operations.md, Secrets), for example the output of: "
             "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
         )
+
+    @property
+    def fallback_keys(self) -> list[str]:
+        """SECRET_KEY_FALLBACKS as a list (newest first)."""
+        return [key.strip() for key in self.secret_key_fallbacks.split(",") if key.strip()]
+
+    @property
+    def storage_signing_fallbacks(self) -> list[str]:
+        """The signing keys that still verify the local storage's links: those derived from
+        SECRET_KEY_FALLBACKS, when the signing key is derived too (one set apart rotates
+        alone, and its links end with it)."""
+        if self.storage_signing_key != _signing_key(self.secret_key):
+            return []
+        return [_signing_key(key) for key in self.fallback_keys]
+
+    @property
+    def secret_keys(self) -> KeyRing:
+        """SECRET_KEY (encrypts) and its fallbacks (still decrypt)."""
+        return KeyRing(self.secret_key, self.fallback_keys)
 
     @property
     def retry_delays(self) -> list[int]:
@@ -397,7 +441,7 @@ class Config:
 
     def describe(self) -> dict[str, object]:
         """Settings safe to print (secrets masked)."""
-        secret = {"secret_key", "storage_signing_key", "s3_secret_access_key", "metrics_token"}
+        secret = {"secret_key", "secret_key_fallbacks", "storage_signing_key", "s3_secret_access_key", "metrics_token"}
         return {
             f.name: ("***" if f.name in secret and getattr(self, f.name) else getattr(self, f.name))
             for f in fields(self)

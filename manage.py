@@ -20,6 +20,7 @@ python manage.py patient copy PATIENT_ID --out FILE.zip
 python manage.py retention show [--clinic SLUG]
 python manage.py retention set --clinic SLUG [--resolved-call-requests-days N|keep] [--calls-without-request-days N|keep] [--audit-details-days N|keep] [--signed-documents-days N|keep]
 python manage.py retention run
+python manage.py reencrypt [--check]   (stored secrets under SECRET_KEY; SECRET_KEY_FALLBACKS retirable)
 python manage.py model build [--name tiny.en|base] [--quantize q8_0|q5_0|...] [--out var/models]
 python manage.py model verify PATH
 """
@@ -29,14 +30,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from commands import audit, calls, demo, deployment, privacy, storage, tokens, users, wait_ready, worker
+from commands import audit, calls, demo, deployment, privacy, secrets, storage, tokens, users, wait_ready, worker
 from config import Config, InsecureConfiguration, RetiredSetting, prepare_process_environment
 from plumbing import clock
 from plumbing.database import bind_database, db
 
 # In the order `--help` lists them: migrate, model, onboard, token, user, audit, demo,
-# calls, worker, requeue, storage, patient, retention, wait-ready.
-COMMANDS = (deployment, tokens, users, audit, demo, calls, worker, storage, privacy, wait_ready)
+# calls, worker, requeue, storage, patient, retention, reencrypt, wait-ready.
+COMMANDS = (deployment, tokens, users, audit, demo, calls, worker, storage, privacy, secrets, wait_ready)
 
 
 def parser() -> argparse.ArgumentParser:

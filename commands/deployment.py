@@ -52,7 +52,7 @@ def cmd_onboard(config: Config, args: argparse.Namespace) -> int:
         return 2
     try:
         summary = apply_file(
-            document, secret_key=config.secret_key, actor=actor(), overwrite=args.overwrite_console_changes
+            document, secret_key=config.secret_keys, actor=actor(), overwrite=args.overwrite_console_changes
         )
     except OnboardingError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -15,13 +15,14 @@ from typing import Any
 import redis
 
 from plumbing import crypto
+from plumbing.crypto import Keys
 
 PREFIX = "console:flash:"
 _LABEL = "console-flash"
 
 
 class Flash:
-    def __init__(self, client: redis.Redis, secret_key: str, ttl_seconds: int = 600) -> None:
+    def __init__(self, client: redis.Redis, secret_key: Keys, ttl_seconds: int = 600) -> None:
         self.client = client
         self.secret_key = secret_key
         self.ttl = ttl_seconds

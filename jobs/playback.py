@@ -58,7 +58,7 @@ class RecordingPlayer:
         state = recordings.link_state(call, now, self.config)
         if state.state == "expired":
             clinic = Clinic.get_by_id(call.clinic_id)
-            if platform.credentials_of(clinic, self.config.secret_key) is None:
+            if platform.credentials_of(clinic, self.config.secret_keys) is None:
                 recordings.remember_gone(call.id, "no_credentials", now)
                 return recordings.LinkState("unavailable", reason="no_credentials")
         return state
@@ -74,7 +74,7 @@ class RecordingPlayer:
         for call in calls:
             if call.clinic_id not in clinics:
                 clinic = Clinic.get_by_id(call.clinic_id)
-                creds = platform.credentials_of(clinic, self.config.secret_key) is not None
+                creds = platform.credentials_of(clinic, self.config.secret_keys) is not None
                 clinics[call.clinic_id] = (recordings.clinic_marker_words(clinic, self.config), creds)
             markers, creds = clinics[call.clinic_id]
             links[call.id] = (recordings.link_state(call, now, self.config, markers), creds)

@@ -60,7 +60,7 @@ def refetch_recording(call_id: str, as_of: str | None = None) -> str:
         state = recordings.link_state(call, now, config)
         if state.state != "expired":
             return "noop"  # a link with time left, or known to be gone
-        creds = platform.credentials_of(Clinic.get_by_id(call.clinic_id), config.secret_key)
+        creds = platform.credentials_of(Clinic.get_by_id(call.clinic_id), config.secret_keys)
     reference, why_none = recordings.platform_reference(call)
     if creds is None or reference is None:
         reason = "no_credentials" if creds is None else why_none or "no_reference"

@@ -9,6 +9,8 @@ from typing import Any, TypeVar, cast
 
 import peewee as pw
 
+from plumbing.crypto import Keys
+
 NAMESPACE = uuid.UUID("5b0f3c1e-7a0e-4f7e-9a51-6f3c2d1b8e40")
 
 
@@ -35,7 +37,7 @@ def unique(values: list[str], where: str, field: str) -> None:
 
 
 class RowWriter:
-    def __init__(self, secret_key: str) -> None:
+    def __init__(self, secret_key: Keys) -> None:
         self.secret_key = secret_key
         self.changes = 0
 

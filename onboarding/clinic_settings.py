@@ -34,6 +34,7 @@ from models import (
 )
 from onboarding.writer import RETENTION_COLUMNS, OnboardingError, onboard
 from plumbing import crypto, row_cache
+from plumbing.crypto import Keys
 from plumbing.database import db, is_postgresql
 from switchboard.office_hours import WEEKDAYS
 
@@ -55,7 +56,7 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat() + "+00:00"  # stored naive UTC
 
 
-def clinic_document(clinic: Clinic, secret_key: str) -> dict[str, Any]:
+def clinic_document(clinic: Clinic, secret_key: Keys) -> dict[str, Any]:
     """The clinic's configuration as the onboarding document that would write it as it is
     (its organization and this clinic only; no patients: onboarding never removes them)."""
     org = Organization.get_by_id(clinic.organization_id)
@@ -146,7 +147,7 @@ def clinic_document(clinic: Clinic, secret_key: str) -> dict[str, Any]:
 class ClinicSettings:
     """The settings of one clinic, changed by one console user."""
 
-    def __init__(self, clinic: Clinic, actor: Actor, secret_key: str) -> None:
+    def __init__(self, clinic: Clinic, actor: Actor, secret_key: Keys) -> None:
         self.clinic = clinic
         self.actor = actor
         self.secret_key = secret_key

@@ -17,6 +17,7 @@ from models import Actor, AuditEvent, Clinic
 from onboarding.base import OnboardingError
 from onboarding.writer import onboard
 from plumbing.clock import iso_utc
+from plumbing.crypto import Keys
 from plumbing.database import db
 
 FILE_ACTION = "onboarding.file"
@@ -38,7 +39,7 @@ def console_changes(slugs: list[str]) -> list[str]:
     return found
 
 
-def apply_file(document: dict[str, Any], *, secret_key: str, actor: Actor, overwrite: bool = False) -> str:
+def apply_file(document: dict[str, Any], *, secret_key: Keys, actor: Actor, overwrite: bool = False) -> str:
     """`onboard` the document, refusing (OnboardingError, nothing written) when one of its
     clinics was changed in the console since the file was last applied, unless
     `overwrite`; records the application for each of its clinics. Returns the summary."""

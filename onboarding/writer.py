@@ -48,6 +48,7 @@ from onboarding.schema import SCHEMA
 from onboarding.users import plan_users, write_user
 from plumbing import crypto, json_schema, row_cache
 from plumbing.clock import as_utc, utc_now
+from plumbing.crypto import Keys
 from plumbing.database import db
 from plumbing.phones import to_e164
 from switchboard.office_hours import WEEKDAYS
@@ -339,7 +340,7 @@ class _Plan:
         return out
 
 
-def onboard(document: dict[str, Any], *, secret_key: str) -> str:
+def onboard(document: dict[str, Any], *, secret_key: Keys) -> str:
     """Validate `document`, then write it in one transaction. Returns a one-line summary."""
     try:
         return _onboard(document, secret_key)
@@ -347,7 +348,7 @@ def onboard(document: dict[str, Any], *, secret_key: str) -> str:
         row_cache.changed_here()  # clinics may have changed (other processes: NOTIFY)
 
 
-def _onboard(document: dict[str, Any], secret_key: str) -> str:
+def _onboard(document: dict[str, Any], secret_key: Keys) -> str:
     with db.atomic():
         plan = _Plan(document)
         w = RowWriter(secret_key)

@@ -25,6 +25,7 @@ import segno
 from models import Actor, StaffRecoveryCode, StaffSession, StaffUser
 from plumbing import crypto
 from plumbing.clock import as_utc
+from plumbing.crypto import Keys
 from plumbing.database import db
 from plumbing.errors import Conflict, Invalid
 from staff import events, passwords
@@ -41,7 +42,7 @@ NOT_ENROLLING = "Start the set-up again: the secret expired."
 ALREADY_ON = "Two-factor login is on already."
 
 
-def _secret(user: StaffUser, secret_key: str) -> str | None:
+def _secret(user: StaffUser, secret_key: Keys) -> str | None:
     if not user.totp_secret_encrypted:
         return None
     try:
@@ -50,7 +51,7 @@ def _secret(user: StaffUser, secret_key: str) -> str | None:
         return None
 
 
-def enrolment_secret(user: StaffUser, secret_key: str) -> str:
+def enrolment_secret(user: StaffUser, secret_key: Keys) -> str:
     """The secret the user is enrolling with: the one made for this enrolment if there is
     one (a reload shows the same QR code), else a new one (160 bits), stored encrypted."""
     if user.two_factor:
@@ -115,7 +116,7 @@ def _accept(user: StaffUser, secret: str, code: str, now: datetime) -> bool:
     return used == 1
 
 
-def check_code(user: StaffUser, code: str, now: datetime, secret_key: str) -> bool:
+def check_code(user: StaffUser, code: str, now: datetime, secret_key: Keys) -> bool:
     """A login's second factor: the user's current code (once), or False."""
     secret = _secret(user, secret_key) if user.two_factor else None
     return secret is not None and _accept(user, secret, code, now)
@@ -162,7 +163,7 @@ def recovery_codes_left(user: StaffUser) -> int:
     )
 
 
-def enable(user: StaffUser, code: str, now: datetime, secret_key: str) -> list[str]:
+def enable(user: StaffUser, code: str, now: datetime, secret_key: Keys) -> list[str]:
     """Finish enrolment with the first code the app shows; returns the recovery codes (to
     show once). Raises `Invalid` (code WRONG_CODE) when the code is not right."""
     if user.two_factor:
@@ -196,7 +197,7 @@ def _clear(user: StaffUser) -> None:
     StaffRecoveryCode.delete().where(StaffRecoveryCode.user == user).execute()
 
 
-def disable(user: StaffUser, password: str, code: str, now: datetime, secret_key: str) -> None:
+def disable(user: StaffUser, password: str, code: str, now: datetime, secret_key: Keys) -> None:
     """Turn two-factor off: the password and a current code (or a recovery code) confirm it."""
     if not passwords.verify(user.password_hash, password):
         raise Invalid(WRONG_PASSWORD, code="WRONG_PASSWORD")

@@ -13,7 +13,8 @@ def make_storage(cfg: Config) -> LocalStorage | S3Storage:
     """Build the configured backend from the `Config`.
 
     Reads `storage_backend` (`local` | `s3`), `upload_max_bytes` (both),
-    `storage_dir`, `storage_signing_key` and `public_base_url` (local), or
+    `storage_dir`, `storage_signing_key` (and the fallbacks' signing keys) and
+    `public_base_url` (local), or
     `s3_endpoint_url`, `s3_public_endpoint_url`, `s3_bucket`, `s3_region`,
     `s3_access_key_id` and `s3_secret_access_key` (s3). Their defaults are
     `Config`'s.
@@ -23,6 +24,7 @@ def make_storage(cfg: Config) -> LocalStorage | S3Storage:
         return LocalStorage(
             cfg.storage_dir,
             signing_key=cfg.storage_signing_key,
+            fallback_signing_keys=cfg.storage_signing_fallbacks,
             public_base_url=cfg.public_base_url,
             max_upload_bytes=cfg.upload_max_bytes,
         )

@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any, BinaryIO
@@ -40,6 +40,10 @@ __all__ = ["CHUNK_SIZE", "LocalStorage"]
 
 #: Bytes per read/write when streaming an upload to disk.
 CHUNK_SIZE = 1024 * 1024
+
+
+def _subkey(raw_key: bytes) -> bytes:
+    return hmac.new(raw_key, b"clinic-storage-url-v1", hashlib.sha256).digest()
 
 
 class LocalStorage:
@@ -70,6 +74,7 @@ class LocalStorage:
         max_upload_bytes: int = Config.upload_max_bytes,
         fsync: bool = True,
         clock: Callable[[], float] = time.time,
+        fallback_signing_keys: Sequence[bytes | str] = (),
     ) -> None:
         if not os.fspath(root):
             raise ValueError("storage_dir must not be empty")
@@ -81,8 +86,12 @@ class LocalStorage:
         if max_upload_bytes < 1:
             raise ValueError("max_upload_bytes must be positive")
         # A dedicated subkey, so the configured secret can be shared with other
-        # signers without their signatures ever validating here.
-        self._hmac_key = hmac.new(raw_key, b"clinic-storage-url-v1", hashlib.sha256).digest()
+        # signers without their signatures ever validating here. The fallbacks (the keys
+        # SECRET_KEY replaced) still verify the links they signed, never sign.
+        self._hmac_key = _subkey(raw_key)
+        self._verify_keys = [self._hmac_key] + [
+            _subkey(k.encode("utf-8") if isinstance(k, str) else bytes(k)) for k in fallback_signing_keys
+        ]
         self.root = Path(os.path.realpath(root))
         self.public_base_url = public_base_url.rstrip("/")
         self.max_upload_bytes = max_upload_bytes
@@ -107,16 +116,20 @@ class LocalStorage:
 
     # -- signing -----------------------------------------------------------------
 
-    def _signature(self, method: str, key: str, expires: int, *fields: str) -> str:
+    def _signature(self, method: str, key: str, expires: int, *fields: str, hmac_key: bytes | None = None) -> str:
         # JSON framing makes the message unambiguous whatever the fields contain.
         message = json.dumps([method, key, expires, *fields], separators=(",", ":"))
-        return hmac.new(self._hmac_key, message.encode("utf-8"), hashlib.sha256).hexdigest()
+        return hmac.new(hmac_key or self._hmac_key, message.encode("utf-8"), hashlib.sha256).hexdigest()
 
     def _verify(self, method: str, key: str, expires: str | None, signature: str | None, *fields: str) -> None:
         if not expires or not signature or not expires.isascii() or not expires.isdigit():
             raise AccessDenied("missing or malformed signature")
-        expected = self._signature(method, key, int(expires), *fields)
-        if not hmac.compare_digest(expected.encode("ascii"), signature.encode("utf-8", "replace")):
+        given = signature.encode("utf-8", "replace")
+        matches = [
+            hmac.compare_digest(self._signature(method, key, int(expires), *fields, hmac_key=k).encode("ascii"), given)
+            for k in self._verify_keys  # every key, whichever matches: the same work either way
+        ]
+        if not any(matches):
             raise AccessDenied("signature does not match")
         if int(expires) < self._clock():
             raise AccessDenied("URL has expired")

@@ -35,6 +35,7 @@ from config import Config
 from models import Clinic
 from plumbing import crypto, strict_json
 from plumbing.clock import as_utc
+from plumbing.crypto import Keys
 from safe_fetch import (
     FetchError,
     Resolver,
@@ -75,14 +76,17 @@ class Credentials:
         return f"platform-token:{self.clinic_id}:{digest}"
 
 
-def credentials_of(clinic: Clinic, secret_key: str) -> Credentials | None:
+def credentials_of(clinic: Clinic, secret_key: Keys) -> Credentials | None:
     """The clinic's platform API credentials, or None when they were not supplied."""
     if not (clinic.platform_api_url and clinic.platform_username and clinic.platform_password_encrypted):
         return None
     try:
         password = crypto.decrypt(clinic.platform_password_encrypted, secret_key)
     except crypto.InvalidToken:
-        log.error("clinic %s: platform password not decryptable with SECRET_KEY (re-onboard it)", clinic.slug)
+        log.error(
+            "clinic %s: platform password not decryptable with SECRET_KEY or SECRET_KEY_FALLBACKS (re-onboard it)",
+            clinic.slug,
+        )
         return None
     return Credentials(str(clinic.id), clinic.platform_api_url.rstrip("/"), clinic.platform_username, password)
 
@@ -149,7 +153,7 @@ class PlatformClient:
                     return cached
             token, lifetime = self._exchange(creds)
             ttl = max(1, lifetime - _TOKEN_MARGIN) if lifetime > _TOKEN_MARGIN * 2 else max(1, lifetime // 2)
-            self.redis.set(key, crypto.encrypt(token, self.config.secret_key), ex=ttl)
+            self.redis.set(key, crypto.encrypt(token, self.config.secret_keys), ex=ttl)
             return token
 
     def forget_token(self, creds: Credentials) -> None:
@@ -160,7 +164,7 @@ class PlatformClient:
         if not raw:
             return None
         try:
-            return crypto.decrypt(raw.decode() if isinstance(raw, bytes) else str(raw), self.config.secret_key)
+            return crypto.decrypt(raw.decode() if isinstance(raw, bytes) else str(raw), self.config.secret_keys)
         except crypto.InvalidToken:
             return None
 

@@ -28,6 +28,7 @@ from console.rendering import (
 )
 from console.throttle import LoginThrottle
 from models import StaffSession, StaffUser
+from plumbing.crypto import Keys
 from plumbing.database import db
 from plumbing.errors import DomainError, Gone
 from staff import accounts, passwords, two_factor
@@ -166,7 +167,7 @@ class ConsoleLoginCode:
     finishes = ("code",)
 
     def __init__(
-        self, renderer: Renderer, throttle: LoginThrottle, clock: Callable, secret_key: str, trust: bool, flash: Flash
+        self, renderer: Renderer, throttle: LoginThrottle, clock: Callable, secret_key: Keys, trust: bool, flash: Flash
     ) -> None:
         self.renderer = renderer
         self.throttle = throttle
@@ -370,7 +371,7 @@ class TwoFactorPage:
     login_required = True
     finishes = ("enrol",)
 
-    def __init__(self, renderer: Renderer, clock: Callable, secret_key: str, trust: bool, flash: Flash) -> None:
+    def __init__(self, renderer: Renderer, clock: Callable, secret_key: Keys, trust: bool, flash: Flash) -> None:
         self.renderer = renderer
         self.clock = clock
         self.secret_key = secret_key

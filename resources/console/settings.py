@@ -16,6 +16,7 @@ from console import pages
 from console.rendering import N_, Renderer, html, see_other
 from models import Actor, Calendar, Clinic, OfficeHours, RequestType, Tag, Vacation
 from onboarding.clinic_settings import ClinicSettings, NotFound, SettingsError, local_moment
+from plumbing.crypto import Keys
 from plumbing.row_cache import RowCache
 from privacy.retention import settings_of as retention_settings
 from switchboard.office_hours import WEEKDAYS
@@ -58,7 +59,7 @@ class _SettingsPage(ABC):
     path = ""
 
     def __init__(
-        self, renderer: Renderer, secret_key: str, clock: Callable[[], datetime], cache: RowCache | None = None
+        self, renderer: Renderer, secret_key: Keys, clock: Callable[[], datetime], cache: RowCache | None = None
     ) -> None:
         self.renderer = renderer
         self.secret_key = secret_key

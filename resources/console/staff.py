@@ -20,6 +20,7 @@ from console.inbox import local_time
 from console.rendering import N_, Renderer, html, see_other
 from models import Actor, Clinic
 from onboarding.clinic_settings import ClinicSettings, SettingsError
+from plumbing.crypto import Keys
 from plumbing.errors import DomainError
 from resources.console.settings import SECTIONS
 from staff import accounts
@@ -34,7 +35,7 @@ class StaffPage:
     admin_required = True
 
     def __init__(
-        self, renderer: Renderer, clock: Callable, secret_key: str, link_hours: float, trust_forwarded_proto: bool
+        self, renderer: Renderer, clock: Callable, secret_key: Keys, link_hours: float, trust_forwarded_proto: bool
     ) -> None:
         self.renderer = renderer
         self.clock = clock

@@ -1,7 +1,7 @@
 """PostgreSQL databases the tests and benchmarks own."""
 from __future__ import annotations
 
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, urlparse
 
 import psycopg2
 
@@ -9,11 +9,11 @@ import psycopg2
 def recreate_database(url: str) -> None:
     """Drop the database `url` names (its sessions ended: WITH (FORCE)) and create it
     empty, through the server's `postgres` database, as the URL's user (default
-    `postgres`) with its password, if any."""
+    `postgres`) with its password, if any, and the URL's connection parameters (sslmode...)."""
     parts = urlparse(url)
     name = parts.path.lstrip("/")
     admin = psycopg2.connect(host=parts.hostname, port=parts.port or 5432, user=parts.username or "postgres",
-                             password=parts.password, dbname="postgres")
+                             password=parts.password, dbname="postgres", **dict(parse_qsl(parts.query)))
     admin.autocommit = True
     with admin.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -38,25 +38,55 @@ from tests.support.processes import children, manage
 from tests.support.servers import wait_until
 
 
+class ServerTLS:
+    """What a server needs to speak TLS: a certificate for `localhost` and 127.0.0.1 from
+    `ca` (the suite's own trustme CA), written into `directory`, and the CA's file for
+    clients. `owner`: the user the server runs as (it must read the key, 0600)."""
+
+    def __init__(self, ca: Any, directory: Path, owner: str | None = None) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        cert = ca.issue_cert("localhost", "127.0.0.1")
+        self.cert, self.key, self.ca_file = directory / "server.crt", directory / "server.key", directory / "ca.pem"
+        cert.cert_chain_pems[0].write_to_path(str(self.cert))
+        cert.private_key_pem.write_to_path(str(self.key))
+        ca.cert_pem.write_to_path(str(self.ca_file))
+        os.chmod(self.key, 0o600)
+        if owner is not None:
+            entry = pwd.getpwnam(owner)
+            for path in (directory, self.cert, self.key, self.ca_file):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
 class RedisServer:
     """A private redis-server on 127.0.0.1; `stop()` is SHUTDOWN NOSAVE, `start()` again
-    comes back empty on the same port."""
+    comes back empty on the same port. With `tls`, it speaks TLS only (`rediss://`)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, tls: ServerTLS | None = None) -> None:
         self.workdir = workdir
         self.port = free_port()
+        self.tls = tls
         self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
+        if self.tls is not None:
+            return f"rediss://localhost:{self.port}/0?ssl_ca_certs={self.tls.ca_file}"
         return f"redis://127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
+        if self.tls is not None:
+            return redis.Redis(host="localhost", port=self.port, socket_connect_timeout=1, socket_timeout=5, ssl=True,
+                               ssl_ca_certs=str(self.tls.ca_file))
         return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1, socket_timeout=5)
 
     def start(self) -> "RedisServer":
+        listen = ["--port", str(self.port)]
+        if self.tls is not None:
+            listen = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.cert),
+                      "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca_file),
+                      "--tls-auth-clients", "no"]
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            ["redis-server", *listen, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         assert wait_until(self._pong, timeout=10, interval=0.05), "private redis-server did not start"
         return self
@@ -169,9 +199,10 @@ class TcpProxy:
 
 
 class PostgresCluster:
-    """A private PostgreSQL cluster on a free port, its socket and data in a temp dir."""
+    """A private PostgreSQL cluster on a free port, its socket and data in a temp dir.
+    With `tls`, it accepts TCP connections over TLS only (`url` asks `verify-full`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls_ca: Any = None) -> None:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
         assert found, "PostgreSQL server binaries not found under /usr/lib/postgresql"
         self.bindir = Path(found[-1]).parent
@@ -182,6 +213,7 @@ class PostgresCluster:
         if self.as_postgres:
             entry = pwd.getpwnam("postgres")
             os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        self.tls = ServerTLS(tls_ca, self.dir / "tls", "postgres" if self.as_postgres else None) if tls_ca else None
 
     def _run(self, *args: str, timeout: float = 60) -> None:
         cmd = [str(self.bindir / args[0]), *args[1:]]
@@ -190,14 +222,22 @@ class PostgresCluster:
         subprocess.run(cmd, check=True, timeout=timeout, capture_output=True, cwd=self.dir)
 
     def url(self, database: str = "postgres") -> str:
+        if self.tls is not None:
+            return (f"postgresql://postgres@localhost:{self.port}/{database}"
+                    f"?sslmode=verify-full&sslrootcert={self.tls.ca_file}")
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def init(self) -> "PostgresCluster":
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        if self.tls is not None:  # TCP over TLS only: a plain connection is refused
+            (self.data / "pg_hba.conf").write_text("local all all trust\nhostssl all all 127.0.0.1/32 trust\n"
+                                                   "hostssl all all ::1/128 trust\n")
         return self
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
+        if self.tls is not None:
+            options += f" -c ssl=on -c ssl_cert_file={self.tls.cert} -c ssl_key_file={self.tls.key}"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.dir / "server.log"), "-o", options, "-w", "start")
 
     def stop(self, mode: str = "fast") -> None:
