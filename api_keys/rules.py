@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from models import Actor, ApiToken, ApiTokenClinic, AuditEvent, Clinic
-from plumbing import row_cache
 from plumbing.clock import as_utc, iso_utc, utc_now
 from plumbing.database import db, is_postgresql
 
@@ -157,7 +156,6 @@ def rotate(
             AuditEvent.record(
                 actor, clinic, "token.rotate", token, {"newKey": str(new.id), "oldValidUntil": iso_utc(until)}
             )
-    row_cache.changed_here()
     return new, text
 
 
@@ -172,7 +170,6 @@ def revoke(actor: Actor, token: ApiToken, now: datetime | None = None) -> bool:
         if revoked:
             for clinic in clinics_of(token):
                 AuditEvent.record(actor, clinic, "token.revoke", token, {"name": token.name})
-    row_cache.changed_here()  # this process at once; the others within a second
     return bool(revoked)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import peewee as pw
 
 from models.base import BaseModel
+from plumbing.row_cache import Watched
 
 
 class Organization(BaseModel):
@@ -17,6 +18,11 @@ class Organization(BaseModel):
     slug = pw.CharField(max_length=64, unique=True)
     name = pw.CharField(max_length=200)
     patient_sharing = pw.BooleanField(default=False)
+
+    class Meta:
+        # Its writes empty this process's row caches once committed (plumbing/row_cache.py):
+        # patient sharing rides the cached clinic.
+        row_cache = Watched()
 
 
 class Clinic(BaseModel):
@@ -71,6 +77,9 @@ class Clinic(BaseModel):
         "retention_documents_days": None,
     }
 
+    class Meta:
+        row_cache = Watched()  # cached with the tokens and schedules (plumbing/row_cache.py)
+
     @classmethod
     def by_slug(cls, slug: str) -> Clinic:
         return cls.get(cls.slug == slug)
@@ -98,6 +107,7 @@ class Calendar(BaseModel):
 
     class Meta:
         indexes = ((("clinic", "name"), True),)
+        row_cache = Watched()  # a routing schedule's part
 
 
 class OfficeHours(BaseModel):
@@ -112,6 +122,9 @@ class OfficeHours(BaseModel):
     closes = pw.TimeField()  # <= opens means the interval runs past midnight
     weeks = pw.CharField(max_length=5, default="every")  # ISO week parity
 
+    class Meta:
+        row_cache = Watched()  # a routing schedule's part
+
 
 class Vacation(BaseModel):
     calendar_id: uuid.UUID
@@ -122,6 +135,9 @@ class Vacation(BaseModel):
     starts_at = pw.DateTimeField()  # UTC, inclusive
     ends_at = pw.DateTimeField()  # UTC, exclusive
     applies_to_switchboard = pw.BooleanField(default=True)
+
+    class Meta:
+        row_cache = Watched()  # a routing schedule's part
 
 
 class Tag(BaseModel):

@@ -15,6 +15,7 @@ from models.base import BaseModel
 from models.clinics import Clinic
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import columns, db, from_row, hot_sql
+from plumbing.row_cache import Watched
 
 if TYPE_CHECKING:
     from plumbing.row_cache import RowCache
@@ -43,6 +44,11 @@ class ApiToken(BaseModel):
     # and the key it replaced when issued by a rotation (migration 50; None before).
     created_by = pw.CharField(max_length=220, null=True)
     rotated_from = pw.UUIDField(null=True)
+
+    class Meta:
+        # The columns its trigger announces: a last use written does not change a cached
+        # token, and a new token is not cached yet.
+        row_cache = Watched(columns=frozenset({"secret_hash", "scopes", "expires_at", "revoked_at"}), inserts=False)
 
     @staticmethod
     def _hash(secret: str) -> str:
@@ -163,6 +169,7 @@ class ApiTokenClinic(BaseModel):
 
     class Meta:
         indexes = ((("token", "clinic"), True),)
+        row_cache = Watched()  # which clinics a cached token covers
 
 
 # --- The hot path's SQL (every authenticated request, every call hand-off), run with

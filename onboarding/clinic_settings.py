@@ -33,7 +33,7 @@ from models import (
     Vacation,
 )
 from onboarding.writer import RETENTION_COLUMNS, OnboardingError, onboard
-from plumbing import crypto, row_cache
+from plumbing import crypto
 from plumbing.crypto import Keys
 from plumbing.database import db, is_postgresql
 from switchboard.office_hours import WEEKDAYS
@@ -174,8 +174,6 @@ class ClinicSettings:
         except OnboardingError as exc:
             path = exc.path.removeprefix(_PREFIX) if exc.path.startswith(_PREFIX) else exc.path
             raise SettingsError(path, str(exc).split(": ", 1)[-1]) from None
-        finally:
-            row_cache.changed_here()  # the routing checks read the change on the next call
         self.clinic = Clinic.get_by_id(self.clinic.id)
 
     def _own(self, model: Any, row_id: Any, *where: Any) -> Any:

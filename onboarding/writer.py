@@ -46,7 +46,7 @@ from models import (
 from onboarding.base import OnboardingError, RowWriter, stable_id, unique
 from onboarding.schema import SCHEMA
 from onboarding.users import plan_users, write_user
-from plumbing import crypto, json_schema, row_cache
+from plumbing import crypto, json_schema
 from plumbing.clock import as_utc, utc_now
 from plumbing.crypto import Keys
 from plumbing.database import db
@@ -341,11 +341,9 @@ class _Plan:
 
 
 def onboard(document: dict[str, Any], *, secret_key: Keys) -> str:
-    """Validate `document`, then write it in one transaction. Returns a one-line summary."""
-    try:
-        return _onboard(document, secret_key)
-    finally:
-        row_cache.changed_here()  # clinics may have changed (other processes: NOTIFY)
+    """Validate `document`, then write it in one transaction. Returns a one-line summary.
+    (What the row caches hold is forgotten as the writes commit: plumbing/row_cache.py.)"""
+    return _onboard(document, secret_key)
 
 
 def _onboard(document: dict[str, Any], secret_key: Keys) -> str:

@@ -9,7 +9,7 @@ import logging
 import re
 import select
 import weakref
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import peewee as pw
@@ -31,7 +31,30 @@ UNREACHABLE: tuple[type[Exception], ...] = (
 )
 
 
-class CheckedPostgresqlPool(PooledPostgresqlDatabase):
+class AnnouncesChanges:
+    """Database mixin: a write through a model whose Meta names a `row_cache` watch
+    (plumbing/row_cache.py, `Watched`) runs the watch's hook once the write commits (at
+    once outside a transaction; after the outermost commit inside one; not at all on a
+    rollback). Cache invalidation happens where rows are written, whoever writes them."""
+
+    def execute(self, query: Any, **context_options: Any) -> Any:
+        cursor = super().execute(query, **context_options)  # type: ignore[misc]
+        watch = getattr(getattr(getattr(query, "model", None), "_meta", None), "row_cache", None)
+        hook = watch.hook_for(query) if watch is not None else None
+        if hook is not None:
+            self.after_commit(hook)  # type: ignore[attr-defined]
+        return cursor
+
+
+class PostgresqlDatabase(AnnouncesChanges, pw.PostgresqlDatabase):
+    """Peewee's, with `AnnouncesChanges`: the CLI's and the workers' connection."""
+
+
+class SqliteDatabase(AnnouncesChanges, pw.SqliteDatabase):
+    """Peewee's, with `AnnouncesChanges` (SQLite has no cache; nothing to announce to)."""
+
+
+class CheckedPostgresqlPool(AnnouncesChanges, PooledPostgresqlDatabase):
     """A pool that does not hand out connections the server has closed.
 
     After a PostgreSQL restart every pooled socket is dead, but psycopg2 only learns it
@@ -91,7 +114,7 @@ def open_database(url: str, *, pool_size: int = 10, pool_wait: float = 10, poole
         params = parse_db_url(url)
         name = params.pop("database")
         if not pooled:
-            return pw.PostgresqlDatabase(name, connect_timeout=5, **params)
+            return PostgresqlDatabase(name, connect_timeout=5, **params)
         return CheckedPostgresqlPool(
             name,
             max_connections=pool_size,
@@ -102,7 +125,7 @@ def open_database(url: str, *, pool_size: int = 10, pool_wait: float = 10, poole
         )
     if scheme == "sqlite":
         path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else url[len("sqlite://") :]
-        return pw.SqliteDatabase(
+        return SqliteDatabase(
             path or ":memory:",
             pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 10000},
             check_same_thread=False,

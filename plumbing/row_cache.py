@@ -43,6 +43,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import peewee as pw
@@ -69,9 +70,37 @@ Row = TypeVar("Row", bound=tuple)
 
 def changed_here() -> None:
     """Forget every cached row in this process at once: for a change this process just
-    committed, whose notification may still be on its way to the listening connection."""
+    committed, whose notification may still be on its way to the listening connection.
+    Writes through the models call it themselves (`Watched`)."""
     for cache in list(_caches):
         cache.invalidate()
+
+
+@dataclass(frozen=True)
+class Watched:
+    """On a model's Meta (`row_cache = Watched(...)`): which writes to its table change
+    what the caches hold, the writes its NOTIFY trigger announces to the other processes
+    (migrations 6, 8 and 10). The database runs `changed_here` once such a write commits
+    (plumbing/database.py), so this process's next lookup reads the change whoever wrote
+    it; no writer has to remember to.
+
+    `columns`: an UPDATE matters only when it sets one of these (None: any UPDATE);
+    `inserts`: whether an INSERT matters (a new token is not cached yet: it does not)."""
+
+    columns: frozenset[str] | None = None
+    inserts: bool = True
+
+    def hook_for(self, query: object) -> Callable[[], None] | None:
+        """`changed_here` when `query` (an INSERT, UPDATE or DELETE of the model) matters."""
+        if isinstance(query, pw.Insert):
+            return changed_here if self.inserts else None
+        if isinstance(query, pw.Update):
+            if self.columns is not None:
+                written = {getattr(field, "name", str(field)) for field in getattr(query, "_update", {})}
+                if not written & self.columns:
+                    return None
+            return changed_here
+        return changed_here if isinstance(query, pw.Delete) else None
 
 
 class RowCache:

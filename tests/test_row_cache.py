@@ -315,3 +315,38 @@ def test_without_notifications_a_change_is_seen_within_a_poll(clinics, deaf_cach
     assert deaf_cache.get("key")[0] == ("row",), "nothing said it changed yet"
     fake_clock.now += deaf_cache.poll_every
     assert deaf_cache.get("key")[0] is None
+
+
+# --- Writes through the models empty the cache themselves -------------------------
+
+def test_a_model_write_empties_this_process_cache_as_it_commits_without_the_writer_asking(
+        clinics, deaf_cache, clock):
+    """No writer calls `changed_here` any more: a write through a model whose Meta watches
+    it (`Watched`) does it once it commits. The deaf cache hears no notification, so only
+    that can have emptied it."""
+    from models import ApiToken, Clinic
+
+    def keep() -> None:
+        _, generation = deaf_cache.get("key")
+        deaf_cache.put("key", ("row",), generation)
+        assert deaf_cache.get("key")[0] == ("row",)
+
+    keep()
+    with db.atomic():
+        Clinic.update(name="Renamed").where(Clinic.slug == "clinic-a").execute()
+        assert deaf_cache.get("key")[0] == ("row",), "not before the commit: a reader would cache the old row"
+    assert deaf_cache.get("key")[0] is None, "as the write commits"
+    keep()
+    with db.atomic() as transaction:
+        Clinic.update(name="Not kept").where(Clinic.slug == "clinic-a").execute()
+        transaction.rollback()
+    assert deaf_cache.get("key")[0] == ("row",), "a rolled back write changed nothing"
+    token = issue_token(["clinic-a"], ["read"])  # (its clinics' links do empty it: a coverage may change)
+    keep()
+    with db.connection_context():
+        ApiToken.create(name="not cached yet", secret_hash="0" * 64, scopes="read")  # a new token
+        ApiToken.touch(uuid.UUID(token_id(token)), clock(), timedelta(minutes=1))  # a last use
+    assert deaf_cache.get("key")[0] == ("row",), "neither changes a cached row"
+    with db.connection_context():
+        ApiToken.update(revoked_at=clock()).where(ApiToken.id == uuid.UUID(token_id(token))).execute()
+    assert deaf_cache.get("key")[0] is None, "a revocation does"
