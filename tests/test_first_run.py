@@ -11,6 +11,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +34,16 @@ BANNER = "Ctrl-C stops it."
 LOGS = ("web.log", "worker.log", "redis.log", "sample.log")
 
 
+def with_default_sigint(command: list[str]) -> list[str]:
+    """`command`, run with SIGINT at its default disposition whatever this process has. A
+    CI runner may start the suite with SIGINT ignored (as a shell does a background job),
+    and an ignored signal stays ignored across fork and exec: bin/run would inherit it, and
+    bash cannot trap a signal ignored on entry, so a terminal's Ctrl-C would not stop it.
+    A terminal's bin/run has it at its default: so does the test's."""
+    reset = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", reset, *command]
+
+
 class Run:
     """`bin/run` in a process group of its own (as a terminal runs it: Ctrl-C is a SIGINT
     to that group), its output collected line by line from a thread. With `tee`, the
@@ -49,7 +60,7 @@ class Run:
         if tee is not None:
             command = ["bash", "-c", 'bin/run "$@" 2>&1 | tee "$TEE"', "bash", *args]
             environment["TEE"] = str(tee)
-        self.proc = subprocess.Popen(command, cwd=ROOT, env=environment,
+        self.proc = subprocess.Popen(with_default_sigint(command), cwd=ROOT, env=environment,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)
         self.lines: list[str] = []
@@ -172,6 +183,17 @@ def test_a_process_that_ends_during_the_start_is_named_with_its_log(tmp_path, po
     # Its own SECRET_KEY, made before anything started, for the owner's eyes only.
     key_file = tmp_path / "var" / "secret_key"
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and len(key_file.read_text().strip()) >= 64
+
+
+def test_the_ctrl_c_tests_give_bin_run_a_default_sigint_whatever_the_suite_was_started_with():
+    """Started by a runner that ignores SIGINT, a shell still traps Ctrl-C as a terminal's
+    bin/run does (without `with_default_sigint` it never sees it, and the tests below hang)."""
+    trapping = ["bash", "-c", "trap 'exit 7' INT; kill -INT $$; sleep 1; exit 1"]
+    runner = ("import signal, subprocess, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+              "sys.exit(subprocess.run(sys.argv[1:]).returncode)")
+    assert subprocess.run([sys.executable, "-c", runner, *with_default_sigint(trapping)], timeout=30).returncode == 7
+    assert subprocess.run([sys.executable, "-c", runner, *trapping], timeout=30).returncode == 1, \
+        "the ignored SIGINT is inherited: what the helper undoes"
 
 
 def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
