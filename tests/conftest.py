@@ -98,6 +98,21 @@ _SESSION_DATABASE: list = []
 _EMPTIER: list[TableEmptier] = []
 
 
+def app_beside(settings: Config):
+    """`create_app(settings)` for a test that needs a second app with other settings over the
+    session's database: once built, the session's pool is bound again (create_app binds a
+    pool of its own), so the app's requests take the session's open connections. A fresh
+    pool's first connections are what a machine at full load delayed past their connect
+    timeout (a 503 in a test that otherwise cannot fail), and a pool left bound would be
+    every later test's in this process."""
+    bound = db.obj
+    made = create_app(settings)
+    own, _ = db.obj, db.initialize(bound)
+    if own is not bound:
+        own.close_all()
+    return made
+
+
 @pytest.fixture
 def app(wsgi_app, clock: Clock) -> Iterator[webtest.TestApp]:
     """The app over a clean database (every table emptied but the migration log) and no

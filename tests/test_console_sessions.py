@@ -17,7 +17,7 @@ from staff.passwords import hash_password
 from models import AuditEvent, Clinic, StaffMembership, StaffSession, StaffUser
 from plumbing import logs
 from plumbing.database import db
-from tests.conftest import PG_URL, ROOT
+from tests.conftest import PG_URL, ROOT, app_beside
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.support.clocks import WEDNESDAY
 
@@ -135,7 +135,7 @@ def test_behind_a_trusted_proxy_each_client_is_throttled_by_its_own_address(staf
     """TRUSTED_PROXY_HOPS=1 (a PaaS router): every request comes from the router's address,
     and one office's failed logins must not lock out another's; the client's address is
     what the router appended, not what the client wrote before it."""
-    behind = webtest.TestApp(create_app(replace(config, trusted_proxy_hops=1)))
+    behind = webtest.TestApp(app_beside(replace(config, trusted_proxy_hops=1)))
     router = {"REMOTE_ADDR": "10.0.0.1"}
     for n in range(5):
         login(behind, email=f"guess{n}@example.cz", status=401, **router,
