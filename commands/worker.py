@@ -4,10 +4,13 @@ demand."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
+import os
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from config import Config
 from plumbing.database import db
@@ -42,13 +45,15 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
             companions.die_with_parent(args.parent_pid)
         db.close()
         runtime.start(config)
-        return worker.run(
-            worker_class,
-            [Queue(queueing.RECORDINGS, connection=connection)],
-            with_scheduler=False,
-            logging_level=level,
-            who="playback worker",
-            stop_seconds=config.worker_stop_seconds,
+        exit_at_once(
+            worker.run(
+                worker_class,
+                [Queue(queueing.RECORDINGS, connection=connection)],
+                with_scheduler=False,
+                logging_level=level,
+                who="playback worker",
+                stop_seconds=config.worker_stop_seconds,
+            )
         )
     if not wait_for_schema(config, log):
         return 0  # asked to stop while waiting
@@ -88,7 +93,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         # quickly (jobs/worker.py). Job durations and outcomes go to the service's metrics
         # (jobs/metrics.py); RQ's own loggers follow LOG_LEVEL (RQ would pin them at INFO).
         queues = [Queue(name, connection=connection) for name in args.queues]
-        return worker.run(
+        code = worker.run(
             worker_class,
             queues,
             with_scheduler=True,
@@ -100,6 +105,18 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         if playback is not None:
             # Within what is left of the grace (a second kept for this process's own exit).
             playback.stop(max(1.0, stop_by[0] - time.monotonic() - 1) if stop_by else 130.0)
+    exit_at_once(code)
+
+
+def exit_at_once(code: int) -> NoReturn:
+    """End the worker without the interpreter's finalization, which frees the spelling
+    dictionaries object by object: seconds of a stop's grace. What must happen at exit
+    still does: the exit handlers run (the models freed), the logs and output are flushed."""
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def wait_for_schema(config: Config, log: logging.Logger, every: float = 2.0) -> bool:
@@ -115,25 +132,31 @@ def wait_for_schema(config: Config, log: logging.Logger, every: float = 2.0) -> 
 
     stopping = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    said = ""
+    said = ""  # the state last logged: one line per state, not one per try
     try:
         while not stopping.is_set():
             try:
                 missing = pending(db.obj)
             except UNREACHABLE as exc:
-                state = f"worker waiting for the database ({type(exc).__name__}); next try every {every:.0f} s"
+                state, line = (
+                    "unreachable",
+                    f"worker waiting for the database ({type(exc).__name__}); trying every {every:.0f} s",
+                )
             else:
                 if not missing:
                     if said:
                         log.warning("database ready: the worker starts")
                     return True
                 shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
-                state = (
-                    f"database schema lacks {len(missing)} migration(s) of this release ({shown}): "
-                    "run manage.py migrate; the worker waits for it"
+                state, line = (
+                    "behind",
+                    (
+                        f"database schema lacks {len(missing)} migration(s) of this release ({shown}): "
+                        "run manage.py migrate; the worker waits for it"
+                    ),
                 )
-            if state != said:  # one line per state, not one per try
-                log.warning(state)
+            if state != said:
+                log.warning(line)
                 said = state
             stopping.wait(every)
         return False
