@@ -11,12 +11,12 @@ job gives the call back ("deferred") instead of waiting out the download retries
 this worker's relay queues it again as soon as both answer (jobs/relay.py), so the call
 neither waits minutes after an outage nor holds its clinic's place in the fair share.
 
-A worker asked to stop (the platform's SIGTERM) lets a transcription run while its grace
-(`WORKER_STOP_SECONDS`) allows, then stops it at its next checkpoint (whisper.cpp's abort
-callback) and hands the job back: RQ queues it again at once for another worker
-(`HandBack`), what was transcribed is dropped rather than delivered partial, and the
-attempt is not counted. The next run transcribes the whole recording: the same transcript
-as an uninterrupted run.
+A worker asked to stop (the platform's SIGTERM) stops a transcription at its next
+checkpoint (whisper.cpp's abort and encoder callbacks: a second or so apart) and hands the
+job back: RQ queues it again at once for another worker (`HandBack`), what was transcribed
+is dropped rather than delivered partial, and the attempt is not counted. The next run
+transcribes the whole recording: the same transcript as an uninterrupted run. All within
+the worker's grace, `WORKER_STOP_SECONDS`.
 """
 
 from __future__ import annotations
@@ -130,10 +130,10 @@ def _ingest(config: Config, call_id: str) -> str:
             held = recordings.Fingerprint.of_file(audio)
             with db.connection_context():
                 Call.update(recording_sha256=held.sha256, recording_bytes=held.size).where(Call.id == call.id).execute()
-            if runtime.stop_due():
+            if runtime.stopping():
                 _hand_back(call, "after its download")
             transcript = _transcribe(config, str(audio), clinic, deadline)
-            if transcript.aborted and runtime.stop_due():
+            if transcript.aborted and runtime.stopping():
                 _hand_back(call, f"{time.perf_counter() - fetched:.1f} s into its transcription")
     except (UnsafeURL, FetchError) as exc:
         reason = str(exc)
@@ -177,7 +177,7 @@ def _transcribe(config: Config, path: str, clinic: Clinic, deadline: float) -> t
         path,
         languages,
         deadline=deadline,
-        stop=runtime.stop_due,
+        stop=runtime.stopping,
         max_seconds=config.recording_max_seconds,
         country=clinic.country,
     )

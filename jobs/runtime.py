@@ -37,9 +37,6 @@ def job_config() -> Config:
 
 # --- stopping: the platform's SIGTERM, and the grace it leaves (WORKER_STOP_SECONDS) ---------
 
-#: Seconds of the grace kept for what follows a job's stop: handing it back, the worker's
-#: and its children's exit (at most a quarter of the grace).
-STOP_MARGIN = 5.0
 _stop_asked: float | None = None  # time.monotonic() of the first stop request
 _stop_grace = 0.0
 
@@ -56,25 +53,11 @@ def request_stop(grace: float) -> bool:
 
 
 def stopping() -> bool:
-    """Whether this process was asked to stop: a job not begun yet gives its work back."""
+    """Whether this process was asked to stop: a job stops at its next checkpoint (a
+    transcription's abort callback) and gives its work back. At once, not at the grace's
+    end: a checkpoint may be seconds away (an encoder pass on a busy CPU), and what
+    follows (handing the job back, the worker's and its children's exit) needs time too."""
     return _stop_asked is not None
-
-
-def stop_due() -> bool:
-    """Whether a job must stop at its next checkpoint (a transcription's abort callback):
-    the grace is nearly spent (`STOP_MARGIN` of it left)."""
-    return _stop_asked is not None and time.monotonic() >= _stop_asked + _stop_grace - _margin()
-
-
-def stop_left(default: float) -> float:
-    """Seconds left of the grace (at least 0), or `default` when no stop was asked."""
-    if _stop_asked is None:
-        return default
-    return max(0.0, _stop_asked + _stop_grace - time.monotonic())
-
-
-def _margin() -> float:
-    return min(STOP_MARGIN, _stop_grace / 4)
 
 
 def forget_stop() -> None:

@@ -381,11 +381,10 @@ def run(
     right after the worker registered took its whole 30 s stop timeout.)
 
     The first stop request starts the grace, `stop_seconds` (WORKER_STOP_SECONDS): a job
-    running then stops at its next checkpoint before the grace is spent and hands itself
-    back (jobs/calls.py), `on_stop` runs (the worker command stops its playback worker, and
-    starts no child from then on), and should the process still be there at the grace's
-    end, it exits there (`Watchdog`): a platform's SIGKILL after its own grace never finds
-    it mid-job."""
+    running then stops at its next checkpoint and hands itself back (jobs/calls.py),
+    `on_stop` runs (the worker command stops its playback worker, and starts no child from
+    then on), and should the process still be there at the grace's end, it exits there
+    (`Watchdog`): a platform's SIGKILL after its own grace never finds it mid-job."""
     connection = queues[0].connection
     stopping = threading.Event()
     current: list[SimpleWorker] = []  # the worker being started, once constructed

@@ -271,8 +271,12 @@ class _PyWhisperCpp:
         encoder_runs = [0]
 
         def encoder_begins(*_: Any) -> bool:
+            # A checkpoint too: whisper.cpp asks the abort callback while it decodes, not
+            # while it encodes, and each window's encoder pass takes seconds on a busy CPU.
+            if stop():
+                return False  # stops whisper.cpp before this window's encoder pass
             encoder_runs[0] += 1
-            return True  # False would stop whisper.cpp
+            return True
 
         pw.assign_abort_callback(params, stop)
         pw.assign_encoder_begin_callback(params, encoder_begins)
