@@ -270,3 +270,24 @@ def test_an_ingest_failing_on_an_outage_gives_its_call_back_and_is_queued_again_
         stop.set()
         thread.join(timeout=10)
         runtime._config = previous
+
+
+def test_importing_the_relay_opens_no_pipe():
+    """Nothing happens at import: the relay's wake-up pipe is opened by its first use."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = ("import os\n"
+            "def link(fd):\n"
+            "    try: return os.readlink(f'/proc/self/fd/{fd}')\n"
+            "    except OSError: return ''  # the listing's own descriptor, closed meanwhile\n"
+            "def pipes(): return {f for f in os.listdir('/proc/self/fd') if link(f).startswith('pipe:')}\n"
+            "before = pipes()\n"
+            "import jobs.relay, jobs.wakeup, jobs.calls, jobs.worker\n"
+            "print(len(pipes() - before))\n"
+            "jobs.wakeup.job_ended()\n"
+            "print(len(pipes() - before))\n")
+    opened = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert opened.stdout.split() == ["0", "2"], opened.stdout + opened.stderr[-2000:]
