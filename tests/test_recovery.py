@@ -45,7 +45,7 @@ from rq.job import Job, JobStatus
 
 from jobs.relay import job_id
 from tests.conftest import ROOT
-from tests.support import bodies
+from tests.support import bodies, log_audit
 from tests.support.faults import PostgresCluster, RedisServer, ServerTLS, gunicorn, post_json, prepare_database
 from tests.support.https_server import HTTPSTestServer, TestRequest, TestResponse, static
 from tests.support.processes import manage, start_worker
@@ -136,8 +136,12 @@ def stack(tmp_path_factory, https_ca, ca_bundle, tls_ca) -> Iterator[Stack]:
                      WHISPER_MODEL_EN=str(MODEL_EN), LOG_LEVEL="INFO", RECORDING_RETRY_DELAYS="10,60,300",
                      RATE_LIMIT_HANDOFFS_PER_MINUTE="0", RELAY_PER_CLINIC="2")
     env.pop("PBX_RETRY_DELAYS", None)
+    for log in ("web.log", "worker-15s.log", "worker-120s.log", "worker-sigterm.log", "worker-after-sigterm.log",
+                "worker-redis.log", "worker-early.log"):
+        log_audit.watch(workdir / log)  # no secret in any process's log (checked at the session's end)
     try:
         token = prepare_database(env, SLUG)
+        log_audit.remember(token, "the recovery stack's API key")
         web, base_url = gunicorn(env, workdir / "web.log")
         try:
             with HTTPSTestServer(ca=https_ca) as recordings:
