@@ -118,6 +118,21 @@ def test_a_deadline_stops_whisper_cpp_from_inside(transcriber: tx.Transcriber) -
     assert t.aborted and t.message and (t.status, t.issue) == ("failed", "timeout") and t.text == ""
 
 
+def test_a_stop_asked_stops_whisper_cpp_at_its_first_checkpoint(transcriber: tx.Transcriber) -> None:
+    """The worker stopping (`stop`): asked before each window's encoder pass and while
+    decoding, it ends the transcription there, aborted (the job then hands its call back)."""
+    asked: list[float] = []
+
+    def stop() -> bool:
+        asked.append(time.monotonic())
+        return True
+
+    started = time.monotonic()
+    t = transcriber.transcribe(str(AUDIO / "msg_wav16.wav"), "en", stop=stop)
+    assert asked and t.aborted and t.text == ""
+    assert time.monotonic() - started < 5
+
+
 # ------------------------------------------------- the clinic's model, Czech first
 
 
