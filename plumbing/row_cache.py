@@ -363,6 +363,8 @@ class RowCache:
         with self._lock:
             self._listener, self._connecting = listener, False
             self._epoch += 1  # rows read from now on are confirmed by this connection
+            referenced = {epoch for _, epoch in self._known.values()}
+            self._confirmed = {epoch: at for epoch, at in self._confirmed.items() if epoch in referenced}
             self._recount = True
             self._poll_at = 0.0  # count at once: whether anything changed while nobody listened
             self._invalidate()  # changes made while nobody listened may have been missed
