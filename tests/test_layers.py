@@ -105,3 +105,54 @@ def test_only_the_clock_reads_the_wall_clock():
             if wall.search(line.split("#")[0]):
                 offenders.append(f"{module}.py:{number}: {line.strip()}")
     assert offenders == [], offenders
+
+
+_IMPORT_EVERYTHING = r'''
+import atexit, importlib, json, os, pkgutil, sys, threading, traceback
+root = sys.argv[1]
+sys.path.insert(0, root)
+seen = []
+
+def caller():
+    """Where the call was made, when the service's own code made it (not a library's)."""
+    frame = traceback.extract_stack()[-3]
+    if frame.filename.startswith(root) and "/.venv" not in frame.filename:
+        return f"{frame.filename[len(root) + 1:]}:{frame.lineno}"
+    return None
+
+def watch(kind, original):
+    def recorded(*args, **kwargs):
+        where = caller()
+        if where:
+            seen.append(f"{kind} at {where}")
+        return original(*args, **kwargs)
+    return recorded
+
+atexit.register = watch("atexit handler", atexit.register)
+os.pipe = watch("pipe", os.pipe)
+type(os.environ).__setitem__ = watch("environment write", type(os.environ).__setitem__)
+type(os.environ).__delitem__ = watch("environment write", type(os.environ).__delitem__)
+os.putenv = watch("environment write", os.putenv)
+threading.Thread.start = watch("thread", threading.Thread.start)
+modules = ["app", "models", "config", "migrations"]
+for package in json.loads(sys.argv[2]):
+    found = importlib.import_module(package)
+    modules += [info.name for info in pkgutil.walk_packages(found.__path__, package + ".")]
+for name in modules:
+    importlib.import_module(name)
+print("SEEN " + json.dumps(seen))
+'''
+
+
+def test_importing_the_service_starts_no_thread_opens_no_pipe_and_writes_no_environment():
+    """Nothing happens at import: `app`, `models`, `jobs` and every feature package (not
+    `wsgi`, which builds the app) start no thread, open no pipe, register no exit handler
+    and write no environment variable; the entry points do what a process needs."""
+    import json as _json
+
+    packages = sorted(SERVICE_PACKAGES)
+    done = subprocess.run([sys.executable, "-c", _IMPORT_EVERYTHING, str(ROOT), _json.dumps(packages)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("SEEN ")]
+    assert _json.loads(line.removeprefix("SEEN ")) == []
