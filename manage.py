@@ -33,7 +33,7 @@ import sys
 from commands import audit, calls, demo, deployment, privacy, secrets, storage, tokens, users, wait_ready, worker
 from config import Config, InsecureConfiguration, RetiredSetting, prepare_process_environment
 from plumbing import clock
-from plumbing.database import bind_database, db
+from plumbing.database import bound, db, open_database
 
 # In the order `--help` lists them: migrate, model, onboard, token, user, audit, demo,
 # calls, worker, requeue, storage, patient, retention, reencrypt, wait-ready.
@@ -73,11 +73,13 @@ def main(argv: list[str] | None = None, config: Config | None = None) -> int:
         except InsecureConfiguration as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    bind_database(config.database_url, pooled=False)
-    if not getattr(args, "needs_db", True):
-        return args.func(config, args)
-    with db.connection_context():
-        return args.func(config, args)
+    # The command's database, bound while it runs (its threads too), then what the process
+    # had before: nothing, for the CLI; an app's pool, for a test that runs a command.
+    with bound(open_database(config.database_url, pooled=False)):
+        if not getattr(args, "needs_db", True):
+            return args.func(config, args)
+        with db.connection_context():
+            return args.func(config, args)
 
 
 if __name__ == "__main__":

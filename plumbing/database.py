@@ -5,11 +5,14 @@ hot path (every authenticated request, every call hand-off).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import select
+import threading
 import weakref
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any, TypeVar, cast
 from urllib.parse import urlparse
 
 import peewee as pw
@@ -18,7 +21,31 @@ import psycopg2.extensions
 from playhouse.db_url import parse as parse_db_url
 from playhouse.pool import PooledPostgresqlDatabase
 
-db = pw.DatabaseProxy()
+
+class DatabaseProxy(pw.DatabaseProxy):
+    """The proxy the models bind to (Peewee's way to choose the database at run time),
+    bound by the entry points: `bind_database` (`create_app`, a job run by hand) or `bound`
+    (`manage.py`, for its command's run). A connection context or a transaction opened
+    through it holds the database bound when it opened: should the proxy be bound to
+    another one meanwhile (a second app or a command in one process), it still ends on
+    its own database."""
+
+    def connection_context(self) -> Any:
+        return self._bound().connection_context()
+
+    def atomic(self, *args: Any, **kwargs: Any) -> Any:
+        return self._bound().atomic(*args, **kwargs)
+
+    def transaction(self, *args: Any, **kwargs: Any) -> Any:
+        return self._bound().transaction(*args, **kwargs)
+
+    def _bound(self) -> pw.Database:
+        if self.obj is None:
+            raise AttributeError("Cannot use uninitialized Proxy.")
+        return cast(pw.Database, self.obj)
+
+
+db = DatabaseProxy()
 log = logging.getLogger(__name__)
 
 #: A database operation failed because the database is unreachable (down, restarting, the
@@ -29,6 +56,38 @@ UNREACHABLE: tuple[type[Exception], ...] = (
     psycopg2.OperationalError,
     psycopg2.InterfaceError,
 )
+
+
+class _Held(pw.ConnectionContext):
+    """A connection context that its database counts while it is open (in this thread or
+    greenlet, as Peewee keeps a connection)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        super().__enter__()
+        holders = self.db._holders
+        holders.count = getattr(holders, "count", 0) + 1
+
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
+        self.db._holders.count -= 1
+        super().__exit__(exc_type, exc_val, exc_tb)
+
+
+class HoldsConnections:
+    """Database mixin: whether code of this thread (or greenlet) holds the connection
+    open in a `connection_context()` (a script's, a job's, a test's), so that
+    `release_connection` never takes it from under it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._holders = threading.local()
+
+    def connection_context(self) -> _Held:
+        return _Held(self)
+
+    def holds_connection(self) -> bool:
+        return getattr(self._holders, "count", 0) > 0
 
 
 class AnnouncesChanges:
@@ -46,15 +105,15 @@ class AnnouncesChanges:
         return cursor
 
 
-class PostgresqlDatabase(AnnouncesChanges, pw.PostgresqlDatabase):
+class PostgresqlDatabase(HoldsConnections, AnnouncesChanges, pw.PostgresqlDatabase):
     """Peewee's, with `AnnouncesChanges`: the CLI's and the workers' connection."""
 
 
-class SqliteDatabase(AnnouncesChanges, pw.SqliteDatabase):
+class SqliteDatabase(HoldsConnections, AnnouncesChanges, pw.SqliteDatabase):
     """Peewee's, with `AnnouncesChanges` (SQLite has no cache; nothing to announce to)."""
 
 
-class CheckedPostgresqlPool(AnnouncesChanges, PooledPostgresqlDatabase):
+class CheckedPostgresqlPool(HoldsConnections, AnnouncesChanges, PooledPostgresqlDatabase):
     """A pool that does not hand out connections the server has closed.
 
     After a PostgreSQL restart every pooled socket is dead, but psycopg2 only learns it
@@ -134,9 +193,24 @@ def open_database(url: str, *, pool_size: int = 10, pool_wait: float = 10, poole
 
 
 def bind_database(url: str, *, pool_size: int = 10, pool_wait: float = 10, pooled: bool = True) -> pw.Database:
+    """Open the database and bind the models to it, for the rest of the process (the web
+    process's `create_app`)."""
     database = open_database(url, pool_size=pool_size, pool_wait=pool_wait, pooled=pooled)
     db.initialize(database)
     return database
+
+
+@contextlib.contextmanager
+def bound(database: pw.Database) -> Iterator[pw.Database]:
+    """The models bound to `database` for the block (a command's run, its threads
+    included), then to what was bound before: a command run inside another process (a
+    test's) leaves that process's database bound."""
+    previous = db.obj
+    db.initialize(database)
+    try:
+        yield database
+    finally:
+        db.initialize(previous)
 
 
 def release_connection() -> bool:
@@ -147,8 +221,11 @@ def release_connection() -> bool:
     uploads did). A connection inside a transaction stays: giving it back would end the
     transaction; so does one a `connection_context()` holds (a script's or a test's), whose
     end would then find its context gone. True when one was handed back."""
-    if db.obj is None or db.is_closed() or db.in_transaction() or db.obj._state.ctx:
+    database = db.obj
+    if database is None or database.is_closed() or database.in_transaction():
         return False  # (None: no database bound, as for storage served on its own)
+    if isinstance(database, HoldsConnections) and database.holds_connection():
+        return False
     db.close()
     return True
 

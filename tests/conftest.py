@@ -19,7 +19,6 @@ import argon2
 import pytest
 import redis
 import webtest
-from playhouse.pool import PooledDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -90,11 +89,9 @@ def config(clock: Clock) -> Config:
 def wsgi_app(config: Config):
     app = create_app(config)
     assert migrate(db.obj), "a fresh database gets the migrations applied"
-    _SESSION_DATABASE.append(db.obj)  # the pool create_app bound
     return app
 
 
-_SESSION_DATABASE: list = []
 _EMPTIER: list[TableEmptier] = []
 
 
@@ -120,10 +117,6 @@ def app(wsgi_app, clock: Clock) -> Iterator[webtest.TestApp]:
     refuse this one's)."""
     clock.set(WEDNESDAY)
     plumbing.clock.use(clock)  # the session's, whatever app an earlier test built (live_service.serve)
-    if not isinstance(db.obj, PooledDatabase):
-        # An earlier test ran a command in this process (manage.main binds a database of its
-        # own, unpooled): the app's pool again, whatever ran before (xdist changes the order).
-        db.initialize(_SESSION_DATABASE[0])
     if not _EMPTIER:
         _EMPTIER.append(TableEmptier(db, [m for m in MODELS if m is not SchemaMigration]))
     with db.connection_context():

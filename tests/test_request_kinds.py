@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import webtest
 from jsonschema import Draft202012Validator
+from playhouse.pool import PooledDatabase
 
 from web import openapi
 from plumbing.clock import as_utc
@@ -238,11 +239,8 @@ def test_manage_calls_lists_callback_number_and_transcript_status_issue_language
                  transcript_language="cs", transcript_status="unreliable", transcript_issue="low_confidence",
                  callback_number="+420602987654")
     call_request("clinic-a", "missed_call", received_at=_now(clock) - timedelta(minutes=1))
-    bound = db.obj
-    try:
-        assert manage.main(["calls", "--last", "5"], config) == 0
-    finally:
-        db.initialize(bound)  # manage.main binds its own database; later tests expect the app's pool
+    assert manage.main(["calls", "--last", "5"], config) == 0
+    assert isinstance(db.obj, PooledDatabase), "the command bound its database for its run only"
     out = capsys.readouterr().out
     assert "    callback: +420602987654\n" in out
     assert "    transcript [unreliable (low_confidence), cs]: Zavolejte mi.\n" in out
@@ -256,11 +254,7 @@ def test_manage_calls_shows_control_characters_from_callers_as_escapes(app, org,
 
     call_request("clinic-a", "voice_message", received_at=_now(clock), call_sid="CA-\x1b[2J\x1b]0;pwned\x07",
                  transcript="Dobrý den,\r\nzavolejte mi.\x9b31m")
-    bound = db.obj
-    try:
-        assert manage.main(["calls", "--last", "1"], config) == 0
-    finally:
-        db.initialize(bound)
+    assert manage.main(["calls", "--last", "1"], config) == 0
     out = capsys.readouterr().out
     assert "CA-\\x1b[2J\\x1b]0;pwned\\x07" in out
     assert "Dobrý den,\\r\\nzavolejte mi.\\x9b31m" in out  # Czech letters stay as they are

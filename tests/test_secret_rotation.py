@@ -91,11 +91,7 @@ def platform_password(keys: crypto.Keys) -> str | None:
 
 
 def reencrypt(settings: Config, *args: str) -> int:
-    session_database = db.obj
-    try:
-        return manage.main(["reencrypt", *args], config=settings)
-    finally:
-        db.initialize(session_database)  # manage.main binds a database of its own
+    return manage.main(["reencrypt", *args], config=settings)
 
 
 def test_a_rotated_key_keeps_sessions_messages_passwords_and_links_until_the_old_one_is_retired(
