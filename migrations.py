@@ -115,6 +115,16 @@ def _steps(*steps: Migration) -> Migration:
     return run
 
 
+class _RequestTypeTable(pw.Model):
+    """The request_type table as a foreign key names it (the key only), so that a migration
+    adding a reference to it does not depend on the live model."""
+
+    id = pw.UUIDField(primary_key=True)
+
+    class Meta:
+        table_name = "request_type"
+
+
 # Append only. A migration may run on a database created by any earlier version, or on a
 # fresh one where earlier migrations created tables from the current models.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
@@ -401,6 +411,25 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
                 'CREATE TRIGGER "redact_only" BEFORE UPDATE ON "audit_event" '
                 "FOR EACH ROW EXECUTE FUNCTION audit_event_redact_only()",
             ),
+    # The inbox sorts itself: what a voice message's transcript suggests (a request type,
+    # urgency) on its request, staff confirming or clearing it, and the words a clinic reads
+    # transcripts for. Old requests and clinics read as "never read" and "the shipped words".
+    (
+        50,
+        "triage",
+        _steps(
+            _add_column(
+                "patient_request",
+                "suggested_type_id",
+                pw.ForeignKeyField(_RequestTypeTable, null=True, field=_RequestTypeTable.id, on_delete="SET NULL"),
+            ),
+            _add_column("patient_request", "suggested_type_spans", pw.TextField(null=True)),
+            _add_column("patient_request", "type_confirmed_at", pw.DateTimeField(null=True)),
+            _add_column("patient_request", "urgent", pw.BooleanField(default=False)),
+            _add_column("patient_request", "urgent_spans", pw.TextField(null=True)),
+            _add_column("patient_request", "urgent_cleared_at", pw.DateTimeField(null=True)),
+            _add_column("clinic", "urgency_words", pw.TextField(null=True)),
+            _add_column("request_type", "transcript_words", pw.TextField(null=True)),
         ),
     ),
 ]

@@ -70,6 +70,9 @@ class Clinic(BaseModel):
         "retention_audit_details_days": 180,
         "retention_documents_days": None,
     }
+    # The words that may mean a voice message is urgent, per language (JSON {"cs": [...], ...},
+    # onboarding's `urgencyWords`); null: the shipped ones (triage/vocabulary.py).
+    urgency_words = pw.TextField(null=True)
 
     @classmethod
     def by_slug(cls, slug: str) -> Clinic:
@@ -155,6 +158,10 @@ class RequestType(BaseModel):
     reservation_length = pw.IntegerField(default=0)
     remind_days_before = pw.IntegerField(default=0)
     active = pw.BooleanField(default=True)
+    # The words in a voice message's transcript that suggest this type (JSON: a shipped set
+    # `preset` and the type's own `words` per language; onboarding's `transcriptWords`);
+    # null: the type is never suggested.
+    transcript_words = pw.TextField(null=True)
 
     class Meta:
         indexes = ((("clinic", "ecrf_id"), True),)
