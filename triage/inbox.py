@@ -21,7 +21,7 @@ def vocabulary_of(clinic_id: uuid.UUID) -> reading.Vocabulary:
     for t in RequestType.select(RequestType.id, RequestType.transcript_words).where(
         (RequestType.clinic == clinic_id) & RequestType.active & RequestType.transcript_words.is_null(False)
     ):
-        words = vocabulary.type_words(json.loads(t.transcript_words))
+        words = vocabulary.type_words(json.loads(t.transcript_words or "null"))
         if any(words.values()):
             types[str(t.id)] = words
     stored = Clinic.select(Clinic.urgency_words).where(Clinic.id == clinic_id).scalar()
@@ -54,7 +54,9 @@ def refresh(clinic_id: uuid.UUID) -> int:
         )
     )
     for request in rows:
-        r = reading.read(request.call.transcript, request.call.transcript_language, words)
+        call = request.call  # joined: every row has one
+        assert call is not None
+        r = reading.read(call.transcript or "", call.transcript_language, words)
         fresh = Triage(uuid.UUID(r.type_id) if r.type_id else None, r.type_spans, r.urgent, r.urgent_spans).columns()
         if request.type_confirmed_at is not None:
             fresh = {k: v for k, v in fresh.items() if not k.startswith("suggested_")}
