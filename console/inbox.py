@@ -17,7 +17,7 @@ from markupsafe import Markup, escape
 
 from console.rendering import N_
 from models import AuditEvent, Call, Clinic, Patient, PatientRequest, RequestType, StaffUser
-from models.requests import spans_of
+from models.requests import spans_of, words_at
 from plumbing.clock import as_utc
 from plumbing.phones import for_display
 from voicemail.recordings import GONE_REASONS, PlayState
@@ -120,11 +120,6 @@ def marked(text: str, spans: list[tuple[int, int]], css: str) -> Markup:
     return Markup("").join(out)
 
 
-def words_of(text: str, spans: list[tuple[int, int]]) -> list[str]:
-    """The transcript's words in the ranges, each once, in their order."""
-    return list(dict.fromkeys(text[a:b] for a, b in sorted(spans) if b <= len(text)))
-
-
 def request_for(user: StaffUser, request_id: str) -> PatientRequest | None:
     """A request of one of the user's clinics; None otherwise (another clinic's id, a bad id)."""
     try:
@@ -210,13 +205,13 @@ def row(
         # The words that may mean urgency, marked; flagged until staff clear it.
         "transcript_marked": marked(transcript, urgent_spans, "urgent") if transcript else None,
         "urgent": request.urgent,
-        "urgent_words": words_of(transcript, urgent_spans) if transcript else [],
+        "urgent_words": words_at(transcript, urgent_spans) if transcript else [],
         "urgent_cleared": request.urgent_cleared_at is not None,
         # What the transcript suggests (None: no type), and the type staff confirmed.
         "read": read,
         "suggested": names.get(request.suggested_type_id) if request.suggested_type_id else None,
         "suggested_id": str(request.suggested_type_id) if request.suggested_type_id else "",
-        "type_words": words_of(transcript, type_spans) if read and transcript else [],
+        "type_words": words_at(transcript, type_spans) if read and transcript else [],
         "confirmed": request.type_confirmed_at is not None,
         "type_name": names.get(request.request_type_id) if request.request_type_id else None,
         "type_id": str(request.request_type_id) if request.request_type_id else "",

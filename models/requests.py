@@ -108,6 +108,12 @@ def spans_of(text: str | None) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in json.loads(text)] if text else []
 
 
+def words_at(transcript: str, spans: list[tuple[int, int]]) -> list[str]:
+    """The transcript's words in the ranges, each once, in their order (a range past the
+    text's end is left out: it was read in another transcript)."""
+    return list(dict.fromkeys(transcript[a:b] for a, b in sorted(spans) if b <= len(transcript)))
+
+
 # The merge chains in SQL: UNION (not UNION ALL) drops ids already seen, so a cycle ends.
 _OPEN_FOR_CALLER_SQL = """
 WITH RECURSIVE chain(id) AS (

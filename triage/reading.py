@@ -94,7 +94,3 @@ def read(text: str, language: str | None, vocabulary: Vocabulary) -> Reading:
         scores=dict(scores),
     )
 
-
-def words(text: str, spans: list[tuple[int, int]]) -> list[str]:
-    """The transcript's words in the ranges, each once, in their order."""
-    return list(dict.fromkeys(text[a:b] for a, b in spans))
