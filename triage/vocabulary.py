@@ -117,6 +117,7 @@ PRESETS: dict[str, dict[str, list[str]]] = {
             "zrušení",
             "rušit",
             "zrušit termín",
+            "rušit termín",
             "zrušit objednání",
             "nepřijdu",
             "nemůžu přijít",
