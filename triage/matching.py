@@ -4,16 +4,16 @@ A transcript's word and a line's word are the same word when
 
 * the dictionary knows the transcript's word and they share a form: the word as written or
   one of its Hunspell stems, compared without diacritics ("bolestí" and "bolest" share
-  "bolest"; "krvácí" and "krvácet" share "krvácet"). Czech negation is a prefix that
-  Hunspell strips ("nebolí" → "bolet"): a negated word keeps only its written form, so
-  "nebolí" never reads as pain;
+  "bolest"; "krvácí" and "krvácet" share "krvácet"). A stem that Hunspell found by taking
+  a prefix off is another word and is not used: Czech negation ("nebolí" → "bolet") never
+  reads as pain, "refills" is not "fill";
 * the dictionary does not know it (a transcript of rough audio is full of non-words such as
   "brychá" for "břicha"): by its letters, without diacritics, the last letter of the
   line's word set aside for the ending (Czech inflects at the end), within one edit on
   short words and two on long ones; a match found this way counts half (`FUZZY`).
 
-A language without a dictionary compares letters only. Words of three letters or fewer
-match only as written (or by a stem), never by letters.
+A language without a dictionary compares letters only. Words of four letters or fewer match
+only as written (or by a stem), never by letters.
 """
 
 from __future__ import annotations
@@ -60,9 +60,10 @@ def _forms(word: str, language: str | None) -> tuple[frozenset[str], bool]:
     if found is None:
         return frozenset({written}), False
     known, stems = found
-    folded = {fold(s) for s in stems}
-    if written.startswith("ne") and folded and not any(s.startswith("ne") for s in folded):
-        return frozenset({written}), known  # negated: "nebolí" is not "bolet"
+    # A stem that does not begin as the word does had a prefix taken off, and the prefix
+    # made another word: negation ("nebolí" is not "bolet"), a superlative ("nejdřív"), a
+    # repetition ("refills" is not "fill").
+    folded = {f for f in (fold(s) for s in stems) if f[:3] == written[:3]}
     return frozenset({written, *folded}), known
 
 
@@ -92,7 +93,7 @@ class Word:
         if len(letters) < MIN_FUZZY:
             return 0.0
         for form in self.forms:
-            if len(form) < MIN_FUZZY - 1:
+            if len(form) < MIN_FUZZY:
                 continue
             # The line's word without its last letter (an ending), against as many letters of
             # the transcript's word, which may be longer by an ending of up to three letters

@@ -93,4 +93,3 @@ def read(text: str, language: str | None, vocabulary: Vocabulary) -> Reading:
         urgent_spans=matching.spans(toks, (i for m in alarm for i in m.indexes)) if urgent else [],
         scores=dict(scores),
     )
-
