@@ -203,7 +203,9 @@ def row(
         ),
         "transcript": transcript,
         # The words that may mean urgency, marked; flagged until staff clear it.
-        "transcript_marked": marked(transcript, urgent_spans, "urgent") if transcript else None,
+        "transcript_marked": (
+            marked(transcript, urgent_spans, "urgent" if request.urgent else "was-urgent") if transcript else None
+        ),
         "urgent": request.urgent,
         "urgent_words": words_at(transcript, urgent_spans) if transcript else [],
         "urgent_cleared": request.urgent_cleared_at is not None,
