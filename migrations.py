@@ -411,6 +411,8 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
                 'CREATE TRIGGER "redact_only" BEFORE UPDATE ON "audit_event" '
                 "FOR EACH ROW EXECUTE FUNCTION audit_event_redact_only()",
             ),
+        ),
+    ),
     # The inbox sorts itself: what a voice message's transcript suggests (a request type,
     # urgency) on its request, staff confirming or clearing it, and the words a clinic reads
     # transcripts for. Old requests and clinics read as "never read" and "the shipped words".
