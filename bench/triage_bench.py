@@ -5,7 +5,8 @@ Run from the repository root (faster-whisper, the reference engine, is a benchma
 dependency: ``.venv/bin/pip install -r bench/requirements.txt``)::
 
     .venv/bin/python bench/triage_bench.py [--set labelled|heldout|both] [--only SUBSTRING] [--every N]
-        [--threads 1] [--model var/models/ggml-base.bin] [--no-reference] [--json out.json]
+        [--threads 1] [--model var/models/ggml-base.bin] [--no-reference] [--no-project] [--cached-only]
+        [--json out.json]
 
 The sets:
 
@@ -378,10 +379,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-project", action="store_true", help="the reference engine only (the readers compared "
                         "on the same transcripts; the project's engine takes minutes a clip on a loaded machine)")
     parser.add_argument("--fresh", action="store_true", help="transcribe again, the cache forgotten")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="score only the clips whose transcripts are cached (transcribe nothing)")
     parser.add_argument("--json", default=None, metavar="OUT")
     args = parser.parse_args(argv)
     clips = (held_out(args.only, args.every) if args.set in ("heldout", "both") else []) + (
         labelled(args.only, args.every) if args.set in ("labelled", "both") else [])
+    if args.cached_only:
+        cache = json.loads(CACHE.read_text()) if CACHE.is_file() else {}
+        engines = ([] if args.no_project else ["project"]) + ([] if args.no_reference else ["reference"])
+        clips = [c for c in clips if all(_clip_key(e, c) in cache for e in engines)]
     texts = transcribe(clips, args)
     rows = score(clips, texts)
     summary = report(rows)
