@@ -131,12 +131,12 @@ HELD_OUT: dict[str, list[tuple[str, str, str, tuple[str, ...], bool]]] = {
 # ------------------------------------------------------------------ the sets
 
 
-def labelled(only: str | None, every: int) -> list[dict[str, Any]]:
+def labelled(only: str | None, every: int, start: int = 0) -> list[dict[str, Any]]:
     from tests import voicemail_set as vs
 
     clips = [dict(x, path=str(vs.clip_path(x)), set="labelled") for x in vs.load_labels()
              if x["kind"] == "speech" and (not only or only in x["file"])]
-    return clips[:: max(every, 1)]
+    return clips[start :: max(every, 1)]
 
 
 def held_out(only: str | None, every: int) -> list[dict[str, Any]]:
@@ -196,7 +196,7 @@ def _clip_key(engine: str, clip: dict[str, Any]) -> str:
 
 def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, dict[str, str]]:
     """{clip file: {"project": text, "reference": text}}, from the cache or transcribed now."""
-    cache: dict[str, Any] = {} if args.fresh or not CACHE.is_file() else json.loads(CACHE.read_text())
+    cache: dict[str, Any] = {} if args.fresh or not args.cache.is_file() else json.loads(args.cache.read_text())
     engines = ([] if args.no_project else ["project"]) + ([] if args.no_reference else ["reference"])
     todo = {e: [c for c in clips if _clip_key(e, c) not in cache] for e in engines}
     if todo.get("project"):
@@ -210,7 +210,7 @@ def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             cache[_clip_key("project", clip)] = {"text": t.text, "language": t.language}
             print(f"project {n}/{len(todo['project'])} {clip['file']} {time.perf_counter() - began:.1f} s",
                   file=sys.stderr)
-            _save(cache)
+            _save(cache, args.cache)
     if todo.get("reference"):
         import faster_whisper
 
@@ -225,7 +225,7 @@ def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             cache[_clip_key("reference", clip)] = {"text": text, "language": clip["language"]}
             print(f"reference {n}/{len(todo['reference'])} {clip['file']} {time.perf_counter() - began:.1f} s",
                   file=sys.stderr)
-            _save(cache)
+            _save(cache, args.cache)
     out: dict[str, dict[str, str]] = {}
     for clip in clips:
         row = {"script": {"text": clip["text"], "language": clip["language"]}}
@@ -235,11 +235,11 @@ def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
     return out  # type: ignore[return-value]
 
 
-def _save(cache: dict[str, Any]) -> None:
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
-    partial = CACHE.with_suffix(".partial")
+def _save(cache: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(cache, ensure_ascii=False, indent=0))
-    partial.replace(CACHE)
+    partial.replace(path)
 
 
 # ------------------------------------------------------------------ the two readers
@@ -372,6 +372,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--set", choices=["labelled", "heldout", "both"], default="both")
     parser.add_argument("--only", default=None, help="clips whose file name contains this")
     parser.add_argument("--every", type=int, default=1, help="every Nth clip")
+    parser.add_argument("--start", type=int, default=0, help="with --every: from the Nth labelled clip (0-based)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model", default=str(ROOT / "var" / "models" / "ggml-base.bin"))
     parser.add_argument("--languages", default="cs,en", help="the project engine detects among these")
@@ -379,14 +380,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-project", action="store_true", help="the reference engine only (the readers compared "
                         "on the same transcripts; the project's engine takes minutes a clip on a loaded machine)")
     parser.add_argument("--fresh", action="store_true", help="transcribe again, the cache forgotten")
+    parser.add_argument("--cache", type=Path, default=CACHE,
+                        help="the transcripts' cache (one per running benchmark: each rewrites its own)")
     parser.add_argument("--cached-only", action="store_true",
                         help="score only the clips whose transcripts are cached (transcribe nothing)")
     parser.add_argument("--json", default=None, metavar="OUT")
     args = parser.parse_args(argv)
     clips = (held_out(args.only, args.every) if args.set in ("heldout", "both") else []) + (
-        labelled(args.only, args.every) if args.set in ("labelled", "both") else [])
+        labelled(args.only, args.every, args.start) if args.set in ("labelled", "both") else [])
     if args.cached_only:
-        cache = json.loads(CACHE.read_text()) if CACHE.is_file() else {}
+        cache = json.loads(args.cache.read_text()) if args.cache.is_file() else {}
         engines = ([] if args.no_project else ["project"]) + ([] if args.no_reference else ["reference"])
         clips = [c for c in clips if all(_clip_key(e, c) in cache for e in engines)]
     texts = transcribe(clips, args)
