@@ -4,9 +4,9 @@ wrong, and how many urgent messages are flagged, against plain keyword matching.
 Run from the repository root (faster-whisper, the reference engine, is a benchmark-only
 dependency: ``.venv/bin/pip install -r bench/requirements.txt``)::
 
-    .venv/bin/python bench/triage_bench.py [--set labelled|heldout|both] [--only SUBSTRING] [--every N]
+    .venv/bin/python bench/triage_bench.py [--set labelled|heldout|both] [--only SUBSTRING] [--every N] [--start N]
         [--threads 1] [--model var/models/ggml-base.bin] [--no-reference] [--no-project] [--cached-only]
-        [--json out.json]
+        [--cache FILE] [--json out.json]
 
 The sets:
 
