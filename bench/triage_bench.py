@@ -5,8 +5,8 @@ Run from the repository root (faster-whisper, the reference engine, is a benchma
 dependency: ``.venv/bin/pip install -r bench/requirements.txt``)::
 
     .venv/bin/python bench/triage_bench.py [--set labelled|heldout|both] [--only SUBSTRING] [--every N] [--start N]
-        [--threads 1] [--model var/models/ggml-base.bin] [--no-reference] [--no-project] [--cached-only]
-        [--cache FILE] [--json out.json]
+        [--threads 1] [--model var/models/ggml-base.bin] [--no-reference] [--no-project]
+        [--cache FILE ...] [--cached-only] [--json out.json]
 
 The sets:
 
@@ -196,7 +196,7 @@ def _clip_key(engine: str, clip: dict[str, Any]) -> str:
 
 def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, dict[str, str]]:
     """{clip file: {"project": text, "reference": text}}, from the cache or transcribed now."""
-    cache: dict[str, Any] = {} if args.fresh or not args.cache.is_file() else json.loads(args.cache.read_text())
+    cache: dict[str, Any] = {} if args.fresh else _load(args.caches)
     engines = ([] if args.no_project else ["project"]) + ([] if args.no_reference else ["reference"])
     todo = {e: [c for c in clips if _clip_key(e, c) not in cache] for e in engines}
     if todo.get("project"):
@@ -210,7 +210,7 @@ def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             cache[_clip_key("project", clip)] = {"text": t.text, "language": t.language}
             print(f"project {n}/{len(todo['project'])} {clip['file']} {time.perf_counter() - began:.1f} s",
                   file=sys.stderr)
-            _save(cache, args.cache)
+            _save(cache, args.caches[0])
     if todo.get("reference"):
         import faster_whisper
 
@@ -225,7 +225,7 @@ def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             cache[_clip_key("reference", clip)] = {"text": text, "language": clip["language"]}
             print(f"reference {n}/{len(todo['reference'])} {clip['file']} {time.perf_counter() - began:.1f} s",
                   file=sys.stderr)
-            _save(cache, args.cache)
+            _save(cache, args.caches[0])
     out: dict[str, dict[str, str]] = {}
     for clip in clips:
         row = {"script": {"text": clip["text"], "language": clip["language"]}}
@@ -233,6 +233,15 @@ def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             row[e] = cache[_clip_key(e, clip)]
         out[clip["file"]] = row  # type: ignore[assignment]
     return out  # type: ignore[return-value]
+
+
+def _load(paths: list[Path]) -> dict[str, Any]:
+    """The transcripts of every cache given (several runs at once each keep their own)."""
+    cache: dict[str, Any] = {}
+    for path in paths:
+        if path.is_file():
+            cache.update(json.loads(path.read_text()))
+    return cache
 
 
 def _save(cache: dict[str, Any], path: Path) -> None:
@@ -380,16 +389,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-project", action="store_true", help="the reference engine only (the readers compared "
                         "on the same transcripts; the project's engine takes minutes a clip on a loaded machine)")
     parser.add_argument("--fresh", action="store_true", help="transcribe again, the cache forgotten")
-    parser.add_argument("--cache", type=Path, default=CACHE,
-                        help="the transcripts' cache (one per running benchmark: each rewrites its own)")
+    parser.add_argument("--cache", type=Path, action="append", dest="caches", default=None,
+                        help="the transcripts' cache: new ones are kept in the first, all are read (runs at "
+                        "once each keep their own, as each rewrites it)")
     parser.add_argument("--cached-only", action="store_true",
                         help="score only the clips whose transcripts are cached (transcribe nothing)")
     parser.add_argument("--json", default=None, metavar="OUT")
     args = parser.parse_args(argv)
+    args.caches = args.caches or [CACHE]
     clips = (held_out(args.only, args.every) if args.set in ("heldout", "both") else []) + (
         labelled(args.only, args.every, args.start) if args.set in ("labelled", "both") else [])
     if args.cached_only:
-        cache = json.loads(args.cache.read_text()) if args.cache.is_file() else {}
+        cache = _load(args.caches)
         engines = ([] if args.no_project else ["project"]) + ([] if args.no_reference else ["reference"])
         clips = [c for c in clips if all(_clip_key(e, c) in cache for e in engines)]
     texts = transcribe(clips, args)
