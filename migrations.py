@@ -34,6 +34,15 @@ _CACHE_CHANNEL = "auth_changed"
 _NEW_CALL_CHANNEL = "call_pending"
 
 
+class _FrozenRequestType(pw.Model):
+    """The `request_type` table as migration 50's foreign key saw it: its key only."""
+
+    id = pw.UUIDField(primary_key=True)
+
+    class Meta:
+        table_name = "request_type"
+
+
 class _FrozenCall(pw.Model):
     """The `call` table as migration 2's foreign key saw it: its key only."""
 
@@ -113,16 +122,6 @@ def _steps(*steps: Migration) -> Migration:
             step(database, migrator)
 
     return run
-
-
-class _RequestTypeTable(pw.Model):
-    """The request_type table as a foreign key names it (the key only), so that a migration
-    adding a reference to it does not depend on the live model."""
-
-    id = pw.UUIDField(primary_key=True)
-
-    class Meta:
-        table_name = "request_type"
 
 
 # Append only. A migration may run on a database created by any earlier version, or on a
@@ -423,7 +422,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column(
                 "patient_request",
                 "suggested_type_id",
-                pw.ForeignKeyField(_RequestTypeTable, null=True, field=_RequestTypeTable.id, on_delete="SET NULL"),
+                pw.ForeignKeyField(_FrozenRequestType, null=True, field=_FrozenRequestType.id, on_delete="SET NULL"),
             ),
             _add_column("patient_request", "suggested_type_spans", pw.TextField(null=True)),
             _add_column("patient_request", "type_confirmed_at", pw.DateTimeField(null=True)),
