@@ -107,6 +107,8 @@ def create_app(config: Config) -> falcon.App:
         ("/console/requests/{request_id}/note", requests.RequestNote()),
         ("/console/requests/{request_id}/tags", requests.RequestTags()),
         ("/console/requests/{request_id}/resolution", requests.RequestResolution()),
+        ("/console/requests/{request_id}/type", requests.RequestTypeChoice(config.clock)),
+        ("/console/requests/{request_id}/urgent", requests.RequestUrgentClear(config.clock)),
         (
             "/console/requests/{request_id}/recording",
             recording := requests.ConsoleRecording(renderer, player, config.clock),

@@ -34,6 +34,15 @@ _CACHE_CHANNEL = "auth_changed"
 _NEW_CALL_CHANNEL = "call_pending"
 
 
+class _FrozenRequestType(pw.Model):
+    """The `request_type` table as migration 50's foreign key saw it: its key only."""
+
+    id = pw.UUIDField(primary_key=True)
+
+    class Meta:
+        table_name = "request_type"
+
+
 class _FrozenCall(pw.Model):
     """The `call` table as migration 2's foreign key saw it: its key only."""
 
@@ -401,6 +410,27 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
                 'CREATE TRIGGER "redact_only" BEFORE UPDATE ON "audit_event" '
                 "FOR EACH ROW EXECUTE FUNCTION audit_event_redact_only()",
             ),
+        ),
+    ),
+    # The inbox sorts itself: what a voice message's transcript suggests (a request type,
+    # urgency) on its request, staff confirming or clearing it, and the words a clinic reads
+    # transcripts for. Old requests and clinics read as "never read" and "the shipped words".
+    (
+        50,
+        "triage",
+        _steps(
+            _add_column(
+                "patient_request",
+                "suggested_type_id",
+                pw.ForeignKeyField(_FrozenRequestType, null=True, field=_FrozenRequestType.id, on_delete="SET NULL"),
+            ),
+            _add_column("patient_request", "suggested_type_spans", pw.TextField(null=True)),
+            _add_column("patient_request", "type_confirmed_at", pw.DateTimeField(null=True)),
+            _add_column("patient_request", "urgent", pw.BooleanField(default=False)),
+            _add_column("patient_request", "urgent_spans", pw.TextField(null=True)),
+            _add_column("patient_request", "urgent_cleared_at", pw.DateTimeField(null=True)),
+            _add_column("clinic", "urgency_words", pw.TextField(null=True)),
+            _add_column("request_type", "transcript_words", pw.TextField(null=True)),
         ),
     ),
 ]

@@ -145,6 +145,20 @@ def _ref(kind: str, unknown_as_is: bool = False) -> Kind:
     return Kind(show, lambda value: [(kind, str(value))] if value else [])
 
 
+def _word_counts(value: Any, w: Words) -> Named:
+    """Words per language ({"cs": 40, "en": 31}): "čeština 40, angličtina 31"."""
+    if not isinstance(value, dict):
+        return Named(str(value))
+    return Named(", ".join(f"{language_name(k, w.language) or k} {_count(v, w).text}" for k, v in value.items()))
+
+
+def _type_or_other(value: Any, w: Words) -> Named:
+    """A request type by its name; None is "other" (no type)."""
+    if not value:
+        return Named(w._("other"))
+    return w.name("request_type", value) or Named(w._("(no longer exists)"))
+
+
 def _languages(value: Any, w: Words) -> Named:
     if not value:
         return Named(w._("any language"))
@@ -178,6 +192,8 @@ KEY = _ref("api_token")
 REQUEST = _ref("patient_request")
 REQUEST_TYPE = _ref("request_type")
 PATIENT = _ref("patient")
+TYPE_OR_OTHER = Kind(_type_or_other, lambda value: [("request_type", str(value))] if value else [], says_none=True)
+WORD_COUNTS = Kind(_word_counts)
 
 
 @dataclass(frozen=True)
@@ -219,6 +235,13 @@ def _patch(details: dict[str, Any], w: Words) -> str | None:
         return w._(alone[fields[0]])
     if fields:
         return w._("Request changed: %(what)s", what=", ".join(w._(_PATCHED.get(f, f)) for f in fields))
+    return None
+
+
+def _confirmed(details: dict[str, Any], w: Words) -> str | None:
+    """A type confirmed as the transcript suggested it, or chosen instead."""
+    if details.get("asSuggested") is False:
+        return w._("Request type chosen instead of the suggestion")
     return None
 
 
@@ -273,6 +296,16 @@ ACTIONS: dict[str, Action] = {
         (Field("patientId", N_("Patient"), PATIENT), Field("requestTypeId", N_("Request type"), REQUEST_TYPE)),
     ),
     "patient_request.patch": Action(N_("Request changed"), refine=_patch),
+    # The inbox's reading of voice messages (triage/inbox.py): staff confirm or clear it.
+    "patient_request.confirm_type": Action(
+        N_("Request type confirmed"),
+        (
+            Field("requestTypeId", N_("Request type"), TYPE_OR_OTHER),
+            Field("suggestedRequestTypeId", N_("Suggested from the transcript"), TYPE_OR_OTHER),
+        ),
+        refine=_confirmed,
+    ),
+    "patient_request.clear_urgent": Action(N_("“May be urgent” flag cleared")),
     "attachment.upload_link": Action(N_("Upload link issued"), (Field("contentType", N_("File type")),)),
     "attachment.register": Action(
         N_("Document stored"),
@@ -355,6 +388,14 @@ ACTIONS: dict[str, Action] = {
         (
             Field("missedCallRequests", N_("Missed-call requests"), ON_OFF),
             Field("languages", N_("Caller languages"), LANGUAGES),
+        ),
+        (N_("Calls"), pages.CALLS),
+    ),
+    "settings.urgency_words.update": Action(
+        N_("Words that may mean urgency changed"),
+        (
+            Field("shipped", N_("The shipped words"), YES_NO),
+            Field("counts", N_("Words per language"), WORD_COUNTS),
         ),
         (N_("Calls"), pages.CALLS),
     ),

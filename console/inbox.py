@@ -7,14 +7,17 @@ import math
 import re
 import uuid
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import peewee as pw
 from babel import Locale, UnknownLocaleError
 from babel.dates import format_date, format_time
+from markupsafe import Markup, escape
 
 from console.rendering import N_
-from models import AuditEvent, Call, Clinic, Patient, PatientRequest, StaffUser
+from models import AuditEvent, Call, Clinic, Patient, PatientRequest, RequestType, StaffUser
+from models.requests import spans_of, words_at
 from plumbing.clock import as_utc
 from plumbing.phones import for_display
 from voicemail.recordings import GONE_REASONS, PlayState
@@ -41,15 +44,27 @@ TRY_AGAIN = N_("The recording could not be loaded from the switchboard just now 
 NO_RECORDING = N_("No recording came with this call.")
 
 
+OTHER_TYPE = "other"  # the type filter's "no type": a message no type was suggested or confirmed for
+
+
+def effective_type() -> Any:
+    """A request's type as the inbox sorts it: the one staff confirmed or the API set, else
+    (not confirmed) the one its transcript suggests."""
+    suggested = pw.Case(None, [(PatientRequest.type_confirmed_at.is_null(), PatientRequest.suggested_type)], None)
+    return pw.fn.COALESCE(PatientRequest.request_type, suggested)
+
+
 def requests(
     clinic: Clinic,
     *,
     state: str = "open",
     kind: str | None = None,
+    request_type: str | None = None,
     search: str = "",
     after: datetime | None = None,
     limit: int = PAGE,
 ) -> list[PatientRequest]:
+    """The inbox's rows: open ones flagged "may be urgent" first, then newest first."""
     query = (
         PatientRequest.select(PatientRequest, Patient, Call)
         .join(Patient)
@@ -62,6 +77,10 @@ def requests(
         query = query.where(PatientRequest.kind.not_in(["voice_message", "missed_call"]))
     elif kind in KINDS:
         query = query.where(PatientRequest.kind == kind)
+    if request_type == OTHER_TYPE:
+        query = query.where(effective_type().is_null())
+    elif request_type:
+        query = query.where(effective_type() == uuid.UUID(request_type))
     search = search.strip()[:100]
     if search:
         # Name parts or phone digits; ILIKE patterns with the user's % and _ taken literally.
@@ -78,7 +97,27 @@ def requests(
         )
     if after is not None:
         query = query.where(PatientRequest.created_at > as_utc(after))
-    return list(query.order_by(PatientRequest.created_at.desc(), PatientRequest.id.desc()).limit(limit))
+    order = [PatientRequest.created_at.desc(), PatientRequest.id.desc()]
+    if state == "open":  # what may be urgent first; among the resolved it no longer matters
+        order.insert(0, PatientRequest.urgent.desc())
+    return list(query.order_by(*order).limit(limit))
+
+
+def clinic_types(clinic: Clinic) -> list[RequestType]:
+    """The clinic's request types by name, inactive ones too (a confirmed type keeps its name)."""
+    return list(RequestType.select().where(RequestType.clinic == clinic).order_by(RequestType.name))
+
+
+def marked(text: str, spans: list[tuple[int, int]], css: str) -> Markup:
+    """The transcript escaped, the ranges marked (`<mark class="css">`)."""
+    out, at = [], 0
+    for start, end in sorted(spans):
+        if start < at or end > len(text):
+            continue  # not a range of this text (written for another transcript)
+        out += [escape(text[at:start]), Markup('<mark class="%s">') % css, escape(text[start:end]), Markup("</mark>")]
+        at = end
+    out.append(escape(text[at:]))
+    return Markup("").join(out)
 
 
 def request_for(user: StaffUser, request_id: str) -> PatientRequest | None:
@@ -127,16 +166,25 @@ def phone(number: str | None, clinic: Clinic) -> dict[str, str | None] | None:
 
 
 def row(
-    request: PatientRequest, clinic: Clinic, language: str, recording: PlayState | None = None
+    request: PatientRequest,
+    clinic: Clinic,
+    language: str,
+    recording: PlayState | None = None,
+    types: list[RequestType] | None = None,
 ) -> dict[str, object]:
     """The values one row template shows (the page and the live update render the same).
     `recording`: what the call's recording is now (`RecordingPlayer.states`), for a
-    request made from a call."""
+    request made from a call; `types`: the clinic's request types (`clinic_types`)."""
     call: Call | None = request.call if request.call_id else None
     patient = request.patient
     name = f"{patient.first_name} {patient.last_name}".strip()
     if call is not None and recording is None:
         recording = PlayState("none")
+    transcript = call.transcript if call else None
+    urgent_spans = spans_of(request.urgent_spans)
+    type_spans = spans_of(request.suggested_type_spans)
+    names = {t.id: t.name for t in types or []}
+    read = request.suggested_type_spans is not None and transcript is not None
     return {
         "id": str(request.id),
         "kind": request.kind,
@@ -153,7 +201,23 @@ def row(
         "heard_from": (
             max(0, math.floor(call.callback_number_at) - 1) if call and call.callback_number_at is not None else 0
         ),
-        "transcript": call.transcript if call else None,
+        "transcript": transcript,
+        # The words that may mean urgency, marked; flagged until staff clear it.
+        "transcript_marked": (
+            marked(transcript, urgent_spans, "urgent" if request.urgent else "was-urgent") if transcript else None
+        ),
+        "urgent": request.urgent,
+        "urgent_words": words_at(transcript, urgent_spans) if transcript else [],
+        "urgent_cleared": request.urgent_cleared_at is not None,
+        # What the transcript suggests (None: no type), and the type staff confirmed.
+        "read": read,
+        "suggested": names.get(request.suggested_type_id) if request.suggested_type_id else None,
+        "suggested_id": str(request.suggested_type_id) if request.suggested_type_id else "",
+        "type_words": words_at(transcript, type_spans) if read and transcript else [],
+        "confirmed": request.type_confirmed_at is not None,
+        "type_name": names.get(request.request_type_id) if request.request_type_id else None,
+        "type_id": str(request.request_type_id) if request.request_type_id else "",
+        "types": [{"id": str(t.id), "name": t.name} for t in types or [] if t.active],
         "status": call.transcript_status if call else None,
         "language": call.transcript_language if call else None,
         "language_name": language_name(call.transcript_language, language) if call else None,

@@ -23,6 +23,7 @@ from models import (
     ApiToken,
     AuditEvent,
     Calendar,
+    Call,
     Clinic,
     MedicalRecord,
     PatientRecord,
@@ -35,6 +36,7 @@ from models import (
     Tag,
     UploadLink,
 )
+from models.requests import spans_of, words_at
 from plumbing.clock import as_utc, iso_utc, utc_now
 from plumbing.database import db, release_connection
 from plumbing.errors import Invalid, NotFound
@@ -209,6 +211,10 @@ def summaries(requests: list[PatientRequest]) -> list[dict[str, Any]]:
                     "calendarId": str(res.calendar_id) if res.calendar_id else None,
                 }
             )
+    transcripts: dict[uuid.UUID, str] = {}
+    read = [r.call_id for r in requests if r.call_id and r.suggested_type_spans is not None]
+    if read:
+        transcripts = {c.id: c.transcript or "" for c in Call.select(Call.id, Call.transcript).where(Call.id.in_(read))}
     return [
         {
             "id": str(r.id),
@@ -222,9 +228,30 @@ def summaries(requests: list[PatientRequest]) -> list[dict[str, Any]]:
             "tags": tags.get(r.id, []),
             "medicalRecords": [],
             "reservations": reservations.get(r.id, []),
+            **triage_json(r, transcripts.get(r.call_id) if r.call_id else None),
         }
         for r in requests
     ]
+
+
+def triage_json(r: PatientRequest, transcript: str | None) -> dict[str, Any]:
+    """What the request's voice message suggests (its type, whether it may be urgent), with
+    the transcript's words that led to it; both null for a request never read."""
+    if r.suggested_type_spans is None or transcript is None:
+        return {"requestTypeSuggestion": None, "urgent": None}
+
+    return {
+        "requestTypeSuggestion": {
+            "requestTypeId": str(r.suggested_type_id) if r.suggested_type_id else None,
+            "words": words_at(transcript, spans_of(r.suggested_type_spans)),
+            "confirmedAt": iso_utc(r.type_confirmed_at),
+        },
+        "urgent": {
+            "flagged": r.urgent,
+            "words": words_at(transcript, spans_of(r.urgent_spans)),
+            "clearedAt": iso_utc(r.urgent_cleared_at),
+        },
+    }
 
 
 def detail(request: PatientRequest, links: LinkCache) -> dict[str, Any]:

@@ -35,11 +35,12 @@ from rq import Retry
 from config import Config
 from jobs import leases, queueing, runtime, wakeup
 from jobs.runtime import job_config
-from models import Call, Clinic, finished_calls
+from models import Call, Clinic, Triage, finished_calls
 from plumbing import metrics
 from plumbing.database import UNREACHABLE as DATABASE_UNREACHABLE
 from plumbing.database import db
 from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
+from triage import inbox as triage
 from voicemail import recordings, spoken_numbers, transcription
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,7 @@ def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -
     return _finish(
         call,
         "voice_message",
+        triage=_triage(clinic, t),
         transcript=t.text,
         language=t.language,
         signals=signals,
@@ -205,6 +207,19 @@ def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -
         heard_number=unconfirmed,
         callback_number_at=heard.start if heard and heard.number else None,
     )
+
+
+def _triage(clinic: Clinic, t: transcription.Transcript) -> Triage | None:
+    """What the transcript suggests (a request type, urgency); a failure to read it never
+    keeps the message from the inbox."""
+    if not t.text:
+        return None
+    try:
+        with db.connection_context():
+            return triage.read_transcript(clinic.id, t.text, t.language)
+    except Exception:
+        log.exception("clinic %s: the transcript's request type and urgency were not read", clinic.id)
+        return None
 
 
 def _finish(call: Call, outcome: str, **results: Any) -> str:

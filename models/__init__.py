@@ -31,7 +31,7 @@ from models.clinics import (
 from models.idempotency import IdempotencyKey
 from models.objects import PendingObjectDeletion
 from models.patients import ExternalId, Patient, PatientRecord, PatientRecordTag
-from models.requests import MedicalRecord, PatientRequest, PatientRequestTag, Reservation, UploadLink
+from models.requests import MedicalRecord, PatientRequest, PatientRequestTag, Reservation, Triage, UploadLink
 from models.schema import MODELS, SchemaMigration
 from models.staff import StaffMembership, StaffPasswordLink, StaffRecoveryCode, StaffSession, StaffUser
 from models.tokens import ApiToken, ApiTokenClinic
@@ -71,6 +71,7 @@ __all__ = [
     "StaffSession",
     "StaffUser",
     "Tag",
+    "Triage",
     "UploadLink",
     "Vacation",
 ]

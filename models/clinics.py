@@ -76,6 +76,9 @@ class Clinic(BaseModel):
         "retention_audit_details_days": 180,
         "retention_documents_days": None,
     }
+    # The words that may mean a voice message is urgent, per language (JSON {"cs": [...], ...},
+    # onboarding's `urgencyWords`); null: the shipped ones (triage/vocabulary.py).
+    urgency_words = pw.TextField(null=True)
 
     class Meta:
         row_cache = Watched()  # cached with the tokens and schedules (plumbing/row_cache.py)
@@ -171,6 +174,10 @@ class RequestType(BaseModel):
     reservation_length = pw.IntegerField(default=0)
     remind_days_before = pw.IntegerField(default=0)
     active = pw.BooleanField(default=True)
+    # The words in a voice message's transcript that suggest this type (JSON: a shipped set
+    # `preset` and the type's own `words` per language; onboarding's `transcriptWords`);
+    # null: the type is never suggested.
+    transcript_words = pw.TextField(null=True)
 
     class Meta:
         indexes = ((("clinic", "ecrf_id"), True),)

@@ -12,7 +12,7 @@ import uuid
 from models.calls import Call
 from models.clinics import Clinic
 from models.patients import Patient, PatientRecord
-from models.requests import PatientRequest
+from models.requests import PatientRequest, Triage
 from plumbing.clock import utc_now
 from plumbing.database import db, is_postgresql
 from plumbing.phones import to_e164
@@ -44,12 +44,14 @@ def finish(
     callback: str | None = None,
     heard_number: str | None = None,
     callback_number_at: float | None = None,
+    triage: Triage | None = None,
 ) -> None:
     """Record what the ingest made of the call and create its request, in one
     transaction, once: a call already done is left as it is, and a call has at most one
-    request (the unique `patient_request.call_id`)."""
+    request (the unique `patient_request.call_id`). `triage`: what the transcript suggests
+    (a request type, urgency), stored on the request."""
     with db.atomic():
-        _request_from_call(call, outcome)
+        _request_from_call(call, outcome, triage)
         Call.update(
             state="done",
             outcome=outcome,
@@ -67,7 +69,7 @@ def finish(
         ).where((Call.id == call.id) & (Call.state == "pending")).execute()
 
 
-def _request_from_call(call: Call, outcome: str) -> None:
+def _request_from_call(call: Call, outcome: str, triage: Triage | None) -> None:
     """The request `outcome` makes of the call, for the patient the caller is; nothing
     when the call already has one (the unique `call_id`) or the outcome makes none."""
     if outcome not in REQUEST_OF_OUTCOME:
@@ -81,6 +83,7 @@ def _request_from_call(call: Call, outcome: str) -> None:
         kind=kind,
         call=call.id,
         title=title.format(number=patient.phone or call.call_from.strip() or "a withheld number")[:300],
+        **(triage.columns() if triage is not None else {}),
     ).on_conflict_ignore().execute()
 
 

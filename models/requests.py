@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import peewee as pw
@@ -20,6 +22,7 @@ class PatientRequest(BaseModel):
     clinic_id: uuid.UUID
     patient_id: uuid.UUID
     request_type_id: uuid.UUID | None
+    suggested_type_id: uuid.UUID | None
     created_by_id: uuid.UUID | None
     call_id: uuid.UUID | None
 
@@ -38,6 +41,18 @@ class PatientRequest(BaseModel):
     created_by = pw.ForeignKeyField(ApiToken, null=True, on_delete="SET NULL")
     # The call a voice message / missed call request came from: at most one request a call.
     call = pw.ForeignKeyField(Call, null=True, unique=True, backref="requests", on_delete="SET NULL")
+    # What the transcript suggests (triage/): a request type of the clinic's (null: "other"),
+    # and the character ranges of the call's transcript that suggested it, as JSON
+    # [[start, end], ...]; null when the request was never read (not a voice message with a
+    # transcript). `request_type` holds the type staff confirmed, at `type_confirmed_at`.
+    suggested_type = pw.ForeignKeyField(RequestType, null=True, on_delete="SET NULL", column_name="suggested_type_id")
+    suggested_type_spans = pw.TextField(null=True)
+    type_confirmed_at = pw.DateTimeField(null=True)
+    # May be urgent (a hint for a human, never a diagnosis): flagged until staff clear it; the
+    # transcript's ranges that flagged it, as JSON, kept after the flag is cleared.
+    urgent = pw.BooleanField(default=False)
+    urgent_spans = pw.TextField(null=True)
+    urgent_cleared_at = pw.DateTimeField(null=True)
 
     class Meta:
         indexes = (
@@ -66,6 +81,37 @@ class PatientRequest(BaseModel):
                 ),
             ).fetchone()[0]
         )
+
+
+@dataclass(frozen=True)
+class Triage:
+    """What a voice message's transcript suggests, as its request stores it (triage/ reads
+    it): a request type's id or None ("other") with the transcript's character ranges that
+    suggested it, and whether it may be urgent with the ranges that say so."""
+
+    type_id: uuid.UUID | None
+    type_spans: list[tuple[int, int]] = field(default_factory=list)
+    urgent: bool = False
+    urgent_spans: list[tuple[int, int]] = field(default_factory=list)
+
+    def columns(self) -> dict[str, Any]:
+        return {
+            "suggested_type": self.type_id,
+            "suggested_type_spans": json.dumps([list(s) for s in self.type_spans]),
+            "urgent": self.urgent,
+            "urgent_spans": json.dumps([list(s) for s in self.urgent_spans]),
+        }
+
+
+def spans_of(text: str | None) -> list[tuple[int, int]]:
+    """Stored ranges (JSON) as pairs; [] for none."""
+    return [(int(a), int(b)) for a, b in json.loads(text)] if text else []
+
+
+def words_at(transcript: str, spans: list[tuple[int, int]]) -> list[str]:
+    """The transcript's words in the ranges, each once, in their order (a range past the
+    text's end is left out: it was read in another transcript)."""
+    return list(dict.fromkeys(transcript[a:b] for a, b in sorted(spans) if b <= len(transcript)))
 
 
 # The merge chains in SQL: UNION (not UNION ALL) drops ids already seen, so a cycle ends.

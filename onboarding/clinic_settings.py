@@ -121,10 +121,13 @@ def clinic_document(clinic: Clinic, secret_key: Keys) -> dict[str, Any]:
                 "remindDaysBefore": t.remind_days_before,
                 "active": t.active,
                 "defaultPatientTags": sorted(defaults[t.id]),
+                **({"transcriptWords": json.loads(t.transcript_words)} if t.transcript_words else {}),
             }
             for t in types
         ],
     }
+    if clinic.urgency_words is not None:
+        c["urgencyWords"] = json.loads(clinic.urgency_words)
     if clinic.platform_api_url:
         try:
             password = crypto.decrypt(clinic.platform_password_encrypted or "", secret_key)
@@ -274,6 +277,14 @@ class ClinicSettings:
     def set_calls(self, missed_call_requests: bool, languages: list[str]) -> None:
         fields = {"missedCallRequests": missed_call_requests, "languages": languages or None}
         self._change("settings.calls.update", lambda c: c.update(fields), details=fields)
+
+    def set_urgency_words(self, words: dict[str, list[str]] | None) -> None:
+        """The words that may mean a voice message is urgent, per language; None: the shipped
+        ones. The open messages' flags are read again in them (onboarding's writer)."""
+        details: dict[str, Any] = (
+            {"shipped": True} if words is None else {"shipped": False, "counts": {k: len(v) for k, v in words.items()}}
+        )
+        self._change("settings.urgency_words.update", lambda c: c.update({"urgencyWords": words}), details=details)
 
     # Staff
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from models import OfficeHours, StaffMembership, StaffUser, Tag
 from switchboard.office_hours import WEEKDAYS
+from triage import vocabulary
 
 MAX_LANGUAGES = 10
 SLUG = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
@@ -80,6 +81,24 @@ TAG = _closed(
     required=["type", "name"],
 )
 
+# Words per language ({"cs": ["recept", ...], "en": [...]}): the languages and the lines'
+# meaning are checked by the writer (whisper.cpp's codes; `triage.vocabulary.problem`).
+WORDS = {
+    "type": "object",
+    "maxProperties": MAX_LANGUAGES,
+    "additionalProperties": {
+        "type": "array",
+        "maxItems": vocabulary.MAX_WORDS,
+        "items": {"type": "string", "maxLength": vocabulary.MAX_LENGTH},
+    },
+}
+# The words in a voice message's transcript that suggest a request type: a shipped set and
+# the type's own; absent: left as they are (null: none, the type is never suggested).
+TRANSCRIPT_WORDS = {
+    **_closed({"preset": {"enum": list(vocabulary.PRESETS)}, "words": WORDS}),
+    "type": ["object", "null"],
+}
+
 REQUEST_TYPE = _closed(
     {
         "id": UUID,
@@ -93,6 +112,7 @@ REQUEST_TYPE = _closed(
         "remindDaysBefore": {"type": "integer", "minimum": 0},
         "active": {"type": "boolean"},
         "defaultPatientTags": _list_of(NAME),
+        "transcriptWords": TRANSCRIPT_WORDS,
     },
     required=["ecrfId", "name"],
 )
@@ -149,6 +169,9 @@ CLINIC = _closed(
         "calendars": _list_of(CALENDAR),
         "tags": _list_of(TAG),
         "requestTypes": _list_of(REQUEST_TYPE),
+        # The words that may mean a voice message is urgent, per language; null: the shipped
+        # ones; absent: left as they are.
+        "urgencyWords": {**WORDS, "type": ["object", "null"]},
         "switchboard": SWITCHBOARD,
         "retention": RETENTION,
     },

@@ -52,6 +52,8 @@ from plumbing.crypto import Keys
 from plumbing.database import db
 from plumbing.phones import to_e164
 from switchboard.office_hours import WEEKDAYS
+from triage import inbox as triage
+from triage import vocabulary
 from voicemail.transcription import whisper_languages
 
 
@@ -86,6 +88,19 @@ def _known_language(code: str, where: str) -> None:
             f"{code!r} is not a language code whisper.cpp knows "
             "(lower-case ISO 639-1, such as 'cs', 'sk', 'uk', 'en', 'de')",
         )
+
+
+def _words(words: dict[str, list[str]], at: str) -> dict[str, list[str]]:
+    """Words per language as stored: known languages, lines that can be read, cleaned."""
+    out = {}
+    for code, lines in words.items():
+        _known_language(code, f"{at}.{code}")
+        for j, line in enumerate(lines):
+            problem = vocabulary.problem(line)
+            if problem is not None:
+                raise OnboardingError(f"{at}.{code}[{j}]", problem)
+        out[code] = vocabulary.clean(lines)
+    return out
 
 
 def _languages(codes: list[str] | None, language: str | None, at: str) -> str | None:
@@ -218,8 +233,16 @@ class _Plan:
                         f"no patient tag {name!r} in this clinic's tags",
                     )
                 default_tags.append(tags[("patient", name)]["id"])
+            words: dict[str, Any] = {}
+            if "transcriptWords" in t:  # absent: left as they are
+                setting = t["transcriptWords"]
+                if setting is not None:
+                    own = _words(setting.get("words") or {}, f"{at}.requestTypes[{j}].transcriptWords.words")
+                    setting = {k: v for k, v in (("preset", setting.get("preset")), ("words", own)) if v}
+                words["transcript_words"] = json.dumps(setting, ensure_ascii=False) if setting else None
             types.append(
                 {
+                    **words,
                     "id": (
                         self._own(RequestType, t["id"], f"{at}.requestTypes[{j}].id")
                         if t.get("id")
@@ -251,6 +274,12 @@ class _Plan:
             # Absent: left as it is (the console's admins decide it; a file that does not
             # mention it must not turn a clinic's two-factor requirement off).
             "two_factor_required": c.get("twoFactorRequired"),
+            "urgency_words": (
+                json.dumps(_words(c["urgencyWords"], f"{at}.urgencyWords"), ensure_ascii=False)
+                if c.get("urgencyWords") is not None
+                else None
+            ),
+            "urgency_words_given": "urgencyWords" in c,
             "hours": hours,
             "tags": tags,
             "calendars": calendars,
@@ -357,7 +386,11 @@ def _onboard(document: dict[str, Any], secret_key: Keys) -> str:
             {"slug": org["slug"], "name": org["name"], "patient_sharing": org.get("patientSharing", False)},
         )
         for c in plan.clinics:
+            words = triage.vocabulary_of(c["id"]).fingerprint
             _write_clinic(w, plan.org_id, c)
+            if triage.vocabulary_of(c["id"]).fingerprint != words:
+                # The open voice messages' suggestions and flags, read again in the new words.
+                triage.refresh(c["id"])
         for p in plan.patients:  # all rows first, so merged_into always points at one
             w.upsert(
                 Patient,
@@ -434,6 +467,8 @@ def _write_clinic(w: RowWriter, org_id: uuid.UUID, c: dict[str, Any]) -> None:
     }
     if c["two_factor_required"] is not None:
         values["two_factor_required"] = c["two_factor_required"]
+    if c["urgency_words_given"]:
+        values["urgency_words"] = c["urgency_words"]
     values["organization"] = org_id
     current = Clinic.get_or_none(Clinic.id == c["id"])
     values |= _retention(c["retention"], current)

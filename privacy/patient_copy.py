@@ -33,6 +33,7 @@ from models import (
     Reservation,
     Tag,
 )
+from models.requests import spans_of, words_at
 from plumbing.clock import as_utc
 from plumbing.database import db, release_connection
 from privacy.erasure import Plan, plan
@@ -63,6 +64,12 @@ FIELDS: dict[tuple[str, str], str] = {
     ("patient_request", "user_note"): "requests[].userNote",
     ("patient_request", "created_at"): "requests[].createdAt",
     ("patient_request", "done_at"): "requests[].doneAt",
+    ("patient_request", "suggested_type_id"): "requests[].suggestedType",
+    ("patient_request", "suggested_type_spans"): "requests[].suggestedTypeWords",
+    ("patient_request", "type_confirmed_at"): "requests[].typeConfirmedAt",
+    ("patient_request", "urgent"): "requests[].mayBeUrgent",
+    ("patient_request", "urgent_spans"): "requests[].urgentWords",
+    ("patient_request", "urgent_cleared_at"): "requests[].urgentClearedAt",
     ("patient_request_tag", "tag_id"): "requests[].tags",
     ("reservation", "starts_at"): "requests[].reservations[].startsAt",
     ("reservation", "ends_at"): "requests[].reservations[].endsAt",
@@ -213,9 +220,13 @@ def _document(p: Plan, clinics: dict[uuid.UUID, Clinic], zone: ZoneInfo, now: da
     types = {
         t.id: t.name
         for t in RequestType.select().where(
-            RequestType.id.in_([r.request_type_id for r in p.requests if r.request_type_id])
+            RequestType.id.in_(
+                [t for r in p.requests for t in (r.request_type_id, r.suggested_type_id) if t] or [uuid.UUID(int=0)]
+            )
         )
     }
+    # What the voice messages' transcripts suggested: the words, from the calls' transcripts.
+    transcripts = {c.id: c.transcript or "" for c in p.calls}
 
     def document_json(d: MedicalRecord, request: PatientRequest, index: int) -> dict[str, Any]:
         name = f"documents/{str(request.id)[:8]}/{index + 1}-{ascii_filename(d.description)}"
@@ -245,6 +256,14 @@ def _document(p: Plan, clinics: dict[uuid.UUID, Clinic], zone: ZoneInfo, now: da
                 "userNote": r.user_note,
                 "createdAt": _at(r.created_at, z),
                 "doneAt": _at(r.done_at, z),
+                "suggestedType": types.get(r.suggested_type_id) if r.suggested_type_id else None,
+                "suggestedTypeWords": words_at(transcripts.get(r.call_id, ""), spans_of(r.suggested_type_spans))
+                if r.call_id
+                else [],
+                "typeConfirmedAt": _at(r.type_confirmed_at, z),
+                "mayBeUrgent": r.urgent,
+                "urgentWords": words_at(transcripts.get(r.call_id, ""), spans_of(r.urgent_spans)) if r.call_id else [],
+                "urgentClearedAt": _at(r.urgent_cleared_at, z),
                 "tags": sorted(request_tags.get(r.id, [])),
                 "reservations": [
                     {

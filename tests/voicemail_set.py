@@ -19,14 +19,27 @@ LABELS_PATH = FOLDER / "labels.json"
 RATE = 8000
 
 
+INTENTS_PATH = FOLDER / "intents.json"
+
+
 @lru_cache(maxsize=1)
 def _labels() -> tuple[dict[str, Any], ...]:
     return tuple(json.loads(LABELS_PATH.read_text(encoding="utf-8")))
 
 
+@lru_cache(maxsize=1)
+def _intents() -> dict[tuple[str, str], dict[str, Any]]:
+    return {(x["language"], x["text"]): x for x in json.loads(INTENTS_PATH.read_text(encoding="utf-8"))}
+
+
 def load_labels() -> list[dict[str, Any]]:
-    """Every clip's label, fresh copies (callers may change them)."""
-    return [dict(x) for x in _labels()]
+    """Every clip's label, fresh copies (callers may change them). A message's clips also
+    carry its ``key``, ``intent``, ``also`` and ``urgent`` (``intents.json``)."""
+    out = []
+    for x in _labels():
+        meant = _intents().get((x["language"], x["text"])) if x["kind"] == "speech" else None
+        out.append(dict(x, **{k: meant[k] for k in ("key", "intent", "also", "urgent")}) if meant else dict(x))
+    return out
 
 
 def clip_path(label: dict[str, Any]) -> Path:

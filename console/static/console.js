@@ -83,9 +83,13 @@
           box.innerHTML = html;
           var rows = box.children;
           for (var i = rows.length - 1; i >= 0; i--) {
-            if (!document.getElementById(rows[i].id)) list.insertBefore(rows[i], list.firstChild);
+            if (document.getElementById(rows[i].id)) continue;
+            // Flagged "may be urgent" rows stay first: a new row goes on top of its own group.
+            var before = rows[i].classList.contains("urgent") ? list.firstElementChild
+              : list.querySelector(":scope > li:not(.urgent)");
+            if (rows[i].dataset.created > list.dataset.after) list.dataset.after = rows[i].dataset.created;
+            list.insertBefore(rows[i], before);
           }
-          list.dataset.after = list.firstElementChild.dataset.created;
           var empty = document.querySelector("p.empty");
           if (empty) empty.remove();
         }).catch(function () {});

@@ -6,11 +6,12 @@ of the clinic it acts on. The helpers the pages share are here."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 import falcon
 
-from console.inbox import KINDS, STATES, request_for, row
+from console.inbox import KINDS, OTHER_TYPE, STATES, clinic_types, request_for, row
 from jobs.playback import RecordingPlayer
 from models import Clinic, PatientRequest, StaffUser
 
@@ -25,8 +26,19 @@ def inbox_filters(req: falcon.Request) -> dict[str, str]:
     return {
         "state": state if (state := req.get_param("state") or "") in STATES else "open",
         "kind": kind if (kind := req.get_param("kind") or "") in KINDS else "",
+        "type": _type_filter(req.get_param("type") or ""),
         "q": (req.get_param("q") or "")[:100],
     }
+
+
+def _type_filter(value: str) -> str:
+    """A request type's id, OTHER_TYPE or "" (all); anything else is "" too."""
+    if value == OTHER_TYPE:
+        return value
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return ""
 
 
 def own_request(req: falcon.Request, request_id: str) -> tuple[StaffUser, PatientRequest]:
@@ -44,4 +56,5 @@ def rows_of(
     """The rows of requests, each with what its call's recording is now (from the stored
     calls: the page asks nothing of the platform)."""
     states = player.states([r.call for r in requests if r.call_id and r.call is not None], now)
-    return [row(r, clinic, language, states.get(r.call_id) if r.call_id else None) for r in requests]
+    types = clinic_types(clinic)
+    return [row(r, clinic, language, states.get(r.call_id) if r.call_id else None, types) for r in requests]

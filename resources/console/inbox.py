@@ -31,10 +31,17 @@ class Inbox:
         filters = inbox_filters(req)
         rows = []
         if clinic is not None:
-            found = inbox.requests(clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"])
+            found = inbox.requests(
+                clinic,
+                state=filters["state"],
+                kind=filters["kind"] or None,
+                request_type=filters["type"] or None,
+                search=filters["q"],
+            )
             rows = rows_of(found, clinic, user.language, self.player, self.clock())
-        # The live update asks for rows newer than the newest shown (or than now).
-        after = rows[0]["created"] if rows else as_utc(self.clock()).isoformat()
+        # The live update asks for rows newer than the newest shown (or than now); the newest
+        # is not the first when a flagged one is.
+        after = max(str(r["created"]) for r in rows) if rows else as_utc(self.clock()).isoformat()
         rows_url = "/console/rows?" + urllib.parse.urlencode({"clinic": clinic.slug if clinic else "", **filters})
         html(
             resp,
@@ -46,6 +53,7 @@ class Inbox:
                 clinic=clinic,
                 clinics=clinics,
                 rows=rows,
+                types=inbox.clinic_types(clinic) if clinic else [],
                 after=after,
                 rows_url=rows_url,
                 **filters,
@@ -76,7 +84,12 @@ class InboxRows:
             html(resp, "")
             return
         found = inbox.requests(
-            clinic, state=filters["state"], kind=filters["kind"] or None, search=filters["q"], after=after
+            clinic,
+            state=filters["state"],
+            kind=filters["kind"] or None,
+            request_type=filters["type"] or None,
+            search=filters["q"],
+            after=after,
         )
         rows = "".join(
             self.renderer.render("console/_row.html", user.language, row=row, csrf_token=session.csrf_token)

@@ -11,12 +11,14 @@ from datetime import datetime
 import falcon
 
 from console import audit, audit_words, inbox, pages
+from console.inbox import OTHER_TYPE
 from console.rendering import Renderer, html, see_other
 from documents import patient_requests
 from jobs.playback import RecordingPlayer
-from models import Actor, Call, Patient, StaffUser
+from models import Actor, Call, Patient, PatientRequest, StaffUser
 from resources.console import own_request, rows_of
 from storage.links import LinkCache
+from triage import inbox as triage
 
 
 class RequestPage:
@@ -73,6 +75,7 @@ class RequestPage:
                 csrf_token=session.csrf_token,
                 clinic=clinic,
                 row=row,
+                page_of_request=True,
                 title=row["name"] or tr.gettext("unknown caller"),
                 type_name=request.request_type.name if request.request_type is not None else None,
                 clinic_note=request.clinic_note,
@@ -105,6 +108,48 @@ class RequestResolution:
         # The API's PATCH `done` path, recorded in the audit trail as this staff user.
         patient_requests.patch_request(request.clinic, request, {"done": done == "1"}, Actor.staff(user))
         raise see_other(pages.INBOX + "?" + urllib.parse.urlencode({"clinic": request.clinic.slug}))
+
+
+def _back(req: falcon.Request, request: PatientRequest) -> str:
+    """Where a row's form returns: the request's page when sent from it, else the inbox."""
+    if req.context.form.get("back") == "request":
+        return pages.request(request.id)
+    return pages.INBOX + "?" + urllib.parse.urlencode({"clinic": request.clinic.slug})
+
+
+class RequestTypeChoice:
+    """Confirm the type the transcript suggests, or choose another (`type`: a request type's
+    id, or "other"), in one click; audited with what was suggested."""
+
+    login_required = True
+
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        self.clock = clock
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        user, request = own_request(req, request_id)
+        chosen = req.context.form.get("type", "")
+        try:
+            type_id = None if chosen == OTHER_TYPE else uuid.UUID(chosen)
+        except ValueError:
+            raise falcon.HTTPBadRequest() from None
+        # Another clinic's type, or an inactive one: refused by confirm_type's own check (400).
+        triage.confirm_type(request, type_id, Actor.staff(user), self.clock())
+        raise see_other(_back(req, request))
+
+
+class RequestUrgentClear:
+    """Take the "may be urgent" flag off a request (staff read it); audited."""
+
+    login_required = True
+
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        self.clock = clock
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        user, request = own_request(req, request_id)
+        triage.clear_urgent(request, Actor.staff(user), self.clock())
+        raise see_other(_back(req, request))
 
 
 class RequestNote:

@@ -4,6 +4,7 @@ for an admin of the clinic it acts on, and puts that clinic in `req.context.admi
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import UTC, datetime, time, timedelta
@@ -22,6 +23,10 @@ from privacy.retention import settings_of as retention_settings
 from switchboard.office_hours import WEEKDAYS
 from switchboard.schedules import is_clinic_open
 from switchboard.vacations import coming_holidays
+from triage import vocabulary
+
+# The languages whose words the console's forms edit (a file may give others).
+WORD_LANGUAGES = ("cs", "en")
 
 # The settings sections, in the order the index lists them; each section's page adds itself here.
 SECTIONS: list[dict[str, str]] = []
@@ -194,14 +199,30 @@ def _span(vacation: Vacation, tz: ZoneInfo) -> tuple[str, str]:
 
 
 class CallsPage(_SettingsPage):
-    """Missed-call requests on or off; the languages the transcription chooses among."""
+    """Missed-call requests on or off; the languages the transcription chooses among; the
+    words that may mean a voice message is urgent (the clinic's, or the shipped ones)."""
 
     template = "console/settings/calls.html"
     path = pages.CALLS
 
+    def facts(self, req: falcon.Request, clinic: Clinic) -> dict[str, Any]:
+        stored = json.loads(clinic.urgency_words) if clinic.urgency_words else None
+        return {
+            "urgency": vocabulary.urgency_words(stored),
+            "urgency_shipped": stored is None,
+            "languages_of_words": WORD_LANGUAGES,
+        }
+
     def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
-        languages = [code for code in form.get("languages", "").replace(",", " ").split() if code]
-        settings.set_calls(_checked(form, "missed_call_requests"), languages)
+        if action == "urgency-shipped":
+            settings.set_urgency_words(None)
+        elif action == "urgency":
+            settings.set_urgency_words(
+                {code: vocabulary.from_text(form.get(f"urgency-{code}", "")) for code in WORD_LANGUAGES}
+            )
+        else:
+            languages = [code for code in form.get("languages", "").replace(",", " ").split() if code]
+            settings.set_calls(_checked(form, "missed_call_requests"), languages)
 
 
 class RequestTypesPage(_SettingsPage):
@@ -216,7 +237,16 @@ class RequestTypesPage(_SettingsPage):
         types = list(clinic.request_types.order_by(RequestType.name))
         defaults = {t.id: {d.tag_id for d in t.default_tags} for t in types}
         tags = list(clinic.tags.where((Tag.type == "patient") & Tag.deleted_at.is_null()).order_by(Tag.name))
-        return {"types": types, "defaults": defaults, "tags": tags}
+        words = {t.id: json.loads(t.transcript_words) if t.transcript_words else {} for t in types}
+        return {
+            "types": types,
+            "defaults": defaults,
+            "tags": tags,
+            "words": words,
+            "presets": vocabulary.PRESET_NAMES,
+            "preset_words": vocabulary.PRESETS,
+            "languages_of_words": WORD_LANGUAGES,
+        }
 
     def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
         if action == "add-tag":
@@ -232,6 +262,12 @@ class RequestTypesPage(_SettingsPage):
             text = form.get(number, "").strip() or "0"
             # Not a number: passed on as text, for the onboarding schema to refuse with its path.
             fields[number] = int(text) if text.lstrip("-").isdigit() else text
+        own = {code: vocabulary.from_text(form.get(f"words-{code}", "")) for code in WORD_LANGUAGES}
+        own = {code: lines for code, lines in own.items() if lines}
+        preset = form.get("preset", "")
+        # Not a shipped set: passed on, for the onboarding schema to refuse with its path.
+        setting = {k: v for k, v in (("preset", preset), ("words", own)) if v}
+        fields["transcriptWords"] = setting or None
         tag_ids = _ticked_tags(form)
         settings.save_request_type(form.get("id") or None, fields, tag_ids)
 

@@ -48,6 +48,10 @@ versions: one fixed-seed random stream per clip (changing one clip leaves the ot
 byte-identical), sox in repeatable mode (``-R``: its dither is otherwise random), and the
 synthesizers and lame are deterministic.
 
+Intents (``intents.json``, one object per message, by ``language`` and ``text``; ``--intents``
+writes it alone): ``intent`` (a shipped request type or ``other``), ``also`` (types a
+receptionist could fairly file it under too) and ``urgent``, from ``INTENTS``.
+
 Labels (``labels.json``, one object per clip): ``file``, ``kind`` (speech / empty /
 unintelligible), ``message`` (kind == speech), ``language``, ``text`` (exactly the words
 spoken, numbers as the words said; null unless speech), ``callback`` (E.164 of the number
@@ -282,6 +286,71 @@ ENGLISH_MORE: list[tuple[str, str, str | None]] = [
      "call me urgently, six zero seven, five one nine, two eight three. Again, six zero seven, five one "
      "nine, two eight three.", "+420607519283"),
 ]
+
+# What each message asks for and whether it may not wait, as its script means it (the
+# inbox's reading is measured against these: bench/triage_bench.py). Intent: one of the shipped
+# request types (prescription, appointment, cancellation, results, sick_note, advice) or
+# "other"; `also`: another type a receptionist could fairly file it under; urgent: the
+# caller says something that calls for a person to read the message first (a red-flag
+# symptom, a child that is ill now, "urgent"/"as soon as possible"), not merely a symptom.
+# key: (intent, also, urgent)
+INTENTS: dict[str, dict[str, tuple[str, tuple[str, ...], bool]]] = {
+    "cs": {
+        "objednani": ("appointment", (), False), "recept": ("prescription", (), False),
+        "vysledky": ("results", (), False), "neschopenka": ("sick_note", (), False),
+        "horecka": ("appointment", ("advice",), True), "bolest": ("advice", ("other",), True),
+        "ockovani": ("appointment", ("advice",), False), "zruseni": ("cancellation", (), False),
+        "prelozeni": ("appointment", (), False), "zpet": ("other", (), True),
+        "alergie": ("advice", ("other",), True), "tlak": ("advice", ("appointment",), True),
+        "kontrola": ("appointment", (), False), "vyrazka": ("advice", ("other",), False),
+        "lekarna": ("prescription", (), False), "odber": ("appointment", ("advice",), False),
+        "potvrzeni": ("sick_note", ("other",), False), "zavrat": ("advice", ("other",), False),
+        "praha": ("results", (), False), "brno": ("appointment", (), False),
+        "kasel": ("sick_note", ("prescription",), False), "navsteva": ("appointment", (), False),
+        "kratka": ("other", (), False), "cukrovka": ("prescription", (), False),
+        "tehotenstvi": ("appointment", (), False), "sestra": ("advice", ("appointment",), False),
+        "zvraceni": ("advice", ("other",), True), "cesta": ("appointment", ("advice",), False),
+        "hrudnik": ("advice", ("other",), True), "euthyrox": ("prescription", (), False),
+        "ockovani_syn": ("appointment", (), False), "ortopedie": ("other", ("appointment",), False),
+        "prevazy": ("appointment", (), False), "vzorek": ("results", ("appointment", "advice"), False),
+        "pojistovna": ("other", (), False), "tlak_odber": ("advice", ("other",), False),
+        "tabor": ("other", (), False), "zruseni_devet": ("cancellation", (), False),
+        "kolonoskopie": ("results", (), False),
+    },
+    "en": {
+        "appointment": ("appointment", (), False), "prescription": ("prescription", (), False),
+        "results": ("results", (), False), "sicknote": ("sick_note", (), False),
+        "fever": ("appointment", ("advice",), True), "cancel": ("cancellation", (), False),
+        "toothache": ("advice", ("other",), True), "vaccine": ("advice", ("appointment",), False),
+        "reschedule": ("appointment", (), False), "callback": ("other", (), True),
+        "insurance": ("other", ("sick_note",), False), "dizzy": ("advice", ("other",), True),
+        "hotel": ("advice", ("appointment", "other"), False), "thyroid": ("prescription", (), False),
+        "nursery": ("appointment", (), False), "pressure": ("advice", ("appointment",), False),
+        "fall": ("appointment", ("advice",), True), "fasting": ("advice", ("appointment",), False),
+        "mole": ("other", ("appointment",), False), "booster": ("appointment", ("advice",), False),
+        "travelclaim": ("other", (), False), "ecode": ("prescription", (), False),
+        "better": ("cancellation", (), False), "employer": ("sick_note", (), False),
+        "cholesterol": ("results", (), False), "onfile": ("other", (), False),
+        "monday": ("appointment", (), False), "ecg": ("appointment", (), False),
+        "letter": ("appointment", (), False), "kenya": ("advice", ("appointment",), False),
+        "hearing": ("other", (), False), "sleep": ("appointment", ("advice",), False),
+        "baby": ("advice", ("other",), True),
+    },
+}
+
+
+def intent_labels() -> list[dict[str, Any]]:
+    """``intents.json``: each message's intent and urgency, by its language and text (the
+    clips of a message share them); written without synthesizing anything."""
+    out = []
+    for language, messages in (("cs", CZECH + CZECH_MORE), ("en", ENGLISH + ENGLISH_MORE)):
+        assert set(INTENTS[language]) == {key for key, _, _ in messages}, f"every {language} message has its intent"
+        for key, text, _ in messages:
+            intent, also, urgent = INTENTS[language][key]
+            out.append({"language": language, "key": key, "text": text, "intent": intent, "also": list(also),
+                        "urgent": urgent})
+    return out
+
 
 # --- the spoken numbers, read back to check that text and callback label agree --------------------
 _UNITS = {"nula": 0, "jedna": 1, "jeden": 1, "dva": 2, "dvě": 2, "tři": 3, "čtyři": 4, "pět": 5, "šest": 6,
@@ -695,6 +764,8 @@ def main() -> int:
     staged = OUT / "labels.json.tmp"
     staged.write_text(json.dumps(labels, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     staged.replace(OUT / "labels.json")
+    (OUT / "intents.json").write_text(json.dumps(intent_labels(), ensure_ascii=False, indent=1) + "\n",
+                                      encoding="utf-8")
     counts: dict[str, int] = {}
     for x in labels:
         key = f"{x['kind']}/{x['language']}/{x['channel']}"
@@ -704,4 +775,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--intents"]:  # the intent labels only (intents.json), no audio
+        (OUT / "intents.json").write_text(json.dumps(intent_labels(), ensure_ascii=False, indent=1) + "\n",
+                                          encoding="utf-8")
+        sys.exit(0)
     sys.exit(main())

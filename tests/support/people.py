@@ -15,7 +15,7 @@ from typing import Any
 import redis
 import webtest
 
-from models import Call, Clinic, finished_calls
+from models import Call, Clinic, PatientRequest, finished_calls
 from onboarding.writer import stable_id
 from plumbing.clock import as_utc
 from plumbing.database import db
@@ -141,6 +141,11 @@ def seed(app: webtest.TestApp, token: str, person: Person, now: datetime, *, doc
     with db.connection_context():
         request = Call.get_by_id(person.calls["message"]).requests.get()
         person.requests["message"] = str(request.id)
+        # What the inbox read in the transcript, confirmed and cleared by staff.
+        at = person.transcript.index("receptu")
+        PatientRequest.update(suggested_type=type_id("PRESCRIPTION"), suggested_type_spans=f"[[{at}, {at + 7}]]",
+                              type_confirmed_at=as_utc(now), urgent=False, urgent_spans=f"[[{at}, {at + 7}]]",
+                              urgent_cleared_at=as_utc(now)).where(PatientRequest.id == request.id).execute()
     return person
 
 

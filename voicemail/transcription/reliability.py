@@ -120,6 +120,19 @@ def known_share(text: str, language: str | None) -> float | None:
     return round(known / len(ws), 3)
 
 
+def analyse(word: str, language: str | None) -> tuple[bool, list[str]] | None:
+    """Whether the language's dictionary knows `word` (as written or capitalised) and its
+    stems (Hunspell's); None without a dictionary. The transcript's reading for the inbox
+    (triage/) takes words by their stems from the same dictionary the label reads."""
+    d = dictionary(language)
+    if d is None:
+        return None
+    with _lock:  # a Hunspell handle is not safe to share between threads
+        known = bool(d.spell(word) or d.spell(word.capitalize()))
+        stems = [s.decode("utf-8", "replace") if isinstance(s, bytes) else s for s in d.stem(word)]
+    return known, stems
+
+
 def asks(signal: str, language: str | None) -> bool:
     """Whether the label of a transcript in `language` reads `signal` (one that costs
     something to measure, such as the second opinion's decoder steps)."""

@@ -194,6 +194,48 @@ CALL = component(
     ),
 )
 
+_TRANSCRIPT_WORDS = {
+    "type": "array",
+    "items": {"type": "string"},
+    "description": "The words of the call's transcript that led to it, as the transcript has them "
+    "(patient data: do not log them).",
+}
+REQUEST_TYPE_SUGGESTION = component(
+    "RequestTypeSuggestion",
+    answer(
+        {
+            "requestTypeId": nullable(
+                UUID,
+                description="The clinic's request type the transcript's words suggest; null: none was "
+                'suggested ("other": no type\'s words were clearly there).',
+            ),
+            "words": _TRANSCRIPT_WORDS,
+            "confirmedAt": {
+                **NULLABLE_DATE_TIME,
+                "description": "When staff confirmed the request's type (the suggested one or another): "
+                'the request\'s requestTypeId then holds it (null for "other"). null: not confirmed yet.',
+            },
+        },
+        description="What a voice message's transcript suggests the caller wants, read in the clinic's "
+        "words for its request types. A suggestion for staff to confirm, never a decision.",
+    ),
+)
+URGENCY = component(
+    "Urgency",
+    answer(
+        {
+            "flagged": {
+                "type": "boolean",
+                "description": "true: the transcript has words that may mean the message cannot wait "
+                "(the clinic's urgency words); false: it has none, or staff cleared the flag.",
+            },
+            "words": _TRANSCRIPT_WORDS,
+            "clearedAt": {**NULLABLE_DATE_TIME, "description": "When staff cleared the flag; null: not cleared."},
+        },
+        description='"May be urgent": a hint for a person to read the message first, never a diagnosis.',
+    ),
+)
+
 _REQUEST_FIELDS: dict[str, Any] = {
     "id": UUID,
     "kind": REQUEST_KIND,
@@ -201,11 +243,19 @@ _REQUEST_FIELDS: dict[str, Any] = {
     "createdAt": DATE_TIME,
     "doneAt": {**NULLABLE_DATE_TIME, "description": "null while the request is open."},
     "patientId": UUID,
-    "requestTypeId": nullable(UUID, description="null for requests made from a call."),
+    "requestTypeId": nullable(
+        UUID,
+        description="null for requests made from a call until staff confirm their type "
+        "(requestTypeSuggestion.confirmedAt).",
+    ),
     "userNote": {"type": "string", "description": "The PATCH endpoint's userNote."},
     "tags": {"type": "array", "items": TAG, "description": "Request tags (not patient tags)."},
     "medicalRecords": {"type": "array", "items": MEDICAL_RECORD},
     "reservations": {"type": "array", "items": RESERVATION},
+    "requestTypeSuggestion": nullable(
+        REQUEST_TYPE_SUGGESTION, description="null for requests not made from a transcribed voice message."
+    ),
+    "urgent": nullable(URGENCY, description="null for requests not made from a transcribed voice message."),
 }
 PATIENT_REQUEST = component(
     "PatientRequest",
