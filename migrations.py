@@ -258,7 +258,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
         ),
     ),
-    # Issue 22: who made every write. The trail is append-only for every client, not only
+    # Who made every write. The trail is append-only for every client, not only
     # for this code: a statement-level trigger refuses any UPDATE or DELETE (even of no
     # rows). TRUNCATE is not refused: the tests empty every table between cases.
     (
@@ -298,7 +298,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             )
         ),
     ),
-    # Issue 20: the staff console's users, their clinics and their server-side sessions.
+    # The staff console's users, their clinics and their server-side sessions.
     (14, "staff_console", _frozen("0014_staff_console")),
     # A clinic's own marker words for its platform (were one setting for every clinic).
     (
@@ -308,7 +308,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("clinic", "platform_source_markers", pw.TextField(null=True)),
         ),
     ),
-    # Issue 21: who issued each API key and which key a rotation replaced; and the audit
+    # Who issued each API key and which key a rotation replaced; and the audit
     # trail's "from where" (the client's address).
     (
         16,
@@ -319,7 +319,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("audit_event", "address", pw.CharField(max_length=64, null=True)),
         ),
     ),
-    # Issue 26: a callback number whose digits were not confirmed as heard is kept apart
+    # A callback number whose digits were not confirmed as heard is kept apart
     # from callback_number, and where in the recording the number was said.
     (
         17,

@@ -1,4 +1,4 @@
-"""The one place that holds the API key rules (issue 21), used by the console's key pages
+"""The one place that holds the API key rules, used by the console's key pages
 (resources/console_keys.py) and by `manage.py token`:
 
 - a key belongs to a service account (its name) and grants clinics and scopes (read, write);

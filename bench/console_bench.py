@@ -2,11 +2,11 @@
 
     .venv/bin/python bench/console_bench.py [--requests 10000] [--samples 200]
 
-Targets (issue 20): the inbox (its 50 newest open requests) at p95 under 150 ms; a play of
+Targets: the inbox (its 50 newest open requests) at p95 under 150 ms; a play of
 a cached recording link under 20 ms. Each console page is printed beside a baseline
 measured in the same run on the same data: the API call that reads the same rows
 (`patientRequests/search` with a page of 50, and the API's own play route), so the ratio
-says what the console adds to the data layer, whatever this machine's speed.
+says what the console adds to the data layer, whatever the machine's speed.
 
 Real parts: the WSGI app (`create_app`) called in this process (falcon.testing), so what
 is timed is the server's own time, without a network; PostgreSQL and Redis of their own

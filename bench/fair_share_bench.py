@@ -1,4 +1,4 @@
-"""Fair share (issue 22): how long one clinic's call waits behind another clinic's burst.
+"""Fair share: how long one clinic's call waits behind another clinic's burst.
 
 Clinic A hands off a burst of calls at once (300 by default, 16 connections), then clinic B
 hands off one; measured: B's wait, from B's 200 to B's request existing, with the relay's

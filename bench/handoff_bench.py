@@ -1,4 +1,4 @@
-"""Call hand-off benchmarks (issue 3), each against a baseline measured in the same run.
+"""Call hand-off benchmarks, each against a baseline measured in the same run.
 
 1. recording-complete latency, p50/p99, at 32 concurrent connections (wrk, 10 s), through
    gunicorn as the Procfile runs it, on PostgreSQL and Redis; baseline: a bare Falcon
@@ -11,8 +11,8 @@
 
     .venv/bin/python bench/handoff_bench.py        (needs wrk: apt-get install wrk)
 
-Targets on this machine: recording-complete p99 < 25 ms; 20 s voicemail to request < 8 s
-(issue 11; it was < 4 s with tiny.en and English before Czech came first).
+Targets: recording-complete p99 < 25 ms; 20 s voicemail to request < 8 s (it was < 4 s
+with tiny.en and English before Czech came first).
 """
 from __future__ import annotations
 

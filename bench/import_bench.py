@@ -1,4 +1,4 @@
-"""Bulk patient import (issue 13): 1,000 patients in one `patients/import-bulk` call.
+"""Bulk patient import: 1,000 patients in one `patients/import-bulk` call.
 
 Through gunicorn as the Procfile runs it, on PostgreSQL: a fresh import of 1,000 new
 patients, the same 1,000 again (all updates), and two imports of 1,000 at once (half of

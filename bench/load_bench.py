@@ -1,4 +1,4 @@
-"""Load (issue 6): wrk on each routing check and on recording-complete, 64 connections.
+"""Load: wrk on each routing check and on recording-complete, 64 connections.
 
 Against gunicorn as the Procfile runs it (WEB_CONCURRENCY gevent workers) on
 PostgreSQL and a private redis-server, with a real worker (`manage.py worker`) running.
@@ -131,7 +131,7 @@ def main() -> int:
                     stop(web)
             stored, distinct, _ = calls_in_database()
             # The worker drains the backlog of the whole run (tens of thousands of calls, each
-            # a refused download and a request; about 40 a second on this machine): allow it
+            # a refused download and a request; about 40 a second on a two-core machine): allow it
             # 50 ms a call, at least 3 minutes.
             drain_started, drain_limit = time.monotonic(), max(180.0, stored * 0.05)
             processed = wait_until(lambda: calls_in_database()[2] == stored, timeout=drain_limit, interval=1)

@@ -1,11 +1,11 @@
-"""Peak RSS of decoding the hostile 25 MiB recordings of issue 22, one child process each.
+"""Peak RSS of decoding the hostile 25 MiB recordings, one child process each.
 
     .venv/bin/python bench/recording_length_bench.py [--limit 1200] [--no-whole]
 
 The recordings are made as the tests make them (`tests/support/hostile_audio.py`). For
 each, in a fresh child (VmHWM; ru_maxrss would carry the parent's over the exec):
 
-* `whole`: `load_audio(path)`, no limit: what the worker did before issue 22 (decoded
+* `whole`: `load_audio(path)`, no limit: what the worker did before decoding was bounded (decoded
   whole, resampled once) and, in a tree with the change, the block decoder's cost of the
   whole file;
 * `limited`: `load_audio(path, max_seconds=limit)`, what the worker does now (skipped in

@@ -1,4 +1,4 @@
-"""Routing checks against the least a database-backed check can do (issue 14).
+"""Routing checks against the least a database-backed check can do.
 
 The three routing checks (`is-clinic-opened`, `is-on-vacation`, `has-active-request`)
 of the demo clinic (examples/onboarding.json: Prague office hours, two calendars with

@@ -581,7 +581,7 @@ def report_trust(rows: list[dict[str, Any]]) -> None:
               f"{parsed['right']:>3d} {parsed['none']:>3d} {parsed['wrong']:>3d} | "
               f"{ref['right']:>3d} {ref['none']:>3d} {ref['wrong']:>3d}")
     print("(unconfirmed: numbers kept apart as heard, never callbackNumber; 'N of M': M kept, N of them right; "
-          "text parsed: the parser on the project's transcript, what became callbackNumber before issue 26; "
+          "text parsed: the parser on the project's transcript, what became callbackNumber before the second look; "
           "ref: faster-whisper's transcript through the same parser)")
 
 
@@ -605,7 +605,7 @@ def fit_label(rows: list[dict[str, Any]], signals: list[str] | dict[str, list[st
     at the highest under which every one has WER > UNRELIABLE_WER. ``cut_unseen``: each
     transcript scored by the model fitted without its message, as a message the label has
     never seen will be. Its own model scores it too kindly: cut so, the first cut gave 90 %
-    on the fitting messages and 83 % on unseen ones (README, "The reliability label")."""
+    on the fitting messages and 83 % on unseen ones (docs/transcription.md)."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 

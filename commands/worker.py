@@ -23,7 +23,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     Before taking jobs it loads and warms the transcription model(s) once and starts
     the call relay, which queues stored calls and re-queues stranded ones. Jobs run in
     this process (a `SimpleWorker`): whisper.cpp's OpenMP threads do not survive a fork,
-    so a forked work horse would hang on the parent's warmed model (seen on this machine).
+    so a forked work horse would hang on the parent's warmed model.
     The playback worker (a child process started first, without the model) serves the
     `recordings` queue alone, so re-fetching a doctor's expired link never waits behind
     a transcription; it and RQ's scheduler end with this process (jobs/companions.py).

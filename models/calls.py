@@ -88,7 +88,7 @@ class Call(BaseModel):
         """Mark up to `limit` pending calls as being queued and return their ids, in the
         order to queue them. Atomic per row: two relays never claim the same call.
 
-        `per_clinic` > 0 is the fair share (issue 22): a clinic has at most that many
+        `per_clinic` > 0 is the fair share: a clinic has at most that many
         calls in flight (claimed, not done), and clinics take turns: every clinic's next
         call comes before any clinic's call after it. So one clinic's burst holds at most
         `per_clinic` places in the queue, and another clinic's call waits behind those,

@@ -1,4 +1,4 @@
-"""A clinic's settings changed from the console (issue 21), through onboarding itself.
+"""A clinic's settings changed from the console, through onboarding itself.
 
 One validator, not two: every change reads the clinic back as an onboarding document
 (`clinic_document`), edits that document, and writes it with the onboarding writer

@@ -1,4 +1,5 @@
-"""The onboarding document's JSON Schema: its structure only (README, "Onboarding").
+"""The onboarding document's JSON Schema: its structure only (docs/operations.md,
+"Onboarding a clinic").
 
 What the schema cannot say (time zones, countries, phones, languages whisper.cpp knows,
 references between entities) is checked by the writer, `onboarding/writer.py`; both

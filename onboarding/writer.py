@@ -4,7 +4,7 @@ The whole document is validated first (structure by its JSON Schema, `onboarding
 checked by `plumbing/json_schema.py`; then meaning: time zones, countries, phones, languages,
 references); the first problem is reported with the path of the bad field and nothing is
 written. Writing happens in one transaction and only touches rows whose values differ, so
-running the same file twice changes nothing (README, "Onboarding").
+running the same file twice changes nothing (docs/operations.md, "Onboarding a clinic").
 
 Identity: every entity gets a deterministic UUID (uuid5 of its natural key) unless the
 file gives an `id`, so references and the ids handed to integrators stay stable.

@@ -102,7 +102,7 @@ FIELDS: dict[tuple[str, str], str] = {
     ("call", "recording_sha256"): "calls[].recording.sha256",
 }
 
-README = """Kopie údajů pacienta / A patient's copy of their data
+ARCHIVE_README = """Kopie údajů pacienta / A patient's copy of their data
 
 patient-data.json  vše, co služba o pacientovi uchovává (časy v časovém pásmu ordinace)
                    everything the service holds about the patient (times in the clinic's time zone)
@@ -142,7 +142,7 @@ def write_copy(
     document, files = _document(p, clinics, zone, now)
     release_connection()  # the documents are read from storage: no pooled connection held meanwhile
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("README.txt", README)
+        archive.writestr("README.txt", ARCHIVE_README)
         archive.writestr("patient-data.json", json.dumps(document, ensure_ascii=False, indent=2))
         for name, text in files.transcripts.items():
             archive.writestr(name, text)

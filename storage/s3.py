@@ -98,8 +98,8 @@ class S3Storage:
             raise ValueError("max_upload_bytes must be positive")
         self.bucket = bucket
         # Not enforced by the bucket: a presigned PUT limits the size only when the exact
-        # Content-Length is signed, which the integrator does not announce (README, "Signed
-        # documents"). Registration refuses a larger object instead.
+        # Content-Length is signed, which the integrator does not announce
+        # (docs/integrators/signed-documents.md). Registration refuses a larger object instead.
         self.max_upload_bytes = max_upload_bytes
         self.region = region or Config.s3_region  # the configuration's default region
         self._client = self._make_client(endpoint_url, access_key_id, secret_access_key)

@@ -1,9 +1,9 @@
 """Group commit for `recording-complete`: concurrent calls share one INSERT and one commit.
 
 Each hand-off must be durable before it is answered, and on PostgreSQL a commit (its
-WAL flush) costs more than the rest of the request together: measured with pgbench on
-this project's machine, single-row inserts commit about 3,600 calls/s, eight-row
-inserts about 20,000. So the requests of one web process that arrive while a write is in
+WAL flush) costs more than the rest of the request together: a commit of eight rows costs
+hardly more than a commit of one (bench/handoff_bench.py measures the intake against a
+bare baseline). So the requests of one web process that arrive while a write is in
 flight queue up, and the next write stores all of them at once. Nobody waits for a
 timer: the first request with nothing in flight writes at once (alone, when the switchboard
 is quiet), and the others are written by whichever of them is promoted next. Every

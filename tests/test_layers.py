@@ -156,3 +156,26 @@ def test_importing_the_service_starts_no_thread_opens_no_pipe_and_writes_no_envi
     assert done.returncode == 0, done.stderr[-3000:]
     [line] = [line for line in done.stdout.splitlines() if line.startswith("SEEN ")]
     assert _json.loads(line.removeprefix("SEEN ")) == []
+
+
+def test_comments_name_no_issue_numbers_readme_sections_or_dated_measurements():
+    """Comments stay true: they point at the documentation pages that hold a figure (the
+    README is a short entry with no such sections), never at an issue's number (which says
+    nothing to the next reader), and a measurement is a benchmark's output, not a dated
+    note about a machine."""
+    rules = (
+        ("an issue number", re.compile(r"\b[Ii]ssues? #?\d+\b")),
+        ("a README section", re.compile(r"README,?\s[\"“][A-Z]|\(README\b|README's \"")),
+        ("a machine's measurement", re.compile(r"\bthis (?:project's )?machine\b|\bseen here\b")),
+        ("a dated measurement", re.compile(r"\b(?:measured|fitted|fit|seen|run)\b.*\b20\d\d-\d\d-\d\d\b|"
+                                           r"\b20\d\d-\d\d-\d\d\b.*\b(?:measured|fitted|fit)\b")),
+    )
+    files = [path for package in sorted(SERVICE_PACKAGES | {"bench", "tools"}) for path in (ROOT / package).rglob("*.py")]
+    files += [ROOT / f"{module}.py" for module in sorted(TOP_MODULES)]
+    offenders = []
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for what, pattern in rules:
+                if pattern.search(line):
+                    offenders.append(f"{path.relative_to(ROOT)}:{number}: {what}: {line.strip()[:100]}")
+    assert offenders == [], offenders

@@ -119,7 +119,7 @@ def main() -> int:
                         page.wait_for_selector("ol.history")
                         shoot(page, args.out / "console-request.png")
                     if page.query_selector("a[href='/console/settings']"):
-                        # A settings page with content (the README's "Settings" shows it), not the index.
+                        # A settings page with content (the staff guides show it), not the index.
                         page.goto(f"{args.base_url}/console/settings/office-hours")
                         shoot(page, args.out / "console-settings.png")
                 if viewport == DESKTOP:

@@ -1,6 +1,6 @@
 """Word error rate of transcripts in Czech, Slovak or English, with numbers compared as
 digits whichever way they were written (`voicemail.number_words`): the measure of the
-README's "Transcription" figures, the tests and the benchmarks."""
+docs/transcription.md's figures, the tests and the benchmarks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-token request rates (issue 22): one token cannot flood the service.
+"""Per-token request rates: one token cannot flood the service.
 
 Any write token could send unlimited `recording-complete` calls or document writes; a
 misbehaving integration would fill the database and the transcription queue. Every
@@ -18,7 +18,7 @@ The count lives in Redis, so every web process and every web dyno shares it: a G
 minute) in one Lua script, atomic, one round trip, one key per token and budget that
 expires once the bucket is full again; Redis's clock, so processes' clocks do not matter.
 
-Redis down fails open: the hand-off path never depends on Redis (README "Faults"), and a
+Redis down fails open: the hand-off path never depends on Redis (docs/operations.md, "Faults and recovery"), and a
 limit that cannot be counted is not enforced rather than refusing calls. After a Redis
 error the limiter does not ask again for `PAUSE_SECONDS`, so a Redis that hangs costs
 one short timeout per process per pause, not one per request.

@@ -1,4 +1,4 @@
-"""The console's admin pages (issue 21): the clinic's settings and its audit trail.
+"""The console's admin pages: the clinic's settings and its audit trail.
 ConsoleSession (console/middleware.py) lets a resource with `admin_required` run only
 for an admin of the clinic it acts on, and puts that clinic in `req.context.admin_clinic`."""
 

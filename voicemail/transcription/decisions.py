@@ -84,7 +84,7 @@ def collapse_loops(text: str, max_copies: int = 2) -> tuple[str, bool]:
 
 # ---------------------------------------------------------------- the decisions
 
-# Is there a message? Language-independent signals only (README "Transcription" has the
+# Is there a message? Language-independent signals only (docs/transcription.md has the
 # measurements on the labelled set). At least MIN_MESSAGE_SPEECH_SECONDS of speech by
 # the VAD is a message whatever the decoder makes of it: a name and a reason take that
 # long to say, and a real message filed as a missed call is the worse error (measured: a
@@ -102,7 +102,7 @@ MIN_WORDS = 2
 # clinic's. So when the recording played backwards is detected with at least
 # REVERSAL_MARGIN less entropy (nats over all languages) than played forwards, and at least
 # REVERSED_LANGUAGE_SHARE of the backward detection is the clinic's languages, it carries
-# no words. Measured on the labelled set (144 messages, 22 voices; README): real messages
+# no words. Measured on the labelled set (144 messages, 22 voices; docs/transcription.md): real messages
 # 0.40 nat surer backwards at most but one, a noisy Czech message 1.48 nat surer backwards
 # as Romanian (0.85; Czech and English 0.01); the reversed recordings caught, 1.21-2.94 nat
 # surer, Czech or English at 0.67-0.99 backwards. A clinic that lists no language: the

@@ -1,5 +1,5 @@
 """whisper.cpp's C library under the pywhispercpp binding, for the two results the binding
-loses on the way (issue 23).
+loses on the way.
 
 pywhispercpp 1.5.1 wraps whisper.cpp 1.8.5's C API, but:
 

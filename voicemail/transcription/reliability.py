@@ -1,5 +1,5 @@
 """The reliability label of a transcript: `reliable`, `check` or `unreliable`, predicted
-from signals that were measured to go with its word error on the labelled set (README,
+from signals that were measured to go with its word error on the labelled set (docs/transcription.md,
 "Transcription"; fitted by `bench/transcription_bench.py --fit-label`), not from one
 log-probability threshold, which labelled 32 of 40 Czech transcripts reliable at a word
 error of 0.7.
@@ -34,8 +34,8 @@ DICTIONARY_NAMES = {"cs": "cs_CZ", "en": "en_US"}
 LOW_P = 0.4  # a text token below this probability is a doubtful one
 
 # Per language, fitted on every message of the labelled set (bench/transcription_bench.py
-# --fit-label; this fit: the whole extended set, 144 messages, 2026-11-26, README "The
-# reliability label"): the weights of the standardised signals, their means and scales, and
+# --fit-label, on the whole extended set of 144 messages; docs/transcription.md): the
+# weights of the standardised signals, their means and scales, and
 # the two cuts on the score: reliable at or above the first, unreliable below the second.
 # The cuts are set on scores each transcript got from a model fitted without its message,
 # as an unseen message gets them: the model's own scores of its fitting messages are too
@@ -87,7 +87,7 @@ def dictionary(language: str | None) -> Any | None:
     libhunspell itself, not the pure-Python `spylls` the label was first fitted with:
     the same answers on every word of the labelled set and garbled variants of them, for
     36 MB and 0.1 s to load the two dictionaries rather than 284 MB and 4 s, which kept a
-    worker over its memory budget (README, "Recording length")."""
+    worker over its memory budget."""
     name = DICTIONARY_NAMES.get(language or "")
     if name is None:
         return None

@@ -1,5 +1,6 @@
 """Transcription settings: decoding, VAD and languages. Every value is a measured choice
-(README, "Transcription"); the operator-facing ones are in config.py."""
+(docs/transcription.md; bench/transcription_bench.py measures them); the operator-facing
+ones are in config.py."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ DEFAULT_BACKEND = "pywhispercpp"
 
 @dataclass(frozen=True)
 class Decoding:
-    """whisper.cpp decoding settings. Defaults are the measured choice (README)."""
+    """whisper.cpp decoding settings. Defaults are the measured choice (docs/transcription.md)."""
 
     beam_size: int = 5  # beam search; 1 = greedy
     # Candidates sampled at each fallback temperature. One: on 29 clips of the labelled set,
-    # 3 candidates gave Czech WER 0.85 at RTF 0.79, one 0.82 at RTF 0.60 (README).
+    # 3 candidates gave Czech WER 0.85 at RTF 0.79, one 0.82 at RTF 0.60 (docs/transcription.md).
     best_of: int = 1
     # Temperature fallback: a window whose decode has too little entropy (a loop) or too
     # low a mean log-probability is decoded again at +temperature_inc (0.4, 0.8): two
@@ -31,14 +32,14 @@ class Decoding:
     max_tokens_per_second: float = 12.0
     # An initial prompt in the call's language with the words clinics hear. Off: on noise,
     # babble and unclear speech whisper repeats the prompt as if the caller had said it
-    # ("I'm calling about an appointment, a prescription, ..."; measured, README).
+    # ("I'm calling about an appointment, a prescription, ..."; measured: docs/transcription.md).
     prompt: bool = False
     # Encoder context scaled to the audio length (faster on short clips, less accurate).
     # Off everywhere, the second looks at a number included: whisper.cpp keeps a call's
     # audio_ctx in its state, and the next language detection (an encoder pass of its own)
     # then runs with that short context. Measured on the labelled set with the looks at a
-    # fitted context (2026-11-25): 2 of 84 messages taken for reversed speech, 7 confirmed
-    # callback numbers of 68 against 12 (README, "Transcription").
+    # fitted context: 2 of 84 messages taken for reversed speech, 7 confirmed
+    # callback numbers of 68 against 12 (docs/transcription.md).
     audio_ctx: bool = False
 
 
@@ -60,7 +61,7 @@ MAX_PAUSE = 2.0
 
 # Detection among a clinic's languages keeps the first one unless another is at least
 # OTHER_LANGUAGE_MIN probable and twice as probable as the first, or OTHER_LANGUAGE_ODDS
-# times as probable as the first. Measured on the labelled set (README, "Languages"): on
+# times as probable as the first. Measured on the labelled set (docs/transcription.md): on
 # the Czech messages English was at most 0.15, at most 13 times Czech; on the English ones
 # at least 0.25 and at least 136 times Czech (accented espeak-ng voices under 0.5, which the
 # first rule alone left in Czech). The odds sit in the middle of that gap, on a log scale.

@@ -310,7 +310,7 @@ class Transcriber:
     ) -> _Decoded:
         """The clinic's first language is decoded first, and the language is read from the
         encoder output that decoding left: one encoder pass for the callers of the clinic's
-        first language instead of two (README, "Where the time goes"). A caller of another
+        first language instead of two (docs/transcription.md, "What the engine does"). A caller of another
         listed language is decoded once more, in it, unless the time-reversal test finds
         the speech played backwards: that decoding would be thrown away. Then, while that
         encoder output is still the span's, the label's second opinion when it asks for one;
