@@ -9,6 +9,7 @@ from gettext import NullTranslations
 
 import falcon
 
+from console import pages
 from console.inbox import local_time
 from console.rendering import N_, is_secure
 from models import StaffUser
@@ -79,4 +80,4 @@ def when(moment: datetime, user: StaffUser) -> str:
 def link_url(req: falcon.Request, trust_forwarded_proto: bool, token: str) -> str:
     """The set-password link as the browser reaches this service (the admin copies it)."""
     scheme = "https" if is_secure(req, trust_forwarded_proto) else "http"
-    return f"{scheme}://{req.netloc}/console/password/{token}"
+    return f"{scheme}://{req.netloc}{pages.password_link(token)}"

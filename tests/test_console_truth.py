@@ -22,7 +22,7 @@ import pytest
 import redis
 from rq.job import Job, JobStatus
 
-from console import audit_words
+from console import audit_actions
 from console.inbox import WHY_GONE
 from jobs.refetch import job_id
 from models import Actor, AuditEvent, Call, Clinic, PatientRequest, StaffMembership, StaffUser
@@ -276,11 +276,11 @@ def recorded_actions() -> set[str]:
 def test_the_audit_words_cover_every_action_the_trail_can_hold():
     recorded = recorded_actions()
     assert {"call.recording_mismatch", "settings.calls.update", "onboarding.file", "staff_user.disable"} <= recorded
-    assert recorded <= set(audit_words.ACTIONS), recorded - set(audit_words.ACTIONS)
+    assert recorded <= set(audit_actions.ACTIONS), recorded - set(audit_actions.ACTIONS)
     from console.rendering import Renderer
 
     cs = Renderer().translations["cs"]
-    for action in audit_words.ACTIONS.values():
+    for action in audit_actions.ACTIONS.values():
         for words in (action.words, *(f.label for f in action.fields)):
             assert cs.gettext(words) != words or words == "Role", words
 
@@ -381,7 +381,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     login(app, status=303)
     page = app.get("/console/audit?clinic=clinic-a")
     trs = page.html.select("table.audit tbody tr")
-    assert {tr["data-action"] for tr in trs} == set(audit_words.ACTIONS), "one event of every action at least"
+    assert {tr["data-action"] for tr in trs} == set(audit_actions.ACTIONS), "one event of every action at least"
     text = visible_text(page)
     for pattern, what in RAW:
         assert not pattern.search(text), (what, pattern.search(text).group(0))

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import falcon
 
-from console import inbox
+from console import inbox, pages
 from console.rendering import Renderer, html
 from jobs.playback import RecordingPlayer
 from models import StaffUser
@@ -35,7 +35,7 @@ class Inbox:
             rows = rows_of(found, clinic, user.language, self.player, self.clock())
         # The live update asks for rows newer than the newest shown (or than now).
         after = rows[0]["created"] if rows else as_utc(self.clock()).isoformat()
-        rows_url = "/console/rows?" + urllib.parse.urlencode({"clinic": clinic.slug if clinic else "", **filters})
+        rows_url = pages.ROWS + "?" + urllib.parse.urlencode({"clinic": clinic.slug if clinic else "", **filters})
         html(
             resp,
             self.renderer.render(
