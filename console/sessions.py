@@ -84,7 +84,7 @@ def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession |
     )
     if session is None:
         return None
-    session.user._admin = bool(getattr(session, "user_is_admin"))  # the query's extra column
+    session.user._admin = bool(session.user_is_admin)  # type: ignore[attr-defined]  # the query's extra column
     now = as_utc(now)
     if (
         session.user.disabled_at is not None
