@@ -13,29 +13,32 @@ import re
 from typing import Any
 
 import storage
-from web import schemas
+from web import error_codes, schemas
 
 SWITCHBOARD = "/external/v1/clinics/{clinic_slug}/switchboard"
 ERROR = {"$ref": "#/components/schemas/Error"}
 
+# What each error status means, whatever the operation; each answer adds the codes that
+# operation answers with it (web/error_codes.py).
 _ERROR_TEXT = {
-    400: "Malformed payload or validation failure.",
+    400: "Malformed payload or validation failure; the message names the field.",
     401: "Missing, invalid, expired or revoked token.",
     403: "Token lacks the scope or has no access to the clinic.",
-    404: "Unknown clinic (CLINIC_NOT_FOUND) or resource.",
-    409: "Conflict.",
-    422: "IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was sent before with another body or path.",
+    404: "Unknown clinic or resource.",
     408: "The body did not arrive within the configured deadline.",
+    409: "Conflict.",
     410: "Gone.",
+    411: "A body whose end the server cannot tell (chunked, without Content-Length): send its length.",
     413: "Body larger than the configured limit.",
     415: "Body is not JSON.",
-    429: "Too many: RATE_LIMITED when the token sent more write requests than its per-minute limit "
-    "(recording-complete and the document writes have one each), TOO_MANY_UPLOAD_LINKS when the "
-    "clinic holds too many open upload links; retry after the Retry-After seconds.",
-    500: "INTERNAL_ERROR: an unexpected failure; the message says whether a retry is safe (after a create or "
-    "a registration: retry with the same Idempotency-Key, or look with search or the detail first).",
-    503: "SERVICE_UNAVAILABLE: a dependency (database, the switchboard platform) is unavailable or the service "
-    "is busy; retry after the Retry-After seconds.",
+    422: "This Idempotency-Key was sent before with another body or path.",
+    429: "Too many: the token sent more write requests than its per-minute limit (recording-complete and the "
+    "document writes have one each), or the clinic holds too many open upload links; retry after the "
+    "Retry-After seconds.",
+    500: "An unexpected failure; the message says whether a retry is safe (after a create or a registration: retry "
+    "with the same Idempotency-Key, or look with search or the detail first).",
+    503: "A dependency (database, the switchboard platform) is unavailable or the service is busy; retry after the "
+    "Retry-After seconds.",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}}
 # The document writes that take an Idempotency-Key (web/idempotency.py).
@@ -50,32 +53,67 @@ _IDEMPOTENCY_KEY = {
     "are per token and operation; use a new random key (a UUID) for every new write.",
     "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7e]+$"},
 }
-_IDEMPOTENT_ERRORS = {
-    400: "Malformed payload or validation failure; IDEMPOTENCY_KEY_INVALID for an Idempotency-Key that is not "
-    "1-255 printable ASCII characters.",
-    409: "IDEMPOTENCY_KEY_IN_PROGRESS: a request with this Idempotency-Key is still running; retry after the "
-    "Retry-After seconds.",
+_IDEMPOTENT_TEXT = {
+    400: "Malformed payload or validation failure; an Idempotency-Key that is not 1-255 printable ASCII characters.",
+    409: "A request with this Idempotency-Key is still running (retry after the Retry-After seconds), or the write "
+    "conflicts with data stored at the same moment.",
 }
 # Whatever the operation: an unexpected failure, or the database down or its pool exhausted (web/errors.py).
-_ALWAYS = (500, 503)
+_ALWAYS = {500: ("INTERNAL_ERROR",), 503: ("SERVICE_UNAVAILABLE",)}
+# An operation that names a clinic and takes a token (web/auth.py).
+_AUTHENTICATED = {401: ("UNAUTHORIZED",), 403: ("FORBIDDEN",), 404: ("CLINIC_NOT_FOUND",)}
+# An operation that reads a body (web/middleware.py's BodyLimit, then the JSON media handler).
+_BODY = {
+    400: ("VALIDATION_FAILED",),
+    408: ("REQUEST_TIMEOUT",),
+    411: ("LENGTH_REQUIRED",),
+    413: ("PAYLOAD_TOO_LARGE",),
+    415: ("UNSUPPORTED_MEDIA_TYPE",),
+}
+_IDEMPOTENT = {
+    400: ("IDEMPOTENCY_KEY_INVALID",),
+    409: ("IDEMPOTENCY_KEY_IN_PROGRESS", "CONFLICT"),
+    422: ("IDEMPOTENCY_KEY_REUSED",),
+}
+#: The prefix of the list of codes in an error answer's description (tests read it back).
+CODES_SAY = "Codes: "
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
-def error_responses(codes: dict[int, str], schemas_by_code: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The error answers (code -> description), each an `Error` body (or the schema given
-    for its code), with Retry-After on 429 and 503."""
+def _merge(*tables: dict[int, tuple[str, ...]]) -> dict[int, tuple[str, ...]]:
+    out: dict[int, tuple[str, ...]] = {}
+    for table in tables:
+        for status, codes in table.items():
+            out[status] = tuple(dict.fromkeys((*out.get(status, ()), *codes)))
+    return out
+
+
+def said(text: str, codes: tuple[str, ...]) -> str:
+    """An error answer's description: what the status means here, then its codes."""
+    return f"{text} {CODES_SAY}{', '.join(f'`{code}`' for code in codes)}." if codes else text
+
+
+def error_responses(
+    codes: dict[int, tuple[str, ...]],
+    texts: dict[int, str] | None = None,
+    schemas_by_code: dict[int, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The error answers (status -> the codes it comes with), each an `Error` body (or the
+    schema given for its status), with Retry-After on 409, 429 and 503."""
     out: dict[str, Any] = {}
-    for code in sorted(codes):
+    for status in sorted(codes):
+        for code in codes[status]:
+            assert error_codes.status_of(code) == status, (status, code)
         answer: dict[str, Any] = {
-            "description": codes[code],
-            "content": _json((schemas_by_code or {}).get(code, schemas.ERROR)),
+            "description": said((texts or {}).get(status) or _ERROR_TEXT[status], codes[status]),
+            "content": _json((schemas_by_code or {}).get(status, schemas.ERROR)),
         }
-        if code in (409, 429, 503):
+        if status in (409, 429, 503):
             answer["headers"] = _RETRY_AFTER
-        out[str(code)] = answer
+        out[str(status)] = answer
     return out
 
 
@@ -86,32 +124,38 @@ def operation(
     scope: str | None,
     request: dict[str, Any] | None,
     response: dict[str, Any],
-    errors: tuple[int, ...] = (),
+    codes: dict[int, tuple[str, ...]] | None = None,
+    texts: dict[int, str] | None = None,
     error_schemas: dict[int, dict[str, Any]] | None = None,
     request_required: bool = True,
+    reads_any_type: bool = False,
     idempotent: bool = False,
     tag: str,
 ) -> dict[str, Any]:
+    """An operation with its error answers: those every operation of its kind may give (a
+    token, a body, a write, an Idempotency-Key), and its own `codes`. `reads_any_type`: the
+    body is read whatever its Content-Type says (no 415)."""
     op: dict[str, Any] = {
         "operationId": operation_id,
         "summary": summary,
         "tags": [tag],
         "responses": {"200": {"description": "OK", "content": _json(response)}},
     }
-    codes = set(errors) | set(_ALWAYS)
+    tables: list[dict[int, tuple[str, ...]]] = []
     if scope is not None:
         op["security"] = [{"bearerAuth": [scope]}]
         op["description"] = f"Requires the `{scope}` scope on a token bound to the clinic."
-        codes |= {401, 403, 404}
+        tables.append(_AUTHENTICATED)
     if scope == "write":
-        codes.add(429)  # every write is counted against its token's rate limit (web/rate_limit.py)
+        tables.append({429: ("RATE_LIMITED",)})  # every write is counted against its token's rate (web/rate_limit.py)
     if request is not None:
         op["requestBody"] = {"required": request_required, "content": _json(request)}
-        codes |= {400, 408, 413, 415}
-    texts = {code: _ERROR_TEXT[code] for code in codes}
+        tables.append({k: v for k, v in _BODY.items() if not (reads_any_type and k == 415)})
+    texts = dict(texts or {})
     if idempotent:  # the Idempotency-Key header and its answers
         op["parameters"] = [_IDEMPOTENCY_KEY]
-        texts |= {**_IDEMPOTENT_ERRORS, 422: _ERROR_TEXT[422]}
+        tables.append(_IDEMPOTENT)
+        texts = {**_IDEMPOTENT_TEXT, **texts}
         op["responses"]["200"]["headers"] = {
             "Idempotent-Replayed": {
                 "description": "`true` when this is the stored answer of an earlier request with the same "
@@ -119,13 +163,17 @@ def operation(
                 "schema": {"type": "string", "const": "true"},
             }
         }
-    op["responses"].update(error_responses(texts, error_schemas))
+    op["responses"].update(error_responses(_merge(*tables, codes or {}, _ALWAYS), texts, error_schemas))
     return op
 
 
-def _failures(*pairs: tuple[int, str]) -> dict[str, Any]:
-    """Error answers of the operations written out by hand, 500 and 503 included."""
-    return error_responses({**{code: _ERROR_TEXT[code] for code in _ALWAYS}, **dict(pairs)})
+def _failures(*answers: tuple[int, str, tuple[str, ...]]) -> dict[str, Any]:
+    """Error answers of the operations written out by hand (status, what it means, its
+    codes), 500 and 503 included."""
+    return error_responses(
+        _merge({status: codes for status, _, codes in answers}, _ALWAYS),
+        {status: text for status, text, _ in answers},
+    )
 
 
 # The query string a presigned download URL carries (its signature covers all five).
@@ -172,6 +220,11 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
                     },
                     optional=("schema", "lastKnownSeconds"),
                 ),
+                texts={
+                    503: "The service cannot serve: the database is unreachable with nothing recent known, or its "
+                    "schema is not migrated; the body says each part's state."
+                },
+                error_schemas={503: schemas.HEALTH_UNAVAILABLE},
                 tag=_SERVICE,
             ),
         }
@@ -190,7 +243,7 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
                     "description": "Prometheus text exposition format.",
                     "content": {"text/plain": {"schema": {"type": "string"}}},
                 },
-                **_failures((401, "METRICS_TOKEN is set and was not sent.")),
+                **_failures((401, "METRICS_TOKEN is set and was not sent.", ("UNAUTHORIZED",))),
             },
         },
     },
@@ -209,12 +262,12 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             "responses": {
                 "200": {"description": "Stored.", "content": _json({"type": "object"})},
                 **_failures(
-                    (400, "Bad key."),
-                    (403, "Bad, expired or foreign signature, or other content type."),
-                    (409, "`ALREADY_REGISTERED`: the upload is registered as an attachment and cannot change."),
-                    (408, "The body did not arrive within the upload deadline; nothing stored."),
-                    (411, "Content-Length required."),
-                    (413, "Too large."),
+                    (400, "Bad key.", ("VALIDATION_FAILED",)),
+                    (403, "Bad, expired or foreign signature, or other content type.", ("FORBIDDEN",)),
+                    (409, "The upload is registered as an attachment and cannot change.", ("ALREADY_REGISTERED",)),
+                    (408, "The body did not arrive within the upload deadline; nothing stored.", ("REQUEST_TIMEOUT",)),
+                    (411, "Content-Length required.", ("LENGTH_REQUIRED",)),
+                    (413, "Too large.", ("PAYLOAD_TOO_LARGE",)),
                 ),
             },
         },
@@ -236,10 +289,10 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
                 "200": {"description": "The object's bytes.", "content": _BYTES},
                 "206": {"description": "The bytes of the range asked for (Content-Range).", "content": _BYTES},
                 **_failures(
-                    (400, "Bad key or Range header."),
-                    (403, "Bad or expired signature."),
-                    (404, "No such object."),
-                    (416, "The range starts past the object's end."),
+                    (400, "Bad key or Range header.", ("VALIDATION_FAILED",)),
+                    (403, "Bad or expired signature.", ("FORBIDDEN",)),
+                    (404, "No such object.", ("NOT_FOUND",)),
+                    (416, "The range starts past the object's end.", ("RANGE_NOT_SATISFIABLE",)),
                 ),
             },
         },
@@ -303,7 +356,9 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             scope="write",
             request=schemas.RECORDING_COMPLETE,
             response=schemas.SUCCESS,
-            errors=(409,),
+            codes={409: ("CALL_SID_CONFLICT",)},
+            texts={409: "This CallSid belongs to another clinic's call: do not retry."},
+            reads_any_type=True,
             tag="switchboard",
         ),
     },
@@ -313,6 +368,8 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
 # --- Signed documents (docs/spec/signed-documents.md) ------------------------------------
 CLINIC = "/external/v1/clinics/{clinic_slug}"
 _REQUEST = f"{CLINIC}/patientRequests/{{request_id}}"
+# The operations on one request: its id is not one of this clinic's requests.
+_REQUEST_NOT_FOUND = ("PATIENT_REQUEST_NOT_FOUND",)
 _DOCS = "signed documents"
 
 
@@ -323,7 +380,7 @@ def _tags_operation() -> dict[str, Any]:
         scope="read",
         request=None,
         response=schemas.data({"type": "array", "items": schemas.TAG}),
-        errors=(400,),
+        codes={400: ("VALIDATION_FAILED",)},
         tag=_DOCS,
     )
     op["parameters"] = [{"name": "type", "in": "query", "required": False, "schema": schemas.TAG_TYPE}]
@@ -341,7 +398,11 @@ def _recording_operation() -> dict[str, Any]:
         scope="read",
         request=None,
         response={"type": "object"},
-        errors=(410,),
+        codes={404: (*_REQUEST_NOT_FOUND, "NOT_FOUND"), 410: ("RECORDING_UNAVAILABLE",)},
+        texts={
+            404: "Unknown clinic or request, or the request was not made from a call.",
+            410: "The recording is gone; the transcript stays in the detail.",
+        },
         tag="switchboard",
     )
     del op["responses"]["200"]
@@ -411,7 +472,12 @@ OPERATIONS.update(
                 request=schemas.CREATE_REQUEST,
                 idempotent=True,
                 response=schemas.data(schemas.PATIENT_REQUEST),
-                errors=(410,),
+                codes={404: ("PATIENT_NOT_FOUND", "USER_ECRF_NOT_FOUND"), 410: ("PATIENT_MERGED",)},
+                texts={
+                    403: "Token lacks the scope or has no access to the clinic, or the patient has no record in this "
+                    "clinic.",
+                    410: "The patient was merged into another: `mergedInto`.",
+                },
                 error_schemas={410: schemas.PATIENT_MERGED_ERROR},
                 tag=_DOCS,
             )
@@ -439,7 +505,7 @@ OPERATIONS.update(
                 scope="read",
                 request=None,
                 response=schemas.data(schemas.PATIENT_REQUEST_DETAIL),
-                errors=(400,),
+                codes={400: ("VALIDATION_FAILED",), 404: _REQUEST_NOT_FOUND},
                 tag=_DOCS,
             ),
             "patch": operation(
@@ -448,6 +514,7 @@ OPERATIONS.update(
                 scope="write",
                 request=schemas.REQUEST_PATCH,
                 response=schemas.data(schemas.PATIENT_REQUEST),
+                codes={404: _REQUEST_NOT_FOUND},
                 idempotent=True,
                 tag=_DOCS,
             ),
@@ -463,6 +530,7 @@ OPERATIONS.update(
                 scope="write",
                 request=schemas.UPLOAD_LINK_REQUEST,
                 response=schemas.data(schemas.UPLOAD_LINK),
+                codes={404: _REQUEST_NOT_FOUND, 429: ("TOO_MANY_UPLOAD_LINKS",)},
                 idempotent=True,
                 tag=_DOCS,
             )
@@ -477,6 +545,7 @@ OPERATIONS.update(
                 scope="write",
                 request=schemas.ATTACHMENT_REQUEST,
                 response=schemas.data(schemas.ATTACHMENT),
+                codes={404: _REQUEST_NOT_FOUND},
                 idempotent=True,
                 tag=_DOCS,
             )
