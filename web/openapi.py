@@ -18,6 +18,7 @@ from web import error_codes, schemas
 SWITCHBOARD = "/external/v1/clinics/{clinic_slug}/switchboard"
 ERROR = {"$ref": "#/components/schemas/Error"}
 
+Codes = dict[int, tuple[str, ...]]  # status -> the error codes it comes with
 # What each error status means, whatever the operation; each answer adds the codes that
 # operation answers with it (web/error_codes.py).
 _ERROR_TEXT = {
@@ -59,22 +60,24 @@ _IDEMPOTENT_TEXT = {
     "conflicts with data stored at the same moment.",
 }
 # Whatever the operation: an unexpected failure, or the database down or its pool exhausted (web/errors.py).
-_ALWAYS = {500: ("INTERNAL_ERROR",), 503: ("SERVICE_UNAVAILABLE",)}
+_ALWAYS: Codes = {500: ("INTERNAL_ERROR",), 503: ("SERVICE_UNAVAILABLE",)}
 # An operation that names a clinic and takes a token (web/auth.py).
-_AUTHENTICATED = {401: ("UNAUTHORIZED",), 403: ("FORBIDDEN",), 404: ("CLINIC_NOT_FOUND",)}
+_AUTHENTICATED: Codes = {401: ("UNAUTHORIZED",), 403: ("FORBIDDEN",), 404: ("CLINIC_NOT_FOUND",)}
 # An operation that reads a body (web/middleware.py's BodyLimit, then the JSON media handler).
-_BODY = {
+_BODY: Codes = {
     400: ("VALIDATION_FAILED",),
     408: ("REQUEST_TIMEOUT",),
     411: ("LENGTH_REQUIRED",),
     413: ("PAYLOAD_TOO_LARGE",),
     415: ("UNSUPPORTED_MEDIA_TYPE",),
 }
-_IDEMPOTENT = {
+_IDEMPOTENT: Codes = {
     400: ("IDEMPOTENCY_KEY_INVALID",),
     409: ("IDEMPOTENCY_KEY_IN_PROGRESS", "CONFLICT"),
     422: ("IDEMPOTENCY_KEY_REUSED",),
 }
+# A write: counted against its token's rate (web/rate_limit.py).
+_WRITE: Codes = {429: ("RATE_LIMITED",)}
 #: The prefix of the list of codes in an error answer's description (tests read it back).
 CODES_SAY = "Codes: "
 
@@ -83,8 +86,8 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
-def _merge(*tables: dict[int, tuple[str, ...]]) -> dict[int, tuple[str, ...]]:
-    out: dict[int, tuple[str, ...]] = {}
+def _merge(*tables: Codes) -> Codes:
+    out: Codes = {}
     for table in tables:
         for status, codes in table.items():
             out[status] = tuple(dict.fromkeys((*out.get(status, ()), *codes)))
@@ -141,13 +144,13 @@ def operation(
         "tags": [tag],
         "responses": {"200": {"description": "OK", "content": _json(response)}},
     }
-    tables: list[dict[int, tuple[str, ...]]] = []
+    tables: list[Codes] = []
     if scope is not None:
         op["security"] = [{"bearerAuth": [scope]}]
         op["description"] = f"Requires the `{scope}` scope on a token bound to the clinic."
         tables.append(_AUTHENTICATED)
     if scope == "write":
-        tables.append({429: ("RATE_LIMITED",)})  # every write is counted against its token's rate (web/rate_limit.py)
+        tables.append(_WRITE)
     if request is not None:
         op["requestBody"] = {"required": request_required, "content": _json(request)}
         tables.append({k: v for k, v in _BODY.items() if not (reads_any_type and k == 415)})
