@@ -79,15 +79,18 @@ class Recorder:
 
 
 def _ids() -> dict[str, str]:
-    from models import Patient, RequestType, Tag
+    """The demo clinic's rows the requests name (other tests' organizations may be there too)."""
+    from models import Clinic, Patient, RequestType, Tag
     from plumbing.database import db
 
     with db.connection_context():
+        clinic = Clinic.get(Clinic.slug == SLUG)
+        ours = Patient.organization == clinic.organization_id
         return {
-            "jana": str(Patient.get(Patient.last_name == "Nováková").id),
-            "jana-dup": str(Patient.get(Patient.merged_into.is_null(False)).id),
-            "type": str(RequestType.get(RequestType.ecrf_id == "SIGNED_CONSENT").id),
-            "needs-callback": str(Tag.get(Tag.name == "needs-callback").id),
+            "jana": str(Patient.get(ours & (Patient.last_name == "Nováková")).id),
+            "jana-dup": str(Patient.get(ours & Patient.merged_into.is_null(False)).id),
+            "type": str(RequestType.get((RequestType.clinic == clinic) & (RequestType.ecrf_id == "SIGNED_CONSENT")).id),
+            "needs-callback": str(Tag.get((Tag.clinic == clinic) & (Tag.name == "needs-callback")).id),
         }
 
 
@@ -99,7 +102,7 @@ def _call_request(kind: str, sid: str, clock: Any, **fields: Any) -> str:
 
     with db.connection_context():
         clinic = Clinic.get(Clinic.slug == SLUG)
-        patient = Patient.get(Patient.last_name == "Nováková")
+        patient = Patient.get((Patient.organization == clinic.organization_id) & (Patient.last_name == "Nováková"))
         call = Call.create(clinic=clinic, call_sid=sid, call_from="+420601123456", call_to="+420222000111",
                            state="done", outcome=kind, received_at=as_utc(clock()), **fields)
         return str(PatientRequest.create(clinic=clinic, patient=patient, kind=kind, title=kind, call=call,
