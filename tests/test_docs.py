@@ -24,7 +24,7 @@ import config as config_module
 from config import Config
 from tests.conftest import ROOT
 from tests.support import bearer, issue_token, load
-from tests.support.documented import inlined
+from tests.support.documented import closed, inlined
 
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md",
@@ -198,12 +198,13 @@ def test_every_example_is_valid_against_the_openapi_document(app):
     for example in found.values():
         assert example.operation in ops, f"{example.page}: no operation {example.operation}"
         method, path, op = ops[example.operation]
+        # Closed: every field an example names is a field of the schema (a misspelt one fails).
         if example.has_request:
             schema = inlined(document, op["requestBody"]["content"]["application/json"]["schema"])
-            Draft202012Validator(schema).validate(example.request)
+            Draft202012Validator(closed(schema)).validate(example.request)
         assert example.status is not None, f"{example.page}: {example.operation} shows no answer"
         answer = op["responses"][str(example.status)]["content"]["application/json"]["schema"]
-        Draft202012Validator(inlined(document, answer)).validate(example.response)
+        Draft202012Validator(closed(inlined(document, answer))).validate(example.response)
 
 
 # The order the examples are sent in: the flow of the two pages (a request is created
