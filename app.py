@@ -100,7 +100,10 @@ def create_app(config: Config) -> falcon.App:
         (f"{request}/recording", patient_requests.RequestRecording(player, config.clock)),
         (f"{request}/attachments/upload-link", patient_requests.UploadLink(storage, config.upload_links_per_clinic)),
         (f"{request}/attachments", patient_requests.Attachments(storage)),
-        ("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url))),
+        (
+            "/openapi.json",
+            meta.OpenAPIDocument(openapi.document, config.public_base_url, trust, config.trusted_proxy_hops),
+        ),
         (api_reference.PREFIX, api_reference.ApiReference()),
         (api_reference.PREFIX + "/assets/{name}", api_reference.ApiReferenceAsset()),
         (pages.PREFIX, inbox.Inbox(renderer, config.clock, player)),

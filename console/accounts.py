@@ -11,10 +11,11 @@ import falcon
 
 from console import pages
 from console.inbox import local_time
-from console.rendering import N_, is_secure
+from console.rendering import N_
 from models import StaffUser
 from plumbing.clock import as_utc
 from plumbing.errors import DomainError
+from plumbing.forwarded import is_secure
 
 # The refusals of staff.accounts, staff.two_factor and staff.passwords, as the catalogue
 # has them (tests/test_console_staff.py holds this list to those modules' constants).

@@ -93,14 +93,6 @@ def cookie(req: falcon.Request, name: str) -> str | None:
     return values[0] if values else None
 
 
-def is_secure(req: falcon.Request, trust_forwarded_proto: bool) -> bool:
-    """Whether the browser reached us over https: the WSGI scheme, or the proxy's
-    X-Forwarded-Proto when the operator says the proxy sets it (TRUST_FORWARDED_PROTO)."""
-    if req.scheme == "https":
-        return True
-    return trust_forwarded_proto and (req.get_header("X-Forwarded-Proto") or "").lower() == "https"
-
-
 def html(resp: falcon.Response, text: str, status: str = falcon.HTTP_200) -> None:
     """Answer with a console page. Pages carry patients' data: never kept by a shared
     computer's cache."""

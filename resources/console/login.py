@@ -23,7 +23,6 @@ from console.rendering import (
     Renderer,
     cookie,
     html,
-    is_secure,
     see_other,
 )
 from console.throttle import LoginThrottle
@@ -31,6 +30,7 @@ from models import StaffSession, StaffUser
 from plumbing.crypto import Keys
 from plumbing.database import db
 from plumbing.errors import DomainError, Gone
+from plumbing.forwarded import is_secure
 from staff import accounts, passwords, two_factor
 
 log = logging.getLogger(__name__)
