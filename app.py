@@ -31,7 +31,7 @@ from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
 from switchboard.intake import GroupCommit
-from web import errors, openapi
+from web import deprecations, errors, openapi
 from web import metrics as web_metrics
 from web.auth import TokenAuth
 from web.idempotency import IdempotencyKeys, KeyTaken
@@ -178,6 +178,8 @@ def create_app(config: Config) -> falcon.App:
         web_metrics.RequestMetrics(flusher),
         # the security headers of every answer, errors included (web/security.py)
         SecurityHeaders(trust),
+        # Deprecation and Sunset on every answer of an operation going away (web/deprecations.py)
+        deprecations.DeprecationHeaders(deprecations.DEPRECATED),
         NoNulInUrl(),
         # 503 "run manage.py migrate" until the schema is this release's (then never asked again)
         SchemaGate(lambda: migrations.pending(database)),

@@ -13,7 +13,8 @@ import re
 from typing import Any
 
 import storage
-from web import error_codes, schemas
+from plumbing import versions
+from web import deprecations, error_codes, schemas
 
 SWITCHBOARD = "/external/v1/clinics/{clinic_slug}/switchboard"
 ERROR = {"$ref": "#/components/schemas/Error"}
@@ -609,12 +610,46 @@ _TAGS = [
 ]
 
 
+_DEPRECATION_HEADERS = {
+    "Deprecation": {
+        "description": "This operation is deprecated (RFC 9745): since when, `@` and seconds since the epoch.",
+        "schema": {"type": "string"},
+    },
+    "Sunset": {
+        "description": "After this date the operation may stop answering (RFC 8594, an HTTP date).",
+        "schema": {"type": "string"},
+    },
+}
+
+
+def _deprecated(op: dict[str, Any], deprecation: deprecations.Deprecation) -> dict[str, Any]:
+    """`op` marked as going away: `deprecated`, the dates in words, the headers on every answer."""
+    said = (
+        f"Deprecated since {deprecation.announced.isoformat()}; may stop answering after "
+        f"{deprecation.sunset.isoformat()} (the Sunset header). What replaces it: {deprecation.link}."
+    )
+    responses = {
+        status: {**answer, "headers": {**answer.get("headers", {}), **_DEPRECATION_HEADERS}}
+        for status, answer in op["responses"].items()
+    }
+    return {
+        **op,
+        "deprecated": True,
+        "description": f"{op.get('description', '')} {said}".strip(),
+        "responses": responses,
+    }
+
+
 def document(base_url: str = "/") -> dict[str, Any]:
     names = {id(schema): name for name, schema in schemas.COMPONENTS.items()}
+    going = {(d.method.lower(), d.route): d for d in deprecations.DEPRECATED}
     paths: dict[str, Any] = {}
     for template, methods in OPERATIONS.items():
         path = public_path(template)
-        item: dict[str, Any] = {k: _referenced(v, names) for k, v in methods.items()}
+        item: dict[str, Any] = {
+            k: _referenced(_deprecated(v, going[(k, template)]) if (k, template) in going else v, names)
+            for k, v in methods.items()
+        }
         if _parameters(path):
             item["parameters"] = _parameters(path)
         paths[path] = item
@@ -622,7 +657,7 @@ def document(base_url: str = "/") -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {
             "title": "Clinic integration service",
-            "version": "1.0.0",
+            "version": versions.API,
             "description": "Switchboard routing checks and call hand-off; externally signed document storage.",
         },
         "servers": [{"url": base_url}],
