@@ -405,7 +405,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     rotated = row("token.rotate")
     assert rotated.select_one("dd a")["href"].endswith(f"#key-{new.id}") and "Starý klíč platí do" in fields(rotated)
     revoked = row("token.revoke")
-    assert revoked.select_one("td.who").text.strip() == "operátor (příkazová řádka)"
+    assert revoked.select_one("td.who").text.strip() == "provozovatel (příkazová řádka)"
     assert revoked.select_one("td.who span")["title"] == "root"
     assert fields(row("settings.calls.update", 1)) == {"Požadavky ze zmeškaných hovorů": "vypnuto",
                                                         "Jazyky volajících": "čeština, slovenština"}
@@ -415,7 +415,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     assert fields(row("settings.office_hours.add")) == {"Den": "pondělí", "Od": "08:00", "Do": "12:00",
                                                          "Týdny": "liché týdny"}
     assert fields(row("settings.vacation.add"))["Od"] == "24. 12. 2026"
-    assert fields(row("staff_user.role")) == {"Od": "personál", "Do": "správce"}
+    assert fields(row("staff_user.role")) == {"Od": "pracovník", "Do": "správce"}
     assert fields(row("staff_user.recovery_code_used")) == {"Zbývající kódy pro obnovení": "9"}
     assert fields(row("settings.two_factor.update")) == {"Vyžadováno dvoufázové přihlášení": "zapnuto"}
     assert row("settings.two_factor.update").select_one("td.subject a")["href"] == (
@@ -440,7 +440,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     assert fields(row("patient.import_bulk")) == {"Nových": "1\xa0200", "Aktualizovaných": "3", "Chybných": "0"}
     assert row("patient.import", 0).select_one("td.subject").get_text(" ", strip=True) == "Pacient (už neexistuje)"
     assert row("staff_user.create").select_one("td.subject span[title]")["title"] == "anna@example.cz"
-    assert fields(row("staff_user.create")) == {"Role": "personál"}
+    assert fields(row("staff_user.create")) == {"Role": "pracovník"}
 
     # English: the same page in the admin's other language.
     with db.connection_context():
