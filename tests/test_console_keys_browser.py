@@ -123,7 +123,7 @@ def test_create_use_rotate_revoke_a_key_with_its_audit_and_no_secret_anywhere(se
     page.get_by_role("button", name="Vytvořit klíč").click()
     first = page.locator("#new-key").inner_text()
     remember(first, "an API key made in the console")  # the session's log audit looks for it too
-    assert first.startswith("csk_") and "zobrazí se jen teď" in page.content()
+    assert first.startswith("csk_") and "Zobrazí se jen teď" in page.content()
     page.goto(base + "/console/settings/api-keys?clinic=clinic-en")
     assert secret_part(first) not in page.content() and page.locator("#new-key").count() == 0
     pages.append(page.content())
