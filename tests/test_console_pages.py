@@ -47,7 +47,8 @@ def test_every_console_route_is_an_address_of_console_pages(wsgi_app):
              pages.request_resolution("{request_id}"), pages.recording("{request_id}"),
              pages.recording_state("{request_id}"), pages.password_link("{token}"),
              pages.api_key_rotation("{token_id}"), pages.api_key_revocation("{token_id}"), pages.guide("{name}"),
-             pages.guide_image("{name}"), pages.static("{name}")}
+             pages.guide_image("{name}"), pages.static("{name}"), pages.RETENTION, pages.patient("{patient_id}"),
+             pages.patient_copy("{patient_id}"), pages.patient_erasure("{patient_id}")}
     assert routes == built, (routes - built, built - routes)
 
 

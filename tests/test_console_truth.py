@@ -421,9 +421,9 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     assert row("settings.two_factor.update").select_one("td.subject a")["href"] == (
         "/console/settings/staff?clinic=clinic-a")
     assert fields(row("settings.vacation.remove"))["Od"] == "5. 2. 2027 18:00", "the clinic's time zone"
-    assert fields(row("settings.retention.update")) == {"Hovory bez žádosti (dní)": "14",
+    assert fields(row("settings.retention.update")) == {"Hovory bez požadavku (dní)": "14",
                                                          "Podepsané dokumenty (dní)": "uchovává se trvale"}
-    assert fields(row("retention.delete")) == {"Žádosti z hovorů": "3", "Hovory": "5", "Pacienti": "1"}
+    assert fields(row("retention.delete")) == {"Požadavky z hovorů": "3", "Hovory": "5", "Pacienti": "1"}
     assert fields(row("patient.erase"))["Ponechané podepsané dokumenty"] == "1"
     assert "(už neexistuje)" in row("patient.erase").select_one("td.subject").text
     assert row("settings.vacation.add").select_one("td.subject a")["href"] == \
