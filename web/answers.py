@@ -13,7 +13,7 @@ Codes = dict[int, tuple[str, ...]]  # status -> the error codes it comes with
 # What each error status means, whatever the operation; each answer adds the codes that
 # operation answers with it (web/error_codes.py).
 ERROR_TEXT = {
-    400: "Malformed payload or validation failure; the message names the field.",
+    400: "Malformed payload or validation failure (a NUL character in the URL too); the message names the field.",
     401: "Missing, invalid, expired or revoked token.",
     403: "Token lacks the scope or has no access to the clinic.",
     404: "Unknown clinic or resource.",
@@ -50,8 +50,9 @@ _IDEMPOTENT_TEXT = {
     409: "A request with this Idempotency-Key is still running (retry after the Retry-After seconds), or the write "
     "conflicts with data stored at the same moment.",
 }
-# Whatever the operation: an unexpected failure, or the database down or its pool exhausted (web/errors.py).
-_ALWAYS: Codes = {500: ("INTERNAL_ERROR",), 503: ("SERVICE_UNAVAILABLE",)}
+# Whatever the operation: a NUL character in the URL (web/middleware.py's NoNulInUrl), an
+# unexpected failure, or the database down or its pool exhausted (web/errors.py).
+_ALWAYS: Codes = {400: ("VALIDATION_FAILED",), 500: ("INTERNAL_ERROR",), 503: ("SERVICE_UNAVAILABLE",)}
 # An operation that names a clinic and takes a token (web/auth.py).
 _AUTHENTICATED: Codes = {401: ("UNAUTHORIZED",), 403: ("FORBIDDEN",), 404: ("CLINIC_NOT_FOUND",)}
 # An operation that reads a body (web/middleware.py's BodyLimit, then the JSON media handler).

@@ -126,8 +126,9 @@ def contract() -> Contract:
 
 def check(req: Any, res: Any) -> None:
     """Fail unless WebTest's answer `res` to `req` is one the document describes."""
-    path = req.path_info if hasattr(req, "path_info") else req.path
-    path = (getattr(req, "script_name", "") or "") + path
+    # The WSGI path as sent (bytes as latin-1): a test may send bytes that are no UTF-8.
+    raw = req.environ.get("SCRIPT_NAME", "") + req.environ.get("PATH_INFO", "")
+    path = raw.encode("latin-1", "replace").decode("utf-8", "replace")
     if not path.startswith(API_PREFIXES):
         return
     found = contract().problems(req.method, path, res.status_int, res.content_type or "", res.body)
