@@ -75,8 +75,14 @@ def test_every_code_and_reason_is_answered_as_the_document_says(app, config, clo
     # Every value of every enumeration an answer can carry was carried by one.
     seen = set(_pairs([a.data for a in answers if a.data is not None]))
     missing = {(name, value) for name, values in response_enums(openapi.document()) for value in values
-               if (name, value) not in seen}
+               if (name, value) not in seen} - NEEDS_AN_OUTAGE
     assert not missing, sorted(missing)
+
+
+#: Values only a database that went away after answering (the routing checks' last known
+#: state) or a schema behind the code can bring: tests/test_database_outage.py and
+#: tests/test_service.py provoke them, the contract plugin checking those answers too.
+NEEDS_AN_OUTAGE = {("database", "last_known"), ("schema", "behind")}
 
 
 def test_the_documents_enumerations_are_the_services_definitions():

@@ -126,6 +126,8 @@ def every_answer(app: webtest.TestApp, config: Any, clock: Any, example: dict[st
     # --- the service's own endpoints
     send(app, "GET", "/openapi.json", status=200)
     send(app, "GET", "/healthz", status=200)
+    send(app, "GET", "/readyz", status=200)
+    send(app, "GET", "/livez", status=200)
     send(app, "GET", "/metrics", status=200)
 
     # --- the switchboard
@@ -288,11 +290,11 @@ def every_answer(app: webtest.TestApp, config: Any, clock: Any, example: dict[st
         slow.environ["wsgi.input"], slow.environ["CONTENT_LENGTH"] = trickle, str(len(trickle.data))
         r.keep(slow, tight.do_request(slow, status=408, expect_errors=True))  # REQUEST_TIMEOUT
         down = webtest.TestApp(create_app(replace(config, redis_url=DEAD_REDIS, provider_marker_words="examplepbx")))
-        send(down, "GET", "/healthz", status=503)  # SERVICE_UNAVAILABLE, which part is down
+        send(down, "GET", "/healthz", status=200)  # degraded: Redis is down, the service still serves
         send(down, "GET", f"{BASE}/patientRequests/{made_from_calls[-1]}/recording", token=read,
              status=503)  # the re-fetch cannot be queued
         nothing = webtest.TestApp(create_app(replace(config, database_url=DEAD_DATABASE)))
-        send(nothing, "GET", "/healthz", status=503)  # the database down too
+        send(nothing, "GET", "/readyz", status=503)  # SERVICE_UNAVAILABLE: the database down, nothing known
     finally:
         db.initialize(previous)
     return r.answers
