@@ -23,7 +23,7 @@ from plumbing import clock, logs, metrics, strict_json
 from plumbing.database import bind_database
 from plumbing.row_cache import RowCache
 from resources import api_reference, catalog, meta, patient_requests, patients, switchboard
-from resources.console import account, audit, inbox, keys, requests, settings, static
+from resources.console import account, audit, inbox, keys, login, requests, settings, static
 from resources.console import help as console_help
 from resources.console import patients as patients_pages
 from resources.console import staff as staff_pages
@@ -31,7 +31,7 @@ from resources.storage_objects import StoredObject
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
 from switchboard.intake import GroupCommit
-from web import errors, openapi
+from web import deprecations, errors, openapi
 from web import metrics as web_metrics
 from web.auth import TokenAuth
 from web.idempotency import IdempotencyKeys, KeyTaken
@@ -41,6 +41,8 @@ from web.refusals import HandoffRefusals
 from web.security import SecurityHeaders
 
 log = logging.getLogger(__name__)
+# The console routes' field of a request's id (console/pages.py builds routes and links alike).
+_REQUEST = "{request_id}"
 
 #: Route parameters a log line shows by value, when the value has the shape given: clinic
 #: slugs, ids and the service's own file names. Every other parameter (a set-password
@@ -98,33 +100,30 @@ def create_app(config: Config) -> falcon.App:
         (f"{request}/recording", patient_requests.RequestRecording(player, config.clock)),
         (f"{request}/attachments/upload-link", patient_requests.UploadLink(storage, config.upload_links_per_clinic)),
         (f"{request}/attachments", patient_requests.Attachments(storage)),
-        ("/openapi.json", meta.OpenAPIDocument(lambda: openapi.document(config.public_base_url))),
+        (
+            "/openapi.json",
+            meta.OpenAPIDocument(openapi.document, config.public_base_url, trust, config.trusted_proxy_hops),
+        ),
         (api_reference.PREFIX, api_reference.ApiReference()),
         (api_reference.PREFIX + "/assets/{name}", api_reference.ApiReferenceAsset()),
-        ("/console", inbox.Inbox(renderer, config.clock, player)),
-        ("/console/rows", inbox.InboxRows(renderer, config.clock, player)),
-        ("/console/requests/{request_id}", requests.RequestPage(renderer, LinkCache(storage), player, config.clock)),
-        ("/console/requests/{request_id}/note", requests.RequestNote()),
-        ("/console/requests/{request_id}/tags", requests.RequestTags()),
-        ("/console/requests/{request_id}/resolution", requests.RequestResolution()),
-        ("/console/requests/{request_id}/type", requests.RequestTypeChoice(config.clock)),
-        ("/console/requests/{request_id}/urgent", requests.RequestUrgentClear(config.clock)),
-        (
-            "/console/requests/{request_id}/recording",
-            recording := requests.ConsoleRecording(renderer, player, config.clock),
-        ),
-        ("/console/login", account.ConsoleLogin(renderer, throttle, config.clock, trust)),
-        (
-            account.CODE,
-            account.ConsoleLoginCode(renderer, throttle, config.clock, config.secret_keys, trust, flash),
-        ),
-        ("/console/password/{token}", account.SetPasswordPage(renderer, config.clock, trust)),
-        (account.ACCOUNT, account.AccountPage(renderer, throttle)),
-        (account.TWO_FACTOR, account.TwoFactorPage(renderer, config.clock, config.secret_keys, trust, flash)),
-        ("/console/logout", account.ConsoleLogout()),
-        ("/console/language", account.ConsoleLanguage()),
-        ("/console/static/{name}", static.ConsoleStatic(rendering.HERE / "static")),
-        ("/console/settings", settings.SettingsIndex(renderer)),
+        (pages.PREFIX, inbox.Inbox(renderer, config.clock, player)),
+        (pages.ROWS, inbox.InboxRows(renderer, config.clock, player)),
+        (pages.request(_REQUEST), requests.RequestPage(renderer, LinkCache(storage), player, config.clock)),
+        (pages.request_note(_REQUEST), requests.RequestNote()),
+        (pages.request_tags(_REQUEST), requests.RequestTags()),
+        (pages.request_resolution(_REQUEST), requests.RequestResolution()),
+        (pages.request_type(_REQUEST), requests.RequestTypeChoice(config.clock)),
+        (pages.request_urgent(_REQUEST), requests.RequestUrgentClear(config.clock)),
+        (pages.recording(_REQUEST), recording := requests.ConsoleRecording(renderer, player, config.clock)),
+        (pages.LOGIN, login.ConsoleLogin(renderer, throttle, config.clock, trust)),
+        (pages.LOGIN_CODE, login.ConsoleLoginCode(renderer, throttle, config.clock, config.secret_keys, trust, flash)),
+        (pages.password_link("{token}"), login.SetPasswordPage(renderer, config.clock, trust)),
+        (pages.ACCOUNT, account.AccountPage(renderer, throttle)),
+        (pages.TWO_FACTOR, account.TwoFactorPage(renderer, config.clock, config.secret_keys, trust, flash)),
+        (pages.LOGOUT, login.ConsoleLogout()),
+        (pages.LANGUAGE, account.ConsoleLanguage()),
+        (pages.static("{name}"), static.ConsoleStatic(rendering.HERE / "static")),
+        (pages.SETTINGS, settings.SettingsIndex(renderer)),
         *[
             (page.path, page(renderer, config.secret_keys, config.clock, cache))
             for page in (
@@ -136,21 +135,21 @@ def create_app(config: Config) -> falcon.App:
             )
         ],
         # The API keys (a settings section) and the audit list.
-        (keys.URL, keys.ApiKeys(renderer, config.clock)),
-        (keys.URL + "/{token_id}/rotate", keys.ApiKeyRotation(renderer, config.clock)),
-        (keys.URL + "/{token_id}/revoke", keys.ApiKeyRevocation(renderer, config.clock)),
+        (pages.API_KEYS, keys.ApiKeys(renderer, config.clock)),
+        (pages.api_key_rotation("{token_id}"), keys.ApiKeyRotation(renderer, config.clock)),
+        (pages.api_key_revocation("{token_id}"), keys.ApiKeyRevocation(renderer, config.clock)),
         (
-            staff_pages.URL,
+            pages.STAFF,
             staff_pages.StaffPage(
                 renderer, config.clock, config.secret_keys, config.console_password_link_hours, trust
             ),
         ),
-        ("/console/audit", audit.AuditList(renderer)),
-        (pages.PATIENTS + "/{patient_id}", patients_pages.PatientPage(renderer, config.clock)),
-        (pages.PATIENTS + "/{patient_id}/copy", patients_pages.PatientCopy(storage, config.clock)),
-        (pages.PATIENTS + "/{patient_id}/erase", patients_pages.PatientErasure(storage, config.clock)),
-        *[(path, console_help.HelpPage(renderer, help_pages)) for path in (guides.URL, guides.URL + "/{name}")],
-        (guides.URL + "/img/{name}", console_help.HelpImage()),
+        (pages.AUDIT, audit.AuditList(renderer)),
+        (pages.patient("{patient_id}"), patients_pages.PatientPage(renderer, config.clock)),
+        (pages.patient_copy("{patient_id}"), patients_pages.PatientCopy(storage, config.clock)),
+        (pages.patient_erasure("{patient_id}"), patients_pages.PatientErasure(storage, config.clock)),
+        *[(path, console_help.HelpPage(renderer, help_pages)) for path in (pages.HELP, pages.guide("{name}"))],
+        (pages.guide_image("{name}"), console_help.HelpImage()),
         ("/livez", meta.Liveness()),
         *[
             (path, meta.Readiness(database, queue_redis, lambda: migrations.pending(database), cache))
@@ -181,6 +180,8 @@ def create_app(config: Config) -> falcon.App:
         web_metrics.RequestMetrics(flusher),
         # the security headers of every answer, errors included (web/security.py)
         SecurityHeaders(trust),
+        # Deprecation and Sunset on every answer of an operation going away (web/deprecations.py)
+        deprecations.DeprecationHeaders(deprecations.DEPRECATED),
         NoNulInUrl(),
         # 503 "run manage.py migrate" until the schema is this release's (then never asked again)
         SchemaGate(lambda: migrations.pending(database)),
@@ -208,5 +209,5 @@ def create_app(config: Config) -> falcon.App:
     for path, resource in routes:
         app.add_route(path, resource)
     # What a request's recording is now, for the console's script (`on_get_state`).
-    app.add_route("/console/requests/{request_id}/recording/state", recording, suffix="state")
+    app.add_route(pages.recording_state(_REQUEST), recording, suffix="state")
     return app

@@ -139,6 +139,10 @@ class RetiredSetting(ValueError):
 #: (SQLite under var/) may use it; production processes refuse it (`require_production_secrets`).
 DEVELOPMENT_SECRET_KEY = "insecure-development-key-change-me"
 
+#: The address of the local storage backend's signed URLs when PUBLIC_BASE_URL is unset: the
+#: embedded run's (a deployment with the local backend sets PUBLIC_BASE_URL).
+LOCAL_BASE_URL = "http://127.0.0.1:8000"
+
 #: The least IDEMPOTENCY_KEY_HOURS: the integrator documentation promises a day.
 MIN_IDEMPOTENCY_KEY_HOURS = 24
 
@@ -190,7 +194,10 @@ class Config:
     # gevent greenlet, a socket, a partial file) for as long as it liked.
     body_read_seconds: float = 10.0
     upload_read_seconds: float = 60.0
-    public_base_url: str = "http://127.0.0.1:8000"
+    # The service's external address. Empty: the OpenAPI document names the address each
+    # request reached (as a trusted proxy reports it; else "/", the document's own origin),
+    # and the local backend's signed storage URLs `LOCAL_BASE_URL`, as before this was optional.
+    public_base_url: str = ""
     storage_backend: str = "local"
     storage_dir: str = "var/storage"
     storage_signing_key: str = ""

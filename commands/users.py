@@ -7,22 +7,24 @@ import sys
 
 from commands.cli import actor, named_clinics
 from config import Config
-from models import AuditEvent, StaffMembership, StaffUser
+from models import AuditEvent, Clinic, StaffMembership, StaffUser
 from plumbing.clock import utc_now
 from plumbing.database import db
 
 
-def _read_password(*user_inputs: str) -> str | None:
+def _read_password(*user_inputs: str, clinics: list[Clinic] | None = None) -> str | None:
     """The password from the first line of stdin (never an argument: the process list and the
-    shell history would show it); None, with the reason on stderr, when the password rules
-    (`staff.passwords.check_new`, the console's too) refuse it."""
+    shell history would show it); None, with the reasons on stderr, when the password rules
+    (`staff.passwords.check_new`, the console's too) refuse it. `clinics`: the user's, whose
+    words the password must not be built from."""
+    from staff.accounts import clinic_words
     from staff.passwords import WeakPassword, check_new
 
     password = sys.stdin.readline().rstrip("\r\n")
     try:
-        check_new(password, user_inputs)
+        check_new(password, user_inputs, clinic_words(clinics or []))
     except WeakPassword as exc:
-        print(f"error: the password on stdin is refused: {exc.message}", file=sys.stderr)
+        print(f"error: the password on stdin is refused: {exc.words()}", file=sys.stderr)
         return None
     return password
 
@@ -41,7 +43,7 @@ def cmd_user_create(config: Config, args: argparse.Namespace) -> int:
     if StaffUser.by_email(email):
         print("error: a user with this e-mail address exists already", file=sys.stderr)
         return 2
-    password = _read_password(email, args.name)
+    password = _read_password(email, args.name, clinics=clinics)
     if password is None:
         return 2
     with db.atomic():
@@ -69,7 +71,7 @@ def cmd_user_reset_password(config: Config, args: argparse.Namespace) -> int:
     user = _existing_user(args.email)
     if user is None:
         return 2
-    password = _read_password(user.email, user.name)
+    password = _read_password(user.email, user.name, clinics=user.clinics())
     if password is None:
         return 2
     with db.atomic():

@@ -9,11 +9,14 @@ from gettext import NullTranslations
 
 import falcon
 
+from console import pages
 from console.inbox import local_time
-from console.rendering import N_, is_secure
+from console.rendering import N_
 from models import StaffUser
 from plumbing.clock import as_utc
 from plumbing.errors import DomainError
+from plumbing.forwarded import is_secure
+from staff.passwords import WeakPassword
 
 # The refusals of staff.accounts, staff.two_factor and staff.passwords, as the catalogue
 # has them (tests/test_console_staff.py holds this list to those modules' constants).
@@ -37,12 +40,23 @@ REFUSALS = (
     N_("The password must be at least 12 characters long."),
     N_("The password must be at most 1024 characters long."),
     N_("This password is too common or too easy to guess; choose a longer one, for example a few unrelated words."),
+    # What a refused password was found made of (staff.passwords.REASONS).
+    N_("It contains your name or e-mail address."),
+    N_("It contains the clinic's name, a colleague's name or a word of the trade such as ordinace or klinika."),
+    N_("It is one of the most common passwords, or made from one."),
+    N_("It is made from a common first name or surname."),
+    N_("It is made from a common word and a few more characters."),
+    N_("It contains a year or a date."),
+    N_("It contains a keyboard row, a repetition or a sequence such as qwerty, aaaa or 1234."),
 )
 ROLES = {"staff": N_("staff member"), "admin": N_("administrator")}
 ISSUER = "Clinic console"  # the name the authenticator app shows beside the account
 
 
 def refusal(tr: NullTranslations, error: DomainError) -> str:
+    """A refusal in the user's language (a weak password's with the reasons found)."""
+    if isinstance(error, WeakPassword):
+        return error.words(tr.gettext)
     return tr.gettext(error.message)
 
 
@@ -79,4 +93,4 @@ def when(moment: datetime, user: StaffUser) -> str:
 def link_url(req: falcon.Request, trust_forwarded_proto: bool, token: str) -> str:
     """The set-password link as the browser reaches this service (the admin copies it)."""
     scheme = "https" if is_secure(req, trust_forwarded_proto) else "http"
-    return f"{scheme}://{req.netloc}/console/password/{token}"
+    return f"{scheme}://{req.netloc}{pages.password_link(token)}"

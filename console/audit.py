@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import peewee as pw
 
-from console import audit_words
+from console import audit_actions
 from console.rendering import N_
 from models import Actor, AuditEvent, Clinic, StaffUser
 from plumbing.clock import as_utc
@@ -19,8 +19,8 @@ from plumbing.keyset import Keyset
 PAGE_SIZE = 50
 ORDER = Keyset(AuditEvent.at, AuditEvent.id, descending=True)  # newest first
 # The actions the trail holds, each with its words and the details it shows (the filter
-# offers them in this order): console/audit_words.py.
-ACTIONS = audit_words.ACTIONS
+# offers them in this order): console/audit_actions.py.
+ACTIONS = audit_actions.ACTIONS
 # What was odd about a call's hand-off (switchboard.handoff.ANOMALIES), as the request page
 # says it beside "Call received".
 ANOMALIES: dict[str, str] = {

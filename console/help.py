@@ -16,11 +16,12 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from markupsafe import Markup
 
+from console import pages
 from console.rendering import DEFAULT_LANGUAGE, LANGUAGES
 
 GUIDES = Path(__file__).resolve().parent.parent / "docs" / "staff"
 IMAGES = GUIDES / "img"
-URL = "/console/help"
+URL = pages.HELP
 #: The guides, in the order the help page lists them; each is `<name>.<language>.md`.
 PAGES = ("receptionist", "admin")
 
@@ -47,10 +48,10 @@ def _console_href(href: str) -> str | None:
         return None
     name = parts.path.rsplit("/", 1)[-1]
     if parts.path.startswith("img/") and "/" not in parts.path[4:]:
-        return f"{URL}/img/{name}"
+        return pages.guide_image(name)
     stem, _, suffix = name.partition(".")
     if "/" not in parts.path and stem in PAGES and suffix in tuple(f"{lang}.md" for lang in LANGUAGES):
-        return f"{URL}/{stem}" + (f"#{parts.fragment}" if parts.fragment else "")
+        return pages.guide(stem) + (f"#{parts.fragment}" if parts.fragment else "")
     return None
 
 

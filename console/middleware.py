@@ -20,25 +20,25 @@ from typing import Any
 import falcon
 import redis
 
-from console import sessions
+from console import pages, sessions
 from console.flash import Flash
 from console.once import OnceOnly
 from console.rendering import DEFAULT_LANGUAGE, Renderer, cookie
 
 log = logging.getLogger(__name__)
-PREFIX = "/console"
+PREFIX = pages.PREFIX
 _FORM = "application/x-www-form-urlencoded"
 # Forms sent before there is a session: checked against the pre-login cookie (double submit).
-PRELOGIN_FORMS = (PREFIX + "/login", PREFIX + "/password/")
+PRELOGIN_FORMS = (pages.LOGIN, pages.PASSWORD + "/")
 # Where a half-done login (StaffSession.pending) is finished; it opens nothing else.
-PENDING_PAGES = {"code": PREFIX + "/login/code", "enrol": PREFIX + "/account/two-factor"}
+PENDING_PAGES = {"code": pages.LOGIN_CODE, "enrol": pages.TWO_FACTOR}
 
 
 def is_console(req: falcon.Request) -> bool:
     return req.path == PREFIX or req.path.startswith(PREFIX + "/")
 
 
-def back_to(req: falcon.Request, default: str = PREFIX + "/") -> str:
+def back_to(req: falcon.Request, default: str = pages.INBOX) -> str:
     """The console page the request came from (the browser's Referer, same origin), else
     `default`: only ever a console path, never an open redirect."""
     referer = urllib.parse.urlsplit(req.get_header("Referer") or "")
@@ -67,7 +67,7 @@ class ConsoleSession:
         req.context.form = {}
         req.context.flash = None
         req.context.once_key = None
-        if not is_console(req) or req.path.startswith(PREFIX + "/static/"):
+        if not is_console(req) or req.path.startswith(pages.STATIC + "/"):
             return
         token = cookie(req, sessions.COOKIE)
         session = sessions.find(token, self.clock(), self.lifetime)
@@ -137,7 +137,7 @@ class ConsoleSession:
         admin_only = getattr(resource, "admin_required", False)
         session = req.context.console_session
         if (admin_only or getattr(resource, "login_required", False)) and session is None:
-            raise falcon.HTTPSeeOther(PREFIX + "/login")
+            raise falcon.HTTPSeeOther(pages.LOGIN)
         if session is not None and session.pending is not None:
             # A half-done login opens only the page that finishes it (`finishes` names it).
             if session.pending not in getattr(resource, "finishes", ()):
@@ -147,7 +147,7 @@ class ConsoleSession:
             return
         if getattr(resource, "finishes", ()) and not getattr(resource, "login_required", False):
             # The second-factor page without a half-done login: nothing to finish.
-            raise falcon.HTTPSeeOther(PREFIX + "/login" if session is None else PREFIX + "/")
+            raise falcon.HTTPSeeOther(pages.LOGIN if session is None else pages.INBOX)
         if admin_only:
             # The clinic an admin page acts on: ?clinic=slug among the user's admin clinics,
             # or the first of them. A staff member (or an admin of another clinic) gets 403.

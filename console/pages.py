@@ -1,14 +1,25 @@
-"""The console's page addresses, in one place: the responders are routed at them and the
-pages that link to them (the audit trail names what an event changed, with a link) build
-their links from them."""
+"""The console's addresses, in one place: `app.py` routes the responders at them (a
+function called with a Falcon field, `request("{request_id}")`, gives the route's
+template), the templates link to them (`pages` is a global of every template), and the
+middleware and the responders redirect to them. No console address is written out
+anywhere else (tests/test_console_pages.py holds the templates to it)."""
 
 from __future__ import annotations
 
 from urllib.parse import urlencode
 
-INBOX = "/console/"
-REQUESTS = "/console/requests"
-SETTINGS = "/console/settings"
+PREFIX = "/console"
+INBOX = PREFIX + "/"
+ROWS = PREFIX + "/rows"  # the inbox's new rows, for its script
+REQUESTS = PREFIX + "/requests"
+LOGIN = PREFIX + "/login"
+LOGIN_CODE = LOGIN + "/code"  # the second step of a login
+LOGOUT = PREFIX + "/logout"
+LANGUAGE = PREFIX + "/language"
+PASSWORD = PREFIX + "/password"  # + /{token}: a set-password link
+ACCOUNT = PREFIX + "/account"
+TWO_FACTOR = ACCOUNT + "/two-factor"
+SETTINGS = PREFIX + "/settings"
 OFFICE_HOURS = SETTINGS + "/office-hours"
 CALENDARS = SETTINGS + "/calendars"
 CALLS = SETTINGS + "/calls"
@@ -16,9 +27,10 @@ REQUEST_TYPES = SETTINGS + "/request-types"
 API_KEYS = SETTINGS + "/api-keys"
 STAFF = SETTINGS + "/staff"
 RETENTION = SETTINGS + "/retention"
-PATIENTS = "/console/patients"
-ACCOUNT = "/console/account"
-AUDIT = "/console/audit"
+PATIENTS = PREFIX + "/patients"
+AUDIT = PREFIX + "/audit"
+HELP = PREFIX + "/help"
+STATIC = PREFIX + "/static"
 
 
 def request(request_id: object) -> str:
@@ -29,6 +41,75 @@ def patient(patient_id: object) -> str:
     return f"{PATIENTS}/{patient_id}"
 
 
+def patient_copy(patient_id: object) -> str:
+    return patient(patient_id) + "/copy"
+
+
+def patient_erasure(patient_id: object) -> str:
+    return patient(patient_id) + "/erase"
+
+
+def request_note(request_id: object) -> str:
+    return request(request_id) + "/note"
+
+
+def request_tags(request_id: object) -> str:
+    return request(request_id) + "/tags"
+
+
+def request_resolution(request_id: object) -> str:
+    return request(request_id) + "/resolution"
+
+
+def request_type(request_id: object) -> str:
+    """Confirm or change the request type the transcript suggested."""
+    return request(request_id) + "/type"
+
+
+def request_urgent(request_id: object) -> str:
+    """Clear the "may be urgent" flag."""
+    return request(request_id) + "/urgent"
+
+
+def recording(request_id: object) -> str:
+    return request(request_id) + "/recording"
+
+
+def recording_state(request_id: object) -> str:
+    """What the recording is now (the console's script asks when a play fails)."""
+    return recording(request_id) + "/state"
+
+
+def password_link(token: str) -> str:
+    return f"{PASSWORD}/{token}"
+
+
+def api_key_rotation(token_id: object) -> str:
+    return f"{API_KEYS}/{token_id}/rotate"
+
+
+def api_key_revocation(token_id: object) -> str:
+    return f"{API_KEYS}/{token_id}/revoke"
+
+
+def guide(name: str) -> str:
+    return f"{HELP}/{name}"
+
+
+def guide_image(name: str) -> str:
+    return f"{HELP}/img/{name}"
+
+
+def static(name: str) -> str:
+    return f"{STATIC}/{name}"
+
+
 def of_clinic(path: str, slug: str, anchor: str = "") -> str:
     """An admin page of one clinic (`?clinic=`), at `anchor` (an element's id) if given."""
     return f"{path}?{urlencode({'clinic': slug})}" + (f"#{anchor}" if anchor else "")
+
+
+def with_query(path: str, **values: str) -> str:
+    """`path` with a query string of `values` (those that are empty left out)."""
+    query = urlencode({name: value for name, value in values.items() if value})
+    return f"{path}?{query}" if query else path

@@ -19,6 +19,8 @@ from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from markupsafe import Markup
 
+from console import pages
+
 HERE = Path(__file__).parent
 LANGUAGES = ("cs", "en")  # the first is the default
 DEFAULT_LANGUAGE = LANGUAGES[0]
@@ -55,11 +57,12 @@ class Renderer:
         # The stylesheet's and the script's addresses, with their content's hash: a changed
         # file reaches every browser at once, however long it kept the last one.
         self.assets = {
-            p.name: f"/console/static/{p.name}?v={hashlib.sha256(p.read_bytes()).hexdigest()[:12]}"
+            p.name: f"{pages.static(p.name)}?v={hashlib.sha256(p.read_bytes()).hexdigest()[:12]}"
             for p in (HERE / "static").iterdir()
             if p.is_file()
         }
         self.env.globals["asset"] = self.assets.__getitem__
+        self.env.globals["pages"] = pages  # every console address (console/pages.py)
 
     def render(self, name: str, language: str, **context: Any) -> str:
         # The translation functions go in with each page's context, not the environment's
@@ -88,14 +91,6 @@ def cookie(req: falcon.Request, name: str) -> str | None:
     """The first value of the request's cookie `name`, or None."""
     values = req.get_cookie_values(name)
     return values[0] if values else None
-
-
-def is_secure(req: falcon.Request, trust_forwarded_proto: bool) -> bool:
-    """Whether the browser reached us over https: the WSGI scheme, or the proxy's
-    X-Forwarded-Proto when the operator says the proxy sets it (TRUST_FORWARDED_PROTO)."""
-    if req.scheme == "https":
-        return True
-    return trust_forwarded_proto and (req.get_header("X-Forwarded-Proto") or "").lower() == "https"
 
 
 def html(resp: falcon.Response, text: str, status: str = falcon.HTTP_200) -> None:

@@ -9,7 +9,9 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from models import StaffSession, StaffUser
+from peewee import fn
+
+from models import StaffMembership, StaffSession, StaffUser
 from plumbing.clock import as_utc
 
 COOKIE = "console_session"
@@ -68,14 +70,21 @@ def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession |
     (idle or absolute; the row is deleted then) or its user is disabled."""
     if not token or len(token) > 100:
         return None
+    # The user's admin role comes with the session, in its one query (the header's links).
+    admin = fn.EXISTS(
+        StaffMembership.select(StaffMembership.id).where(
+            (StaffMembership.user == StaffUser.id) & (StaffMembership.role == "admin")
+        )
+    )
     session = (
-        StaffSession.select(StaffSession, StaffUser)
+        StaffSession.select(StaffSession, StaffUser, admin.alias("user_is_admin"))
         .join(StaffUser)
         .where(StaffSession.id == _digest(token))
         .get_or_none()
     )
     if session is None:
         return None
+    session.user._admin = bool(session.user_is_admin)  # type: ignore[attr-defined]  # the query's extra column
     now = as_utc(now)
     if (
         session.user.disabled_at is not None

@@ -27,6 +27,8 @@ from plumbing.phones import to_e164
 
 DEFAULT_LIMIT = 50
 SHARED_STATUS = "WAITING"
+#: What a bulk import answers for each item, in the order of the API's enumeration.
+IMPORT_RESULTS = ("created", "updated", "failed")
 PATIENT_ORDER = Keyset(Patient.id)  # a cursor is the id of the last patient shown
 
 

@@ -34,9 +34,24 @@ class StaffUser(BaseModel):
     totp_enabled_at = pw.DateTimeField(null=True)
     totp_last_step = pw.BigIntegerField(null=True)
 
+    # Whether the user administers a clinic, once known: the console's header asks on every
+    # page, so the session's own query reads it (`console.sessions.find`) and no render does.
+    _admin: bool | None = None
+
     @property
     def two_factor(self) -> bool:
         return self.totp_enabled_at is not None
+
+    @property
+    def is_admin(self) -> bool:
+        """Whether the user is an administrator of at least one clinic."""
+        if self._admin is None:
+            self._admin = self.administers().exists()
+        return self._admin
+
+    def administers(self) -> pw.ModelSelect[StaffMembership]:
+        """The user's admin memberships (a query: `exists()` it, or select from it)."""
+        return StaffMembership.select().where((StaffMembership.user == self.id) & (StaffMembership.role == "admin"))
 
     @staticmethod
     def normal_email(email: str) -> str:

@@ -20,16 +20,32 @@ import falcon
 import peewee as pw
 import redis
 
+from plumbing.forwarded import public_origin
 from plumbing.row_cache import RowCache
 from web.errors import APIError
 
 
 class OpenAPIDocument:
-    def __init__(self, document: Callable[[], dict[str, Any]]) -> None:
+    """The document, naming the deployment's address in `servers`: the configured
+    PUBLIC_BASE_URL, else the origin the request reached as the trusted proxy reports it,
+    else "/" (relative: the address the document was fetched from; a client-written Host
+    is not repeated back)."""
+
+    def __init__(
+        self,
+        document: Callable[[str], dict[str, Any]],
+        public_base_url: str = "",
+        trust_forwarded_proto: bool = False,
+        trusted_proxy_hops: int = 0,
+    ) -> None:
         self.document = document
+        self.public_base_url = public_base_url
+        self.trust = trust_forwarded_proto
+        self.hops = trusted_proxy_hops
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = self.document()
+        base = self.public_base_url or public_origin(req, self.trust, self.hops) or "/"
+        resp.media = self.document(base)
 
 
 class Liveness:

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from models import Actor, Clinic, StaffMembership, StaffPasswordLink, StaffSession, StaffUser
+from models import Actor, Calendar, Clinic, Organization, StaffMembership, StaffPasswordLink, StaffSession, StaffUser
 from plumbing.clock import as_utc
 from plumbing.database import db, is_postgresql
 from plumbing.errors import Conflict, Forbidden, Gone, Invalid, NotFound
@@ -52,6 +52,26 @@ def _lock(clinic: Clinic) -> None:
     """Two admins at once take turns (each checks "the last admin" against the other's change)."""
     if is_postgresql():
         db.execute_sql("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"staff:{clinic.id}",))
+
+
+def clinic_words(clinics: list[Clinic]) -> list[str]:
+    """What a staff password must not be built from, of the clinics the user works for:
+    their names and slugs, their organization's name, the names of their staff and of
+    their calendars (a doctor's, most often). The trade's words are `passwords.TRADE_WORDS`."""
+    if not clinics:
+        return []
+    ids = [clinic.id for clinic in clinics]
+    staff = StaffUser.select(StaffUser.name).join(StaffMembership).where(StaffMembership.clinic.in_(ids))
+    calendars = Calendar.select(Calendar.name).where(Calendar.clinic.in_(ids))
+    organizations = Organization.select(Organization.name).where(
+        Organization.id.in_([clinic.organization_id for clinic in clinics])
+    )
+    return [
+        *(word for clinic in clinics for word in (clinic.name, clinic.slug)),
+        *(o.name for o in organizations),
+        *(u.name for u in staff),
+        *(k.name for k in calendars),
+    ]
 
 
 def colleagues(clinic: Clinic) -> list[Colleague]:
@@ -237,7 +257,7 @@ def use_link(token: str, password: str, repeated: str, now: datetime) -> StaffUs
     user = link_user(token, now)
     if password != repeated:
         raise Invalid(MISMATCH, code="PASSWORD_MISMATCH")
-    passwords.check_new(password, (user.email, user.name))
+    passwords.check_new(password, (user.email, user.name), clinic_words(user.clinics()))
     hashed = passwords.hash_password(password)
     with db.atomic():
         used = (
@@ -267,7 +287,7 @@ def change_password(user: StaffUser, current: str, new: str, repeated: str, keep
         raise Invalid(WRONG_PASSWORD, code="WRONG_PASSWORD")
     if new != repeated:
         raise Invalid(MISMATCH, code="PASSWORD_MISMATCH")
-    passwords.check_new(new, (user.email, user.name))
+    passwords.check_new(new, (user.email, user.name), clinic_words(user.clinics()))
     hashed = passwords.hash_password(new)
     with db.atomic():
         StaffUser.update(password_hash=hashed).where(StaffUser.id == user.id).execute()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from config import Config
+from config import LOCAL_BASE_URL, Config
 from storage.local import LocalStorage
 from storage.s3 import S3Storage
 
@@ -17,7 +17,7 @@ def make_storage(cfg: Config) -> LocalStorage | S3Storage:
     `public_base_url` (local), or
     `s3_endpoint_url`, `s3_public_endpoint_url`, `s3_bucket`, `s3_region`,
     `s3_access_key_id` and `s3_secret_access_key` (s3). Their defaults are
-    `Config`'s.
+    `Config`'s (an unset `public_base_url`: `LOCAL_BASE_URL`).
     """
     backend = cfg.storage_backend.strip().lower()
     if backend == "local":
@@ -25,7 +25,7 @@ def make_storage(cfg: Config) -> LocalStorage | S3Storage:
             cfg.storage_dir,
             signing_key=cfg.storage_signing_key,
             fallback_signing_keys=cfg.storage_signing_fallbacks,
-            public_base_url=cfg.public_base_url,
+            public_base_url=cfg.public_base_url or LOCAL_BASE_URL,
             max_upload_bytes=cfg.upload_max_bytes,
         )
     if backend == "s3":

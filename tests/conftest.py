@@ -46,7 +46,7 @@ staff.passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=1024, p
 # https_server: the HTTPS test server's fixtures. worker: the session's one RQ worker.
 # tiers: what each test needs (gunicorn, a worker, the engine, ...), `--fast` for none of it.
 # browser: the browser tests' Chromium.
-pytest_plugins = ["tests.support.tiers", "tests.support.log_audit", "tests.support.https_server",
+pytest_plugins = ["tests.support.tiers", "tests.support.log_audit", "tests.support.https_server", "tests.support.contract",
                   "tests.support.worker", "tests.support.browser"]
 
 _XDIST = isolation.worker_index()  # None unless pytest-xdist runs this process

@@ -16,7 +16,8 @@ METHODS = {"get", "put", "post", "patch", "delete", "head", "options"}
 
 @pytest.fixture(scope="module")
 def service(wsgi_app):
-    with serve() as base:
+    # No PUBLIC_BASE_URL, no trusted proxy: the document's server is "/", the page names its origin.
+    with serve(public_base_url="") as base:
         yield base
 
 
@@ -44,6 +45,10 @@ def test_docs_renders_every_operation_and_loads_nothing_from_elsewhere(service, 
     shown = page.locator(".opblock .opblock-summary-operation-id").all_inner_texts()
     assert sorted(shown) == sorted(expected), "every operation is rendered once, by its operationId"
     assert page.locator(".info .title").inner_text().startswith(document["info"]["title"])
+
+    # "Try it out" sends to the address this page was reached at, not an address of the machine's.
+    assert document["servers"] == [{"url": "/"}]
+    assert page.locator(".servers select option").all_inner_texts() == [service]
 
     # Expanding an operation renders its request body schema (the renderer resolved the $refs).
     page.locator("#operations-switchboard-recordingComplete .opblock-summary").click()

@@ -87,3 +87,85 @@ def test_markdown_cannot_bring_markup_of_its_own():
     assert 'href="../operations.md"' not in html and "file" in html, "a file the console cannot serve keeps its text"
     assert '<a href="https://example.org/">out</a>' in html
     assert '<img src="/console/help/img/inbox.cs.png" alt="shot" />' in html
+
+
+# --- the guides speak the console's words ----------------------------------------------------
+
+#: Words the guides show in bold or quotes that are no catalogue entry: the language buttons
+#: (each language named in itself, never translated) and example passwords.
+NOT_CATALOGUE = {"English", "Čeština", "kůň-modrá-hora-7-sklenice", "horse-blue-mountain-7-glass", "–"}
+
+
+def _catalogue(language: str) -> list[tuple[str, re.Pattern[str]]]:
+    from babel.messages.pofile import read_po
+
+    from tests.test_console_catalog import PO
+
+    with PO.open("rb") as f:
+        catalogue = read_po(f, locale="cs")
+    texts = [m.string if language == "cs" else m.id for m in catalogue if m.id and isinstance(m.id, str)]
+    # (An entry that is little but a value, "%(when)s:", would match anything.)
+    return [(_plain(text), re.compile(re.sub(r"%\\\(\w+\\\)[sd]", ".+", re.escape(_plain(text))), re.I))
+            for text in texts if len(re.sub(r"%\(\w+\)[sd]|\W", "", text)) >= 3]
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split()).strip().rstrip(":.…").strip()
+
+
+def _shown(term: str, catalogue: list[tuple[str, re.Pattern[str]]]) -> bool:
+    """Whether `term` is what the console shows: (part of) a catalogue entry, an entry with
+    its values filled in, a detail's label with its value, or a button with its hidden name."""
+    term = _plain(term)
+
+    def one(text: str) -> bool:
+        return any(text.lower() in entry.lower() or pattern.fullmatch(text) for entry, pattern in catalogue)
+
+    if one(term):
+        return True
+    if ": " in term:
+        return one(term.split(": ", 1)[0])
+    words = term.split()  # a control's words, then the thing it acts on ("Zneplatnit" "klíč Ústředna")
+    named = [pattern for _, pattern in catalogue if ".+" in pattern.pattern]
+    return any(one(" ".join(words[:cut])) and any(p.fullmatch(" ".join(words[cut:])) for p in named)
+               for cut in range(1, len(words)))
+
+
+def test_every_console_term_in_the_guides_is_the_consoles_own():
+    """A guide's bold words name the console's controls and fields, its quotes what the console
+    says: each is in the catalogue (Czech) or its msgids (English), so a renamed control
+    fails here rather than misleading a reader."""
+    for page in sorted(guides.GUIDES.glob("*.md")):
+        if page.name == "README.md":
+            continue
+        language = page.name.split(".")[1]
+        catalogue = _catalogue(language)
+        text = page.read_text("utf-8")
+        terms = [part for bold in re.findall(r"\*\*(.+?)\*\*", text, re.S) for part in bold.split("→")]
+        terms += re.findall(r"„(.+?)“", text, re.S) if language == "cs" else re.findall(r'"([^"\n]+?)"', text)
+        strange = [t for t in terms if _plain(t) not in NOT_CATALOGUE and not _shown(t, catalogue)]
+        assert not strange, f"{page.name}: not the console's words: {strange}"
+        assert len(terms) > 20, page.name
+    assert not _shown("API klíče", _catalogue("cs")), "the check tells a term the console does not use"
+
+
+#: Phrases a native reader flagged: copied from English, a name not declined, an adjective
+#: without its noun, two terms for one thing.
+NOT_CZECH = ("Jste přihlášeni někde, kde to nepoznáváte", "Odhlaste to", "Odpovědí jsou tyto intervaly",
+             "říká slovy", "Neobvyklé v předání hovoru", "API klíč", "operátor (příkazová řádka)")
+
+
+def test_the_flagged_phrases_are_gone_from_the_console_and_the_guides():
+    from babel.messages.pofile import read_po
+
+    from tests.test_console_catalog import PO
+
+    with PO.open("rb") as f:
+        catalogue = {m.id: m.string for m in read_po(f, locale="cs") if m.id}
+    texts = [*catalogue.values(), *(p.read_text("utf-8") for p in guides.GUIDES.glob("*.cs.md"))]
+    for phrase in NOT_CZECH:
+        assert not any(phrase in text for text in texts), phrase
+    # A name is put after a colon (Czech declines it; the console cannot), never after "pro".
+    assert not [s for s in catalogue.values() if isinstance(s, str) and re.search(r"\bpro %\(\w+\)s", s)]
+    assert catalogue["Two-factor"] == "Dvoufázové přihlášení", "an adjective with its noun"
+    assert catalogue["API keys"] == "Klíče API" and catalogue["API key"] == "Klíč API", "one term per thing"

@@ -44,7 +44,7 @@ def test_rows_show_voice_messages_and_missed_calls_in_czech(staff, app):  # noqa
     assert [r["class"][1] for r in rows] == ["missed_call", "voice_message"], "newest first, clinic-a only"
     voice = rows[1]
     assert "Jana Dvořáková" in voice.text and "Prosím o recept." in voice.text
-    assert "Přepis je nespolehlivý: poslechněte si nahrávku" in voice.text
+    assert "Přepis je nespolehlivý – poslechněte si nahrávku" in voice.text
     assert voice.select_one('a[href="tel:+420601123456"]') and voice.select_one('a[href="tel:+420777888999"]')
     assert voice.select_one("audio")["src"].endswith("/recording")
     assert voice.select_one("time").text == "18. 11. 2026 11:00", "Prague time, the Czech way"

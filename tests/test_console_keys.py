@@ -75,7 +75,7 @@ def the_token(text: str) -> ApiToken:
 def test_an_admin_creates_a_key_shown_once_that_works_and_is_listed_without_its_secret(admin, app):
     page = create(app)
     text = secret_of(page)
-    assert text.startswith("csk_") and "zobrazí se jen teď" in page.text and page.headers["Cache-Control"] == "no-store"
+    assert text.startswith("csk_") and "Zobrazí se jen teď" in page.text and page.headers["Cache-Control"] == "no-store"
     assert works(app, text)
     listed = app.get(PAGE + "?clinic=clinic-a")
     assert text.split("_", 2)[2] not in listed.text and "new-key" not in listed.text, "shown once: never again"
@@ -96,11 +96,11 @@ def test_an_admin_creates_a_key_shown_once_that_works_and_is_listed_without_its_
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"days": "366"}, "Platnost musí být 1 až 365 dní."),
-    ({"days": "0"}, "Platnost musí být 1 až 365 dní."),
+    ({"days": "366"}, "Platnost musí být od 1 do 365 dní."),
+    ({"days": "0"}, "Platnost musí být od 1 do 365 dní."),
     ({"scopes": ()}, "Vyberte oprávnění"),
     ({"grants": ()}, "Vyberte aspoň jednu kliniku."),
-    ({"name": "   "}, "Servisní účet potřebuje název"),
+    ({"name": "   "}, "Zadejte název servisního účtu"),
 ])
 def test_the_key_rules_refuse_a_bad_key_with_400_and_issue_nothing(admin, app, fields, message):
     page = create(app, status=400, **fields)
@@ -226,7 +226,7 @@ def test_an_admin_revokes_but_cannot_rotate_a_key_that_also_opens_another_clinic
 
 def test_the_settings_index_lists_the_api_keys_section(admin, app):
     page = app.get("/console/settings?clinic=clinic-a")
-    assert re.search(r'href="/console/settings/api-keys\?clinic=clinic-a">API klíče<', page.text)
+    assert re.search(r'href="/console/settings/api-keys\?clinic=clinic-a">Klíče API<', page.text)
 
 
 def test_last_use_is_written_at_most_once_a_minute_per_token_by_any_process(admin, app, clock):
@@ -264,7 +264,7 @@ def test_a_create_sent_again_makes_no_second_key_and_the_secret_is_never_shown_a
     page = first.follow()
     text = secret_of(page)
     assert text.startswith("csk_") and keys_named("twice") == 1
-    assert page.html.find("section", {"class": "new-key"}).find("h2").text == "Klíč pro twice"
+    assert page.html.find("section", {"class": "new-key"}).find("h2").text == "Klíč: twice"
     for reload in (first.follow(), again.follow(), app.get(PAGE + "?clinic=clinic-a")):
         assert text.split("_", 2)[2] not in reload.text and reload.html.find(id="new-key") is None
     with db.connection_context():
@@ -273,7 +273,7 @@ def test_a_create_sent_again_makes_no_second_key_and_the_secret_is_never_shown_a
 
 def test_a_refused_create_gives_its_form_back_for_the_corrected_try(admin, app):
     form = create_form(app, name="   ")
-    assert "Servisní účet potřebuje název" in form.submit(status=400).text
+    assert "Zadejte název servisního účtu" in form.submit(status=400).text
     form["name"] = "fixed"
     secret_of(form.submit(status=303).follow())
     assert keys_named("fixed") == 1

@@ -112,18 +112,18 @@ def test_create_use_rotate_revoke_a_key_with_its_audit_and_no_secret_anywhere(se
     log_in(page, base, ADMIN)
     page.wait_for_url(base + "/console/")
     page.get_by_role("link", name="Nastavení").click()
-    page.get_by_role("link", name="API klíče").click()
+    page.get_by_role("link", name="Klíče API").click()
     page.wait_for_url(base + "/console/settings/api-keys?clinic=clinic-en")
     pages.append(page.content())
 
     # Create: a write key for the switchboard, 90 days by default; the secret is shown once.
     page.get_by_label("Servisní účet").fill("pbx-switchboard")
     page.get_by_label("zápis").check()
-    assert page.get_by_label("Platnost (dní)").input_value() == "90"
+    assert page.get_by_label("Platnost (ve dnech)").input_value() == "90"
     page.get_by_role("button", name="Vytvořit klíč").click()
     first = page.locator("#new-key").inner_text()
     remember(first, "an API key made in the console")  # the session's log audit looks for it too
-    assert first.startswith("csk_") and "zobrazí se jen teď" in page.content()
+    assert first.startswith("csk_") and "Zobrazí se jen teď" in page.content()
     page.goto(base + "/console/settings/api-keys?clinic=clinic-en")
     assert secret_part(first) not in page.content() and page.locator("#new-key").count() == 0
     pages.append(page.content())

@@ -55,7 +55,7 @@ def add_interval(page, weekday: str, opens: str, closes: str, weeks: str) -> Non
 
 
 def preview_at(page, local: datetime) -> bool:
-    page.get_by_label("Otevřeno v (místní čas)").fill(local.strftime("%Y-%m-%dT%H:%M"))
+    page.get_by_label("Datum a čas (místní)").fill(local.strftime("%Y-%m-%dT%H:%M"))
     page.get_by_role("button", name="Zjistit").click()
     answer = page.locator("p.preview.at")
     answer.wait_for()

@@ -169,7 +169,7 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     bob.get_by_label("Zadejte šestimístný kód, který aplikace ukazuje").fill(code_at(bob_secret))
     bob.get_by_role("button", name="Zapnout dvoufázové přihlášení").click()
     assert bob.locator("ol.codes code").count() == 10
-    bob.get_by_role("link", name="Mám je uložené, přejít na příchozí").click()
+    bob.get_by_role("link", name="Mám je uložené – přejít do Příchozích").click()
     bob.wait_for_url(service + "/console/")
 
     # 7. A staff member gets 403 on staff management.
@@ -211,9 +211,9 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     # 11. The audit page tells the story in Czech.
     admin.goto(service + "/console/audit?clinic=clinic-a")
     story = admin.locator("table.audit").inner_text()
-    for words in ("Přidán uživatel konzole", "Vytvořen odkaz pro nastavení hesla", "Heslo nastaveno odkazem",
+    for words in ("Přidán uživatel", "Vytvořen odkaz pro nastavení hesla", "Heslo nastaveno odkazem",
                   "Zapnuto dvoufázové přihlášení", "Použit kód pro obnovení",
-                  "Změněn požadavek dvoufázového přihlášení", "Uživatel zablokován"):
+                  "Změněno vyžadování dvoufázového přihlášení", "Uživatel zablokován"):
         assert words in story, words
     assert "Rita Recepční" in story, "the user acted on, by name"
     shots += shoot(admin, "accounts-audit", "cs")

@@ -28,8 +28,8 @@ HEARD_AT = 13.3  # where "sedm sedm sedm" starts in CLIP (whisper's token times)
 
 LABELS = {
     "cs": {"reliable": "Přepis je spolehlivý",
-           "check": "Přepis může místy obsahovat chyby: ověřte si ho v nahrávce",
-           "unreliable": "Přepis je nespolehlivý: poslechněte si nahrávku",
+           "check": "Přepis může místy obsahovat chyby – ověřte si ho v nahrávce",
+           "unreliable": "Přepis je nespolehlivý – poslechněte si nahrávku",
            "heard": "slyšeno jako +420 700 123 456 (nepotvrzeno)", "listen": "Poslechnout číslo"},
     "en": {"reliable": "Transcript reliable",
            "check": "Transcript may be wrong in places: check it against the recording",

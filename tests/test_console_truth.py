@@ -22,7 +22,7 @@ import pytest
 import redis
 from rq.job import Job, JobStatus
 
-from console import audit_words
+from console import audit_actions
 from console.inbox import WHY_GONE
 from jobs.refetch import job_id
 from models import Actor, AuditEvent, Call, Clinic, PatientRequest, StaffMembership, StaffUser
@@ -276,11 +276,11 @@ def recorded_actions() -> set[str]:
 def test_the_audit_words_cover_every_action_the_trail_can_hold():
     recorded = recorded_actions()
     assert {"call.recording_mismatch", "settings.calls.update", "onboarding.file", "staff_user.disable"} <= recorded
-    assert recorded <= set(audit_words.ACTIONS), recorded - set(audit_words.ACTIONS)
+    assert recorded <= set(audit_actions.ACTIONS), recorded - set(audit_actions.ACTIONS)
     from console.rendering import Renderer
 
     cs = Renderer().translations["cs"]
-    for action in audit_words.ACTIONS.values():
+    for action in audit_actions.ACTIONS.values():
         for words in (action.words, *(f.label for f in action.fields)):
             assert cs.gettext(words) != words or words == "Role", words
 
@@ -381,7 +381,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     login(app, status=303)
     page = app.get("/console/audit?clinic=clinic-a")
     trs = page.html.select("table.audit tbody tr")
-    assert {tr["data-action"] for tr in trs} == set(audit_words.ACTIONS), "one event of every action at least"
+    assert {tr["data-action"] for tr in trs} == set(audit_actions.ACTIONS), "one event of every action at least"
     text = visible_text(page)
     for pattern, what in RAW:
         assert not pattern.search(text), (what, pattern.search(text).group(0))
@@ -405,7 +405,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     rotated = row("token.rotate")
     assert rotated.select_one("dd a")["href"].endswith(f"#key-{new.id}") and "Starý klíč platí do" in fields(rotated)
     revoked = row("token.revoke")
-    assert revoked.select_one("td.who").text.strip() == "operátor (příkazová řádka)"
+    assert revoked.select_one("td.who").text.strip() == "provozovatel (příkazová řádka)"
     assert revoked.select_one("td.who span")["title"] == "root"
     assert fields(row("settings.calls.update", 1)) == {"Požadavky ze zmeškaných hovorů": "vypnuto",
                                                         "Jazyky volajících": "čeština, slovenština"}
@@ -415,15 +415,15 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     assert fields(row("settings.office_hours.add")) == {"Den": "pondělí", "Od": "08:00", "Do": "12:00",
                                                          "Týdny": "liché týdny"}
     assert fields(row("settings.vacation.add"))["Od"] == "24. 12. 2026"
-    assert fields(row("staff_user.role")) == {"Od": "personál", "Do": "správce"}
+    assert fields(row("staff_user.role")) == {"Od": "pracovník", "Do": "správce"}
     assert fields(row("staff_user.recovery_code_used")) == {"Zbývající kódy pro obnovení": "9"}
     assert fields(row("settings.two_factor.update")) == {"Vyžadováno dvoufázové přihlášení": "zapnuto"}
     assert row("settings.two_factor.update").select_one("td.subject a")["href"] == (
         "/console/settings/staff?clinic=clinic-a")
     assert fields(row("settings.vacation.remove"))["Od"] == "5. 2. 2027 18:00", "the clinic's time zone"
-    assert fields(row("settings.retention.update")) == {"Hovory bez žádosti (dní)": "14",
+    assert fields(row("settings.retention.update")) == {"Hovory bez požadavku (dní)": "14",
                                                          "Podepsané dokumenty (dní)": "uchovává se trvale"}
-    assert fields(row("retention.delete")) == {"Žádosti z hovorů": "3", "Hovory": "5", "Pacienti": "1"}
+    assert fields(row("retention.delete")) == {"Požadavky z hovorů": "3", "Hovory": "5", "Pacienti": "1"}
     assert fields(row("patient.erase"))["Ponechané podepsané dokumenty"] == "1"
     assert "(už neexistuje)" in row("patient.erase").select_one("td.subject").text
     assert row("settings.vacation.add").select_one("td.subject a")["href"] == \
@@ -440,7 +440,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     assert fields(row("patient.import_bulk")) == {"Nových": "1\xa0200", "Aktualizovaných": "3", "Chybných": "0"}
     assert row("patient.import", 0).select_one("td.subject").get_text(" ", strip=True) == "Pacient (už neexistuje)"
     assert row("staff_user.create").select_one("td.subject span[title]")["title"] == "anna@example.cz"
-    assert fields(row("staff_user.create")) == {"Role": "personál"}
+    assert fields(row("staff_user.create")) == {"Role": "pracovník"}
 
     # English: the same page in the admin's other language.
     with db.connection_context():

@@ -324,7 +324,7 @@ def test_keys_are_made_once_their_controls_name_them_and_the_audit_reads_in_word
         label = button.evaluate("b => b.textContent.replace(/\\s+/g, ' ').trim()")
         assert own in label, (own, label)
     nightly = page.locator("li.key", has=page.locator("h3 .name", has_text="nightly-export"))
-    assert "operátor (příkazová řádka)" in nightly.inner_text() and "operator:root" not in page.content()
+    assert "provozovatel (příkazová řádka)" in nightly.inner_text() and "operator:root" not in page.content()
     assert "Adéla Správcová" in page.locator("li.key", has_text="pbx-switchboard").inner_text()
 
     # Rotate one, and change a setting.

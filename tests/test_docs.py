@@ -24,7 +24,7 @@ import config as config_module
 from config import Config
 from tests.conftest import ROOT
 from tests.support import bearer, issue_token, load
-from tests.support.documented import inlined
+from tests.support.documented import closed, inlined
 
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md",
@@ -198,12 +198,13 @@ def test_every_example_is_valid_against_the_openapi_document(app):
     for example in found.values():
         assert example.operation in ops, f"{example.page}: no operation {example.operation}"
         method, path, op = ops[example.operation]
+        # Closed: every field an example names is a field of the schema (a misspelt one fails).
         if example.has_request:
             schema = inlined(document, op["requestBody"]["content"]["application/json"]["schema"])
-            Draft202012Validator(schema).validate(example.request)
+            Draft202012Validator(closed(schema)).validate(example.request)
         assert example.status is not None, f"{example.page}: {example.operation} shows no answer"
         answer = op["responses"][str(example.status)]["content"]["application/json"]["schema"]
-        Draft202012Validator(inlined(document, answer)).validate(example.response)
+        Draft202012Validator(closed(inlined(document, answer))).validate(example.response)
 
 
 # The order the examples are sent in: the flow of the two pages (a request is created
@@ -350,15 +351,44 @@ def answered_codes() -> set[tuple[int, str]]:
     return codes
 
 
-def test_every_error_code_the_service_answers_is_in_the_error_table():
-    rows = table(DOCS / "integrators" / "README.md", "status")
-    documented = {(int(row["status"]), row["code"].strip("`")) for row in rows}
-    for row in rows:
-        assert row["cause"] and row["what the caller should do"], row
+ERROR_TABLE = DOCS / "integrators" / "README.md"
+_TABLE_HEAD = "| status | code | cause | what the caller should do |\n|---|---|---|---|\n"
+
+
+def error_table() -> str:
+    """The error table as web/error_codes.py has it, in Markdown."""
+    from web.error_codes import ERROR_CODES
+
+    return _TABLE_HEAD + "".join(
+        f"| {row.status if row.status is not None else 'other 4xx'} | `{row.code}` | {row.cause} | {row.action} |\n"
+        for row in ERROR_CODES)
+
+
+def test_the_error_table_is_web_error_codes_py():
+    """The table integrators read is the table the service answers from (`DOCS_UPDATE=1`
+    rewrites it from web/error_codes.py)."""
+    text = ERROR_TABLE.read_text("utf-8")
+    start = text.index(_TABLE_HEAD)
+    end = text.index("\n\n", start) + 1
+    if os.environ.get("DOCS_UPDATE") == "1":
+        text = text[:start] + error_table() + text[end:]
+        ERROR_TABLE.write_text(text, "utf-8")
+        end = start + len(error_table())
+    assert text[start:end] == error_table(), "docs/integrators/README.md's error table is not web/error_codes.py's: " \
+        "run DOCS_UPDATE=1 bin/test tests/test_docs.py"
+
+
+def test_every_error_code_the_service_raises_is_in_web_error_codes_py():
+    from web.error_codes import BY_CODE
+
     answered = answered_codes()
     assert len(answered) >= 20 and (409, "CALL_SID_CONFLICT") in answered, "the source was read"
-    assert not answered - documented, f"answered but not in the table: {sorted(answered - documented)}"
-    assert not documented - answered, f"in the table but never answered: {sorted(documented - answered)}"
+    unknown = sorted((status, code) for status, code in answered if code not in BY_CODE)
+    assert not unknown, f"raised but not in web/error_codes.py: {unknown}"
+    wrong = sorted((status, code) for status, code in answered if BY_CODE[code].status not in (None, status))
+    assert not wrong, f"raised with another status than web/error_codes.py's: {wrong}"
+    never = sorted(row.code for row in BY_CODE.values() if row.answered and row.code not in {c for _, c in answered})
+    assert not never, f"in web/error_codes.py but raised nowhere: {never}"
 
 
 # --- the committed OpenAPI document --------------------------------------------------------

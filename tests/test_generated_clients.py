@@ -9,13 +9,22 @@ compared after download), the imports, tags and a PATCH, and the request the han
 made, with its call and the recording's redirect. The TypeScript code must pass
 `tsc --noEmit --strict`. Both print the same lines, checked here against the database.
 
+Then each client reads every answer the service can give (tests/support/provoke.py: every
+error code, every reason a recording is gone, every value of every enumeration): the
+Python client parses each through its operation's own code and writes it back unchanged
+(tests/clients/read_answers.py); in TypeScript each body is a value of its operation's
+answer type, compiled with `--strict` (an unknown field, a missing one or a value outside
+an enumeration does not compile).
+
 The generators come from bin/setup (`.venv-clients`, `tests/clients/node_modules`);
 nothing is fetched at test time but the service's own document.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -29,7 +38,9 @@ from tests.conftest import PG_URL, REDIS_URL
 from tests.support import ROOT, SECRET_KEY, issue_token, load
 from tests.support.gunicorn import serving_gunicorn
 from tests.support.https_server import static
+from tests.support.contract import contract
 from tests.support.live_service import signing_organization
+from tests.support.provoke import Provoked, every_answer
 from tests.support.ports import free_port
 from tests.support.tiers import needs
 from web import openapi
@@ -109,13 +120,56 @@ def check_run(output: str, token: str) -> None:
         assert PatientRequest.select().where(PatientRequest.kind == "standard").count() == 1
 
 
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def read_by_clients(answers: list[Provoked]) -> list[tuple[Provoked, dict]]:
+    """The answers a generated client has a function for (not the local storage's raw
+    bytes, not the 404 and 405 of paths no operation has), with their operation."""
+    c = contract()
+    out = []
+    for answer in answers:
+        template = c.route(answer.path)
+        op = c.document["paths"].get(template, {}).get(answer.method.lower()) if template else None
+        # Not the document itself: it is any object to a client, its fields none of the client's.
+        if op is not None and op["tags"] != ["storage"] and op["operationId"] != "getOpenApiDocument":
+            out.append((answer, op))
+    return out
+
+
+def corpus(app, config, clock, example) -> list[tuple[Provoked, dict]]:
+    answers = read_by_clients(every_answer(app, config, clock, example))
+    assert len(answers) > 60 and {a.status for a, _ in answers} >= {200, 302, 400, 404, 409, 410, 429, 500, 503}
+    return answers
+
+
+def python_answers(answers: list[tuple[Provoked, dict]], path: Path) -> Path:
+    path.write_text(json.dumps([
+        {"operation": op["operationId"], "package": snake(op["tags"][0].replace(" ", "_")),
+         "module": snake(op["operationId"]), "status": a.status, "headers": a.headers,
+         "json": a.content_type == "application/json", "body": a.body.decode()}
+        for a, op in answers]), "utf-8")
+    return path
+
+
+def typescript_answers(answers: list[tuple[Provoked, dict]]) -> str:
+    lines = ['import type { operations } from "./schema.js";', ""]
+    for number, (a, op) in enumerate(answers):
+        if a.content_type == "application/json" and a.body:
+            kind = f'operations["{op["operationId"]}"]["responses"][{a.status}]["content"]["application/json"]'
+            lines.append(f"export const answer{number}: {kind} = {a.body.decode()};")
+    return "\n".join(lines) + "\n"
+
+
 def driver_arguments(base_url: str, token: str, https_server, tmp_path: Path) -> list[str]:
     pdf = tmp_path / "signed.pdf"
     pdf.write_bytes(PDF)
     return [base_url, token, "clinic-a", str(pdf), "CA-generated", https_server.url("/rec/CA-generated.wav")]
 
 
-def test_the_python_client_runs_the_whole_flow_typed(service: str, tmp_path: Path, https_server) -> None:
+def test_the_python_client_runs_the_whole_flow_typed_and_reads_every_answer(service: str, tmp_path: Path, https_server,
+                                                                           app, config, clock, example) -> None:
     package = tmp_path / "clinic_client"
     generated = run([str(TOOLS / "openapi-python-client"), "generate", "--url", f"{service}/openapi.json",
                      "--output-path", str(package), "--meta", "none"], tmp_path)
@@ -127,10 +181,14 @@ def test_the_python_client_runs_the_whole_flow_typed(service: str, tmp_path: Pat
     output = run([str(TOOLS / "python"), str(CLIENTS / "drive_python.py"), *driver_arguments(service, token, https_server, tmp_path)],
                  tmp_path, PYTHONPATH=str(tmp_path))
     check_run(output, token)
+    answers = corpus(app, config, clock, example)
+    read = run([str(TOOLS / "python"), str(CLIENTS / "read_answers.py"),
+                str(python_answers(answers, tmp_path / "answers.json"))], tmp_path, PYTHONPATH=str(tmp_path))
+    assert len(read.splitlines()) == len(answers), read
 
 
-def test_the_typescript_client_runs_the_whole_flow_typed_under_strict(service: str, tmp_path: Path,
-                                                                       https_server) -> None:
+def test_the_typescript_client_runs_the_whole_flow_typed_under_strict_and_types_every_answer(
+        service: str, tmp_path: Path, https_server, app, config, clock, example) -> None:
     work = tmp_path / "ts"
     work.mkdir()
     (work / "node_modules").symlink_to(CLIENTS / "node_modules")
@@ -144,6 +202,8 @@ def test_the_typescript_client_runs_the_whole_flow_typed_under_strict(service: s
     token = issue_token(["clinic-a"], ["read", "write"])
     output = run(["node", "out/drive.js", *driver_arguments(service, token, https_server, tmp_path)], work)
     check_run(output, token)
+    (work / "answers.ts").write_text(typescript_answers(corpus(app, config, clock, example)), "utf-8")
+    run([*compiler, "--noEmit", "answers.ts"], work)
 
 
 def test_every_operation_has_an_operation_id_and_every_answer_object_lists_required() -> None:

@@ -251,7 +251,7 @@ def test_the_anomalies_are_shown_to_the_operator_and_on_the_request_page(web, ht
     login["email"], login["password"] = "recepce@example.cz", PASSWORD
     login.submit(status=303)
     text = web.get(f"/console/requests/{request.id}").text
-    assert "Neobvyklé v předání hovoru" in text and "volající skryl své číslo" in text
+    assert "Odchylky při předání hovoru" in text and "volající skryl své číslo" in text
     assert "označení nahrávky se liší od názvu souboru v odkazu" in text
 
 

@@ -32,7 +32,7 @@ from app import create_app
 from config import Config
 from plumbing.database import bind_database, db
 from models import MODELS, ApiToken, Call, Clinic, Patient, PatientRequest, SchemaMigration, Tag
-from storage import LocalStorage
+from storage import LocalStorage, make_storage
 from tests.conftest import PG_URL, REDIS_URL
 from tests.support import SECRET_KEY, bearer, issue_token, load
 from tests.support.documented import inlined
@@ -131,7 +131,7 @@ def world(wsgi_app, clock, tmp_path_factory) -> Iterator[World]:
     config = Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=clock, db_pool_size=4,
                     storage_dir=str(root), rate_limit_handoffs_per_minute=10**8, rate_limit_writes_per_minute=10**8)
     web = webtest.TestApp(create_app(config))
-    storage = LocalStorage(root, signing_key=config.storage_signing_key, public_base_url=config.public_base_url)
+    storage = make_storage(config)  # the app's own backend: the same directory, key and address
     load(_organization())
     token_a = issue_token(["clinic-a"], ["read", "write"])
     token_b = issue_token(["clinic-b"], ["read", "write"])

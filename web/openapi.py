@@ -13,120 +13,12 @@ import re
 from typing import Any
 
 import storage
-from web import schemas
+from plumbing import versions
+from web import deprecations, schemas
+from web.answers import ERROR_TEXT, failures, json_content, operation
 
 SWITCHBOARD = "/external/v1/clinics/{clinic_slug}/switchboard"
 ERROR = {"$ref": "#/components/schemas/Error"}
-
-_ERROR_TEXT = {
-    400: "Malformed payload or validation failure.",
-    401: "Missing, invalid, expired or revoked token.",
-    403: "Token lacks the scope or has no access to the clinic.",
-    404: "Unknown clinic (CLINIC_NOT_FOUND) or resource.",
-    409: "Conflict.",
-    422: "IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was sent before with another body or path.",
-    408: "The body did not arrive within the configured deadline.",
-    410: "Gone.",
-    413: "Body larger than the configured limit.",
-    415: "Body is not JSON.",
-    429: "Too many: RATE_LIMITED when the token sent more write requests than its per-minute limit "
-    "(recording-complete and the document writes have one each), TOO_MANY_UPLOAD_LINKS when the "
-    "clinic holds too many open upload links; retry after the Retry-After seconds.",
-    500: "INTERNAL_ERROR: an unexpected failure; the message says whether a retry is safe (after a create or "
-    "a registration: retry with the same Idempotency-Key, or look with search or the detail first).",
-    503: "SERVICE_UNAVAILABLE: a dependency (database, the switchboard platform) is unavailable or the service "
-    "is busy; retry after the Retry-After seconds.",
-}
-_RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}}
-# The document writes that take an Idempotency-Key (web/idempotency.py).
-_IDEMPOTENCY_KEY = {
-    "name": "Idempotency-Key",
-    "in": "header",
-    "required": False,
-    "description": "Optional: makes the write safe to retry. The first request with a key runs and its answer is "
-    "kept at least 24 hours; a retry with the same key and the same body is answered that answer (with "
-    "`Idempotent-Replayed: true`) instead of writing again. The same key with another body: 422 "
-    "IDEMPOTENCY_KEY_REUSED; while the first still runs: 409 IDEMPOTENCY_KEY_IN_PROGRESS with Retry-After. Keys "
-    "are per token and operation; use a new random key (a UUID) for every new write.",
-    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7e]+$"},
-}
-_IDEMPOTENT_ERRORS = {
-    400: "Malformed payload or validation failure; IDEMPOTENCY_KEY_INVALID for an Idempotency-Key that is not "
-    "1-255 printable ASCII characters.",
-    409: "IDEMPOTENCY_KEY_IN_PROGRESS: a request with this Idempotency-Key is still running; retry after the "
-    "Retry-After seconds.",
-}
-# Whatever the operation: an unexpected failure, or the database down or its pool exhausted (web/errors.py).
-_ALWAYS = (500, 503)
-
-
-def _json(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"application/json": {"schema": schema}}
-
-
-def error_responses(codes: dict[int, str], schemas_by_code: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The error answers (code -> description), each an `Error` body (or the schema given
-    for its code), with Retry-After on 429 and 503."""
-    out: dict[str, Any] = {}
-    for code in sorted(codes):
-        answer: dict[str, Any] = {
-            "description": codes[code],
-            "content": _json((schemas_by_code or {}).get(code, schemas.ERROR)),
-        }
-        if code in (409, 429, 503):
-            answer["headers"] = _RETRY_AFTER
-        out[str(code)] = answer
-    return out
-
-
-def operation(
-    operation_id: str,
-    summary: str,
-    *,
-    scope: str | None,
-    request: dict[str, Any] | None,
-    response: dict[str, Any],
-    errors: tuple[int, ...] = (),
-    error_schemas: dict[int, dict[str, Any]] | None = None,
-    request_required: bool = True,
-    idempotent: bool = False,
-    tag: str,
-) -> dict[str, Any]:
-    op: dict[str, Any] = {
-        "operationId": operation_id,
-        "summary": summary,
-        "tags": [tag],
-        "responses": {"200": {"description": "OK", "content": _json(response)}},
-    }
-    codes = set(errors) | set(_ALWAYS)
-    if scope is not None:
-        op["security"] = [{"bearerAuth": [scope]}]
-        op["description"] = f"Requires the `{scope}` scope on a token bound to the clinic."
-        codes |= {401, 403, 404}
-    if scope == "write":
-        codes.add(429)  # every write is counted against its token's rate limit (web/rate_limit.py)
-    if request is not None:
-        op["requestBody"] = {"required": request_required, "content": _json(request)}
-        codes |= {400, 408, 413, 415}
-    texts = {code: _ERROR_TEXT[code] for code in codes}
-    if idempotent:  # the Idempotency-Key header and its answers
-        op["parameters"] = [_IDEMPOTENCY_KEY]
-        texts |= {**_IDEMPOTENT_ERRORS, 422: _ERROR_TEXT[422]}
-        op["responses"]["200"]["headers"] = {
-            "Idempotent-Replayed": {
-                "description": "`true` when this is the stored answer of an earlier request with the same "
-                "Idempotency-Key.",
-                "schema": {"type": "string", "const": "true"},
-            }
-        }
-    op["responses"].update(error_responses(texts, error_schemas))
-    return op
-
-
-def _failures(*pairs: tuple[int, str]) -> dict[str, Any]:
-    """Error answers of the operations written out by hand, 500 and 503 included."""
-    return error_responses({**{code: _ERROR_TEXT[code] for code in _ALWAYS}, **dict(pairs)})
-
 
 # The query string a presigned download URL carries (its signature covers all five).
 _DOWNLOAD_PARAMETERS: list[dict[str, Any]] = [
@@ -172,6 +64,11 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
                     },
                     optional=("schema", "lastKnownSeconds"),
                 ),
+                texts={
+                    503: "The service cannot serve: the database is unreachable with nothing recent known, or its "
+                    "schema is not migrated; the body says each part's state."
+                },
+                error_schemas={503: schemas.HEALTH_UNAVAILABLE},
                 tag=_SERVICE,
             ),
         }
@@ -190,7 +87,7 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
                     "description": "Prometheus text exposition format.",
                     "content": {"text/plain": {"schema": {"type": "string"}}},
                 },
-                **_failures((401, "METRICS_TOKEN is set and was not sent.")),
+                **failures((401, "METRICS_TOKEN is set and was not sent.", ("UNAUTHORIZED",))),
             },
         },
     },
@@ -207,14 +104,14 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             ],
             "requestBody": {"required": True, "content": _BYTES},
             "responses": {
-                "200": {"description": "Stored.", "content": _json({"type": "object"})},
-                **_failures(
-                    (400, "Bad key."),
-                    (403, "Bad, expired or foreign signature, or other content type."),
-                    (409, "`ALREADY_REGISTERED`: the upload is registered as an attachment and cannot change."),
-                    (408, "The body did not arrive within the upload deadline; nothing stored."),
-                    (411, "Content-Length required."),
-                    (413, "Too large."),
+                "200": {"description": "Stored.", "content": json_content({"type": "object"})},
+                **failures(
+                    (400, "Bad key.", ("VALIDATION_FAILED",)),
+                    (403, "Bad, expired or foreign signature, or other content type.", ("FORBIDDEN",)),
+                    (409, "The upload is registered as an attachment and cannot change.", ("ALREADY_REGISTERED",)),
+                    (408, "The body did not arrive within the upload deadline; nothing stored.", ("REQUEST_TIMEOUT",)),
+                    (411, "Content-Length required.", ("LENGTH_REQUIRED",)),
+                    (413, "Too large.", ("PAYLOAD_TOO_LARGE",)),
                 ),
             },
         },
@@ -235,11 +132,11 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             "responses": {
                 "200": {"description": "The object's bytes.", "content": _BYTES},
                 "206": {"description": "The bytes of the range asked for (Content-Range).", "content": _BYTES},
-                **_failures(
-                    (400, "Bad key or Range header."),
-                    (403, "Bad or expired signature."),
-                    (404, "No such object."),
-                    (416, "The range starts past the object's end."),
+                **failures(
+                    (400, "Bad key or Range header.", ("VALIDATION_FAILED",)),
+                    (403, "Bad or expired signature.", ("FORBIDDEN",)),
+                    (404, "No such object.", ("NOT_FOUND",)),
+                    (416, "The range starts past the object's end.", ("RANGE_NOT_SATISFIABLE",)),
                 ),
             },
         },
@@ -256,8 +153,8 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
                         (400, "Bad key."),
                         (403, "Bad or expired signature."),
                         (404, "No such object."),
-                        (500, _ERROR_TEXT[500]),
-                        (503, _ERROR_TEXT[503]),
+                        (500, ERROR_TEXT[500]),
+                        (503, ERROR_TEXT[503]),
                     )
                 },
             },
@@ -303,7 +200,9 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             scope="write",
             request=schemas.RECORDING_COMPLETE,
             response=schemas.SUCCESS,
-            errors=(409,),
+            codes={409: ("CALL_SID_CONFLICT",)},
+            texts={409: "This CallSid belongs to another clinic's call: do not retry."},
+            reads_any_type=True,
             tag="switchboard",
         ),
     },
@@ -313,6 +212,8 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
 # --- Signed documents (docs/spec/signed-documents.md) ------------------------------------
 CLINIC = "/external/v1/clinics/{clinic_slug}"
 _REQUEST = f"{CLINIC}/patientRequests/{{request_id}}"
+# The operations on one request: its id is not one of this clinic's requests.
+_REQUEST_NOT_FOUND = ("PATIENT_REQUEST_NOT_FOUND",)
 _DOCS = "signed documents"
 
 
@@ -323,7 +224,7 @@ def _tags_operation() -> dict[str, Any]:
         scope="read",
         request=None,
         response=schemas.data({"type": "array", "items": schemas.TAG}),
-        errors=(400,),
+        codes={400: ("VALIDATION_FAILED",)},
         tag=_DOCS,
     )
     op["parameters"] = [{"name": "type", "in": "query", "required": False, "schema": schemas.TAG_TYPE}]
@@ -341,7 +242,11 @@ def _recording_operation() -> dict[str, Any]:
         scope="read",
         request=None,
         response={"type": "object"},
-        errors=(410,),
+        codes={404: (*_REQUEST_NOT_FOUND, "NOT_FOUND"), 410: ("RECORDING_UNAVAILABLE",)},
+        texts={
+            404: "Unknown clinic or request, or the request was not made from a call.",
+            410: "The recording is gone; the transcript stays in the detail.",
+        },
         tag="switchboard",
     )
     del op["responses"]["200"]
@@ -411,7 +316,12 @@ OPERATIONS.update(
                 request=schemas.CREATE_REQUEST,
                 idempotent=True,
                 response=schemas.data(schemas.PATIENT_REQUEST),
-                errors=(410,),
+                codes={404: ("PATIENT_NOT_FOUND", "USER_ECRF_NOT_FOUND"), 410: ("PATIENT_MERGED",)},
+                texts={
+                    403: "Token lacks the scope or has no access to the clinic, or the patient has no record in this "
+                    "clinic.",
+                    410: "The patient was merged into another: `mergedInto`.",
+                },
                 error_schemas={410: schemas.PATIENT_MERGED_ERROR},
                 tag=_DOCS,
             )
@@ -439,7 +349,7 @@ OPERATIONS.update(
                 scope="read",
                 request=None,
                 response=schemas.data(schemas.PATIENT_REQUEST_DETAIL),
-                errors=(400,),
+                codes={400: ("VALIDATION_FAILED",), 404: _REQUEST_NOT_FOUND},
                 tag=_DOCS,
             ),
             "patch": operation(
@@ -448,6 +358,7 @@ OPERATIONS.update(
                 scope="write",
                 request=schemas.REQUEST_PATCH,
                 response=schemas.data(schemas.PATIENT_REQUEST),
+                codes={404: _REQUEST_NOT_FOUND},
                 idempotent=True,
                 tag=_DOCS,
             ),
@@ -463,6 +374,7 @@ OPERATIONS.update(
                 scope="write",
                 request=schemas.UPLOAD_LINK_REQUEST,
                 response=schemas.data(schemas.UPLOAD_LINK),
+                codes={404: _REQUEST_NOT_FOUND, 429: ("TOO_MANY_UPLOAD_LINKS",)},
                 idempotent=True,
                 tag=_DOCS,
             )
@@ -477,6 +389,7 @@ OPERATIONS.update(
                 scope="write",
                 request=schemas.ATTACHMENT_REQUEST,
                 response=schemas.data(schemas.ATTACHMENT),
+                codes={404: _REQUEST_NOT_FOUND},
                 idempotent=True,
                 tag=_DOCS,
             )
@@ -537,12 +450,46 @@ _TAGS = [
 ]
 
 
+_DEPRECATION_HEADERS = {
+    "Deprecation": {
+        "description": "This operation is deprecated (RFC 9745): since when, `@` and seconds since the epoch.",
+        "schema": {"type": "string"},
+    },
+    "Sunset": {
+        "description": "After this date the operation may stop answering (RFC 8594, an HTTP date).",
+        "schema": {"type": "string"},
+    },
+}
+
+
+def _deprecated(op: dict[str, Any], deprecation: deprecations.Deprecation) -> dict[str, Any]:
+    """`op` marked as going away: `deprecated`, the dates in words, the headers on every answer."""
+    said = (
+        f"Deprecated since {deprecation.announced.isoformat()}; may stop answering after "
+        f"{deprecation.sunset.isoformat()} (the Sunset header). What replaces it: {deprecation.link}."
+    )
+    responses = {
+        status: {**answer, "headers": {**answer.get("headers", {}), **_DEPRECATION_HEADERS}}
+        for status, answer in op["responses"].items()
+    }
+    return {
+        **op,
+        "deprecated": True,
+        "description": f"{op.get('description', '')} {said}".strip(),
+        "responses": responses,
+    }
+
+
 def document(base_url: str = "/") -> dict[str, Any]:
     names = {id(schema): name for name, schema in schemas.COMPONENTS.items()}
+    going = {(d.method.lower(), d.route): d for d in deprecations.DEPRECATED}
     paths: dict[str, Any] = {}
     for template, methods in OPERATIONS.items():
         path = public_path(template)
-        item: dict[str, Any] = {k: _referenced(v, names) for k, v in methods.items()}
+        item: dict[str, Any] = {
+            k: _referenced(_deprecated(v, going[(k, template)]) if (k, template) in going else v, names)
+            for k, v in methods.items()
+        }
         if _parameters(path):
             item["parameters"] = _parameters(path)
         paths[path] = item
@@ -550,7 +497,7 @@ def document(base_url: str = "/") -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {
             "title": "Clinic integration service",
-            "version": "1.0.0",
+            "version": versions.API,
             "description": "Switchboard routing checks and call hand-off; externally signed document storage.",
         },
         "servers": [{"url": base_url}],

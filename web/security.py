@@ -22,7 +22,7 @@ from typing import Any
 import falcon
 
 from console.middleware import is_console
-from console.rendering import is_secure
+from plumbing.forwarded import is_secure
 
 HSTS = "max-age=31536000"
 CONSOLE_POLICY = "; ".join(

@@ -8,7 +8,7 @@ import urllib.parse
 
 import falcon
 
-from console import audit, audit_words
+from console import audit, audit_words, pages
 from console.rendering import Renderer, html
 from plumbing.errors import Invalid
 
@@ -41,7 +41,7 @@ class AuditList:
             raise falcon.HTTPBadRequest() from None
         events = audit_words.describe(rows, clinic, language, self.renderer.translations[language])
         query = {"clinic": clinic.slug, **{k: v for k, v in filters.items() if v}}
-        more = "/console/audit?" + urllib.parse.urlencode({**query, "after": cursor}) if cursor else None
+        more = pages.AUDIT + "?" + urllib.parse.urlencode({**query, "after": cursor}) if cursor else None
         html(
             resp,
             self.renderer.render(

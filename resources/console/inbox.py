@@ -8,7 +8,7 @@ from datetime import datetime
 
 import falcon
 
-from console import inbox
+from console import inbox, pages
 from console.rendering import Renderer, html
 from jobs.playback import RecordingPlayer
 from models import StaffUser
@@ -42,7 +42,7 @@ class Inbox:
         # The live update asks for rows newer than the newest shown (or than now); the newest
         # is not the first when a flagged one is.
         after = max(str(r["created"]) for r in rows) if rows else as_utc(self.clock()).isoformat()
-        rows_url = "/console/rows?" + urllib.parse.urlencode({"clinic": clinic.slug if clinic else "", **filters})
+        rows_url = pages.ROWS + "?" + urllib.parse.urlencode({"clinic": clinic.slug if clinic else "", **filters})
         html(
             resp,
             self.renderer.render(

@@ -20,7 +20,7 @@ import falcon
 import redis
 
 from api_keys import rules
-from console import audit_words, pages
+from console import audit_kinds, audit_words, pages
 from console.inbox import local_time
 from console.rendering import N_, Renderer, html, see_other
 from models import Actor, ApiToken, Clinic
@@ -78,7 +78,7 @@ class _KeysPage:
             return local_time(value, clinic, language) if value else ""
 
         views = rules.keys_of(clinic, now)
-        words = audit_words.Words(tr, clinic, language)
+        words = audit_kinds.Words(tr, clinic, language)
         audit_words.read_names(
             words,
             [
@@ -93,8 +93,8 @@ class _KeysPage:
         keys = [
             {
                 "view": key,
-                "clinics": audit_words.CLINICS.show(key.clinics, words),
-                "scopes": audit_words.SCOPES.show(key.token.scopes, words),
+                "clinics": audit_kinds.CLINICS.show(key.clinics, words),
+                "scopes": audit_kinds.SCOPES.show(key.token.scopes, words),
                 "created_by": audit_words.who(*audit_words.parse_created_by(key.token.created_by), None, words)
                 if key.token.created_by
                 else None,

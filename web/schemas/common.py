@@ -61,3 +61,19 @@ PATIENT_MERGED_ERROR = component(
 )
 
 EMPTY_REQUEST = component("Empty", {"type": "object", "description": "No fields; an empty object or no body."})
+
+HEALTH_UNAVAILABLE = component(
+    "HealthUnavailable",
+    answer(
+        {
+            **ERROR["properties"],
+            "database": {"type": "string", "enum": ["ok", "last_known", "down"]},
+            "schema": {"type": "string", "enum": ["ok", "behind"]},
+            "redis": {"type": "string", "enum": ["ok", "down"]},
+            "lastKnownSeconds": {"type": "number"},
+        },
+        optional=("schema", "lastKnownSeconds"),
+        description="503 of the readiness check: the database unreachable with nothing recent known, or its "
+        "schema not migrated; each part's state (`schema` is missing while the database does not answer).",
+    ),
+)

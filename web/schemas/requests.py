@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from voicemail.recordings import GONE_REASONS
 from web.schemas.common import DATE_TIME, NULLABLE_DATE_TIME, NULLABLE_STRING, TEXT, UUID, answer, component, nullable
 from web.schemas.pages import PAGINATION
 from web.schemas.patients import TAG
@@ -120,7 +121,9 @@ RECORDING_UNAVAILABLE = component(
             "state": {"type": "string", "const": "unavailable"},
             "reason": {
                 "type": "string",
-                "enum": ["deleted", "no_credentials", "no_reference", "expired", "no_recording"],
+                # Every reason the service answers (voicemail/recordings.py), in its words.
+                "enum": list(GONE_REASONS),
+                "description": "; ".join(f"{reason}: {words}" for reason, words in GONE_REASONS.items()) + ".",
             },
             "message": {"type": "string"},
         }

@@ -3,6 +3,7 @@ Unknown fields are ignored everywhere (the contract leaves other fields "not sho
 
 from __future__ import annotations
 
+from documents.patients import IMPORT_RESULTS
 from models import Call, PatientRequest, Tag
 from web.schemas.common import component
 
@@ -40,4 +41,4 @@ TRANSCRIPT_STATUS = component(
         "(listen to the recording: see transcriptIssue); failed (no usable transcript).",
     },
 )
-IMPORT_STATUS = component("ImportStatus", {"type": "string", "enum": ["created", "updated", "failed"]})
+IMPORT_STATUS = component("ImportStatus", {"type": "string", "enum": list(IMPORT_RESULTS)})
