@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from config import Config
 from plumbing.database import db
@@ -166,7 +166,7 @@ def wait_for_schema(config: Config, log: logging.Logger, every: float = 2.0) -> 
         db.close()
 
 
-def _calls_queue(config: Config):
+def _calls_queue(config: Config) -> Any:
     from rq import Queue
 
     from jobs import queueing

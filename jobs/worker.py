@@ -47,6 +47,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis
 from rq import SimpleWorker, worker_registration
@@ -86,7 +87,7 @@ class ClinicScheduler(RQScheduler):
     fork and unblocked in the scheduler once its handlers are in place: one sent meanwhile
     waits, then stops it."""
 
-    def start(self):
+    def start(self) -> Any:  # the scheduler's process (RQ's ForkProcess)
         self._status = self.Status.STARTED
         self._connection = None  # a Redis connection must not cross the fork (as RQ's start)
         parent = os.getpid()
@@ -173,7 +174,7 @@ class ClinicWorker(SimpleWorker):
     """`SimpleWorker` with heartbeats during jobs, the short timings above and a beat that
     keeps it counted whatever Redis lost (`Presence`)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("worker_ttl", WORKER_TTL)
         kwargs.setdefault("maintenance_interval", MAINTENANCE_INTERVAL)
         kwargs.setdefault("job_monitoring_interval", HEARTBEAT_INTERVAL)
@@ -199,7 +200,7 @@ class ClinicWorker(SimpleWorker):
     # restart there makes a stock worker quit. These steps are skipped instead; the
     # dequeue that follows waits for Redis with backoff, and the relay re-queues.
 
-    def heartbeat(self, timeout: int | None = None, pipeline=None) -> None:
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         if pipeline is not None:  # pipelined beats fail at execute(), in the caller
             return super().heartbeat(timeout, pipeline)
         try:
@@ -213,7 +214,7 @@ class ClinicWorker(SimpleWorker):
     #: Called on a stop request, before RQ's own handling (`run` sets it: the grace starts).
     on_stop: Callable[[], None] | None = None
 
-    def request_stop(self, signum, frame) -> None:
+    def request_stop(self, signum: int, frame: Any) -> None:
         # RQ's handler raises StopRequested when the worker is not busy, to break out of the
         # blocking dequeue. Raised anywhere else, it lands in whatever the main thread runs
         # at that instant: a finalizer the garbage collector runs (redis-py's
@@ -234,7 +235,7 @@ class ClinicWorker(SimpleWorker):
             if self._waiting:
                 raise StopRequested() from None
 
-    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None):
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
         self._waiting = True  # before the check: a signal either sees it or is seen by it
         try:
             if self._stop_requested:

@@ -123,7 +123,7 @@ class CheckedPostgresqlPool(HoldsConnections, AnnouncesChanges, PooledPostgresql
     that dies silently still fails its query: errors.py answers 503 and the pool drops it.)
     """
 
-    def _is_closed(self, conn) -> bool:
+    def _is_closed(self, conn: Any) -> bool:
         # Peewee's own check costs a `SELECT 1` round trip per check-out (a third of the
         # intake's database time); the socket check below needs none.
         if conn.closed or conn.info.transaction_status == psycopg2.extensions.TRANSACTION_STATUS_UNKNOWN:
@@ -244,7 +244,7 @@ def columns(alias: str, model: type[pw.Model]) -> str:
     return ", ".join(f'{alias}."{f.column_name}"' for f in model._meta.sorted_fields)
 
 
-def hot_sql(sql: str, params: list | tuple):
+def hot_sql(sql: str, params: list | tuple) -> Any:
     """Run SQL written with `%s` placeholders on the bound database; returns the cursor."""
     database = db.obj
     if database.param != "%s":
@@ -274,7 +274,7 @@ def is_postgresql(database: pw.Database | None = None) -> bool:
     return isinstance(database if database is not None else db.obj, pw.PostgresqlDatabase)
 
 
-def hot_prepared(name: str, sql: str, params: list | tuple):
+def hot_prepared(name: str, sql: str, params: list | tuple) -> Any:
     """`hot_sql`, planned once per connection on PostgreSQL (PREPARE, then EXECUTE).
 
     For a statement whose planning costs more than running it (a recursive CTE: 0.18 ms

@@ -407,7 +407,6 @@ def test_the_operator_resets_two_factor_audited(people, app, clock):
 
 
 def test_the_onboarding_file_keeps_the_requirement_unless_it_says_otherwise(people, app):
-    from onboarding.writer import onboard
     with db.connection_context():
         Clinic.update(two_factor_required=True).where(Clinic.slug == "clinic-a").execute()
     load(organization(clinic("clinic-a"), clinic("clinic-b")))
@@ -416,4 +415,3 @@ def test_the_onboarding_file_keeps_the_requirement_unless_it_says_otherwise(peop
     load(organization(clinic("clinic-a", twoFactorRequired=False), clinic("clinic-b")))
     with db.connection_context():
         assert not Clinic.by_slug("clinic-a").two_factor_required
-    assert onboard

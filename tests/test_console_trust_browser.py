@@ -137,4 +137,5 @@ def test_without_javascript_the_control_opens_the_recording_at_the_number(servic
     page.locator(f"#r-{request_id}").get_by_role("link", name=LABELS["cs"]["listen"]).click()
     # The play route sends the browser on to the recording; the fragment goes with it.
     page.wait_for_url(lambda url: url.endswith("/rec/heard.mp3#t=12"))
+    assert page.url.endswith("/rec/heard.mp3#t=12"), page.url
     context.close()

@@ -371,6 +371,10 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
                 ("onboarding.file", None, {"overwroteConsoleChanges": True}),
                 ("patient.import", ("patient", 7), {"created": False}),  # a target that is no row: no longer exists
                 ("settings.retention.update", None, {"callsWithoutRequestDays": 14, "signedDocumentsDays": None}),
+                ("patient_request.confirm_type", request, {"requestTypeId": str(kind.id), "suggestedRequestTypeId": None,
+                                                           "asSuggested": False}),
+                ("patient_request.clear_urgent", request, {}),
+                ("settings.urgency_words.update", None, {"shipped": False, "counts": {"cs": 40, "en": 31}}),
                 ("retention.delete", None, {"call_requests": 3, "calls": 5, "patients": 1}),
                 ("patient.erase", ("patient", "0a5a3e2c-3f2b-4a8e-9a77-3f0d1d7c2b10"),
                  {"patients": 2, "requests": 2, "requests_kept": 1, "calls": 3, "documents": 0, "documents_kept": 1}),
@@ -424,6 +428,8 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     assert fields(row("settings.retention.update")) == {"Hovory bez požadavku (dní)": "14",
                                                          "Podepsané dokumenty (dní)": "uchovává se trvale"}
     assert fields(row("retention.delete")) == {"Požadavky z hovorů": "3", "Hovory": "5", "Pacienti": "1"}
+    assert fields(row("patient_request.confirm_type"))["Navrženo podle přepisu"] == "jiné"
+    assert fields(row("settings.urgency_words.update"))["Počet slov podle jazyka"] == "čeština 40, angličtina 31"
     assert fields(row("patient.erase"))["Ponechané podepsané dokumenty"] == "1"
     assert "(už neexistuje)" in row("patient.erase").select_one("td.subject").text
     assert row("settings.vacation.add").select_one("td.subject a")["href"] == \

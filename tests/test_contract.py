@@ -50,6 +50,7 @@ def _detail_with(recording: dict[str, Any], **fields: Any) -> bytes:
     request = {"id": "0b0f8f5e-5d37-4a4e-9a4c-8cc0b7a8a3a1", "kind": "voice_message", "title": "x",
                "createdAt": "2026-11-28T10:00:00Z", "doneAt": None, "patientId": "0b0f8f5e-5d37-4a4e-9a4c-8cc0b7a8a3a1",
                "requestTypeId": None, "userNote": "", "tags": [], "medicalRecords": [], "reservations": [],
+               "requestTypeSuggestion": None, "urgent": None,
                "call": {"callSid": "CA1", "callFrom": "+420601123456", "callbackNumber": None,
                         "unconfirmedCallbackNumber": None, "callbackNumberAt": None, "callTo": "+420222000111",
                         "status": None, "receivedAt": "2026-11-28T10:00:00Z", "transcript": None,

@@ -61,9 +61,12 @@ def test_the_built_in_or_a_short_key_is_refused_outside_the_embedded_run(databas
 
 
 def test_the_embedded_run_may_use_any_key(tmp_path: Path) -> None:
+    """The keys PostgreSQL refuses, the embedded run's SQLite takes."""
     for key in (DEVELOPMENT_SECRET_KEY, SHORT_KEY):
-        Config(database_url=f"sqlite:///{tmp_path}/app.db", secret_key=key).require_production_secrets()
-    Config().require_production_secrets()  # every default: the embedded run's
+        with pytest.raises(InsecureConfiguration):
+            Config(database_url=PG_URL, secret_key=key).require_production_secrets()
+        assert Config(database_url=f"sqlite:///{tmp_path}/app.db", secret_key=key).require_production_secrets() is None
+    assert Config().require_production_secrets() is None  # every default: the embedded run's
 
 
 # -------------------------------------------------------------- the processes, as started
@@ -112,7 +115,10 @@ def test_the_web_process_serves_with_a_good_key(wsgi_app) -> None:
     port = free_port()
     web = start_gunicorn(port, "--workers", "1", env=environment(SECRET_KEY), stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, ready=lambda _: serving(f"http://127.0.0.1:{port}"), timeout=60)
-    stop_process(web, 30)
+    try:
+        assert web.poll() is None and serving(f"http://127.0.0.1:{port}"), "it started and answers"
+    finally:
+        stop_process(web, 30)
 
 
 # --------------------------------------------------------------- the embedded run's key

@@ -312,7 +312,7 @@ def test_changed_words_read_the_open_messages_again_but_not_what_staff_decided(a
         assert said[0].what == "Změněna slova, která mohou znamenat naléhavost"
     # Back to the shipped words, in one click.
     page = app.get("/console/settings/calls?clinic=clinic-a")
-    assert "Používají se vlastní slova ordinace." in page.text
+    assert "Používají se vlastní slova kliniky." in page.text
     next(f for f in page.forms.values() if f.get("action", default=None) is not None
          and f["action"].value == "urgency-shipped").submit(status=303)
     with db.connection_context():

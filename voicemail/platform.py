@@ -38,6 +38,7 @@ from plumbing.clock import as_utc
 from plumbing.crypto import Keys
 from safe_fetch import (
     FetchError,
+    FetchResult,
     Resolver,
     UnsafeURL,
     check_resolves_public,
@@ -120,7 +121,9 @@ class PlatformClient:
         self.resolver = resolver  # the system's by default
         self.token_exchanges = 0  # exchanges made by this instance (diagnostics)
 
-    def _fetch(self, method: str, url: str, *, headers: dict[str, str] | None = None, body: bytes | None = None):
+    def _fetch(
+        self, method: str, url: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+    ) -> FetchResult:
         return fetch(
             method,
             url,
