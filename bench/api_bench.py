@@ -22,6 +22,7 @@ attachments of the request; the patients matching the 100 external ids through t
 
 Targets: detail < 300 ms (cold and warm), search < 50 ms. Exit status 1 if missed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,9 @@ SOURCE = "signing-system"
 def setup(url: str) -> tuple[str, dict[str, uuid.UUID]]:
     """Migrate, onboard the demo organization, issue a token; returns it and some ids."""
     from migrations import migrate
-    from plumbing.database import bind_database, db
     from models import ApiToken, Clinic, RequestType
     from onboarding.writer import onboard
+    from plumbing.database import bind_database, db
 
     bind_database(url, pooled=False)
     with db.connection_context():
@@ -72,8 +73,12 @@ def setup(url: str) -> tuple[str, dict[str, uuid.UUID]]:
         clinic = Clinic.get(Clinic.slug == CLINIC)
         sibling = Clinic.get(Clinic.slug == SIBLING)
         _, token = ApiToken.issue("bench", [clinic], ["read", "write"])
-        ids = {"clinic": clinic.id, "sibling": sibling.id, "organization": clinic.organization_id,
-               "type": RequestType.get((RequestType.clinic == clinic) & (RequestType.ecrf_id == "SIGNED_CONSENT")).id}
+        ids = {
+            "clinic": clinic.id,
+            "sibling": sibling.id,
+            "organization": clinic.organization_id,
+            "type": RequestType.get((RequestType.clinic == clinic) & (RequestType.ecrf_id == "SIGNED_CONSENT")).id,
+        }
     db.obj.close()
     return token, ids
 
@@ -91,20 +96,38 @@ def copy_rows(cur: Any, table: str, columns: list[str], rows: Iterator[tuple[Any
 
 def load_patients(url: str, ids: dict[str, uuid.UUID], count: int) -> float:
     start = time.perf_counter()
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     patients = [uuid.uuid4() for _ in range(count)]
     conn = psycopg2.connect(url)
     with conn, conn.cursor() as cur:
-        copy_rows(cur, "patient", ["id", "organization_id", "first_name", "last_name", "phone", "email", "created_at"],
-                  ((p, ids["organization"], f"First{i}", f"Last{i}", f"+42060{i:07d}", f"p{i}@example.org", now)
-                   for i, p in enumerate(patients)))
-        copy_rows(cur, "patient_record", ["id", "patient_id", "clinic_id", "status", "note", "created_at"],
-                  ((uuid.uuid4(), p, ids["clinic"], "ACTIVE", "", now) for p in patients))
-        copy_rows(cur, "external_id", ["clinic_id", "patient_id", "source", "value"],
-                  ((ids["clinic"], p, SOURCE, f"EXT-{i:06d}") for i, p in enumerate(patients)))
+        copy_rows(
+            cur,
+            "patient",
+            ["id", "organization_id", "first_name", "last_name", "phone", "email", "created_at"],
+            (
+                (p, ids["organization"], f"First{i}", f"Last{i}", f"+42060{i:07d}", f"p{i}@example.org", now)
+                for i, p in enumerate(patients)
+            ),
+        )
+        copy_rows(
+            cur,
+            "patient_record",
+            ["id", "patient_id", "clinic_id", "status", "note", "created_at"],
+            ((uuid.uuid4(), p, ids["clinic"], "ACTIVE", "", now) for p in patients),
+        )
+        copy_rows(
+            cur,
+            "external_id",
+            ["clinic_id", "patient_id", "source", "value"],
+            ((ids["clinic"], p, SOURCE, f"EXT-{i:06d}") for i, p in enumerate(patients)),
+        )
         # Noise: the same values registered in the sibling clinic must not match.
-        copy_rows(cur, "external_id", ["clinic_id", "patient_id", "source", "value"],
-                  ((ids["sibling"], p, SOURCE, f"EXT-{i:06d}") for i, p in enumerate(patients) if i % 10 == 0))
+        copy_rows(
+            cur,
+            "external_id",
+            ["clinic_id", "patient_id", "source", "value"],
+            ((ids["sibling"], p, SOURCE, f"EXT-{i:06d}") for i, p in enumerate(patients) if i % 10 == 0),
+        )
     with conn.cursor() as cur:
         conn.autocommit = True
         cur.execute("ANALYZE")
@@ -114,20 +137,44 @@ def load_patients(url: str, ids: dict[str, uuid.UUID], count: int) -> float:
 
 def load_attachments(url: str, ids: dict[str, uuid.UUID], count: int) -> tuple[uuid.UUID, float]:
     start = time.perf_counter()
-    base = datetime.now(timezone.utc).replace(tzinfo=None)
+    base = datetime.now(UTC).replace(tzinfo=None)
     request_id = uuid.uuid4()
     conn = psycopg2.connect(url)
     with conn, conn.cursor() as cur:
         cur.execute("SELECT patient_id FROM patient_record WHERE clinic_id = %s LIMIT 1", (ids["clinic"],))
         patient = cur.fetchone()[0]
-        cur.execute("INSERT INTO patient_request (id, clinic_id, patient_id, request_type_id, kind, title, clinic_note,"
-                    " user_note, created_at) VALUES (%s, %s, %s, %s, 'standard', 'Signed consent', '', '', %s)",
-                    (str(request_id), str(ids["clinic"]), patient, str(ids["type"]), base))
-        copy_rows(cur, "medical_record", ["id", "request_id", "file_hash", "content_type", "description",
-                                          "category_type", "visible_to_patient", "created_at"],
-                  ((uuid.uuid4(), request_id, f"requests/{request_id}/{uuid.uuid4().hex}.pdf", "application/pdf",
-                    f"Podepsaný souhlas {i}.pdf", "CONSENT", "f", base + timedelta(milliseconds=i))
-                   for i in range(count)))
+        cur.execute(
+            "INSERT INTO patient_request (id, clinic_id, patient_id, request_type_id, kind, title, clinic_note,"
+            " user_note, created_at) VALUES (%s, %s, %s, %s, 'standard', 'Signed consent', '', '', %s)",
+            (str(request_id), str(ids["clinic"]), patient, str(ids["type"]), base),
+        )
+        copy_rows(
+            cur,
+            "medical_record",
+            [
+                "id",
+                "request_id",
+                "file_hash",
+                "content_type",
+                "description",
+                "category_type",
+                "visible_to_patient",
+                "created_at",
+            ],
+            (
+                (
+                    uuid.uuid4(),
+                    request_id,
+                    f"requests/{request_id}/{uuid.uuid4().hex}.pdf",
+                    "application/pdf",
+                    f"Podepsaný souhlas {i}.pdf",
+                    "CONSENT",
+                    "f",
+                    base + timedelta(milliseconds=i),
+                )
+                for i in range(count)
+            ),
+        )
     with conn.cursor() as cur:
         conn.autocommit = True
         cur.execute("ANALYZE")
@@ -140,10 +187,26 @@ def gunicorn(url: str, env: dict[str, str]) -> Iterator[int]:
     """The Procfile's web command with one sync worker, until /openapi.json answers."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    full_env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": "redis://127.0.0.1:6379/11",
-                "PUBLIC_BASE_URL": base_url, "LOG_LEVEL": "WARNING", "SECRET_KEY": "bench" * 8, **env}
-    proc = start_gunicorn(port, "--workers", "1", "--worker-class", "sync", "--log-level", "warning", env=full_env,
-                          ready=lambda _: serving(base_url, "/openapi.json", timeout=5))
+    full_env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "REDIS_URL": "redis://127.0.0.1:6379/11",
+        "PUBLIC_BASE_URL": base_url,
+        "LOG_LEVEL": "WARNING",
+        "SECRET_KEY": "bench" * 8,
+        **env,
+    }
+    proc = start_gunicorn(
+        port,
+        "--workers",
+        "1",
+        "--worker-class",
+        "sync",
+        "--log-level",
+        "warning",
+        env=full_env,
+        ready=lambda _: serving(base_url, "/openapi.json", timeout=5),
+    )
     try:
         yield port
     finally:
@@ -157,8 +220,9 @@ class Api:
         self.base = f"/external/v1/clinics/{CLINIC}"
 
     def call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        self.conn.request(method, self.base + path, body=None if body is None else json.dumps(body),
-                          headers=self.headers)
+        self.conn.request(
+            method, self.base + path, body=None if body is None else json.dumps(body), headers=self.headers
+        )
         response = self.conn.getresponse()
         data = response.read()
         if response.status != 200:
@@ -177,11 +241,14 @@ def ms(seconds: float) -> str:
 
 
 def bench_detail(url: str, token: str, request_id: uuid.UUID, attachments: int, repeat: int) -> bool:
-    sql = ("SELECT id, request_id, file_hash, content_type, description, category_type, visible_to_patient,"
-           " created_at, created_by_id FROM medical_record WHERE request_id = %s"
-           " ORDER BY created_at, id LIMIT %s")
+    sql = (
+        "SELECT id, request_id, file_hash, content_type, description, category_type, visible_to_patient,"
+        " created_at, created_by_id FROM medical_record WHERE request_id = %s"
+        " ORDER BY created_at, id LIMIT %s"
+    )
     conn = psycopg2.connect(url)
     with conn.cursor() as cur:
+
         def bare() -> None:
             cur.execute(sql, (str(request_id), attachments + 1))
             assert len(cur.fetchall()) == attachments
@@ -194,23 +261,31 @@ def bench_detail(url: str, token: str, request_id: uuid.UUID, attachments: int, 
     ok = True
     backends = {
         "local": {"STORAGE_BACKEND": "local", "STORAGE_DIR": str(ROOT / "var" / "bench-storage")},
-        "s3": {"STORAGE_BACKEND": "s3", "S3_ENDPOINT_URL": "http://127.0.0.1:9", "S3_BUCKET": "bench",
-               "S3_REGION": "eu-central-1", "S3_ACCESS_KEY_ID": "AKBENCH", "S3_SECRET_ACCESS_KEY": "bench-secret"},
+        "s3": {
+            "STORAGE_BACKEND": "s3",
+            "S3_ENDPOINT_URL": "http://127.0.0.1:9",
+            "S3_BUCKET": "bench",
+            "S3_REGION": "eu-central-1",
+            "S3_ACCESS_KEY_ID": "AKBENCH",
+            "S3_SECRET_ACCESS_KEY": "bench-secret",
+        },
     }
     for name, env in backends.items():
         with gunicorn(url, env) as port:
             api = Api(port, token)
             api.call("POST", "/patientRequestTypes/search", {})  # warm: imports, DB connection, token
             body: list[dict[str, Any]] = []
-            cold = timed(lambda: body.append(api.call("GET", f"/patientRequests/{request_id}")))
+            cold = timed(lambda api=api, body=body: body.append(api.call("GET", f"/patientRequests/{request_id}")))
             records = body[0]["data"]["medicalRecords"]
             assert len(records) == attachments and all(r["url"] and r["downloadUrl"] for r in records)
-            warm = [timed(lambda: api.call("GET", f"/patientRequests/{request_id}")) for _ in range(repeat)]
+            warm = [timed(lambda api=api: api.call("GET", f"/patientRequests/{request_id}")) for _ in range(repeat)]
             api.conn.close()
         p95 = sorted(warm)[int(len(warm) * 0.95) - 1]
-        print(f"  {name:5} first call (presigns {2 * attachments} links) {ms(cold)}; cached: median "
-              f"{ms(statistics.median(warm))}, p95 {ms(p95)}; median/baseline "
-              f"{statistics.median(warm) / baseline:6.1f}x")
+        print(
+            f"  {name:5} first call (presigns {2 * attachments} links) {ms(cold)}; cached: median "
+            f"{ms(statistics.median(warm))}, p95 {ms(p95)}; median/baseline "
+            f"{statistics.median(warm) / baseline:6.1f}x"
+        )
         ok &= cold < 0.3 and p95 < 0.3
     return ok
 
@@ -223,18 +298,25 @@ def _short(line: str) -> str:
 def bench_search(url: str, token: str, patients: int, repeat: int) -> bool:
     rng = random.Random(4)
     batches = [[f"EXT-{i:06d}" for i in rng.sample(range(patients), 100)] for _ in range(repeat + 1)]
-    body = lambda values: {"filter": {"externalIds": values, "externalIdSource": SOURCE, "inClinic": True},  # noqa: E731
-                           "pagination": {"limit": 100}}
+
+    def body(values):
+        return {
+            "filter": {"externalIds": values, "externalIdSource": SOURCE, "inClinic": True},
+            "pagination": {"limit": 100},
+        }
+
     conn = psycopg2.connect(url)
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute("SELECT id FROM clinic WHERE slug = %s", (CLINIC,))
         clinic_id = cur.fetchone()[0]
-        sql = ("SELECT p.id, p.first_name, p.last_name, p.phone, p.email, p.birth_date, r.status, r.note"
-               " FROM external_id e JOIN patient p ON p.id = e.patient_id"
-               " JOIN patient_record r ON r.patient_id = p.id AND r.clinic_id = e.clinic_id"
-               " WHERE e.clinic_id = %s AND e.source = %s AND e.value = ANY(%s) AND p.merged_into_id IS NULL"
-               " ORDER BY p.id")
+        sql = (
+            "SELECT p.id, p.first_name, p.last_name, p.phone, p.email, p.birth_date, r.status, r.note"
+            " FROM external_id e JOIN patient p ON p.id = e.patient_id"
+            " JOIN patient_record r ON r.patient_id = p.id AND r.clinic_id = e.clinic_id"
+            " WHERE e.clinic_id = %s AND e.source = %s AND e.value = ANY(%s) AND p.merged_into_id IS NULL"
+            " ORDER BY p.id"
+        )
 
         def bare(values: list[str]) -> None:
             cur.execute(sql, (clinic_id, SOURCE, values))
@@ -244,9 +326,10 @@ def bench_search(url: str, token: str, patients: int, repeat: int) -> bool:
         baseline = statistics.median(timed(lambda b=b: bare(b)) for b in batches[1:])
 
         # EXPLAIN the app's own query, as Peewee builds it.
-        from plumbing.database import bind_database, db
-        from models import Clinic
         from documents import patients
+        from models import Clinic
+        from plumbing.database import bind_database, db
+
         bind_database(url, pooled=False)
         with db.connection_context():
             clinic = Clinic.get(Clinic.slug == CLINIC)
@@ -299,8 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     token, ids = setup(args.database_url)
     loaded = load_patients(args.database_url, ids, args.patients)
     request_id, attached = load_attachments(args.database_url, ids, args.attachments)
-    print(f"loaded {args.patients} patients (+ records, external ids) in {loaded:.1f} s; "
-          f"{args.attachments} attachments in {attached:.2f} s (COPY)")
+    print(
+        f"loaded {args.patients} patients (+ records, external ids) in {loaded:.1f} s; "
+        f"{args.attachments} attachments in {attached:.2f} s (COPY)"
+    )
     ok = True
     if args.only in (None, "detail"):
         ok &= bench_detail(args.database_url, token, request_id, args.attachments, args.repeat)

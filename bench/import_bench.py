@@ -9,6 +9,7 @@ at most 2 s for 1,000 (the proxies in front of the service time out at 30 s).
 
     .venv/bin/python bench/import_bench.py [--repeat 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,9 +40,18 @@ TARGET_SECONDS = 2.0
 
 
 def items(prefix: str, count: int = 1000) -> list[dict]:
-    return [{"externalId": f"{prefix}-{i}", "externalIdSource": "bench", "firstName": f"Jana{i}",
-             "lastName": "Nováková", "phone": f"+420 601 {i // 1000:03d} {i % 1000:03d}",
-             "email": f"jana{i}@example.org", "birthDate": "1980-04-12"} for i in range(count)]
+    return [
+        {
+            "externalId": f"{prefix}-{i}",
+            "externalIdSource": "bench",
+            "firstName": f"Jana{i}",
+            "lastName": "Nováková",
+            "phone": f"+420 601 {i // 1000:03d} {i % 1000:03d}",
+            "email": f"jana{i}@example.org",
+            "birthDate": "1980-04-12",
+        }
+        for i in range(count)
+    ]
 
 
 def post(url: str, token: str, batch: list[dict]) -> float:
@@ -64,16 +74,33 @@ def baseline(prefix: str) -> float:
         started = time.perf_counter()
         with conn, conn.cursor() as cur:
             rows = [(str(uuid.uuid4()), item) for item in items(prefix)]
-            cur.execute("INSERT INTO patient (id, organization_id, first_name, last_name, phone, email, birth_date, "
-                        "created_at) VALUES " + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, now())"] * len(rows)),
-                        [v for pid, it in rows for v in (pid, org_id, it["firstName"], it["lastName"],
-                                                          "+420601000000", it["email"], it["birthDate"])])
-            cur.execute("INSERT INTO patient_record (id, patient_id, clinic_id, status, note, created_at) VALUES "
-                        + ", ".join(["(%s, %s, %s, 'ACTIVE', '', now())"] * len(rows)),
-                        [v for pid, _ in rows for v in (str(uuid.uuid4()), pid, clinic_id)])
-            cur.execute("INSERT INTO external_id (clinic_id, patient_id, source, value) VALUES "
-                        + ", ".join(["(%s, %s, %s, %s)"] * len(rows)),
-                        [v for pid, it in rows for v in (clinic_id, pid, "baseline", it["externalId"])])
+            cur.execute(
+                "INSERT INTO patient (id, organization_id, first_name, last_name, phone, email, birth_date, "
+                "created_at) VALUES " + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, now())"] * len(rows)),
+                [
+                    v
+                    for pid, it in rows
+                    for v in (
+                        pid,
+                        org_id,
+                        it["firstName"],
+                        it["lastName"],
+                        "+420601000000",
+                        it["email"],
+                        it["birthDate"],
+                    )
+                ],
+            )
+            cur.execute(
+                "INSERT INTO patient_record (id, patient_id, clinic_id, status, note, created_at) VALUES "
+                + ", ".join(["(%s, %s, %s, 'ACTIVE', '', now())"] * len(rows)),
+                [v for pid, _ in rows for v in (str(uuid.uuid4()), pid, clinic_id)],
+            )
+            cur.execute(
+                "INSERT INTO external_id (clinic_id, patient_id, source, value) VALUES "
+                + ", ".join(["(%s, %s, %s, %s)"] * len(rows)),
+                [v for pid, it in rows for v in (clinic_id, pid, "baseline", it["externalId"])],
+            )
         return time.perf_counter() - started
     finally:
         conn.close()
@@ -85,13 +112,29 @@ def main() -> int:
     args = parser.parse_args()
     figures: dict[str, list[float]] = {"baseline": [], "new": [], "again": [], "two at once": []}
     with tempfile.TemporaryDirectory(prefix="import-bench-") as tmp, RedisServer(Path(tmp)) as private_redis:
-        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench" * 8,
-               "LOG_LEVEL": "WARNING"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": PG,
+            "REDIS_URL": private_redis.url,
+            "SECRET_KEY": "bench" * 8,
+            "LOG_LEVEL": "WARNING",
+        }
         recreate_database(PG)
         manage(env, "migrate")
         manage(env, "onboard", str(ROOT / "examples" / "onboarding.json"))
-        token = manage(env, "token", "create", "--name", "import-bench", "--clinic", SLUG, "--scope", "write",
-                       "--expires-in-days", "1")
+        token = manage(
+            env,
+            "token",
+            "create",
+            "--name",
+            "import-bench",
+            "--clinic",
+            SLUG,
+            "--scope",
+            "write",
+            "--expires-in-days",
+            "1",
+        )
         web, base_url = gunicorn(env, Path(tmp) / "web.log")
         url = f"{base_url}/external/v1/clinics/{SLUG}/patients/import-bulk"
         try:
@@ -102,8 +145,10 @@ def main() -> int:
                 figures["again"].append(post(url, token, items(f"n{run}")))
                 shared = items(f"s{run}", 500)
                 both: list[float] = []
-                threads = [threading.Thread(target=lambda b=batch: both.append(post(url, token, b)))
-                           for batch in (shared + items(f"x{run}", 500), shared + items(f"y{run}", 500))]
+                threads = [
+                    threading.Thread(target=lambda b=batch, both=both: both.append(post(url, token, b)))
+                    for batch in (shared + items(f"x{run}", 500), shared + items(f"y{run}", 500))
+                ]
                 for thread in threads:
                     thread.start()
                 for thread in threads:
@@ -112,13 +157,17 @@ def main() -> int:
         finally:
             stop(web)
     base = statistics.median(figures["baseline"])
-    print(f"\n== patients/import-bulk of 1,000 patients, gunicorn as the Procfile, PostgreSQL; median of "
-          f"{args.repeat}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(
+        f"\n== patients/import-bulk of 1,000 patients, gunicorn as the Procfile, PostgreSQL; median of "
+        f"{args.repeat}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+    )
     failures = []
     for name, values in figures.items():
         median = statistics.median(values)
-        print(f"{name:12s} {median:7.3f} s   x baseline {median / base:6.1f}   runs " +
-              " ".join(f"{v:.3f}" for v in values))
+        print(
+            f"{name:12s} {median:7.3f} s   x baseline {median / base:6.1f}   runs "
+            + " ".join(f"{v:.3f}" for v in values)
+        )
         if name != "baseline" and median > TARGET_SECONDS:
             failures.append(f"{name}: {median:.2f} s")
     print("verdict: " + ("every import within 2 s" if not failures else "OVER 2 s: " + "; ".join(failures)))

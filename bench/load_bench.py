@@ -12,6 +12,7 @@ worker processes every stored call.
 
     .venv/bin/python bench/load_bench.py [--seconds 30] [--connections 64]   (needs wrk)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,7 +50,7 @@ CHECKS = {
 }
 
 # bench/handoff_bench.py's bare Falcon echo, one route per endpoint with its answer.
-BASELINE_APP = '''
+BASELINE_APP = """
 import json, falcon
 ANSWERS = json.loads({answers!r})
 class Echo:
@@ -60,12 +61,12 @@ class Echo:
 app = falcon.App()
 for name, answer in ANSWERS.items():
     app.add_route("/external/v1/clinics/{{clinic_slug}}/switchboard/" + name, Echo(answer))
-'''
+"""
 
-STATIC_SCRIPT = '''
+STATIC_SCRIPT = """
 wrk.method = "POST"
 wrk.body = {body}
-'''
+"""
 
 # No RecordingUrl: the worker stores the outcome without fetching anything.
 CALLS_SCRIPT = calls_script("load", '"Status":"completed","Source":"load","Extra":"{}"')
@@ -98,22 +99,30 @@ def main() -> int:
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="load-bench-") as tmp, RedisServer(Path(tmp)) as private_redis:
         workdir = Path(tmp)
-        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench" * 8,
-               "LOG_LEVEL": "WARNING", "WHISPER_MODEL": str(ROOT / "var/models/ggml-tiny.en.bin"),
-               "WHISPER_MODEL_EN": str(ROOT / "var/models/ggml-tiny.en.bin"),
-               # wrk's hand-offs with one token: counted (the limiter's cost is measured), never refused.
-               "RATE_LIMIT_HANDOFFS_PER_MINUTE": "100000000"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": PG,
+            "REDIS_URL": private_redis.url,
+            "SECRET_KEY": "bench" * 8,
+            "LOG_LEVEL": "WARNING",
+            "WHISPER_MODEL": str(ROOT / "var/models/ggml-tiny.en.bin"),
+            "WHISPER_MODEL_EN": str(ROOT / "var/models/ggml-tiny.en.bin"),
+            # wrk's hand-offs with one token: counted (the limiter's cost is measured), never refused.
+            "RATE_LIMIT_HANDOFFS_PER_MINUTE": "100000000",
+        }
         recreate_database(PG)
         token = prepare_database(env, SLUG)
         (workdir / "baseline_app.py").write_text(
-            BASELINE_APP.format(answers=json.dumps({k: v[1] for k, v in CHECKS.items()})))
+            BASELINE_APP.format(answers=json.dumps({k: v[1] for k, v in CHECKS.items()}))
+        )
         worker = start_worker(env, workdir / "worker.log")
         results: dict[str, dict[str, dict]] = {}
         answered = 0
         try:
             for label, app in (("baseline", "baseline_app:app"), ("service", "wsgi:app")):
-                web, base_url = gunicorn({**env, "PYTHONPATH": f"{workdir}:{ROOT}"}, workdir / f"{label}.log",
-                                         workers=int(WORKERS), app=app)
+                web, base_url = gunicorn(
+                    {**env, "PYTHONPATH": f"{workdir}:{ROOT}"}, workdir / f"{label}.log", workers=int(WORKERS), app=app
+                )
                 try:
                     for name in CHECKS:
                         script = script_for(workdir, name)
@@ -124,7 +133,9 @@ def main() -> int:
                         if label == "service":
                             for r in (warm, run):
                                 if r["non2xx"] or r["socket_errors"] != "none":
-                                    failures.append(f"{name}: non-2xx {r['non2xx']}, socket errors {r['socket_errors']}")
+                                    failures.append(
+                                        f"{name}: non-2xx {r['non2xx']}, socket errors {r['socket_errors']}"
+                                    )
                             if name == "recording-complete":
                                 answered = sum(r["requests"] - r["non2xx"] for r in (warm, run))
                 finally:
@@ -142,26 +153,40 @@ def main() -> int:
         finally:
             stop(worker, timeout=60)
 
-    print(f"\n== wrk -t4 -c{args.connections} -d{args.seconds}s per endpoint; {WORKERS} gunicorn workers "
-          f"(as the Procfile), PostgreSQL, Redis, a worker running")
-    print(f"{'endpoint':22s} {'baseline p50/p99 ms':>22s} {'service p50/p99 ms':>22s} {'req/s (svc)':>12s} "
-          f"{'x p99':>6s}  errors")
+    print(
+        f"\n== wrk -t4 -c{args.connections} -d{args.seconds}s per endpoint; {WORKERS} gunicorn workers "
+        f"(as the Procfile), PostgreSQL, Redis, a worker running"
+    )
+    print(
+        f"{'endpoint':22s} {'baseline p50/p99 ms':>22s} {'service p50/p99 ms':>22s} {'req/s (svc)':>12s} "
+        f"{'x p99':>6s}  errors"
+    )
     for name, by in results.items():
         b, s = by["baseline"], by["service"]
-        print(f"{name:22s} {b['p50']:10.2f} {b['p99']:10.2f} {s['p50']:10.2f} {s['p99']:10.2f} {s['rps']:12.0f} "
-              f"{s['p99'] / b['p99']:6.1f}  non-2xx {s['non2xx']}, socket {s['socket_errors']}")
+        print(
+            f"{name:22s} {b['p50']:10.2f} {b['p99']:10.2f} {s['p50']:10.2f} {s['p99']:10.2f} {s['rps']:12.0f} "
+            f"{s['p99'] / b['p99']:6.1f}  non-2xx {s['non2xx']}, socket {s['socket_errors']}"
+        )
     in_flight = stored - answered
-    print(f"recording-complete: answered 2xx and counted by wrk {answered}; calls stored {stored} "
-          f"(distinct CallSids {distinct}); stored but not counted (in flight at wrk's deadlines) {in_flight}; "
-          f"processed by the worker {done_at} (the backlog left after the runs drained in {drained_in:.0f} s)")
+    print(
+        f"recording-complete: answered 2xx and counted by wrk {answered}; calls stored {stored} "
+        f"(distinct CallSids {distinct}); stored but not counted (in flight at wrk's deadlines) {in_flight}; "
+        f"processed by the worker {done_at} (the backlog left after the runs drained in {drained_in:.0f} s)"
+    )
     if distinct != stored:
         failures.append("a CallSid stored twice")
     if not 0 <= in_flight <= 2 * args.connections:
         failures.append(f"stored vs answered mismatch: {in_flight}")
     if not processed:
         failures.append(f"only {done_at} of {stored} calls processed within {drain_limit:.0f} s")
-    print("verdict: " + ("zero errors, none lost, none duplicated, all processed" if not failures
-                         else "FAILED: " + "; ".join(failures)))
+    print(
+        "verdict: "
+        + (
+            "zero errors, none lost, none duplicated, all processed"
+            if not failures
+            else "FAILED: " + "; ".join(failures)
+        )
+    )
     return 1 if failures else 0
 
 

@@ -47,6 +47,7 @@ def _peak_rss_mb() -> float:
 def child(model: str, threads: int, repeat: int) -> dict[str, Any]:
     from voicemail import transcription as tx
     from voicemail.word_error import word_error_rate as wer
+
     started = time.perf_counter()
     t = tx.get_transcriber("pywhispercpp", model, threads)
     load_s = time.perf_counter() - started
@@ -60,17 +61,34 @@ def child(model: str, threads: int, repeat: int) -> dict[str, Any]:
             seconds.append(time.perf_counter() - began)
             text, duration = result.text, result.duration
         errors, words = wer(label["text"], text) if label["kind"] == "speech" else (0, 0)
-        rows.append({"file": label["file"], "duration": duration, "seconds": min(seconds), "errors": errors,
-                     "words": words, "text": text})
-    return {"model": Path(model).name, "size_mb": Path(model).stat().st_size / 1e6, "load_s": load_s,
-            "rss_mb": _peak_rss_mb(), "rows": rows}
+        rows.append(
+            {
+                "file": label["file"],
+                "duration": duration,
+                "seconds": min(seconds),
+                "errors": errors,
+                "words": words,
+                "text": text,
+            }
+        )
+    return {
+        "model": Path(model).name,
+        "size_mb": Path(model).stat().st_size / 1e6,
+        "load_s": load_s,
+        "rss_mb": _peak_rss_mb(),
+        "rows": rows,
+    }
 
 
 def report(results: list[dict[str, Any]], builds: dict[str, float]) -> None:
-    print(f"\nload average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; best of repeats per clip; "
-          f"{len(results[0]['rows'])} English clips, {sum(x['duration'] for x in results[0]['rows']):.1f} s of audio\n")
-    head = (f"{'model':22s} {'size MB':>8s} {'build s':>8s} {'load s':>7s} {'transcribe s':>13s} {'vs f16':>7s} "
-            f"{'RTF':>7s} {'WER':>7s} {'edits/words':>12s} {'capped':>7s} {'peak RSS MB':>12s} {'vs f16':>7s}")
+    print(
+        f"\nload average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; best of repeats per clip; "
+        f"{len(results[0]['rows'])} English clips, {sum(x['duration'] for x in results[0]['rows']):.1f} s of audio\n"
+    )
+    head = (
+        f"{'model':22s} {'size MB':>8s} {'build s':>8s} {'load s':>7s} {'transcribe s':>13s} {'vs f16':>7s} "
+        f"{'RTF':>7s} {'WER':>7s} {'edits/words':>12s} {'capped':>7s} {'peak RSS MB':>12s} {'vs f16':>7s}"
+    )
     print(head)
     print("-" * len(head))
     ref = results[0]
@@ -81,9 +99,11 @@ def report(results: list[dict[str, Any]], builds: dict[str, float]) -> None:
         errors, words = sum(x["errors"] for x in r["rows"]), sum(x["words"] for x in r["rows"])
         capped = sum(min(x["errors"], x["words"]) for x in r["rows"])
         build = builds.get(r["model"])
-        print(f"{r['model']:22s} {r['size_mb']:8.1f} {'-' if build is None else f'{build:.1f}':>8s} {r['load_s']:7.2f} "
-              f"{total:13.2f} {total / ref_s:7.3f} {total / audio:7.3f} {errors / words:7.3f} "
-              f"{f'{errors}/{words}':>12s} {capped / words:7.3f} {r['rss_mb']:12.0f} {r['rss_mb'] - ref['rss_mb']:+7.0f}")
+        print(
+            f"{r['model']:22s} {r['size_mb']:8.1f} {'-' if build is None else f'{build:.1f}':>8s} {r['load_s']:7.2f} "
+            f"{total:13.2f} {total / ref_s:7.3f} {total / audio:7.3f} {errors / words:7.3f} "
+            f"{f'{errors}/{words}':>12s} {capped / words:7.3f} {r['rss_mb']:12.0f} {r['rss_mb'] - ref['rss_mb']:+7.0f}"
+        )
     print("\nper clip: word edits (speech clips) and best seconds, " + " / ".join(r["model"] for r in results))
     for i, row in enumerate(ref["rows"]):
         edits = " / ".join(f"{r['rows'][i]['errors']:3d}" for r in results)
@@ -120,7 +140,11 @@ def main(argv: list[str]) -> int:
     for model in models:
         proc = subprocess.run(
             [sys.executable, __file__, "--child", model, "--threads", str(args.threads), "--repeat", str(args.repeat)],
-            check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+            check=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
         )
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     report(results, builds)

@@ -14,6 +14,7 @@ each, in a fresh child (VmHWM; ru_maxrss would carry the parent's over the exec)
 
 Prints seconds, peak RSS (MB) and the outcome per file and mode.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,13 @@ def main() -> None:
             path = Path(folder) / name
             seconds = make(path)
             for mode in modes:
-                done = subprocess.run([sys.executable, "-c", CHILD, str(path), mode, str(args.limit)], cwd=ROOT,
-                                      capture_output=True, text=True, timeout=900)
+                done = subprocess.run(
+                    [sys.executable, "-c", CHILD, str(path), mode, str(args.limit)],
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
                 if done.returncode:
                     print(f"{label:24} {seconds:8.0f}s {mode:8} failed: {done.stderr.strip()[-300:]}")
                     continue
@@ -74,7 +80,9 @@ def main() -> None:
                 if "peak_mb" not in r:
                     print(f"{label:24} {seconds:8.0f}s {mode:8} {'':>7} {'':>9}  {r['outcome']}")
                     continue
-                print(f"{label:24} {seconds:8.0f}s {mode:8} {r['seconds']:6.2f}s {r['peak_mb']:6.0f} MB  {r['outcome']}")
+                print(
+                    f"{label:24} {seconds:8.0f}s {mode:8} {r['seconds']:6.2f}s {r['peak_mb']:6.0f} MB  {r['outcome']}"
+                )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ own time and rate. The rows are put back before each purge round.
 Exit status 1 when a check's median p99 during the purge is above `--max-ratio` (3) times
 its idle p99 (and 25 ms more), when any answer is not 2xx, or when rows are left.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -106,25 +107,54 @@ def prepare(env: dict[str, str]) -> str:
     recreate_database(PG)
     manage(env, "migrate")
     manage(env, "onboard", str(ROOT / "examples" / "onboarding.json"))
-    manage(env, "retention", "set", "--clinic", SLUG, "--resolved-call-requests-days", "90",
-           "--calls-without-request-days", "30")
+    manage(
+        env,
+        "retention",
+        "set",
+        "--clinic",
+        SLUG,
+        "--resolved-call-requests-days",
+        "90",
+        "--calls-without-request-days",
+        "30",
+    )
     import psycopg2
 
     with psycopg2.connect(PG) as conn, conn.cursor() as cur:
         cur.execute("SELECT id, organization_id FROM clinic WHERE slug = %s", (SLUG,))
         clinic, org = cur.fetchone()
-        cur.execute("INSERT INTO patient (id, organization_id, first_name, last_name, phone, created_at) "
-                    "VALUES (gen_random_uuid(), %s, 'Jana', 'Dvořáková', '+420601123456', now()) RETURNING id", (org,))
+        cur.execute(
+            "INSERT INTO patient (id, organization_id, first_name, last_name, phone, created_at) "
+            "VALUES (gen_random_uuid(), %s, 'Jana', 'Dvořáková', '+420601123456', now()) RETURNING id",
+            (org,),
+        )
         (patient,) = cur.fetchone()
-        cur.execute("INSERT INTO patient_record (id, patient_id, clinic_id, status, note, created_at) "
-                    "VALUES (gen_random_uuid(), %s, %s, 'ACTIVE', '', now())", (patient, clinic))
+        cur.execute(
+            "INSERT INTO patient_record (id, patient_id, clinic_id, status, note, created_at) "
+            "VALUES (gen_random_uuid(), %s, %s, 'ACTIVE', '', now())",
+            (patient, clinic),
+        )
         for title in ("Prescription refill", "Test results"):
-            cur.execute("INSERT INTO patient_request (id, clinic_id, patient_id, kind, title, clinic_note, user_note, "
-                        "created_at, done_at) VALUES (gen_random_uuid(), %s, %s, 'standard', %s, '', '', now(), "
-                        "now())", (clinic, patient, title))
+            cur.execute(
+                "INSERT INTO patient_request (id, clinic_id, patient_id, kind, title, clinic_note, user_note, "
+                "created_at, done_at) VALUES (gen_random_uuid(), %s, %s, 'standard', %s, '', '', now(), "
+                "now())",
+                (clinic, patient, title),
+            )
     conn.close()
-    return manage(env, "token", "create", "--name", "retention-bench", "--clinic", SLUG, "--scope", "read",
-                  "--expires-in-days", "1")
+    return manage(
+        env,
+        "token",
+        "create",
+        "--name",
+        "retention-bench",
+        "--clinic",
+        SLUG,
+        "--scope",
+        "read",
+        "--expires-in-days",
+        "1",
+    )
 
 
 def main() -> int:
@@ -142,8 +172,14 @@ def main() -> int:
     purges: list[tuple[float, int]] = []
     with tempfile.TemporaryDirectory(prefix="retention-bench-") as tmp, RedisServer(Path(tmp)) as private_redis:
         workdir = Path(tmp)
-        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench" * 8,
-               "LOG_LEVEL": "WARNING", "STORAGE_DIR": str(workdir / "storage")}
+        env = {
+            **os.environ,
+            "DATABASE_URL": PG,
+            "REDIS_URL": private_redis.url,
+            "SECRET_KEY": "bench" * 8,
+            "LOG_LEVEL": "WARNING",
+            "STORAGE_DIR": str(workdir / "storage"),
+        }
         token = prepare(env)
         scripts = {}
         for name, body in CHECKS.items():
@@ -156,19 +192,32 @@ def main() -> int:
             for number in range(args.rounds):
                 seed(number, args.requests)
                 for name in CHECKS:
-                    idle = wrk(f"{base_url}{BASE}/{name}", token, scripts[name], args.seconds, args.connections,
-                               threads=2)
+                    idle = wrk(
+                        f"{base_url}{BASE}/{name}", token, scripts[name], args.seconds, args.connections, threads=2
+                    )
                     p99[name]["idle"].append(idle["p99"])
                     failures += [f"{name} idle: non-2xx"] if idle["non2xx"] or idle["socket_errors"] != "none" else []
                 started = time.perf_counter()
-                purge = subprocess.Popen([sys.executable, "manage.py", "retention", "run"], cwd=ROOT, env=env,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                purge = subprocess.Popen(
+                    [sys.executable, "manage.py", "retention", "run"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
                 # The checks in turn for as long as the purge runs (each check at least once).
                 turns = 0
                 while purge.poll() is None or turns < len(CHECKS):
                     name = list(CHECKS)[turns % len(CHECKS)]
-                    during = wrk(f"{base_url}{BASE}/{name}", token, scripts[name], min(args.seconds, 5),
-                                 args.connections, threads=2)
+                    during = wrk(
+                        f"{base_url}{BASE}/{name}",
+                        token,
+                        scripts[name],
+                        min(args.seconds, 5),
+                        args.connections,
+                        threads=2,
+                    )
                     p99[name]["purge"].append(during["p99"])
                     if during["non2xx"] or during["socket_errors"] != "none":
                         failures.append(f"{name} during the purge: non-2xx")
@@ -184,21 +233,27 @@ def main() -> int:
         finally:
             stop(web)
 
-    print(f"\n== {args.requests} expired voice messages (request, call, patient) purged by `manage.py retention run`; "
-          f"wrk -t2 -c{args.connections}; {WORKERS} gunicorn gevent workers; load average "
-          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(
+        f"\n== {args.requests} expired voice messages (request, call, patient) purged by `manage.py retention run`; "
+        f"wrk -t2 -c{args.connections}; {WORKERS} gunicorn gevent workers; load average "
+        f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+    )
     for took, count in purges:
         print(f"purge: {count} requests in {took:.1f} s ({count / took:.0f} requests/s, with their calls and patients)")
     print(f"{'check':20s} {'idle p99 ms':>12s} {'purge p99 ms':>13s} {'ratio':>6s}")
     for name, by in p99.items():
         idle, during = statistics.median(by["idle"]), statistics.median(by["purge"])
         ratio = during / idle if idle else float("inf")
-        print(f"{name:20s} {idle:12.1f} {during:13.1f} {ratio:6.2f}   (purge rounds: "
-              f"{', '.join(f'{v:.1f}' for v in by['purge'])})")
+        print(
+            f"{name:20s} {idle:12.1f} {during:13.1f} {ratio:6.2f}   (purge rounds: "
+            f"{', '.join(f'{v:.1f}' for v in by['purge'])})"
+        )
         if during > idle * args.max_ratio and during - idle > 25:
             failures.append(f"{name}: p99 {during:.1f} ms during the purge against {idle:.1f} ms idle")
-    print("verdict: " + ("the checks keep their pace through the purge" if not failures else
-                         "BELOW TARGET: " + "; ".join(failures)))
+    print(
+        "verdict: "
+        + ("the checks keep their pace through the purge" if not failures else "BELOW TARGET: " + "; ".join(failures))
+    )
     return 1 if failures else 0
 
 

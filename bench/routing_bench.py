@@ -18,6 +18,7 @@ process, over each wrk run, divided by the requests it counted.
 Exit status 1 when a check is below --min-ratio (0.7) of the baseline in the median
 round, its p99 is above the baseline's, or any answer is not 2xx.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ CHECKS = {
 
 # The baseline: one pooled SELECT and a small JSON answer, gevent-cooperative psycopg2
 # (psycogreen, as the service), the pool a gevent queue of 4 connections.
-BASELINE_APP = '''
+BASELINE_APP = """
 import falcon, psycopg2
 from gevent.queue import Queue
 from psycogreen.gevent import patch_psycopg
@@ -76,12 +76,12 @@ class Check:
 app = falcon.App()
 for name in ("is-clinic-opened", "is-on-vacation", "has-active-request"):
     app.add_route("/external/v1/clinics/{{clinic_slug}}/switchboard/" + name, Check())
-'''
+"""
 
-SCRIPT = '''
+SCRIPT = """
 wrk.method = "POST"
 wrk.body = {body}
-'''
+"""
 
 
 def cpu_seconds(pids: set[int]) -> float:
@@ -129,21 +129,22 @@ def prepare(env: dict[str, str]) -> str:
     recreate_database(PG)
     manage(env, "migrate")
     manage(env, "onboard", str(ROOT / "examples" / "onboarding.json"))
-    from plumbing.database import bind_database, db
     from models import Clinic, Patient, PatientRecord, PatientRequest
     from plumbing.clock import utc_now
+    from plumbing.database import bind_database, db
 
     bind_database(PG, pooled=False)
     with db.connection_context():
         clinic = Clinic.get(Clinic.slug == SLUG)
-        patient = Patient.create(organization=clinic.organization_id, first_name="Jana", last_name="Dvořáková",
-                                 phone="+420601123456")
+        patient = Patient.create(
+            organization=clinic.organization_id, first_name="Jana", last_name="Dvořáková", phone="+420601123456"
+        )
         PatientRecord.create(patient=patient, clinic=clinic)
         for title in ("Prescription refill", "Test results"):
-            PatientRequest.create(clinic=clinic, patient=patient, kind="voice_message", title=title,
-                                  done_at=utc_now())
-    return manage(env, "token", "create", "--name", "routing-bench", "--clinic", SLUG, "--scope", "read",
-                  "--expires-in-days", "1")
+            PatientRequest.create(clinic=clinic, patient=patient, kind="voice_message", title=title, done_at=utc_now())
+    return manage(
+        env, "token", "create", "--name", "routing-bench", "--clinic", SLUG, "--scope", "read", "--expires-in-days", "1"
+    )
 
 
 def main() -> int:
@@ -158,8 +159,13 @@ def main() -> int:
     results: dict[str, dict[str, list[dict]]] = {name: {"baseline": [], "service": []} for name in CHECKS}
     with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp, RedisServer(Path(tmp)) as private_redis:
         workdir = Path(tmp)
-        env = {**os.environ, "DATABASE_URL": PG, "REDIS_URL": private_redis.url, "SECRET_KEY": "bench" * 8,
-               "LOG_LEVEL": "WARNING"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": PG,
+            "REDIS_URL": private_redis.url,
+            "SECRET_KEY": "bench" * 8,
+            "LOG_LEVEL": "WARNING",
+        }
         token = prepare(env)
         (workdir / "baseline_app.py").write_text(BASELINE_APP.format(dsn=PG))
         scripts = {}
@@ -168,29 +174,37 @@ def main() -> int:
             scripts[name].write_text(SCRIPT.format(body=json.dumps(body)))
         for _ in range(args.rounds):
             for label, app in (("baseline", "baseline_app:app"), ("service", "wsgi:app")):
-                web, base_url = gunicorn({**env, "PYTHONPATH": f"{workdir}:{ROOT}"}, workdir / f"{label}.log",
-                                         workers=int(WORKERS), app=app)
+                web, base_url = gunicorn(
+                    {**env, "PYTHONPATH": f"{workdir}:{ROOT}"}, workdir / f"{label}.log", workers=int(WORKERS), app=app
+                )
                 try:
                     for name in CHECKS:
                         url = f"{base_url}{BASE}/{name}"
                         wrk(url, token, scripts[name], 2, args.connections)  # warm up
-                        results[name][label].append(measured(web, url, token, scripts[name], args.seconds,
-                                                             args.connections))
+                        results[name][label].append(
+                            measured(web, url, token, scripts[name], args.seconds, args.connections)
+                        )
                 finally:
                     stop(web)
 
-    print(f"\n== wrk -t2 -c{args.connections} -d{args.seconds}s, {args.rounds} rounds; {WORKERS} gunicorn gevent "
-          f"workers; baseline: bare Falcon + one SELECT from a 4-connection gevent pool; load average "
-          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print(f"{'check':20s} {'base req/s':>11s} {'svc req/s':>10s} {'ratio':>6s} {'base p99':>9s} {'svc p99':>8s} "
-          f"{'base CPU us/req web+pg':>23s} {'svc CPU us/req web+pg':>22s}  non-2xx")
+    print(
+        f"\n== wrk -t2 -c{args.connections} -d{args.seconds}s, {args.rounds} rounds; {WORKERS} gunicorn gevent "
+        f"workers; baseline: bare Falcon + one SELECT from a 4-connection gevent pool; load average "
+        f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"{'check':20s} {'base req/s':>11s} {'svc req/s':>10s} {'ratio':>6s} {'base p99':>9s} {'svc p99':>8s} "
+        f"{'base CPU us/req web+pg':>23s} {'svc CPU us/req web+pg':>22s}  non-2xx"
+    )
     failures = []
     for name, by in results.items():
         ratios = [s["rps"] / b["rps"] for b, s in zip(by["baseline"], by["service"])]
         for b, s, ratio in zip(by["baseline"], by["service"], ratios):
-            print(f"{name:20s} {b['rps']:11.0f} {s['rps']:10.0f} {ratio:6.2f} {b['p99']:9.1f} {s['p99']:8.1f} "
-                  f"{b['web_us']:11.0f} + {b['pg_us']:4.0f}   {s['web_us']:10.0f} + {s['pg_us']:4.0f}   "
-                  f"{s['non2xx']} {s['socket_errors'] if s['socket_errors'] != 'none' else ''}")
+            print(
+                f"{name:20s} {b['rps']:11.0f} {s['rps']:10.0f} {ratio:6.2f} {b['p99']:9.1f} {s['p99']:8.1f} "
+                f"{b['web_us']:11.0f} + {b['pg_us']:4.0f}   {s['web_us']:10.0f} + {s['pg_us']:4.0f}   "
+                f"{s['non2xx']} {s['socket_errors'] if s['socket_errors'] != 'none' else ''}"
+            )
         ratio = statistics.median(ratios)
         p99_b = statistics.median(b["p99"] for b in by["baseline"])
         p99_s = statistics.median(s["p99"] for s in by["service"])
@@ -201,7 +215,9 @@ def main() -> int:
             failures.append(f"{name}: p99 {p99_s:.1f} ms above the baseline's {p99_b:.1f} ms")
         if any(s["non2xx"] or s["socket_errors"] != "none" for s in by["service"]):
             failures.append(f"{name}: non-2xx answers or socket errors")
-    print("verdict: " + ("every check at or above the target" if not failures else "BELOW TARGET: " + "; ".join(failures)))
+    print(
+        "verdict: " + ("every check at or above the target" if not failures else "BELOW TARGET: " + "; ".join(failures))
+    )
     return 1 if failures else 0
 
 

@@ -92,7 +92,7 @@ class _RawFile:
     def on_get(self, req: Any, resp: Any, name: str) -> None:
         path = self.directory / name
         resp.content_type = PDF
-        resp.set_stream(open(path, "rb"), path.stat().st_size)
+        resp.set_stream(open(path, "rb"), path.stat().st_size)  # noqa: SIM115 (Falcon closes the stream)
 
     def on_delete(self, req: Any, resp: Any, name: str) -> None:
         (self.directory / name).unlink(missing_ok=True)
@@ -250,7 +250,13 @@ class Result:
 
 
 def run_transfers(
-    name: str, storage: Storage, server_pid: int, raw_base_url: str, source: Path, workdir: Path, repeat: int,
+    name: str,
+    storage: Storage,
+    server_pid: int,
+    raw_base_url: str,
+    source: Path,
+    workdir: Path,
+    repeat: int,
     server: str,
 ) -> Result:
     """``repeat`` timed rounds (after one untimed), each moving the file through the
@@ -262,8 +268,13 @@ def run_transfers(
     warm = workdir / "warm.bin"
     warm.write_bytes(os.urandom(64 * 1024))
     assert http_put(storage.presign_put("bench/warm.bin", PDF, 600), warm, PDF) == 200
-    assert http_get(storage.presign_get("bench/warm.bin", 600, content_type=PDF, disposition="attachment",
-                                        filename="warm.pdf"), received) == 200
+    assert (
+        http_get(
+            storage.presign_get("bench/warm.bin", 600, content_type=PDF, disposition="attachment", filename="warm.pdf"),
+            received,
+        )
+        == 200
+    )
     storage.delete("bench/warm.bin")
     time.sleep(0.2)  # let the server settle before the idle reading (not a readiness wait)
     sampler = PeakRss(server_pid)
@@ -307,13 +318,25 @@ def run_transfers(
         # Integrity: one more backend round whose download is kept and compared.
         key = "bench/check.pdf"
         assert http_put(storage.presign_put(key, PDF, 600), source, PDF) == 200
-        assert http_get(storage.presign_get(key, 600, content_type=PDF, disposition="attachment",
-                                            filename="c.pdf"), received) == 200
+        assert (
+            http_get(
+                storage.presign_get(key, 600, content_type=PDF, disposition="attachment", filename="c.pdf"), received
+            )
+            == 200
+        )
         storage.delete(key)
     assert _sha256(received) == _sha256(source), "downloaded bytes differ"
     received.unlink()
-    return Result(name, statistics.median(ups[1:]), statistics.median(downs[1:]), statistics.median(raw_ups[1:]),
-                  statistics.median(raw_downs[1:]), idle, sampler.peak, server)
+    return Result(
+        name,
+        statistics.median(ups[1:]),
+        statistics.median(downs[1:]),
+        statistics.median(raw_ups[1:]),
+        statistics.median(raw_downs[1:]),
+        idle,
+        sampler.peak,
+        server,
+    )
 
 
 def http_request(method: str, url: str) -> int:
@@ -376,15 +399,20 @@ def main(argv: list[str] | None = None) -> int:
     serve_cmd.add_argument("--no-fsync", dest="fsync", action="store_false")
     parser.add_argument("--size-mb", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--backends", default="local,s3",
-                        help="comma-separated: local, s3, local-nofsync (the local backend without its fsync)")
+    parser.add_argument(
+        "--backends",
+        default="local,s3",
+        help="comma-separated: local, s3, local-nofsync (the local backend without its fsync)",
+    )
     args = parser.parse_args(argv)
     if args.command == "serve":
         serve(args.dir, args.port, args.fsync)
         return 0
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    with tempfile.TemporaryDirectory(prefix="storage-bench-", dir=ROOT / "var" if (ROOT / "var").is_dir() else None) as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix="storage-bench-", dir=ROOT / "var" if (ROOT / "var").is_dir() else None
+    ) as tmp:
         workdir = Path(tmp)
         source = workdir / "payload.bin"
         with open(source, "wb") as out:
@@ -396,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             times = []
             for i in range(args.repeat + 1):
                 dst = workdir / f"copy-{i}.bin"
-                times.append(timed(lambda: copy(source, dst)))
+                times.append(timed(lambda dst=dst: copy(source, dst)))
                 dst.unlink()
             return statistics.median(times[1:])
 
@@ -411,26 +439,37 @@ def main(argv: list[str] | None = None) -> int:
                 raw_base = storage.public_base_url
                 if backend in ("local", "local-nofsync"):
                     server = f"gunicorn sync worker, fsync {'on' if fsync else 'off'}"
-                    results.append(run_transfers(backend, storage, worker_pid, raw_base, source, workdir,
-                                                 args.repeat, server))
+                    results.append(
+                        run_transfers(backend, storage, worker_pid, raw_base, source, workdir, args.repeat, server)
+                    )
                     if backend == "local":
                         sink_url = f"{raw_base}/sink?"
                         sink = statistics.median(
-                            [timed(lambda: http_put(sink_url, source, PDF)) for _ in range(args.repeat + 1)][1:])
+                            [timed(lambda url=sink_url: http_put(url, source, PDF)) for _ in range(args.repeat + 1)][1:]
+                        )
                         assert http_put(storage.presign_put("bench/keep.pdf", PDF, 600), source, PDF) == 200
-                        keep_url = storage.presign_get("bench/keep.pdf", 600, content_type=PDF,
-                                                       disposition="inline", filename="k.pdf")
+                        keep_url = storage.presign_get(
+                            "bench/keep.pdf", 600, content_type=PDF, disposition="inline", filename="k.pdf"
+                        )
                         drop = statistics.median(
-                            [timed(lambda: http_get(keep_url, None)) for _ in range(args.repeat + 1)][1:])
+                            [timed(lambda url=keep_url: http_get(url, None)) for _ in range(args.repeat + 1)][1:]
+                        )
                 elif backend == "s3":
                     from tests.support.seaweed import run_seaweedfs
 
                     with run_seaweedfs(bucket="bench", workdir=workdir / "seaweed") as sw:
-                        s3 = S3Storage(bucket=sw.s3_bucket, endpoint_url=sw.s3_endpoint_url, region=sw.s3_region,
-                                       access_key_id=sw.s3_access_key_id,
-                                       secret_access_key=sw.s3_secret_access_key)
-                        results.append(run_transfers("s3", s3, sw.pid, raw_base, source, workdir, args.repeat,
-                                                     "weed mini (SeaweedFS)"))
+                        s3 = S3Storage(
+                            bucket=sw.s3_bucket,
+                            endpoint_url=sw.s3_endpoint_url,
+                            region=sw.s3_region,
+                            access_key_id=sw.s3_access_key_id,
+                            secret_access_key=sw.s3_secret_access_key,
+                        )
+                        results.append(
+                            run_transfers(
+                                "s3", s3, sw.pid, raw_base, source, workdir, args.repeat, "weed mini (SeaweedFS)"
+                            )
+                        )
                 else:
                     parser.error(f"unknown backend {backend!r}")
 
@@ -439,22 +478,32 @@ def main(argv: list[str] | None = None) -> int:
 
     ok = True
     print(f"payload {size / MIB:.0f} MiB, median of {args.repeat} interleaved rounds")
-    print(f"{'backend':14} {'upload MiB/s':>12} {'raw':>6} {'ratio':>6} {'download MiB/s':>14} {'raw':>6} "
-          f"{'ratio':>6} {'idle RSS MiB':>12} {'peak +MiB':>9}  server process")
+    print(
+        f"{'backend':14} {'upload MiB/s':>12} {'raw':>6} {'ratio':>6} {'download MiB/s':>14} {'raw':>6} "
+        f"{'ratio':>6} {'idle RSS MiB':>12} {'peak +MiB':>9}  server process"
+    )
     for r in results:
         up_ratio, down_ratio = r.raw_up_seconds / r.up_seconds, r.raw_down_seconds / r.down_seconds
         extra = (r.peak_rss - r.idle_rss) / MIB
-        print(f"{r.backend:14} {mbps(r.up_seconds):12.0f} {mbps(r.raw_up_seconds):6.0f} {up_ratio:6.2f} "
-              f"{mbps(r.down_seconds):14.0f} {mbps(r.raw_down_seconds):6.0f} {down_ratio:6.2f} "
-              f"{r.idle_rss / MIB:12.1f} {extra:9.1f}  {r.server}")
+        print(
+            f"{r.backend:14} {mbps(r.up_seconds):12.0f} {mbps(r.raw_up_seconds):6.0f} {up_ratio:6.2f} "
+            f"{mbps(r.down_seconds):14.0f} {mbps(r.raw_down_seconds):6.0f} {down_ratio:6.2f} "
+            f"{r.idle_rss / MIB:12.1f} {extra:9.1f}  {r.server}"
+        )
         ok &= up_ratio >= 0.5 and down_ratio >= 0.5 and extra < 50
-    print("raw = the same bytes over the same loopback HTTP path to a trivial file handler in the same "
-          "gunicorn worker, same run")
-    print(f"reference: Python read/write copy loop, 1 MiB chunks: {mbps(pycopy):.0f} MiB/s; "
-          f"shutil.copyfile (in-kernel): {mbps(copyfile):.0f} MiB/s")
+    print(
+        "raw = the same bytes over the same loopback HTTP path to a trivial file handler in the same "
+        "gunicorn worker, same run"
+    )
+    print(
+        f"reference: Python read/write copy loop, 1 MiB chunks: {mbps(pycopy):.0f} MiB/s; "
+        f"shutil.copyfile (in-kernel): {mbps(copyfile):.0f} MiB/s"
+    )
     if sink:
-        print(f"reference: gunicorn worker reading a PUT body and discarding it: {mbps(sink):.0f} MiB/s; "
-              f"local download with the client discarding the bytes: {mbps(drop):.0f} MiB/s")
+        print(
+            f"reference: gunicorn worker reading a PUT body and discarding it: {mbps(sink):.0f} MiB/s; "
+            f"local download with the client discarding the bytes: {mbps(drop):.0f} MiB/s"
+        )
     print("targets (ratio >= 0.50, peak < 50 MiB above idle):", "met" if ok else "MISSED")
     return 0 if ok else 1
 

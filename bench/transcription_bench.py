@@ -104,8 +104,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -131,12 +132,17 @@ def prepare(only: str | None, every: int, long_seconds: float | None, workdir: P
     from tests import voicemail_set as vs
 
     labels = [dict(x, path=str(vs.clip_path(x))) for x in vs.load_labels() if not only or only in x["file"]]
-    labels = labels[::max(every, 1)]
+    labels = labels[:: max(every, 1)]
     long_label = None
     if long_seconds:
         path = workdir / f"long_cs_{int(long_seconds)}s.wav"
-        long_label = dict(vs.long_voicemail(path, long_seconds, language="cs"), path=str(path),
-                          file=path.name, channel="ulaw8k", long=True)
+        long_label = dict(
+            vs.long_voicemail(path, long_seconds, language="cs"),
+            path=str(path),
+            file=path.name,
+            channel="ulaw8k",
+            long=True,
+        )
     return {"labels": labels, "long": long_label}
 
 
@@ -213,12 +219,21 @@ def _whisper_split(engine: Any) -> dict[str, float]:
     return split
 
 
-VARIANT_KEYS = {"model", "threads", "flash_attn", "languages", "env", "country", "looks",
-                "second_opinion"}  # besides Decoding's fields
+VARIANT_KEYS = {
+    "model",
+    "threads",
+    "flash_attn",
+    "languages",
+    "env",
+    "country",
+    "looks",
+    "second_opinion",
+}  # besides Decoding's fields
 
 
-def run_project(model: str, threads: int, languages: list[str], decoding_json: str, variant_json: str,
-                repeat: int) -> None:
+def run_project(
+    model: str, threads: int, languages: list[str], decoding_json: str, variant_json: str, repeat: int
+) -> None:
     from dataclasses import asdict, fields, replace
 
     from config import prepare_process_environment
@@ -249,8 +264,6 @@ def run_project(model: str, threads: int, languages: list[str], decoding_json: s
 
         reliability.asks = lambda signal, language: True
     if "flash_attn" in variant:
-        from voicemail.transcription import engines
-
         import _pywhispercpp as pw
 
         defaults = pw.whisper_context_default_params
@@ -272,15 +285,37 @@ def run_project(model: str, threads: int, languages: list[str], decoding_json: s
     def one(label: dict[str, Any], times: int) -> dict[str, Any]:
         split.clear()
         seconds, r = _timed(lambda: t.transcribe(label["path"], languages, decoding=decoding, country=country), times)
-        return {"file": label["file"], "seconds": seconds, "text": r.text,
-                "raw_text": " ".join(s.text for s in r.segments if s.text), "language": r.language,
-                "message": r.message, "reason": r.message_reason, "status": r.status, "issue": r.issue,
-                "repetition": r.repetition, "speech_seconds": r.speech_seconds, "elapsed": r.elapsed,
-                "stages": dict(r.stages, **split), **_heard(r)}
+        return {
+            "file": label["file"],
+            "seconds": seconds,
+            "text": r.text,
+            "raw_text": " ".join(s.text for s in r.segments if s.text),
+            "language": r.language,
+            "message": r.message,
+            "reason": r.message_reason,
+            "status": r.status,
+            "issue": r.issue,
+            "repetition": r.repetition,
+            "speech_seconds": r.speech_seconds,
+            "elapsed": r.elapsed,
+            "stages": dict(r.stages, **split),
+            **_heard(r),
+        }
 
-    _serve({"engine": f"pywhispercpp {Path(model).name}", "decoding": asdict(decoding), "variant": variant,
-            "threads": threads, "languages": ",".join(languages),
-            "load_s": load_s, "rss_start_mb": rss_start, "rss_loaded_mb": rss_loaded}, one, repeat)
+    _serve(
+        {
+            "engine": f"pywhispercpp {Path(model).name}",
+            "decoding": asdict(decoding),
+            "variant": variant,
+            "threads": threads,
+            "languages": ",".join(languages),
+            "load_s": load_s,
+            "rss_start_mb": rss_start,
+            "rss_loaded_mb": rss_loaded,
+        },
+        one,
+        repeat,
+    )
 
 
 def _heard(r: Any) -> dict[str, Any]:
@@ -290,10 +325,21 @@ def _heard(r: Any) -> dict[str, Any]:
 
     heard = r.heard_number
     callback, unconfirmed = sn.callback_numbers(heard and heard.number, bool(heard and heard.confirmed), "", "CZ")
-    return {"label_signals": r.label_signals, "callback": callback, "unconfirmed": unconfirmed,
-            "heard": None if heard is None else {"number": heard.number, "start": heard.start, "min_p": heard.min_p,
-                                                 "second_look": heard.second_look, "third_look": heard.third_look,
-                                                 "confirmed": heard.confirmed}}
+    return {
+        "label_signals": r.label_signals,
+        "callback": callback,
+        "unconfirmed": unconfirmed,
+        "heard": None
+        if heard is None
+        else {
+            "number": heard.number,
+            "start": heard.start,
+            "min_p": heard.min_p,
+            "second_look": heard.second_look,
+            "third_look": heard.third_look,
+            "confirmed": heard.confirmed,
+        },
+    }
 
 
 def ct2_model_dir() -> Path:
@@ -335,8 +381,10 @@ def run_reference(threads: int, repeat: int) -> None:
         import faster_whisper
         import numpy as np
     except ImportError as exc:
-        raise SystemExit(f"{exc}: install the benchmark's requirements (.venv/bin/pip install -r "
-                         "bench/requirements.txt) or run with --no-reference") from exc
+        raise SystemExit(
+            f"{exc}: install the benchmark's requirements (.venv/bin/pip install -r "
+            "bench/requirements.txt) or run with --no-reference"
+        ) from exc
     model_dir = ct2_model_dir()
     began = time.perf_counter()
     model = faster_whisper.WhisperModel(str(model_dir), device="cpu", compute_type="int8", cpu_threads=threads)
@@ -358,20 +406,43 @@ def run_reference(threads: int, repeat: int) -> None:
 
     def one(label: dict[str, Any], times: int) -> dict[str, Any]:
         seconds, (text, language, probability) = _timed(lambda: transcribe(label), times)
-        return {"file": label["file"], "seconds": seconds, "text": text, "raw_text": text, "language": language,
-                "language_probability": probability, "stages": dict(stages)}
+        return {
+            "file": label["file"],
+            "seconds": seconds,
+            "text": text,
+            "raw_text": text,
+            "language": language,
+            "language_probability": probability,
+            "stages": dict(stages),
+        }
 
     engine = f"faster-whisper {faster_whisper.__version__} (CTranslate2 {ctranslate2.__version__}) int8"
-    _serve({"engine": engine, "model_dir": str(model_dir), "options": REFERENCE_OPTIONS, "load_s": load_s,
-            "rss_start_mb": rss_start, "rss_loaded_mb": rss_loaded}, one, repeat)
+    _serve(
+        {
+            "engine": engine,
+            "model_dir": str(model_dir),
+            "options": REFERENCE_OPTIONS,
+            "load_s": load_s,
+            "rss_start_mb": rss_start,
+            "rss_loaded_mb": rss_loaded,
+        },
+        one,
+        repeat,
+    )
 
 
 def child_main(args: argparse.Namespace) -> None:
     if args.child == "prepare":
         print(json.dumps(prepare(args.only, args.every, args.long, Path(args.clips).parent)))
     elif args.child == "project":
-        run_project(args.model, args.threads, args.languages.split(","), args.decoding,
-                    args.variant[-1] if args.variant else "", args.repeat)
+        run_project(
+            args.model,
+            args.threads,
+            args.languages.split(","),
+            args.decoding,
+            args.variant[-1] if args.variant else "",
+            args.repeat,
+        )
     else:
         run_reference(args.threads, args.repeat)
 
@@ -385,10 +456,26 @@ class Side:
         # change, measured in the same run; the child gets the rest of the variant.
         root = Path(settings.pop("root", ROOT)).resolve()
         python = settings.pop("python", sys.executable)
-        cmd = [python, str(root / "bench" / Path(__file__).name), "--child", kind, "--clips", str(clips),
-               "--model", args.model, "--threads", str(args.threads), "--languages", args.languages,
-               "--decoding", args.decoding or "", "--variant", json.dumps(settings) if variant else "",
-               "--repeat", str(args.repeat)]
+        cmd = [
+            python,
+            str(root / "bench" / Path(__file__).name),
+            "--child",
+            kind,
+            "--clips",
+            str(clips),
+            "--model",
+            args.model,
+            "--threads",
+            str(args.threads),
+            "--languages",
+            args.languages,
+            "--decoding",
+            args.decoding or "",
+            "--variant",
+            json.dumps(settings) if variant else "",
+            "--repeat",
+            str(args.repeat),
+        ]
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(root), **settings.get("env", {}))
         self.name = name
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
@@ -424,8 +511,9 @@ class Side:
 
 def score(labels: list[dict[str, Any]], sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per clip file and side: edits, words, callback found, loop, seconds."""
-    from voicemail import spoken_numbers as sn, word_error
+    from voicemail import spoken_numbers as sn
     from voicemail import transcription as tx
+    from voicemail import word_error
 
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for side, result in sides.items():
@@ -433,14 +521,20 @@ def score(labels: list[dict[str, Any]], sides: dict[str, dict[str, Any]]) -> dic
         by_file = {row["file"]: row for row in rows}
         for label in labels:
             row = by_file[label["file"]]
-            edits, words = word_error.word_error_rate(label["text"], row["text"]) if label["kind"] == "speech" else (0, 0)
+            edits, words = (
+                word_error.word_error_rate(label["text"], row["text"]) if label["kind"] == "speech" else (0, 0)
+            )
             raw = row["raw_text"]
             loop = tx.repetition_score(raw) > LOOP_REPETITION or tx.collapse_loops(raw, LOOP_COPIES)[1]
             # The project's callback number as the ingest job stores it (confirmed only); the
             # reference's transcript through the same parser.
             callback = row["callback"] if "callback" in row else sn.find_callback_number(row["text"], "CZ")
             out.setdefault(label["file"], {})[side] = {
-                "edits": edits, "words": words, "callback": callback, "loop": loop, "seconds": row["seconds"],
+                "edits": edits,
+                "words": words,
+                "callback": callback,
+                "loop": loop,
+                "seconds": row["seconds"],
                 "callback_ok": bool(label.get("callback")) and callback == label["callback"],
                 "callback_wrong": callback is not None and callback != label.get("callback"),
                 "wer": edits / words if words else None,
@@ -452,12 +546,19 @@ def aggregate(labels: list[dict[str, Any]], scores: dict[str, dict[str, dict[str
     rows = [scores[x["file"]][side] for x in labels]
     edits, words = sum(r["edits"] for r in rows), sum(r["words"] for r in rows)
     seconds, audio = sum(r["seconds"] for r in rows), sum(x["duration"] for x in labels)
-    return {"clips": len(rows), "edits": edits, "words": words, "wer": edits / words if words else None,
-            "callbacks": sum(r["callback_ok"] for r in rows),
-            "callbacks_wrong": sum(r["callback_wrong"] for r in rows),
-            "callback_clips": sum(bool(x.get("callback")) for x in labels),
-            "loops": sum(r["loop"] for r in rows), "seconds": seconds, "audio_seconds": audio,
-            "rtf": seconds / audio if audio else None}
+    return {
+        "clips": len(rows),
+        "edits": edits,
+        "words": words,
+        "wer": edits / words if words else None,
+        "callbacks": sum(r["callback_ok"] for r in rows),
+        "callbacks_wrong": sum(r["callback_wrong"] for r in rows),
+        "callback_clips": sum(bool(x.get("callback")) for x in labels),
+        "loops": sum(r["loop"] for r in rows),
+        "seconds": seconds,
+        "audio_seconds": audio,
+        "rtf": seconds / audio if audio else None,
+    }
 
 
 def groups(labels: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -465,8 +566,9 @@ def groups(labels: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]
     out = []
     for language in LANGUAGES:
         for channel in CHANNELS:
-            out.append((f"{language} {channel}",
-                        [x for x in speech if x["language"] == language and x["channel"] == channel]))
+            out.append(
+                (f"{language} {channel}", [x for x in speech if x["language"] == language and x["channel"] == channel])
+            )
         out.append((f"{language} all", [x for x in speech if x["language"] == language]))
     for channel in CHANNELS:
         out.append((f"all {channel}", [x for x in speech if x["channel"] == channel]))
@@ -482,12 +584,18 @@ def confusion(labels: list[dict[str, Any]], rows: list[dict[str, Any]], language
         members = [x for x in labels if x["kind"] == kind]
         wrong = [x for x in members if by_file[x["file"]]["message"] == wrong_if]
         result[kind] = {"clips": len(members), "wrong": len(wrong)}
-        result["misclassified"] += [{"file": x["file"], "kind": kind, "reason": by_file[x["file"]]["reason"],
-                                     "text": by_file[x["file"]]["text"]} for x in wrong]
+        result["misclassified"] += [
+            {
+                "file": x["file"],
+                "kind": kind,
+                "reason": by_file[x["file"]]["reason"],
+                "text": by_file[x["file"]]["text"],
+            }
+            for x in wrong
+        ]
     for x in labels:
         row = by_file[x["file"]]
-        if row["message"] and x["kind"] == "speech" and x["language"] in languages \
-                and row["language"] != x["language"]:
+        if row["message"] and x["kind"] == "speech" and x["language"] in languages and row["language"] != x["language"]:
             result["wrong_language"].append({"file": x["file"], "label": x["language"], "got": row["language"]})
         if row["message"]:
             key = row["status"] + (f" ({row['issue']})" if row["issue"] else "")
@@ -514,13 +622,24 @@ def trust_rows(run: dict[str, Any], side: str = "project") -> list[dict[str, Any
         if x["kind"] != "speech":
             continue
         ref = c.get("reference")
-        rows.append({"file": x["file"], "language": x["language"], "channel": x["channel"], "message": x["text"],
-                     "voice": x.get("voice"),
-                     "wer": p["wer"], "status": p["status"], "issue": p["issue"],
-                     "signals": p.get("label_signals") or {},
-                     "expected": x.get("callback"), "callback": p["callback"], "unconfirmed": p.get("unconfirmed"),
-                     "parsed": sn.find_callback_number(p["text"], "CZ"),
-                     "reference": ref and ref["callback"]})
+        rows.append(
+            {
+                "file": x["file"],
+                "language": x["language"],
+                "channel": x["channel"],
+                "message": x["text"],
+                "voice": x.get("voice"),
+                "wer": p["wer"],
+                "status": p["status"],
+                "issue": p["issue"],
+                "signals": p.get("label_signals") or {},
+                "expected": x.get("callback"),
+                "callback": p["callback"],
+                "unconfirmed": p.get("unconfirmed"),
+                "parsed": sn.find_callback_number(p["text"], "CZ"),
+                "reference": ref and ref["callback"],
+            }
+        )
     return rows
 
 
@@ -531,58 +650,76 @@ def label_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     good = [r for r in rows if r["wer"] is not None and r["wer"] <= GOOD_WER]
     precise = sum(r["wer"] <= RELIABLE_WER for r in reliable)
     missed = sum(r["status"] != "reliable" for r in good)
-    return {"clips": len(rows), "reliable": len(reliable), "precise": precise,
-            "check": sum(r["status"] == "check" for r in rows),
-            "unreliable": sum(r["status"] in ("unreliable", "failed") for r in rows),
-            "good": len(good), "good_missed": missed,
-            "precision": precise / len(reliable) if reliable else None,
-            "missed_share": missed / len(good) if good else None,
-            "met": (not reliable or precise / len(reliable) >= LABEL_TARGETS[0])
-            and (not good or missed / len(good) <= LABEL_TARGETS[1])}
+    return {
+        "clips": len(rows),
+        "reliable": len(reliable),
+        "precise": precise,
+        "check": sum(r["status"] == "check" for r in rows),
+        "unreliable": sum(r["status"] in ("unreliable", "failed") for r in rows),
+        "good": len(good),
+        "good_missed": missed,
+        "precision": precise / len(reliable) if reliable else None,
+        "missed_share": missed / len(good) if good else None,
+        "met": (not reliable or precise / len(reliable) >= LABEL_TARGETS[0])
+        and (not good or missed / len(good) <= LABEL_TARGETS[1]),
+    }
 
 
 def callback_figures(rows: list[dict[str, Any]], key: str) -> dict[str, int]:
     """right / none / wrong of the number in ``key`` against the clips that said one; a
     number on a clip that said none is wrong too."""
     said = [r for r in rows if r["expected"]]
-    return {"said": len(said), "right": sum(r[key] == r["expected"] for r in said),
-            "none": sum(r[key] is None for r in said),
-            "wrong": sum(r[key] is not None and r[key] != r["expected"] for r in rows)}
+    return {
+        "said": len(said),
+        "right": sum(r[key] == r["expected"] for r in said),
+        "none": sum(r[key] is None for r in said),
+        "wrong": sum(r[key] is not None and r[key] != r["expected"] for r in rows),
+    }
 
 
 def trust_groups(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
     out = []
     for language in LANGUAGES:
         for channel in CHANNELS:
-            out.append((f"{language} {channel}", [r for r in rows if r["language"] == language
-                                                   and r["channel"] == channel]))
+            out.append(
+                (f"{language} {channel}", [r for r in rows if r["language"] == language and r["channel"] == channel])
+            )
         out.append((f"{language} all", [r for r in rows if r["language"] == language]))
     out.append(("all", rows))
     return [(name, members) for name, members in out if members]
 
 
 def report_trust(rows: list[dict[str, Any]]) -> None:
-    print(f"\nreliability label against word error (targets per language: of 'reliable', >= "
-          f"{LABEL_TARGETS[0]:.0%} at WER <= {RELIABLE_WER}; of WER <= {GOOD_WER}, at most a third not 'reliable'),"
-          " and callback numbers (right / none / wrong of the clips that said one; wrong also counts a number on "
-          "a clip that said none):")
-    print(f"{'':22s} {'clips':>5s} | {'reliable':>8s} {'<=0.35':>6s} {'check':>5s} {'unrel.':>6s} | "
-          f"{'good':>4s} {'not rel.':>8s} | {'met':>3s} | {'callback project':>16s} | {'unconfirmed':>11s} | "
-          f"{'text parsed':>11s} | {'callback ref':>12s}")
+    print(
+        f"\nreliability label against word error (targets per language: of 'reliable', >= "
+        f"{LABEL_TARGETS[0]:.0%} at WER <= {RELIABLE_WER}; of WER <= {GOOD_WER}, at most a third not 'reliable'),"
+        " and callback numbers (right / none / wrong of the clips that said one; wrong also counts a number on "
+        "a clip that said none):"
+    )
+    print(
+        f"{'':22s} {'clips':>5s} | {'reliable':>8s} {'<=0.35':>6s} {'check':>5s} {'unrel.':>6s} | "
+        f"{'good':>4s} {'not rel.':>8s} | {'met':>3s} | {'callback project':>16s} | {'unconfirmed':>11s} | "
+        f"{'text parsed':>11s} | {'callback ref':>12s}"
+    )
     for name, members in trust_groups(rows):
         f = label_figures(members)
         p, ref = callback_figures(members, "callback"), callback_figures(members, "reference")
         parsed = callback_figures(members, "parsed")
         heard = [r for r in members if r["unconfirmed"]]
         heard_right = sum(r["unconfirmed"] == r["expected"] for r in heard)
-        print(f"{name:22s} {f['clips']:5d} | {f['reliable']:8d} {f['precise']:6d} {f['check']:5d} {f['unreliable']:6d} | "
-              f"{f['good']:4d} {f['good_missed']:8d} | {'yes' if f['met'] else 'no':>3s} | "
-              f"{p['right']:>4d} {p['none']:>4d} {p['wrong']:>4d} /{p['said']:<3d} | {heard_right:>4d} of {len(heard):<3d} | "
-              f"{parsed['right']:>3d} {parsed['none']:>3d} {parsed['wrong']:>3d} | "
-              f"{ref['right']:>3d} {ref['none']:>3d} {ref['wrong']:>3d}")
-    print("(unconfirmed: numbers kept apart as heard, never callbackNumber; 'N of M': M kept, N of them right; "
-          "text parsed: the parser on the project's transcript, what became callbackNumber before the second look; "
-          "ref: faster-whisper's transcript through the same parser)")
+        print(
+            f"{name:22s} {f['clips']:5d} | {f['reliable']:8d} {f['precise']:6d} {f['check']:5d} {f['unreliable']:6d} | "
+            f"{f['good']:4d} {f['good_missed']:8d} | {'yes' if f['met'] else 'no':>3s} | "
+            f"{p['right']:>4d} {p['none']:>4d} {p['wrong']:>4d} /{p['said']:<3d} | "
+            f"{heard_right:>4d} of {len(heard):<3d} | "
+            f"{parsed['right']:>3d} {parsed['none']:>3d} {parsed['wrong']:>3d} | "
+            f"{ref['right']:>3d} {ref['none']:>3d} {ref['wrong']:>3d}"
+        )
+    print(
+        "(unconfirmed: numbers kept apart as heard, never callbackNumber; 'N of M': M kept, N of them right; "
+        "text parsed: the parser on the project's transcript, what became callbackNumber before the second look; "
+        "ref: faster-whisper's transcript through the same parser)"
+    )
 
 
 CHECKABLE_WER = 0.6  # a language with no reliable transcript to fit on: the score of "at most this"
@@ -592,8 +729,9 @@ MIN_RELIABLE_SUPPORT = 5
 UNRELIABLE_WER = 0.5  # below the second cut, every fitting transcript had more word error than this
 
 
-def fit_label(rows: list[dict[str, Any]], signals: list[str] | dict[str, list[str]],
-              cut_unseen: bool = True) -> dict[str, dict[str, Any]]:
+def fit_label(
+    rows: list[dict[str, Any]], signals: list[str] | dict[str, list[str]], cut_unseen: bool = True
+) -> dict[str, dict[str, Any]]:
     """The label's models (reliability.MODEL), per language, fitted on ``rows``: a
     logistic regression (scikit-learn) of WER <= RELIABLE_WER on the standardised signals
     (of WER <= CHECKABLE_WER where fewer than MIN_RELIABLE_SUPPORT fitting transcripts are
@@ -618,15 +756,25 @@ def fit_label(rows: list[dict[str, Any]], signals: list[str] | dict[str, list[st
         x = np.array([[r["signals"][k] for k in names] for r in fit], dtype=float)
         mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
         lr = LogisticRegression(C=1.0).fit((x - mean) / scale, y)
-        return {"signals": list(names), "mean": [round(float(v), 4) for v in mean],
-                "scale": [round(float(v), 4) for v in scale],
-                "weights": [round(float(w), 4) for w in lr.coef_[0]], "bias": round(float(lr.intercept_[0]), 4)}
+        return {
+            "signals": list(names),
+            "mean": [round(float(v), 4) for v in mean],
+            "scale": [round(float(v), 4) for v in scale],
+            "weights": [round(float(w), 4) for w in lr.coef_[0]],
+            "bias": round(float(lr.intercept_[0]), 4),
+        }
 
     models: dict[str, dict[str, Any]] = {}
     for language in LANGUAGES:
         names = signals.get(language, FIT_SIGNALS) if isinstance(signals, dict) else signals
-        fit = [r for r in rows if r["language"] == language and r["wer"] is not None
-               and r["status"] != "failed" and all(r["signals"].get(k) is not None for k in names)]
+        fit = [
+            r
+            for r in rows
+            if r["language"] == language
+            and r["wer"] is not None
+            and r["status"] != "failed"
+            and all(r["signals"].get(k) is not None for k in names)
+        ]
         good = sum(r["wer"] <= RELIABLE_WER for r in fit)
         goal = RELIABLE_WER if good >= MIN_RELIABLE_SUPPORT else CHECKABLE_WER
         model = logistic(fit, names, goal)
@@ -635,13 +783,15 @@ def fit_label(rows: list[dict[str, Any]], signals: list[str] | dict[str, list[st
         scored = []
         for message in sorted({r["message"] for r in fit}):
             mine = [r for r in fit if r["message"] == message]
-            judge = (logistic([r for r in fit if r["message"] != message], names, goal) if cut_unseen else None) or model
+            judge = (
+                logistic([r for r in fit if r["message"] != message], names, goal) if cut_unseen else None
+            ) or model
             scored += [(reliability.probability(r["signals"], judge), r["wer"]) for r in mine]
         scored.sort(key=lambda pw: -pw[0])
         reliable_at = 1.01
         if goal == RELIABLE_WER:
             for i in range(len(scored)):
-                if sum(w <= RELIABLE_WER for _, w in scored[:i + 1]) / (i + 1) >= LABEL_TARGETS[0]:
+                if sum(w <= RELIABLE_WER for _, w in scored[: i + 1]) / (i + 1) >= LABEL_TARGETS[0]:
                     reliable_at = scored[i][0]
         unreliable_below = 0.0
         for p, _ in reversed(scored):  # lowest score first
@@ -688,79 +838,123 @@ def report(run: dict[str, Any]) -> None:
     s = run["settings"]
     names = list(run["sides"])
     projects = [n for n in names if n != "reference"]
-    print(f"\nMeasured with load average {s['load_before']:.2f} before / {s['load_after']:.2f} after on "
-          f"{os.cpu_count()} cores (a shared machine: the sides ran interleaved, clip by clip, so the load "
-          f"falls on them alike; read the ratios); best of {s['repeat']} run(s) per clip.")
+    print(
+        f"\nMeasured with load average {s['load_before']:.2f} before / {s['load_after']:.2f} after on "
+        f"{os.cpu_count()} cores (a shared machine: the sides ran interleaved, clip by clip, so the load "
+        f"falls on them alike; read the ratios); best of {s['repeat']} run(s) per clip."
+    )
     for name in names:
         r = run["sides"][name]
         if name == "reference":
-            print(f"{name}: {r['engine']}, {Path(r['model_dir']).relative_to(ROOT)}, cpu_threads {s['threads']}, "
-                  "language = the label's (speech clips; its own detection otherwise), "
-                  + ", ".join(f"{k}={v}" for k, v in r["options"].items()) + ", other options its defaults")
+            print(
+                f"{name}: {r['engine']}, {Path(r['model_dir']).relative_to(ROOT)}, cpu_threads {s['threads']}, "
+                "language = the label's (speech clips; its own detection otherwise), "
+                + ", ".join(f"{k}={v}" for k, v in r["options"].items())
+                + ", other options its defaults"
+            )
         else:
-            print(f"{name}: {r['engine']}, threads {r['threads']}, languages {r['languages']} (detected among them), "
-                  f"decoding {json.dumps(s['decoding_overrides']) if s['decoding_overrides'] else 'defaults'}"
-                  + (f", variant {json.dumps(r['variant'])}" if r.get("variant") else ""))
+            print(
+                f"{name}: {r['engine']}, threads {r['threads']}, languages {r['languages']} (detected among them), "
+                f"decoding {json.dumps(s['decoding_overrides']) if s['decoding_overrides'] else 'defaults'}"
+                + (f", variant {json.dumps(r['variant'])}" if r.get("variant") else "")
+            )
     ref = "reference" in names
     width = 16 * len(names)
     print(f"\n{'':24s} {'clips':>5s} | {'WER':^{width}s} | {'RTF':^{width}s}" + (" | RTF / ref" if ref else ""))
-    print(f"{'':24s} {'':5s} | " + " ".join(f"{n[:15]:>15s}" for n in names) + " | "
-          + " ".join(f"{n[:15]:>15s}" for n in names) + (" | " + " ".join(f"{n[:9]:>9s}" for n in projects)
-                                                        if ref else ""))
+    print(
+        f"{'':24s} {'':5s} | "
+        + " ".join(f"{n[:15]:>15s}" for n in names)
+        + " | "
+        + " ".join(f"{n[:15]:>15s}" for n in names)
+        + (" | " + " ".join(f"{n[:9]:>9s}" for n in projects) if ref else "")
+    )
     print("-" * (34 + 2 * width + 10 * len(projects)))
     for group, cells in run["groups"].items():
-        line = f"{group:24s} {cells[names[0]]['clips']:5d} | " + " ".join(
-            f"{_f(cells[n]['wer']):>15s}" for n in names) + " | " + " ".join(f"{_f(cells[n]['rtf']):>15s}" for n in names)
+        line = (
+            f"{group:24s} {cells[names[0]]['clips']:5d} | "
+            + " ".join(f"{_f(cells[n]['wer']):>15s}" for n in names)
+            + " | "
+            + " ".join(f"{_f(cells[n]['rtf']):>15s}" for n in names)
+        )
         if ref:
-            line += " | " + " ".join(f"{_f(cells[n]['rtf'] / cells['reference']['rtf'] if cells['reference']['rtf'] else None, 2):>9s}"
-                                     for n in projects)
+            line += " | " + " ".join(
+                f"{_f(cells[n]['rtf'] / cells['reference']['rtf'] if cells['reference']['rtf'] else None, 2):>9s}"
+                for n in projects
+            )
         print(line)
-    print("callbacks found (all messages): " + ", ".join(
-        f"{n} {run['groups']['all messages'][n]['callbacks']}/{run['groups']['all messages'][n]['callback_clips']}"
-        for n in names if "all messages" in run["groups"]))
-    print("decoding loops (all messages): " + ", ".join(
-        f"{n} {run['groups']['all messages'][n]['loops']}" for n in names if "all messages" in run["groups"]))
+    print(
+        "callbacks found (all messages): "
+        + ", ".join(
+            f"{n} {run['groups']['all messages'][n]['callbacks']}/{run['groups']['all messages'][n]['callback_clips']}"
+            for n in names
+            if "all messages" in run["groups"]
+        )
+    )
+    print(
+        "decoding loops (all messages): "
+        + ", ".join(
+            f"{n} {run['groups']['all messages'][n]['loops']}" for n in names if "all messages" in run["groups"]
+        )
+    )
     for name in names:
         r = run["sides"][name]
         extra = f", {r['rss_peak_long_mb']:.0f} MB with the long voicemail" if r.get("rss_peak_long_mb") else ""
-        print(f"{name:9s} load + warm-up {r['load_s']:.2f} s; peak RSS {r.get('rss_peak_mb', 0):.0f} MB over the set "
-              f"(after load {r['rss_loaded_mb']:.0f} MB, at start {r['rss_start_mb']:.0f} MB{extra})")
+        print(
+            f"{name:9s} load + warm-up {r['load_s']:.2f} s; peak RSS {r.get('rss_peak_mb', 0):.0f} MB over the set "
+            f"(after load {r['rss_loaded_mb']:.0f} MB, at start {r['rss_start_mb']:.0f} MB{extra})"
+        )
     print(f"(the parent's peak RSS, inherited by each child over exec, was {s['parent_rss_mb']:.0f} MB)")
 
-    print("\nwhere the time goes: seconds per stage / audio seconds (RTF share); encoder and decoder are "
-          "whisper.cpp's own split of decode + second_pass + callback_number (the second looks); runs = encoder "
-          "runs per clip")
+    print(
+        "\nwhere the time goes: seconds per stage / audio seconds (RTF share); encoder and decoder are "
+        "whisper.cpp's own split of decode + second_pass + callback_number (the second looks); runs = encoder "
+        "runs per clip"
+    )
     for name in names:
         print(f"  {name}")
         for key, cell in run["stages"][name].items():
             audio = cell["audio_seconds"]
-            parts = (["audio", "model"] if name == "reference" else list(STAGES) + list(SPLIT))
-            print(f"    {key:4s} {int(cell['clips']):3d} clips, RTF {cell['seconds'] / audio:.3f}: " + ", ".join(
-                f"{p} {cell.get(p, 0.0) / audio:.3f}" for p in parts)
-                + ("" if name == "reference" else f"; runs {cell.get('encoder_runs', 0) / cell['clips']:.2f}, "
-                   f"fallbacks {cell.get('fallbacks', 0) / cell['clips']:.2f} per clip"))
+            parts = ["audio", "model"] if name == "reference" else list(STAGES) + list(SPLIT)
+            print(
+                f"    {key:4s} {int(cell['clips']):3d} clips, RTF {cell['seconds'] / audio:.3f}: "
+                + ", ".join(f"{p} {cell.get(p, 0.0) / audio:.3f}" for p in parts)
+                + (
+                    ""
+                    if name == "reference"
+                    else f"; runs {cell.get('encoder_runs', 0) / cell['clips']:.2f}, "
+                    f"fallbacks {cell.get('fallbacks', 0) / cell['clips']:.2f} per clip"
+                )
+            )
 
     for name in projects:
         c = run["confusion"][name]
-        print(f"\n{name}: is there a message? ({c['speech']['clips']} speech, {c['empty']['clips']} empty, "
-              f"{c['unintelligible']['clips']} unintelligible)")
+        print(
+            f"\n{name}: is there a message? ({c['speech']['clips']} speech, {c['empty']['clips']} empty, "
+            f"{c['unintelligible']['clips']} unintelligible)"
+        )
         print(f"  speech taken for a missed call:   {c['speech']['wrong']}/{c['speech']['clips']}")
         print(f"  empty taken for a message:        {c['empty']['wrong']}/{c['empty']['clips']}")
         print(f"  unintelligible taken for message: {c['unintelligible']['wrong']}/{c['unintelligible']['clips']}")
         for x in c["misclassified"]:
             print(f"    {x['file']} ({x['kind']}) -> {x['reason']}: {x['text'][:100]!r}")
-        print(f"  language of the messages it found: {len(c['wrong_language'])} wrong"
-              + "".join(f"; {x['file']} {x['label']} -> {x['got']}" for x in c["wrong_language"]))
-        print("  status of the transcripts taken for messages: "
-              + ", ".join(f"{k} {v}" for k, v in sorted(c["status"].items())))
+        print(
+            f"  language of the messages it found: {len(c['wrong_language'])} wrong"
+            + "".join(f"; {x['file']} {x['label']} -> {x['got']}" for x in c["wrong_language"])
+        )
+        print(
+            "  status of the transcripts taken for messages: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(c["status"].items()))
+        )
 
     if run.get("long"):
         long = run["long"]
         print(f"\nlong Czech voicemail ({long['duration']:.0f} s, 8 kHz mu-law, one run each):")
         for name in names:
             x = long[name]
-            print(f"  {name:9s} {x['seconds']:7.1f} s elapsed, RTF {x['rtf']:.3f}, WER {_f(x['wer'])}, "
-                  f"loop {'yes' if x['loop'] else 'no'}")
+            print(
+                f"  {name:9s} {x['seconds']:7.1f} s elapsed, RTF {x['rtf']:.3f}, WER {_f(x['wer'])}, "
+                f"loop {'yes' if x['loop'] else 'no'}"
+            )
 
 
 # ------------------------------------------------------------------ main
@@ -772,27 +966,52 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--languages", default=",".join(LANGUAGES), help="the clinic's languages (default cs,en)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--decoding", default="", help="JSON of transcription.Decoding overrides")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
-                        help="one more project side, interleaved with the others: Decoding fields and "
-                             "model, threads, flash_attn, languages, country, looks, second_opinion, env, root, python (repeatable)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="one more project side, interleaved with the others: Decoding fields and "
+        "model, threads, flash_attn, languages, country, looks, second_opinion, env, root, python (repeatable)",
+    )
     parser.add_argument("--only", default="", help="only the files whose name contains this")
     parser.add_argument("--every", type=int, default=1, help="every Nth clip of those")
     parser.add_argument("--no-reference", action="store_true", help="skip faster-whisper")
     parser.add_argument("--repeat", type=int, default=1, help="best of N runs per clip for the timing")
-    parser.add_argument("--long", type=float, default=None, metavar="SECONDS",
-                        help="also a long Czech voicemail of about this many seconds")
+    parser.add_argument(
+        "--long",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="also a long Czech voicemail of about this many seconds",
+    )
     parser.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON here")
-    parser.add_argument("--fit-label", default=None, metavar="RUN_JSON",
-                        help="fit the reliability label on every message of a --json run, print the model (for "
-                             "voicemail/transcription/reliability.MODEL) and the label's figures with it, "
-                             "fitted and leave-one-message-out")
-    parser.add_argument("--signals", default=None, metavar="A,B,...",
-                        help=f"with --fit-label: the signals to fit on (default {','.join(FIT_SIGNALS)})")
-    parser.add_argument("--select-signals", action="store_true",
-                        help="with --fit-label: choose the signals too, per language, by leave-one-message-out "
-                             "(the estimate nested: chosen without the message it labels)")
-    parser.add_argument("--side", default="project", metavar="NAME",
-                        help="with --fit-label: the side of the run to fit on (a --variant's name; default project)")
+    parser.add_argument(
+        "--fit-label",
+        default=None,
+        metavar="RUN_JSON",
+        help="fit the reliability label on every message of a --json run, print the model (for "
+        "voicemail/transcription/reliability.MODEL) and the label's figures with it, "
+        "fitted and leave-one-message-out",
+    )
+    parser.add_argument(
+        "--signals",
+        default=None,
+        metavar="A,B,...",
+        help=f"with --fit-label: the signals to fit on (default {','.join(FIT_SIGNALS)})",
+    )
+    parser.add_argument(
+        "--select-signals",
+        action="store_true",
+        help="with --fit-label: choose the signals too, per language, by leave-one-message-out "
+        "(the estimate nested: chosen without the message it labels)",
+    )
+    parser.add_argument(
+        "--side",
+        default="project",
+        metavar="NAME",
+        help="with --fit-label: the side of the run to fit on (a --variant's name; default project)",
+    )
     parser.add_argument("--child", choices=("prepare", "project", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--clips", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -800,8 +1019,12 @@ def main(argv: list[str]) -> int:
         child_main(args)
         return 0
     if args.fit_label:
-        return refit(Path(args.fit_label), args.signals.split(",") if args.signals else FIT_SIGNALS, args.side,
-                     args.select_signals)
+        return refit(
+            Path(args.fit_label),
+            args.signals.split(",") if args.signals else FIT_SIGNALS,
+            args.side,
+            args.select_signals,
+        )
     try:
         decoding_overrides = json.loads(args.decoding or "{}")
         variants = {v.split("=", 1)[0]: json.loads(v.split("=", 1)[1]) for v in args.variant}
@@ -814,19 +1037,47 @@ def main(argv: list[str]) -> int:
 
         missing = [m for m in ("faster_whisper", "ctranslate2") if importlib.util.find_spec(m) is None]
         if missing:  # say so now, not after the project side's half hour
-            parser.error(f"{', '.join(missing)} not installed: .venv/bin/pip install -r bench/requirements.txt "
-                         "(or run with --no-reference)")
+            parser.error(
+                f"{', '.join(missing)} not installed: .venv/bin/pip install -r bench/requirements.txt "
+                "(or run with --no-reference)"
+            )
     if not Path(args.model).is_file():
-        subprocess.run([sys.executable, str(ROOT / "manage.py"), "model", "build", "--name",
-                        Path(args.model).name.removeprefix("ggml-").removesuffix(".bin")], check=True, cwd=ROOT)
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "manage.py"),
+                "model",
+                "build",
+                "--name",
+                Path(args.model).name.removeprefix("ggml-").removesuffix(".bin"),
+            ],
+            check=True,
+            cwd=ROOT,
+        )
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="transcription_bench") as tmp:
         clips_file = Path(tmp) / "clips.json"
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        prepared = subprocess.run([sys.executable, __file__, "--child", "prepare", "--clips", str(clips_file),
-                                   "--only", args.only, "--every", str(args.every)]
-                                  + (["--long", str(args.long)] if args.long else []),
-                                  stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT, check=True)
+        prepared = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "prepare",
+                "--clips",
+                str(clips_file),
+                "--only",
+                args.only,
+                "--every",
+                str(args.every),
+            ]
+            + (["--long", str(args.long)] if args.long else []),
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            check=True,
+        )
         clips = json.loads(prepared.stdout.strip().splitlines()[-1])
         if not clips["labels"]:
             raise SystemExit(f"no clip matches --only {args.only!r}")
@@ -838,30 +1089,56 @@ def main(argv: list[str]) -> int:
             children.append(Side("reference", "reference", args, clips_file))
         todo = clips["labels"] + ([clips["long"]] if clips["long"] else [])
         for i, label in enumerate(todo):
-            order = children[i % len(children):] + children[:i % len(children)]  # who goes first rotates
+            order = children[i % len(children) :] + children[: i % len(children)]  # who goes first rotates
             for child in order:
                 row = child.run(label)
-                print(f"{child.name} {i + 1}/{len(todo)} {row['file']} {row['seconds']:.1f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{child.name} {i + 1}/{len(todo)} {row['file']} {row['seconds']:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         sides = {child.name: child.finish() for child in children}
     labels = clips["labels"]
     every = labels + ([clips["long"]] if clips["long"] else [])
     scores = score(every, sides)
     run: dict[str, Any] = {
-        "settings": {"model": args.model, "threads": args.threads, "languages": args.languages,
-                     "decoding_overrides": decoding_overrides, "decoding": sides["project"]["decoding"],
-                     "variants": variants, "repeat": args.repeat, "only": args.only, "every": args.every,
-                     "long": args.long, "load_before": load_before, "load_after": os.getloadavg()[0],
-                     "parent_rss_mb": parent_rss},
+        "settings": {
+            "model": args.model,
+            "threads": args.threads,
+            "languages": args.languages,
+            "decoding_overrides": decoding_overrides,
+            "decoding": sides["project"]["decoding"],
+            "variants": variants,
+            "repeat": args.repeat,
+            "only": args.only,
+            "every": args.every,
+            "long": args.long,
+            "load_before": load_before,
+            "load_after": os.getloadavg()[0],
+            "parent_rss_mb": parent_rss,
+        },
         "sides": {k: {key: v for key, v in r.items() if key not in ("rows", "long")} for k, r in sides.items()},
-        "groups": {name: {side: aggregate(members, scores, side) for side in sides}
-                   for name, members in groups(labels)},
+        "groups": {
+            name: {side: aggregate(members, scores, side) for side in sides} for name, members in groups(labels)
+        },
         "stages": {side: stage_table(labels, sides[side]["rows"]) for side in sides},
-        "confusion": {side: confusion(labels, sides[side]["rows"], sides[side]["languages"].split(","))
-                      for side in sides if side != "reference"},
-        "clips": [dict(label={k: v for k, v in x.items() if k != "path"},
-                       **{side: dict(next(r for r in sides[side]["rows"] if r["file"] == x["file"]),
-                                     **scores[x["file"]][side]) for side in sides}) for x in labels],
+        "confusion": {
+            side: confusion(labels, sides[side]["rows"], sides[side]["languages"].split(","))
+            for side in sides
+            if side != "reference"
+        },
+        "clips": [
+            dict(
+                label={k: v for k, v in x.items() if k != "path"},
+                **{
+                    side: dict(
+                        next(r for r in sides[side]["rows"] if r["file"] == x["file"]), **scores[x["file"]][side]
+                    )
+                    for side in sides
+                },
+            )
+            for x in labels
+        ],
         "long": None,
     }
     if clips["long"]:
@@ -869,8 +1146,12 @@ def main(argv: list[str]) -> int:
         run["long"] = {"duration": long["duration"], "file": long["file"]}
         for side in sides:
             x = scores[long["file"]][side]
-            run["long"][side] = dict(x, rtf=x["seconds"] / long["duration"], wer=x["edits"] / max(x["words"], 1),
-                                     text=sides[side]["long"]["text"])
+            run["long"][side] = dict(
+                x,
+                rtf=x["seconds"] / long["duration"],
+                wer=x["edits"] / max(x["words"], 1),
+                text=sides[side]["long"]["text"],
+            )
     if args.json:  # first: a report that fails loses no run
         Path(args.json).write_text(json.dumps(run, indent=1, ensure_ascii=False))
         print(f"\nwrote {args.json}")
@@ -879,7 +1160,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-FIT_SIGNALS = ["known_share", "low_share", "mean_logprob", "language_probability", "words_per_second", "compression_ratio"]
+FIT_SIGNALS = [
+    "known_share",
+    "low_share",
+    "mean_logprob",
+    "language_probability",
+    "words_per_second",
+    "compression_ratio",
+]
 
 
 def refit(path: Path, signals: list[str], side: str = "project", select: bool = False) -> int:
@@ -900,14 +1188,17 @@ def refit(path: Path, signals: list[str], side: str = "project", select: bool = 
     print("\nfitted on every message, labelling them:")
     report_trust([dict(r, status=_relabelled(r, model)) for r in rows])
     for by in ("message", "voice"):
-        print(f"\neach {by} labelled by a model fitted without it (leave-one-{by}-out"
-              f"{', the signals chosen without it too' if select else ''}):")
+        print(
+            f"\neach {by} labelled by a model fitted without it (leave-one-{by}-out"
+            f"{', the signals chosen without it too' if select else ''}):"
+        )
         report_trust(cross_validated(rows, fit, by))
     return 0
 
 
-def cross_validated(rows: list[dict[str, Any]], fit: Callable[[list[dict[str, Any]]], dict[str, dict[str, Any]]],
-                    by: str = "message") -> list[dict[str, Any]]:
+def cross_validated(
+    rows: list[dict[str, Any]], fit: Callable[[list[dict[str, Any]]], dict[str, dict[str, Any]]], by: str = "message"
+) -> list[dict[str, Any]]:
     """The rows, those of each message (both channels of its text), or of each voice,
     labelled by ``fit`` of the others."""
     out = []
@@ -922,8 +1213,9 @@ def select_signals(rows: list[dict[str, Any]], signals: list[str]) -> dict[str, 
     ``rows`` come nearest the targets: both met first, then the precision of 'reliable',
     then the fewest good transcripts not said reliable, then the fewest signals. A
     language with too few good transcripts to be reliable keeps them all."""
-    return {language: _select(tuple(r for r in rows if r["language"] == language), tuple(signals))
-            for language in LANGUAGES}
+    return {
+        language: _select(tuple(r for r in rows if r["language"] == language), tuple(signals)) for language in LANGUAGES
+    }
 
 
 _SELECTED: dict[tuple[frozenset[str], tuple[str, ...]], list[str]] = {}
@@ -954,7 +1246,10 @@ def _relabelled(row: dict[str, Any], models: dict[str, dict[str, Any]]) -> str:
     from voicemail.transcription import reliability
     from voicemail.transcription.decisions import RELIABLE_MEAN_LOGPROB
 
-    labelled = row["status"] in ("reliable", "check") or (row["status"], row["issue"]) == ("unreliable", "low_confidence")
+    labelled = row["status"] in ("reliable", "check") or (row["status"], row["issue"]) == (
+        "unreliable",
+        "low_confidence",
+    )
     if labelled and (row["signals"].get("mean_logprob") or 0) >= RELIABLE_MEAN_LOGPROB:
         return reliability.label(row["signals"], row["language"], models)
     return row["status"]

@@ -67,63 +67,206 @@ CHANNELS = ("ulaw8k", "mp3_8k", "noisy_mp3_8k")
 # GP's reception hears them, none taken from the labelled set's scripts.
 HELD_OUT: dict[str, list[tuple[str, str, str, tuple[str, ...], bool]]] = {
     "cs": [
-        ("tehotna_bolest", "Dobrý den, tady Klára Dvořáková. Jsem těhotná a od rána mám silné bolesti břicha. "
-         "Zavolejte mi prosím co nejdřív.", "advice", ("other",), True),
-        ("prasky_dosly", "Dobrý den, tady Josef Beneš. Došly mi prášky na cholesterol, potřeboval bych nový "
-         "recept, stačí elektronicky. Děkuji.", "prescription", (), False),
-        ("syn_horecka", "Dobrý den, volá Marie Kovářová. Můj syn má od noci vysokou horečku a je hodně "
-         "unavený. Můžeme dnes přijít?", "appointment", ("advice",), True),
-        ("nemuzu_prijit", "Dobrý den, tady Petr Novák. Zítra v osm na kontrolu nemůžu přijít, jsem nemocný. "
-         "Prosím zrušte mi ten termín.", "cancellation", (), False),
-        ("vysledky_moc", "Dobrý den, Alena Marková. Chtěla bych se zeptat na výsledky moči, co jsem nesla "
-         "v pondělí.", "results", ("advice",), False),
-        ("neschopenka_chripka", "Dobrý den, tady Tomáš Král. Mám chřipku a potřebuji neschopenku, do práce "
-         "nemůžu. Děkuji.", "sick_note", (), False),
-        ("upadla_babicka", "Dobrý den, tady Jana Šimková. Babička dnes upadla v koupelně, bolí ji kyčel a "
-         "nemůže vstát. Co máme dělat?", "advice", ("other",), True),
-        ("dotaz_davkovani", "Dobrý den, tady Lenka Horáková. Mám dotaz k dávkování antibiotik, nevím, jestli "
-         "je mám brát před jídlem. Nic naléhavého.", "advice", ("prescription",), False),
-        ("prohlidka_ridic", "Dobrý den, tady Karel Svoboda. Potřeboval bych se objednat na prohlídku kvůli "
-         "řidičskému průkazu. Hodí se mi odpoledne.", "appointment", (), False),
-        ("dusnost", "Haló, tady Věra Malá. Manžel se špatně dýchá a má modré rty. Prosím, zavolejte hned.",
-         "other", ("advice",), True),
-        ("krvaceni_nos", "Dobrý den, tady Ondřej Pokorný. Synovi už půl hodiny krvácí nos a nepřestává to. "
-         "Co mám dělat?", "advice", ("other",), True),
-        ("prelozit_odber", "Dobrý den, tady Eva Procházková. Potřebovala bych přeložit odběr krve z úterý "
-         "na čtvrtek, jestli to jde.", "appointment", (), False),
-        ("zprava_specialista", "Dobrý den, tady Pavel Černý. Posílám zprávu od kardiologa, chtěl bych vědět, "
-         "jestli jste ji dostali.", "other", ("results",), False),
-        ("recept_mast", "Dobrý den, tady Hana Veselá. Prosím o předepsání masti na ekzém, ta stará mi "
-         "došla.", "prescription", (), False),
-        ("omdlela", "Dobrý den, volám za maminku, dnes ráno omdlela v kuchyni, teď už je při vědomí. "
-         "Prosím o radu.", "advice", ("other",), True),
-        ("zaneschopnost_prodlouzit", "Dobrý den, tady Martin Dušek. Prosím o prodloužení pracovní "
-         "neschopnosti, záda pořád bolí.", "sick_note", (), False),
+        (
+            "tehotna_bolest",
+            "Dobrý den, tady Klára Dvořáková. Jsem těhotná a od rána mám silné bolesti břicha. "
+            "Zavolejte mi prosím co nejdřív.",
+            "advice",
+            ("other",),
+            True,
+        ),
+        (
+            "prasky_dosly",
+            "Dobrý den, tady Josef Beneš. Došly mi prášky na cholesterol, potřeboval bych nový "
+            "recept, stačí elektronicky. Děkuji.",
+            "prescription",
+            (),
+            False,
+        ),
+        (
+            "syn_horecka",
+            "Dobrý den, volá Marie Kovářová. Můj syn má od noci vysokou horečku a je hodně "
+            "unavený. Můžeme dnes přijít?",
+            "appointment",
+            ("advice",),
+            True,
+        ),
+        (
+            "nemuzu_prijit",
+            "Dobrý den, tady Petr Novák. Zítra v osm na kontrolu nemůžu přijít, jsem nemocný. "
+            "Prosím zrušte mi ten termín.",
+            "cancellation",
+            (),
+            False,
+        ),
+        (
+            "vysledky_moc",
+            "Dobrý den, Alena Marková. Chtěla bych se zeptat na výsledky moči, co jsem nesla v pondělí.",
+            "results",
+            ("advice",),
+            False,
+        ),
+        (
+            "neschopenka_chripka",
+            "Dobrý den, tady Tomáš Král. Mám chřipku a potřebuji neschopenku, do práce nemůžu. Děkuji.",
+            "sick_note",
+            (),
+            False,
+        ),
+        (
+            "upadla_babicka",
+            "Dobrý den, tady Jana Šimková. Babička dnes upadla v koupelně, bolí ji kyčel a "
+            "nemůže vstát. Co máme dělat?",
+            "advice",
+            ("other",),
+            True,
+        ),
+        (
+            "dotaz_davkovani",
+            "Dobrý den, tady Lenka Horáková. Mám dotaz k dávkování antibiotik, nevím, jestli "
+            "je mám brát před jídlem. Nic naléhavého.",
+            "advice",
+            ("prescription",),
+            False,
+        ),
+        (
+            "prohlidka_ridic",
+            "Dobrý den, tady Karel Svoboda. Potřeboval bych se objednat na prohlídku kvůli "
+            "řidičskému průkazu. Hodí se mi odpoledne.",
+            "appointment",
+            (),
+            False,
+        ),
+        (
+            "dusnost",
+            "Haló, tady Věra Malá. Manžel se špatně dýchá a má modré rty. Prosím, zavolejte hned.",
+            "other",
+            ("advice",),
+            True,
+        ),
+        (
+            "krvaceni_nos",
+            "Dobrý den, tady Ondřej Pokorný. Synovi už půl hodiny krvácí nos a nepřestává to. Co mám dělat?",
+            "advice",
+            ("other",),
+            True,
+        ),
+        (
+            "prelozit_odber",
+            "Dobrý den, tady Eva Procházková. Potřebovala bych přeložit odběr krve z úterý na čtvrtek, jestli to jde.",
+            "appointment",
+            (),
+            False,
+        ),
+        (
+            "zprava_specialista",
+            "Dobrý den, tady Pavel Černý. Posílám zprávu od kardiologa, chtěl bych vědět, jestli jste ji dostali.",
+            "other",
+            ("results",),
+            False,
+        ),
+        (
+            "recept_mast",
+            "Dobrý den, tady Hana Veselá. Prosím o předepsání masti na ekzém, ta stará mi došla.",
+            "prescription",
+            (),
+            False,
+        ),
+        (
+            "omdlela",
+            "Dobrý den, volám za maminku, dnes ráno omdlela v kuchyni, teď už je při vědomí. Prosím o radu.",
+            "advice",
+            ("other",),
+            True,
+        ),
+        (
+            "zaneschopnost_prodlouzit",
+            "Dobrý den, tady Martin Dušek. Prosím o prodloužení pracovní neschopnosti, záda pořád bolí.",
+            "sick_note",
+            (),
+            False,
+        ),
         ("zavolejte", "Dobrý den, tady Zdena Kolářová, prosím o zavolání, děkuji.", "other", (), False),
-        ("ockovani_chripka", "Dobrý den, chtěl bych se objednat na očkování proti chřipce, nejlépe příští "
-         "týden.", "appointment", (), False),
+        (
+            "ockovani_chripka",
+            "Dobrý den, chtěl bych se objednat na očkování proti chřipce, nejlépe příští týden.",
+            "appointment",
+            (),
+            False,
+        ),
     ],
     "en": [
-        ("pregnant_bleeding", "Hello, this is Emma Lewis. I'm twelve weeks pregnant and I've started bleeding "
-         "this morning. Please call me back as soon as possible.", "advice", ("other",), True),
-        ("repeat_inhaler", "Hi, it's Tom Harris. Could I get a repeat prescription for my inhaler please? "
-         "Thanks.", "prescription", (), False),
-        ("cancel_friday", "Hello, Sarah Jones here. I need to cancel my appointment on Friday, I'm away. "
-         "Sorry.", "cancellation", (), False),
-        ("blood_results", "Hi, this is Peter Moore. I'm calling to ask whether my blood test results have "
-         "come back.", "results", (), False),
-        ("fit_note", "Hello, this is Dan Clarke. I need a fit note for work, I've had a bad back for two "
-         "weeks.", "sick_note", (), False),
-        ("daughter_fever", "Hi, my daughter is two and she has had a fever since last night and won't eat. "
-         "Can someone call me?", "advice", ("appointment",), True),
-        ("chest_pain", "Hello, my name is Robert King. I have chest pain and I feel short of breath. Please "
-         "ring me.", "advice", ("other",), True),
-        ("book_checkup", "Good morning, I'd like to book a check up for my son before he starts school.",
-         "appointment", (), False),
-        ("question_diet", "Hi, I have a question about the diet the doctor gave me, nothing urgent, call me "
-         "when you can.", "advice", (), False),
-        ("fell_stairs", "Hello, my father fell down the stairs an hour ago and his wrist is swollen. What "
-         "should we do?", "advice", ("other",), True),
+        (
+            "pregnant_bleeding",
+            "Hello, this is Emma Lewis. I'm twelve weeks pregnant and I've started bleeding "
+            "this morning. Please call me back as soon as possible.",
+            "advice",
+            ("other",),
+            True,
+        ),
+        (
+            "repeat_inhaler",
+            "Hi, it's Tom Harris. Could I get a repeat prescription for my inhaler please? Thanks.",
+            "prescription",
+            (),
+            False,
+        ),
+        (
+            "cancel_friday",
+            "Hello, Sarah Jones here. I need to cancel my appointment on Friday, I'm away. Sorry.",
+            "cancellation",
+            (),
+            False,
+        ),
+        (
+            "blood_results",
+            "Hi, this is Peter Moore. I'm calling to ask whether my blood test results have come back.",
+            "results",
+            (),
+            False,
+        ),
+        (
+            "fit_note",
+            "Hello, this is Dan Clarke. I need a fit note for work, I've had a bad back for two weeks.",
+            "sick_note",
+            (),
+            False,
+        ),
+        (
+            "daughter_fever",
+            "Hi, my daughter is two and she has had a fever since last night and won't eat. Can someone call me?",
+            "advice",
+            ("appointment",),
+            True,
+        ),
+        (
+            "chest_pain",
+            "Hello, my name is Robert King. I have chest pain and I feel short of breath. Please ring me.",
+            "advice",
+            ("other",),
+            True,
+        ),
+        (
+            "book_checkup",
+            "Good morning, I'd like to book a check up for my son before he starts school.",
+            "appointment",
+            (),
+            False,
+        ),
+        (
+            "question_diet",
+            "Hi, I have a question about the diet the doctor gave me, nothing urgent, call me when you can.",
+            "advice",
+            (),
+            False,
+        ),
+        (
+            "fell_stairs",
+            "Hello, my father fell down the stairs an hour ago and his wrist is swollen. What should we do?",
+            "advice",
+            ("other",),
+            True,
+        ),
     ],
 }
 
@@ -134,8 +277,11 @@ HELD_OUT: dict[str, list[tuple[str, str, str, tuple[str, ...], bool]]] = {
 def labelled(only: str | None, every: int, start: int = 0) -> list[dict[str, Any]]:
     from tests import voicemail_set as vs
 
-    clips = [dict(x, path=str(vs.clip_path(x)), set="labelled") for x in vs.load_labels()
-             if x["kind"] == "speech" and (not only or only in x["file"])]
+    clips = [
+        dict(x, path=str(vs.clip_path(x)), set="labelled")
+        for x in vs.load_labels()
+        if x["kind"] == "speech" and (not only or only in x["file"])
+    ]
     return clips[start :: max(every, 1)]
 
 
@@ -145,8 +291,11 @@ def held_out(only: str | None, every: int) -> list[dict[str, Any]]:
     labels_file = HELD_OUT_DIR / "labels.json"
     if not labels_file.is_file():
         _render_held_out()
-    clips = [dict(x, path=str(HELD_OUT_DIR / x["file"]), set="heldout")
-             for x in json.loads(labels_file.read_text(encoding="utf-8")) if not only or only in x["file"]]
+    clips = [
+        dict(x, path=str(HELD_OUT_DIR / x["file"]), set="heldout")
+        for x in json.loads(labels_file.read_text(encoding="utf-8"))
+        if not only or only in x["file"]
+    ]
     return clips[:: max(every, 1)]
 
 
@@ -163,8 +312,12 @@ def _render_held_out() -> None:
     labels = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
-        crowd = [mv.synthesize(text, voice, tmp, 0.9) for (_, text, *_), voice in
-                 zip(HELD_OUT["cs"][:4], ["espeak:cs+m1", "espeak:cs+f3", "festival:czech_machac", "espeak:cs+m5"])]
+        crowd = [
+            mv.synthesize(text, voice, tmp, 0.9)
+            for (_, text, *_), voice in zip(
+                HELD_OUT["cs"][:4], ["espeak:cs+m1", "espeak:cs+f3", "festival:czech_machac", "espeak:cs+m5"]
+            )
+        ]
         beds = mv.noise_beds(mv.seeded("heldout-beds"), crowd)
         for language, voices in (("cs", mv.CZECH_MORE_VOICES), ("en", mv.ENGLISH_MORE_VOICES)):
             for i, (key, text, intent, also, urgent) in enumerate(HELD_OUT[language]):
@@ -179,9 +332,21 @@ def _render_held_out() -> None:
                 channel = CHANNELS[i % len(CHANNELS)]
                 stem = f"{language}_{key}_{mv.voice_tag(voice)}_{channel}"
                 out = mv.write(rec, channel, stem, tmp, mv.seeded(stem), beds, 10 ** (level / 20))
-                labels.append({"file": out["file"], "kind": "speech", "language": language, "text": text,
-                               "key": key, "intent": intent, "also": list(also), "urgent": urgent,
-                               "voice": voice, "channel": channel, "duration": out["duration"]})
+                labels.append(
+                    {
+                        "file": out["file"],
+                        "kind": "speech",
+                        "language": language,
+                        "text": text,
+                        "key": key,
+                        "intent": intent,
+                        "also": list(also),
+                        "urgent": urgent,
+                        "voice": voice,
+                        "channel": channel,
+                        "duration": out["duration"],
+                    }
+                )
     (HELD_OUT_DIR / "labels.json").write_text(json.dumps(labels, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
@@ -208,23 +373,28 @@ def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             began = time.perf_counter()
             t = engine.transcribe(clip["path"], args.languages.split(","), country="CZ")
             cache[_clip_key("project", clip)] = {"text": t.text, "language": t.language}
-            print(f"project {n}/{len(todo['project'])} {clip['file']} {time.perf_counter() - began:.1f} s",
-                  file=sys.stderr)
+            print(
+                f"project {n}/{len(todo['project'])} {clip['file']} {time.perf_counter() - began:.1f} s",
+                file=sys.stderr,
+            )
             _save(cache, args.caches[0])
     if todo.get("reference"):
         import faster_whisper
 
         from bench.transcription_bench import REFERENCE_OPTIONS, ct2_model_dir
 
-        model = faster_whisper.WhisperModel(str(ct2_model_dir()), device="cpu", compute_type="int8",
-                                            cpu_threads=args.threads)
+        model = faster_whisper.WhisperModel(
+            str(ct2_model_dir()), device="cpu", compute_type="int8", cpu_threads=args.threads
+        )
         for n, clip in enumerate(todo["reference"], 1):
             began = time.perf_counter()
             segments, _ = model.transcribe(clip["path"], language=clip["language"], **REFERENCE_OPTIONS)
             text = " ".join(s.text.strip() for s in segments).strip()
             cache[_clip_key("reference", clip)] = {"text": text, "language": clip["language"]}
-            print(f"reference {n}/{len(todo['reference'])} {clip['file']} {time.perf_counter() - began:.1f} s",
-                  file=sys.stderr)
+            print(
+                f"reference {n}/{len(todo['reference'])} {clip['file']} {time.perf_counter() - began:.1f} s",
+                file=sys.stderr,
+            )
             _save(cache, args.caches[0])
     out: dict[str, dict[str, str]] = {}
     for clip in clips:
@@ -263,8 +433,9 @@ def _words(text: str) -> str:
     return " " + " ".join(re.findall(r"[^\W_]+(?:['’][^\W_]+)*", _fold(text))) + " "
 
 
-def keywords(text: str, language: str | None, types: dict[str, dict[str, list[str]]],
-             urgency: dict[str, list[str]]) -> tuple[str | None, bool]:
+def keywords(
+    text: str, language: str | None, types: dict[str, dict[str, list[str]]], urgency: dict[str, list[str]]
+) -> tuple[str | None, bool]:
     """The baseline: lines found as written (whole words, case and diacritics ignored)."""
     hay = _words(text)
 
@@ -307,14 +478,23 @@ def score(clips: list[dict[str, Any]], texts: dict[str, dict[str, Any]]) -> list
             for source, t in texts[clip["file"]].items():
                 suggested, urgent = reader(t["text"], t["language"])
                 right = {clip["intent"], *clip.get("also", [])}
-                rows.append({
-                    "set": clip["set"], "file": clip["file"], "language": clip["language"], "channel": clip["channel"],
-                    "source": source, "reader": reader_name, "suggested": suggested, "intent": clip["intent"],
-                    "right": (suggested or "other") in right,
-                    "wrong": suggested is not None and suggested not in right,
-                    "urgent": clip["urgent"], "flagged": urgent,
-                    "kept": keywords(t["text"], t["language"], {}, readers_words()[1])[1],
-                })
+                rows.append(
+                    {
+                        "set": clip["set"],
+                        "file": clip["file"],
+                        "language": clip["language"],
+                        "channel": clip["channel"],
+                        "source": source,
+                        "reader": reader_name,
+                        "suggested": suggested,
+                        "intent": clip["intent"],
+                        "right": (suggested or "other") in right,
+                        "wrong": suggested is not None and suggested not in right,
+                        "urgent": clip["urgent"],
+                        "flagged": urgent,
+                        "kept": keywords(t["text"], t["language"], {}, readers_words()[1])[1],
+                    }
+                )
     return rows
 
 
@@ -354,12 +534,17 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for set_name in sorted({r["set"] for r in rows}):
         print(f"\n## {set_name}\n")
-        print("| language, channel | source | reader | messages | accuracy | wrong type | urgent recall | "
-              "false urgent | urgent keeping a word: unflagged |")
+        print(
+            "| language, channel | source | reader | messages | accuracy | wrong type | urgent recall | "
+            "false urgent | urgent keeping a word: unflagged |"
+        )
         print("|---|---|---|---:|---:|---:|---:|---:|---:|")
         mine = [r for r in rows if r["set"] == set_name]
-        groups = [(f"{lang} {ch}", lambda r, lang=lang, ch=ch: r["language"] == lang and r["channel"] == ch)
-                  for lang in LANGUAGES for ch in CHANNELS]
+        groups = [
+            (f"{lang} {ch}", lambda r, lang=lang, ch=ch: r["language"] == lang and r["channel"] == ch)
+            for lang in LANGUAGES
+            for ch in CHANNELS
+        ]
         groups += [(f"{lang} all", lambda r, lang=lang: r["language"] == lang) for lang in LANGUAGES]
         groups += [("all", lambda r: True)]
         for name, member in groups:
@@ -370,9 +555,11 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
                         continue
                     f = figures(some)
                     out.setdefault(set_name, {}).setdefault(name, {}).setdefault(source, {})[reader] = f
-                    print(f"| {name} | {source} | {reader} | {f['messages']} | {_pct(f['accuracy'])} | "
-                          f"{_pct(f['wrong'])} | {_pct(f['recall'])} ({f['urgent']}) | {_pct(f['false_urgent'])} | "
-                          f"{f['kept_unflagged']} of {f['kept']} |")
+                    print(
+                        f"| {name} | {source} | {reader} | {f['messages']} | {_pct(f['accuracy'])} | "
+                        f"{_pct(f['wrong'])} | {_pct(f['recall'])} ({f['urgent']}) | {_pct(f['false_urgent'])} | "
+                        f"{f['kept_unflagged']} of {f['kept']} |"
+                    )
     return out
 
 
@@ -386,19 +573,33 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model", default=str(ROOT / "var" / "models" / "ggml-base.bin"))
     parser.add_argument("--languages", default="cs,en", help="the project engine detects among these")
     parser.add_argument("--no-reference", action="store_true", help="the project's engine only")
-    parser.add_argument("--no-project", action="store_true", help="the reference engine only (the readers compared "
-                        "on the same transcripts; the project's engine takes minutes a clip on a loaded machine)")
+    parser.add_argument(
+        "--no-project",
+        action="store_true",
+        help="the reference engine only (the readers compared "
+        "on the same transcripts; the project's engine takes minutes a clip on a loaded machine)",
+    )
     parser.add_argument("--fresh", action="store_true", help="transcribe again, the cache forgotten")
-    parser.add_argument("--cache", type=Path, action="append", dest="caches", default=None,
-                        help="the transcripts' cache: new ones are kept in the first, all are read (runs at "
-                        "once each keep their own, as each rewrites it)")
-    parser.add_argument("--cached-only", action="store_true",
-                        help="score only the clips whose transcripts are cached (transcribe nothing)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        action="append",
+        dest="caches",
+        default=None,
+        help="the transcripts' cache: new ones are kept in the first, all are read (runs at "
+        "once each keep their own, as each rewrites it)",
+    )
+    parser.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="score only the clips whose transcripts are cached (transcribe nothing)",
+    )
     parser.add_argument("--json", default=None, metavar="OUT")
     args = parser.parse_args(argv)
     args.caches = args.caches or [CACHE]
     clips = (held_out(args.only, args.every) if args.set in ("heldout", "both") else []) + (
-        labelled(args.only, args.every, args.start) if args.set in ("labelled", "both") else [])
+        labelled(args.only, args.every, args.start) if args.set in ("labelled", "both") else []
+    )
     if args.cached_only:
         cache = _load(args.caches)
         engines = ([] if args.no_project else ["project"]) + ([] if args.no_reference else ["reference"])
@@ -406,17 +607,26 @@ def main(argv: list[str]) -> int:
     texts = transcribe(clips, args)
     rows = score(clips, texts)
     summary = report(rows)
-    wrongs = [r for r in rows if r["reader"] == "triage" and r["source"] == "project" and (r["wrong"] or (
-        r["urgent"] and r["kept"] and not r["flagged"]))]
+    wrongs = [
+        r
+        for r in rows
+        if r["reader"] == "triage"
+        and r["source"] == "project"
+        and (r["wrong"] or (r["urgent"] and r["kept"] and not r["flagged"]))
+    ]
     if wrongs:
-        print("\nThe project's transcripts read wrong by the triage (a wrong type, or urgent words kept but not "
-              "flagged):")
+        print(
+            "\nThe project's transcripts read wrong by the triage (a wrong type, or urgent words kept but not flagged):"
+        )
         for r in wrongs:
-            print(f"- {r['set']} {r['file']}: suggested {r['suggested']}, meant {r['intent']}"
-                  + (", urgent not flagged" if r["urgent"] and r["kept"] and not r["flagged"] else ""))
+            print(
+                f"- {r['set']} {r['file']}: suggested {r['suggested']}, meant {r['intent']}"
+                + (", urgent not flagged" if r["urgent"] and r["kept"] and not r["flagged"] else "")
+            )
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "summary": summary, "texts": texts},
-                                              ensure_ascii=False, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"rows": rows, "summary": summary, "texts": texts}, ensure_ascii=False, indent=1)
+        )
     return 0
 
 

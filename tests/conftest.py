@@ -6,14 +6,16 @@ TEST_REDIS_URL (default redis://127.0.0.1:6379/15) is flushed likewise. Run in p
 (pytest-xdist, `bin/test -n 2`), each process takes its own database and Redis numbers
 derived from these (tests/support/isolation.py).
 """
+
 from __future__ import annotations
 
 import copy
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import argon2
 import pytest
@@ -23,17 +25,16 @@ import webtest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import plumbing.clock  # noqa: E402
+import staff.passwords  # noqa: E402
 from app import create_app  # noqa: E402
 from config import Config  # noqa: E402
 from migrations import migrate  # noqa: E402
-from plumbing.database import db  # noqa: E402
 from models import MODELS, SchemaMigration  # noqa: E402
-from tests.support import SECRET_KEY  # noqa: E402
+from plumbing.database import db  # noqa: E402
+from tests.support import SECRET_KEY, isolation  # noqa: E402
 from tests.support.clocks import WEDNESDAY, Clock  # noqa: E402
-from tests.support import isolation  # noqa: E402
 from tests.support.databases import TableEmptier, recreate_database  # noqa: E402
-import staff.passwords  # noqa: E402
-import plumbing.clock  # noqa: E402
 
 # Staff passwords in this process are Argon2id at its lowest cost (1 pass over 1 MiB): the
 # same algorithm and code paths, without 160 ms of hashing per login and per new user
@@ -45,9 +46,26 @@ staff.passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=1024, p
 # log_audit: the whole session logs at DEBUG and fails if a secret reaches a log.
 # https_server: the HTTPS test server's fixtures. worker: the session's one RQ worker.
 # tiers: what each test needs (gunicorn, a worker, the engine, ...), `--fast` for none of it.
-# browser: the browser tests' Chromium.
-pytest_plugins = ["tests.support.tiers", "tests.support.log_audit", "tests.support.https_server", "tests.support.contract",
-                  "tests.support.worker", "tests.support.browser"]
+# browser: the browser tests' Chromium. contract: every answer judged by the OpenAPI
+# document. The fixtures several modules share: console (the staff console through
+# WebTest), console_browser (the console's browser tests), recordings (the switchboard
+# platform), handoffs (call hand-offs), relay (the call relay's outbox), organizations (the
+# organizations a test starts from), seaweed (a SeaweedFS for the S3 backend).
+pytest_plugins = [
+    "tests.support.tiers",
+    "tests.support.log_audit",
+    "tests.support.https_server",
+    "tests.support.contract",
+    "tests.support.worker",
+    "tests.support.browser",
+    "tests.support.console",
+    "tests.support.console_browser",
+    "tests.support.recordings",
+    "tests.support.handoffs",
+    "tests.support.relay",
+    "tests.support.organizations",
+    "tests.support.seaweed",
+]
 
 _XDIST = isolation.worker_index()  # None unless pytest-xdist runs this process
 # The workers, bin/run and the scripts this process starts transcribe with as many threads

@@ -2,6 +2,7 @@
 /usr/bin/chromium through Playwright): it loads without a token, renders every operation of
 /openapi.json, and no request leaves the service's origin (nor is one stopped by the page's
 Content-Security-Policy, which would mean the renderer tried)."""
+
 from __future__ import annotations
 
 from urllib.parse import urlsplit
@@ -22,7 +23,9 @@ def service(wsgi_app):
 
 
 def operations(document: dict) -> list[str]:
-    return [op["operationId"] for item in document["paths"].values() for method, op in item.items() if method in METHODS]
+    return [
+        op["operationId"] for item in document["paths"].values() for method, op in item.items() if method in METHODS
+    ]
 
 
 def test_docs_renders_every_operation_and_loads_nothing_from_elsewhere(service, browser, tmp_path):
@@ -52,13 +55,16 @@ def test_docs_renders_every_operation_and_loads_nothing_from_elsewhere(service, 
 
     # Expanding an operation renders its request body schema (the renderer resolved the $refs).
     page.locator("#operations-switchboard-recordingComplete .opblock-summary").click()
-    page.locator("#operations-switchboard-recordingComplete .body-param__example, "
-                 "#operations-switchboard-recordingComplete .model-example").first.wait_for(timeout=30_000)
+    page.locator(
+        "#operations-switchboard-recordingComplete .body-param__example, "
+        "#operations-switchboard-recordingComplete .model-example"
+    ).first.wait_for(timeout=30_000)
     assert "CallSid" in page.locator("#operations-switchboard-recordingComplete").inner_text()
     page.screenshot(path=str(tmp_path / "api-reference.png"))
     origin = urlsplit(service)
-    elsewhere = [url for url in requested
-                 if not url.startswith("data:") and urlsplit(url)[:2] != (origin.scheme, origin.netloc)]
+    elsewhere = [
+        url for url in requested if not url.startswith("data:") and urlsplit(url)[:2] != (origin.scheme, origin.netloc)
+    ]
     assert not elsewhere, f"requests leaving the service: {elsewhere}"
     assert any(url.endswith("/openapi.json") for url in requested)
     blocked = [p for p in problems if "Content Security Policy" in p or "Refused to" in p]

@@ -1,14 +1,12 @@
-"""Issue 22, attribution: every API write leaves exactly one event in the append-only
+"""Attribution: every API write leaves exactly one event in the append-only
 audit trail (models.AuditEvent) naming its token, service account, clinic, action and
 target, written in the write's own transaction; `manage.py audit` prints the trail."""
+
 from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,21 +14,29 @@ from typing import Any
 import peewee as pw
 import pytest
 
-from plumbing.database import db
 from models import (
-    Actor, ApiToken, AppendOnly, AuditEvent, Call, Clinic, UploadLink, MedicalRecord, Patient, PatientRequest,
+    Actor,
+    ApiToken,
+    AppendOnly,
+    AuditEvent,
+    Call,
+    Clinic,
+    MedicalRecord,
+    Patient,
+    PatientRequest,
     PatientRequestTag,
+    UploadLink,
 )
 from onboarding.writer import stable_id
+from plumbing.database import db
 from storage import LocalStorage
 from switchboard.intake import GroupCommit
-from tests.conftest import PG_URL, ROOT
 from tests.support import bearer, issue_token, load, switchboard_url
-from tests.support.bodies import call_body
+from tests.support.bodies import PNG, call_body
 from tests.support.live_service import api, patient_id, signing_organization, tag_id, type_id
+from tests.support.processes import run_manage as manage
 
 CLINIC_A = stable_id("clinic", "clinic-a")
-PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
 
 
 @pytest.fixture
@@ -73,10 +79,13 @@ def forget_events() -> None:
 
 # --- one event per write, through the real app ------------------------------------------------------
 
+
 def test_create_records_who_where_what_and_the_request_id(app, token):
-    response = app.post_json(api() + "/patientRequests/create", headers={**bearer(token), "X-Request-Id": "rid-audit-1"},
-                             params={"patientId": patient_id("jana"), "userECRFId": type_id("SIGNED_CONSENT"),
-                                     "userNote": "a private note"})
+    response = app.post_json(
+        api() + "/patientRequests/create",
+        headers={**bearer(token), "X-Request-Id": "rid-audit-1"},
+        params={"patientId": patient_id("jana"), "userECRFId": type_id("SIGNED_CONSENT"), "userNote": "a private note"},
+    )
     rid = response.json["data"]["id"]
     event = the_event(token, "patient_request.create", "patient_request", rid)
     assert event.request_id == "rid-audit-1"
@@ -87,8 +96,11 @@ def test_create_records_who_where_what_and_the_request_id(app, token):
 def test_patch_records_the_names_of_the_fields_it_set_never_their_values(app, token):
     rid = create(app, token)
     forget_events()
-    app.patch_json(f"{api()}/patientRequests/{rid}", {"addTagIds": [tag_id("patient_request", "needs-callback")],
-                                                      "userNote": "call back after 5"}, headers=bearer(token))
+    app.patch_json(
+        f"{api()}/patientRequests/{rid}",
+        {"addTagIds": [tag_id("patient_request", "needs-callback")], "userNote": "call back after 5"},
+        headers=bearer(token),
+    )
     event = the_event(token, "patient_request.patch", "patient_request", rid)
     assert json.loads(event.details) == {"fields": ["addTagIds", "userNote"]}
     assert "call back" not in event.details
@@ -97,8 +109,9 @@ def test_patch_records_the_names_of_the_fields_it_set_never_their_values(app, to
 def test_upload_link_and_registration_record_one_event_each_and_a_repeat_none(app, token):
     rid = create(app, token)
     forget_events()
-    link = app.post_json(f"{api()}/patientRequests/{rid}/attachments/upload-link", {"contentType": "image/png"},
-                         headers=bearer(token)).json["data"]
+    link = app.post_json(
+        f"{api()}/patientRequests/{rid}/attachments/upload-link", {"contentType": "image/png"}, headers=bearer(token)
+    ).json["data"]
     event = the_event(token, "attachment.upload_link", "patient_request", rid)
     assert json.loads(event.details) == {"fileHash": link["fileHash"], "contentType": "image/png"}
     assert "signature" not in event.details  # the key, never the presigned URL
@@ -111,8 +124,11 @@ def test_upload_link_and_registration_record_one_event_each_and_a_repeat_none(ap
     record = app.post_json(url, body, headers=bearer(token)).json["data"]
     try:
         event = the_event(token, "attachment.register", "medical_record", record["id"])
-        assert json.loads(event.details) == {"patientRequestId": rid, "contentType": "image/png",
-                                             "sha256": record["sha256"]}
+        assert json.loads(event.details) == {
+            "patientRequestId": rid,
+            "contentType": "image/png",
+            "sha256": record["sha256"],
+        }
         assert "Novakova" not in event.details  # a file name may name the patient
         assert app.post_json(url, body, headers=bearer(token)).json["data"] == record  # answers the first one
         assert len(events()) == 1, "registering the same upload again writes nothing, so records nothing"
@@ -122,15 +138,22 @@ def test_upload_link_and_registration_record_one_event_each_and_a_repeat_none(ap
 
 
 def test_patient_import_records_created_then_updated(app, token):
-    item = {"externalId": "EXT-AUDIT", "externalIdSource": "signing-system", "firstName": "Eva", "lastName": "Dvořáková",
-            "phone": "+420 603 111 222"}
+    item = {
+        "externalId": "EXT-AUDIT",
+        "externalIdSource": "signing-system",
+        "firstName": "Eva",
+        "lastName": "Dvořáková",
+        "phone": "+420 603 111 222",
+    }
     first = app.post_json(api() + "/patients/import", item, headers=bearer(token)).json["data"]
     event = the_event(token, "patient.import", "patient", first["patient"]["id"])
     assert json.loads(event.details) == {"created": True}
     assert "Dvo" not in event.details and "603" not in event.details
     forget_events()
     app.post_json(api() + "/patients/import", dict(item, lastName="Nová"), headers=bearer(token))
-    assert json.loads(the_event(token, "patient.import", "patient", first["patient"]["id"]).details) == {"created": False}
+    assert json.loads(the_event(token, "patient.import", "patient", first["patient"]["id"]).details) == {
+        "created": False
+    }
 
 
 def test_bulk_import_records_one_event_with_its_counts(app, token):
@@ -172,7 +195,8 @@ def test_group_commit_records_each_stored_call_and_none_for_a_refused_row(token)
     trail = events()
     assert sorted(e.target_id for e in trail) == sorted(str(call.id) for call, _ in stored)
     assert {(e.action, e.token_id, e.actor_name, e.clinic_id) for e in trail} == {
-        ("call.receive", writer.id, "test-service", CLINIC_A)}
+        ("call.receive", writer.id, "test-service", CLINIC_A)
+    }
 
 
 def test_the_event_keeps_the_service_account_name_it_wrote_under(app, token):
@@ -184,25 +208,39 @@ def test_the_event_keeps_the_service_account_name_it_wrote_under(app, token):
 
 # --- nothing recorded for what was not written ------------------------------------------------------
 
+
 def test_refused_writes_record_nothing(app, token):
     h = bearer(token)
     rid = create(app, token)
     forget_events()
     app.post_json(api() + "/patientRequests/create", {"patientId": "not-a-uuid"}, headers=h, status=400)
-    app.post_json(api() + "/patientRequests/create", {"patientId": patient_id("petr"),
-                                                      "userECRFId": type_id("SIGNED_CONSENT")}, headers=h, status=403)
-    app.patch_json(f"{api()}/patientRequests/{rid}", {"addTagIds": [tag_id("patient", "signed-consent")]}, headers=h,
-                   status=400)
+    app.post_json(
+        api() + "/patientRequests/create",
+        {"patientId": patient_id("petr"), "userECRFId": type_id("SIGNED_CONSENT")},
+        headers=h,
+        status=403,
+    )
+    app.patch_json(
+        f"{api()}/patientRequests/{rid}", {"addTagIds": [tag_id("patient", "signed-consent")]}, headers=h, status=400
+    )
     app.post_json(f"{api()}/patientRequests/{rid}/attachments/upload-link", {}, headers=h, status=400)
-    app.post_json(f"{api()}/patientRequests/{rid}/attachments",
-                  {"contentType": "application/pdf", "fileHash": "not-issued", "description": "x.pdf"}, headers=h,
-                  status=400)
-    app.post_json(api() + "/patients/import", {"externalId": "X", "firstName": "F", "lastName": "L",
-                                               "phone": "not a phone"}, headers=h, status=400)
+    app.post_json(
+        f"{api()}/patientRequests/{rid}/attachments",
+        {"contentType": "application/pdf", "fileHash": "not-issued", "description": "x.pdf"},
+        headers=h,
+        status=400,
+    )
+    app.post_json(
+        api() + "/patients/import",
+        {"externalId": "X", "firstName": "F", "lastName": "L", "phone": "not a phone"},
+        headers=h,
+        status=400,
+    )
     answer = app.post_json(api() + "/patients/import-bulk", {"patients": [{"externalId": "X"}]}, headers=h).json
     assert [r["status"] for r in answer["data"]] == ["failed"]  # nothing written, nothing recorded
-    app.post_json(switchboard_url("clinic-a", "recording-complete"), {"CallFrom": "+420601123456"}, headers=h,
-                  status=400)
+    app.post_json(
+        switchboard_url("clinic-a", "recording-complete"), {"CallFrom": "+420601123456"}, headers=h, status=400
+    )
     read_only = issue_token(["clinic-a"], ["read"])
     app.patch_json(f"{api()}/patientRequests/{rid}", {"userNote": "x"}, headers=bearer(read_only), status=403)
     assert events() == []
@@ -216,14 +254,17 @@ def test_a_write_whose_transaction_rolls_back_leaves_no_event(app, token, monkey
     """The event is recorded, then the write's transaction fails: both are gone together."""
     h = bearer(token)
     rid = create(app, token)
-    link = app.post_json(f"{api()}/patientRequests/{rid}/attachments/upload-link", {"contentType": "image/png"},
-                         headers=h).json["data"]
+    link = app.post_json(
+        f"{api()}/patientRequests/{rid}/attachments/upload-link", {"contentType": "image/png"}, headers=h
+    ).json["data"]
     storage = LocalStorage("var/storage", signing_key=b"x" * 16, public_base_url="http://x")
     storage.write_stream(link["fileHash"], io.BytesIO(PNG), len(PNG), "image/png")
     forget_events()
     with db.connection_context():
-        before = {m.__name__: m.select().count() for m in (PatientRequest, PatientRequestTag, UploadLink,
-                                                            MedicalRecord, Patient)}
+        before = {
+            m.__name__: m.select().count()
+            for m in (PatientRequest, PatientRequestTag, UploadLink, MedicalRecord, Patient)
+        }
     real = AuditEvent.record.__func__
 
     def record_then_fail(cls, *args: Any, **kwargs: Any) -> None:
@@ -234,17 +275,34 @@ def test_a_write_whose_transaction_rolls_back_leaves_no_event(app, token, monkey
     monkeypatch.setattr(AuditEvent, "record", classmethod(record_then_fail))
     patient = {"externalId": "RB-1", "firstName": "F", "lastName": "L"}
     send = {
-        "create": lambda: app.post_json(api() + "/patientRequests/create", {
-            "patientId": patient_id("jana"), "userECRFId": type_id("SIGNED_CONSENT")}, headers=h, status=503),
-        "patch": lambda: app.patch_json(f"{api()}/patientRequests/{rid}", {
-            "addTagIds": [tag_id("patient_request", "needs-callback")], "userNote": "x"}, headers=h, status=503),
-        "upload_link": lambda: app.post_json(f"{api()}/patientRequests/{rid}/attachments/upload-link",
-                                             {"contentType": "image/png"}, headers=h, status=503),
-        "register": lambda: app.post_json(f"{api()}/patientRequests/{rid}/attachments", {
-            "contentType": "image/png", "fileHash": link["fileHash"], "description": "x.png"}, headers=h, status=503),
+        "create": lambda: app.post_json(
+            api() + "/patientRequests/create",
+            {"patientId": patient_id("jana"), "userECRFId": type_id("SIGNED_CONSENT")},
+            headers=h,
+            status=503,
+        ),
+        "patch": lambda: app.patch_json(
+            f"{api()}/patientRequests/{rid}",
+            {"addTagIds": [tag_id("patient_request", "needs-callback")], "userNote": "x"},
+            headers=h,
+            status=503,
+        ),
+        "upload_link": lambda: app.post_json(
+            f"{api()}/patientRequests/{rid}/attachments/upload-link",
+            {"contentType": "image/png"},
+            headers=h,
+            status=503,
+        ),
+        "register": lambda: app.post_json(
+            f"{api()}/patientRequests/{rid}/attachments",
+            {"contentType": "image/png", "fileHash": link["fileHash"], "description": "x.png"},
+            headers=h,
+            status=503,
+        ),
         "import": lambda: app.post_json(api() + "/patients/import", patient, headers=h, status=503),
-        "import_bulk": lambda: app.post_json(api() + "/patients/import-bulk", {"patients": [patient]}, headers=h,
-                                             status=503),
+        "import_bulk": lambda: app.post_json(
+            api() + "/patients/import-bulk", {"patients": [patient]}, headers=h, status=503
+        ),
     }
     try:
         send[write]()
@@ -252,8 +310,10 @@ def test_a_write_whose_transaction_rolls_back_leaves_no_event(app, token, monkey
         storage.delete(link["fileHash"])
         shutil.rmtree(Path("var/storage/registered") / rid, ignore_errors=True)  # the sealed copy, if made
     with db.connection_context():
-        after = {m.__name__: m.select().count() for m in (PatientRequest, PatientRequestTag, UploadLink,
-                                                           MedicalRecord, Patient)}
+        after = {
+            m.__name__: m.select().count()
+            for m in (PatientRequest, PatientRequestTag, UploadLink, MedicalRecord, Patient)
+        }
         assert PatientRequest.get_by_id(rid).user_note == ""
     assert after == before, "the write rolled back"
     assert events() == [], "and its event with it"
@@ -261,14 +321,16 @@ def test_a_write_whose_transaction_rolls_back_leaves_no_event(app, token, monkey
 
 # --- append-only ------------------------------------------------------------------------------------
 
+
 def test_postgresql_refuses_update_and_delete_of_the_trail(app, token):
     create(app, token)
-    for statement in ('UPDATE "audit_event" SET "actor_name" = \'someone else\'', 'DELETE FROM "audit_event"',
-                      'DELETE FROM "audit_event" WHERE false'):
-        with db.connection_context():
-            with pytest.raises(pw.ProgrammingError, match="append-only"):
-                with db.atomic():
-                    db.execute_sql(statement)
+    for statement in (
+        'UPDATE "audit_event" SET "actor_name" = \'someone else\'',
+        'DELETE FROM "audit_event"',
+        'DELETE FROM "audit_event" WHERE false',
+    ):
+        with db.connection_context(), pytest.raises(pw.ProgrammingError, match="append-only"), db.atomic():
+            db.execute_sql(statement)
     assert [e.actor_name for e in events()] == ["test-service"]
 
 
@@ -276,13 +338,16 @@ def test_the_model_has_no_way_to_change_or_delete_an_event(app, token):
     create(app, token)
     event = events()[0]
     with db.connection_context():
-        for attempt in (lambda: AuditEvent.update(actor_name="x"), AuditEvent.delete, event.delete_instance,
-                        event.save):
+        for attempt in (
+            lambda: AuditEvent.update(actor_name="x"),
+            AuditEvent.delete,
+            event.delete_instance,
+            event.save,
+        ):
             with pytest.raises(AppendOnly):
                 attempt()
-        with pytest.raises(pw.IntegrityError):  # a token that wrote is revoked, never deleted
-            with db.atomic():
-                ApiToken.delete().where(ApiToken.id == token_id(token)).execute()
+        with pytest.raises(pw.IntegrityError), db.atomic():  # a token that wrote is revoked, never deleted
+            ApiToken.delete().where(ApiToken.id == token_id(token)).execute()
     assert len(events()) == 1
 
 
@@ -293,18 +358,16 @@ def test_record_outside_a_transaction_is_refused(app, token):
 
 # --- the operator CLI -------------------------------------------------------------------------------
 
-def manage(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DATABASE_URL": PG_URL}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
-
 
 def test_audit_cli_prints_the_trail_newest_first_filtered_and_without_secrets(app, token):
     rid = create(app, token)
     app.patch_json(f"{api()}/patientRequests/{rid}", {"userNote": "secret note"}, headers=bearer(token))
     other = issue_token(["clinic-b"], ["read", "write"])
-    app.post_json(api("clinic-b") + "/patients/import", {"externalId": "B-1", "firstName": "F", "lastName": "L"},
-                  headers=bearer(other))
+    app.post_json(
+        api("clinic-b") + "/patients/import",
+        {"externalId": "B-1", "firstName": "F", "lastName": "L"},
+        headers=bearer(other),
+    )
     done = manage("audit", "--clinic", "clinic-a")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -323,7 +386,9 @@ def test_audit_cli_prints_the_trail_newest_first_filtered_and_without_secrets(ap
 
 def test_token_create_and_revoke_are_recorded_as_the_operators(app, token):
     forget_events()
-    created = manage("token", "create", "--name", "pbx", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "30")
+    created = manage(
+        "token", "create", "--name", "pbx", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "30"
+    )
     assert created.returncode == 0, created.stderr
     made = token_id(created.stdout.strip())
     assert manage("token", "revoke", str(made)).returncode == 0
@@ -331,7 +396,8 @@ def test_token_create_and_revoke_are_recorded_as_the_operators(app, token):
     trail = events()
     assert [(e.actor_kind, e.token_id, e.action, e.target_type, e.target_id) for e in trail] == [
         ("operator", None, "token.create", "api_token", str(made)),
-        ("operator", None, "token.revoke", "api_token", str(made))]
+        ("operator", None, "token.revoke", "api_token", str(made)),
+    ]
     details = json.loads(trail[0].details)
     assert details.pop("expiresAt").endswith("Z")
     assert details == {"name": "pbx", "clinics": ["clinic-a"], "scopes": "read"}

@@ -1,16 +1,16 @@
 """Spec section 5 (authentication) and section 7 (errors), for every switchboard check,
 plus the error conventions of docs/design.md: one `{error, code}` body for every failure."""
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 
 import manage
-from plumbing.database import db
 from models import ApiToken
+from plumbing.database import db
 from tests.support import assert_error, bearer, issue_token, switchboard_url
-from tests.support.organizations import two_clinics  # noqa: F401 (a fixture)
 
 CHECKS = [("is-clinic-opened", None), ("is-on-vacation", {}), ("has-active-request", {"callFrom": "+420601123456"})]
 
@@ -26,17 +26,25 @@ def post(app, slug, check, body, headers=None, status=None):
 class TestEveryCheck:
     def test_valid_read_token_gets_200(self, app, two_clinics, check, body):
         resp = post(app, "clinic-a", check, body, bearer(issue_token(["clinic-a"], ["read"])), status=200)
-        assert list(resp.json.values())[0] in (True, False)
+        assert next(iter(resp.json.values())) in (True, False)
 
     def test_missing_token_401(self, app, two_clinics, check, body):
         resp = post(app, "clinic-a", check, body, status=401)
         assert_error(resp, 401, "UNAUTHORIZED")
         assert resp.headers["WWW-Authenticate"].startswith("Bearer")
 
-    @pytest.mark.parametrize("header", [
-        "Bearer", "Bearer ", "Basic dXNlcjpwYXNz", "Token abc", "Bearer nonsense",
-        "Bearer csk_00000000000000000000000000000000_secret", "Bearer csk_zz_secret",
-    ])
+    @pytest.mark.parametrize(
+        "header",
+        [
+            "Bearer",
+            "Bearer ",
+            "Basic dXNlcjpwYXNz",
+            "Token abc",
+            "Bearer nonsense",
+            "Bearer csk_00000000000000000000000000000000_secret",
+            "Bearer csk_zz_secret",
+        ],
+    )
     def test_malformed_or_unknown_token_401(self, app, two_clinics, check, body, header):
         assert_error(post(app, "clinic-a", check, body, {"Authorization": header}, status=401), 401, "UNAUTHORIZED")
 
@@ -86,8 +94,9 @@ class TestEveryCheck:
 
 
 def _config():
-    from tests.conftest import PG_URL, REDIS_URL
     from config import Config
+    from tests.conftest import PG_URL, REDIS_URL
+
     return Config(database_url=PG_URL, redis_url=REDIS_URL)
 
 
@@ -97,31 +106,52 @@ def test_check_order_token_then_clinic_then_access_then_body(app, two_clinics):
     assert_error(app.post(url, "{bad", headers={"Content-Type": "application/json"}, status=401), 401, "UNAUTHORIZED")
     # Valid token but unknown clinic: 404 before 403 (the token covers no such clinic).
     other = issue_token(["clinic-b"], ["write"])
-    assert_error(app.post(url, "{bad", headers={**bearer(other), "Content-Type": "application/json"}, status=404),
-                 404, "CLINIC_NOT_FOUND")
+    assert_error(
+        app.post(url, "{bad", headers={**bearer(other), "Content-Type": "application/json"}, status=404),
+        404,
+        "CLINIC_NOT_FOUND",
+    )
     # Known clinic, no access, bad body: 403 before 400.
     url = switchboard_url("clinic-a", "has-active-request")
-    assert_error(app.post(url, "{bad", headers={**bearer(other), "Content-Type": "application/json"}, status=403),
-                 403, "FORBIDDEN")
+    assert_error(
+        app.post(url, "{bad", headers={**bearer(other), "Content-Type": "application/json"}, status=403),
+        403,
+        "FORBIDDEN",
+    )
     # Everything right but the body: 400.
     good = issue_token(["clinic-a"], ["read"])
-    assert_error(app.post(url, "{bad", headers={**bearer(good), "Content-Type": "application/json"}, status=400),
-                 400, "VALIDATION_FAILED")
+    assert_error(
+        app.post(url, "{bad", headers={**bearer(good), "Content-Type": "application/json"}, status=400),
+        400,
+        "VALIDATION_FAILED",
+    )
 
 
-@pytest.mark.parametrize("path", ["/", "/nope", "/external/v1/clinics/clinic-a/switchboard/unknown-check",
-                                  "/external/v2/clinics/clinic-a/switchboard/is-clinic-opened"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/nope",
+        "/external/v1/clinics/clinic-a/switchboard/unknown-check",
+        "/external/v2/clinics/clinic-a/switchboard/is-clinic-opened",
+    ],
+)
 def test_unknown_route_is_a_json_404(app, path):
     assert_error(app.post(path, status=404), 404, "NOT_FOUND")
     assert_error(app.get(path, status=404), 404, "NOT_FOUND")
 
 
-@pytest.mark.parametrize("raw", ["{bad", "[1, 2]", "\"text\"", "42", "null", "{\"callFrom\": \"+420601123456\"",
-                                 b"\xff\xfe{}"])
+@pytest.mark.parametrize(
+    "raw", ["{bad", "[1, 2]", '"text"', "42", "null", '{"callFrom": "+420601123456"', b"\xff\xfe{}"]
+)
 def test_malformed_json_or_non_object_is_400(app, two_clinics, raw):
     token = issue_token(["clinic-a"], ["read"])
-    resp = app.post(switchboard_url("clinic-a", "has-active-request"), raw,
-                    headers={**bearer(token), "Content-Type": "application/json"}, status=400)
+    resp = app.post(
+        switchboard_url("clinic-a", "has-active-request"),
+        raw,
+        headers={**bearer(token), "Content-Type": "application/json"},
+        status=400,
+    )
     assert_error(resp, 400, "VALIDATION_FAILED")
 
 
@@ -133,8 +163,12 @@ def test_empty_body_where_fields_are_needed_is_400(app, two_clinics):
 
 def test_non_json_content_type_is_415(app, two_clinics):
     token = issue_token(["clinic-a"], ["read"])
-    resp = app.post(switchboard_url("clinic-a", "is-on-vacation"), "calendarIds=x",
-                    headers={**bearer(token), "Content-Type": "application/x-www-form-urlencoded"}, status=415)
+    resp = app.post(
+        switchboard_url("clinic-a", "is-on-vacation"),
+        "calendarIds=x",
+        headers={**bearer(token), "Content-Type": "application/x-www-form-urlencoded"},
+        status=415,
+    )
     assert_error(resp, 415, "UNSUPPORTED_MEDIA_TYPE")
 
 
@@ -153,8 +187,12 @@ def test_a_body_without_content_type_is_read_as_json(app, two_clinics):
 def test_body_over_the_limit_is_413_before_reading(app, two_clinics):
     token = issue_token(["clinic-a"], ["read"])
     big = b'{"callFrom": "' + b"1" * 2_000_000 + b'"}'
-    resp = app.post(switchboard_url("clinic-a", "has-active-request"), big,
-                    headers={**bearer(token), "Content-Type": "application/json"}, status=413)
+    resp = app.post(
+        switchboard_url("clinic-a", "has-active-request"),
+        big,
+        headers={**bearer(token), "Content-Type": "application/json"},
+        status=413,
+    )
     assert_error(resp, 413, "PAYLOAD_TOO_LARGE")
 
 

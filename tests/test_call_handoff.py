@@ -4,65 +4,51 @@ A real RQ worker (`python manage.py worker`, a subprocess) on the real Redis, th
 whisper.cpp engine and model, and voicemails served over real HTTPS from 127.0.0.1
 (trustme CA; loopback allowed only through the test-only setting).
 """
+
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from pathlib import PurePosixPath
-from urllib.parse import urlsplit
 from typing import Any
 
 import pytest
 import webtest
 
-from voicemail import spoken_numbers
 from app import create_app
 from config import Config
+from models import Call, Clinic, Patient, PatientRecord, PatientRequest
 from plumbing.clock import utc_now
 from plumbing.database import db
 from switchboard.intake import GroupCommit
-from models import Call, Clinic, Patient, PatientRecord, PatientRequest
-from tests.conftest import PG_URL, REDIS_URL, ROOT
-from tests.support import SECRET_KEY, bearer, bodies, clinic, issue_token, load, organization, switchboard_url
+from tests import voicemail_set
+from tests.conftest import ROOT
+from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.handoffs import audio, call_body
 from tests.support.https_server import FailThenSucceed, HTTPSTestServer, redirect, static
 from tests.support.live_service import concurrently, serve, settings_of
-from tests import voicemail_set
 from tests.support.worker import processed_call, worker_env
+from voicemail import spoken_numbers
 
 AUDIO = ROOT / "tests" / "audio"
 MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
 MODEL = ROOT / "var" / "models" / "ggml-base.bin"
 
 
-def audio(name: str) -> bytes:
-    return (AUDIO / name).read_bytes()
-
-
 # The session's RQ worker (`worker`) and `ca_bundle` are fixtures of tests/support/worker.py.
-
-
-@pytest.fixture(scope="session")
-def handoff_config(config, ca_bundle) -> Config:
-    return Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
-                  unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1")
-
-
-@pytest.fixture
-def handoff(app, handoff_config) -> webtest.TestApp:
-    """The app with the test-only loopback setting, over the clean database of `app`."""
-    return webtest.TestApp(create_app(handoff_config))
 
 
 @pytest.fixture
 def clinics(app) -> None:
-    load(organization(
-        clinic("clinic-en", tz="America/New_York", country="US", language="en"),
-        clinic("clinic-opted-out", tz="America/New_York", country="US", language="en", missedCallRequests=False),
-        clinic("clinic-other", tz="America/New_York", country="US", language="en"),
-        # The clinics this service is for: Czech, callers in Czech and some in English.
-        clinic("clinic-cz", language="cs", languages=["cs", "en"]),
-    ))
+    load(
+        organization(
+            clinic("clinic-en", tz="America/New_York", country="US", language="en"),
+            clinic("clinic-opted-out", tz="America/New_York", country="US", language="en", missedCallRequests=False),
+            clinic("clinic-other", tz="America/New_York", country="US", language="en"),
+            # The clinics this service is for: Czech, callers in Czech and some in English.
+            clinic("clinic-cz", language="cs", languages=["cs", "en"]),
+        )
+    )
 
 
 @pytest.fixture
@@ -70,18 +56,11 @@ def server(https_server: HTTPSTestServer) -> HTTPSTestServer:
     return https_server
 
 
-def hand_off(client: webtest.TestApp, body: dict[str, Any], slug: str = "clinic-en", status: int = 200, token: str | None = None):
+def hand_off(
+    client: webtest.TestApp, body: dict[str, Any], slug: str = "clinic-en", status: int = 200, token: str | None = None
+):
     token = token or issue_token([slug], ["write"])
     return client.post_json(switchboard_url(slug, "recording-complete"), body, headers=bearer(token), status=status)
-
-
-def call_body(sid: str, url: str | None = None, **extra: Any) -> dict[str, Any]:
-    """The shared body as the test PBX sends it: its recording's id, its flow in Extra,
-    HasRecording false when there is no recording."""
-    # The platform's recording id is the recording's file name (intake holds them to it).
-    recording_sid = PurePosixPath(urlsplit(url).path).name if url else f"{sid}.mp3"
-    return bodies.call_body(sid, url, HasRecording=url is not None, RecordingSid=recording_sid, Source="test-pbx",
-                            Extra=json.dumps({"flow": "voicemail", "ivr": [1, 2]}), **extra)
 
 
 def requests_of(call: Call) -> list[PatientRequest]:
@@ -91,6 +70,7 @@ def requests_of(call: Call) -> list[PatientRequest]:
 
 # --- intake -------------------------------------------------------------------------
 
+
 def test_call_record_keeps_every_input_and_answers_success(handoff, clinics, server):
     server.route("/v.mp3", static(audio("msg_fever.mp3"), "audio/mpeg"))
     body = call_body("CA-inputs", server.url("/v.mp3") + "?token=secret")
@@ -98,23 +78,35 @@ def test_call_record_keeps_every_input_and_answers_success(handoff, clinics, ser
     with db.connection_context():
         call = Call.get(Call.call_sid == "CA-inputs")
         assert (call.call_from, call.call_to, call.status, call.has_recording, call.recording_sid, call.source) == (
-            body["CallFrom"], body["CallTo"], "completed", True, "v.mp3", "test-pbx")
-        assert call.recording_url == body["RecordingUrl"] and json.loads(call.extra) == {"flow": "voicemail", "ivr": [1, 2]}
+            body["CallFrom"],
+            body["CallTo"],
+            "completed",
+            True,
+            "v.mp3",
+            "test-pbx",
+        )
+        assert call.recording_url == body["RecordingUrl"] and json.loads(call.extra) == {
+            "flow": "voicemail",
+            "ivr": [1, 2],
+        }
         assert call.clinic.slug == "clinic-en"
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"CallFrom": "+12015550198", "CallTo": "+12015550100"}, "CallSid"),
-    ({"CallSid": "", "CallFrom": "+12015550198", "CallTo": "+1"}, "CallSid"),
-    ({"CallSid": "   ", "CallFrom": "+12015550198", "CallTo": "+1"}, "CallSid"),
-    ({"CallSid": None, "CallFrom": "+12015550198"}, "CallSid"),
-    ({"CallSid": {"id": 1}, "CallFrom": "+12015550198"}, "CallSid"),
-    ({"CallSid": 1.5, "CallFrom": "+12015550198"}, "CallSid"),
-    ({"CallSid": "x", "CallFrom": "+12015550198", "CallTo": "+1", "RecordingUrl": 5}, "RecordingUrl"),
-    ({"CallSid": "x", "RecordingUrl": ["https://files.example.com/v.mp3"]}, "RecordingUrl"),
-    (["CallSid", "x"], "body"),
-    ("CallSid=x", "body"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"CallFrom": "+12015550198", "CallTo": "+12015550100"}, "CallSid"),
+        ({"CallSid": "", "CallFrom": "+12015550198", "CallTo": "+1"}, "CallSid"),
+        ({"CallSid": "   ", "CallFrom": "+12015550198", "CallTo": "+1"}, "CallSid"),
+        ({"CallSid": None, "CallFrom": "+12015550198"}, "CallSid"),
+        ({"CallSid": {"id": 1}, "CallFrom": "+12015550198"}, "CallSid"),
+        ({"CallSid": 1.5, "CallFrom": "+12015550198"}, "CallSid"),
+        ({"CallSid": "x", "CallFrom": "+12015550198", "CallTo": "+1", "RecordingUrl": 5}, "RecordingUrl"),
+        ({"CallSid": "x", "RecordingUrl": ["https://files.example.com/v.mp3"]}, "RecordingUrl"),
+        (["CallSid", "x"], "body"),
+        ("CallSid=x", "body"),
+    ],
+)
 def test_only_what_cannot_be_processed_is_refused(handoff, clinics, body, field):
     """The contract's refusals: no CallSid to deduplicate on, a RecordingUrl that is not a
     URL, a body that is not an object. (Unsafe URLs: below.)"""
@@ -138,17 +130,42 @@ def test_same_call_sid_from_another_clinic_is_409(handoff, clinics):
 
 
 HOSTILE_HOSTS = [
-    "http://{h}:{p}/v.mp3", "ftp://example.com/v.mp3", "https://127.0.0.1:{p}/v.mp3", "https://2130706433:{p}/v.mp3",
-    "https://0177.0.0.1:{p}/v.mp3", "https://0x7f.0.0.1:{p}/v.mp3", "https://0x7f000001:{p}/v.mp3",
-    "https://127.1:{p}/v.mp3", "https://[::1]:{p}/v.mp3", "https://[::ffff:127.0.0.1]:{p}/v.mp3",
-    "https://[0:0:0:0:0:ffff:7f00:1]:{p}/v.mp3", "https://localhost:{p}/v.mp3", "https://localhost.:{p}/v.mp3",
-    "https://LOCALHOST:{p}/v.mp3", "https://a.localhost:{p}/v.mp3", "https://printer.local/v.mp3",
-    "https://db.internal/v.mp3", "https://intranet/v.mp3", "https://10.0.0.1/v.mp3", "https://192.168.1.1/v.mp3",
-    "https://172.16.0.1/v.mp3", "https://169.254.169.254/latest/meta-data", "https://100.64.0.1/v.mp3",
-    "https://0.0.0.0:{p}/v.mp3", "https://[fe80::1]/v.mp3", "https://[fc00::1]/v.mp3", "https://user:pw@example.com/v.mp3",
-    "https://127.0.0.1.:{p}/v.mp3", "https://%31%32%37.0.0.1:{p}/v.mp3", "https://１２７.０.０.１:{p}/v.mp3",
-    "https:///v.mp3", "https://example.com:0/v.mp3", "javascript:alert(1)", "https://[::]:{p}/v.mp3",
-    "https://017700000001:{p}/v.mp3", "//127.0.0.1:{p}/v.mp3",
+    "http://{h}:{p}/v.mp3",
+    "ftp://example.com/v.mp3",
+    "https://127.0.0.1:{p}/v.mp3",
+    "https://2130706433:{p}/v.mp3",
+    "https://0177.0.0.1:{p}/v.mp3",
+    "https://0x7f.0.0.1:{p}/v.mp3",
+    "https://0x7f000001:{p}/v.mp3",
+    "https://127.1:{p}/v.mp3",
+    "https://[::1]:{p}/v.mp3",
+    "https://[::ffff:127.0.0.1]:{p}/v.mp3",
+    "https://[0:0:0:0:0:ffff:7f00:1]:{p}/v.mp3",
+    "https://localhost:{p}/v.mp3",
+    "https://localhost.:{p}/v.mp3",
+    "https://LOCALHOST:{p}/v.mp3",
+    "https://a.localhost:{p}/v.mp3",
+    "https://printer.local/v.mp3",
+    "https://db.internal/v.mp3",
+    "https://intranet/v.mp3",
+    "https://10.0.0.1/v.mp3",
+    "https://192.168.1.1/v.mp3",
+    "https://172.16.0.1/v.mp3",
+    "https://169.254.169.254/latest/meta-data",
+    "https://100.64.0.1/v.mp3",
+    "https://0.0.0.0:{p}/v.mp3",
+    "https://[fe80::1]/v.mp3",
+    "https://[fc00::1]/v.mp3",
+    "https://user:pw@example.com/v.mp3",
+    "https://127.0.0.1.:{p}/v.mp3",
+    "https://%31%32%37.0.0.1:{p}/v.mp3",
+    "https://１２７.０.０.１:{p}/v.mp3",
+    "https:///v.mp3",
+    "https://example.com:0/v.mp3",
+    "javascript:alert(1)",
+    "https://[::]:{p}/v.mp3",
+    "https://017700000001:{p}/v.mp3",
+    "//127.0.0.1:{p}/v.mp3",
 ]
 
 
@@ -188,17 +205,29 @@ def test_requeue_cli_queues_a_pending_call_whose_job_is_gone(app, handoff_config
     with db.connection_context():
         clinic_row = Clinic.get(Clinic.slug == "clinic-en")
     # As if the relay had queued it into a Redis that then lost everything.
-    GroupCommit().receive(clinic_row, {"call_sid": "CA-requeue", "call_from": "+12015550198", "call_to": "+12015550100",
-                                       "recording_url": server.url("/v.mp3"), "queued_at": utc_now()}, None)
+    GroupCommit().receive(
+        clinic_row,
+        {
+            "call_sid": "CA-requeue",
+            "call_from": "+12015550198",
+            "call_to": "+12015550100",
+            "recording_url": server.url("/v.mp3"),
+            "queued_at": utc_now(),
+        },
+        None,
+    )
     db.close()
     env = worker_env(handoff_config.fetch_ca_bundle)
-    done = subprocess.run([sys.executable, "manage.py", "requeue"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "requeue"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and "re-queued 1 pending call(s)" in done.stderr, done.stderr
     call = processed_call("CA-requeue")
     assert call.outcome == "voice_message" and len(requests_of(call)) == 1
 
 
 # --- ingest, end to end -------------------------------------------------------------
+
 
 def test_voicemail_becomes_a_voice_message_request_with_the_spoken_words(handoff, clinics, server, worker):
     server.route("/rec/CA-voice.mp3", static(audio("msg_appointment.mp3"), "audio/mpeg"))
@@ -211,20 +240,27 @@ def test_voicemail_becomes_a_voice_message_request_with_the_spoken_words(handoff
     with db.connection_context():
         assert request.kind == "voice_message" and request.done_at is None
         assert request.patient.phone == "+12015550198"
-        assert PatientRecord.select().where((PatientRecord.patient == request.patient_id)).count() == 1
+        assert PatientRecord.select().where(PatientRecord.patient == request.patient_id).count() == 1
     # Open, so the switchboard's check sees it.
     token = issue_token(["clinic-en"], ["read"])
-    assert handoff.post_json(switchboard_url("clinic-en", "has-active-request"), {"callFrom": "(201) 555-0198"},
-                             headers=bearer(token)).json == {"hasActiveRequest": True}
+    assert handoff.post_json(
+        switchboard_url("clinic-en", "has-active-request"), {"callFrom": "(201) 555-0198"}, headers=bearer(token)
+    ).json == {"hasActiveRequest": True}
 
 
 def _czech_clip(**want: Any) -> dict[str, Any]:
     """A message with a callback number said in hundreds ("sedm set dvacet čtyři, ..."), by a
     Festival voice: base writes those as digits (the set's figures are in the README)."""
-    return next(x for x in voicemail_set.load_labels()
-                if x["message"] and x["language"] == want.get("language", "cs") and x["callback"]
-                and x["channel"] == want.get("channel", "mp3_8k") and x["voice"].startswith("festival")
-                and (want.get("language") == "en" or " set " in x["text"] or " sta " in x["text"]))
+    return next(
+        x
+        for x in voicemail_set.load_labels()
+        if x["message"]
+        and x["language"] == want.get("language", "cs")
+        and x["callback"]
+        and x["channel"] == want.get("channel", "mp3_8k")
+        and x["voice"].startswith("festival")
+        and (want.get("language") == "en" or " set " in x["text"] or " sta " in x["text"])
+    )
 
 
 def test_czech_voicemail_becomes_a_voice_message_with_its_callback_number(handoff, clinics, server, worker):
@@ -269,8 +305,11 @@ def test_english_caller_of_a_czech_clinic_is_transcribed_in_english(handoff, cli
 
 
 def test_a_bare_hello_becomes_a_missed_call(handoff, clinics, server, worker):
-    label = next(x for x in voicemail_set.load_labels() if x["kind"] == "unintelligible"
-                 and x["file"].startswith("short_") and x["file"].endswith(".mp3"))
+    label = next(
+        x
+        for x in voicemail_set.load_labels()
+        if x["kind"] == "unintelligible" and x["file"].startswith("short_") and x["file"].endswith(".mp3")
+    )
     server.route("/rec/CA-halo.mp3", static(voicemail_set.clip_path(label).read_bytes(), "audio/mpeg"))
     hand_off(handoff, call_body("CA-halo", server.url("/rec/CA-halo.mp3")), slug="clinic-cz")
     call = processed_call("CA-halo")
@@ -324,8 +363,11 @@ def test_twenty_concurrent_copies_give_one_call_and_one_request(handoff_config, 
     token = issue_token(["clinic-en"], ["write"])
     with serve(**settings_of(handoff_config, db_pool_size=24)) as base_url:
         url = f"{base_url}{switchboard_url('clinic-en', 'recording-complete')}"
-        answers = concurrently(lambda: http.post(url, json=call_body("CA-concurrent", server.url("/v.mp3")),
-                                                        headers=bearer(token), timeout=30))
+        answers = concurrently(
+            lambda: http.post(
+                url, json=call_body("CA-concurrent", server.url("/v.mp3")), headers=bearer(token), timeout=30
+            )
+        )
     assert [getattr(a, "status_code", a) for a in answers] == [200] * 20
     assert all(a.json() == {"success": True} for a in answers)
     call = processed_call("CA-concurrent")
@@ -335,7 +377,12 @@ def test_twenty_concurrent_copies_give_one_call_and_one_request(handoff_config, 
 
 
 def test_server_failing_twice_then_succeeding_gives_one_request(handoff, clinics, server, worker):
-    server.route("/flaky.mp3", FailThenSucceed(2, static(audio("msg_refill.mp3"), "audio/mpeg"), failure=static(b"busy", "text/plain", status=503)))
+    server.route(
+        "/flaky.mp3",
+        FailThenSucceed(
+            2, static(audio("msg_refill.mp3"), "audio/mpeg"), failure=static(b"busy", "text/plain", status=503)
+        ),
+    )
     hand_off(handoff, call_body("CA-flaky", server.url("/flaky.mp3")))
     call = processed_call("CA-flaky", timeout=120)
     assert call.outcome == "voice_message" and call.attempts == 3
@@ -344,7 +391,9 @@ def test_server_failing_twice_then_succeeding_gives_one_request(handoff, clinics
 
 
 def test_recording_that_never_comes_still_becomes_a_request_with_the_reason(handoff, clinics, server, worker):
-    server.route("/down.mp3", FailThenSucceed(99, static(b"", "audio/mpeg"), failure=static(b"busy", "text/plain", status=503)))
+    server.route(
+        "/down.mp3", FailThenSucceed(99, static(b"", "audio/mpeg"), failure=static(b"busy", "text/plain", status=503))
+    )
     hand_off(handoff, call_body("CA-gone", server.url("/down.mp3")))
     call = processed_call("CA-gone", timeout=120)
     assert call.outcome == "recording_unavailable" and "503" in call.fetch_error
@@ -372,11 +421,16 @@ def test_non_audio_content_is_refused(handoff, clinics, server, worker):
 
 
 def test_known_caller_is_matched_not_duplicated(handoff, clinics, server, worker):
-    load(organization(
-        clinic("clinic-en", tz="America/New_York", country="US", language="en"),
-        clinic("clinic-opted-out", tz="America/New_York", country="US", language="en", missedCallRequests=False),
-        clinic("clinic-other", tz="America/New_York", country="US", language="en"),
-        patients=[{"key": "known", "firstName": "Maria", "phone": "201-555-0198", "records": [{"clinic": "clinic-en"}]}]))
+    load(
+        organization(
+            clinic("clinic-en", tz="America/New_York", country="US", language="en"),
+            clinic("clinic-opted-out", tz="America/New_York", country="US", language="en", missedCallRequests=False),
+            clinic("clinic-other", tz="America/New_York", country="US", language="en"),
+            patients=[
+                {"key": "known", "firstName": "Maria", "phone": "201-555-0198", "records": [{"clinic": "clinic-en"}]}
+            ],
+        )
+    )
     server.route("/v.mp3", static(audio("msg_appointment.mp3"), "audio/mpeg"))
     hand_off(handoff, call_body("CA-known", server.url("/v.mp3")))
     [request] = requests_of(processed_call("CA-known"))

@@ -1,10 +1,11 @@
-"""The console's admin pages (issue 21): only a clinic's admins open its settings; a staff
+"""The console's admin pages: only a clinic's admins open its settings; a staff
 member, or an admin of another clinic, gets 403."""
+
 from __future__ import annotations
 
 from models import Clinic, StaffMembership
 from plumbing.database import db
-from tests.test_console_sessions import login, staff  # noqa: F401 (fixture)
+from tests.support.console import login
 
 
 def make_admin(user, slug: str) -> None:
@@ -12,7 +13,7 @@ def make_admin(user, slug: str) -> None:
         StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == slug), role="admin")
 
 
-def test_a_staff_member_gets_403_on_the_settings_and_sees_no_settings_link(staff, app):  # noqa: F811
+def test_a_staff_member_gets_403_on_the_settings_and_sees_no_settings_link(staff, app):
     login(app, status=303)
     inbox = app.get("/console/")
     assert 'href="/console/settings"' not in inbox.text
@@ -20,7 +21,7 @@ def test_a_staff_member_gets_403_on_the_settings_and_sees_no_settings_link(staff
     assert "správci" in refused.text and refused.headers["Cache-Control"] == "no-store"
 
 
-def test_an_admin_opens_the_settings_of_their_own_clinic_only(staff, app):  # noqa: F811
+def test_an_admin_opens_the_settings_of_their_own_clinic_only(staff, app):
     make_admin(staff, "clinic-b")
     login(app, status=303)
     assert 'href="/console/settings"' in app.get("/console/").text
@@ -30,5 +31,5 @@ def test_an_admin_opens_the_settings_of_their_own_clinic_only(staff, app):  # no
     app.get("/console/settings/?clinic=nowhere", status=403)
 
 
-def test_the_settings_need_a_login(staff, app):  # noqa: F811
+def test_the_settings_need_a_login(staff, app):
     assert app.get("/console/settings/", status=303).headers["Location"].endswith("/console/login")

@@ -2,69 +2,28 @@
 Playwright; never `playwright install`), against gunicorn started from the Procfile, the
 session's real RQ worker, PostgreSQL and Redis: a real voicemail hand-off becomes an inbox
 row without a reload, its recording plays, resolve and reopen drive has-active-request."""
-from __future__ import annotations
 
-import os
-import shutil
-import time
-from pathlib import Path
+from __future__ import annotations
 
 import pytest
 import requests
 import soundfile
 
-from staff.passwords import hash_password
-from models import Call, Clinic, StaffMembership, StaffUser
+from models import Call
 from plumbing.database import db
 from tests.conftest import ROOT
-from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
-from tests.support.gunicorn import serving_gunicorn
+from tests.support import bearer, issue_token, switchboard_url
+from tests.support.console_browser import PASSWORD, WAIT_MS, _publish, log_in, wait_true
+from tests.support.handoffs import audio, call_body
 from tests.support.https_server import static
-from tests.support.tiers import needs
-from tests.support.worker import processed_call, worker_env
-from tests.test_call_handoff import audio, call_body
+from tests.support.worker import processed_call
 
 playwright_api = pytest.importorskip("playwright.sync_api")
-PASSWORD = "a long password"
-WAIT_MS = 120_000  # a loaded machine: generous bounded waits, never sleeps
 
 
-def wait_true(page, expression: str, timeout: int = WAIT_MS) -> None:
-    """`page.wait_for_function` without its eval: the console's Content-Security-Policy has no
-    'unsafe-eval', which Playwright's in-page polling needs; `page.evaluate` goes through the
-    DevTools protocol, which the policy does not govern. Polled every 100 ms, up to `timeout`."""
-    deadline = time.monotonic() + timeout / 1000
-    while not page.evaluate(expression):
-        assert time.monotonic() < deadline, f"not true within {timeout} ms: {expression}"
-        page.wait_for_timeout(100)
-
-
-@pytest.fixture(scope="module")
-@needs("gunicorn")
-def service(wsgi_app, ca_bundle, tmp_path_factory):
-    """gunicorn as the Procfile runs it, with the worker's settings (loopback recordings)."""
-    log = tmp_path_factory.mktemp("console-web") / "web.log"
-    with serving_gunicorn(env=worker_env(ca_bundle, LOG_FORMAT="text"), log=log, timeout=120) as base_url:
-        yield base_url
-
-
-@pytest.fixture
-def staff(app):
-    load(organization(clinic("clinic-en", tz="America/New_York", country="US", language="en"), clinic("clinic-b")))
-    with db.connection_context():
-        for email, slug in (("anna@example.cz", "clinic-en"), ("bob@example.cz", "clinic-b")):
-            user = StaffUser.create(email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD))
-            StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == slug), role="staff")
-
-
-def log_in(page, base: str, email: str = "anna@example.cz", password: str = PASSWORD) -> None:
-    page.goto(base + "/console/login")
-    page.get_by_label("E-mail").fill(email)
-    page.get_by_label("Heslo").fill(password)
-    page.get_by_role("button", name="Přihlásit").click()
-
-
-def test_a_voicemail_arrives_live_plays_and_is_resolved(service, staff, app, browser, https_server, worker, tmp_path):
+def test_a_voicemail_arrives_live_plays_and_is_resolved(
+    service, browser_staff, app, browser, https_server, worker, tmp_path
+):
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     page.set_default_timeout(WAIT_MS)
     log_in(page, service)
@@ -74,8 +33,12 @@ def test_a_voicemail_arrives_live_plays_and_is_resolved(service, staff, app, bro
     https_server.route("/rec/CA-live.mp3", static(audio("msg_appointment.mp3"), "audio/mpeg"))
     token = issue_token(["clinic-en"], ["read", "write"])
     # To gunicorn itself: it allows the test server's loopback recording URL (worker_env).
-    handed = requests.post(service + switchboard_url("clinic-en", "recording-complete"),
-                           json=call_body("CA-live", https_server.url("/rec/CA-live.mp3")), headers=bearer(token), timeout=60)
+    handed = requests.post(
+        service + switchboard_url("clinic-en", "recording-complete"),
+        json=call_body("CA-live", https_server.url("/rec/CA-live.mp3")),
+        headers=bearer(token),
+        timeout=60,
+    )
     assert handed.status_code == 200, handed.text
     call = processed_call("CA-live", timeout=180)
     row = page.locator("li.row.voice_message")
@@ -95,8 +58,9 @@ def test_a_voicemail_arrives_live_plays_and_is_resolved(service, staff, app, bro
     _publish(tmp_path / "console-inbox.png")
 
     def active() -> bool:
-        return app.post_json(switchboard_url("clinic-en", "has-active-request"), {"callFrom": call.call_from},
-                             headers=bearer(token)).json["hasActiveRequest"]
+        return app.post_json(
+            switchboard_url("clinic-en", "has-active-request"), {"callFrom": call.call_from}, headers=bearer(token)
+        ).json["hasActiveRequest"]
 
     assert active()
     row.get_by_role("button", name="Vyřízeno").click()
@@ -132,7 +96,7 @@ def test_a_voicemail_arrives_live_plays_and_is_resolved(service, staff, app, bro
     assert other.goto(f"{service}/console/requests/{request_id}/recording").status == 404
 
 
-def test_csrf_throttling_languages_and_escaping_in_the_browser(service, staff, app, browser):
+def test_csrf_throttling_languages_and_escaping_in_the_browser(service, browser_staff, app, browser):
     page = browser.new_page()
     page.set_default_timeout(WAIT_MS)
     page.goto(service + "/console/login?lang=en")
@@ -151,10 +115,3 @@ def test_csrf_throttling_languages_and_escaping_in_the_browser(service, staff, a
         assert "Nesprávný e-mail nebo heslo." in page.content()
     log_in(page, service)
     assert "Příliš mnoho neúspěšných přihlášení" in page.content()
-
-
-def _publish(shot: Path) -> None:
-    """The README's screenshots are refreshed on request only (CONSOLE_SCREENSHOTS_TO_DOCS=1):
-    a test run leaves the tracked files alone; the test's own copies stay in its tmp dir."""
-    if os.environ.get("CONSOLE_SCREENSHOTS_TO_DOCS") == "1":
-        shutil.copy(shot, ROOT / "docs" / shot.name)

@@ -2,6 +2,7 @@
 (Jinja2's i18n calls) and from the Python that renders them (`gettext`, `_`, `N_`), as
 Babel's extractors read them. A string added in English only fails here, not in a
 receptionist's browser."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,19 +11,23 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 
 from tests.conftest import ROOT
+from tests.support.console import PO
 
-PO = ROOT / "console" / "locale" / "cs" / "LC_MESSAGES" / "messages.po"
 KEYWORDS = {"gettext": None, "_": None, "N_": None, "ngettext": (1, 2)}
 
 
 def extracted() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    sources = [(ROOT / "console" / "templates", [("**.html", "jinja2")]),
-               (ROOT / "console", [("**.py", "python")]), (ROOT / "resources", [("**.py", "python")])]
+    sources = [
+        (ROOT / "console" / "templates", [("**.html", "jinja2")]),
+        (ROOT / "console", [("**.py", "python")]),
+        (ROOT / "resources", [("**.py", "python")]),
+    ]
     for directory, method_map in sources:
         for filename, _line, message, _comments, _context in extract_from_dir(
-                str(directory), method_map, keywords=KEYWORDS, options_map={"**.html": {"extensions": "jinja2.ext.i18n"}}):
-            for text in (message if isinstance(message, tuple) else (message,)):
+            str(directory), method_map, keywords=KEYWORDS, options_map={"**.html": {"extensions": "jinja2.ext.i18n"}}
+        ):
+            for text in message if isinstance(message, tuple) else (message,):
                 if text:
                     found.setdefault(text, set()).add(str(Path(directory.name) / filename))
     return found
@@ -34,8 +39,11 @@ def test_every_console_string_has_a_czech_translation():
     translated = {m.id if isinstance(m.id, str) else m.id[0]: m.string for m in catalog if m.id}
     strings = extracted()
     assert len(strings) > 50, "the extractor found the console's strings"
-    missing = {text: sorted(where) for text, where in strings.items()
-               if not (translated.get(text) if isinstance(translated.get(text), str) else any(translated.get(text) or ()))}
+    missing = {
+        text: sorted(where)
+        for text, where in strings.items()
+        if not (translated.get(text) if isinstance(translated.get(text), str) else any(translated.get(text) or ()))
+    }
     assert not missing, f"no Czech translation in {PO.relative_to(ROOT)}: {missing}"
 
 

@@ -1,6 +1,7 @@
 """The console's help: the staff guides of docs/staff/, rendered from their Markdown in the
 user's language (Czech first), linked from the header, their pictures served, and nothing
 in the Markdown able to become markup of its own."""
+
 from __future__ import annotations
 
 import re
@@ -9,7 +10,7 @@ from console import help as guides
 from console.rendering import LANGUAGES
 from models import StaffUser
 from plumbing.database import db
-from tests.test_console_sessions import login, staff  # noqa: F401 (the fixture)
+from tests.support.console import login
 
 
 def test_every_guide_exists_in_czech_and_english():
@@ -20,7 +21,7 @@ def test_every_guide_exists_in_czech_and_english():
             assert path.read_text("utf-8").startswith("# ")
 
 
-def test_the_header_links_to_help_and_a_czech_user_gets_the_czech_guide(staff, app):  # noqa: F811
+def test_the_header_links_to_help_and_a_czech_user_gets_the_czech_guide(staff, app):
     login(app, status=303)
     inbox = app.get("/console/")
     link = inbox.html.find("a", {"class": "help"})
@@ -33,12 +34,14 @@ def test_the_header_links_to_help_and_a_czech_user_gets_the_czech_guide(staff, a
     assert "Poslechnout číslo" in article.get_text() and "Listen to the number" not in article.get_text()
     # The guides link to each other as console pages; the nav lists both in Czech.
     assert article.find("a", href="/console/help/admin") is not None
-    assert [a.get_text() for a in page.html.find("nav", {"class": "guides"}).find_all("a")] == ["Průvodce pro správce kliniky"]
+    assert [a.get_text() for a in page.html.find("nav", {"class": "guides"}).find_all("a")] == [
+        "Průvodce pro správce kliniky"
+    ]
     admin = app.get("/console/help/admin", status=200).html.find("article").find("h1").get_text()
     assert admin == "Průvodce pro správce kliniky"
 
 
-def test_an_english_user_gets_the_english_guide(staff, app):  # noqa: F811
+def test_an_english_user_gets_the_english_guide(staff, app):
     with db.connection_context():
         StaffUser.update(language="en").where(StaffUser.email == "anna@example.cz").execute()
     login(app, status=303)
@@ -77,9 +80,13 @@ def test_every_picture_a_guide_shows_is_served(app):
 
 
 def test_markdown_cannot_bring_markup_of_its_own():
-    html = str(guides.render("# Hi <script>alert(1)</script>\n\n<div onclick=x>raw</div>\n\n"
-                             "[run](javascript:alert(1)) [file](../operations.md) [out](https://example.org/)\n\n"
-                             "| a |\n|---|\n| <b>cell</b> |\n\n![shot](img/inbox.cs.png)\n"))
+    html = str(
+        guides.render(
+            "# Hi <script>alert(1)</script>\n\n<div onclick=x>raw</div>\n\n"
+            "[run](javascript:alert(1)) [file](../operations.md) [out](https://example.org/)\n\n"
+            "| a |\n|---|\n| <b>cell</b> |\n\n![shot](img/inbox.cs.png)\n"
+        )
+    )
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "<div" not in html and "&lt;div onclick=x&gt;" in html
     assert "<b>" not in html and "&lt;b&gt;cell&lt;/b&gt;" in html
@@ -99,14 +106,17 @@ NOT_CATALOGUE = {"English", "Čeština", "kůň-modrá-hora-7-sklenice", "horse-
 def _catalogue(language: str) -> list[tuple[str, re.Pattern[str]]]:
     from babel.messages.pofile import read_po
 
-    from tests.test_console_catalog import PO
+    from tests.support.console import PO
 
     with PO.open("rb") as f:
         catalogue = read_po(f, locale="cs")
     texts = [m.string if language == "cs" else m.id for m in catalogue if m.id and isinstance(m.id, str)]
     # (An entry that is little but a value, "%(when)s:", would match anything.)
-    return [(_plain(text), re.compile(re.sub(r"%\\\(\w+\\\)[sd]", ".+", re.escape(_plain(text))), re.I))
-            for text in texts if len(re.sub(r"%\(\w+\)[sd]|\W", "", text)) >= 3]
+    return [
+        (_plain(text), re.compile(re.sub(r"%\\\(\w+\\\)[sd]", ".+", re.escape(_plain(text))), re.I))
+        for text in texts
+        if len(re.sub(r"%\(\w+\)[sd]|\W", "", text)) >= 3
+    ]
 
 
 def _plain(text: str) -> str:
@@ -127,8 +137,10 @@ def _shown(term: str, catalogue: list[tuple[str, re.Pattern[str]]]) -> bool:
         return one(term.split(": ", 1)[0])
     words = term.split()  # a control's words, then the thing it acts on ("Zneplatnit" "klíč Ústředna")
     named = [pattern for _, pattern in catalogue if ".+" in pattern.pattern]
-    return any(one(" ".join(words[:cut])) and any(p.fullmatch(" ".join(words[cut:])) for p in named)
-               for cut in range(1, len(words)))
+    return any(
+        one(" ".join(words[:cut])) and any(p.fullmatch(" ".join(words[cut:])) for p in named)
+        for cut in range(1, len(words))
+    )
 
 
 def test_every_console_term_in_the_guides_is_the_consoles_own():
@@ -151,14 +163,21 @@ def test_every_console_term_in_the_guides_is_the_consoles_own():
 
 #: Phrases a native reader flagged: copied from English, a name not declined, an adjective
 #: without its noun, two terms for one thing.
-NOT_CZECH = ("Jste přihlášeni někde, kde to nepoznáváte", "Odhlaste to", "Odpovědí jsou tyto intervaly",
-             "říká slovy", "Neobvyklé v předání hovoru", "API klíč", "operátor (příkazová řádka)")
+NOT_CZECH = (
+    "Jste přihlášeni někde, kde to nepoznáváte",
+    "Odhlaste to",
+    "Odpovědí jsou tyto intervaly",
+    "říká slovy",
+    "Neobvyklé v předání hovoru",
+    "API klíč",
+    "operátor (příkazová řádka)",
+)
 
 
 def test_the_flagged_phrases_are_gone_from_the_console_and_the_guides():
     from babel.messages.pofile import read_po
 
-    from tests.test_console_catalog import PO
+    from tests.support.console import PO
 
     with PO.open("rb") as f:
         catalogue = {m.id: m.string for m in read_po(f, locale="cs") if m.id}

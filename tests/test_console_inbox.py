@@ -1,41 +1,29 @@
 """The console's inbox (WebTest): rows of voice messages and missed calls, filters, the
 live update's rows, resolve and reopen (audited as the staff user), the play route,
 another clinic's requests, escaping."""
+
 from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
-from models import AuditEvent, Call, Clinic, Patient, PatientRequest, StaffUser
-from plumbing.clock import as_utc
+from models import AuditEvent, Clinic, PatientRequest, StaffUser
 from plumbing.database import db
 from tests.support import bearer, issue_token, switchboard_url
 from tests.support.clocks import WEDNESDAY
-from tests.test_console_sessions import csrf_of, login, staff  # noqa: F401 (the fixture)
+from tests.support.console import csrf_of, form_to, login, make
 
 
-def form_to(page, action_end: str):
-    """The page's (first) form posting to a path ending with `action_end`."""
-    return next(f for f in page.forms.values() if (f.action or "").endswith(action_end))
-
-
-def make(slug: str, kind: str, *, name: tuple[str, str] = ("", ""), phone: str = "+420601123456",
-         transcript: str | None = None, status: str | None = None, minutes: int = 0, **call_fields) -> PatientRequest:
-    with db.connection_context():
-        clinic = Clinic.get(Clinic.slug == slug)
-        patient = Patient.create(organization=clinic.organization_id, first_name=name[0], last_name=name[1], phone=phone)
-        call = Call.create(clinic=clinic, call_sid=f"CA{kind}{minutes}{slug}{phone}", call_from=phone, call_to="+420222000111",
-                           state="done", outcome=kind, transcript=transcript, transcript_status=status,
-                           transcript_language="cs" if transcript else None,
-                           received_at=as_utc(WEDNESDAY + timedelta(minutes=minutes)), **call_fields)
-        return PatientRequest.create(clinic=clinic, patient=patient, kind=kind, title=kind, call=call,
-                                     created_at=as_utc(WEDNESDAY + timedelta(minutes=minutes)))
-
-
-def test_rows_show_voice_messages_and_missed_calls_in_czech(staff, app):  # noqa: F811
-    make("clinic-a", "voice_message", name=("Jana", "Dvořáková"), transcript="Prosím o recept.", status="unreliable",
-         callback_number="+420777888999", has_recording=True, recording_url="https://example.test/r.wav")
+def test_rows_show_voice_messages_and_missed_calls_in_czech(staff, app):
+    make(
+        "clinic-a",
+        "voice_message",
+        name=("Jana", "Dvořáková"),
+        transcript="Prosím o recept.",
+        status="unreliable",
+        callback_number="+420777888999",
+        has_recording=True,
+        recording_url="https://example.test/r.wav",
+    )
     make("clinic-a", "missed_call", phone="+420602000000", minutes=1)
     make("clinic-b", "missed_call", phone="+420603000000", minutes=2)
     login(app, status=303)
@@ -52,7 +40,7 @@ def test_rows_show_voice_messages_and_missed_calls_in_czech(staff, app):  # noqa
     assert "neznámý volající" in missed.text and "Zavolat zpět" in missed.text
 
 
-def test_filters_and_search(staff, app):  # noqa: F811
+def test_filters_and_search(staff, app):
     make("clinic-a", "voice_message", name=("Jana", "Dvořáková"), transcript="x", status="reliable")
     make("clinic-a", "missed_call", phone="+420602000000", minutes=1)
     login(app, status=303)
@@ -64,7 +52,7 @@ def test_filters_and_search(staff, app):  # noqa: F811
     assert len(app.get("/console/?state=resolved").html.select("li.row")) == 0
 
 
-def test_the_live_update_renders_the_rows_created_after(staff, app):  # noqa: F811
+def test_the_live_update_renders_the_rows_created_after(staff, app):
     make("clinic-a", "missed_call", phone="+420602000000")
     login(app, status=303)
     after = app.get("/console/").html.select_one("ul.rows")["data-after"]
@@ -76,13 +64,14 @@ def test_the_live_update_renders_the_rows_created_after(staff, app):  # noqa: F8
     app.get("/console/rows?after=nonsense", status=400)
 
 
-def test_resolve_and_reopen_drive_has_active_request_and_are_audited(staff, app):  # noqa: F811
+def test_resolve_and_reopen_drive_has_active_request_and_are_audited(staff, app):
     request = make("clinic-a", "voice_message", transcript="x", status="reliable")
     token = issue_token(["clinic-a"], ["read"])
 
     def active() -> bool:
-        return app.post_json(switchboard_url("clinic-a", "has-active-request"), {"callFrom": "+420601123456"},
-                             headers=bearer(token)).json["hasActiveRequest"]
+        return app.post_json(
+            switchboard_url("clinic-a", "has-active-request"), {"callFrom": "+420601123456"}, headers=bearer(token)
+        ).json["hasActiveRequest"]
 
     assert active()
     login(app, status=303)
@@ -96,13 +85,21 @@ def test_resolve_and_reopen_drive_has_active_request_and_are_audited(staff, app)
     assert active()
     with db.connection_context():
         events = [e for e in AuditEvent.trail() if e.action == "patient_request.patch"]
-    assert [(e.actor_kind, e.actor_name, e.target_id) for e in events] == [("staff", "anna@example.cz", str(request.id))] * 2
+    assert [(e.actor_kind, e.actor_name, e.target_id) for e in events] == [
+        ("staff", "anna@example.cz", str(request.id))
+    ] * 2
     assert app.post(f"/console/requests/{request.id}/resolution", {"done": "1"}, status=403), "no CSRF token"
 
 
-def test_another_clinics_request_is_not_found(staff, app):  # noqa: F811
-    other = make("clinic-b", "voice_message", transcript="x", status="reliable", has_recording=True,
-                 recording_url="https://example.test/r.wav")
+def test_another_clinics_request_is_not_found(staff, app):
+    other = make(
+        "clinic-b",
+        "voice_message",
+        transcript="x",
+        status="reliable",
+        has_recording=True,
+        recording_url="https://example.test/r.wav",
+    )
     login(app, status=303)
     csrf = csrf_of(app.get("/console/"))
     app.post(f"/console/requests/{other.id}/resolution", {"done": "1", "csrf_token": csrf}, status=404)
@@ -111,11 +108,25 @@ def test_another_clinics_request_is_not_found(staff, app):  # noqa: F811
     assert "Clinic-A" in app.get("/console/?clinic=clinic-b").text, "not a membership: the user's own clinic"
 
 
-def test_the_play_route_redirects_or_says_the_recording_is_gone(staff, app, clock):  # noqa: F811
-    live = make("clinic-a", "voice_message", transcript="x", status="reliable", has_recording=True,
-                recording_url="https://example.test/r.wav")
-    gone = make("clinic-a", "voice_message", transcript="x", status="reliable", has_recording=True, minutes=1,
-                recording_url="https://example.test/g.wav", recording_gone_reason="deleted")
+def test_the_play_route_redirects_or_says_the_recording_is_gone(staff, app, clock):
+    live = make(
+        "clinic-a",
+        "voice_message",
+        transcript="x",
+        status="reliable",
+        has_recording=True,
+        recording_url="https://example.test/r.wav",
+    )
+    gone = make(
+        "clinic-a",
+        "voice_message",
+        transcript="x",
+        status="reliable",
+        has_recording=True,
+        minutes=1,
+        recording_url="https://example.test/g.wav",
+        recording_gone_reason="deleted",
+    )
     clock.set(WEDNESDAY + timedelta(minutes=2))
     login(app, status=303)
     played = app.get(f"/console/requests/{live.id}/recording", status=302)
@@ -126,12 +137,13 @@ def test_the_play_route_redirects_or_says_the_recording_is_gone(staff, app, cloc
     app.get(f"/console/requests/{live.id}/recording", status=303), "no session: the login page"
 
 
-def test_the_request_page_shows_notes_and_history_and_hides_other_clinics(staff, app):  # noqa: F811
+def test_the_request_page_shows_notes_and_history_and_hides_other_clinics(staff, app):
     request = make("clinic-a", "voice_message", name=("Jana", "Dvořáková"), transcript="x", status="reliable")
     other = make("clinic-b", "missed_call", phone="+420603000000")
     with db.connection_context():
         PatientRequest.update(clinic_note="<b>bold</b> note", user_note="called back").where(
-            PatientRequest.id == request.id).execute()
+            PatientRequest.id == request.id
+        ).execute()
     login(app, status=303)
     inbox_page = app.get("/console/")
     form_to(inbox_page, "/resolution").submit(status=303)
@@ -154,19 +166,22 @@ def test_the_request_page_shows_notes_and_history_and_hides_other_clinics(staff,
     app.get("/console/requests/nonsense", status=404)
 
 
-def test_a_user_who_prefers_english_gets_english_and_english_dates(staff, app):  # noqa: F811
+def test_a_user_who_prefers_english_gets_english_and_english_dates(staff, app):
     make("clinic-a", "missed_call", phone="+420602000000")
     with db.connection_context():
         StaffUser.update(language="en").execute()
     login(app, status=303)
     page = app.get("/console/")
     assert "Inbox – Clinic-A" in page.text and "unknown caller" in page.text and "Call back" in page.text
-    assert page.html.select_one("li.row time").text == "Nov 18, 2026 11:00\u202fAM" or \
-        page.html.select_one("li.row time").text.replace("\u202f", " ") == "Nov 18, 2026 11:00 AM"
+    assert (
+        page.html.select_one("li.row time").text == "Nov 18, 2026 11:00\u202fAM"
+        or page.html.select_one("li.row time").text.replace("\u202f", " ") == "Nov 18, 2026 11:00 AM"
+    )
 
 
-def test_tags_are_added_and_removed_on_the_request_page_and_audited(staff, app):  # noqa: F811
+def test_tags_are_added_and_removed_on_the_request_page_and_audited(staff, app):
     from models import PatientRequestTag, Tag
+
     request = make("clinic-a", "voice_message", transcript="x", status="reliable")
     with db.connection_context():
         clinic_a, clinic_b = Clinic.get(Clinic.slug == "clinic-a"), Clinic.get(Clinic.slug == "clinic-b")
@@ -190,8 +205,11 @@ def test_tags_are_added_and_removed_on_the_request_page_and_audited(staff, app):
     assert not page.html.select("ul.tags .tag")
     with db.connection_context():
         assert PatientRequestTag.select().where(PatientRequestTag.request == request.id).count() == 0
-        fields = [e.details for e in AuditEvent.select().where((AuditEvent.target_id == str(request.id))
-                                                                & (AuditEvent.action == "patient_request.patch"))
-                  .order_by(AuditEvent.at)]
+        fields = [
+            e.details
+            for e in AuditEvent.select()
+            .where((AuditEvent.target_id == str(request.id)) & (AuditEvent.action == "patient_request.patch"))
+            .order_by(AuditEvent.at)
+        ]
     assert len(fields) == 2 and "addTagIds" in fields[0] and "removeTagIds" in fields[1], fields
     app.post(f"/console/requests/{request.id}/tags", {"add": str(urgent.id)}, status=403)  # no CSRF token

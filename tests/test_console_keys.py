@@ -2,6 +2,7 @@
 secret shown once, through the session's one-time flash after a 303), rotate, revoke; the
 list's facts in words; a form sent twice writes once; and the key rules of api_keys.rules,
 the same for the console and `manage.py token`."""
+
 from __future__ import annotations
 
 import re
@@ -14,53 +15,20 @@ from models import Actor, ApiToken, AuditEvent, Clinic
 from plumbing.clock import as_utc
 from plumbing.database import db
 from tests.support import bearer, switchboard_url
+from tests.support.api_key_pages import ADDRESS, PAGE, create, create_form, new_key_form, secret_of
 from tests.support.clocks import WEDNESDAY
-from tests.test_console_sessions import csrf_of, login, staff  # noqa: F401 (fixture)
-
-PAGE = "/console/settings/api-keys"
-ADDRESS = {"REMOTE_ADDR": "203.0.113.9"}
+from tests.support.console import csrf_of, login
 
 
 @pytest.fixture
-def admin(staff, app):  # noqa: F811
+def admin(staff, app):
     """anna: admin of clinic-a (and staff of nothing else); logged in."""
     with db.connection_context():
         from models import StaffMembership
+
         StaffMembership.update(role="admin").where(StaffMembership.user == staff).execute()
     login(app, status=303)
     return staff
-
-
-def create_form(app, name: str = "pbx", days: str = "", scopes: tuple[str, ...] = ("read", "write"),
-                grants: tuple[str, ...] = ("clinic-a",)):
-    form = new_key_form(app.get(PAGE + "?clinic=clinic-a"))
-    form["name"] = name
-    if days:
-        form["expires_in_days"] = days
-    for scope in ("read", "write"):
-        form[f"scope_{scope}"] = scope in scopes
-    for field in [f for f in form.fields if f and f.startswith("grant_")]:
-        form[field] = field.removeprefix("grant_") in grants
-    return form
-
-
-def create(app, name: str = "pbx", days: str = "", scopes: tuple[str, ...] = ("read", "write"),
-           grants: tuple[str, ...] = ("clinic-a",), status: int = 303):
-    """Create a key; a made key's answer is a 303 to the list, followed (the page that shows
-    its secret once)."""
-    answer = create_form(app, name, days, scopes, grants).submit(status=status, extra_environ=ADDRESS)
-    if status != 303:
-        return answer
-    assert answer.headers["Location"].endswith(PAGE + "?clinic=clinic-a#new-key-title")
-    return answer.follow()
-
-
-def new_key_form(page):
-    return next(f for f in page.forms.values() if f.action == PAGE)
-
-
-def secret_of(page) -> str:
-    return page.html.find("code", {"id": "new-key"}).text
 
 
 def works(app, text: str, slug: str = "clinic-a") -> bool:
@@ -91,17 +59,24 @@ def test_an_admin_creates_a_key_shown_once_that_works_and_is_listed_without_its_
     with db.connection_context():
         event = AuditEvent.get(AuditEvent.action == "token.create")
     assert (event.actor_kind, event.actor_name, event.target_id, event.address) == (
-        "staff", "anna@example.cz", str(token.id), "203.0.113.9")
+        "staff",
+        "anna@example.cz",
+        str(token.id),
+        "203.0.113.9",
+    )
     assert text.split("_", 2)[2] not in event.details and token.secret_hash not in event.details
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"days": "366"}, "Platnost musí být od 1 do 365 dní."),
-    ({"days": "0"}, "Platnost musí být od 1 do 365 dní."),
-    ({"scopes": ()}, "Vyberte oprávnění"),
-    ({"grants": ()}, "Vyberte aspoň jednu kliniku."),
-    ({"name": "   "}, "Zadejte název servisního účtu"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"days": "366"}, "Platnost musí být od 1 do 365 dní."),
+        ({"days": "0"}, "Platnost musí být od 1 do 365 dní."),
+        ({"scopes": ()}, "Vyberte oprávnění"),
+        ({"grants": ()}, "Vyberte aspoň jednu kliniku."),
+        ({"name": "   "}, "Zadejte název servisního účtu"),
+    ],
+)
 def test_the_key_rules_refuse_a_bad_key_with_400_and_issue_nothing(admin, app, fields, message):
     page = create(app, status=400, **fields)
     assert message in page.text and page.html.find("code", {"id": "new-key"}) is None
@@ -121,12 +96,21 @@ def test_a_key_grants_only_clinics_the_admin_administers(admin, app):
 
 def test_a_key_expiring_within_14_days_is_flagged(admin, app):
     with db.connection_context():
-        soon, _ = rules.issue(Actor("operator", "ops"), "soon", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY,
-                              timedelta(days=14))
-        later, _ = rules.issue(Actor("operator", "ops"), "later", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY,
-                               timedelta(days=15))
-        forever, _ = rules.issue(Actor("operator", "ops"), "forever", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY,
-                                 None, never_expires=True)
+        soon, _ = rules.issue(
+            Actor("operator", "ops"), "soon", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY, timedelta(days=14)
+        )
+        later, _ = rules.issue(
+            Actor("operator", "ops"), "later", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY, timedelta(days=15)
+        )
+        forever, _ = rules.issue(
+            Actor("operator", "ops"),
+            "forever",
+            [Clinic.by_slug("clinic-a")],
+            ["read"],
+            WEDNESDAY,
+            None,
+            never_expires=True,
+        )
     page = app.get(PAGE + "?clinic=clinic-a")
     assert "soon" in page.html.find(id=f"key-{soon.id}")["class"]
     assert "vyprší do 14 dnů" in page.html.find(id=f"key-{soon.id}").text
@@ -189,7 +173,7 @@ def test_revoke_stops_the_key_at_once_and_is_recorded(admin, app):
     assert (event.actor_name, event.address) == ("anna@example.cz", "203.0.113.9")
 
 
-def test_a_staff_member_gets_403_on_the_keys_page_and_its_actions(staff, app):  # noqa: F811
+def test_a_staff_member_gets_403_on_the_keys_page_and_its_actions(staff, app):
     with db.connection_context():
         token, text = rules.issue(Actor("operator", "ops"), "pbx", [Clinic.by_slug("clinic-a")], ["read"], WEDNESDAY)
     login(app, status=303)
@@ -197,10 +181,16 @@ def test_a_staff_member_gets_403_on_the_keys_page_and_its_actions(staff, app):  
     app.get(PAGE, status=403)
     app.get(PAGE + "?clinic=clinic-a", status=403)
     for action in ("rotate", "revoke"):
-        app.post(f"{PAGE}/{token.id}/{action}", {"csrf_token": csrf, "clinic": "clinic-a",
-                                                 "old_until": "2026-11-18T12:00:00"}, status=403)
-    app.post(PAGE, {"csrf_token": csrf, "clinic": "clinic-a", "name": "x", "scope_read": "on",
-                    "grant_clinic-a": "on"}, status=403)
+        app.post(
+            f"{PAGE}/{token.id}/{action}",
+            {"csrf_token": csrf, "clinic": "clinic-a", "old_until": "2026-11-18T12:00:00"},
+            status=403,
+        )
+    app.post(
+        PAGE,
+        {"csrf_token": csrf, "clinic": "clinic-a", "name": "x", "scope_read": "on", "grant_clinic-a": "on"},
+        status=403,
+    )
     assert works(app, text)
     with db.connection_context():
         assert ApiToken.select().count() == 1
@@ -208,16 +198,26 @@ def test_a_staff_member_gets_403_on_the_keys_page_and_its_actions(staff, app):  
 
 def test_an_admin_revokes_but_cannot_rotate_a_key_that_also_opens_another_clinic(admin, app):
     with db.connection_context():
-        shared, text = rules.issue(Actor("operator", "ops"), "shared", [Clinic.by_slug("clinic-a"), Clinic.by_slug("clinic-b")],
-                                   ["read"], WEDNESDAY)
-        other, other_text = rules.issue(Actor("operator", "ops"), "b-only", [Clinic.by_slug("clinic-b")], ["read"], WEDNESDAY)
+        shared, text = rules.issue(
+            Actor("operator", "ops"),
+            "shared",
+            [Clinic.by_slug("clinic-a"), Clinic.by_slug("clinic-b")],
+            ["read"],
+            WEDNESDAY,
+        )
+        other, other_text = rules.issue(
+            Actor("operator", "ops"), "b-only", [Clinic.by_slug("clinic-b")], ["read"], WEDNESDAY
+        )
     page = app.get(PAGE + "?clinic=clinic-a")
     row = page.html.find(id=f"key-{shared.id}")
     assert "Clinic-A, Clinic-B" in row.text and row.find("form", {"class": "rotate"}) is None
     assert page.html.find(id=f"key-{other.id}") is None, "another clinic's key is not listed"
     csrf = csrf_of(page)
-    app.post(f"{PAGE}/{shared.id}/rotate", {"csrf_token": csrf, "clinic": "clinic-a",
-                                            "old_until": "2026-11-18T12:00:00"}, status=404)
+    app.post(
+        f"{PAGE}/{shared.id}/rotate",
+        {"csrf_token": csrf, "clinic": "clinic-a", "old_until": "2026-11-18T12:00:00"},
+        status=404,
+    )
     app.post(f"{PAGE}/{other.id}/revoke", {"csrf_token": csrf, "clinic": "clinic-a"}, status=404)
     assert works(app, other_text, "clinic-b")
     app.post(f"{PAGE}/{shared.id}/revoke", {"csrf_token": csrf, "clinic": "clinic-a"}, status=303)
@@ -246,8 +246,9 @@ def test_last_use_is_written_at_most_once_a_minute_per_token_by_any_process(admi
     clock.set(WEDNESDAY + timedelta(seconds=61))
     assert works(app, text)
     with db.connection_context():
-        assert ApiToken.get_by_id(token_id).last_used_at == as_utc(WEDNESDAY + timedelta(seconds=61)), \
+        assert ApiToken.get_by_id(token_id).last_used_at == as_utc(WEDNESDAY + timedelta(seconds=61)), (
             "at most a minute stale"
+        )
 
 
 def keys_named(name: str) -> int:
@@ -286,7 +287,10 @@ def test_a_double_click_on_rotate_rotates_once(admin, app):
     first, second = form.submit(status=303), form.submit(status=303)
     assert first.headers["Location"] == second.headers["Location"]
     with db.connection_context():
-        assert ApiToken.select().count() == 2 and AuditEvent.select().where(AuditEvent.action == "token.rotate").count() == 1
+        assert (
+            ApiToken.select().count() == 2
+            and AuditEvent.select().where(AuditEvent.action == "token.rotate").count() == 1
+        )
     new = secret_of(second.follow())  # the page the second click lands on shows the new key
     assert new != old and works(app, new)
 

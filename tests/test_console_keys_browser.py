@@ -4,6 +4,7 @@ key (its secret shown once), the key works against the API, is rotated (both key
 until the chosen time, then only the new one) and revoked (401 from every web process);
 a staff member gets 403 on every settings page; the audit page shows each action with its
 author; and no secret appears in any other page, in the web log or in an audit row."""
+
 from __future__ import annotations
 
 import json
@@ -17,15 +18,15 @@ from zoneinfo import ZoneInfo
 import pytest
 import requests
 
-from staff.passwords import hash_password
 from models import AuditEvent, Clinic, StaffMembership, StaffUser
 from plumbing.database import db
+from staff.passwords import hash_password
 from tests.support import switchboard_url
+from tests.support.console_browser import PASSWORD, WAIT_MS, _publish, log_in
 from tests.support.gunicorn import serving_gunicorn
 from tests.support.log_audit import remember, watch
 from tests.support.tiers import needs
 from tests.support.worker import worker_env
-from tests.test_console_browser import PASSWORD, WAIT_MS, _publish, log_in, staff  # noqa: F401 (fixtures)
 
 WORKERS = 2  # the Procfile's default WEB_CONCURRENCY
 ADMIN = "adam@example.cz"
@@ -42,7 +43,7 @@ def service(wsgi_app, ca_bundle, tmp_path_factory):
 
 
 @pytest.fixture
-def admin(staff):  # noqa: F811
+def admin(browser_staff):
     """Adam, clinic-en's admin (the login throttle's counters are cleared by `app`)."""
     with db.connection_context():
         user = StaffUser.create(email=ADMIN, name="Adam Správce", password_hash=hash_password(PASSWORD))
@@ -60,8 +61,12 @@ class Api:
     def call(self, key: str) -> tuple[str, float, int]:
         rid = uuid.uuid4().hex
         sent = time.monotonic()
-        status = requests.post(self.url, json={}, timeout=30, headers={
-            "Authorization": f"Bearer {key}", "X-Request-Id": rid, "Connection": "close"}).status_code
+        status = requests.post(
+            self.url,
+            json={},
+            timeout=30,
+            headers={"Authorization": f"Bearer {key}", "X-Request-Id": rid, "Connection": "close"},
+        ).status_code
         return rid, sent, status
 
     def burst(self, key: str, n: int = 8) -> list[tuple[str, float, int]]:
@@ -103,7 +108,7 @@ def key_id(key: str) -> str:
     return str(uuid.UUID(hex=key.split("_")[1]))
 
 
-def test_create_use_rotate_revoke_a_key_with_its_audit_and_no_secret_anywhere(service, admin, browser, tmp_path):  # noqa: F811
+def test_create_use_rotate_revoke_a_key_with_its_audit_and_no_secret_anywhere(service, admin, browser, tmp_path):
     base, log = service
     api = Api(base, log)
     pages: list[str] = []  # every page but the two that show a new key once
@@ -130,9 +135,12 @@ def test_create_use_rotate_revoke_a_key_with_its_audit_and_no_secret_anywhere(se
 
     # Use it: from every web process; and a write attributed to its service account.
     assert len(api.in_every_process(first, 200)) == WORKERS
-    imported = requests.post(base + "/external/v1/clinics/clinic-en/patients/import", timeout=30,
-                             headers={"Authorization": f"Bearer {first}"},
-                             json={"externalId": "EXT-77", "firstName": "Eva", "lastName": "Nová"})
+    imported = requests.post(
+        base + "/external/v1/clinics/clinic-en/patients/import",
+        timeout=30,
+        headers={"Authorization": f"Bearer {first}"},
+        json={"externalId": "EXT-77", "firstName": "Eva", "lastName": "Nová"},
+    )
     assert imported.status_code in (200, 201), imported.text
 
     # Rotate: the old key keeps working until a time a few seconds ahead (the clinic's wall clock).
@@ -178,9 +186,13 @@ def test_create_use_rotate_revoke_a_key_with_its_audit_and_no_secret_anywhere(se
     pages.append(page.content())
     rows = [r.inner_text() for r in page.locator("table.audit tbody tr").all()]
     # In words, in the admin's Czech (the code in the cell's title).
-    for action, who in (("Vytvořen klíč API", "Adam Správce"), ("Klíč API nahrazen novým", "Adam Správce"),
-                        ("Klíč API zneplatněn", "Adam Správce"), ("Přihlášení", "Adam Správce"),
-                        ("Importován nový pacient", "klíč API pbx-switchboard")):
+    for action, who in (
+        ("Vytvořen klíč API", "Adam Správce"),
+        ("Klíč API nahrazen novým", "Adam Správce"),
+        ("Klíč API zneplatněn", "Adam Správce"),
+        ("Přihlášení", "Adam Správce"),
+        ("Importován nový pacient", "klíč API pbx-switchboard"),
+    ):
         assert any(action in r and who in r and "127.0.0.1" in r for r in rows), (action, rows)
     assert "token.rotate" not in "\n".join(rows), "no raw action codes"
     page.screenshot(path=str(tmp_path / "console-audit.png"), full_page=True)

@@ -1,6 +1,7 @@
 """The console's addresses come from one place (console/pages.py): the templates, the
 middleware and the responders use it, and the routes are built from it; and the header
 every page draws asks the database nothing of its own."""
+
 from __future__ import annotations
 
 import re
@@ -39,17 +40,46 @@ def test_no_console_address_is_written_out_but_in_console_pages():
 
 def test_every_console_route_is_an_address_of_console_pages(wsgi_app):
     """The router's console templates are exactly what console/pages.py builds."""
-    routes = {route.uri_template for route in _routes(wsgi_app._router._roots) if route.uri_template.startswith("/console")}
-    built = {pages.PREFIX, pages.ROWS, pages.LOGIN, pages.LOGIN_CODE, pages.LOGOUT, pages.LANGUAGE, pages.ACCOUNT,
-             pages.TWO_FACTOR, pages.SETTINGS, pages.OFFICE_HOURS, pages.CALENDARS, pages.CALLS, pages.REQUEST_TYPES,
-             pages.API_KEYS, pages.STAFF, pages.AUDIT, pages.HELP, pages.request("{request_id}"),
-             pages.request_note("{request_id}"), pages.request_tags("{request_id}"),
-             pages.request_resolution("{request_id}"), pages.request_type("{request_id}"),
-             pages.request_urgent("{request_id}"), pages.recording("{request_id}"),
-             pages.recording_state("{request_id}"), pages.password_link("{token}"),
-             pages.api_key_rotation("{token_id}"), pages.api_key_revocation("{token_id}"), pages.guide("{name}"),
-             pages.guide_image("{name}"), pages.static("{name}"), pages.RETENTION, pages.patient("{patient_id}"),
-             pages.patient_copy("{patient_id}"), pages.patient_erasure("{patient_id}")}
+    routes = {
+        route.uri_template for route in _routes(wsgi_app._router._roots) if route.uri_template.startswith("/console")
+    }
+    built = {
+        pages.PREFIX,
+        pages.ROWS,
+        pages.LOGIN,
+        pages.LOGIN_CODE,
+        pages.LOGOUT,
+        pages.LANGUAGE,
+        pages.ACCOUNT,
+        pages.TWO_FACTOR,
+        pages.SETTINGS,
+        pages.OFFICE_HOURS,
+        pages.CALENDARS,
+        pages.CALLS,
+        pages.REQUEST_TYPES,
+        pages.API_KEYS,
+        pages.STAFF,
+        pages.AUDIT,
+        pages.HELP,
+        pages.request("{request_id}"),
+        pages.request_note("{request_id}"),
+        pages.request_tags("{request_id}"),
+        pages.request_resolution("{request_id}"),
+        pages.request_type("{request_id}"),
+        pages.request_urgent("{request_id}"),
+        pages.recording("{request_id}"),
+        pages.recording_state("{request_id}"),
+        pages.password_link("{token}"),
+        pages.api_key_rotation("{token_id}"),
+        pages.api_key_revocation("{token_id}"),
+        pages.guide("{name}"),
+        pages.guide_image("{name}"),
+        pages.static("{name}"),
+        pages.RETENTION,
+        pages.patient("{patient_id}"),
+        pages.patient_copy("{patient_id}"),
+        pages.patient_erasure("{patient_id}"),
+    }
     assert routes == built, (routes - built, built - routes)
 
 

@@ -1,5 +1,6 @@
 """Staff console logins and sessions (WebTest): passwords, CSRF, throttling, expiry, the
 cookie's flags, and the wall between console sessions and API tokens."""
+
 from __future__ import annotations
 
 import os
@@ -12,37 +13,13 @@ import falcon.testing
 import pytest
 import webtest
 
-from app import create_app
-from staff.passwords import hash_password
-from models import AuditEvent, Clinic, StaffMembership, StaffSession, StaffUser
+from models import AuditEvent, StaffMembership, StaffSession, StaffUser
 from plumbing import logs
 from plumbing.database import db
 from tests.conftest import PG_URL, ROOT, app_beside
-from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support import bearer, issue_token, switchboard_url
 from tests.support.clocks import WEDNESDAY
-
-PASSWORD = "correct horse battery"
-
-
-@pytest.fixture
-def staff(app):
-    """clinic-a and clinic-b; anna works for clinic-a (`app` cleared the login counters)."""
-    load(organization(clinic("clinic-a"), clinic("clinic-b")))
-    with db.connection_context():
-        user = StaffUser.create(email="anna@example.cz", name="Anna Nováková", password_hash=hash_password(PASSWORD))
-        StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == "clinic-a"), role="staff")
-    return user
-
-
-def login(app, email: str = "anna@example.cz", password: str = PASSWORD, status: int | str = "*", **environ):
-    page = app.get("/console/login", extra_environ=environ)
-    form = page.forms[0]
-    form["email"], form["password"] = email, password
-    return form.submit(status=status, extra_environ=environ)
-
-
-def csrf_of(page) -> str:
-    return page.html.find("input", {"name": "csrf_token"})["value"]
+from tests.support.console import PASSWORD, csrf_of, login
 
 
 def test_login_page_is_czech_first_and_english_on_request(staff, app):
@@ -126,8 +103,13 @@ def test_failures_from_one_address_throttle_it_whatever_the_email(staff, app):
 def test_a_client_cannot_escape_the_address_throttle_by_writing_x_forwarded_for(staff, app):
     """TRUSTED_PROXY_HOPS=0 (the default): the header is the client's own words."""
     for n in range(5):
-        login(app, email=f"guess{n}@example.cz", status=401, REMOTE_ADDR="10.9.9.8",
-              HTTP_X_FORWARDED_FOR=f"198.51.100.{n}")
+        login(
+            app,
+            email=f"guess{n}@example.cz",
+            status=401,
+            REMOTE_ADDR="10.9.9.8",
+            HTTP_X_FORWARDED_FOR=f"198.51.100.{n}",
+        )
     login(app, status=429, REMOTE_ADDR="10.9.9.8", HTTP_X_FORWARDED_FOR="198.51.100.99")
 
 
@@ -138,8 +120,9 @@ def test_behind_a_trusted_proxy_each_client_is_throttled_by_its_own_address(staf
     behind = webtest.TestApp(app_beside(replace(config, trusted_proxy_hops=1)))
     router = {"REMOTE_ADDR": "10.0.0.1"}
     for n in range(5):
-        login(behind, email=f"guess{n}@example.cz", status=401, **router,
-              HTTP_X_FORWARDED_FOR=f"192.0.2.{n}, 203.0.113.9")  # the left entries are the client's
+        login(
+            behind, email=f"guess{n}@example.cz", status=401, **router, HTTP_X_FORWARDED_FOR=f"192.0.2.{n}, 203.0.113.9"
+        )  # the left entries are the client's
     login(behind, status=429, **router, HTTP_X_FORWARDED_FOR="203.0.113.9")
     behind.reset()
     done = login(behind, status=303, **router, HTTP_X_FORWARDED_FOR="198.51.100.7")
@@ -151,15 +134,18 @@ def test_behind_a_trusted_proxy_each_client_is_throttled_by_its_own_address(staf
         assert failed.address == "203.0.113.9"
 
 
-@pytest.mark.parametrize("hops,forwarded,expected", [
-    (0, "203.0.113.9", "10.0.0.1"),
-    (1, "192.0.2.1, 203.0.113.9", "203.0.113.9"),
-    (2, "192.0.2.1, 203.0.113.9", "192.0.2.1"),
-    (2, "203.0.113.9", "10.0.0.1"),  # fewer entries than proxies: not through them
-    (1, "not-an-address", "10.0.0.1"),
-    (1, None, "10.0.0.1"),
-    (1, "2001:db8::1", "2001:db8::1"),
-])
+@pytest.mark.parametrize(
+    "hops,forwarded,expected",
+    [
+        (0, "203.0.113.9", "10.0.0.1"),
+        (1, "192.0.2.1, 203.0.113.9", "203.0.113.9"),
+        (2, "192.0.2.1, 203.0.113.9", "192.0.2.1"),
+        (2, "203.0.113.9", "10.0.0.1"),  # fewer entries than proxies: not through them
+        (1, "not-an-address", "10.0.0.1"),
+        (1, None, "10.0.0.1"),
+        (1, "2001:db8::1", "2001:db8::1"),
+    ],
+)
 def test_peer_address(hops: int, forwarded: str | None, expected: str) -> None:
     headers = {"X-Forwarded-For": forwarded} if forwarded else {}
     req = falcon.testing.create_req(headers=headers, remote_addr="10.0.0.1")
@@ -196,20 +182,58 @@ def test_the_stylesheet_is_cached(app):
 
 def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
     env = {**os.environ, "DATABASE_URL": PG_URL}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, input=stdin,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_creates_resets_and_disables_users(staff, app):
-    made = run("user", "create", "--clinic", "clinic-a", "--clinic", "clinic-b", "--email", "Petr@Example.cz",
-               "--name", "Petr", "--role", "admin", "--password-stdin", stdin="a long password\n")
+    made = run(
+        "user",
+        "create",
+        "--clinic",
+        "clinic-a",
+        "--clinic",
+        "clinic-b",
+        "--email",
+        "Petr@Example.cz",
+        "--name",
+        "Petr",
+        "--role",
+        "admin",
+        "--password-stdin",
+        stdin="a long password\n",
+    )
     assert made.returncode == 0, made.stderr
     assert "petr@" not in made.stderr.lower(), "the user is named by id: a command's stderr is a log too"
     login(app, email="petr@example.cz", password="a long password", status=303)
-    assert run("user", "create", "--clinic", "clinic-a", "--email", "petr@example.cz", "--name", "P",
-               "--role", "staff", "--password-stdin", stdin="a long password\n").returncode == 2
-    assert "at least" in run("user", "reset-password", "--email", "petr@example.cz", "--password-stdin",
-                             stdin="short\n").stderr
+    assert (
+        run(
+            "user",
+            "create",
+            "--clinic",
+            "clinic-a",
+            "--email",
+            "petr@example.cz",
+            "--name",
+            "P",
+            "--role",
+            "staff",
+            "--password-stdin",
+            stdin="a long password\n",
+        ).returncode
+        == 2
+    )
+    assert (
+        "at least"
+        in run("user", "reset-password", "--email", "petr@example.cz", "--password-stdin", stdin="short\n").stderr
+    )
     reset = run("user", "reset-password", "--email", "petr@example.cz", "--password-stdin", stdin="another long one\n")
     assert reset.returncode == 0 and "1 session(s) ended" in reset.stderr and "petr@" not in reset.stderr.lower()
     app.get("/console/", status=303)
@@ -232,13 +256,14 @@ def test_the_demo_prints_an_admin_and_a_staff_login_that_open_the_console(app, c
 
     import manage
 
-
     def demo() -> dict[str, tuple[str, str]]:
         assert manage.main(["demo", "--base-url", "http://127.0.0.1:8000"], config) == 0
         out = capsys.readouterr().out
         assert "Staff console: http://127.0.0.1:8000/console/" in out
-        return {role: (email, password) for role, email, password in
-                re.findall(r"^  (admin|staff): (\S+)  password: (\S+)$", out, flags=re.M)}
+        return {
+            role: (email, password)
+            for role, email, password in re.findall(r"^  (admin|staff): (\S+)  password: (\S+)$", out, flags=re.M)
+        }
 
     first = demo()
     assert set(first) == {"admin", "staff"}
@@ -260,15 +285,23 @@ def test_the_user_switches_language_from_the_header_and_it_stays_with_the_accoun
     login(app, status=303)
     inbox = app.get("/console/?state=resolved")
     assert "Příchozí" in inbox.text
-    switched = app.post("/console/language", {"csrf_token": csrf_of(inbox), "language": "en"},
-                        headers={"Referer": "http://localhost/console/?state=resolved"}, status=303)
+    switched = app.post(
+        "/console/language",
+        {"csrf_token": csrf_of(inbox), "language": "en"},
+        headers={"Referer": "http://localhost/console/?state=resolved"},
+        status=303,
+    )
     assert switched.headers["Location"].endswith("/console/?state=resolved"), "back where it was switched"
     assert "Inbox" in app.get("/console/").text
     with db.connection_context():
         assert StaffUser.get_by_id(staff.id).language == "en"
     # Another site in the Referer is not followed; an unknown language is refused; no CSRF, 403.
-    away = app.post("/console/language", {"csrf_token": csrf_of(inbox), "language": "cs"},
-                    headers={"Referer": "https://evil.example/console/x"}, status=303)
+    away = app.post(
+        "/console/language",
+        {"csrf_token": csrf_of(inbox), "language": "cs"},
+        headers={"Referer": "https://evil.example/console/x"},
+        status=303,
+    )
     assert away.headers["Location"].endswith("/console/")
     app.post("/console/language", {"csrf_token": csrf_of(inbox), "language": "de"}, status=400)
     app.post("/console/language", {"language": "en"}, status=403)

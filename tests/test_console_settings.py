@@ -1,37 +1,57 @@
-"""The clinic's settings pages (issue 21, items 1-4) through WebTest: office hours with their
+"""The clinic's settings pages through WebTest: office hours with their
 preview, calendars and vacations, calls, request types and patient tags. Every change goes
 through onboarding's validator (its messages and paths show on the page), is audited as the
 staff user, and reaches the routing checks on the very next call; staff members get 403 and
 another clinic's rows 404."""
+
 from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from staff.passwords import hash_password
 from models import (
-    Actor, AuditEvent, Calendar, Clinic, OfficeHours, RequestType, RequestTypeDefaultTag, StaffMembership, StaffUser, Tag,
+    Actor,
+    AuditEvent,
+    Calendar,
+    Clinic,
+    OfficeHours,
+    RequestType,
+    RequestTypeDefaultTag,
+    StaffMembership,
+    StaffUser,
+    Tag,
     Vacation,
 )
 from onboarding.clinic_settings import ClinicSettings
 from plumbing.database import db
+from staff.passwords import hash_password
 from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
-from tests.test_console_sessions import csrf_of
+from tests.support.console import csrf_of
 
 PASSWORD = "correct horse battery"
 PRAGUE = ZoneInfo("Europe/Prague")
-SWITCHBOARD = {"apiUrl": "https://pbx.example.cz/api", "username": "clinic-a", "password": "pbx-Secret-42",
-               "sourceMarkers": ["pbx"]}
-PAGES = ("/console/settings/office-hours", "/console/settings/calendars", "/console/settings/calls",
-         "/console/settings/request-types")
-B_SETUP = {"officeHours": [{"weekday": "mon", "opens": "08:00", "closes": "12:00"}],
-           "calendars": [{"name": "B", "vacations": [{"start": "2027-01-04", "end": "2027-01-05"}]}],
-           "tags": [{"type": "patient", "name": "b-tag"}],
-           "requestTypes": [{"ecrfId": "B_TYPE", "name": "B type"}]}
+SWITCHBOARD = {
+    "apiUrl": "https://pbx.example.cz/api",
+    "username": "clinic-a",
+    "password": "pbx-Secret-42",
+    "sourceMarkers": ["pbx"],
+}
+PAGES = (
+    "/console/settings/office-hours",
+    "/console/settings/calendars",
+    "/console/settings/calls",
+    "/console/settings/request-types",
+)
+B_SETUP = {
+    "officeHours": [{"weekday": "mon", "opens": "08:00", "closes": "12:00"}],
+    "calendars": [{"name": "B", "vacations": [{"start": "2027-01-04", "end": "2027-01-05"}]}],
+    "tags": [{"type": "patient", "name": "b-tag"}],
+    "requestTypes": [{"ecrfId": "B_TYPE", "name": "B type"}],
+}
 
 
 @pytest.fixture
@@ -42,7 +62,9 @@ def people(app):
     with db.connection_context():
         a = Clinic.get(Clinic.slug == "clinic-a")
         for email, role in (("anna@example.cz", "admin"), ("bob@example.cz", "staff")):
-            user = StaffUser.create(email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD))
+            user = StaffUser.create(
+                email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD)
+            )
             StaffMembership.create(user=user, clinic=a, role=role)
 
 
@@ -107,8 +129,12 @@ def test_an_admin_cannot_act_on_another_clinic_nor_its_rows(people, app):
     # clinic-a's own form naming clinic-b's rows: 404, nothing changes.
     post(app, PAGES[0], {"action": "remove", "id": str(hours.id)}, status=404)
     post(app, PAGES[1], {"action": "remove-vacation", "id": str(vacation.id)}, status=404)
-    post(app, PAGES[1], {"action": "add-vacation", "calendar": str(calendar.id), "start": "2027-02-01",
-                         "end": "2027-02-02"}, status=404)
+    post(
+        app,
+        PAGES[1],
+        {"action": "add-vacation", "calendar": str(calendar.id), "start": "2027-02-01", "end": "2027-02-02"},
+        status=404,
+    )
     post(app, PAGES[1], {"action": "save-calendar", "id": str(calendar.id), "name": "mine"}, status=404)
     post(app, PAGES[3], {"action": "save-type", "id": str(request_type.id), "ecrfId": "X", "name": "X"}, status=404)
     post(app, PAGES[3], {"action": "save-type", "ecrfId": "X", "name": "X", f"tag-{tag.id}": "1"}, status=404)
@@ -124,7 +150,7 @@ def test_an_admin_cannot_act_on_another_clinic_nor_its_rows(people, app):
 def test_office_hours_past_midnight_on_odd_weeks_and_the_preview_agree_with_is_clinic_opened(people, app, clock):
     token = issue_token(["clinic-a"], ["read"])
     # 2026-11-16 is Monday of ISO week 47 (odd); 2026-11-23 Monday of week 48 (even).
-    move(app, clock, datetime(2026, 11, 16, 22, 30, tzinfo=timezone.utc))  # Monday 23:30 in Prague
+    move(app, clock, datetime(2026, 11, 16, 22, 30, tzinfo=UTC))  # Monday 23:30 in Prague
     assert not is_open(app, token)  # cached now: the change must still be seen on the next call
     post(app, PAGES[0], {"action": "add", "weekday": "mon", "opens": "22:00", "closes": "06:00", "weeks": "odd"})
     assert is_open(app, token), "the routing check sees the change on the very next call"
@@ -134,14 +160,16 @@ def test_office_hours_past_midnight_on_odd_weeks_and_the_preview_agree_with_is_c
     assert (event.actor_kind, event.actor_name, event.clinic_id) == ("staff", "anna@example.cz", a_id())
     assert json.loads(event.details) == {"weekday": "mon", "opens": "22:00", "closes": "06:00", "weeks": "odd"}
 
-    instants = [datetime(2026, 11, 17, 4, 59, tzinfo=timezone.utc),  # Tue 05:59, after midnight, odd week
-                datetime(2026, 11, 17, 5, 0, tzinfo=timezone.utc),  # Tue 06:00: closed
-                datetime(2026, 11, 23, 22, 30, tzinfo=timezone.utc),  # Mon 23:30 of an even week
-                datetime(2026, 11, 29, 22, 59, tzinfo=timezone.utc),  # Sun 23:59: the week boundary
-                datetime(2026, 11, 30, 21, 0, tzinfo=timezone.utc),  # Mon 22:00 of week 49 (odd)
-                # After the spring DST change (28 March 2027), Monday of week 13 (odd), in CEST:
-                datetime(2027, 3, 29, 19, 59, tzinfo=timezone.utc),  # 21:59 local: closed
-                datetime(2027, 3, 29, 20, 0, tzinfo=timezone.utc)]  # 22:00 local (21:00 in winter time)
+    instants = [
+        datetime(2026, 11, 17, 4, 59, tzinfo=UTC),  # Tue 05:59, after midnight, odd week
+        datetime(2026, 11, 17, 5, 0, tzinfo=UTC),  # Tue 06:00: closed
+        datetime(2026, 11, 23, 22, 30, tzinfo=UTC),  # Mon 23:30 of an even week
+        datetime(2026, 11, 29, 22, 59, tzinfo=UTC),  # Sun 23:59: the week boundary
+        datetime(2026, 11, 30, 21, 0, tzinfo=UTC),  # Mon 22:00 of week 49 (odd)
+        # After the spring DST change (28 March 2027), Monday of week 13 (odd), in CEST:
+        datetime(2027, 3, 29, 19, 59, tzinfo=UTC),  # 21:59 local: closed
+        datetime(2027, 3, 29, 20, 0, tzinfo=UTC),
+    ]  # 22:00 local (21:00 in winter time)
     for moment in instants:
         move(app, clock, moment)
         local = moment.astimezone(PRAGUE)
@@ -186,10 +214,20 @@ def test_a_switchboard_vacation_in_local_time_turns_is_on_vacation_true(people, 
     def on_vacation() -> bool:
         return app.post_json(url, {}, headers=bearer(token)).json["isOnVacation"]
 
-    move(app, clock, datetime(2026, 11, 20, 11, 30, tzinfo=timezone.utc))  # 12:30 in Prague
+    move(app, clock, datetime(2026, 11, 20, 11, 30, tzinfo=UTC))  # 12:30 in Prague
     assert not on_vacation()
-    post(app, PAGES[1], {"action": "add-vacation", "calendar": str(calendar.id), "name": "Školení",
-                         "start": "2026-11-20 12:00", "end": "2026-11-20T14:00", "switchboard": "1"})
+    post(
+        app,
+        PAGES[1],
+        {
+            "action": "add-vacation",
+            "calendar": str(calendar.id),
+            "name": "Školení",
+            "start": "2026-11-20 12:00",
+            "end": "2026-11-20T14:00",
+            "switchboard": "1",
+        },
+    )
     assert on_vacation()
     (vacation,) = one_of(Vacation, Vacation.calendar == calendar.id)
     assert (vacation.starts_at, vacation.ends_at) == (datetime(2026, 11, 20, 11, 0), datetime(2026, 11, 20, 13, 0))
@@ -198,14 +236,17 @@ def test_a_switchboard_vacation_in_local_time_turns_is_on_vacation_true(people, 
     shown = app.get(PAGES[1]).html.select_one("table.vacations tbody tr").text
     assert "Školení" in shown and "2026-11-20 12:00" in shown and "2026-11-20 14:00" in shown
     # A vacation that leaves the switchboard alone, and whole days (the end day included).
-    post(app, PAGES[1], {"action": "add-vacation", "calendar": str(calendar.id), "start": "2026-12-01",
-                         "end": "2026-12-02"})
+    post(
+        app,
+        PAGES[1],
+        {"action": "add-vacation", "calendar": str(calendar.id), "start": "2026-12-01", "end": "2026-12-02"},
+    )
     rows = [r.text for r in app.get(PAGES[1]).html.select("table.vacations tbody tr")]
     assert "2026-12-01" in rows[1] and "2026-12-02" in rows[1] and "00:00" not in rows[1], "whole days, as typed"
-    move(app, clock, datetime(2026, 12, 2, 20, 0, tzinfo=timezone.utc))
+    move(app, clock, datetime(2026, 12, 2, 20, 0, tzinfo=UTC))
     assert not on_vacation()
     post(app, PAGES[1], {"action": "remove-vacation", "id": str(vacation.id)})
-    clock.set(datetime(2026, 11, 20, 11, 30, tzinfo=timezone.utc))
+    clock.set(datetime(2026, 11, 20, 11, 30, tzinfo=UTC))
     assert not on_vacation()
 
 
@@ -213,11 +254,25 @@ def test_vacations_and_calendars_are_validated_by_the_onboarding_rules(people, a
     log_in(app)
     post(app, PAGES[1], {"action": "save-calendar", "name": "Ordinace"})
     (calendar,) = one_of(Calendar, Calendar.clinic == a_id())
-    refused = post(app, PAGES[1], {"action": "add-vacation", "calendar": str(calendar.id), "start": "2026-12-10",
-                                   "end": "2026-12-01", "switchboard": "1"}, status=400)
+    refused = post(
+        app,
+        PAGES[1],
+        {
+            "action": "add-vacation",
+            "calendar": str(calendar.id),
+            "start": "2026-12-10",
+            "end": "2026-12-01",
+            "switchboard": "1",
+        },
+        status=400,
+    )
     assert "calendars[0].vacations[0].end" in refused.text and "is not after start" in refused.text
-    refused = post(app, PAGES[1], {"action": "add-vacation", "calendar": str(calendar.id), "start": "tomorrow",
-                                   "end": "2026-12-01"}, status=400)
+    refused = post(
+        app,
+        PAGES[1],
+        {"action": "add-vacation", "calendar": str(calendar.id), "start": "tomorrow", "end": "2026-12-01"},
+        status=400,
+    )
     assert "vacations[0].start" in refused.text
     refused = post(app, PAGES[1], {"action": "save-calendar", "name": "Ordinace"}, status=400)
     assert "calendars[1].name" in refused.text and "duplicate" in refused.text
@@ -256,11 +311,28 @@ def test_request_types_with_default_patient_tags_created_here(people, app):
     assert tag.type == "patient" and len(events("settings.tag.create")) == 1
     refused = post(app, PAGES[3], {"action": "add-tag", "name": "souhlas"}, status=400)
     assert "duplicate" in refused.text
-    post(app, PAGES[3], {"action": "save-type", "name": "Podepsaný souhlas", "ecrfId": "SIGNED_CONSENT",
-                         "requiresPayment": "1", "active": "1", "reservationLength": "30", f"tag-{tag.id}": "1"})
+    post(
+        app,
+        PAGES[3],
+        {
+            "action": "save-type",
+            "name": "Podepsaný souhlas",
+            "ecrfId": "SIGNED_CONSENT",
+            "requiresPayment": "1",
+            "active": "1",
+            "reservationLength": "30",
+            f"tag-{tag.id}": "1",
+        },
+    )
     (t,) = one_of(RequestType, RequestType.clinic == a_id())
-    assert (t.name, t.ecrf_id, t.requires_payment, t.requires_reservation, t.reservation_length, t.active) == \
-        ("Podepsaný souhlas", "SIGNED_CONSENT", True, False, 30, True)
+    assert (t.name, t.ecrf_id, t.requires_payment, t.requires_reservation, t.reservation_length, t.active) == (
+        "Podepsaný souhlas",
+        "SIGNED_CONSENT",
+        True,
+        False,
+        30,
+        True,
+    )
     assert [d.tag_id for d in one_of(RequestTypeDefaultTag, RequestTypeDefaultTag.request_type == t.id)] == [tag.id]
     (event,) = events("settings.request_type.create")
     assert json.loads(event.details) == {"ecrfId": "SIGNED_CONSENT", "name": "Podepsaný souhlas"}
@@ -276,8 +348,9 @@ def test_request_types_with_default_patient_tags_created_here(people, app):
     # The onboarding rules: a code is unique in the clinic, numbers are not negative.
     refused = post(app, PAGES[3], {"action": "save-type", "name": "Jiný", "ecrfId": "SIGNED_CONSENT"}, status=400)
     assert "requestTypes" in refused.text and "duplicate" in refused.text
-    refused = post(app, PAGES[3], {"action": "save-type", "name": "Jiný", "ecrfId": "OTHER",
-                                   "remindDaysBefore": "-2"}, status=400)
+    refused = post(
+        app, PAGES[3], {"action": "save-type", "name": "Jiný", "ecrfId": "OTHER", "remindDaysBefore": "-2"}, status=400
+    )
     assert "remindDaysBefore" in refused.text
     assert len(one_of(RequestType, RequestType.clinic == a_id())) == 1
 
@@ -310,9 +383,17 @@ def test_a_change_keeps_the_switchboard_credentials_and_never_shows_them(people,
     with db.connection_context():
         after = Clinic.get(Clinic.slug == "clinic-a")
         trail = " ".join(e.details for e in AuditEvent.trail(limit=1000))
-    assert (after.platform_api_url, after.platform_username, after.platform_password_encrypted,
-            after.platform_source_markers) == (before.platform_api_url, before.platform_username,
-                                               before.platform_password_encrypted, before.platform_source_markers)
+    assert (
+        after.platform_api_url,
+        after.platform_username,
+        after.platform_password_encrypted,
+        after.platform_source_markers,
+    ) == (
+        before.platform_api_url,
+        before.platform_username,
+        before.platform_password_encrypted,
+        before.platform_source_markers,
+    )
     assert "pbx-Secret-42" not in trail
     for path in PAGES:
         assert "pbx-Secret-42" not in app.get(path).text
@@ -328,12 +409,13 @@ def test_two_admins_changing_at_once_both_land(people):
     for round_ in range(5):
         barrier = threading.Barrier(len(days))
 
-        def add(weekday: str) -> None:
+        def add(weekday: str, barrier: threading.Barrier = barrier, round_: int = round_) -> None:
             try:
                 with db.connection_context():
                     barrier.wait(timeout=10)
                     ClinicSettings(a, Actor("staff", f"{weekday}@example.cz"), SECRET_KEY).add_office_hours(
-                        weekday, f"{8 + round_:02d}:00", "20:00", "every")
+                        weekday, f"{8 + round_:02d}:00", "20:00", "every"
+                    )
             except BaseException as exc:  # the assertion below names it
                 errors.append(exc)
 

@@ -1,4 +1,4 @@
-"""The settings pages (issue 21, items 1-4) in a real headless Chromium against gunicorn
+"""The settings pages in a real headless Chromium against gunicorn
 started from the Procfile, the session's real RQ worker, PostgreSQL and Redis (the style of
 tests/test_console_browser.py): an admin sets office hours with an odd-week interval and the
 preview agrees with `is-clinic-opened` over HTTP at a week boundary, past midnight and across
@@ -9,25 +9,26 @@ made here tags the patient on an API create; a staff member gets 403 on every se
 gunicorn runs on the real clock, so "open at …?" is compared with `is-clinic-opened` asked
 over HTTP of the same app served in this process with the tests' clock set to each instant
 (tests/support/live_service.py), against the same database."""
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
 import requests
 
-from staff.passwords import hash_password
 from models import AuditEvent, Clinic, PatientRequest, StaffMembership, StaffUser
 from onboarding.writer import stable_id
 from plumbing.database import db
+from staff.passwords import hash_password
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.support.clocks import Clock
+from tests.support.console_browser import PASSWORD, WAIT_MS, _publish, log_in
+from tests.support.handoffs import audio, call_body
 from tests.support.https_server import static
 from tests.support.live_service import serve
 from tests.support.worker import processed_call
-from tests.test_call_handoff import audio, call_body
-from tests.test_console_browser import PASSWORD, WAIT_MS, _publish, log_in, service  # noqa: F401 (fixtures)
 
 PRAGUE = ZoneInfo("Europe/Prague")
 SETTINGS = ("office-hours", "calendars", "calls", "request-types")
@@ -35,13 +36,26 @@ SETTINGS = ("office-hours", "calendars", "calls", "request-types")
 
 @pytest.fixture
 def admin(app):
-    load(organization(clinic("clinic-cz", name="Ordinace Vinohrady"), patients=[
-        {"key": "jana", "firstName": "Jana", "lastName": "Dvořáková", "phone": "+420 601 123 456",
-         "records": [{"clinic": "clinic-cz"}]}]))
+    load(
+        organization(
+            clinic("clinic-cz", name="Ordinace Vinohrady"),
+            patients=[
+                {
+                    "key": "jana",
+                    "firstName": "Jana",
+                    "lastName": "Dvořáková",
+                    "phone": "+420 601 123 456",
+                    "records": [{"clinic": "clinic-cz"}],
+                }
+            ],
+        )
+    )
     with db.connection_context():
         cz = Clinic.get(Clinic.slug == "clinic-cz")
         for email, role in (("anna@example.cz", "admin"), ("bob@example.cz", "staff")):
-            user = StaffUser.create(email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD))
+            user = StaffUser.create(
+                email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD)
+            )
             StaffMembership.create(user=user, clinic=cz, role=role)
 
 
@@ -63,8 +77,15 @@ def preview_at(page, local: datetime) -> bool:
     return {"otevřeno": True, "zavřeno": False}[answer.locator("strong").inner_text()]
 
 
-def test_an_admin_sets_the_clinics_settings_and_the_service_follows(service, admin, app, browser, https_server,  # noqa: F811
-                                                                    worker, tmp_path):
+def test_an_admin_sets_the_clinics_settings_and_the_service_follows(
+    service,
+    admin,
+    app,
+    browser,
+    https_server,
+    worker,
+    tmp_path,
+):
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     page.set_default_timeout(WAIT_MS)
     log_in(page, service)
@@ -88,29 +109,31 @@ def test_an_admin_sets_the_clinics_settings_and_the_service_follows(service, adm
 
     # "Open now?" on the page and is-clinic-opened on gunicorn, at the same real moment.
     now_page = page.locator("p.preview.now strong").inner_text() == "otevřeno"
-    live = requests.post(service + switchboard_url("clinic-cz", "is-clinic-opened"), json={}, headers=bearer(read),
-                         timeout=60).json()["isOpen"]
+    live = requests.post(
+        service + switchboard_url("clinic-cz", "is-clinic-opened"), json={}, headers=bearer(read), timeout=60
+    ).json()["isOpen"]
     assert now_page == live
 
     instants = {  # UTC instant: expected answer (Prague local time, ISO week)
-        datetime(2026, 11, 16, 21, 30, tzinfo=timezone.utc): True,  # Mon 22:30, week 47 (odd)
-        datetime(2026, 11, 16, 23, 0, tzinfo=timezone.utc): True,  # Tue 00:00: midnight, still open
-        datetime(2026, 11, 17, 4, 59, tzinfo=timezone.utc): True,  # Tue 05:59
-        datetime(2026, 11, 17, 5, 0, tzinfo=timezone.utc): False,  # Tue 06:00
-        datetime(2026, 11, 23, 21, 30, tzinfo=timezone.utc): False,  # Mon 22:30, week 48 (even)
-        datetime(2026, 11, 22, 23, 30, tzinfo=timezone.utc): True,  # Mon 00:30 of week 48, from Sunday of 47
-        datetime(2026, 11, 29, 23, 30, tzinfo=timezone.utc): False,  # Mon 00:30 of week 49, Sunday of 48 even
-        datetime(2027, 3, 28, 0, 59, tzinfo=timezone.utc): True,  # Sun 01:59 CET, before the DST change
-        datetime(2027, 3, 28, 1, 0, tzinfo=timezone.utc): True,  # Sun 03:00 CEST, just after it
-        datetime(2027, 3, 28, 1, 59, tzinfo=timezone.utc): True,  # 03:59 CEST
-        datetime(2027, 3, 28, 2, 0, tzinfo=timezone.utc): False,  # 04:00 CEST (03:00 in winter time)
+        datetime(2026, 11, 16, 21, 30, tzinfo=UTC): True,  # Mon 22:30, week 47 (odd)
+        datetime(2026, 11, 16, 23, 0, tzinfo=UTC): True,  # Tue 00:00: midnight, still open
+        datetime(2026, 11, 17, 4, 59, tzinfo=UTC): True,  # Tue 05:59
+        datetime(2026, 11, 17, 5, 0, tzinfo=UTC): False,  # Tue 06:00
+        datetime(2026, 11, 23, 21, 30, tzinfo=UTC): False,  # Mon 22:30, week 48 (even)
+        datetime(2026, 11, 22, 23, 30, tzinfo=UTC): True,  # Mon 00:30 of week 48, from Sunday of 47
+        datetime(2026, 11, 29, 23, 30, tzinfo=UTC): False,  # Mon 00:30 of week 49, Sunday of 48 even
+        datetime(2027, 3, 28, 0, 59, tzinfo=UTC): True,  # Sun 01:59 CET, before the DST change
+        datetime(2027, 3, 28, 1, 0, tzinfo=UTC): True,  # Sun 03:00 CEST, just after it
+        datetime(2027, 3, 28, 1, 59, tzinfo=UTC): True,  # 03:59 CEST
+        datetime(2027, 3, 28, 2, 0, tzinfo=UTC): False,  # 04:00 CEST (03:00 in winter time)
     }
     clock = Clock()
     with serve(clock=clock) as base:
         for moment, expected in instants.items():
             clock.set(moment)
-            api = requests.post(base + switchboard_url("clinic-cz", "is-clinic-opened"), json={},
-                                headers=bearer(read), timeout=60).json()["isOpen"]
+            api = requests.post(
+                base + switchboard_url("clinic-cz", "is-clinic-opened"), json={}, headers=bearer(read), timeout=60
+            ).json()["isOpen"]
             assert preview_at(page, moment.astimezone(PRAGUE)) == api == expected, moment
     page.screenshot(path=str(tmp_path / "console-settings.png"), full_page=True)
     _publish(tmp_path / "console-settings.png")
@@ -118,8 +141,9 @@ def test_an_admin_sets_the_clinics_settings_and_the_service_follows(service, adm
     # 2. A switchboard vacation from today to tomorrow turns is-on-vacation true (the
     # calendar ignores public holidays, so the answer before it is false on any day).
     def on_vacation() -> bool:
-        return requests.post(service + switchboard_url("clinic-cz", "is-on-vacation"), json={}, headers=bearer(read),
-                             timeout=60).json()["isOnVacation"]
+        return requests.post(
+            service + switchboard_url("clinic-cz", "is-on-vacation"), json={}, headers=bearer(read), timeout=60
+        ).json()["isOnVacation"]
 
     page.goto(service + "/console/settings/calendars?clinic=clinic-cz")
     assert page.locator("aside.holidays li").count() >= 10, "the coming year's Czech public holidays"
@@ -145,8 +169,12 @@ def test_an_admin_sets_the_clinics_settings_and_the_service_follows(service, adm
     assert not page.get_by_label("Vytvořit požadavek o zmeškaném hovoru").is_checked()
     https_server.route("/rec/CA-silent.mp3", static(audio("silence_line.mp3"), "audio/mpeg"))
     write = issue_token(["clinic-cz"], ["read", "write"])
-    handed = requests.post(service + switchboard_url("clinic-cz", "recording-complete"), timeout=60,
-                           json=call_body("CA-silent", https_server.url("/rec/CA-silent.mp3")), headers=bearer(write))
+    handed = requests.post(
+        service + switchboard_url("clinic-cz", "recording-complete"),
+        timeout=60,
+        json=call_body("CA-silent", https_server.url("/rec/CA-silent.mp3")),
+        headers=bearer(write),
+    )
     assert handed.status_code == 200, handed.text
     call = processed_call("CA-silent", timeout=180)
     with db.connection_context():
@@ -164,21 +192,34 @@ def test_an_admin_sets_the_clinics_settings_and_the_service_follows(service, adm
     new.get_by_role("button", name="Vytvořit typ požadavku").click()
     page.locator("section.request-type h2", has_text="Podepsaný souhlas").wait_for()
     api = service + "/external/v1/clinics/clinic-cz"
-    types = requests.post(api + "/patientRequestTypes/search", json={}, headers=bearer(write), timeout=60).json()["data"]
+    types = requests.post(api + "/patientRequestTypes/search", json={}, headers=bearer(write), timeout=60).json()[
+        "data"
+    ]
     assert [t["ecrfId"] for t in types] == ["SIGNED_CONSENT"]
     jana = str(stable_id("patient", "test-org", "jana"))
-    created = requests.post(api + "/patientRequests/create", json={"patientId": jana, "userECRFId": types[0]["id"]},
-                            headers=bearer(write), timeout=60)
+    created = requests.post(
+        api + "/patientRequests/create",
+        json={"patientId": jana, "userECRFId": types[0]["id"]},
+        headers=bearer(write),
+        timeout=60,
+    )
     assert created.status_code == 200, created.text
-    found = requests.post(api + "/patients/search", json={"filter": {"query": "Dvořáková"}}, headers=bearer(write),
-                          timeout=60).json()["data"]
+    found = requests.post(
+        api + "/patients/search", json={"filter": {"query": "Dvořáková"}}, headers=bearer(write), timeout=60
+    ).json()["data"]
     assert [t["name"] for t in found[0]["tags"]] == ["souhlas"]
 
     # Every change is in the audit trail as Anna's.
     with db.connection_context():
         mine = [e.action for e in AuditEvent.trail(limit=1000) if e.actor_name == "anna@example.cz"]
-    for action in ("settings.office_hours.add", "settings.calendar.create", "settings.vacation.add",
-                   "settings.calls.update", "settings.tag.create", "settings.request_type.create"):
+    for action in (
+        "settings.office_hours.add",
+        "settings.calendar.create",
+        "settings.vacation.add",
+        "settings.calls.update",
+        "settings.tag.create",
+        "settings.request_type.create",
+    ):
         assert action in mine, action
     assert mine.count("settings.office_hours.add") == 3
 

@@ -3,6 +3,7 @@ re-roles, disables and enables users and makes set-password links; a user sets a
 through a link, changes it, ends sessions, enrols two-factor (TOTP) and logs in with a code or
 a recovery code; the clinic requires two-factor; every change is audited. The browser side is
 tests/test_console_staff_browser.py."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,13 @@ import pytest
 from console import accounts as console_words
 from console import audit as console_audit
 from models import (
-    AuditEvent, Clinic, StaffMembership, StaffPasswordLink, StaffRecoveryCode, StaffSession, StaffUser,
+    AuditEvent,
+    Clinic,
+    StaffMembership,
+    StaffPasswordLink,
+    StaffRecoveryCode,
+    StaffSession,
+    StaffUser,
 )
 from plumbing import crypto
 from plumbing.database import db
@@ -24,12 +31,19 @@ from staff import accounts, passwords, two_factor
 from staff.passwords import hash_password
 from tests.conftest import PG_URL, ROOT
 from tests.support import SECRET_KEY, clinic, load, organization
-from tests.support.log_audit import remember
-from tests.test_console_sessions import csrf_of
+from tests.support.console import csrf_of
+from tests.support.staff_accounts import (
+    NEW_PASSWORD,
+    STAFF,
+    add_user,
+    code_login,
+    enrol,
+    log_in,
+    set_password,
+    staff_post,
+)
 
 PASSWORD = "correct horse battery"
-NEW_PASSWORD = "tiger lantern oboe quarry"
-STAFF = "/console/settings/staff"
 
 
 @pytest.fixture
@@ -39,16 +53,16 @@ def people(app):
     load(organization(clinic("clinic-a"), clinic("clinic-b")))
     load(organization(clinic("clinic-x"), slug="other-org"))
     with db.connection_context():
-        for email, slug, role in (("anna@example.cz", "clinic-a", "admin"), ("bob@example.cz", "clinic-a", "staff"),
-                                  ("xena@example.cz", "clinic-x", "admin"), ("cyril@example.cz", "clinic-b", "staff")):
-            user = StaffUser.create(email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD))
+        for email, slug, role in (
+            ("anna@example.cz", "clinic-a", "admin"),
+            ("bob@example.cz", "clinic-a", "staff"),
+            ("xena@example.cz", "clinic-x", "admin"),
+            ("cyril@example.cz", "clinic-b", "staff"),
+        ):
+            user = StaffUser.create(
+                email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD)
+            )
             StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == slug), role=role)
-
-
-def log_in(app, email: str = "anna@example.cz", password: str = PASSWORD, status: int | str = 303):
-    form = app.get("/console/login").forms[0]
-    form["email"], form["password"] = email, password
-    return form.submit(status=status)
 
 
 def user(email: str) -> StaffUser:
@@ -61,36 +75,14 @@ def events(action: str) -> list[AuditEvent]:
         return list(AuditEvent.select().where(AuditEvent.action == action).order_by(AuditEvent.id))
 
 
-def staff_post(app, fields: dict, status: int = 303, slug: str = "clinic-a"):
-    csrf = csrf_of(app.get(f"{STAFF}?clinic={slug}"))
-    return app.post(STAFF, {"csrf_token": csrf, "clinic": slug, **fields}, status=status)
-
-
-def add_user(app, email: str, name: str, role: str = "staff") -> str:
-    """Add through the page; the set-password link it shows once (after the redirect)."""
-    staff_post(app, {"action": "add", "email": email, "name": name, "role": role})
-    page = app.get(f"{STAFF}?clinic=clinic-a")
-    link = page.html.find(id="new-link").text
-    remember(link.rsplit("/", 1)[1], "set-password link token")
-    assert app.get(f"{STAFF}?clinic=clinic-a").html.find(id="new-link") is None, "shown once"
-    return link
-
-
-def set_password(app, link: str, password: str = NEW_PASSWORD, status: int = 303):
-    path = link.split("://", 1)[1].split("/", 1)[1]
-    if status == 410:
-        return app.get("/" + path, status=410)
-    form = app.get("/" + path).forms[0]
-    form["password"], form["repeat"] = password, password
-    return form.submit(status=status)
-
-
 def test_an_admin_adds_a_user_who_sets_a_password_through_the_link_once(people, app, clock):
     log_in(app)
     page = app.get(f"{STAFF}?clinic=clinic-a")
     assert [r.find("th").text for r in page.html.select("table.staff tbody tr:first-child")] == ["Anna", "Bob"]
     link = add_user(app, "Dana@Example.cz ", "Dana  Veselá")
-    assert link.startswith("http://localhost:80/console/password/") or link.startswith("http://localhost/console/password/")
+    assert link.startswith("http://localhost:80/console/password/") or link.startswith(
+        "http://localhost/console/password/"
+    )
     dana = user("dana@example.cz")
     assert dana.name == "Dana Veselá" and dana.password_hash == passwords.NO_PASSWORD
     with db.connection_context():
@@ -155,13 +147,16 @@ def test_roles_and_the_last_admin(people, app):
     with db.connection_context():
         assert anna.role_in(Clinic.by_slug("clinic-a")) == "staff"
     assert [json.loads(e.details) for e in events("staff_user.role")] == [
-        {"from": "staff", "to": "admin"}, {"from": "admin", "to": "staff"}]
+        {"from": "staff", "to": "admin"},
+        {"from": "admin", "to": "staff"},
+    ]
     # anna is staff now: the staff page is closed to her.
     assert app.get(f"{STAFF}?clinic=clinic-a", status=403)
 
 
 def test_disabling_ends_every_session_at_once_and_enabling_lets_the_user_back(people, app, wsgi_app):
     import webtest
+
     bobs = webtest.TestApp(wsgi_app)
     log_in(bobs, "bob@example.cz")
     bobs.get("/console/", status=200)
@@ -191,36 +186,17 @@ def test_an_admin_cannot_see_or_touch_another_clinics_user(people, app):
     staff_post(app, {"action": "disable", "user": "not-a-uuid"}, status=404)
     # clinic-b is not hers to administer: 403, whichever way it is named.
     assert app.get(f"{STAFF}?clinic=clinic-b", status=403)
-    assert app.post(STAFF, {"csrf_token": csrf_of(app.get("/console/")), "clinic": "clinic-x", "action": "disable",
-                            "user": str(xena.id)}, status=403)
+    assert app.post(
+        STAFF,
+        {"csrf_token": csrf_of(app.get("/console/")), "clinic": "clinic-x", "action": "disable", "user": str(xena.id)},
+        status=403,
+    )
     with db.connection_context():
         assert StaffUser.by_email("cyril@example.cz").disabled_at is None
     # A staff member gets 403.
     app.reset()
     log_in(app, "bob@example.cz")
     assert app.get(f"{STAFF}?clinic=clinic-a", status=403)
-
-
-def enrol(app, clock, password: str = PASSWORD) -> tuple[str, list[str]]:
-    """Enrol the logged-in user: read the secret off the page, send the current code; the
-    recovery codes shown once."""
-    page = app.get("/console/account/two-factor")
-    secret = page.html.find(id="secret").text.replace(" ", "")
-    assert page.html.select_one("div.qr svg title"), "the QR code, drawn here"
-    assert "otpauth" not in page.text.split("<svg")[0], "the address is in the QR code only"
-    form = page.forms["enrol"]
-    form["code"] = pyotp.TOTP(secret).at(clock())
-    form.submit(status=303)
-    shown = app.get("/console/account/two-factor")
-    codes = [c.text for c in shown.html.select("ol.codes code")]
-    assert len(codes) == 10 and not app.get("/console/account/two-factor").html.select("ol.codes code")
-    return secret, codes
-
-
-def code_login(app, code: str, status: int = 303):
-    form = app.get("/console/login/code").forms[0]
-    form["code"] = code
-    return form.submit(status=status)
 
 
 def test_two_factor_enrol_log_in_with_a_code_once_and_with_a_recovery_code_once(people, app, clock):
@@ -291,14 +267,22 @@ def test_a_clinic_that_requires_two_factor_holds_a_user_at_enrolment(people, app
     for path in ("/console/", "/console/account", "/console/audit", STAFF):
         assert app.get(path, status=303).headers["Location"].endswith("/console/account/two-factor"), path
     assert "Nastavte" in app.get("/console/account/two-factor").text
-    secret, codes = enrol(app, clock)
+    secret, _codes = enrol(app, clock)
     app.get("/console/", status=200)
     # On for a clinic that requires it: it cannot be turned off.
     page = app.get("/console/account/two-factor")
     assert not page.html.select("input[name=action][value=disable]")
     clock.set(clock() + timedelta(seconds=30))
-    app.post("/console/account/two-factor", {"csrf_token": csrf_of(page), "action": "disable", "password": PASSWORD,
-                                             "code": pyotp.TOTP(secret).at(clock())}, status=403)
+    app.post(
+        "/console/account/two-factor",
+        {
+            "csrf_token": csrf_of(page),
+            "action": "disable",
+            "password": PASSWORD,
+            "code": pyotp.TOTP(secret).at(clock()),
+        },
+        status=403,
+    )
     assert user("bob@example.cz").two_factor
 
 
@@ -320,13 +304,19 @@ def test_turning_two_factor_off_takes_the_password_and_a_code(people, app, clock
 
 def test_own_password_change_ends_the_other_sessions(people, app, wsgi_app):
     import webtest
+
     other = webtest.TestApp(wsgi_app)
     log_in(other, "bob@example.cz")
     log_in(app, "bob@example.cz")
     page = app.get("/console/account")
     assert len(page.html.select("table.sessions tbody tr")) == 2
-    fields = {"csrf_token": csrf_of(page), "action": "password", "current": "wrong", "new": NEW_PASSWORD,
-              "repeat": NEW_PASSWORD}
+    fields = {
+        "csrf_token": csrf_of(page),
+        "action": "password",
+        "current": "wrong",
+        "new": NEW_PASSWORD,
+        "repeat": NEW_PASSWORD,
+    }
     assert app.post("/console/account", fields, status=400).html.find(role="alert")
     app.post("/console/account", fields | {"current": PASSWORD, "repeat": "other"}, status=400)
     weak = app.post("/console/account", fields | {"current": PASSWORD, "new": "short", "repeat": "short"}, status=400)
@@ -342,9 +332,14 @@ def test_own_password_change_ends_the_other_sessions(people, app, wsgi_app):
 
 def test_own_sessions_listed_and_ended_one_or_all_others(people, app, wsgi_app):
     import webtest
-    phones = [webtest.TestApp(wsgi_app, extra_environ={"HTTP_USER_AGENT": ua}) for ua in (
-        "Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 Chrome/130.0 Mobile Safari/537.36",
-        "Mozilla/5.0 (Windows NT 10.0; rv:133.0) Gecko/20100101 Firefox/133.0")]
+
+    phones = [
+        webtest.TestApp(wsgi_app, extra_environ={"HTTP_USER_AGENT": ua})
+        for ua in (
+            "Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 Chrome/130.0 Mobile Safari/537.36",
+            "Mozilla/5.0 (Windows NT 10.0; rv:133.0) Gecko/20100101 Firefox/133.0",
+        )
+    ]
     for phone in phones:
         log_in(phone, "bob@example.cz")
     log_in(app, "bob@example.cz")
@@ -354,8 +349,14 @@ def test_own_sessions_listed_and_ended_one_or_all_others(people, app, wsgi_app):
     text = page.html.select_one("table.sessions").text
     assert "Chrome, Android" in text and "Firefox, Windows" in text
     firefox = next(r for r in rows if "Firefox" in r.text)
-    app.post("/console/account", {"csrf_token": csrf_of(page), "action": "end-session",
-                                  "session": firefox.find("input", {"name": "session"})["value"]})
+    app.post(
+        "/console/account",
+        {
+            "csrf_token": csrf_of(page),
+            "action": "end-session",
+            "session": firefox.find("input", {"name": "session"})["value"],
+        },
+    )
     phones[1].get("/console/", status=303)
     phones[0].get("/console/", status=200)
     app.post("/console/account", {"csrf_token": csrf_of(page), "action": "end-others"})
@@ -364,16 +365,22 @@ def test_own_sessions_listed_and_ended_one_or_all_others(people, app, wsgi_app):
     # Another user's session cannot be named.
     with db.connection_context():
         assert StaffSession.select().count() == 1
-    app.post("/console/account", {"csrf_token": csrf_of(page), "action": "end-session", "session": "f" * 64},
-             status=400)
+    app.post(
+        "/console/account", {"csrf_token": csrf_of(page), "action": "end-session", "session": "f" * 64}, status=400
+    )
     assert [json.loads(e.details) for e in events("staff_user.sessions_end")] == [
-        {"others": False, "sessionsEnded": 1}, {"others": True, "sessionsEnded": 1}]
+        {"others": False, "sessionsEnded": 1},
+        {"others": True, "sessionsEnded": 1},
+    ]
 
 
 def test_the_audit_page_names_every_staff_action_in_czech(people, app):
     from console.rendering import Renderer
+
     cs = Renderer().translations["cs"]
-    staff_actions = [a for a in console_audit.ACTIONS if a.startswith("staff_user.") or a == "settings.two_factor.update"]
+    staff_actions = [
+        a for a in console_audit.ACTIONS if a.startswith("staff_user.") or a == "settings.two_factor.update"
+    ]
     assert len(staff_actions) >= 14
     for action in staff_actions:
         words = console_audit.ACTIONS[action].words
@@ -382,6 +389,7 @@ def test_the_audit_page_names_every_staff_action_in_czech(people, app):
 
 def test_every_refusal_of_staff_has_words_in_the_console():
     import inspect
+
     texts = set(console_words.REFUSALS)
     for module in (accounts, two_factor, passwords):
         for name, value in inspect.getmembers(module):
@@ -393,16 +401,28 @@ def test_the_operator_resets_two_factor_audited(people, app, clock):
     log_in(app, "bob@example.cz")
     enrol(app, clock)
     env = {"DATABASE_URL": PG_URL, "SECRET_KEY": SECRET_KEY, "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "manage.py", "user", "reset-2fa", "--email", "BOB@example.cz"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "user", "reset-2fa", "--email", "BOB@example.cz"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     bob = user("bob@example.cz")
     assert not bob.two_factor and bob.totp_secret_encrypted is None
     app.get("/console/", status=303)  # sessions ended
     event = events("staff_user.two_factor_reset")[0]
     assert event.actor_kind == "operator" and json.loads(event.details) == {"sessionsEnded": 1, "wasOn": True}
-    missing = subprocess.run([sys.executable, "manage.py", "user", "reset-2fa", "--email", "nobody@example.cz"],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        [sys.executable, "manage.py", "user", "reset-2fa", "--email", "nobody@example.cz"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert missing.returncode == 2 and "no such user" in missing.stderr
 
 

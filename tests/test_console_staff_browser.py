@@ -9,9 +9,10 @@ disables a logged-in user, whose next click lands on the login page; a staff mem
 on staff management; an admin of clinic A can neither see nor change a user of clinic B. The
 pages are photographed in Czech and English at 1280 and 390 px (var/screenshots/console/),
 with no text wider than the screen and no English left on a Czech page."""
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyotp
 import pytest
@@ -20,9 +21,8 @@ from models import AuditEvent, Clinic, StaffMembership, StaffPasswordLink, Staff
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.support import clinic, load, organization
+from tests.support.console_browser import PASSWORD, WAIT_MS, log_in, shoot
 from tests.support.log_audit import remember
-from tests.test_console_browser import PASSWORD, WAIT_MS, log_in, service  # noqa: F401 (fixtures)
-from tests.test_console_truth_browser import shoot
 
 RITA_PASSWORD = "mango violin harbour tulip"
 WIDTHS = (1280, 390)
@@ -34,10 +34,12 @@ def clinics(app):
     cyril works there), one organization."""
     load(organization(clinic("clinic-a", name="Ordinace Vinohrady"), clinic("clinic-b", name="Ordinace Karlín")))
     with db.connection_context():
-        for email, name, slug, role in (("anna@example.cz", "Anna Adminová", "clinic-a", "admin"),
-                                        ("bob@example.cz", "Bob Beneš", "clinic-a", "staff"),
-                                        ("bea@example.cz", "Bea Bártová", "clinic-b", "admin"),
-                                        ("cyril@example.cz", "Cyril Černý", "clinic-b", "staff")):
+        for email, name, slug, role in (
+            ("anna@example.cz", "Anna Adminová", "clinic-a", "admin"),
+            ("bob@example.cz", "Bob Beneš", "clinic-a", "staff"),
+            ("bea@example.cz", "Bea Bártová", "clinic-b", "admin"),
+            ("cyril@example.cz", "Cyril Černý", "clinic-b", "staff"),
+        ):
             user = StaffUser.create(email=email, name=name, password_hash=hash_password(PASSWORD))
             StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == slug), role=role)
 
@@ -55,7 +57,7 @@ def fresh(browser):
 
 
 def code_at(secret: str, offset_seconds: int = 0) -> str:
-    return pyotp.TOTP(secret).at(datetime.now(timezone.utc) + timedelta(seconds=offset_seconds))
+    return pyotp.TOTP(secret).at(datetime.now(UTC) + timedelta(seconds=offset_seconds))
 
 
 def give_code(page, code: str) -> None:
@@ -181,11 +183,14 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     admin.goto(service + "/console/settings/staff?clinic=clinic-a")
     with db.connection_context():
         cyril = StaffUser.by_email("cyril@example.cz")
-    answer = admin.evaluate("""async (user) => {
+    answer = admin.evaluate(
+        """async (user) => {
         const form = new FormData(document.querySelector('form.settings-form'));
         form.set('action', 'disable'); form.set('user', user);
         const r = await fetch('/console/settings/staff', {method: 'POST', body: new URLSearchParams(form)});
-        return r.status; }""", str(cyril.id))
+        return r.status; }""",
+        str(cyril.id),
+    )
     assert answer == 404
     with db.connection_context():
         assert StaffUser.by_email("cyril@example.cz").disabled_at is None
@@ -203,17 +208,24 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     bob_link = admin.locator("#new-link").inner_text()
     remember(bob_link.rsplit("/", 1)[1], "set-password link token")
     with db.connection_context():
-        StaffPasswordLink.update(expires_at=datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=1)).where(
-            StaffPasswordLink.used_at.is_null()).execute()
+        StaffPasswordLink.update(expires_at=datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=1)).where(
+            StaffPasswordLink.used_at.is_null()
+        ).execute()
     expired = fresh(browser)
     assert expired.goto(bob_link).status == 410
 
     # 11. The audit page tells the story in Czech.
     admin.goto(service + "/console/audit?clinic=clinic-a")
     story = admin.locator("table.audit").inner_text()
-    for words in ("Přidán uživatel", "Vytvořen odkaz pro nastavení hesla", "Heslo nastaveno odkazem",
-                  "Zapnuto dvoufázové přihlášení", "Použit kód pro obnovení",
-                  "Změněno vyžadování dvoufázového přihlášení", "Uživatel zablokován"):
+    for words in (
+        "Přidán uživatel",
+        "Vytvořen odkaz pro nastavení hesla",
+        "Heslo nastaveno odkazem",
+        "Zapnuto dvoufázové přihlášení",
+        "Použit kód pro obnovení",
+        "Změněno vyžadování dvoufázového přihlášení",
+        "Uživatel zablokován",
+    ):
         assert words in story, words
     assert "Rita Recepční" in story, "the user acted on, by name"
     shots += shoot(admin, "accounts-audit", "cs")

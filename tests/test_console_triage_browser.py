@@ -4,6 +4,7 @@ flagged "možná naléhavé" / "may be urgent" with its words marked in the tran
 "hint, not a diagnosis" beside it; each message's suggested type is shown and confirmed in
 one click; a flag is cleared in one click; in Czech and English, at 1280 and 390 px (nothing
 wider than a phone), with screenshots."""
+
 from __future__ import annotations
 
 import uuid
@@ -17,14 +18,16 @@ from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.support import clinic, load, organization
-from tests.test_console_browser import PASSWORD, WAIT_MS, log_in, service  # noqa: F401 (fixture)
+from tests.support.console_browser import PASSWORD, WAIT_MS, log_in
 from voicemail.transcription import Transcript
 
 pytest.importorskip("playwright.sync_api")
 
-TYPES = [{"ecrfId": "RX", "name": "Recept", "transcriptWords": {"preset": "prescription"}},
-         {"ecrfId": "CANCEL", "name": "Zrušení termínu", "transcriptWords": {"preset": "cancellation"}},
-         {"ecrfId": "APPT", "name": "Objednání", "transcriptWords": {"preset": "appointment"}}]
+TYPES = [
+    {"ecrfId": "RX", "name": "Recept", "transcriptWords": {"preset": "prescription"}},
+    {"ecrfId": "CANCEL", "name": "Zrušení termínu", "transcriptWords": {"preset": "cancellation"}},
+    {"ecrfId": "APPT", "name": "Objednání", "transcriptWords": {"preset": "appointment"}},
+]
 # (name, transcript as base writes a rough recording, minutes ago)
 MESSAGES = [
     ("Klára", "sem těhod na a od rána mám silné bolestí brychá. Prosím, zavolejte mi co nejdřív.", 30),
@@ -32,12 +35,24 @@ MESSAGES = [
     ("Dana", "Dobrý den, musím bohužel zrušit zítřejší termín v devět. Omlouvám se.", 10),
 ]
 WORDS = {
-    "cs": {"flag": "možná naléhavé", "hint": "nejde o diagnózu", "suggested": "Typ podle přepisu: Recept",
-           "confirm": "Potvrdit typ", "confirmed": "Typ: Recept", "clear": "Zrušit označení",
-           "cleared": "Označení „možná naléhavé“ zrušil personál."},
-    "en": {"flag": "may be urgent", "hint": "not a diagnosis", "suggested": "Type from the transcript: Recept",
-           "confirm": "Confirm the type", "confirmed": "Type: Recept", "clear": "Clear the flag",
-           "cleared": "Marked “may be urgent”, cleared by staff."},
+    "cs": {
+        "flag": "možná naléhavé",
+        "hint": "nejde o diagnózu",
+        "suggested": "Typ podle přepisu: Recept",
+        "confirm": "Potvrdit typ",
+        "confirmed": "Typ: Recept",
+        "clear": "Zrušit označení",
+        "cleared": "Označení „možná naléhavé“ zrušil personál.",
+    },
+    "en": {
+        "flag": "may be urgent",
+        "hint": "not a diagnosis",
+        "suggested": "Type from the transcript: Recept",
+        "confirm": "Confirm the type",
+        "confirmed": "Type: Recept",
+        "clear": "Clear the flag",
+        "cleared": "Marked “may be urgent”, cleared by staff.",
+    },
 }
 
 
@@ -47,30 +62,46 @@ def inbox(app):
     with db.connection_context():
         home = Clinic.by_slug("clinic-a")
         for email, language in (("anna@example.cz", "cs"), ("eve@example.cz", "en")):
-            user = StaffUser.create(email=email, name=email.split("@")[0].title(), language=language,
-                                    password_hash=hash_password(PASSWORD))
+            user = StaffUser.create(
+                email=email, name=email.split("@")[0].title(), language=language, password_hash=hash_password(PASSWORD)
+            )
             StaffMembership.create(user=user, clinic=home, role="staff")
     made = {}
     for n, (name, text, ago) in enumerate(MESSAGES):
         with db.connection_context():
-            patient = Patient.create(organization=home.organization_id, first_name=name, last_name="Nováková",
-                                     phone=f"+42060155500{n}")
+            patient = Patient.create(
+                organization=home.organization_id, first_name=name, last_name="Nováková", phone=f"+42060155500{n}"
+            )
             PatientRecord.create(patient=patient, clinic=home)
-            call = Call.create(clinic=home, call_sid=f"CA-{uuid.uuid4().hex[:10]}", call_from=patient.phone,
-                               call_to="+420222000111")
-        ingest._finish_voicemail(call, home, Transcript(text=text, language="cs", duration=14.0, speech_seconds=12.0,
-                                                        message=True, message_reason="speech", status="check"))
+            call = Call.create(
+                clinic=home, call_sid=f"CA-{uuid.uuid4().hex[:10]}", call_from=patient.phone, call_to="+420222000111"
+            )
+        ingest._finish_voicemail(
+            call,
+            home,
+            Transcript(
+                text=text,
+                language="cs",
+                duration=14.0,
+                speech_seconds=12.0,
+                message=True,
+                message_reason="speech",
+                status="check",
+            ),
+        )
         with db.connection_context():
             request = PatientRequest.get(PatientRequest.call == call.id)
             PatientRequest.update(created_at=as_utc(utc_now()) - timedelta(minutes=ago)).where(
-                PatientRequest.id == request.id).execute()
+                PatientRequest.id == request.id
+            ).execute()
         made[name] = str(request.id)
     return made
 
 
 @pytest.mark.parametrize("language,email", [("cs", "anna@example.cz"), ("en", "eve@example.cz")])
 def test_the_flagged_message_first_the_type_suggested_confirmed_and_the_flag_cleared(
-        service, inbox, browser, language, email, tmp_path):  # noqa: F811
+    service, inbox, browser, language, email, tmp_path
+):
     words = WORDS[language]
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(WAIT_MS)

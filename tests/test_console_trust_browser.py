@@ -1,48 +1,57 @@
 """What the receptionist is told she can trust, in a real headless Chromium (Debian's
-/usr/bin/chromium through Playwright), against gunicorn from the Procfile (issue 26):
+/usr/bin/chromium through Playwright), against gunicorn from the Procfile:
 
 - a confirmed callback number is a tel: link; an unconfirmed one is "heard as …
   (unconfirmed)", never a link to call, with a control that plays the recording from a
   second before the number (a link to the recording at #t= without JavaScript);
 - the transcript's label in words beside it: reliable, check, unreliable, in Czech and
   in English."""
+
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
 
-from staff.passwords import hash_password
 from models import Call, Clinic, Patient, PatientRequest, StaffMembership, StaffUser
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
+from staff.passwords import hash_password
 from tests.conftest import ROOT
 from tests.support import clinic, load, organization
+from tests.support.console_browser import PASSWORD, WAIT_MS, log_in, wait_true
 from tests.support.https_server import static
-from tests.test_console_browser import PASSWORD, WAIT_MS, log_in, service, wait_true  # noqa: F401 (fixture)
 
 playwright_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.usefixtures("wall_clock")  # the gunicorn service reads the real time
 CHROMIUM_EXTRA_ARGS = ["--autoplay-policy=no-user-gesture-required"]  # the browser fixture's (tests/support/browser.py)
 CLIP = ROOT / "tests" / "audio" / "voicemails" / "cs_objednani_czech_dita_mp3_8k.mp3"
 HEARD_AT = 13.3  # where "sedm sedm sedm" starts in CLIP (whisper's token times)
 
 LABELS = {
-    "cs": {"reliable": "Přepis je spolehlivý",
-           "check": "Přepis může místy obsahovat chyby – ověřte si ho v nahrávce",
-           "unreliable": "Přepis je nespolehlivý – poslechněte si nahrávku",
-           "heard": "slyšeno jako +420 700 123 456 (nepotvrzeno)", "listen": "Poslechnout číslo"},
-    "en": {"reliable": "Transcript reliable",
-           "check": "Transcript may be wrong in places: check it against the recording",
-           "unreliable": "Transcript unreliable: listen to the recording",
-           "heard": "heard as +420 700 123 456 (unconfirmed)", "listen": "Listen to the number"},
+    "cs": {
+        "reliable": "Přepis je spolehlivý",
+        "check": "Přepis může místy obsahovat chyby – ověřte si ho v nahrávce",
+        "unreliable": "Přepis je nespolehlivý – poslechněte si nahrávku",
+        "heard": "slyšeno jako +420 700 123 456 (nepotvrzeno)",
+        "listen": "Poslechnout číslo",
+    },
+    "en": {
+        "reliable": "Transcript reliable",
+        "check": "Transcript may be wrong in places: check it against the recording",
+        "unreliable": "Transcript unreliable: listen to the recording",
+        "heard": "heard as +420 700 123 456 (unconfirmed)",
+        "listen": "Listen to the number",
+    },
 }
 
 
 # What base makes of a long, unclear Czech message: long, garbled, one word without a break.
-LONG_TRANSCRIPT = ("Dobrý den, pady nana Novákova, prosím pozavování spět klůry receptů, volám kvůli "
-                   "výsledkům krve z minulého týdne a chtěla bych se zeptat, jestli by paní doktorka mohla "
-                   "prodloužit neschopenku, protože mi pořád není dobře, mám horečku a kašlu. ") * 3 + \
-                  "nejnepravděpodobnějšímikvůlivýsledkůmkrvezminuléhotýdne" * 2
+LONG_TRANSCRIPT = (
+    "Dobrý den, pady nana Novákova, prosím pozavování spět klůry receptů, volám kvůli "
+    "výsledkům krve z minulého týdne a chtěla bych se zeptat, jestli by paní doktorka mohla "
+    "prodloužit neschopenku, protože mi pořád není dobře, mám horečku a kašlu. "
+) * 3 + "nejnepravděpodobnějšímikvůlivýsledkůmkrvezminuléhotýdne" * 2
 
 
 @pytest.fixture
@@ -56,32 +65,65 @@ def calls(app, https_server):
     with db.connection_context():
         place = Clinic.get(Clinic.slug == "clinic-a")
         for email, language in (("anna@example.cz", "cs"), ("eve@example.cz", "en")):
-            user = StaffUser.create(email=email, name=email.split("@")[0].title(), language=language,
-                                    password_hash=hash_password(PASSWORD))
+            user = StaffUser.create(
+                email=email, name=email.split("@")[0].title(), language=language, password_hash=hash_password(PASSWORD)
+            )
             StaffMembership.create(user=user, clinic=place, role="staff")
         made = {}
-        for minutes, (status, name, fields) in enumerate((
-            ("reliable", "Jana", {"callback_number": "+420777123456", "callback_number_at": 9.5}),
-            ("check", "Petr", {"heard_number": "+420700123456", "callback_number_at": HEARD_AT,
-                               "recording_url": https_server.url("/rec/heard.mp3"), "has_recording": True}),
-            ("unreliable", "Eva", {"transcript": LONG_TRANSCRIPT}),
-        )):
-            patient = Patient.create(organization=place.organization_id, first_name=name, last_name="Nováková",
-                                     phone=f"+42060112345{minutes}")
-            call = Call.create(clinic=place, call_sid=f"CA-trust-{status}", call_from=patient.phone,
-                               call_to="+420222000111", state="done", outcome="voice_message",
-                               transcript_status=status, transcript_language="cs",
-                               received_at=as_utc(now - timedelta(minutes=10 - minutes)),
-                               **{"transcript": f"Přepis {status}.", **fields})
-            made[status] = PatientRequest.create(clinic=place, patient=patient, kind="voice_message",
-                                                 title="Hlasová zpráva", call=call,
-                                                 created_at=as_utc(now - timedelta(minutes=10 - minutes)))
+        for minutes, (status, name, fields) in enumerate(
+            (
+                ("reliable", "Jana", {"callback_number": "+420777123456", "callback_number_at": 9.5}),
+                (
+                    "check",
+                    "Petr",
+                    {
+                        "heard_number": "+420700123456",
+                        "callback_number_at": HEARD_AT,
+                        "recording_url": https_server.url("/rec/heard.mp3"),
+                        "has_recording": True,
+                    },
+                ),
+                ("unreliable", "Eva", {"transcript": LONG_TRANSCRIPT}),
+            )
+        ):
+            patient = Patient.create(
+                organization=place.organization_id,
+                first_name=name,
+                last_name="Nováková",
+                phone=f"+42060112345{minutes}",
+            )
+            call = Call.create(
+                clinic=place,
+                call_sid=f"CA-trust-{status}",
+                call_from=patient.phone,
+                call_to="+420222000111",
+                state="done",
+                outcome="voice_message",
+                transcript_status=status,
+                transcript_language="cs",
+                received_at=as_utc(now - timedelta(minutes=10 - minutes)),
+                **{"transcript": f"Přepis {status}.", **fields},
+            )
+            made[status] = PatientRequest.create(
+                clinic=place,
+                patient=patient,
+                kind="voice_message",
+                title="Hlasová zpráva",
+                call=call,
+                created_at=as_utc(now - timedelta(minutes=10 - minutes)),
+            )
     return made
 
 
 @pytest.mark.parametrize("language,email", [("cs", "anna@example.cz"), ("en", "eve@example.cz")])
-def test_numbers_and_labels_in_the_inbox_and_on_the_request_page(service, calls, browser, language,  # noqa: F811
-                                                                   email, tmp_path):
+def test_numbers_and_labels_in_the_inbox_and_on_the_request_page(
+    service,
+    calls,
+    browser,
+    language,
+    email,
+    tmp_path,
+):
     words = LABELS[language]
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     page.set_default_timeout(WAIT_MS)
@@ -91,7 +133,7 @@ def test_numbers_and_labels_in_the_inbox_and_on_the_request_page(service, calls,
 
     # The three labels, in words, beside their transcripts.
     for status in ("reliable", "check", "unreliable"):
-        assert rows[status].locator("p.reliability").inner_text().strip() .startswith(words[status])
+        assert rows[status].locator("p.reliability").inner_text().strip().startswith(words[status])
 
     # Confirmed: a number to call. Unconfirmed: the digits as heard, no link to call them.
     assert rows["reliable"].locator('a.callback[href="tel:+420777123456"]').count() == 1
@@ -104,7 +146,9 @@ def test_numbers_and_labels_in_the_inbox_and_on_the_request_page(service, calls,
 
     # The control plays the recording from a second before the number.
     listen.click()
-    wait_true(page, f"(a => !a.paused && a.currentTime >= {start})(document.querySelector('#r-{calls['check'].id} audio'))")
+    wait_true(
+        page, f"(a => !a.paused && a.currentTime >= {start})(document.querySelector('#r-{calls['check'].id} audio'))"
+    )
     at = page.evaluate(f"document.querySelector('#r-{calls['check'].id} audio').currentTime")
     assert start <= at < start + 3, at
 
@@ -127,7 +171,7 @@ def test_numbers_and_labels_in_the_inbox_and_on_the_request_page(service, calls,
     page.screenshot(path=str(tmp_path / f"console-inbox-{language}.png"), full_page=True)
 
 
-def test_without_javascript_the_control_opens_the_recording_at_the_number(service, calls, browser):  # noqa: F811
+def test_without_javascript_the_control_opens_the_recording_at_the_number(service, calls, browser):
     context = browser.new_context(java_script_enabled=False)
     page = context.new_page()
     page.set_default_timeout(WAIT_MS)

@@ -10,15 +10,12 @@ test_recordings.py):
 - every console write is post/redirect/get, and a form sent twice writes once;
 - phone numbers in one display format, E.164 in tel: links, found as shown;
 - the audit trail in words for every action it can hold."""
+
 from __future__ import annotations
 
-import json
 import re
-import uuid
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
 import redis
 from rq.job import Job, JobStatus
 
@@ -29,19 +26,17 @@ from models import Actor, AuditEvent, Call, Clinic, PatientRequest, StaffMembers
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.conftest import REDIS_URL, ROOT
-from tests.support import clinic, load, organization
+from tests.support.console import PASSWORD, csrf_of, form_to, login, make
 from tests.support.https_server import static
+from tests.support.recordings import onboard, received_at, stored_call
 from tests.support.servers import wait_until
-from tests.test_console_inbox import form_to, make
-from tests.test_console_sessions import PASSWORD, csrf_of, login, staff  # noqa: F401 (fixture)
-from tests.test_recordings import onboard, platform, rec_config, received_at, stored_call, web  # noqa: F401
 from voicemail.recordings import GONE_REASONS
 
 GONE_CS = "Nahrávka už není k dispozici — přepis zůstává."
 TRY_AGAIN_CS = "Nahrávku se teď nepodařilo načíst z ústředny — přehrajte ji znovu za chvíli."
 
 
-def receptionist(web):  # noqa: F811
+def receptionist(web):
     """Rita, clinic-rec's receptionist (Czech), logged in to `web` once the clinic is onboarded
     and the test clock set (a session older than the clock's jump would have expired)."""
     with db.connection_context():
@@ -64,8 +59,7 @@ def gone_reason(request: PatientRequest) -> str | None:
         return Call.get_by_id(request.call_id).recording_gone_reason
 
 
-def test_each_recording_state_is_said_on_the_row_and_the_page_without_asking_the_platform(
-        web, clock, platform, worker):  # noqa: F811
+def test_each_recording_state_is_said_on_the_row_and_the_page_without_asking_the_platform(web, clock, platform, worker):
     onboard(platform)
     live = stored_call("CA-live", recording_sid="CA-live.mp3")
     fetchable = stored_call("CA-fetch", recording_sid="CA-fetch.mp3")
@@ -74,7 +68,8 @@ def test_each_recording_state_is_said_on_the_row_and_the_page_without_asking_the
     with db.connection_context():
         Call.update(recording_gone_reason="deleted").where(Call.id == deleted.call_id).execute()
         Call.update(heard_number="+12015550111", callback_number_at=4.2).where(
-            Call.id.in_([deleted.call_id, fetchable.call_id])).execute()
+            Call.id.in_([deleted.call_id, fetchable.call_id])
+        ).execute()
         Call.update(received_at=received_at(live) + timedelta(minutes=20)).where(Call.id == live.call_id).execute()
     clock.set(received_at(fetchable) + timedelta(minutes=26))  # the original links expired, but live's
     reader = receptionist(web)
@@ -91,8 +86,10 @@ def test_each_recording_state_is_said_on_the_row_and_the_page_without_asking_the
         assert row.select_one(".recording-state") is None
     assert row_of(inbox, fetchable).select_one("a.listen") is not None
     # Gone: the words and why, the transcript, no player, no "Listen to the number".
-    for request, why in ((deleted, "Platforma ústředny ji smazala."),
-                         (foreign, "Odkaz na ni vypršel a tato ústředna nový vydat neumí.")):
+    for request, why in (
+        (deleted, "Platforma ústředny ji smazala."),
+        (foreign, "Odkaz na ni vypršel a tato ústředna nový vydat neumí."),
+    ):
         for page in (inbox, reader.get(f"/console/requests/{request.id}")):
             row = row_of(page, request)
             said = row.select_one("p.recording-state.gone")
@@ -109,23 +106,24 @@ def test_each_recording_state_is_said_on_the_row_and_the_page_without_asking_the
     assert state.json == {"state": "gone", "text": f"{GONE_CS} Platforma ústředny ji smazala."}
     assert state.headers["Cache-Control"] == "no-store"
     assert reader.get(f"/console/requests/{fetchable.id}/recording/state").json == {
-        "state": "refetchable", "text": TRY_AGAIN_CS}
+        "state": "refetchable",
+        "text": TRY_AGAIN_CS,
+    }
     assert reader.get(f"/console/requests/{live.id}/recording/state").json["state"] == "playable"
     assert no_refetch_job(fetchable) and platform.server.request_count() == before
 
 
-def test_without_credentials_an_expired_recording_is_gone_on_the_page(web, clock, worker):  # noqa: F811
+def test_without_credentials_an_expired_recording_is_gone_on_the_page(web, clock, worker):
     onboard(None)  # the Source names the platform family, the clinic gave no access to it
     request = stored_call("CA-nocreds", recording_sid="CA-nocreds.mp3")
     clock.set(received_at(request) + timedelta(minutes=26))
     reader = receptionist(web)
     said = row_of(reader.get("/console/"), request).select_one("p.recording-state.gone")
-    assert said.select_one(".why").text == \
-        "Odkaz na ni vypršel a klinika nemá nastavený přístup k platformě ústředny."
+    assert said.select_one(".why").text == "Odkaz na ni vypršel a klinika nemá nastavený přístup k platformě ústředny."
     assert gone_reason(request) is None, "a page does not write; the play route remembers it"
 
 
-def test_a_platform_that_keeps_failing_says_try_again_not_gone(web, clock, platform, worker):  # noqa: F811
+def test_a_platform_that_keeps_failing_says_try_again_not_gone(web, clock, platform, worker):
     onboard(platform)
     request = stored_call("CA-down", recording_sid="CA-down.mp3")
     platform.server.route(platform.path("CA-down.mp3"), static(b"busy", "text/plain", status=503))
@@ -134,19 +132,24 @@ def test_a_platform_that_keeps_failing_says_try_again_not_gone(web, clock, platf
     # A play: the re-fetch fails (503), is retried twice (rec_config: 1 s, 1 s), then fails.
     assert reader.get(f"/console/requests/{request.id}/recording", status=503).headers["Retry-After"]
     jobs = redis.Redis.from_url(REDIS_URL)
-    assert wait_until(lambda: Job.fetch(job_id(request.call_id), connection=jobs).get_status() == JobStatus.FAILED,
-                      timeout=60, interval=0.2)
+    assert wait_until(
+        lambda: Job.fetch(job_id(request.call_id), connection=jobs).get_status() == JobStatus.FAILED,
+        timeout=60,
+        interval=0.2,
+    )
     for page in (reader.get("/console/"), reader.get(f"/console/requests/{request.id}")):
         row = row_of(page, request)
         assert row.select_one("p.recording-state.unreachable").text == TRY_AGAIN_CS
         assert row.select_one("audio") is not None, "a play is the way to try again"
         assert row.select_one(".recording-state.gone") is None
     assert reader.get(f"/console/requests/{request.id}/recording/state").json == {
-        "state": "unreachable", "text": TRY_AGAIN_CS}
+        "state": "unreachable",
+        "text": TRY_AGAIN_CS,
+    }
     assert gone_reason(request) is None
 
 
-def test_the_platform_deleting_a_recording_turns_the_page_to_words(web, clock, platform, worker):  # noqa: F811
+def test_the_platform_deleting_a_recording_turns_the_page_to_words(web, clock, platform, worker):
     onboard(platform)
     request = stored_call("CA-del", recording_sid="CA-del.mp3")
     platform.serve("CA-del.mp3", "deleted")
@@ -168,7 +171,7 @@ def test_every_reason_a_recording_is_gone_has_words_in_czech():
         assert cs.gettext(words) != words, reason
 
 
-def test_a_live_update_row_says_the_recording_state_too(web, clock, platform, worker):  # noqa: F811
+def test_a_live_update_row_says_the_recording_state_too(web, clock, platform, worker):
     onboard(platform)
     reader = receptionist(web)
     first = stored_call("CA-first", recording_sid="CA-first.mp3")
@@ -177,7 +180,8 @@ def test_a_live_update_row_says_the_recording_state_too(web, clock, platform, wo
     with db.connection_context():
         Call.update(recording_gone_reason="mismatch").where(Call.id == later.call_id).execute()
         PatientRequest.update(created_at=PatientRequest.created_at + timedelta(seconds=5)).where(
-            PatientRequest.id == later.id).execute()
+            PatientRequest.id == later.id
+        ).execute()
     fresh = reader.get(f"/console/rows?clinic=clinic-rec&state=open&kind=&q=&after={after}")
     assert f'id="r-{later.id}"' in fresh.text and f'id="r-{first.id}"' not in fresh.text
     assert "Platforma ústředny vydala jinou nahrávku, než jakou hovor předal." in fresh.text
@@ -186,18 +190,26 @@ def test_a_live_update_row_says_the_recording_state_too(web, clock, platform, wo
 
 # --- phones ----------------------------------------------------------------------------------
 
-def test_numbers_are_shown_one_way_linked_as_e164_and_found_as_shown(staff, app):  # noqa: F811
-    make("clinic-a", "voice_message", name=("Jana", "Dvořáková"), phone="+420608333444", transcript="x",
-         status="reliable", callback_number="00420601777321")
+
+def test_numbers_are_shown_one_way_linked_as_e164_and_found_as_shown(staff, app):
+    make(
+        "clinic-a",
+        "voice_message",
+        name=("Jana", "Dvořáková"),
+        phone="+420608333444",
+        transcript="x",
+        status="reliable",
+        callback_number="00420601777321",
+    )
     make("clinic-a", "missed_call", phone="anonymous", minutes=1)
     login(app, status=303)
     page = app.get("/console/")
-    voice, = page.html.select("li.row.voice_message")
+    (voice,) = page.html.select("li.row.voice_message")
     assert voice.select_one("a.phone").text == "+420 608 333 444"
     assert voice.select_one("a.phone")["href"] == "tel:+420608333444"
     assert voice.select_one("a.callback").text == "+420 601 777 321"
     assert voice.select_one("a.callback")["href"] == "tel:+420601777321"
-    withheld, = page.html.select("li.row.missed_call")
+    (withheld,) = page.html.select("li.row.missed_call")
     assert withheld.select_one("span.phone").text == "anonymous" and not withheld.select("a[href^='tel:']")
     assert not re.search(r"\+420\d{9}(?!\")", page.html.select_one("ul.rows").text), "never the raw E.164"
     for typed in ("608 333 444", "+420 608 333", "608333"):
@@ -206,10 +218,12 @@ def test_numbers_are_shown_one_way_linked_as_e164_and_found_as_shown(staff, app)
 
 # --- post/redirect/get and writes sent twice ---------------------------------------------------
 
-def test_every_console_write_answers_with_a_redirect_and_writes_once_when_sent_twice(staff, app):  # noqa: F811
+
+def test_every_console_write_answers_with_a_redirect_and_writes_once_when_sent_twice(staff, app):
     request = make("clinic-a", "voice_message", transcript="x", status="reliable")
     with db.connection_context():
         from models import Tag
+
         tag = Tag.create(clinic=Clinic.by_slug("clinic-a"), type="patient_request", name="zavolat")
     login(app, status=303)
 
@@ -238,12 +252,15 @@ def test_every_console_write_answers_with_a_redirect_and_writes_once_when_sent_t
     assert patches() == 5
 
 
-def test_the_one_use_tokens_live_per_session_in_redis_and_a_refused_write_gives_its_token_back(staff, app):  # noqa: F811
+def test_the_one_use_tokens_live_per_session_in_redis_and_a_refused_write_gives_its_token_back(staff, app):
     with db.connection_context():
         StaffMembership.update(role="admin").execute()
     login(app, status=303)
-    form = next(f for f in app.get("/console/settings/calls?clinic=clinic-a").forms.values()
-                if f.method.lower() == "post" and "languages" in f.fields)
+    form = next(
+        f
+        for f in app.get("/console/settings/calls?clinic=clinic-a").forms.values()
+        if f.method.lower() == "post" and "languages" in f.fields
+    )
     form["languages"] = "cs klingon"
     assert "klingon" in form.submit(status=400).text
     form["languages"] = "cs sk"
@@ -257,16 +274,35 @@ def test_the_one_use_tokens_live_per_session_in_redis_and_a_refused_write_gives_
 
 # --- the audit trail in words --------------------------------------------------------------------
 
-SERVICE = [ROOT / d for d in ("api_keys", "commands", "console", "documents", "jobs", "onboarding", "privacy", "resources",
-                              "storage", "switchboard", "voicemail", "staff", "web", "models")]
+SERVICE = [
+    ROOT / d
+    for d in (
+        "api_keys",
+        "commands",
+        "console",
+        "documents",
+        "jobs",
+        "onboarding",
+        "privacy",
+        "resources",
+        "storage",
+        "switchboard",
+        "voicemail",
+        "staff",
+        "web",
+        "models",
+    )
+]
 
 
 def recorded_actions() -> set[str]:
     """Every action the service's code writes to the trail (the literals beside
     AuditEvent.record, the hand-off's insert and the settings' changes)."""
     found: set[str] = set()
-    pattern = re.compile(r'["\']((?:staff|staff_user|token|patient|patient_request|attachment|call|settings|'
-                         r'onboarding)\.[a-z_.]+)["\']')
+    pattern = re.compile(
+        r'["\']((?:staff|staff_user|token|patient|patient_request|attachment|call|settings|'
+        r'onboarding)\.[a-z_.]+)["\']'
+    )
     for root in SERVICE:
         for path in [root] if root.is_file() else root.rglob("*.py"):
             found |= set(pattern.findall(path.read_text("utf-8")))
@@ -290,8 +326,10 @@ RAW = [
     (re.compile(r"\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|\+00:00)"), "a UTC timestamp"),
     (re.compile(r"\b[a-z_]+:[0-9a-f]{8}-[0-9a-f]{4}"), "table:uuid"),
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "a uuid"),
-    (re.compile(r"\b(missedCallRequests|expiresAt|oldValidUntil|newKey|patientId|requestTypeId|ignoreHolidays)\b"),
-     "a field's code"),
+    (
+        re.compile(r"\b(missedCallRequests|expiresAt|oldValidUntil|newKey|patientId|requestTypeId|ignoreHolidays)\b"),
+        "a field's code",
+    ),
     (re.compile(r"\b(True|False|None)\b"), "a Python value"),
 ]
 
@@ -301,7 +339,7 @@ def visible_text(page) -> str:
     return table.get_text(" ") + " " + " ".join(t["title"] for t in table.select("[title]"))
 
 
-def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app):  # noqa: F811
+def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app):
     """One event of every action (their details as the recorders write them), on the Czech
     audit page: no raw values, each object named (a link where it has a page)."""
     with db.connection_context():
@@ -320,8 +358,14 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
         calendar = Calendar.create(clinic=a, name="Ordinace MUDr. Nová")
         kind = RequestType.create(clinic=a, ecrf_id="CONSENT", name="Souhlas")
         patient = Patient.get_by_id(request.patient_id)
-        document = MedicalRecord.create(request=request, file_hash="h", object_key="k", sha256="ab" * 32,
-                                        content_type="application/pdf", description="Souhlas s ošetřením")
+        document = MedicalRecord.create(
+            request=request,
+            file_hash="h",
+            object_key="k",
+            sha256="ab" * 32,
+            content_type="application/pdf",
+            description="Souhlas s ošetřením",
+        )
         sha = "cd" * 32
         with db.atomic():
             for action, target, details in [
@@ -330,13 +374,24 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
                 ("patient_request.patch", request, {"fields": ["addTagIds", "userNote"]}),
                 ("patient_request.patch", request, {"fields": ["done"], "done": True}),
                 ("attachment.upload_link", request, {"fileHash": "x/y", "contentType": "application/pdf"}),
-                ("attachment.register", document, {"patientRequestId": str(request.id),
-                                                   "contentType": "application/pdf", "sha256": "ab" * 32}),
+                (
+                    "attachment.register",
+                    document,
+                    {"patientRequestId": str(request.id), "contentType": "application/pdf", "sha256": "ab" * 32},
+                ),
                 ("patient.import", patient, {"created": True}),
                 ("patient.import_bulk", None, {"created": 1200, "updated": 3, "failed": 0}),
                 ("call.receive", ("call", request.call_id), {}),
-                ("call.recording_mismatch", ("call", request.call_id), {
-                    "expectedBytes": 48213, "receivedBytes": 51002, "expectedSha256": sha, "receivedSha256": "ef" * 32}),
+                (
+                    "call.recording_mismatch",
+                    ("call", request.call_id),
+                    {
+                        "expectedBytes": 48213,
+                        "receivedBytes": 51002,
+                        "expectedSha256": sha,
+                        "receivedSha256": "ef" * 32,
+                    },
+                ),
                 ("staff_user.create", staff, {"role": "staff"}),
                 ("staff_user.reset_password", staff, {"sessionsEnded": 2}),
                 ("staff_user.disable", staff, {"sessionsEnded": 1}),
@@ -352,17 +407,33 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
                 ("staff_user.recovery_code_used", staff, {"left": 9}),
                 ("staff_user.recovery_codes_new", staff, {}),
                 ("settings.two_factor.update", None, {"twoFactorRequired": True}),
-                ("settings.office_hours.add", None, {"weekday": "mon", "opens": "08:00", "closes": "12:00",
-                                                     "weeks": "odd"}),
-                ("settings.office_hours.remove", None, {"weekday": "fri", "opens": "13:00", "closes": "17:00",
-                                                        "weeks": "every"}),
+                (
+                    "settings.office_hours.add",
+                    None,
+                    {"weekday": "mon", "opens": "08:00", "closes": "12:00", "weeks": "odd"},
+                ),
+                (
+                    "settings.office_hours.remove",
+                    None,
+                    {"weekday": "fri", "opens": "13:00", "closes": "17:00", "weeks": "every"},
+                ),
                 ("settings.calendar.create", None, {"name": "Ordinace MUDr. Nová"}),
                 ("settings.calendar.update", ("calendar", calendar.id), {"name": "Ordinace", "ignoreHolidays": True}),
-                ("settings.vacation.add", ("calendar", calendar.id), {"name": "Vánoce", "start": "2026-12-24",
-                                                                      "end": "2026-12-31", "switchboard": True}),
-                ("settings.vacation.remove", ("calendar", calendar.id), {
-                    "name": "Ples", "start": "2027-02-05T17:00:00+00:00", "end": "2027-02-06T07:00:00+00:00",
-                    "switchboard": False}),
+                (
+                    "settings.vacation.add",
+                    ("calendar", calendar.id),
+                    {"name": "Vánoce", "start": "2026-12-24", "end": "2026-12-31", "switchboard": True},
+                ),
+                (
+                    "settings.vacation.remove",
+                    ("calendar", calendar.id),
+                    {
+                        "name": "Ples",
+                        "start": "2027-02-05T17:00:00+00:00",
+                        "end": "2027-02-06T07:00:00+00:00",
+                        "switchboard": False,
+                    },
+                ),
                 ("settings.calls.update", None, {"missedCallRequests": False, "languages": ["cs", "sk"]}),
                 ("settings.calls.update", None, {"missedCallRequests": True, "languages": None}),
                 ("settings.tag.create", None, {"name": "souhlas"}),
@@ -371,17 +442,24 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
                 ("onboarding.file", None, {"overwroteConsoleChanges": True}),
                 ("patient.import", ("patient", 7), {"created": False}),  # a target that is no row: no longer exists
                 ("settings.retention.update", None, {"callsWithoutRequestDays": 14, "signedDocumentsDays": None}),
-                ("patient_request.confirm_type", request, {"requestTypeId": str(kind.id), "suggestedRequestTypeId": None,
-                                                           "asSuggested": False}),
+                (
+                    "patient_request.confirm_type",
+                    request,
+                    {"requestTypeId": str(kind.id), "suggestedRequestTypeId": None, "asSuggested": False},
+                ),
                 ("patient_request.clear_urgent", request, {}),
                 ("settings.urgency_words.update", None, {"shipped": False, "counts": {"cs": 40, "en": 31}}),
                 ("retention.delete", None, {"call_requests": 3, "calls": 5, "patients": 1}),
-                ("patient.erase", ("patient", "0a5a3e2c-3f2b-4a8e-9a77-3f0d1d7c2b10"),
-                 {"patients": 2, "requests": 2, "requests_kept": 1, "calls": 3, "documents": 0, "documents_kept": 1}),
+                (
+                    "patient.erase",
+                    ("patient", "0a5a3e2c-3f2b-4a8e-9a77-3f0d1d7c2b10"),
+                    {"patients": 2, "requests": 2, "requests_kept": 1, "calls": 3, "documents": 0, "documents_kept": 1},
+                ),
                 ("patient.copy", patient, {"requests": 1, "calls": 1, "documents": 0, "transcripts": 1}),
             ]:
-                AuditEvent.record(operator if action.startswith(("staff_user", "onboarding")) else admin, a, action,
-                                  target, details)
+                AuditEvent.record(
+                    operator if action.startswith(("staff_user", "onboarding")) else admin, a, action, target, details
+                )
     login(app, status=303)
     page = app.get("/console/audit?clinic=clinic-a")
     trs = page.html.select("table.audit tbody tr")
@@ -400,8 +478,11 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
         return {dt.text: dd.get_text(" ", strip=True) for dt, dd in zip(tr.select("dt"), tr.select("dd"))}
 
     created = row("token.create", 1)  # the first key (the rotation made the newer one)
-    assert fields(created) == {"Kliniky": "Clinic-A", "Oprávnění": "čtení, zápis",
-                               "Platnost do": re.search(r"\d+\. \d+\. 2027 \d+:\d\d", fields(created)["Platnost do"]).group(0)}
+    assert fields(created) == {
+        "Kliniky": "Clinic-A",
+        "Oprávnění": "čtení, zápis",
+        "Platnost do": re.search(r"\d+\. \d+\. 2027 \d+:\d\d", fields(created)["Platnost do"]).group(0),
+    }
     assert created.select_one("td.subject a")["href"] == f"/console/settings/api-keys?clinic=clinic-a#key-{key.id}"
     assert created.select_one("td.subject a").text == "acc-provider-rw"
     assert created.select_one("td.who span")["title"] == "anna@example.cz"
@@ -411,31 +492,47 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     revoked = row("token.revoke")
     assert revoked.select_one("td.who").text.strip() == "provozovatel (příkazová řádka)"
     assert revoked.select_one("td.who span")["title"] == "root"
-    assert fields(row("settings.calls.update", 1)) == {"Požadavky ze zmeškaných hovorů": "vypnuto",
-                                                        "Jazyky volajících": "čeština, slovenština"}
-    assert fields(row("settings.calls.update", 0)) == {"Požadavky ze zmeškaných hovorů": "zapnuto",
-                                                        "Jazyky volajících": "jakýkoli jazyk"}
+    assert fields(row("settings.calls.update", 1)) == {
+        "Požadavky ze zmeškaných hovorů": "vypnuto",
+        "Jazyky volajících": "čeština, slovenština",
+    }
+    assert fields(row("settings.calls.update", 0)) == {
+        "Požadavky ze zmeškaných hovorů": "zapnuto",
+        "Jazyky volajících": "jakýkoli jazyk",
+    }
     assert row("settings.calls.update").select_one("td.subject a")["href"] == "/console/settings/calls?clinic=clinic-a"
-    assert fields(row("settings.office_hours.add")) == {"Den": "pondělí", "Od": "08:00", "Do": "12:00",
-                                                         "Týdny": "liché týdny"}
+    assert fields(row("settings.office_hours.add")) == {
+        "Den": "pondělí",
+        "Od": "08:00",
+        "Do": "12:00",
+        "Týdny": "liché týdny",
+    }
     assert fields(row("settings.vacation.add"))["Od"] == "24. 12. 2026"
     assert fields(row("staff_user.role")) == {"Od": "pracovník", "Do": "správce"}
     assert fields(row("staff_user.recovery_code_used")) == {"Zbývající kódy pro obnovení": "9"}
     assert fields(row("settings.two_factor.update")) == {"Vyžadováno dvoufázové přihlášení": "zapnuto"}
     assert row("settings.two_factor.update").select_one("td.subject a")["href"] == (
-        "/console/settings/staff?clinic=clinic-a")
+        "/console/settings/staff?clinic=clinic-a"
+    )
     assert fields(row("settings.vacation.remove"))["Od"] == "5. 2. 2027 18:00", "the clinic's time zone"
-    assert fields(row("settings.retention.update")) == {"Hovory bez požadavku (dní)": "14",
-                                                         "Podepsané dokumenty (dní)": "uchovává se trvale"}
+    assert fields(row("settings.retention.update")) == {
+        "Hovory bez požadavku (dní)": "14",
+        "Podepsané dokumenty (dní)": "uchovává se trvale",
+    }
     assert fields(row("retention.delete")) == {"Požadavky z hovorů": "3", "Hovory": "5", "Pacienti": "1"}
     assert fields(row("patient_request.confirm_type"))["Navrženo podle přepisu"] == "jiné"
     assert fields(row("settings.urgency_words.update"))["Počet slov podle jazyka"] == "čeština 40, angličtina 31"
     assert fields(row("patient.erase"))["Ponechané podepsané dokumenty"] == "1"
     assert "(už neexistuje)" in row("patient.erase").select_one("td.subject").text
-    assert row("settings.vacation.add").select_one("td.subject a")["href"] == \
-        f"/console/settings/calendars?clinic=clinic-a#calendar-{calendar.id}"
+    assert (
+        row("settings.vacation.add").select_one("td.subject a")["href"]
+        == f"/console/settings/calendars?clinic=clinic-a#calendar-{calendar.id}"
+    )
     mismatch = fields(row("call.recording_mismatch"))
-    assert mismatch["Velikost předaná ústřednou"] == "48\xa0213 bajtů" and mismatch["Kontrolní součet předaný ústřednou"] == sha
+    assert (
+        mismatch["Velikost předaná ústřednou"] == "48\xa0213 bajtů"
+        and mismatch["Kontrolní součet předaný ústřednou"] == sha
+    )
     subject = row("call.recording_mismatch").select_one("td.subject")
     assert " ".join(subject.text.split()) == "Hovor Hlasová zpráva – Jana Dvořáková"
     assert subject.select_one("a")["href"] == f"/console/requests/{request.id}"
@@ -458,32 +555,49 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     assert "Missed-call requests" in text and "operator (command line)" in text and "API key created" in text
 
     # The raw values stay the operator's: `manage.py audit` prints them as they were recorded.
-    from tests.test_audit_trail import manage
+    from tests.support.processes import run_manage as manage
+
     printed = manage("audit", "--clinic", "clinic-a", "--since", "2000-01-01").stdout
     assert "missedCallRequests" in printed and str(key.id) in printed
 
 
 # --- the script and the stylesheet -------------------------------------------------------------
 
-def test_pages_carry_no_inline_script_and_link_their_assets_by_content_hash(staff, app):  # noqa: F811
+
+def test_pages_carry_no_inline_script_and_link_their_assets_by_content_hash(staff, app):
     """A Content-Security-Policy without 'unsafe-inline' can hold: every script is a file."""
     import hashlib
 
-    request = make("clinic-a", "voice_message", transcript="x", status="reliable", has_recording=True,
-                   recording_url="https://example.test/r.wav")
+    request = make(
+        "clinic-a",
+        "voice_message",
+        transcript="x",
+        status="reliable",
+        has_recording=True,
+        recording_url="https://example.test/r.wav",
+    )
     with db.connection_context():
         StaffMembership.update(role="admin").execute()
     login(app, status=303)
-    pages = ["/console/", f"/console/requests/{request.id}", "/console/audit", "/console/settings",
-             "/console/settings/api-keys", "/console/settings/calendars", "/console/help"]
+    pages = [
+        "/console/",
+        f"/console/requests/{request.id}",
+        "/console/audit",
+        "/console/settings",
+        "/console/settings/api-keys",
+        "/console/settings/calendars",
+        "/console/help",
+    ]
     for path in pages:
         page = app.get(path)
         scripts = page.html.find_all("script")
         assert scripts and all(s.get("src") and not s.text.strip() for s in scripts), path
         assert not [a for tag in page.html.find_all(True) for a in tag.attrs if a.startswith("on")], path
     page = app.get("/console/")
-    for tag, attr, name, kind in (("script", "src", "console.js", "text/javascript"),
-                                  ("link", "href", "console.css", "text/css")):
+    for tag, attr, name, kind in (
+        ("script", "src", "console.js", "text/javascript"),
+        ("link", "href", "console.css", "text/css"),
+    ):
         url = page.html.find(tag, {attr: re.compile(name)})[attr]
         body = (ROOT / "console" / "static" / name).read_bytes()
         assert url == f"/console/static/{name}?v={hashlib.sha256(body).hexdigest()[:12]}"

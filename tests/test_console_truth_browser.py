@@ -19,50 +19,53 @@ PostgreSQL and Redis.
 Screenshots in Czech and English at 1280 and 390 px go to var/screenshots/console/ (each
 checked for text wider than the screen and, in Czech, for the catalogue's English left
 untranslated)."""
+
 from __future__ import annotations
 
 import re
-import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from babel.messages.pofile import read_po
 
 from api_keys import rules
-from models import Actor, ApiToken, AuditEvent, Call, Clinic, Patient, PatientRecord, PatientRequest, StaffMembership, \
-    StaffUser
+from models import Actor, ApiToken, Call, Clinic, Patient, PatientRecord, PatientRequest, StaffMembership, StaffUser
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.conftest import ROOT
 from tests.support import clinic, load, organization
+from tests.support.console_browser import PASSWORD, WAIT_MS, WIDTHS, log_in, shoot, wait_true
 from tests.support.https_server import static
+from tests.support.recordings import PASSWORD as PLATFORM_PASSWORD
+from tests.support.recordings import SOURCE, USER
 from tests.support.servers import wait_until
-from tests.test_console_browser import (  # noqa: F401 (fixtures)
-    PASSWORD, WAIT_MS, log_in, service, wait_true,
-)
-from tests.test_recordings import SOURCE, USER, platform  # noqa: F401 (fixture)
-from tests.test_recordings import PASSWORD as PLATFORM_PASSWORD
 
 playwright_api = pytest.importorskip("playwright.sync_api")
-SHOTS = ROOT / "var" / "screenshots" / "console"
+pytestmark = pytest.mark.usefixtures("wall_clock")  # the gunicorn service reads the real time
 CLIP = ROOT / "tests" / "audio" / "voicemails" / "cs_objednani_czech_dita_mp3_8k.mp3"
 ADMIN, RECEPTION = "adela@example.cz", "rita@example.cz"
-GONE = {"cs": "Nahrávka už není k dispozici — přepis zůstává.",
-        "en": "The recording is no longer available — the transcript stays."}
-TRY_AGAIN = {"cs": "Nahrávku se teď nepodařilo načíst z ústředny — přehrajte ji znovu za chvíli.",
-             "en": "The recording could not be loaded from the switchboard just now — play it again in a moment."}
+GONE = {
+    "cs": "Nahrávka už není k dispozici — přepis zůstává.",
+    "en": "The recording is no longer available — the transcript stays.",
+}
+TRY_AGAIN = {
+    "cs": "Nahrávku se teď nepodařilo načíst z ústředny — přehrajte ji znovu za chvíli.",
+    "en": "The recording could not be loaded from the switchboard just now — play it again in a moment.",
+}
 TRANSCRIPT = "Dobrý den, tady Marie Svobodová, chtěla bych se objednat na kontrolu. Zavolejte mi prosím zpátky."
-WIDTHS = (1280, 390)
 
 
 @pytest.fixture
-def clinic_cz(app, platform):  # noqa: F811
+def clinic_cz(app, platform):
     """A Prague clinic whose switchboard platform is the fake one; Adéla its admin, Rita its
     receptionist (both Czech)."""
-    load(organization(clinic("clinic-cz", switchboard={"apiUrl": platform.base_url, "username": USER,
-                                                       "password": PLATFORM_PASSWORD})))
+    load(
+        organization(
+            clinic(
+                "clinic-cz", switchboard={"apiUrl": platform.base_url, "username": USER, "password": PLATFORM_PASSWORD}
+            )
+        )
+    )
     with db.connection_context():
         place = Clinic.by_slug("clinic-cz")
         for email, name, role in ((ADMIN, "Adéla Správcová", "admin"), (RECEPTION, "Rita Recepční", "staff")):
@@ -71,8 +74,16 @@ def clinic_cz(app, platform):  # noqa: F811
     return place
 
 
-def voicemail(place: Clinic, sid: str, https_server, *, minutes_ago: int = 40, phone: str = "+420608333444",
-              name: tuple[str, str] = ("Marie", "Svobodová"), **fields) -> PatientRequest:
+def voicemail(
+    place: Clinic,
+    sid: str,
+    https_server,
+    *,
+    minutes_ago: int = 40,
+    phone: str = "+420608333444",
+    name: tuple[str, str] = ("Marie", "Svobodová"),
+    **fields,
+) -> PatientRequest:
     """A Czech voice message whose recording lives on the platform: received `minutes_ago`
     (40: its original link has expired, a play re-fetches it), with an unconfirmed number."""
     https_server.route(f"/rec/{sid}.mp3", static(CLIP.read_bytes(), "audio/mpeg"))
@@ -80,48 +91,29 @@ def voicemail(place: Clinic, sid: str, https_server, *, minutes_ago: int = 40, p
     with db.connection_context():
         patient = Patient.create(organization=place.organization_id, first_name=name[0], last_name=name[1], phone=phone)
         PatientRecord.create(patient=patient, clinic=place)
-        call = Call.create(clinic=place, call_sid=sid, call_from=phone, call_to="+420222000111", status="completed",
-                           has_recording=True, recording_url=https_server.url(f"/rec/{sid}.mp3"),
-                           recording_sid=f"{sid}.mp3", source=SOURCE, state="done", outcome="voice_message",
-                           transcript=TRANSCRIPT, transcript_status="check", transcript_language="cs",
-                           heard_number="+420700123456", callback_number_at=13.3, received_at=at, **fields)
-        return PatientRequest.create(clinic=place, patient=patient, kind="voice_message", title="Hlasová zpráva",
-                                     call=call, created_at=at)
-
-
-def english_ids() -> list[str]:
-    """The catalogue's English messages of a few words whose Czech differs: none may show on
-    a Czech page."""
-    with (ROOT / "console" / "locale" / "cs" / "LC_MESSAGES" / "messages.po").open("rb") as f:
-        catalog = read_po(f, locale="cs")
-    return [m.id for m in catalog if isinstance(m.id, str) and m.id and m.string and m.string != m.id
-            and "%" not in m.id and len(m.id.split()) >= 2]
-
-
-ENGLISH = english_ids()
-
-
-def shoot(page, name: str, language: str) -> list[Path]:
-    """Full-page screenshots at 1280 and 390 px; fails on text wider than the screen and, in
-    Czech, on a message of the catalogue shown in English."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    shots = []
-    for width in WIDTHS:
-        page.set_viewport_size({"width": width, "height": 900})
-        wait_true(page, f"window.innerWidth === {width}")
-        wide = page.evaluate("""() => [...document.querySelectorAll('body *')].filter(e => {
-            const r = e.getBoundingClientRect(); return r.width > 0 && r.right > window.innerWidth + 1;
-        }).map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 40))""")
-        assert page.evaluate("document.documentElement.scrollWidth") <= width and not wide, (name, width, wide)
-        path = SHOTS / f"{name}-{language}-{width}.png"
-        page.screenshot(path=str(path), full_page=True)
-        shots.append(path)
-    if language == "cs":
-        text = page.locator("body").inner_text()
-        left = [m for m in ENGLISH if m in text]
-        assert not left, (name, left)
-    page.set_viewport_size({"width": 1280, "height": 900})
-    return shots
+        call = Call.create(
+            clinic=place,
+            call_sid=sid,
+            call_from=phone,
+            call_to="+420222000111",
+            status="completed",
+            has_recording=True,
+            recording_url=https_server.url(f"/rec/{sid}.mp3"),
+            recording_sid=f"{sid}.mp3",
+            source=SOURCE,
+            state="done",
+            outcome="voice_message",
+            transcript=TRANSCRIPT,
+            transcript_status="check",
+            transcript_language="cs",
+            heard_number="+420700123456",
+            callback_number_at=13.3,
+            received_at=at,
+            **fields,
+        )
+        return PatientRequest.create(
+            clinic=place, patient=patient, kind="voice_message", title="Hlasová zpráva", call=call, created_at=at
+        )
 
 
 def set_language(email: str, language: str) -> None:
@@ -130,7 +122,8 @@ def set_language(email: str, language: str) -> None:
 
 
 def test_a_recording_the_platform_deleted_is_said_in_words_with_the_transcript(
-        service, clinic_cz, platform, https_server, worker, browser):  # noqa: F811
+    service, clinic_cz, platform, https_server, worker, browser
+):
     deleted = voicemail(clinic_cz, "CA-smazana", https_server)
     platform.serve("CA-smazana.mp3", "deleted")
     page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="cs-CZ")
@@ -191,7 +184,8 @@ def test_a_recording_the_platform_deleted_is_said_in_words_with_the_transcript(
 
 
 def test_a_player_whose_source_starts_answering_410_after_render_says_the_words(
-        service, clinic_cz, https_server, worker, browser):
+    service, clinic_cz, https_server, worker, browser
+):
     fresh = voicemail(clinic_cz, "CA-cerstva", https_server, minutes_ago=2)  # its link still lives
     page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="cs-CZ")
     page.set_default_timeout(WAIT_MS)
@@ -219,7 +213,8 @@ def test_a_player_whose_source_starts_answering_410_after_render_says_the_words(
 
 
 def test_an_unreachable_platform_or_network_says_try_again_not_gone(
-        service, clinic_cz, platform, https_server, worker, browser):  # noqa: F811
+    service, clinic_cz, platform, https_server, worker, browser
+):
     down = voicemail(clinic_cz, "CA-nedostupna", https_server)
     platform.server.route(platform.path("CA-nedostupna.mp3"), static(b"busy", "text/plain", status=503))
     page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="cs-CZ")
@@ -243,10 +238,11 @@ def test_an_unreachable_platform_or_network_says_try_again_not_gone(
     shoot(page, "inbox-recording-unreachable", "cs")
 
     # The network fails (the recording never reaches the browser): the same words.
-    ok = voicemail(clinic_cz, "CA-sit", https_server, minutes_ago=2, phone="+420601777321",
-                   name=("Petr", "Dvořák"))
+    ok = voicemail(clinic_cz, "CA-sit", https_server, minutes_ago=2, phone="+420601777321", name=("Petr", "Dvořák"))
     page.route(re.compile(rf".*/console/requests/{ok.id}/recording$"), lambda route: route.abort("connectionfailed"))
-    page.route(re.compile(rf".*/console/requests/{ok.id}/recording/state$"), lambda route: route.abort("connectionfailed"))
+    page.route(
+        re.compile(rf".*/console/requests/{ok.id}/recording/state$"), lambda route: route.abort("connectionfailed")
+    )
     page.goto(f"{service}/console/requests/{ok.id}")
     offline = page.locator("p.recording-state.unreachable")
     offline.wait_for()
@@ -254,8 +250,11 @@ def test_an_unreachable_platform_or_network_says_try_again_not_gone(
     # "Try again" brings the player back and plays (the network is back).
     page.unroute(re.compile(rf".*/console/requests/{ok.id}/recording$"))
     page.get_by_role("button", name="Zkusit znovu").click()
-    wait_true(page, "document.querySelector('div.recording audio') && "
-                    "document.querySelector('div.recording audio').readyState >= 1")
+    wait_true(
+        page,
+        "document.querySelector('div.recording audio') && "
+        "document.querySelector('div.recording audio').readyState >= 1",
+    )
     set_language(RECEPTION, "en")
     page.goto(service + "/console/")
     assert page.locator(f"#r-{down.id} p.recording-state.unreachable").inner_text().startswith(TRY_AGAIN["en"])
@@ -279,8 +278,7 @@ def create_key(page, name: str) -> None:
     page.get_by_role("button", name="Vytvořit klíč").click()
 
 
-def test_keys_are_made_once_their_controls_name_them_and_the_audit_reads_in_words(
-        service, clinic_cz, browser):
+def test_keys_are_made_once_their_controls_name_them_and_the_audit_reads_in_words(service, clinic_cz, browser):
     page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="cs-CZ")
     page.set_default_timeout(WAIT_MS)
     keys = f"{service}/console/settings/api-keys?clinic=clinic-cz"
@@ -359,7 +357,9 @@ def test_keys_are_made_once_their_controls_name_them_and_the_audit_reads_in_word
     assert fields(created)["Oprávnění"] == "čtení, zápis" and fields(created)["Kliniky"] == "Clinic-Cz"
     assert created.locator("td.subject a").inner_text() == "acc-provider-rw"
     rotated = fields(rows.nth(actions.index("token.rotate")))
-    assert rotated["Nový klíč"] == "acc-provider-rw" and re.fullmatch(r"\d+\. \d+\. 20\d\d \d+:\d\d", rotated["Starý klíč platí do"])
+    assert rotated["Nový klíč"] == "acc-provider-rw" and re.fullmatch(
+        r"\d+\. \d+\. 20\d\d \d+:\d\d", rotated["Starý klíč platí do"]
+    )
     shoot(page, "audit", "cs")
 
     set_language(ADMIN, "en")
@@ -375,8 +375,7 @@ def test_keys_are_made_once_their_controls_name_them_and_the_audit_reads_in_word
     shoot(page, "api-keys", "en")
 
 
-def test_the_calendars_form_keeps_labels_by_their_fields_and_shows_no_example_values(
-        service, clinic_cz, browser):
+def test_the_calendars_form_keeps_labels_by_their_fields_and_shows_no_example_values(service, clinic_cz, browser):
     page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="cs-CZ")
     page.set_default_timeout(WAIT_MS)
     log_in(page, service, ADMIN)
@@ -401,7 +400,7 @@ def test_the_calendars_form_keeps_labels_by_their_fields_and_shows_no_example_va
         until = "Do" if language == "cs" else "Until"
         for width in WIDTHS:
             page.set_viewport_size({"width": width, "height": 900})
-            for label_text in ((until, "Od") if language == "cs" else (until, "From")):
+            for label_text in (until, "Od") if language == "cs" else (until, "From"):
                 field = section.get_by_label(label_text, exact=True)
                 label = section.locator(f"label[for='{field.get_attribute('id')}']")
                 lb, fb = label.bounding_box(), field.bounding_box()

@@ -4,6 +4,7 @@ Python definition the service answers from, and every answer the service gives, 
 on purpose here (tests/support/provoke.py), is one the document describes as a strict
 generated client reads it (tests/support/contract.py, which judges every answer of the
 suite the same way)."""
+
 from __future__ import annotations
 
 import json
@@ -42,20 +43,48 @@ def test_the_checker_refuses_what_the_document_does_not_describe():
     assert c.problems("GET", detail, 200, "application/json", _detail_with(state, id="not-a-uuid"))
     # A path of the API that no operation has: 404 or 405 only.
     assert c.problems("GET", "/external/v1/nothing", 200, "application/json", b"{}")
-    assert c.problems("GET", "/external/v1/nothing", 404, "application/json",
-                      b'{"error": "No such path.", "code": "NOT_FOUND"}') == []
+    assert (
+        c.problems(
+            "GET", "/external/v1/nothing", 404, "application/json", b'{"error": "No such path.", "code": "NOT_FOUND"}'
+        )
+        == []
+    )
 
 
 def _detail_with(recording: dict[str, Any], **fields: Any) -> bytes:
-    request = {"id": "0b0f8f5e-5d37-4a4e-9a4c-8cc0b7a8a3a1", "kind": "voice_message", "title": "x",
-               "createdAt": "2026-11-28T10:00:00Z", "doneAt": None, "patientId": "0b0f8f5e-5d37-4a4e-9a4c-8cc0b7a8a3a1",
-               "requestTypeId": None, "userNote": "", "tags": [], "medicalRecords": [], "reservations": [],
-               "requestTypeSuggestion": None, "urgent": None,
-               "call": {"callSid": "CA1", "callFrom": "+420601123456", "callbackNumber": None,
-                        "unconfirmedCallbackNumber": None, "callbackNumberAt": None, "callTo": "+420222000111",
-                        "status": None, "receivedAt": "2026-11-28T10:00:00Z", "transcript": None,
-                        "transcriptStatus": None, "transcriptIssue": None, "language": None,
-                        "transcriptLanguage": None, "extra": None, "recording": recording}, **fields}
+    request = {
+        "id": "0b0f8f5e-5d37-4a4e-9a4c-8cc0b7a8a3a1",
+        "kind": "voice_message",
+        "title": "x",
+        "createdAt": "2026-11-28T10:00:00Z",
+        "doneAt": None,
+        "patientId": "0b0f8f5e-5d37-4a4e-9a4c-8cc0b7a8a3a1",
+        "requestTypeId": None,
+        "userNote": "",
+        "tags": [],
+        "medicalRecords": [],
+        "reservations": [],
+        "requestTypeSuggestion": None,
+        "urgent": None,
+        "call": {
+            "callSid": "CA1",
+            "callFrom": "+420601123456",
+            "callbackNumber": None,
+            "unconfirmedCallbackNumber": None,
+            "callbackNumberAt": None,
+            "callTo": "+420222000111",
+            "status": None,
+            "receivedAt": "2026-11-28T10:00:00Z",
+            "transcript": None,
+            "transcriptStatus": None,
+            "transcriptIssue": None,
+            "language": None,
+            "transcriptLanguage": None,
+            "extra": None,
+            "recording": recording,
+        },
+        **fields,
+    }
     return json.dumps({"data": request}).encode()
 
 
@@ -72,11 +101,17 @@ def test_every_code_and_reason_is_answered_as_the_document_says(app, config, clo
     # Every code the table says is answered was answered here; the others are the fallbacks.
     answered = {a.data["code"] for a in answers if a.status >= 400 and isinstance(a.data, dict)}
     assert answered == {row.code for row in ERROR_CODES if row.answered}, (
-        sorted({row.code for row in ERROR_CODES if row.answered} - answered), sorted(answered - set(BY_CODE)))
+        sorted({row.code for row in ERROR_CODES if row.answered} - answered),
+        sorted(answered - set(BY_CODE)),
+    )
     # Every value of every enumeration an answer can carry was carried by one.
     seen = set(_pairs([a.data for a in answers if a.data is not None]))
-    missing = {(name, value) for name, values in response_enums(openapi.document()) for value in values
-               if (name, value) not in seen} - NEEDS_AN_OUTAGE
+    missing = {
+        (name, value)
+        for name, values in response_enums(openapi.document())
+        for value in values
+        if (name, value) not in seen
+    } - NEEDS_AN_OUTAGE
     assert not missing, sorted(missing)
 
 

@@ -3,6 +3,7 @@ each clinic's retention deletes what is past it (the clock moved, not waited for
 batches that survive a crash, counted in a metric and the audit trail; the audit trail
 allows one change, an old event's address removed; the settings are the console's, the
 onboarding file's and the CLI's."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,19 @@ import pytest
 import redis
 
 from models import (
-    MODELS, AuditEvent, Call, Clinic, MedicalRecord, Patient, PatientRequest, PendingObjectDeletion, StaffMembership,
-    StaffPasswordLink, StaffRecoveryCode, StaffSession, StaffUser,
+    MODELS,
+    AuditEvent,
+    Call,
+    Clinic,
+    MedicalRecord,
+    Patient,
+    PatientRequest,
+    PendingObjectDeletion,
+    StaffMembership,
+    StaffPasswordLink,
+    StaffRecoveryCode,
+    StaffSession,
+    StaffUser,
 )
 from onboarding.clinic_settings import ClinicSettings
 from onboarding.writer import OnboardingError
@@ -32,14 +44,24 @@ from storage import LocalStorage
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, clinic, issue_token, load, organization
 from tests.support.people import (
-    STORAGE_DIR, bucket_bytes, database_dump, finish_call, found, lifecycle_organization, new_person, redis_values,
+    STORAGE_DIR,
+    bucket_bytes,
+    database_dump,
+    finish_call,
+    found,
+    lifecycle_organization,
+    new_person,
+    redis_values,
     seed,
 )
 
 INVENTORY = ROOT / "docs" / "data-protection.md"
-LIFETIMES = retention.Lifetimes(session_idle=timedelta(hours=12), session_absolute=timedelta(hours=24),
-                                session_pending=timedelta(minutes=15),
-                                audit_details_without_clinic=timedelta(days=180))
+LIFETIMES = retention.Lifetimes(
+    session_idle=timedelta(hours=12),
+    session_absolute=timedelta(hours=24),
+    session_pending=timedelta(minutes=15),
+    audit_details_without_clinic=timedelta(days=180),
+)
 PASSWORD = "correct horse battery"
 
 
@@ -49,8 +71,8 @@ def storage() -> LocalStorage:
 
 def run_round(clock, **kwargs) -> retention.Deleted:
     """A worker's purge round: the uploads never registered, then the retention's (counted)."""
-    from jobs.storage_purge import purge_storage
     from config import Config
+    from jobs.storage_purge import purge_storage
 
     total = retention.Deleted()
     with db.connection_context():
@@ -61,6 +83,7 @@ def run_round(clock, **kwargs) -> retention.Deleted:
 
 
 # --- the inventory ------------------------------------------------------------------------------
+
 
 def _sections() -> dict[str, str]:
     """Each `### ` section of the inventory, by every table its heading names."""
@@ -105,6 +128,7 @@ def test_the_inventory_and_the_patients_copy_name_the_same_fields():
 
 # --- retention ----------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def token(app):
     load(lifecycle_organization())
@@ -115,20 +139,28 @@ def test_a_new_clinic_gets_the_default_retention_and_an_existing_one_keeps_its_o
     load(organization(clinic("clinic-a")))
     with db.connection_context():
         a = Clinic.by_slug("clinic-a")
-        assert retention.settings_of(a) == {"resolvedCallRequestsDays": 90, "callsWithoutRequestDays": 30,
-                                            "auditDetailsDays": 180, "signedDocumentsDays": None}
+        assert retention.settings_of(a) == {
+            "resolvedCallRequestsDays": 90,
+            "callsWithoutRequestDays": 30,
+            "auditDetailsDays": 180,
+            "signedDocumentsDays": None,
+        }
         # A clinic from before the settings (the migration leaves them empty): a file without
         # `retention` never starts deleting its data.
-        Clinic.update(retention_call_requests_days=None, retention_calls_days=None,
-                      retention_audit_details_days=None).where(Clinic.id == a.id).execute()
+        Clinic.update(
+            retention_call_requests_days=None, retention_calls_days=None, retention_audit_details_days=None
+        ).where(Clinic.id == a.id).execute()
     load(organization(clinic("clinic-a")))
     with db.connection_context():
         assert set(retention.settings_of(Clinic.by_slug("clinic-a")).values()) == {None}
     load(organization(clinic("clinic-a", retention={"resolvedCallRequestsDays": 7, "signedDocumentsDays": 3650})))
     with db.connection_context():
         assert retention.settings_of(Clinic.by_slug("clinic-a")) == {
-            "resolvedCallRequestsDays": 7, "callsWithoutRequestDays": None, "auditDetailsDays": None,
-            "signedDocumentsDays": 3650}
+            "resolvedCallRequestsDays": 7,
+            "callsWithoutRequestDays": None,
+            "auditDetailsDays": None,
+            "signedDocumentsDays": 3650,
+        }
 
 
 @pytest.mark.parametrize("value", [0, -1, "30", 1.5, 40000])
@@ -145,18 +177,26 @@ def test_past_each_period_the_round_leaves_nothing_of_the_expired_data(app, toke
     start = clock()
     with db.connection_context():
         ClinicSettings(Clinic.by_slug("clinic-a"), retention.WORKER, SECRET_KEY).set_retention(
-            {"signedDocumentsDays": 365})
+            {"signedDocumentsDays": 365}
+        )
     person = seed(app, token, new_person(), start)  # a named patient: stays, their calls go
     caller = new_person()  # a number and nothing else: a patient only a call made
     message = finish_call("clinic-a", caller.national, start, "voice_message", transcript=caller.transcript)
     waiting = new_person()
     still_open = finish_call("clinic-a", waiting.phone, start, "voice_message", transcript=waiting.transcript)
     with db.connection_context():
-        PatientRequest.update(done_at=as_utc(start)).where(PatientRequest.call.in_(
-            [uuid.UUID(message), uuid.UUID(person.calls["message"])])).execute()
-        AuditEvent.insert(at=as_utc(start), actor_kind="staff", actor_name="anna@example.cz",
-                          clinic_id=Clinic.by_slug("clinic-a").id, action="staff.login", details="{}",
-                          address="203.0.113.77").execute()
+        PatientRequest.update(done_at=as_utc(start)).where(
+            PatientRequest.call.in_([uuid.UUID(message), uuid.UUID(person.calls["message"])])
+        ).execute()
+        AuditEvent.insert(
+            at=as_utc(start),
+            actor_kind="staff",
+            actor_name="anna@example.cz",
+            clinic_id=Clinic.by_slug("clinic-a").id,
+            action="staff.login",
+            details="{}",
+            address="203.0.113.77",
+        ).execute()
     gone = [*caller.traces(), person.transcript]
 
     clock.set(start + timedelta(days=29))
@@ -204,22 +244,27 @@ def test_a_round_that_dies_halfway_loses_nothing_and_the_next_one_finishes(app, 
     (a trigger): the first batch is gone whole (requests and their calls), the others are
     whole; the next round deletes them."""
     start = clock()
-    calls = [finish_call("clinic-a", f"+42077{n:07d}", start, "voice_message", transcript=f"zpráva {n}")
-             for n in range(5)]
+    calls = [
+        finish_call("clinic-a", f"+42077{n:07d}", start, "voice_message", transcript=f"zpráva {n}") for n in range(5)
+    ]
     with db.connection_context():
         for n, call in enumerate(calls):  # resolved one after the other: the batches' order
             PatientRequest.update(done_at=as_utc(start) + timedelta(minutes=n)).where(
-                PatientRequest.call == call).execute()
+                PatientRequest.call == call
+            ).execute()
         third = PatientRequest.get(PatientRequest.call == calls[2])
-        db.execute_sql("CREATE FUNCTION refuse_third() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                       f"IF OLD.id = '{third.id}' THEN RAISE EXCEPTION 'worker killed'; END IF; RETURN OLD; END $$")
-        db.execute_sql('CREATE TRIGGER refuse_third BEFORE DELETE ON "patient_request" '
-                       "FOR EACH ROW EXECUTE FUNCTION refuse_third()")
+        db.execute_sql(
+            "CREATE FUNCTION refuse_third() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF OLD.id = '{third.id}' THEN RAISE EXCEPTION 'worker killed'; END IF; RETURN OLD; END $$"
+        )
+        db.execute_sql(
+            'CREATE TRIGGER refuse_third BEFORE DELETE ON "patient_request" '
+            "FOR EACH ROW EXECUTE FUNCTION refuse_third()"
+        )
     clock.set(start + timedelta(days=91))
     try:
-        with pytest.raises(pw.InternalError, match="worker killed"):
-            with db.connection_context():
-                retention.clinic_round(Clinic.by_slug("clinic-a"), as_utc(clock()), batch=2)
+        with pytest.raises(pw.InternalError, match="worker killed"), db.connection_context():
+            retention.clinic_round(Clinic.by_slug("clinic-a"), as_utc(clock()), batch=2)
         with db.connection_context():
             left = {str(r.call_id) for r in PatientRequest.select()}
             assert len(left) == 3 and Call.select().count() == 3
@@ -237,13 +282,26 @@ def test_ended_sessions_used_links_and_used_recovery_codes_go(app, token, clock)
     now = as_utc(clock())
     with db.connection_context():
         user = StaffUser.create(email="anna@example.cz", name="Anna", password_hash=hash_password(PASSWORD))
-        for sid, seen, made, pending in (("idle", 13, 13, None), ("old", 0, 25, None), ("half", 0, 1, "code"),
-                                         ("live", 0, 1, None)):
-            StaffSession.create(id=sid, user=user, created_at=now - timedelta(hours=made),
-                                last_seen_at=now - timedelta(hours=seen), csrf_token="x", pending=pending,
-                                ip="198.51.100.7")
-        for lid, used, expires in (("used", now, now + timedelta(hours=1)), ("expired", None, now),
-                                   ("live", None, now + timedelta(hours=1))):
+        for sid, seen, made, pending in (
+            ("idle", 13, 13, None),
+            ("old", 0, 25, None),
+            ("half", 0, 1, "code"),
+            ("live", 0, 1, None),
+        ):
+            StaffSession.create(
+                id=sid,
+                user=user,
+                created_at=now - timedelta(hours=made),
+                last_seen_at=now - timedelta(hours=seen),
+                csrf_token="x",
+                pending=pending,
+                ip="198.51.100.7",
+            )
+        for lid, used, expires in (
+            ("used", now, now + timedelta(hours=1)),
+            ("expired", None, now),
+            ("live", None, now + timedelta(hours=1)),
+        ):
             StaffPasswordLink.create(user=user, token_hash=lid, created_at=now, expires_at=expires, used_at=used)
         StaffRecoveryCode.create(user=user, code_hash="used", used_at=now)
         StaffRecoveryCode.create(user=user, code_hash="unused")
@@ -260,8 +318,9 @@ def test_a_clinic_without_retention_keeps_everything_however_old(app, token, clo
     call = finish_call("clinic-a", "+420770000123", start, "voice_message", transcript="stará zpráva")
     with db.connection_context():
         PatientRequest.update(done_at=as_utc(start)).execute()
-        Clinic.update(retention_call_requests_days=None, retention_calls_days=None,
-                      retention_audit_details_days=None).execute()
+        Clinic.update(
+            retention_call_requests_days=None, retention_calls_days=None, retention_audit_details_days=None
+        ).execute()
     clock.set(start + timedelta(days=3650))
     assert run_round(clock).counts() == {}
     with db.connection_context():
@@ -269,8 +328,8 @@ def test_a_clinic_without_retention_keeps_everything_however_old(app, token, clo
 
 
 def test_the_workers_round_counts_what_it_deleted_in_the_metric(app, token, clock):
-    from jobs.storage_purge import retain
     from config import Config
+    from jobs.storage_purge import retain
 
     start = clock()
     finish_call("clinic-a", "+420770000124", start, "no_recording")
@@ -286,17 +345,21 @@ def test_the_workers_round_counts_what_it_deleted_in_the_metric(app, token, cloc
 
 # --- the audit trail ----------------------------------------------------------------------------
 
+
 def test_the_trail_allows_removing_an_old_address_and_nothing_else(app, token, clock):
-    old_event = ('INSERT INTO "audit_event" ("at", "actor_kind", "actor_name", "action", "details", "address") '
-                 "VALUES ('2026-11-01 08:00', 'staff', 'anna@example.cz', 'staff.login', '{}', '192.0.2.1')")
-    for statement in ('UPDATE "audit_event" SET "actor_name" = \'x\'',
-                      'UPDATE "audit_event" SET "address" = NULL',  # without saying when it was redacted
-                      'UPDATE "audit_event" SET "address" = NULL, "redacted_at" = now(), "details" = \'{"x": 1}\'',
-                      'DELETE FROM "audit_event"'):
-        with db.connection_context(), pytest.raises(pw.ProgrammingError, match="append-only"):
-            with db.atomic():
-                db.execute_sql(old_event)
-                db.execute_sql(statement)
+    old_event = (
+        'INSERT INTO "audit_event" ("at", "actor_kind", "actor_name", "action", "details", "address") '
+        "VALUES ('2026-11-01 08:00', 'staff', 'anna@example.cz', 'staff.login', '{}', '192.0.2.1')"
+    )
+    for statement in (
+        'UPDATE "audit_event" SET "actor_name" = \'x\'',
+        'UPDATE "audit_event" SET "address" = NULL',  # without saying when it was redacted
+        'UPDATE "audit_event" SET "address" = NULL, "redacted_at" = now(), "details" = \'{"x": 1}\'',
+        'DELETE FROM "audit_event"',
+    ):
+        with db.connection_context(), pytest.raises(pw.ProgrammingError, match="append-only"), db.atomic():
+            db.execute_sql(old_event)
+            db.execute_sql(statement)
     with db.connection_context():
         with db.atomic():
             db.execute_sql(old_event)
@@ -309,12 +372,15 @@ def test_the_trail_allows_removing_an_old_address_and_nothing_else(app, token, c
 
 # --- the console and the CLI ---------------------------------------------------------------------
 
+
 @pytest.fixture
 def admin(app, token):
     with db.connection_context():
         a = Clinic.by_slug("clinic-a")
         for email, role in (("anna@example.cz", "admin"), ("bob@example.cz", "staff")):
-            user = StaffUser.create(email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD))
+            user = StaffUser.create(
+                email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD)
+            )
             StaffMembership.create(user=user, clinic=a, role=role)
 
 
@@ -327,25 +393,29 @@ def log_in(app, email: str) -> None:
 
 def test_an_admin_sets_the_retention_in_the_console(app, admin):
     with db.connection_context():
-        Clinic.update(retention_call_requests_days=None, retention_calls_days=None,
-                      retention_audit_details_days=None).execute()
+        Clinic.update(
+            retention_call_requests_days=None, retention_calls_days=None, retention_audit_details_days=None
+        ).execute()
     log_in(app, "anna@example.cz")
     page = app.get("/console/settings/retention?clinic=clinic-a")
     assert "Uchovávání údajů" in page.text and "nic se podle stáří nemaže" in page.text
     assert "Uchovávání údajů" in app.get("/console/settings?clinic=clinic-a").text
-    form = page.forms[[k for k, f in page.forms.items() if "resolvedCallRequestsDays" in f.fields][0]]
+    form = page.forms[next(k for k, f in page.forms.items() if "resolvedCallRequestsDays" in f.fields)]
     form["resolvedCallRequestsDays"], form["callsWithoutRequestDays"] = "60", "14"
     form["auditDetailsDays"], form["signedDocumentsDays"] = "365", ""
     form.submit(status=303)
     with db.connection_context():
         assert retention.settings_of(Clinic.by_slug("clinic-a")) == {
-            "resolvedCallRequestsDays": 60, "callsWithoutRequestDays": 14, "auditDetailsDays": 365,
-            "signedDocumentsDays": None}
+            "resolvedCallRequestsDays": 60,
+            "callsWithoutRequestDays": 14,
+            "auditDetailsDays": 365,
+            "signedDocumentsDays": None,
+        }
         event = AuditEvent.get(AuditEvent.action == "settings.retention.update")
         assert event.actor_name == "anna@example.cz" and json.loads(event.details)["callsWithoutRequestDays"] == 14
     page = app.get("/console/settings/retention?clinic=clinic-a")
     assert "nic se podle stáří nemaže" not in page.text
-    form = page.forms[[k for k, f in page.forms.items() if "resolvedCallRequestsDays" in f.fields][0]]
+    form = page.forms[next(k for k, f in page.forms.items() if "resolvedCallRequestsDays" in f.fields)]
     form["callsWithoutRequestDays"] = "0"
     refused = form.submit(status=400)
     assert "callsWithoutRequestDays" in refused.text
@@ -356,18 +426,25 @@ def test_an_admin_sets_the_retention_in_the_console(app, admin):
 
 
 def test_manage_py_retention_shows_sets_and_runs(app, token):
-    env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
-           "STORAGE_DIR": str(STORAGE_DIR)}
+    env = {
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": REDIS_URL,
+        "SECRET_KEY": SECRET_KEY,
+        "STORAGE_DIR": str(STORAGE_DIR),
+    }
 
     def manage(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
 
     shown = manage("retention", "show", "--clinic", "clinic-a")
     assert shown.returncode == 0 and "resolvedCallRequestsDays 90 days" in shown.stdout
     assert "signedDocumentsDays kept" in shown.stdout
-    changed = manage("retention", "set", "--clinic", "clinic-a", "--calls-without-request-days", "7",
-                     "--audit-details-days", "keep")
+    changed = manage(
+        "retention", "set", "--clinic", "clinic-a", "--calls-without-request-days", "7", "--audit-details-days", "keep"
+    )
     assert changed.returncode == 0, changed.stderr
     assert "callsWithoutRequestDays 7 days" in changed.stdout and "auditDetailsDays kept" in changed.stdout
     assert manage("retention", "set", "--clinic", "clinic-a", "--audit-details-days", "soon").returncode == 2
@@ -391,8 +468,12 @@ def test_an_upgraded_database_leaves_its_clinics_without_retention(config):
         with database.connection_context():
             migrate(database)
             load(organization(clinic("clinic-a")))
-            for column in ("retention_call_requests_days", "retention_calls_days", "retention_audit_details_days",
-                           "retention_documents_days"):
+            for column in (
+                "retention_call_requests_days",
+                "retention_calls_days",
+                "retention_audit_details_days",
+                "retention_documents_days",
+            ):
                 database.execute_sql(f'ALTER TABLE "clinic" DROP COLUMN "{column}"')
             database.execute_sql('ALTER TABLE "audit_event" DROP COLUMN "redacted_at"')
             database.execute_sql('DROP TABLE "pending_object_deletion"')

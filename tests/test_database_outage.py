@@ -7,6 +7,7 @@ checks and their token check answer from the last state the process knew; what c
 answered from memory (`has-active-request`, a hand-off) answers 503; readiness stays 200,
 degraded. The real processes through a real outage: tests/test_recovery.py.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,8 @@ from tests.support import assert_error, bearer, clinic, issue_token, load, organ
 from tests.support.bodies import call_body
 from tests.support.clocks import Clock
 from tests.support.faults import TcpProxy
+from tests.support.row_caches import app_cache, other_connection, token_id
 from tests.support.servers import wait_until
-from tests.test_row_cache import app_cache, other_connection, token_id
 
 HOURS = [{"weekday": "wed", "opens": "08:00", "closes": "16:00"}]  # the tests' clock: Wednesday 10:00 UTC
 
@@ -75,7 +76,8 @@ def ask(client, token: str, check: str, status: int = 200, body: dict | None = N
 
 
 def test_while_the_database_is_unreachable_the_routing_checks_answer_from_the_last_known_state(
-        behind_proxy, proxy, caplog):
+    behind_proxy, proxy, caplog
+):
     client, token, cache = behind_proxy
     with caplog.at_level(logging.INFO):
         proxy.cut()
@@ -89,8 +91,9 @@ def test_while_the_database_is_unreachable_the_routing_checks_answer_from_the_la
         active = ask(client, token, "has-active-request", 503, {"callFrom": "+420601123456"})
         assert_error(active, 503, "SERVICE_UNAVAILABLE")
         assert active.headers["Retry-After"] == "2"
-        handoff = client.post_json(switchboard_url("clinic-a", "recording-complete"), call_body("CA-outage"),
-                                   headers=bearer(token), status=503)
+        handoff = client.post_json(
+            switchboard_url("clinic-a", "recording-complete"), call_body("CA-outage"), headers=bearer(token), status=503
+        )
         assert_error(handoff, 503, "SERVICE_UNAVAILABLE")
         # A wrong secret is still refused: the known row is checked like a cached one.
         forged = token[: token.rindex("_") + 1] + "A" * 43
@@ -108,10 +111,13 @@ def test_while_the_database_is_unreachable_the_routing_checks_answer_from_the_la
         assert len(said) == 1 and "at most 600 s" in said[0], said
 
         proxy.restore()
-        assert wait_until(lambda: not cache.database_unreachable
-                          or ask(client, token, "is-clinic-opened").json != {"isOpen": True}, timeout=10)
+        assert wait_until(
+            lambda: not cache.database_unreachable or ask(client, token, "is-clinic-opened").json != {"isOpen": True},
+            timeout=10,
+        )
         assert ask(client, token, "has-active-request", body={"callFrom": "+420601123456"}).json == {
-            "hasActiveRequest": False}
+            "hasActiveRequest": False
+        }
         assert any("database reachable again" in r.getMessage() for r in caplog.records)
         assert client.get("/readyz", status=200).json["status"] == "ok"
 

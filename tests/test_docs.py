@@ -5,6 +5,7 @@ its answer compared with the example answer's shape; the settings table of
 docs/operations.md is config.py's; the error table of docs/integrators/README.md names every
 code the service can answer (derived from the source); docs/openapi.json is what the service
 serves (`DOCS_UPDATE=1` rewrites it)."""
+
 from __future__ import annotations
 
 import ast
@@ -12,11 +13,11 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
 from jsonschema import Draft202012Validator
 from markdown_it import MarkdownIt
 
@@ -27,8 +28,11 @@ from tests.support import bearer, issue_token, load
 from tests.support.documented import closed, inlined
 
 DOCS = ROOT / "docs"
-PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md",
-         *sorted(p for p in DOCS.rglob("*.md") if "spec" not in p.relative_to(DOCS).parts)]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "CHANGELOG.md",
+    *sorted(p for p in DOCS.rglob("*.md") if "spec" not in p.relative_to(DOCS).parts),
+]
 INTEGRATOR_PAGES = [DOCS / "integrators" / "switchboard.md", DOCS / "integrators" / "signed-documents.md"]
 METHODS = {"get", "put", "post", "patch", "delete"}
 _MD = MarkdownIt("commonmark").enable("table")
@@ -57,7 +61,7 @@ _SKIP = {".venv", ".venv-clients", "node_modules", ".git", "var", "__pycache__"}
 
 def _tracked_names() -> set[str]:
     names: set[str] = set()
-    for folder, dirs, files in os.walk(ROOT):
+    for _folder, dirs, files in os.walk(ROOT):
         dirs[:] = [d for d in dirs if d not in _SKIP]
         names.update(files)
     return names
@@ -116,6 +120,7 @@ def test_the_docs_name_no_issue_numbers_machine_paths_or_long_readme():
 
 # --- JSON examples of the integrator pages ----------------------------------------------
 
+
 @dataclasses.dataclass
 class Example:
     page: str
@@ -149,8 +154,12 @@ def examples() -> dict[str, Example]:
 
 
 def operations(document: dict[str, Any]) -> dict[str, tuple[str, str, dict[str, Any]]]:
-    return {op["operationId"]: (method, path, op) for path, item in document["paths"].items()
-            for method, op in item.items() if method in METHODS}
+    return {
+        op["operationId"]: (method, path, op)
+        for path, item in document["paths"].items()
+        for method, op in item.items()
+        if method in METHODS
+    }
 
 
 def shape_errors(answer: Any, example: Any, where: str = "$") -> list[str]:
@@ -173,11 +182,15 @@ def shape_errors(answer: Any, example: Any, where: str = "$") -> list[str]:
             return [f"{where}: an array in the example"]
         if not example:
             return []
-        return [e for i, item in enumerate(answer) for e in shape_errors(item, example[min(i, len(example) - 1)], f"{where}[{i}]")]
+        return [
+            e
+            for i, item in enumerate(answer)
+            for e in shape_errors(item, example[min(i, len(example) - 1)], f"{where}[{i}]")
+        ]
     kinds = (bool, (int, float), str)
     for kind in kinds:
-        if isinstance(example, kind) and not (isinstance(example, bool) and kind != bool):
-            if not isinstance(answer, kind) or (isinstance(answer, bool) and kind != bool):
+        if isinstance(example, kind) and not (isinstance(example, bool) and kind is not bool):
+            if not isinstance(answer, kind) or (isinstance(answer, bool) and kind is not bool):
                 return [f"{where}: {answer!r} answered, {example!r} in the example"]
             return []
     return []
@@ -197,7 +210,7 @@ def test_every_example_is_valid_against_the_openapi_document(app):
     assert {"recordingComplete", "hasActiveRequest", "createPatientRequest", "registerAttachment"} <= set(found)
     for example in found.values():
         assert example.operation in ops, f"{example.page}: no operation {example.operation}"
-        method, path, op = ops[example.operation]
+        _method, _path, op = ops[example.operation]
         # Closed: every field an example names is a field of the schema (a misspelt one fails).
         if example.has_request:
             schema = inlined(document, op["requestBody"]["content"]["application/json"]["schema"])
@@ -209,10 +222,23 @@ def test_every_example_is_valid_against_the_openapi_document(app):
 
 # The order the examples are sent in: the flow of the two pages (a request is created
 # before its documents). An example of an operation missing here fails the test below.
-FLOW = ["isClinicOpened", "isOnVacation", "hasActiveRequest", "recordingComplete",
-        "searchPatientRequestTypes", "searchPatients", "importPatient", "importPatientsBulk",
-        "createPatientRequest", "createUploadLink", "registerAttachment", "getPatientRequest",
-        "searchPatientRequests", "listTags", "updatePatientRequest"]
+FLOW = [
+    "isClinicOpened",
+    "isOnVacation",
+    "hasActiveRequest",
+    "recordingComplete",
+    "searchPatientRequestTypes",
+    "searchPatients",
+    "importPatient",
+    "importPatientsBulk",
+    "createPatientRequest",
+    "createUploadLink",
+    "registerAttachment",
+    "getPatientRequest",
+    "searchPatientRequests",
+    "listTags",
+    "updatePatientRequest",
+]
 QUERIES = {"listTags": "type=patient_request"}
 PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\n%%EOF\n"
 
@@ -238,8 +264,13 @@ def test_every_example_request_is_answered_as_its_page_shows(app, example):
             app.put(state["uploadPath"], PDF, headers={"Content-Type": "application/pdf"}, status=200)
             body = {**body, "fileHash": state["fileHash"]}
         if shown.has_request:
-            answer = app.request(path, method=method.upper(), body=json.dumps(body).encode(),
-                                 headers={**bearer(token), "Content-Type": "application/json"}, expect_errors=True)
+            answer = app.request(
+                path,
+                method=method.upper(),
+                body=json.dumps(body).encode(),
+                headers={**bearer(token), "Content-Type": "application/json"},
+                expect_errors=True,
+            )
         else:
             answer = app.request(path, method=method.upper(), headers=bearer(token), expect_errors=True)
         assert answer.status_int == shown.status, f"{shown.page}: {name} answered {answer.status_int}: {answer.text}"
@@ -254,6 +285,7 @@ def test_every_example_request_is_answered_as_its_page_shows(app, example):
 
 
 # --- the settings table --------------------------------------------------------------------
+
 
 def table(page: Path, first_header: str) -> list[dict[str, str]]:
     """The rows of the first table of `page` whose first header cell is `first_header`."""
@@ -280,8 +312,9 @@ def test_the_settings_table_is_config_py():
     rows = table(DOCS / "operations.md", "variable")
     documented = {row["variable"].strip("`"): row for row in rows}
     read = config_module._ENV
-    assert set(documented) == set(read), (f"documented, not read: {set(documented) - set(read)}; "
-                                          f"read, not documented: {set(read) - set(documented)}")
+    assert set(documented) == set(read), (
+        f"documented, not read: {set(documented) - set(read)}; read, not documented: {set(read) - set(documented)}"
+    )
     defaults = Config()
     derived = {"SECRET_KEY", "STORAGE_SIGNING_KEY"}  # computed defaults, described in words
     for name, (field, parse) in read.items():
@@ -295,16 +328,32 @@ def test_the_settings_table_is_config_py():
             assert getattr(defaults, field) == "", (name, cell)
             continue
         assert re.fullmatch(r"`[^`]*`", cell), f"{name}: the default is a value in backquotes, or 'empty'"
-        assert parse(cell.strip("`")) == getattr(Config, field), f"{name}: documented {cell}, config.py has {getattr(Config, field)!r}"
-    for current, former in config_module._FORMER_NAMES.items():
+        assert parse(cell.strip("`")) == getattr(Config, field), (
+            f"{name}: documented {cell}, config.py has {getattr(Config, field)!r}"
+        )
+    for _current, former in config_module._FORMER_NAMES.items():
         assert former in (DOCS / "operations.md").read_text("utf-8"), f"the former name {former} is documented"
 
 
 # --- the error table -----------------------------------------------------------------------
 
-_SOURCE_DIRS = ("api_keys", "commands", "console", "documents", "jobs", "models", "onboarding", "plumbing", "privacy",
-                "resources",
-                "safe_fetch", "storage", "switchboard", "voicemail", "web")
+_SOURCE_DIRS = (
+    "api_keys",
+    "commands",
+    "console",
+    "documents",
+    "jobs",
+    "models",
+    "onboarding",
+    "plumbing",
+    "privacy",
+    "resources",
+    "safe_fetch",
+    "storage",
+    "switchboard",
+    "voicemail",
+    "web",
+)
 
 
 def answered_codes() -> set[tuple[int, str]]:
@@ -333,19 +382,32 @@ def answered_codes() -> set[tuple[int, str]]:
     for tree in trees:
         for node in ast.walk(tree):
             name = getattr(node.func, "id", getattr(node.func, "attr", None)) if isinstance(node, ast.Call) else None
-            if (name == "APIError" and len(node.args) >= 2 and all(isinstance(a, ast.Constant) for a in node.args[:2])):
+            if name == "APIError" and len(node.args) >= 2 and all(isinstance(a, ast.Constant) for a in node.args[:2]):
                 codes.add((node.args[0].value, node.args[1].value))
             if name in kinds:
                 kind = kinds[name]
-                codes.add((DOMAIN_STATUSES[next(k for k in DOMAIN_STATUSES if issubclass(kind, k))],
-                           code_of(node, kind.default_code)))
+                codes.add(
+                    (
+                        DOMAIN_STATUSES[next(k for k in DOMAIN_STATUSES if issubclass(kind, k))],
+                        code_of(node, kind.default_code),
+                    )
+                )
             if isinstance(node, ast.ClassDef) and node.name in kinds:  # super().__init__(..., code="...") inside
-                for call in (n for n in ast.walk(node) if isinstance(n, ast.Call) and any(k.arg == "code" for k in n.keywords)):
+                for call in (
+                    n for n in ast.walk(node) if isinstance(n, ast.Call) and any(k.arg == "code" for k in n.keywords)
+                ):
                     kind = kinds[node.name]
-                    codes.add((DOMAIN_STATUSES[next(k for k in DOMAIN_STATUSES if issubclass(kind, k))],
-                               code_of(call, kind.default_code)))
-            if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_DEFAULT_CODES" for t in node.targets)
-                    and isinstance(node.value, ast.Dict)):
+                    codes.add(
+                        (
+                            DOMAIN_STATUSES[next(k for k in DOMAIN_STATUSES if issubclass(kind, k))],
+                            code_of(call, kind.default_code),
+                        )
+                    )
+            if (
+                isinstance(node, ast.Assign)
+                and any(getattr(t, "id", None) == "_DEFAULT_CODES" for t in node.targets)
+                and isinstance(node.value, ast.Dict)
+            ):
                 codes |= {(k.value, v.value) for k, v in zip(node.value.keys, node.value.values)}
     assert domain.DomainError  # the module the refusals come from
     return codes
@@ -361,7 +423,8 @@ def error_table() -> str:
 
     return _TABLE_HEAD + "".join(
         f"| {row.status if row.status is not None else 'other 4xx'} | `{row.code}` | {row.cause} | {row.action} |\n"
-        for row in ERROR_CODES)
+        for row in ERROR_CODES
+    )
 
 
 def test_the_error_table_is_web_error_codes_py():
@@ -374,8 +437,10 @@ def test_the_error_table_is_web_error_codes_py():
         text = text[:start] + error_table() + text[end:]
         ERROR_TABLE.write_text(text, "utf-8")
         end = start + len(error_table())
-    assert text[start:end] == error_table(), "docs/integrators/README.md's error table is not web/error_codes.py's: " \
+    assert text[start:end] == error_table(), (
+        "docs/integrators/README.md's error table is not web/error_codes.py's: "
         "run DOCS_UPDATE=1 bin/test tests/test_docs.py"
+    )
 
 
 def test_every_error_code_the_service_raises_is_in_web_error_codes_py():
@@ -393,6 +458,7 @@ def test_every_error_code_the_service_raises_is_in_web_error_codes_py():
 
 # --- the committed OpenAPI document --------------------------------------------------------
 
+
 def test_docs_openapi_json_is_what_the_service_serves(app, config):
     assert config.public_base_url == Config.public_base_url, "compared as served with the default PUBLIC_BASE_URL"
     served = app.get("/openapi.json").json
@@ -400,4 +466,6 @@ def test_docs_openapi_json_is_what_the_service_serves(app, config):
     if os.environ.get("DOCS_UPDATE") == "1":
         committed.write_text(json.dumps(served, indent=2, ensure_ascii=False) + "\n", "utf-8")
     assert json.loads(committed.read_text("utf-8")) == served, (
-        "docs/openapi.json differs from /openapi.json: after an API change run DOCS_UPDATE=1 bin/test tests/test_docs.py")
+        "docs/openapi.json differs from /openapi.json: after an API change run "
+        "DOCS_UPDATE=1 bin/test tests/test_docs.py"
+    )

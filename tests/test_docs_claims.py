@@ -4,6 +4,7 @@ gives the checks is the order the service runs them in; the 415 rule holds per o
 as the document states it; the recording's reasons on the switchboard page are the
 service's; the figures quoted across pages are the measured table's; the guides name who
 really resets a password; the design card says what the key commands allow."""
+
 from __future__ import annotations
 
 import re
@@ -29,8 +30,12 @@ _NOT_FIELDS = re.compile(r"\.(py|md|json|ts|mp3|wav|pdf|org|net|cz|com|example|s
 def field_paths(text: str) -> set[str]:
     """The dotted field paths (`pagination.limit`) among the Markdown's code spans."""
     found = set()
-    spans = [child.content for token in MarkdownIt("commonmark").enable("table").parse(text)
-             for child in token.children or () if child.type == "code_inline"]
+    spans = [
+        child.content
+        for token in MarkdownIt("commonmark").enable("table").parse(text)
+        for child in token.children or ()
+        if child.type == "code_inline"
+    ]
     for quoted in spans:
         token = (quoted.split() or [""])[0].rstrip(":…").split("[")[0]
         parts = token.split(".")
@@ -70,10 +75,18 @@ def test_every_field_path_the_integrator_pages_name_is_a_field_of_the_document()
     components = [inlined(document, s) for s in document["components"]["schemas"].values()]
     texts = [page.read_text("utf-8") for page in INTEGRATORS] + [row.cause for row in ERROR_CODES]
     named = set().union(*(field_paths(text) for text in texts))
-    assert {"pagination.limit", "pagination.cursor", "recording.reason", "recording.state",
-            "filter.externalIds"} <= named, sorted(named)
-    unknown = sorted(p for p in named if not any(resolves(c, p.split(".")) for c in components)
-                     and not _in_document(document, p.split(".")))
+    assert {
+        "pagination.limit",
+        "pagination.cursor",
+        "recording.reason",
+        "recording.state",
+        "filter.externalIds",
+    } <= named, sorted(named)
+    unknown = sorted(
+        p
+        for p in named
+        if not any(resolves(c, p.split(".")) for c in components) and not _in_document(document, p.split("."))
+    )
     assert not unknown, f"named by the integrator pages, no field of the OpenAPI document: {unknown}"
     assert field_paths("`filter.limit: …`") == {"filter.limit"}
     assert not any(resolves(c, ["filter", "limit"]) for c in components), "the check can fail"
@@ -81,10 +94,11 @@ def test_every_field_path_the_integrator_pages_name_is_a_field_of_the_document()
 
 # --- the order of the checks ----------------------------------------------------------------
 
+
 def documented_order() -> list[set[int]]:
     """The statuses of each step of the integrators' page's numbered list of checks."""
     text = (DOCS / "integrators" / "README.md").read_text("utf-8")
-    block = text[text.index("The checks run in this order"):]
+    block = text[text.index("The checks run in this order") :]
     steps = re.findall(r"^  \d+\. (.+?)(?=^  \d+\. |^- |\Z)", block, re.S | re.M)
     return [{int(s) for s in re.findall(r"\b([45]\d\d)\b", step)} for step in steps]
 
@@ -125,10 +139,13 @@ def test_the_documented_order_of_the_checks_is_the_services(app, config, example
         db.initialize(before)
     assert previous is app.app
     fresh = issue_token(["demo-clinic"], ["read", "write"])  # a budget the tight app did not spend
-    assert post(app, create, {**bearer(fresh), "Idempotency-Key": "", "Content-Type": "text/csv"}, b"a") == 400, \
+    assert post(app, create, {**bearer(fresh), "Idempotency-Key": "", "Content-Type": "text/csv"}, b"a") == 400, (
         "7 before 8: the key before the body's type"
-    assert post(app, create, {**bearer(fresh), "Idempotency-Key": str(uuid.uuid4()),
-                              "Content-Type": "text/csv"}, b"a") == 415
+    )
+    assert (
+        post(app, create, {**bearer(fresh), "Idempotency-Key": str(uuid.uuid4()), "Content-Type": "text/csv"}, b"a")
+        == 415
+    )
 
 
 def test_the_415_rule_holds_per_operation_as_the_document_says(app, example):
@@ -138,18 +155,25 @@ def test_the_415_rule_holds_per_operation_as_the_document_says(app, example):
     document = app.get("/openapi.json").json
     base = "/external/v1/clinics/demo-clinic"
     kind = app.post_json(f"{base}/patientRequestTypes/search", {}, headers=bearer(token)).json["data"][0]["id"]
-    patient = app.post_json(f"{base}/patients/search", {"filter": {"inClinic": True}},
-                            headers=bearer(token)).json["data"][0]["id"]
-    request_id = app.post_json(f"{base}/patientRequests/create", {"patientId": patient, "userECRFId": kind},
-                               headers=bearer(token)).json["data"]["id"]
+    patient = app.post_json(f"{base}/patients/search", {"filter": {"inClinic": True}}, headers=bearer(token)).json[
+        "data"
+    ][0]["id"]
+    request_id = app.post_json(
+        f"{base}/patientRequests/create", {"patientId": patient, "userECRFId": kind}, headers=bearer(token)
+    ).json["data"]["id"]
     tried = 0
     for path, item in document["paths"].items():
         for method, op in item.items():
             if method == "parameters" or "requestBody" not in op or path.startswith("/storage/"):
                 continue
             url = path.replace("{clinicSlug}", "demo-clinic").replace("{requestId}", request_id)
-            answer = app.request(url, method=method.upper(), body=b"CallSid=CA-415&a=b", expect_errors=True,
-                                 headers={**bearer(token), "Content-Type": "application/x-www-form-urlencoded"})
+            answer = app.request(
+                url,
+                method=method.upper(),
+                body=b"CallSid=CA-415&a=b",
+                expect_errors=True,
+                headers={**bearer(token), "Content-Type": "application/x-www-form-urlencoded"},
+            )
             assert (answer.status_int == 415) == ("415" in op["responses"]), (op["operationId"], answer.status_int)
             tried += 1
     assert tried >= 12
@@ -157,11 +181,12 @@ def test_the_415_rule_holds_per_operation_as_the_document_says(app, example):
 
 # --- the pages' own words against the service's definitions and figures -----------------------
 
+
 def test_the_switchboard_page_names_every_reason_a_recording_is_gone():
     from voicemail.recordings import GONE_REASONS
 
     text = (DOCS / "integrators" / "switchboard.md").read_text("utf-8")
-    item = text[text.index("**410 `RECORDING_UNAVAILABLE`**"):text.index("**503 `SERVICE_UNAVAILABLE`**")]
+    item = text[text.index("**410 `RECORDING_UNAVAILABLE`**") : text.index("**503 `SERVICE_UNAVAILABLE`**")]
     assert set(re.findall(r"\(`([a-z_]+)`\)", item)) == set(GONE_REASONS)
 
 
@@ -170,8 +195,11 @@ def test_the_figures_quoted_are_the_measured_tables():
     rtf = re.search(r"\| time over audio length \(RTF\) \| ([\d.]+) \| ([\d.]+) \|", transcription)
     czech, english = float(rtf.group(1)), float(rtf.group(2))
     operations = (DOCS / "operations.md").read_text("utf-8")
-    ranges = re.search(r"runs at ([\d.]+) to ([\d.]+) of real time for\s+Czech voicemail on the machines measured, "
-                       r"and ([\d.]+) to ([\d.]+) for English", operations)
+    ranges = re.search(
+        r"runs at ([\d.]+) to ([\d.]+) of real time for\s+Czech voicemail on the machines measured, "
+        r"and ([\d.]+) to ([\d.]+) for English",
+        operations,
+    )
     low_cs, high_cs, low_en, high_en = map(float, ranges.groups())
     assert low_cs <= czech <= high_cs and low_en <= english <= high_en, (czech, english, ranges.groups())
     said, right = re.search(r"callback numbers right / wrong \(of (\d+) said\) \| (\d+) / 0", transcription).groups()

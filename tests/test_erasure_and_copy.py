@@ -2,6 +2,7 @@
 "A patient's copy"), checked the way a data-protection officer would: the database dumped,
 the bucket and Redis read whole, and searched for the person's name, numbers, e-mail, notes
 and transcript."""
+
 from __future__ import annotations
 
 import io
@@ -18,10 +19,17 @@ import peewee as pw
 import pytest
 
 from models import (
-    AuditEvent, Call, IdempotencyKey, MedicalRecord, Patient, PatientRequest, PendingObjectDeletion, StaffMembership,
-    StaffUser, Clinic,
+    Actor,
+    AuditEvent,
+    Clinic,
+    IdempotencyKey,
+    MedicalRecord,
+    Patient,
+    PatientRequest,
+    PendingObjectDeletion,
+    StaffMembership,
+    StaffUser,
 )
-from models import Actor
 from plumbing.database import db
 from plumbing.errors import NotFound
 from privacy import erasure, patient_copy, retention
@@ -31,7 +39,13 @@ from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, bearer
 from tests.support.live_service import api, type_id
 from tests.support.people import (
-    STORAGE_DIR, bucket_bytes, database_dump, found, new_person, redis_values, seed,
+    STORAGE_DIR,
+    bucket_bytes,
+    database_dump,
+    found,
+    new_person,
+    redis_values,
+    seed,
 )
 
 OPERATOR = Actor("operator", "dpo-test")
@@ -40,9 +54,8 @@ PASSWORD = "correct horse battery"
 
 @pytest.fixture
 def token(app) -> str:
-    from tests.support import issue_token
+    from tests.support import issue_token, load
     from tests.support.people import lifecycle_organization
-    from tests.support import load
 
     load(lifecycle_organization())
     return issue_token(["clinic-a"], ["read", "write"])
@@ -70,10 +83,13 @@ class FailingDeletes(LocalStorage):
 
 def erase(person, clock, **kwargs: Any) -> erasure.Erased:
     with db.connection_context():
-        return erasure.erase(uuid.UUID(person.patient_id), OPERATOR, clock(), kwargs.pop("storage", storage()), **kwargs)
+        return erasure.erase(
+            uuid.UUID(person.patient_id), OPERATOR, clock(), kwargs.pop("storage", storage()), **kwargs
+        )
 
 
 # --- erasure ------------------------------------------------------------------------------------
+
 
 def test_an_erasure_leaves_no_trace_of_the_patient_but_the_documents_it_keeps(app, token, person, clock):
     dump, cached = everything()
@@ -113,9 +129,12 @@ def test_an_erasure_leaves_no_trace_of_the_patient_but_the_documents_it_keeps(ap
     detail = app.get(f"{api()}/patientRequests/{person.requests['signed']}", headers=headers).json["data"]
     assert [d["description"] for d in detail["medicalRecords"]] == ["souhlas.pdf"]
     assert person.last not in json.dumps(detail)
-    created = app.post_json(api() + "/patientRequests/create",
-                            {"patientId": person.patient_id, "userECRFId": type_id("SIGNED_CONSENT")},
-                            headers=headers, status=404).json
+    created = app.post_json(
+        api() + "/patientRequests/create",
+        {"patientId": person.patient_id, "userECRFId": type_id("SIGNED_CONSENT")},
+        headers=headers,
+        status=404,
+    ).json
     assert created["code"] == "PATIENT_NOT_FOUND"
     everyone = app.post_json(api() + "/patients/search", {"filter": {}}, headers=headers).json["data"]
     assert Patient.ERASED_NAME not in json.dumps(everyone), "the documents' holder is nobody's patient"
@@ -145,10 +164,14 @@ def test_an_erasure_that_fails_halfway_leaves_everything_and_a_rerun_finishes_it
     """The database refuses the erasure's last deletion (a trigger): every earlier step is
     rolled back with it, nothing is half erased; run again, it erases."""
     with db.connection_context():
-        db.execute_sql("CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                       "RAISE EXCEPTION 'disk full'; END $$")
-        db.execute_sql('CREATE TRIGGER refuse_delete BEFORE DELETE ON "patient" '
-                       "FOR EACH STATEMENT EXECUTE FUNCTION refuse_delete()")
+        db.execute_sql(
+            "CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "RAISE EXCEPTION 'disk full'; END $$"
+        )
+        db.execute_sql(
+            'CREATE TRIGGER refuse_delete BEFORE DELETE ON "patient" '
+            "FOR EACH STATEMENT EXECUTE FUNCTION refuse_delete()"
+        )
     try:
         before = database_dump(PG_URL)
         with pytest.raises(pw.InternalError, match="disk full"):
@@ -191,8 +214,13 @@ def test_a_merged_row_named_for_erasure_erases_the_whole_person(app, token, pers
 
 
 def test_manage_py_patient_erase_says_what_goes_asks_and_erases(app, token, person):
-    env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
-           "STORAGE_DIR": str(STORAGE_DIR)}
+    env = {
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": REDIS_URL,
+        "SECRET_KEY": SECRET_KEY,
+        "STORAGE_DIR": str(STORAGE_DIR),
+    }
     run = [sys.executable, "manage.py", "patient", "erase", person.patient_id]
     declined = subprocess.run(run, cwd=ROOT, env=env, input="no\n", capture_output=True, text=True, timeout=60)
     assert declined.returncode == 1 and "3 request(s)" not in declined.stderr
@@ -210,6 +238,7 @@ def test_manage_py_patient_erase_says_what_goes_asks_and_erases(app, token, pers
 
 
 # --- a patient's copy -----------------------------------------------------------------------------
+
 
 def _path_values(document: Any, path: str) -> list[Any]:
     """The values at a FIELDS path such as `requests[].documents[].sha256`."""
@@ -235,8 +264,11 @@ def test_a_patients_copy_holds_every_field_of_the_inventory(app, token, person, 
         documents = [n for n in names if n.startswith("documents/")]
         assert [z.read(n).decode().strip() for n in transcripts] == [person.transcript]
         assert [z.read(n) for n in documents] == [person.document_text.encode()]
-    missing = [path for path in patient_copy.FIELDS.values()
-               if not any(v not in (None, "", [], {}) for v in _path_values(data, path))]
+    missing = [
+        path
+        for path in patient_copy.FIELDS.values()
+        if not any(v not in (None, "", [], {}) for v in _path_values(data, path))
+    ]
     assert missing == [], "every field the inventory lists, each holding the seeded value"
     assert "platforma" in readme and "platform" in readme
     assert {p["lastName"] for p in data["patients"]} == {person.last, person.last + "-dup"}
@@ -253,29 +285,48 @@ def test_a_patients_copy_holds_every_field_of_the_inventory(app, token, person, 
 
 
 def test_manage_py_patient_copy_writes_the_archive(app, token, person, tmp_path):
-    env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
-           "STORAGE_DIR": str(STORAGE_DIR)}
+    env = {
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": REDIS_URL,
+        "SECRET_KEY": SECRET_KEY,
+        "STORAGE_DIR": str(STORAGE_DIR),
+    }
     out = tmp_path / "copy.zip"
-    done = subprocess.run([sys.executable, "manage.py", "patient", "copy", person.patient_id, "--out", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "patient", "copy", person.patient_id, "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "3 request(s), 2 call(s), 1 transcript(s), 1 signed document(s)" in done.stderr
     with zipfile.ZipFile(out) as z:
         assert json.loads(z.read("patient-data.json"))["patients"][0]["email"] == person.email
-    missing = subprocess.run([sys.executable, "manage.py", "patient", "copy", str(uuid.uuid4()), "--out",
-                              str(tmp_path / "none.zip")], cwd=ROOT, env=env, capture_output=True, text=True,
-                             timeout=60)
+    missing = subprocess.run(
+        [sys.executable, "manage.py", "patient", "copy", str(uuid.uuid4()), "--out", str(tmp_path / "none.zip")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert missing.returncode == 2 and not (tmp_path / "none.zip").exists()
 
 
 # --- the console -------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def admin(app, token):
     with db.connection_context():
         a = Clinic.by_slug("clinic-a")
         for email, role in (("anna@example.cz", "admin"), ("bob@example.cz", "staff")):
-            user = StaffUser.create(email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD))
+            user = StaffUser.create(
+                email=email, name=email.split("@")[0].title(), password_hash=hash_password(PASSWORD)
+            )
             StaffMembership.create(user=user, clinic=a, role=role)
 
 
@@ -314,8 +365,12 @@ def test_an_admin_copies_and_erases_a_patient_from_the_console(app, token, perso
     assert "Pacient byl vymazán" in done.text
     assert found(person.traces(), database_dump(PG_URL)) == []
     with db.connection_context():
-        assert AuditEvent.select().where((AuditEvent.action == "patient.erase")
-                                         & (AuditEvent.actor_name == "anna@example.cz")).count() == 2
+        assert (
+            AuditEvent.select()
+            .where((AuditEvent.action == "patient.erase") & (AuditEvent.actor_name == "anna@example.cz"))
+            .count()
+            == 2
+        )
     app.get(link["href"], status=404)  # the counts are said once
 
 

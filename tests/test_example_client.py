@@ -1,5 +1,6 @@
 """examples/signed_document.py, run as a process against the service on a real HTTP
 server: the happy path, and the retry rules with faults injected on the server side."""
+
 from __future__ import annotations
 
 import subprocess
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from documents import patient_requests
-from plumbing.database import db
 from models import MedicalRecord, PatientRequest
+from plumbing.database import db
 from tests.support import issue_token, load
 from tests.support.live_service import serve, signing_organization
 
@@ -28,9 +29,23 @@ def service(app, tmp_path: Path) -> Iterator[str]:
 
 def run_client(base_url: str, token: str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), "--base-url", base_url, "--clinic", "clinic-a", "--external-id", "EXT-1",
-         "--external-id-source", "signing-system", *extra],
-        env={"CLINIC_API_TOKEN": token, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--base-url",
+            base_url,
+            "--clinic",
+            "clinic-a",
+            "--external-id",
+            "EXT-1",
+            "--external-id-source",
+            "signing-system",
+            *extra,
+        ],
+        env={"CLINIC_API_TOKEN": token, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -53,7 +68,11 @@ def test_client_stores_a_pdf_and_reads_back_the_same_bytes(service: str, tmp_pat
 def test_client_retries_its_writes_with_their_keys_and_re_requests_a_refused_upload(service: str, monkeypatch) -> None:
     """Create and register succeed but answer 500 once (written, the answer lost); the
     first upload link is refused."""
-    real_create, real_register, real_link = patient_requests.create_request, patient_requests.register_attachment, patient_requests.issue_upload_link
+    real_create, real_register, real_link = (
+        patient_requests.create_request,
+        patient_requests.register_attachment,
+        patient_requests.issue_upload_link,
+    )
     calls = {"create": 0, "register": 0, "link": 0}
 
     def create_then_fail(*args, **kwargs):
@@ -87,4 +106,3 @@ def test_client_retries_its_writes_with_their_keys_and_re_requests_a_refused_upl
     # Each retry was answered the stored answer of its write: neither ran twice.
     assert calls == {"create": 1, "register": 1, "link": 2}
     assert counts() == (1, 1)
-

@@ -1,4 +1,4 @@
-"""Fair share (issue 22): one clinic's burst of calls does not make the other clinics wait.
+"""Fair share: one clinic's burst of calls does not make the other clinics wait.
 
 The relay keeps at most `RELAY_PER_CLINIC` calls of a clinic in flight and claims the
 clinics' calls in turn (`Call.claim_unqueued`); a job's end wakes it (`jobs.relay.job_ended`).
@@ -6,6 +6,7 @@ The claim and the relay on PostgreSQL and SQLite (`bin/run`'s) with the outbox o
 tests/test_relay.py; then end to end: 20 calls of one clinic, then one of another, through
 the API, the session's real worker, Redis and PostgreSQL.
 """
+
 from __future__ import annotations
 
 import threading
@@ -16,17 +17,15 @@ import pytest
 import webtest
 
 from config import Config
-from jobs.relay import job_id
-from jobs.relay import requeue_pending
-from jobs.relay import CallRelay, job_ended
+from jobs.relay import CallRelay, job_ended, job_id, requeue_pending
 from models import Call, Clinic, PatientRequest
 from plumbing.clock import utc_now
 from plumbing.database import db
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.handoffs import audio
 from tests.support.https_server import static
+from tests.support.relay import queued_job_ids, relay_thread
 from tests.support.servers import wait_until
-from tests.test_call_handoff import audio, handoff, handoff_config  # noqa: F401 (fixtures)
-from tests.test_relay import outbox, queue, queued_job_ids, relay_config, relay_thread  # noqa: F401 (fixtures)
 
 PER_CLINIC = 2
 
@@ -39,9 +38,19 @@ def store(slug: str, count: int, **fields: object) -> list[uuid.UUID]:
         last = Call.select(Call.received_at).order_by(Call.received_at.desc()).first()
         if last is not None and last.received_at >= start_at:
             start_at = last.received_at + timedelta(milliseconds=1)
-        rows = [Call.row_for(Clinic(id=clinic_id), {"call_sid": f"CA-fair-{uuid.uuid4().hex}", "call_from": "+12015550198",
-                                                  "call_to": "+12015550100", **fields}, None)
-                for _ in range(count)]
+        rows = [
+            Call.row_for(
+                Clinic(id=clinic_id),
+                {
+                    "call_sid": f"CA-fair-{uuid.uuid4().hex}",
+                    "call_from": "+12015550198",
+                    "call_to": "+12015550100",
+                    **fields,
+                },
+                None,
+            )
+            for _ in range(count)
+        ]
         for i, row in enumerate(rows):
             row["received_at"] = start_at + timedelta(milliseconds=i)
         Call.insert_rows(rows)
@@ -90,7 +99,7 @@ def test_a_call_waiting_for_a_download_retry_holds_no_place(two_clinics):
 def test_without_a_share_the_claim_is_oldest_first(two_clinics):
     a = store("relay-clinic", 5)
     [b] = store("clinic-b", 1)
-    assert claim(per_clinic=0) == a + [b]
+    assert claim(per_clinic=0) == [*a, b]
 
 
 def test_the_sweep_leaves_calls_not_claimed_yet_to_the_relays_turns(two_clinics, queue, relay_config):
@@ -118,7 +127,7 @@ def test_the_relay_queues_in_turns_and_nothing_is_lost(two_clinics, queue, relay
         queue.empty()
         assert relay.relay_new() <= PER_CLINIC
         seen += queued_job_ids(queue)
-    assert sorted(seen) == sorted(job_id(i) for i in a + [b]) and len(set(seen)) == 8
+    assert sorted(seen) == sorted(job_id(i) for i in [*a, b]) and len(set(seen)) == 8
 
 
 def test_two_relays_at_once_keep_every_clinic_within_its_share(two_clinics, queue, relay_config):
@@ -156,8 +165,9 @@ def test_a_job_that_ends_wakes_the_relay_long_before_its_poll(two_clinics, queue
         assert wait_until(lambda: queued_job_ids(queue) == [job_id(first)], timeout=10, interval=0.05)
         finish(first)
         job_ended()
-        assert wait_until(lambda: job_id(second) in queued_job_ids(queue), timeout=5, interval=0.05), \
+        assert wait_until(lambda: job_id(second) in queued_job_ids(queue), timeout=5, interval=0.05), (
             "the next call was not queued within 5 s although the relay polls only every 60 s"
+        )
 
 
 # --- end to end: the API, the session's worker, Redis, PostgreSQL ---------------------------
@@ -169,16 +179,22 @@ def test_another_clinics_call_is_not_kept_behind_a_burst(app, handoff: webtest.T
     """Clinic A hands off 20 calls at once, then clinic B one. B's request is made after at
     most the share (2) of A's calls beyond those done by the time B's call was stored,
     long before A's last ones; before the fair share it was made after all 20."""
-    load(organization(clinic("clinic-a", tz="America/New_York", country="US", language="en"),
-                      clinic("clinic-b", tz="America/New_York", country="US", language="en")))
+    load(
+        organization(
+            clinic("clinic-a", tz="America/New_York", country="US", language="en"),
+            clinic("clinic-b", tz="America/New_York", country="US", language="en"),
+        )
+    )
     https_server.route("/silence.wav", static(audio("silence_digital.wav"), "audio/wav"))
     url = https_server.url("/silence.wav")
     tokens = {slug: issue_token([slug], ["write"]) for slug in ("clinic-a", "clinic-b")}
 
     def hand_off(slug: str, sid: str) -> None:
-        handoff.post_json(switchboard_url(slug, "recording-complete"),
-                          {"CallSid": sid, "CallFrom": "+12015550198", "CallTo": "+12015550100", "RecordingUrl": url},
-                          headers=bearer(tokens[slug]))
+        handoff.post_json(
+            switchboard_url(slug, "recording-complete"),
+            {"CallSid": sid, "CallFrom": "+12015550198", "CallTo": "+12015550100", "RecordingUrl": url},
+            headers=bearer(tokens[slug]),
+        )
 
     for i in range(BURST):
         hand_off("clinic-a", f"CA-burst-{i}")
@@ -192,8 +208,10 @@ def test_another_clinics_call_is_not_kept_behind_a_burst(app, handoff: webtest.T
 
     assert wait_until(all_made, timeout=300, interval=0.2), "not every call became a request"
     with db.connection_context():
-        order = [r.call.call_sid for r in PatientRequest.select(PatientRequest, Call).join(Call)
-                 .order_by(PatientRequest.created_at)]
+        order = [
+            r.call.call_sid
+            for r in PatientRequest.select(PatientRequest, Call).join(Call).order_by(PatientRequest.created_at)
+        ]
     position = order.index("CA-other")
     assert position <= done_before + PER_CLINIC, (position, done_before, order)
     assert position < BURST - PER_CLINIC, f"B came among A's last {PER_CLINIC}: {order}"

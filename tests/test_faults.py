@@ -1,4 +1,4 @@
-"""Faults, each scripted with real parts and asserting an outcome (issue 6).
+"""Faults, each scripted with real parts and asserting an outcome.
 
 1. A worker killed with SIGKILL in the middle of a transcription: the call still ends as
    one request within two minutes of a worker being back, never two.
@@ -14,6 +14,7 @@
 take each other's jobs), on a database of their own (1, 2) or a private PostgreSQL
 cluster (3). 4 uses the session's worker (RECORDING_FETCH_TIMEOUT=5, retries after 1 s, 1 s).
 """
+
 from __future__ import annotations
 
 import io
@@ -31,34 +32,32 @@ from pathlib import Path
 import numpy as np
 import psycopg2
 import pytest
+import redis
 import soundfile as sf
+import webtest
 from rq import Worker
 from rq.job import Job, JobStatus
 
-import redis
-import webtest
-
-from voicemail import transcription
 from app import create_app
-from config import Config
-from jobs.relay import job_id
 from jobs.queueing import is_live
 from jobs.refetch import job_id as refetch_job_id
-from plumbing.database import db
+from jobs.relay import job_id
 from models import Call, PatientRequest
+from plumbing.database import db
 from tests.conftest import PG_URL, REDIS_URL, ROOT
-from tests.support import SECRET_KEY, bearer, bodies, clinic, issue_token, load, organization, switchboard_url
+from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.fault_calls import Store, call_body
 from tests.support.faults import PostgresCluster, RedisServer, gunicorn, post_json, prepare_database
 from tests.support.https_server import HTTPSTestServer, hang, static
 from tests.support.ports import free_port
 from tests.support.processes import children, start_worker
 from tests.support.processes import stop_process as stop
+from tests.support.recordings import FakePlatform, detail_call, play, received_at, stored_call
+from tests.support.recordings import onboard as rec_onboard
 from tests.support.servers import wait_until
 from tests.support.tiers import needs
-from tests.test_recordings import FakePlatform, detail_call, play, received_at, stored_call
-from tests.test_recordings import onboard as rec_onboard
-from tests.support.worker import MARKER_WORDS
 from tests.support.worker import MODEL, MODEL_EN, processed_call, worker_env
+from voicemail import transcription
 
 # Private servers, the web process and workers started and broken, in fixtures and in the tests.
 pytestmark = [pytest.mark.gunicorn, pytest.mark.rq_worker, pytest.mark.engine]
@@ -69,46 +68,25 @@ PATH = f"/external/v1/clinics/{SLUG}/switchboard/recording-complete"
 FAULT_DB = PG_URL.rsplit("/", 1)[0] + "/" + PG_URL.rsplit("/", 1)[1].split("?")[0] + "_faults"
 
 
-def call_body(sid: str, url: str | None = None) -> dict[str, object]:
-    """The shared body as the fault tests' PBX sends it (no recording id, no flow)."""
-    return bodies.call_body(sid, url, Source="fault-pbx", Extra="{}")
-
-
-class Store:
-    """Plain SQL on a fault database (the session's models are bound to the test one)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def rows(self, sql: str, *args: object) -> list[tuple]:
-        conn = psycopg2.connect(self.url, connect_timeout=3)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                found = cur.fetchall()
-            conn.commit()  # the UPDATE ... RETURNING the tests use to set a call up must stick
-            return found
-        finally:
-            conn.close()
-
-    def call(self, sid: str) -> dict[str, object] | None:
-        found = self.rows("SELECT c.id, c.state, c.outcome, c.attempts, count(r.id) FROM call c "
-                          "LEFT JOIN patient_request r ON r.call_id = c.id WHERE c.call_sid = %s "
-                          "GROUP BY c.id", sid)
-        if not found:
-            return None
-        cid, state, outcome, attempts, requests = found[0]
-        return {"id": cid, "state": state, "outcome": outcome, "attempts": attempts, "requests": requests}
-
-
 # --- the private stack of faults 1 and 2 ---------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def voicemail(tmp_path_factory) -> bytes:
     """A 85 s voicemail of ten different English messages: long enough that a kill lands
     while whisper.cpp is busy with it."""
-    clips = ["msg_appointment", "msg_callback_short", "msg_cancel", "msg_earache", "msg_fast", "msg_fever",
-             "msg_refill", "msg_results", "msg_slow", "msg_vaccine"]
+    clips = [
+        "msg_appointment",
+        "msg_callback_short",
+        "msg_cancel",
+        "msg_earache",
+        "msg_fast",
+        "msg_fever",
+        "msg_refill",
+        "msg_results",
+        "msg_slow",
+        "msg_vaccine",
+    ]
     audio = np.concatenate([transcription.load_audio(AUDIO / f"{c}.mp3") for c in clips])
     path = tmp_path_factory.mktemp("voicemail") / "long.wav"
     sf.write(path, audio, transcription.SAMPLE_RATE, subtype="PCM_16")
@@ -131,34 +109,51 @@ def stack(tmp_path_factory, ca_bundle) -> Iterator[dict]:
     workdir = tmp_path_factory.mktemp("fault-stack")
     with RedisServer(workdir) as private_redis:
         # tiny.en for every clinic: the worker warms one small model (faster start).
-        env = worker_env(ca_bundle, DATABASE_URL=FAULT_DB, REDIS_URL=private_redis.url,
-                         WHISPER_MODEL=str(MODEL_EN), WHISPER_MODEL_EN=str(MODEL_EN), LOG_LEVEL="INFO")
+        env = worker_env(
+            ca_bundle,
+            DATABASE_URL=FAULT_DB,
+            REDIS_URL=private_redis.url,
+            WHISPER_MODEL=str(MODEL_EN),
+            WHISPER_MODEL_EN=str(MODEL_EN),
+            LOG_LEVEL="INFO",
+        )
         token = prepare_database(env, SLUG)
         web, base_url = gunicorn(env, workdir / "web.log")
         try:
-            yield {"env": env, "redis": private_redis, "token": token, "url": base_url + PATH,
-                   "store": Store(FAULT_DB), "dir": workdir}
+            yield {
+                "env": env,
+                "redis": private_redis,
+                "token": token,
+                "url": base_url + PATH,
+                "store": Store(FAULT_DB),
+                "dir": workdir,
+            }
         finally:
             stop(web)
 
 
 def _hand_off(stack, recordings_server, sid: str, path: str) -> dict[str, object]:
     """The switchboard hands off a call whose recording is ``path``; its row."""
-    assert post_json(stack["url"], stack["token"],
-                     call_body(sid, recordings_server.url(path, host="localhost")))[0] == 200
+    assert (
+        post_json(stack["url"], stack["token"], call_body(sid, recordings_server.url(path, host="localhost")))[0] == 200
+    )
     return stack["store"].call(sid)
 
 
 def _running(connection, call_id: int) -> bool:
     """The call's ingest job is being worked on."""
-    return (Job.exists(job_id(call_id), connection)
-            and Job.fetch(job_id(call_id), connection=connection).get_status() == JobStatus.STARTED)
+    return (
+        Job.exists(job_id(call_id), connection)
+        and Job.fetch(job_id(call_id), connection=connection).get_status() == JobStatus.STARTED
+    )
 
 
 # --- 1. worker killed mid-transcription ---------------------------------------------------
 
+
 def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_worker_is_back(
-        stack, recordings_server, voicemail):
+    stack, recordings_server, voicemail
+):
     env, store, connection = stack["env"], stack["store"], stack["redis"].client()
     log = stack["dir"] / "worker-kill.log"
     first = start_worker(env, log)
@@ -188,6 +183,7 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
     second = start_worker(env, log)
     back = time.monotonic()
     try:
+
         def processed() -> bool:
             found = store.call("CA-killed")
             return found["state"] == "done"
@@ -197,8 +193,7 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
         done = store.call("CA-killed")
         assert done["outcome"] == "voice_message" and done["attempts"] == 2 and done["requests"] == 1
         # Never two: once nothing is queued or running for the call, still one request.
-        assert wait_until(lambda: not is_live(Job.fetch(job_id(done["id"]), connection=connection)),
-                          timeout=30)
+        assert wait_until(lambda: not is_live(Job.fetch(job_id(done["id"]), connection=connection)), timeout=30)
         assert store.call("CA-killed")["requests"] == 1
         print(f"recovered {recovered_in:.1f} s after the new worker registered")
     finally:
@@ -207,9 +202,11 @@ def test_worker_killed_mid_transcription_still_gives_one_request_soon_after_a_wo
 
 # --- 1b. a job never runs past its limit; attempts are capped -----------------------------
 
+
 @pytest.mark.alone  # the stop is timed against the job limit: not beside other processes' transcriptions
 def test_a_transcription_longer_than_the_job_limit_is_stopped_inside_it_and_still_a_voice_message(
-        stack, recordings_server, voicemail):
+    stack, recordings_server, voicemail
+):
     """JOB_TIMEOUT 15 s on an 85 s voicemail with the multilingual model (about 25 s of
     work here): whisper.cpp is stopped from inside before RQ's timeout, which could not
     interrupt it, and the call becomes a voice message with the part transcribed."""
@@ -221,13 +218,15 @@ def test_a_transcription_longer_than_the_job_limit_is_stopped_inside_it_and_stil
         call = _hand_off(stack, recordings_server, "CA-limit", "/long.wav")
         assert wait_until(lambda: _running(connection, call["id"]), timeout=60, interval=0.05)
         started = time.monotonic()
-        assert wait_until(lambda: store.call("CA-limit")["state"] == "done", timeout=60, interval=0.1), \
-            log.read_text()[-3000:]
+        assert wait_until(lambda: store.call("CA-limit")["state"] == "done", timeout=60, interval=0.1), log.read_text()[
+            -3000:
+        ]
         assert time.monotonic() - started < 15 + 2  # the limit, plus the poll's granularity
         done = store.call("CA-limit")
         assert done["outcome"] == "voice_message" and done["requests"] == 1 and done["attempts"] == 1
-        [(status, issue, transcript)] = store.rows(
-            "SELECT transcript_status, transcript_issue, transcript FROM call WHERE call_sid = %s", "CA-limit")
+        [(status, issue, _transcript)] = store.rows(
+            "SELECT transcript_status, transcript_issue, transcript FROM call WHERE call_sid = %s", "CA-limit"
+        )
         assert (status, issue) in (("unreliable", "incomplete"), ("failed", "timeout"))
         assert Job.fetch(job_id(call["id"]), connection=connection).get_status() == JobStatus.FINISHED
     finally:
@@ -244,12 +243,14 @@ def test_a_call_whose_attempts_ran_out_still_becomes_a_voice_message_marked_fail
     log = stack["dir"] / "worker-attempts.log"
     worker = start_worker(env, log)
     try:
-        assert wait_until(lambda: store.call("CA-attempts")["state"] == "done", timeout=60, interval=0.1), \
+        assert wait_until(lambda: store.call("CA-attempts")["state"] == "done", timeout=60, interval=0.1), (
             log.read_text()[-3000:]
+        )
         done = store.call("CA-attempts")
         assert done["outcome"] == "voice_message" and done["requests"] == 1 and done["attempts"] == 4
-        assert store.rows("SELECT transcript_status, transcript_issue FROM call WHERE call_sid = %s",
-                          "CA-attempts") == [("failed", "attempts_exhausted")]
+        assert store.rows(
+            "SELECT transcript_status, transcript_issue FROM call WHERE call_sid = %s", "CA-attempts"
+        ) == [("failed", "attempts_exhausted")]
         # No download, no transcription: the cap is checked before any work.
         assert recordings_server.request_count("/short.mp3") == fetched_before
     finally:
@@ -258,6 +259,7 @@ def test_a_call_whose_attempts_ran_out_still_becomes_a_voice_message_marked_fail
 
 # --- 2. Redis stopped during a burst ------------------------------------------------------
 
+
 def test_redis_stopped_during_a_burst_every_call_answered_and_processed_after_it_returns(stack, recordings_server):
     env, store, private_redis = stack["env"], stack["store"], stack["redis"]
     log = stack["dir"] / "worker-redis.log"
@@ -265,8 +267,10 @@ def test_redis_stopped_during_a_burst_every_call_answered_and_processed_after_it
     run = uuid.uuid4().hex[:6]
     # Every tenth call has a (short) recording and becomes a voice message request; the
     # others have none: the call alone is stored and processed.
-    calls = {f"CA-burst-{run}-{i:02d}": (recordings_server.url("/short.mp3", host="localhost") if i % 10 == 0 else None)
-             for i in range(50)}
+    calls = {
+        f"CA-burst-{run}-{i:02d}": (recordings_server.url("/short.mp3", host="localhost") if i % 10 == 0 else None)
+        for i in range(50)
+    }
     answers: dict[str, int] = {}
     lock, todo = threading.Lock(), queue.Queue()
 
@@ -298,14 +302,18 @@ def test_redis_stopped_during_a_burst_every_call_answered_and_processed_after_it
 
         # Redis came back empty: the worker's relay queues every call still pending.
         def all_processed() -> bool:
-            states = store.rows("SELECT state, count(*) FROM call WHERE call_sid LIKE %s GROUP BY state",
-                                f"CA-burst-{run}-%")
+            states = store.rows(
+                "SELECT state, count(*) FROM call WHERE call_sid LIKE %s GROUP BY state", f"CA-burst-{run}-%"
+            )
             return dict(states).get("done") == len(calls)
 
         # Jobs lost with Redis are re-queued by the relay's sweep (grace 1 min, every 30 s).
         assert wait_until(all_processed, timeout=180, interval=0.5), (
-            store.rows("SELECT call_sid, state FROM call WHERE call_sid LIKE %s AND state <> 'done'", f"CA-burst-{run}-%"),
-            log.read_text()[-3000:])
+            store.rows(
+                "SELECT call_sid, state FROM call WHERE call_sid LIKE %s AND state <> 'done'", f"CA-burst-{run}-%"
+            ),
+            log.read_text()[-3000:],
+        )
         print(f"all {len(calls)} calls processed {time.monotonic() - back:.1f} s after Redis returned")
         for sid, url in calls.items():
             found = store.call(sid)
@@ -319,7 +327,8 @@ def test_redis_stopped_during_a_burst_every_call_answered_and_processed_after_it
         stop(worker)
 
 
-# --- 2b. the worker's own start, its children, and an exact sweep (issue 13) ---------------
+# --- 2b. the worker's own start, its children, and an exact sweep ---------------
+
 
 def _descendants(pid: int) -> set[int]:
     found, todo = set(), [pid]
@@ -353,20 +362,23 @@ def test_a_worker_started_while_redis_is_down_waits_and_works_once_redis_answers
     env, store = {**stack["env"], "REDIS_URL": late_redis.url}, stack["store"]
     log = stack["dir"] / "worker-late-redis.log"
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "manage.py", "worker"], cwd=ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "worker"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         assert wait_until(lambda: "waiting for Redis" in log.read_text() or proc.poll() is not None, timeout=60)
         _hand_off(stack, recordings_server, "CA-late-redis", "/short.mp3")  # stored; the web's Redis is up
         # Still waiting, well past the second RQ's constructor needs to fail.
-        assert wait_until(lambda: log.read_text().count("worker waiting for Redis") >= 3 or proc.poll() is not None,
-                          timeout=30)
+        assert wait_until(
+            lambda: log.read_text().count("worker waiting for Redis") >= 3 or proc.poll() is not None, timeout=30
+        )
         assert proc.poll() is None, log.read_text()[-3000:]
         assert store.call("CA-late-redis")["state"] == "pending"
         with late_redis:
             assert wait_until(lambda: _registered(late_redis.client(), proc.pid), timeout=60), log.read_text()[-3000:]
-            assert wait_until(lambda: store.call("CA-late-redis")["state"] == "done", timeout=60, interval=0.2), \
+            assert wait_until(lambda: store.call("CA-late-redis")["state"] == "done", timeout=60, interval=0.2), (
                 log.read_text()[-3000:]
+            )
             assert store.call("CA-late-redis")["requests"] == 1
             stop(proc)
     finally:
@@ -381,14 +393,20 @@ def test_a_worker_killed_with_sigkill_leaves_no_process_and_no_scheduler_lock_be
     proc = start_worker(stack["env"], log)
     try:
         # Both children running: the playback worker registered, the scheduler holds its locks.
-        assert wait_until(lambda: len(_descendants(proc.pid)) >= 2 and connection.exists("rq:scheduler-lock:calls")
-                          and sum(1 for w in Worker.all(connection=connection)
-                                  if w.pid in _descendants(proc.pid)) == 1, timeout=60), log.read_text()[-3000:]
+        assert wait_until(
+            lambda: (
+                len(_descendants(proc.pid)) >= 2
+                and connection.exists("rq:scheduler-lock:calls")
+                and sum(1 for w in Worker.all(connection=connection) if w.pid in _descendants(proc.pid)) == 1
+            ),
+            timeout=60,
+        ), log.read_text()[-3000:]
         family = _descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        assert wait_until(lambda: all(_gone(pid) for pid in family), timeout=30), \
-            [pid for pid in family if not _gone(pid)]
+        assert wait_until(lambda: all(_gone(pid) for pid in family), timeout=30), [
+            pid for pid in family if not _gone(pid)
+        ]
         assert wait_until(lambda: not connection.exists("rq:scheduler-lock:calls"), timeout=10)
     finally:
         stop(proc)
@@ -406,8 +424,9 @@ def test_a_worker_asked_to_stop_while_redis_is_down_stops_with_its_children(stac
             assert wait_until(lambda: len(_descendants(proc.pid)) >= 2, timeout=30)
             family = _descendants(proc.pid)
             own_redis.stop()
-            assert wait_until(lambda: "waiting for Redis" in log.read_text() or "Redis unreachable" in log.read_text(),
-                              timeout=60), log.read_text()[-3000:]
+            assert wait_until(
+                lambda: "waiting for Redis" in log.read_text() or "Redis unreachable" in log.read_text(), timeout=60
+            ), log.read_text()[-3000:]
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
             assert wait_until(lambda: all(_gone(pid) for pid in family), timeout=30), log.read_text()[-3000:]
@@ -416,7 +435,8 @@ def test_a_worker_asked_to_stop_while_redis_is_down_stops_with_its_children(stac
 
 
 def test_after_a_redis_restart_mid_transcription_the_sweep_queues_nothing_already_being_worked_on(
-        stack, recordings_server, voicemail):
+    stack, recordings_server, voicemail
+):
     """Redis restarted empty while a job transcribes: RQ forgot the job and the worker,
     yet the job is alive; a sweep (`manage.py requeue`, as the relay's) must not queue
     the call again, and the call is transcribed once."""
@@ -427,16 +447,24 @@ def test_after_a_redis_restart_mid_transcription_the_sweep_queues_nothing_alread
         sent_before = recordings_server.bytes_sent("/long.wav")  # earlier tests fetched it too
         call = _hand_off(stack, recordings_server, "CA-sweep", "/long.wav")
         connection = private_redis.client()
-        assert wait_until(lambda: recordings_server.bytes_sent("/long.wav") - sent_before == len(voicemail)
-                          and _running(connection, call["id"]), timeout=60, interval=0.02), log.read_text()[-2000:]
+        assert wait_until(
+            lambda: (
+                recordings_server.bytes_sent("/long.wav") - sent_before == len(voicemail)
+                and _running(connection, call["id"])
+            ),
+            timeout=60,
+            interval=0.02,
+        ), log.read_text()[-2000:]
         private_redis.stop()
         private_redis.start()
-        swept = subprocess.run([sys.executable, "manage.py", "requeue"], cwd=ROOT, env=env, capture_output=True,
-                               text=True, timeout=60)
+        swept = subprocess.run(
+            [sys.executable, "manage.py", "requeue"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
         assert "re-queued 0 pending call(s)" in swept.stderr, swept.stderr[-2000:]
         assert store.call("CA-sweep")["state"] == "pending", "the sweep ran while the job was transcribing"
-        assert wait_until(lambda: store.call("CA-sweep")["state"] == "done", timeout=120, interval=0.2), \
+        assert wait_until(lambda: store.call("CA-sweep")["state"] == "done", timeout=120, interval=0.2), (
             log.read_text()[-3000:]
+        )
         done = store.call("CA-sweep")
         assert done["attempts"] == 1 and done["requests"] == 1 and done["outcome"] == "voice_message"
     finally:
@@ -444,6 +472,7 @@ def test_after_a_redis_restart_mid_transcription_the_sweep_queues_nothing_alread
 
 
 # --- 3. PostgreSQL restarted under load ---------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PostgresCluster]:
@@ -456,12 +485,17 @@ def cluster() -> Iterator[PostgresCluster]:
 
 
 def test_postgresql_restarted_under_load_web_recovers_without_restart_and_never_claims_a_lost_call(
-        cluster, tmp_path, ca_bundle):
+    cluster, tmp_path, ca_bundle
+):
     with RedisServer(tmp_path) as private_redis:
-        # The per-token rate limit (issue 22) is not what this test measures: six senders in a
+        # The per-token rate limit is not what this test measures: six senders in a
         # loop pass 1200 hand-offs a minute on a fast machine.
-        env = worker_env(ca_bundle, DATABASE_URL=cluster.url("clinic"), REDIS_URL=private_redis.url,
-                         RATE_LIMIT_HANDOFFS_PER_MINUTE="0")
+        env = worker_env(
+            ca_bundle,
+            DATABASE_URL=cluster.url("clinic"),
+            REDIS_URL=private_redis.url,
+            RATE_LIMIT_HANDOFFS_PER_MINUTE="0",
+        )
         token = prepare_database(env, SLUG)
         web, base_url = gunicorn(env, tmp_path / "web.log")
         workers_before = children(web.pid)
@@ -492,8 +526,9 @@ def test_postgresql_restarted_under_load_web_recovers_without_restart_and_never_
             assert wait_until(lambda: count(200) >= 50, timeout=30), answers[-5:]
             cluster.restart("immediate")  # a crash restart: every pooled connection dies
             restarted = time.monotonic()
-            assert wait_until(lambda: count(200, since=restarted) >= 50 and time.monotonic() - restarted > 1.5,
-                              timeout=30), answers[-5:]
+            assert wait_until(
+                lambda: count(200, since=restarted) >= 50 and time.monotonic() - restarted > 1.5, timeout=30
+            ), answers[-5:]
 
             stopping = time.monotonic()
             cluster.stop("fast")  # an outage long enough for the load to hit it
@@ -518,7 +553,9 @@ def test_postgresql_restarted_under_load_web_recovers_without_restart_and_never_
         # (Requests sent just before the stop may be served after it began: not counted.)
         for back, until in ((restarted, stopping - 0.5), (started, float("inf"))):
             after = [a[1] for a in answers if back <= a[3] < until]
-            assert after and set(after) == {200}, [(a[1], round(a[3] - back, 3)) for a in answers if back <= a[3] < until and a[1] != 200]
+            assert after and set(after) == {200}, [
+                (a[1], round(a[3] - back, 3)) for a in answers if back <= a[3] < until and a[1] != 200
+            ]
         # No false success: every CallSid answered 200 is stored.
         conn = psycopg2.connect(cluster.url("clinic"))
         with conn.cursor() as cur:
@@ -533,26 +570,25 @@ def test_postgresql_restarted_under_load_web_recovers_without_restart_and_never_
 # --- 4. recording server and platform API slow or failing --------------------------------
 # The session's worker: RECORDING_FETCH_TIMEOUT=5, PLATFORM_FETCH_TIMEOUT=5, retries after 1 s, 1 s.
 
+
 @pytest.fixture
-def web_faults(app, config, ca_bundle) -> webtest.TestApp:
+def web_faults(app, rec_config) -> webtest.TestApp:
     """The app as the session worker sees the world (loopback allowed, the session CA),
     playing expired links after waiting 8 s at most for a re-fetch."""
-    settings = Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
-                      unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1",
-                      platform_retry_delays="1,1", platform_play_wait_seconds=8,
-                      platform_fetch_timeout=5, provider_marker_words=MARKER_WORDS)
-    return webtest.TestApp(create_app(settings))
+    return webtest.TestApp(create_app(rec_config))
 
 
 def hand_off_to(web: webtest.TestApp, sid: str, url: str) -> None:
     token = issue_token(["clinic-en"], ["write"])
-    web.post_json(switchboard_url("clinic-en", "recording-complete"), call_body(sid, url), headers=bearer(token),
-                  status=200)
+    web.post_json(
+        switchboard_url("clinic-en", "recording-complete"), call_body(sid, url), headers=bearer(token), status=200
+    )
 
 
 @pytest.mark.parametrize("failure", ["slow beyond the timeout", "connection refused"])
 def test_recording_server_slow_or_down_gives_a_request_marked_unfetched_with_the_reason(
-        web_faults, https_server, worker, failure):
+    web_faults, https_server, worker, failure
+):
     load(organization(clinic("clinic-en", tz="America/New_York", country="US", language="en")))
     if failure == "slow beyond the timeout":
         https_server.route("/slow.mp3", hang(max_wait=20))  # never answers within 5 s
@@ -576,7 +612,8 @@ def test_recording_server_slow_or_down_gives_a_request_marked_unfetched_with_the
 
 @pytest.mark.parametrize("failure", ["slow beyond the timeout", "5xx"])
 def test_platform_slow_or_failing_answers_503_never_410_then_plays_once_it_is_back(
-        web_faults, clock, https_server, worker, failure):
+    web_faults, clock, https_server, worker, failure
+):
     platform = FakePlatform(https_server, clock)
     tokens = redis.Redis.from_url(REDIS_URL)
     for key in tokens.scan_iter("platform-token:*"):  # a cached token of an earlier test's platform
@@ -612,7 +649,8 @@ def test_platform_slow_or_failing_answers_503_never_410_then_plays_once_it_is_ba
 
 @pytest.mark.alone  # a long transcription must end within its bound: not beside other processes' transcriptions
 def test_a_play_is_answered_while_the_worker_transcribes_a_long_voicemail(
-        web_faults, clock, https_server, worker, voicemail):
+    web_faults, clock, https_server, worker, voicemail
+):
     """A doctor's play of an expired link does not wait behind another caller's
     voicemail: the worker command's playback worker re-fetches it while the transcription
     worker is busy (before, the play answered 503 after PLATFORM_PLAY_WAIT_SECONDS)."""
@@ -628,9 +666,12 @@ def test_a_play_is_answered_while_the_worker_transcribes_a_long_voicemail(
     sf.write(long_wav, np.concatenate([audio] * 2), rate, format="WAV", subtype="PCM_16")
     https_server.route("/busy-long.wav", static(long_wav.getvalue(), "audio/wav"))
     busy_sid = f"CA-busy-{uuid.uuid4().hex[:6]}"
-    web_faults.post_json(switchboard_url("clinic-rec", "recording-complete"),
-                         call_body(busy_sid, https_server.url("/busy-long.wav", host="localhost")),
-                         headers=bearer(issue_token(["clinic-rec"], ["write"])), status=200)
+    web_faults.post_json(
+        switchboard_url("clinic-rec", "recording-complete"),
+        call_body(busy_sid, https_server.url("/busy-long.wav", host="localhost")),
+        headers=bearer(issue_token(["clinic-rec"], ["write"])),
+        status=200,
+    )
     with db.connection_context():
         busy_call = Call.get(Call.call_sid == busy_sid).id
     connection = redis.Redis.from_url(REDIS_URL)

@@ -4,6 +4,7 @@ and Ctrl-C.
 Each run gets free ports and a `VAR_DIR` of its own (database, storage, logs, sample CA),
 so the developer's `var/` and a `bin/run` they have running are left alone.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -49,20 +50,30 @@ class Run:
     to that group), its output collected line by line from a thread. With `tee`, the
     group is the shell pipeline `bin/run ARGS 2>&1 | tee TEE`, Ctrl-C ending tee too."""
 
-    def __init__(self, var_dir: Path, ports: dict[str, int], *args: str, tee: Path | None = None,
-                 **env: str) -> None:
+    def __init__(self, var_dir: Path, ports: dict[str, int], *args: str, tee: Path | None = None, **env: str) -> None:
         self.var_dir, self.ports = var_dir, ports
-        environment = {**os.environ, **{name: str(port) for name, port in ports.items()}, "VAR_DIR": str(var_dir),
-                       **env}
+        environment = {
+            **os.environ,
+            **{name: str(port) for name, port in ports.items()},
+            "VAR_DIR": str(var_dir),
+            **env,
+        }
         for name in ("DATABASE_URL", "REDIS_URL", "PUBLIC_BASE_URL", "STORAGE_DIR", "SECRET_KEY"):
             environment.pop(name, None)  # bin/run's own defaults, under VAR_DIR
         command = [str(ROOT / "bin" / "run"), *args]
         if tee is not None:
             command = ["bash", "-c", 'bin/run "$@" 2>&1 | tee "$TEE"', "bash", *args]
             environment["TEE"] = str(tee)
-        self.proc = subprocess.Popen(with_default_sigint(command), cwd=ROOT, env=environment,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            with_default_sigint(command),
+            cwd=ROOT,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -96,10 +107,8 @@ class Run:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         for pid in started_with(f"VAR_DIR={self.var_dir}"):
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def started_with(variable: str) -> list[int]:
@@ -140,16 +149,18 @@ def serving(started: Run) -> None:
     """Wait until the run serves: the banner printed, and the worker at work (model loaded,
     taking jobs, talking to Redis), as when a developer stops it; the web process, the
     sample server and Redis serve by then. Its logs and demo token join the log audit."""
-    assert wait_until(lambda: BANNER in started.output or started.proc.poll() is not None, timeout=120,
-                      interval=0.1), started.output
+    assert wait_until(lambda: BANNER in started.output or started.proc.poll() is not None, timeout=120, interval=0.1), (
+        started.output
+    )
     assert started.proc.poll() is None, started.output
     token = next(line for line in started.lines if line.startswith("Demo token")).split(": ", 1)[1].strip()
     remember(token, "bin/run's demo token")
     for log in LOGS:
         watch(started.var_dir / log)
     connection = redis.Redis(port=started.ports["REDIS_PORT"])
-    assert wait_until(lambda: any("calls" in w.queue_names() for w in Worker.all(connection=connection)),
-                      timeout=120, interval=0.2), (started.var_dir / "worker.log").read_text()[-3000:]
+    assert wait_until(
+        lambda: any("calls" in w.queue_names() for w in Worker.all(connection=connection)), timeout=120, interval=0.2
+    ), (started.var_dir / "worker.log").read_text()[-3000:]
     connection.close()
     assert all(listening(port) for port in started.ports.values())
 
@@ -189,11 +200,14 @@ def test_the_ctrl_c_tests_give_bin_run_a_default_sigint_whatever_the_suite_was_s
     """Started by a runner that ignores SIGINT, a shell still traps Ctrl-C as a terminal's
     bin/run does (without `with_default_sigint` it never sees it, and the tests below hang)."""
     trapping = ["bash", "-c", "trap 'exit 7' INT; kill -INT $$; sleep 1; exit 1"]
-    runner = ("import signal, subprocess, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-              "sys.exit(subprocess.run(sys.argv[1:]).returncode)")
+    runner = (
+        "import signal, subprocess, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "sys.exit(subprocess.run(sys.argv[1:]).returncode)"
+    )
     assert subprocess.run([sys.executable, "-c", runner, *with_default_sigint(trapping)], timeout=30).returncode == 7
-    assert subprocess.run([sys.executable, "-c", runner, *trapping], timeout=30).returncode == 1, \
+    assert subprocess.run([sys.executable, "-c", runner, *trapping], timeout=30).returncode == 1, (
         "the ignored SIGINT is inherited: what the helper undoes"
+    )
 
 
 def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
@@ -226,8 +240,11 @@ def test_ctrl_c_during_the_start_stops_what_was_started(tmp_path, ports):
     # timeout (30 s); bin/run gives a web process that never answered 5 s.
     web_log = tmp_path / "var" / "web.log"
     with run(tmp_path, ports, "--try-handoff") as started:
-        assert wait_until(lambda: (web_log.exists() and "Booting worker" in web_log.read_text())
-                          or started.proc.poll() is not None, timeout=120, interval=0.05), started.output
+        assert wait_until(
+            lambda: (web_log.exists() and "Booting worker" in web_log.read_text()) or started.proc.poll() is not None,
+            timeout=120,
+            interval=0.05,
+        ), started.output
         os.killpg(started.proc.pid, signal.SIGINT)
         code = started.finish(timeout=20)
     assert code in (-signal.SIGINT, 128 + signal.SIGINT), started.output

@@ -1,4 +1,4 @@
-"""Fuzzing from the OpenAPI document (issue 6): schemathesis against the running service.
+"""Fuzzing from the OpenAPI document: schemathesis against the running service.
 
 The service runs as in production: gunicorn (as the Procfile runs it) on its own
 freshly created and migrated PostgreSQL database and its own Redis database, with the
@@ -15,6 +15,7 @@ at 404; the rest of the time schemathesis generates its own values.
 Alone:  TEST_DATABASE_URL=... TEST_REDIS_URL=... .venv/bin/python -m pytest tests/test_fuzz.py -q
 Deeper: TEST_FUZZ_MAX_EXAMPLES=200 (cases per operation and phase; default below).
 """
+
 from __future__ import annotations
 
 import json
@@ -70,10 +71,18 @@ def _request_from_call(base_url: str, token: str, slug: str, env: dict[str, str]
     as the worker runs it, without retries). The recording host does not resolve on a
     closed network, so the call ends as "recording could not be fetched"."""
     sid = "fuzz-seed-call"
-    r = requests.post(f"{base_url}/external/v1/clinics/{slug}/switchboard/recording-complete",
-                      json={"CallSid": sid, "CallFrom": "+420 601 123 456", "CallTo": "+420 222 000 111",
-                            "RecordingUrl": "https://recordings.fuzz.example.net/RE-fuzz.mp3", "RecordingSid": "RE-fuzz"},
-                      headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    r = requests.post(
+        f"{base_url}/external/v1/clinics/{slug}/switchboard/recording-complete",
+        json={
+            "CallSid": sid,
+            "CallFrom": "+420 601 123 456",
+            "CallTo": "+420 222 000 111",
+            "RecordingUrl": "https://recordings.fuzz.example.net/RE-fuzz.mp3",
+            "RecordingSid": "RE-fuzz",
+        },
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
     assert r.status_code == 200, r.text
     conn = psycopg2.connect(FUZZ_DATABASE_URL)
     try:
@@ -81,8 +90,14 @@ def _request_from_call(base_url: str, token: str, slug: str, env: dict[str, str]
             cur.execute("SELECT id FROM call WHERE call_sid = %s", (sid,))
             (call_id,) = cur.fetchone()
         job = "import sys; from jobs.calls import ingest_call; print(ingest_call(sys.argv[1]))"
-        done = subprocess.run([sys.executable, "-c", job, str(call_id)], cwd=ROOT, capture_output=True, text=True,
-                              timeout=60, env={**env, "RECORDING_RETRY_DELAYS": "", "PYTHONPATH": str(ROOT)})
+        done = subprocess.run(
+            [sys.executable, "-c", job, str(call_id)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**env, "RECORDING_RETRY_DELAYS": "", "PYTHONPATH": str(ROOT)},
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         with conn, conn.cursor() as cur:
             cur.execute("SELECT id FROM patient_request WHERE call_id = %s", (call_id,))
@@ -116,16 +131,23 @@ def _seed(base_url: str, token: str, env: dict[str, str]) -> dict[str, list[str]
     assert {t["id"] for t in post("/patientRequestTypes/search", {})} <= set(types)
     request = post("/patientRequests/create", {"patientId": patients[0], "userECRFId": types[0]})
     link = post(f"/patientRequests/{request['id']}/attachments/upload-link", {"contentType": "application/pdf"})
-    put = requests.put(link["url"], data=b"%PDF-1.4\n%fuzz\n", headers={"Content-Type": "application/pdf"},
-                       timeout=10)
+    put = requests.put(link["url"], data=b"%PDF-1.4\n%fuzz\n", headers={"Content-Type": "application/pdf"}, timeout=10)
     assert put.status_code == 200, put.text
-    post(f"/patientRequests/{request['id']}/attachments",
-         {"contentType": "application/pdf", "fileHash": link["fileHash"], "description": "consent.pdf"})
+    post(
+        f"/patientRequests/{request['id']}/attachments",
+        {"contentType": "application/pdf", "fileHash": link["fileHash"], "description": "consent.pdf"},
+    )
     from_call = _request_from_call(base_url, token, slug, env)
-    return {"slugs": [c["slug"] for c in EXAMPLE["clinics"]], "requests": [request["id"], from_call],
-            "patients": patients,
-            "types": types, "calendars": calendars, "tags": tags, "hashes": [link["fileHash"]],
-            "external_ids": ["EXT-1001", "EXT-2001"]}
+    return {
+        "slugs": [c["slug"] for c in EXAMPLE["clinics"]],
+        "requests": [request["id"], from_call],
+        "patients": patients,
+        "types": types,
+        "calendars": calendars,
+        "tags": tags,
+        "hashes": [link["fileHash"]],
+        "external_ids": ["EXT-1001", "EXT-2001"],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -138,19 +160,39 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     recreate_database(FUZZ_DATABASE_URL)
     queue = redis.Redis.from_url(FUZZ_REDIS_URL)
     queue.flushdb()
-    env = {**os.environ, "DATABASE_URL": FUZZ_DATABASE_URL, "REDIS_URL": FUZZ_REDIS_URL, "SECRET_KEY": "fuzz-secret" * 4,
-           "PUBLIC_BASE_URL": base_url, "STORAGE_DIR": str(workdir / "storage"), "LOG_LEVEL": "WARNING",
-           "DB_POOL_SIZE": "8",
-           # The recording endpoint waits this long for a link re-fetch; no worker runs here.
-           "PBX_PLAY_WAIT_SECONDS": "0.5",
-           # Thousands of writes with one token: limits counted (the limiter runs) but never met,
-           # or the 429s would cut the fuzzing of the bodies short.
-           "RATE_LIMIT_HANDOFFS_PER_MINUTE": "100000000", "RATE_LIMIT_WRITES_PER_MINUTE": "100000000"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": FUZZ_DATABASE_URL,
+        "REDIS_URL": FUZZ_REDIS_URL,
+        "SECRET_KEY": "fuzz-secret" * 4,
+        "PUBLIC_BASE_URL": base_url,
+        "STORAGE_DIR": str(workdir / "storage"),
+        "LOG_LEVEL": "WARNING",
+        "DB_POOL_SIZE": "8",
+        # The recording endpoint waits this long for a link re-fetch; no worker runs here.
+        "PBX_PLAY_WAIT_SECONDS": "0.5",
+        # Thousands of writes with one token: limits counted (the limiter runs) but never met,
+        # or the 429s would cut the fuzzing of the bodies short.
+        "RATE_LIMIT_HANDOFFS_PER_MINUTE": "100000000",
+        "RATE_LIMIT_WRITES_PER_MINUTE": "100000000",
+    }
     manage(env, "migrate")
     manage(env, "onboard", str(ROOT / "examples" / "onboarding.json"))
     slugs = [arg for c in EXAMPLE["clinics"] for arg in ("--clinic", c["slug"])]
-    token = manage(env, "token", "create", "--name", "fuzz", *slugs, "--scope", "read", "--scope", "write",
-                   "--expires-in-days", "1")
+    token = manage(
+        env,
+        "token",
+        "create",
+        "--name",
+        "fuzz",
+        *slugs,
+        "--scope",
+        "read",
+        "--scope",
+        "write",
+        "--expires-in-days",
+        "1",
+    )
     log = workdir / "gunicorn.log"
     try:
         with serving_gunicorn("--log-level", "warning", env=env, log=log, port=port):
@@ -208,15 +250,41 @@ def test_schemathesis_finds_nothing(service: Service, tmp_path: Path) -> None:
     document_file.write_bytes(fetched.content)
     document = fetched.json()
     junit, ndjson = tmp_path / "junit.xml", tmp_path / "events.ndjson"
-    cmd = [str(BIN / "st"), "--config-file", str(config), "run", str(document_file), "--url", service.base_url,
-           "--header", f"Authorization: Bearer {service.token}", "--seed", str(SEED),
-           # Every check; positive_data_acceptance and negative_data_rejection through their
-           # stricter wrappers in tests/support/fuzz_hooks.py (refusals JSON Schema cannot
-           # express, each listed; bulk import items answered one by one).
-           "--checks", "all", "--exclude-checks", "positive_data_acceptance,negative_data_rejection",
-           "--max-examples", str(MAX_EXAMPLES), "--workers", "2", "--request-timeout", "10",
-           "--generation-database", "none", "--no-color", "--report", "junit,ndjson",
-           "--report-junit-path", str(junit), "--report-ndjson-path", str(ndjson)]
+    cmd = [
+        str(BIN / "st"),
+        "--config-file",
+        str(config),
+        "run",
+        str(document_file),
+        "--url",
+        service.base_url,
+        "--header",
+        f"Authorization: Bearer {service.token}",
+        "--seed",
+        str(SEED),
+        # Every check; positive_data_acceptance and negative_data_rejection through their
+        # stricter wrappers in tests/support/fuzz_hooks.py (refusals JSON Schema cannot
+        # express, each listed; bulk import items answered one by one).
+        "--checks",
+        "all",
+        "--exclude-checks",
+        "positive_data_acceptance,negative_data_rejection",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--workers",
+        "2",
+        "--request-timeout",
+        "10",
+        "--generation-database",
+        "none",
+        "--no-color",
+        "--report",
+        "junit,ndjson",
+        "--report-junit-path",
+        str(junit),
+        "--report-ndjson-path",
+        str(ndjson),
+    ]
     started = time.monotonic()
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.support.fuzz_hooks", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
@@ -229,13 +297,16 @@ def test_schemathesis_finds_nothing(service: Service, tmp_path: Path) -> None:
     failed = [tc for tc in testcases if tc.find("failure") is not None or tc.find("error") is not None]
     per_operation = _cases_per_operation(ndjson)
     summary = "\n".join(f"  {n:5d}  {label}" for label, n in sorted(per_operation.items()))
-    print(f"schemathesis: {len(testcases)} operations, {sum(per_operation.values())} cases in {elapsed:.0f} s "
-          f"(seed {SEED}, max examples {MAX_EXAMPLES})\n{summary}")
+    print(
+        f"schemathesis: {len(testcases)} operations, {sum(per_operation.values())} cases in {elapsed:.0f} s "
+        f"(seed {SEED}, max examples {MAX_EXAMPLES})\n{summary}"
+    )
     server_log = service.log.read_text(errors="replace")
     details = "\n".join(
-        f"--- {tc.get('name')}\n" + "\n".join((el.text or el.get("message") or "") for el in tc
-                                             if el.tag in ("failure", "error"))
-        for tc in failed)
+        f"--- {tc.get('name')}\n"
+        + "\n".join((el.text or el.get("message") or "") for el in tc if el.tag in ("failure", "error"))
+        for tc in failed
+    )
     assert not failed and done.returncode == 0, f"{details}\n\n{output[-20000:]}\n\ngunicorn log:\n{server_log[-5000:]}"
     # Every documented operation was exercised: nothing filtered out or skipped silently.
     operations = {f"{m.upper()} {p}" for p, item in document["paths"].items() for m in item if m != "parameters"}

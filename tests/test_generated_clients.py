@@ -1,4 +1,4 @@
-"""Clients generated from the running service's /openapi.json (issue 25), as integrators
+"""Clients generated from the running service's /openapi.json, as integrators
 make them: openapi-python-client, and openapi-typescript with openapi-fetch.
 
 For each generator: the web process as the Procfile runs it (gunicorn) with the session's
@@ -19,6 +19,7 @@ an enumeration does not compile).
 The generators come from bin/setup (`.venv-clients`, `tests/clients/node_modules`);
 nothing is fetched at test time but the service's own document.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,12 +37,12 @@ from models import Call, MedicalRecord, PatientRequest
 from plumbing.database import db
 from tests.conftest import PG_URL, REDIS_URL
 from tests.support import ROOT, SECRET_KEY, issue_token, load
+from tests.support.contract import contract
 from tests.support.gunicorn import serving_gunicorn
 from tests.support.https_server import static
-from tests.support.contract import contract
 from tests.support.live_service import signing_organization
-from tests.support.provoke import Provoked, every_answer
 from tests.support.ports import free_port
+from tests.support.provoke import Provoked, every_answer
 from tests.support.tiers import needs
 from web import openapi
 
@@ -55,16 +56,25 @@ TIMEOUT = 300
 
 
 def run(command: list[str], cwd: Path, **env: str) -> str:
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT,
-                          env={"PATH": f"{TOOLS}:{NODE_BIN}:/usr/local/bin:/usr/bin:/bin", "HOME": str(cwd), **env})
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={"PATH": f"{TOOLS}:{NODE_BIN}:/usr/local/bin:/usr/bin:/bin", "HOME": str(cwd), **env},
+    )
     assert done.returncode == 0, f"{command[0]} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module", autouse=True)
 def generators() -> None:
-    missing = [str(p) for p in (TOOLS / "openapi-python-client", NODE_BIN / "openapi-typescript", NODE_BIN / "tsc")
-               if not p.exists()]
+    missing = [
+        str(p)
+        for p in (TOOLS / "openapi-python-client", NODE_BIN / "openapi-typescript", NODE_BIN / "tsc")
+        if not p.exists()
+    ]
     assert not missing, f"bin/setup installs the client generators; missing: {missing}"
 
 
@@ -77,11 +87,21 @@ def service(app, tmp_path: Path, https_server, worker) -> Iterator[str]:
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     # Loopback recording URLs pass intake (the session's worker, which fetches them, trusts the test CA).
-    env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
-           "DB_POOL_SIZE": "2", "STORAGE_BACKEND": "local", "STORAGE_DIR": str(tmp_path / "storage"),
-           "PUBLIC_BASE_URL": base_url, "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "LOG_LEVEL": "WARNING"}
-    with serving_gunicorn("--workers", "1", env=env, log=tmp_path / "gunicorn.log", port=port, timeout=30,
-                          stop_timeout=15):
+    env = {
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": REDIS_URL,
+        "SECRET_KEY": SECRET_KEY,
+        "DB_POOL_SIZE": "2",
+        "STORAGE_BACKEND": "local",
+        "STORAGE_DIR": str(tmp_path / "storage"),
+        "PUBLIC_BASE_URL": base_url,
+        "UNSAFE_ALLOW_LOOPBACK_FETCH": "1",
+        "LOG_LEVEL": "WARNING",
+    }
+    with serving_gunicorn(
+        "--workers", "1", env=env, log=tmp_path / "gunicorn.log", port=port, timeout=30, stop_timeout=15
+    ):
         yield base_url
 
 
@@ -145,11 +165,23 @@ def corpus(app, config, clock, example) -> list[tuple[Provoked, dict]]:
 
 
 def python_answers(answers: list[tuple[Provoked, dict]], path: Path) -> Path:
-    path.write_text(json.dumps([
-        {"operation": op["operationId"], "package": snake(op["tags"][0].replace(" ", "_")),
-         "module": snake(op["operationId"]), "status": a.status, "headers": a.headers,
-         "json": a.content_type == "application/json", "body": a.body.decode()}
-        for a, op in answers]), "utf-8")
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "operation": op["operationId"],
+                    "package": snake(op["tags"][0].replace(" ", "_")),
+                    "module": snake(op["operationId"]),
+                    "status": a.status,
+                    "headers": a.headers,
+                    "json": a.content_type == "application/json",
+                    "body": a.body.decode(),
+                }
+                for a, op in answers
+            ]
+        ),
+        "utf-8",
+    )
     return path
 
 
@@ -168,35 +200,72 @@ def driver_arguments(base_url: str, token: str, https_server, tmp_path: Path) ->
     return [base_url, token, "clinic-a", str(pdf), "CA-generated", https_server.url("/rec/CA-generated.wav")]
 
 
-def test_the_python_client_runs_the_whole_flow_typed_and_reads_every_answer(service: str, tmp_path: Path, https_server,
-                                                                           app, config, clock, example) -> None:
+def test_the_python_client_runs_the_whole_flow_typed_and_reads_every_answer(
+    service: str, tmp_path: Path, https_server, app, config, clock, example
+) -> None:
     package = tmp_path / "clinic_client"
-    generated = run([str(TOOLS / "openapi-python-client"), "generate", "--url", f"{service}/openapi.json",
-                     "--output-path", str(package), "--meta", "none"], tmp_path)
+    generated = run(
+        [
+            str(TOOLS / "openapi-python-client"),
+            "generate",
+            "--url",
+            f"{service}/openapi.json",
+            "--output-path",
+            str(package),
+            "--meta",
+            "none",
+        ],
+        tmp_path,
+    )
     # Everything is generated but the raw bytes (`*/*`) of the local storage backend's URLs,
     # which take a plain HTTP client anyway.
     warned = [line for line in generated.splitlines() if line.startswith("WARNING parsing")]
     assert warned and all(" /storage/{key} " in line for line in warned), generated
     token = issue_token(["clinic-a"], ["read", "write"])
-    output = run([str(TOOLS / "python"), str(CLIENTS / "drive_python.py"), *driver_arguments(service, token, https_server, tmp_path)],
-                 tmp_path, PYTHONPATH=str(tmp_path))
+    output = run(
+        [
+            str(TOOLS / "python"),
+            str(CLIENTS / "drive_python.py"),
+            *driver_arguments(service, token, https_server, tmp_path),
+        ],
+        tmp_path,
+        PYTHONPATH=str(tmp_path),
+    )
     check_run(output, token)
     answers = corpus(app, config, clock, example)
-    read = run([str(TOOLS / "python"), str(CLIENTS / "read_answers.py"),
-                str(python_answers(answers, tmp_path / "answers.json"))], tmp_path, PYTHONPATH=str(tmp_path))
+    read = run(
+        [
+            str(TOOLS / "python"),
+            str(CLIENTS / "read_answers.py"),
+            str(python_answers(answers, tmp_path / "answers.json")),
+        ],
+        tmp_path,
+        PYTHONPATH=str(tmp_path),
+    )
     assert len(read.splitlines()) == len(answers), read
 
 
 def test_the_typescript_client_runs_the_whole_flow_typed_under_strict_and_types_every_answer(
-        service: str, tmp_path: Path, https_server, app, config, clock, example) -> None:
+    service: str, tmp_path: Path, https_server, app, config, clock, example
+) -> None:
     work = tmp_path / "ts"
     work.mkdir()
     (work / "node_modules").symlink_to(CLIENTS / "node_modules")
     (work / "package.json").write_text('{"type": "module"}\n')
     shutil.copy(CLIENTS / "drive.ts", work / "drive.ts")
     run(["openapi-typescript", f"{service}/openapi.json", "-o", "schema.d.ts"], work)
-    compiler = ["tsc", "--strict", "--target", "es2022", "--module", "nodenext", "--moduleResolution", "nodenext",
-                "--types", "node"]
+    compiler = [
+        "tsc",
+        "--strict",
+        "--target",
+        "es2022",
+        "--module",
+        "nodenext",
+        "--moduleResolution",
+        "nodenext",
+        "--types",
+        "node",
+    ]
     run([*compiler, "--noEmit", "drive.ts"], work)
     run([*compiler, "--outDir", "out", "drive.ts"], work)
     token = issue_token(["clinic-a"], ["read", "write"])
@@ -208,17 +277,36 @@ def test_the_typescript_client_runs_the_whole_flow_typed_under_strict_and_types_
 
 def test_every_operation_has_an_operation_id_and_every_answer_object_lists_required() -> None:
     document = openapi.document()
-    ids = [op.get("operationId") for item in document["paths"].values() for method, op in item.items()
-           if method != "parameters"]
+    ids = [
+        op.get("operationId")
+        for item in document["paths"].values()
+        for method, op in item.items()
+        if method != "parameters"
+    ]
     assert None not in ids and len(ids) == len(set(ids)), ids
-    assert {"searchPatientRequestTypes", "searchPatients", "importPatient", "importPatientsBulk",
-            "createPatientRequest", "createUploadLink", "registerAttachment", "getPatientRequest",
-            "searchPatientRequests", "listTags", "updatePatientRequest", "isClinicOpened", "isOnVacation",
-            "hasActiveRequest", "recordingComplete", "getRecording"} <= set(ids)
+    assert {
+        "searchPatientRequestTypes",
+        "searchPatients",
+        "importPatient",
+        "importPatientsBulk",
+        "createPatientRequest",
+        "createUploadLink",
+        "registerAttachment",
+        "getPatientRequest",
+        "searchPatientRequests",
+        "listTags",
+        "updatePatientRequest",
+        "isClinicOpened",
+        "isOnVacation",
+        "hasActiveRequest",
+        "recordingComplete",
+        "getRecording",
+    } <= set(ids)
     schemas = document["components"]["schemas"]
     # Every component an answer refers to, and the ones those refer to.
-    pending: list[object] = [op["responses"] for item in document["paths"].values() for method, op in item.items()
-                             if method != "parameters"]
+    pending: list[object] = [
+        op["responses"] for item in document["paths"].values() for method, op in item.items() if method != "parameters"
+    ]
     answered: set[str] = set()
     while pending:
         node = pending.pop()

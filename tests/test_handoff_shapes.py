@@ -8,6 +8,7 @@ request; what was odd about it is on the call (`anomalies`), in `manage.py calls
 console's request page. Every 4xx after authentication is recorded and listed by
 `manage.py calls --refused`.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,12 +23,12 @@ import webtest
 
 from app import create_app
 from config import Config
-from staff.passwords import hash_password
 from models import Call, Clinic, Patient, PatientRequest, RefusedHandoff, StaffMembership, StaffUser
 from plumbing.database import db
+from staff.passwords import hash_password
 from switchboard import handoff as handoff_rules
-from tests.conftest import PG_URL, REDIS_URL, ROOT
-from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.conftest import ROOT
+from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.support.https_server import HTTPSTestServer, static
 from tests.support.worker import processed_call, worker_env
 
@@ -39,16 +40,10 @@ PASSWORD = "correct horse battery staple"
 CLIP = ROOT / "tests" / "audio" / "msg_cancel.mp3"
 
 
-@pytest.fixture(scope="module")
-def shapes_config(config, ca_bundle) -> Config:
-    return Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
-                  unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1")
-
-
 @pytest.fixture
-def web(app, shapes_config) -> webtest.TestApp:
+def web(app, handoff_config) -> webtest.TestApp:
     load(organization(clinic(SLUG, language="en")))
-    return webtest.TestApp(create_app(shapes_config))
+    return webtest.TestApp(create_app(handoff_config))
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +53,9 @@ def voicemail() -> bytes:
 
 def hand_off(web: webtest.TestApp, body: Any, status: int = 200, **kwargs: Any) -> webtest.TestResponse:
     token = kwargs.pop("token", None) or issue_token([SLUG], ["write"])
-    return web.post_json(switchboard_url(SLUG, "recording-complete"), body, headers=bearer(token), status=status,
-                         **kwargs)
+    return web.post_json(
+        switchboard_url(SLUG, "recording-complete"), body, headers=bearer(token), status=status, **kwargs
+    )
 
 
 def request_of(sid: str) -> tuple[Call, PatientRequest]:
@@ -83,6 +79,7 @@ def twilio_sid(prefix: str, seed: str) -> str:
 
 # --- the shapes, each to its request on the real worker ------------------------------------
 
+
 def _twilio(server: HTTPSTestServer, sid: str, extension: str) -> dict[str, Any]:
     """Twilio-style: CA…/RE… sids, RecordingUrl under the account's Recordings, with or
     without an extension (the sid is its file name either way)."""
@@ -101,16 +98,23 @@ def _telnyx(server: HTTPSTestServer, sid: str) -> dict[str, Any]:
 def _download_endpoint(server: HTTPSTestServer, sid: str) -> dict[str, Any]:
     """A PBX whose RecordingUrl is a download endpoint with the recording's id in its query."""
     number = str(abs(hash(sid)) % 100000)
-    return {"RecordingUrl": server.url("/download") + f"?id={number}&token=DOWNLOAD-SECRET", "RecordingSid": number,
-            "_path": "/download"}
+    return {
+        "RecordingUrl": server.url("/download") + f"?id={number}&token=DOWNLOAD-SECRET",
+        "RecordingSid": number,
+        "_path": "/download",
+    }
 
 
 def _platform_family(server: HTTPSTestServer, sid: str) -> dict[str, Any]:
     """The supported family: a marker word in Source, a tokenized download link, and
     RecordingSid the platform's own file name."""
     token = uuid.uuid5(uuid.NAMESPACE_OID, sid).hex
-    return {"RecordingUrl": server.url(f"/dl/{token}") + "?exp=1764239400&sig=FAMILY-SECRET",
-            "RecordingSid": f"2026-11-27_10-32-11_{sid}.mp3", "Source": "AcmeVox Cloud PBX 4.2", "_path": f"/dl/{token}"}
+    return {
+        "RecordingUrl": server.url(f"/dl/{token}") + "?exp=1764239400&sig=FAMILY-SECRET",
+        "RecordingSid": f"2026-11-27_10-32-11_{sid}.mp3",
+        "Source": "AcmeVox Cloud PBX 4.2",
+        "_path": f"/dl/{token}",
+    }
 
 
 SHAPES = {
@@ -120,20 +124,43 @@ SHAPES = {
     "telnyx-signed-url": (_telnyx, {}, ["recordingSidNotInUrl"]),
     "download-endpoint": (_download_endpoint, {}, ["recordingSidNotInUrl"]),
     "platform-family-tokenized-link": (_platform_family, {}, ["recordingSidNotInUrl"]),
-    "sid-in-another-case": (lambda s, sid: {"RecordingUrl": s.url(f"/rec/{sid.upper()}.MP3"),
-                                            "RecordingSid": sid.lower(), "_path": f"/rec/{sid.upper()}.MP3"}, {}, []),
-    "sid-unrelated-no-source": (lambda s, sid: {"RecordingUrl": s.url(f"/v/{sid}.wav"), "RecordingSid": "rec-42",
-                                                "Source": None, "_path": f"/v/{sid}.wav"}, {},
-                                ["recordingSidNotInUrl"]),
-    "has-recording-as-string": (lambda s, sid: _twilio(s, sid, ".mp3"), {"HasRecording": "true"},
-                                ["hasRecordingNotBoolean"]),
+    "sid-in-another-case": (
+        lambda s, sid: {
+            "RecordingUrl": s.url(f"/rec/{sid.upper()}.MP3"),
+            "RecordingSid": sid.lower(),
+            "_path": f"/rec/{sid.upper()}.MP3",
+        },
+        {},
+        [],
+    ),
+    "sid-unrelated-no-source": (
+        lambda s, sid: {
+            "RecordingUrl": s.url(f"/v/{sid}.wav"),
+            "RecordingSid": "rec-42",
+            "Source": None,
+            "_path": f"/v/{sid}.wav",
+        },
+        {},
+        ["recordingSidNotInUrl"],
+    ),
+    "has-recording-as-string": (
+        lambda s, sid: _twilio(s, sid, ".mp3"),
+        {"HasRecording": "true"},
+        ["hasRecordingNotBoolean"],
+    ),
     "has-recording-as-1": (lambda s, sid: _twilio(s, sid, ".mp3"), {"HasRecording": "1"}, ["hasRecordingNotBoolean"]),
     "status-as-number": (lambda s, sid: _twilio(s, sid, ".mp3"), {"Status": 3}, ["notText"]),
     "extra-65537-characters": (lambda s, sid: _twilio(s, sid, ".mp3"), {"Extra": "x" * 65537}, []),
-    "extra-as-object": (lambda s, sid: _twilio(s, sid, ".mp3"), {"Extra": {"flow": "voicemail", "ivr": [1, 2]}},
-                        ["extraNotString"]),
-    "field-names-in-another-case": (lambda s, sid: _twilio(s, sid, ".mp3"), {"_rename": {"RecordingUrl": "recordingURL"}},
-                                    ["fieldNameCase"]),
+    "extra-as-object": (
+        lambda s, sid: _twilio(s, sid, ".mp3"),
+        {"Extra": {"flow": "voicemail", "ivr": [1, 2]}},
+        ["extraNotString"],
+    ),
+    "field-names-in-another-case": (
+        lambda s, sid: _twilio(s, sid, ".mp3"),
+        {"_rename": {"RecordingUrl": "recordingURL"}},
+        ["fieldNameCase"],
+    ),
 }
 
 
@@ -143,8 +170,15 @@ def test_a_real_platforms_hand_off_becomes_a_voice_message_request(web, https_se
     sid = f"CA-shape-{name}"
     shape = make(https_server, sid)
     https_server.route(shape.pop("_path"), static(voicemail, "audio/mpeg"))
-    body = {"CallSid": sid, "CallFrom": "+420 601 123 456", "CallTo": "+420 222 333 444", "Status": "completed",
-            "HasRecording": True, **shape, **{k: v for k, v in extra.items() if not k.startswith("_")}}
+    body = {
+        "CallSid": sid,
+        "CallFrom": "+420 601 123 456",
+        "CallTo": "+420 222 333 444",
+        "Status": "completed",
+        "HasRecording": True,
+        **shape,
+        **{k: v for k, v in extra.items() if not k.startswith("_")},
+    }
     for old, new in extra.get("_rename", {}).items():
         body[new] = body.pop(old)
     assert hand_off(web, body).json == {"success": True}
@@ -159,18 +193,30 @@ def test_a_real_platforms_hand_off_becomes_a_voice_message_request(web, https_se
             assert call.extra == (sent if isinstance(sent, str) else json.dumps(sent, ensure_ascii=False))
 
 
-WITHHELD = [("empty", ""), ("anonymous", "anonymous"), ("Anonymous", "Anonymous"), ("unknown", "unknown"),
-            ("private", "private"), ("restricted", "Restricted"), ("sip-anonymous", "sip:anonymous@anonymous.invalid"),
-            ("not-sent", None), ("null", "__null__"), ("garbage", "+4")]
+WITHHELD = [
+    ("empty", ""),
+    ("anonymous", "anonymous"),
+    ("Anonymous", "Anonymous"),
+    ("unknown", "unknown"),
+    ("private", "private"),
+    ("restricted", "Restricted"),
+    ("sip-anonymous", "sip:anonymous@anonymous.invalid"),
+    ("not-sent", None),
+    ("null", "__null__"),
+    ("garbage", "+4"),
+]
 
 
 @pytest.mark.parametrize("name, caller", WITHHELD)
-def test_a_withheld_caller_becomes_a_request_of_the_unknown_caller(web, https_server, voicemail, worker, name,
-                                                                   caller):
+def test_a_withheld_caller_becomes_a_request_of_the_unknown_caller(web, https_server, voicemail, worker, name, caller):
     sid = f"CA-withheld-{name}"
     https_server.route(f"/rec/{sid}.mp3", static(voicemail, "audio/mpeg"))
-    body: dict[str, Any] = {"CallSid": sid, "CallTo": "+420 222 333 444", "RecordingUrl": https_server.url(f"/rec/{sid}.mp3"),
-                            "RecordingSid": f"{sid}.mp3"}
+    body: dict[str, Any] = {
+        "CallSid": sid,
+        "CallTo": "+420 222 333 444",
+        "RecordingUrl": https_server.url(f"/rec/{sid}.mp3"),
+        "RecordingSid": f"{sid}.mp3",
+    }
     if caller is not None:
         body["CallFrom"] = None if caller == "__null__" else caller
     assert hand_off(web, body).json == {"success": True}
@@ -191,8 +237,14 @@ def test_a_form_encoded_hand_off_is_read_like_json(web, https_server, voicemail,
     sid = "CA-form"
     https_server.route(f"/rec/{sid}.mp3", static(voicemail, "audio/mpeg"))
     token = issue_token([SLUG], ["write"])
-    form = {"CallSid": sid, "CallFrom": "+420601123456", "CallTo": "+420222333444", "HasRecording": "true",
-            "RecordingUrl": https_server.url(f"/rec/{sid}.mp3"), "RecordingSid": f"{sid}.mp3"}
+    form = {
+        "CallSid": sid,
+        "CallFrom": "+420601123456",
+        "CallTo": "+420222333444",
+        "HasRecording": "true",
+        "RecordingUrl": https_server.url(f"/rec/{sid}.mp3"),
+        "RecordingSid": f"{sid}.mp3",
+    }
     assert web.post(switchboard_url(SLUG, "recording-complete"), form, headers=bearer(token)).json == {"success": True}
     call, request = request_of(sid)
     assert request.kind == "voice_message" and anomalies(call) == ["hasRecordingNotBoolean"]
@@ -202,8 +254,11 @@ def test_json_sent_as_text_plain_or_without_a_content_type_is_read(web):
     token = issue_token([SLUG], ["write"])
     for i, content_type in enumerate(["text/plain", "", "application/json; charset=utf-8"]):
         body = json.dumps({"CallSid": f"CA-ctype-{i}", "CallFrom": "+420601123456", "CallTo": "+420222333444"})
-        answer = web.post(switchboard_url(SLUG, "recording-complete"), "\ufeff" + body if i == 0 else body,
-                          headers={**bearer(token), "Content-Type": content_type} if content_type else bearer(token))
+        answer = web.post(
+            switchboard_url(SLUG, "recording-complete"),
+            "\ufeff" + body if i == 0 else body,
+            headers={**bearer(token), "Content-Type": content_type} if content_type else bearer(token),
+        )
         assert answer.json == {"success": True}
     with db.connection_context():
         assert Call.select().where(Call.call_sid.startswith("CA-ctype-")).count() == 3
@@ -211,8 +266,15 @@ def test_json_sent_as_text_plain_or_without_a_content_type_is_read(web):
 
 def test_stored_values_are_bounded_and_marked_not_refused(web):
     long_sid = "CA-" + "9" * 300
-    body = {"CallSid": long_sid, "CallFrom": "+420601123456" + " " * 200, "CallTo": "+420222333444",
-            "Status": "s" * 500, "Source": "p" * 300, "RecordingSid": "r" * 900, "Extra": "ok\u0000ok"}
+    body = {
+        "CallSid": long_sid,
+        "CallFrom": "+420601123456" + " " * 200,
+        "CallTo": "+420222333444",
+        "Status": "s" * 500,
+        "Source": "p" * 300,
+        "RecordingSid": "r" * 900,
+        "Extra": "ok\u0000ok",
+    }
     assert hand_off(web, body).json == {"success": True}
     assert hand_off(web, body).json == {"success": True}  # the same long CallSid deduplicates
     with db.connection_context():
@@ -228,20 +290,39 @@ def test_every_anomaly_has_words_for_the_console():
     assert set(ANOMALIES) == set(handoff_rules.ANOMALIES)
 
 
-def test_the_anomalies_are_shown_to_the_operator_and_on_the_request_page(web, https_server, voicemail, worker,
-                                                                         shapes_config):
+def test_the_anomalies_are_shown_to_the_operator_and_on_the_request_page(
+    web, https_server, voicemail, worker, handoff_config
+):
     sid = "CA-shown"
     https_server.route(f"/rec/{sid}.mp3", static(voicemail, "audio/mpeg"))
-    hand_off(web, {"CallSid": sid, "CallFrom": "anonymous", "CallTo": "+420222333444",
-                   "RecordingUrl": https_server.url(f"/rec/{sid}.mp3"), "RecordingSid": "rec-7", "HasRecording": "yes"})
-    call, request = request_of(sid)
-    env = worker_env(shapes_config.fetch_ca_bundle)
-    listed = subprocess.run([sys.executable, "manage.py", "calls", "--clinic", SLUG, "--last", "1"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=60)
+    hand_off(
+        web,
+        {
+            "CallSid": sid,
+            "CallFrom": "anonymous",
+            "CallTo": "+420222333444",
+            "RecordingUrl": https_server.url(f"/rec/{sid}.mp3"),
+            "RecordingSid": "rec-7",
+            "HasRecording": "yes",
+        },
+    )
+    _call, request = request_of(sid)
+    env = worker_env(handoff_config.fetch_ca_bundle)
+    listed = subprocess.run(
+        [sys.executable, "manage.py", "calls", "--clinic", SLUG, "--last", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert listed.returncode == 0, listed.stderr
     [line] = [line for line in listed.stdout.splitlines() if "anomalies:" in line]
     assert sorted(line.split("anomalies:")[1].replace(",", " ").split()) == [
-        "callFromWithheld", "hasRecordingNotBoolean", "recordingSidNotInUrl"]
+        "callFromWithheld",
+        "hasRecordingNotBoolean",
+        "recordingSidNotInUrl",
+    ]
     assert "from (withheld)" in listed.stdout or "from anonymous" in listed.stdout
 
     with db.connection_context():
@@ -257,71 +338,109 @@ def test_the_anomalies_are_shown_to_the_operator_and_on_the_request_page(web, ht
 
 # --- what is still refused, and recorded ------------------------------------------------------
 
+
 def refused(sid: str | None = None) -> list[RefusedHandoff]:
     with db.connection_context():
         query = RefusedHandoff.select().order_by(RefusedHandoff.id)
         return list(query.where(RefusedHandoff.call_sid == sid) if sid else query)
 
 
-def test_every_refused_hand_off_is_recorded_without_the_body_or_the_url_query(app, web, shapes_config):
+def test_every_refused_hand_off_is_recorded_without_the_body_or_the_url_query(app, web, handoff_config):
     token = issue_token([SLUG], ["write"])
-    hand_off(web, {"CallSid": "CA-unsafe", "CallFrom": "+420601123456", "CallTo": "+1",
-                   "RecordingUrl": "https://10.0.0.1/v.mp3?signature=TOPSECRET"}, status=400, token=token)
+    hand_off(
+        web,
+        {
+            "CallSid": "CA-unsafe",
+            "CallFrom": "+420601123456",
+            "CallTo": "+1",
+            "RecordingUrl": "https://10.0.0.1/v.mp3?signature=TOPSECRET",
+        },
+        status=400,
+        token=token,
+    )
     hand_off(web, {"CallFrom": "+420601123456"}, status=400, token=token)
     reader = issue_token([SLUG], ["read"])
     hand_off(web, {"CallSid": "CA-scope", "CallFrom": "+420601123456"}, status=403, token=reader)
-    web.post_json(switchboard_url("no-such-clinic", "recording-complete"), {"CallSid": "CA-404"},
-                  headers=bearer(token), status=404)
+    web.post_json(
+        switchboard_url("no-such-clinic", "recording-complete"),
+        {"CallSid": "CA-404"},
+        headers=bearer(token),
+        status=404,
+    )
     load(organization(clinic(SLUG, language="en"), clinic("clinic-b")))
     hand_off(web, {"CallSid": "CA-409", "CallFrom": "+420601123456"}, token=token)
-    web.post_json(switchboard_url("clinic-b", "recording-complete"), {"CallSid": "CA-409"},
-                  headers=bearer(issue_token(["clinic-b"], ["write"])), status=409)
+    web.post_json(
+        switchboard_url("clinic-b", "recording-complete"),
+        {"CallSid": "CA-409"},
+        headers=bearer(issue_token(["clinic-b"], ["write"])),
+        status=409,
+    )
     # Unauthenticated: nobody to attribute it to, not recorded (the access log has it).
     web.post_json(switchboard_url(SLUG, "recording-complete"), {"CallSid": "CA-401"}, status=401)
 
     rows = refused()
     seen = [(r.clinic_slug, r.status, r.code, r.call_sid) for r in rows]
-    assert seen == [(SLUG, 400, "VALIDATION_FAILED", "CA-unsafe"), (SLUG, 400, "VALIDATION_FAILED", None),
-                    (SLUG, 403, "FORBIDDEN", None), ("no-such-clinic", 404, "CLINIC_NOT_FOUND", None),
-                    ("clinic-b", 409, "CALL_SID_CONFLICT", "CA-409")]
+    assert seen == [
+        (SLUG, 400, "VALIDATION_FAILED", "CA-unsafe"),
+        (SLUG, 400, "VALIDATION_FAILED", None),
+        (SLUG, 403, "FORBIDDEN", None),
+        ("no-such-clinic", 404, "CLINIC_NOT_FOUND", None),
+        ("clinic-b", 409, "CALL_SID_CONFLICT", "CA-409"),
+    ]
     assert rows[0].message.startswith("RecordingUrl: ") and "TOPSECRET" not in rows[0].message
     assert all(r.token_id for r in rows) and rows[3].clinic_id is None and rows[0].clinic_id is not None
 
     # The operator's list, newest first, and the counter by reason.
-    env = worker_env(shapes_config.fetch_ca_bundle)
-    listed = subprocess.run([sys.executable, "manage.py", "calls", "--refused"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=60)
+    env = worker_env(handoff_config.fetch_ca_bundle)
+    listed = subprocess.run(
+        [sys.executable, "manage.py", "calls", "--refused"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
     assert len(lines) == 5 and "409 CALL_SID_CONFLICT" in lines[0] and "CallSid=CA-409" in lines[0]
     assert "400 VALIDATION_FAILED" in lines[-1] and "TOPSECRET" not in listed.stdout
     scraped = web.get("/metrics").text
-    counts = {(m[0], m[1]): float(m[2]) for m in re.findall(
-        r'clinic_handoffs_refused_total\{code="(\w+)",status="(\d+)"\} ([0-9.e+]+)', scraped)}
+    counts = {
+        (m[0], m[1]): float(m[2])
+        for m in re.findall(r'clinic_handoffs_refused_total\{code="(\w+)",status="(\d+)"\} ([0-9.e+]+)', scraped)
+    }
     assert counts[("VALIDATION_FAILED", "400")] >= 2 and counts[("CALL_SID_CONFLICT", "409")] >= 1
 
 
-def test_a_rate_limited_flood_is_counted_but_recorded_once_a_minute(app, shapes_config):
-    limited = webtest.TestApp(create_app(Config(**{**shapes_config.__dict__, "rate_limit_handoffs_per_minute": 2})))
+def test_a_rate_limited_flood_is_counted_but_recorded_once_a_minute(app, handoff_config):
+    limited = webtest.TestApp(create_app(Config(**{**handoff_config.__dict__, "rate_limit_handoffs_per_minute": 2})))
     load(organization(clinic(SLUG, language="en")))
     token = issue_token([SLUG], ["write"])
-    statuses = [limited.post_json(switchboard_url(SLUG, "recording-complete"),
-                                  {"CallSid": f"CA-flood-{i}", "CallFrom": "+420601123456"},
-                                  headers=bearer(token), status="*").status_int for i in range(8)]
+    statuses = [
+        limited.post_json(
+            switchboard_url(SLUG, "recording-complete"),
+            {"CallSid": f"CA-flood-{i}", "CallFrom": "+420601123456"},
+            headers=bearer(token),
+            status="*",
+        ).status_int
+        for i in range(8)
+    ]
     assert statuses.count(429) >= 5
     assert [(r.status, r.code) for r in refused()] == [(429, "RATE_LIMITED")]
 
 
-def test_refused_hand_offs_past_their_retention_are_purged(app, shapes_config):
+def test_refused_hand_offs_past_their_retention_are_purged(app, handoff_config):
     from datetime import timedelta
 
     from plumbing.clock import utc_now
     from switchboard import refusals
 
     with db.connection_context():
-        RefusedHandoff.insert(at=utc_now() - timedelta(days=31), clinic_slug=SLUG, status=400, code="VALIDATION_FAILED",
-                              message="old").execute()
-        RefusedHandoff.insert(at=utc_now() - timedelta(days=29), clinic_slug=SLUG, status=400, code="VALIDATION_FAILED",
-                              message="recent").execute()
+        RefusedHandoff.insert(
+            at=utc_now() - timedelta(days=31), clinic_slug=SLUG, status=400, code="VALIDATION_FAILED", message="old"
+        ).execute()
+        RefusedHandoff.insert(
+            at=utc_now() - timedelta(days=29), clinic_slug=SLUG, status=400, code="VALIDATION_FAILED", message="recent"
+        ).execute()
         assert refusals.purge(utc_now(), 30) == 1
         assert [r.message for r in RefusedHandoff.select()] == ["recent"]

@@ -1,4 +1,4 @@
-"""Hostile input (issue 6): oversized, malformed and malicious requests get a clear 4xx
+"""Hostile input: oversized, malformed and malicious requests get a clear 4xx
 `{error, code}`, never a 500, never data of another clinic, and the database and the
 storage directory stay intact.
 
@@ -6,6 +6,7 @@ Every operation and every field is taken from the service's own OpenAPI document
 request schemas, so a new operation or field is covered without touching this file.
 Body limits are checked against gunicorn as the Procfile runs it, over raw sockets.
 """
+
 from __future__ import annotations
 
 import io
@@ -26,21 +27,21 @@ import pytest
 import webtest
 from jsonschema import Draft202012Validator
 
-from web import openapi
-from web import schemas
 from app import create_app
 from config import Config
-from plumbing.database import bind_database, db
 from models import MODELS, ApiToken, Call, Clinic, Patient, PatientRequest, SchemaMigration, Tag
+from plumbing.database import bind_database, db
 from storage import LocalStorage, make_storage
 from tests.conftest import PG_URL, REDIS_URL
 from tests.support import SECRET_KEY, bearer, issue_token, load
+from tests.support.bodies import request_head as _head
 from tests.support.documented import inlined
 from tests.support.gunicorn import serving, start_gunicorn
 from tests.support.live_service import patient_id, signing_organization, tag_id, type_id
 from tests.support.ports import free_port
 from tests.support.processes import stop_process
 from tests.support.tiers import needs
+from web import openapi, schemas
 
 PDF = b"%PDF-1.7\n" + b"\0" * 1000 + b"\n%%EOF\n"
 
@@ -81,41 +82,77 @@ def _organization() -> dict[str, Any]:
 
 
 def _json_body(web: webtest.TestApp, method: str, url: str, token: str, body: Any, status: int = 200) -> Any:
-    answer = web.request(url, method=method, headers={**bearer(token), "Content-Type": "application/json"},
-                         body=json.dumps(body).encode(), expect_errors=True)
+    answer = web.request(
+        url,
+        method=method,
+        headers={**bearer(token), "Content-Type": "application/json"},
+        body=json.dumps(body).encode(),
+        expect_errors=True,
+    )
     assert answer.status_int == status, (url, answer.status, answer.text)
     return answer.json
 
 
-def _seed_clinic(web: webtest.TestApp, storage: LocalStorage, slug: str, token: str, patient: str,
-                 calendar: str, request_tag: str) -> dict[str, str]:
+def _seed_clinic(
+    web: webtest.TestApp, storage: LocalStorage, slug: str, token: str, patient: str, calendar: str, request_tag: str
+) -> dict[str, str]:
     """A request with an uploaded attachment, a request made from a call (recording)."""
     base = f"/external/v1/clinics/{slug}"
-    created = _json_body(web, "POST", f"{base}/patientRequests/create", token,
-                         {"patientId": patient_id(patient), "userECRFId": type_id("SIGNED_CONSENT", slug)})["data"]
-    link = _json_body(web, "POST", f"{base}/patientRequests/{created['id']}/attachments/upload-link", token,
-                      {"contentType": "application/pdf"})["data"]
+    created = _json_body(
+        web,
+        "POST",
+        f"{base}/patientRequests/create",
+        token,
+        {"patientId": patient_id(patient), "userECRFId": type_id("SIGNED_CONSENT", slug)},
+    )["data"]
+    link = _json_body(
+        web,
+        "POST",
+        f"{base}/patientRequests/{created['id']}/attachments/upload-link",
+        token,
+        {"contentType": "application/pdf"},
+    )["data"]
     storage.write_stream(link["fileHash"], io.BytesIO(PDF), len(PDF), "application/pdf")
-    attachment = _json_body(web, "POST", f"{base}/patientRequests/{created['id']}/attachments", token,
-                            {"contentType": "application/pdf", "fileHash": link["fileHash"],
-                             "description": f"{slug}-consent.pdf"})["data"]
+    attachment = _json_body(
+        web,
+        "POST",
+        f"{base}/patientRequests/{created['id']}/attachments",
+        token,
+        {"contentType": "application/pdf", "fileHash": link["fileHash"], "description": f"{slug}-consent.pdf"},
+    )["data"]
     with db.connection_context():
         clinic = Clinic.by_slug(slug)
-        call = Call.create(clinic=clinic, call_sid=f"hostile-{slug}", call_from="+420601123456",
-                           call_to="+420200000000", status="completed", has_recording=True,
-                           recording_url=f"https://files.example.com/{slug}.mp3?signature=SECRET-{slug}",
-                           state="done", outcome="voice_message", transcript=f"transcript of {slug}")
-        voice = PatientRequest.create(clinic=clinic, patient=patient_id(patient), kind="voice_message",
-                                      title="Voice message", call=call.id)
-    return {"patient": patient_id(patient), "request": created["id"], "voiceRequest": str(voice.id),
-            "fileHash": link["fileHash"], "attachment": attachment["id"],
-            "requestType": type_id("SIGNED_CONSENT", slug),
-            "calendar": str(_stable("calendar", slug, calendar)), "requestTag": request_tag,
-            "externalId": "EXT-1" if slug == "clinic-a" else "EXT-2"}
+        call = Call.create(
+            clinic=clinic,
+            call_sid=f"hostile-{slug}",
+            call_from="+420601123456",
+            call_to="+420200000000",
+            status="completed",
+            has_recording=True,
+            recording_url=f"https://files.example.com/{slug}.mp3?signature=SECRET-{slug}",
+            state="done",
+            outcome="voice_message",
+            transcript=f"transcript of {slug}",
+        )
+        voice = PatientRequest.create(
+            clinic=clinic, patient=patient_id(patient), kind="voice_message", title="Voice message", call=call.id
+        )
+    return {
+        "patient": patient_id(patient),
+        "request": created["id"],
+        "voiceRequest": str(voice.id),
+        "fileHash": link["fileHash"],
+        "attachment": attachment["id"],
+        "requestType": type_id("SIGNED_CONSENT", slug),
+        "calendar": str(_stable("calendar", slug, calendar)),
+        "requestTag": request_tag,
+        "externalId": "EXT-1" if slug == "clinic-a" else "EXT-2",
+    }
 
 
 def _stable(*parts: str) -> uuid.UUID:
     from onboarding.writer import stable_id
+
     return stable_id(*parts)
 
 
@@ -128,22 +165,47 @@ def world(wsgi_app, clock, tmp_path_factory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("hostile") / "storage"
     # Thousands of refused writes with two tokens within seconds: rate limits counted, never
     # met (tests/test_rate_limit.py has them), or 429 would answer before the checks here.
-    config = Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=clock, db_pool_size=4,
-                    storage_dir=str(root), rate_limit_handoffs_per_minute=10**8, rate_limit_writes_per_minute=10**8)
+    config = Config(
+        database_url=PG_URL,
+        redis_url=REDIS_URL,
+        secret_key=SECRET_KEY,
+        clock=clock,
+        db_pool_size=4,
+        storage_dir=str(root),
+        rate_limit_handoffs_per_minute=10**8,
+        rate_limit_writes_per_minute=10**8,
+    )
     web = webtest.TestApp(create_app(config))
     storage = make_storage(config)  # the app's own backend: the same directory, key and address
     load(_organization())
     token_a = issue_token(["clinic-a"], ["read", "write"])
     token_b = issue_token(["clinic-b"], ["read", "write"])
     world = World(web, storage, token_a, token_b)
-    world.ids["clinic-a"] = _seed_clinic(web, storage, "clinic-a", token_a, "jana", "Doctor",
-                                         str(tag_id("patient_request", "needs-callback", "clinic-a")))
-    world.ids["clinic-b"] = _seed_clinic(web, storage, "clinic-b", token_b, "petr", "B doctor",
-                                         str(tag_id("patient_request", "b-only", "clinic-b")))
+    world.ids["clinic-a"] = _seed_clinic(
+        web,
+        storage,
+        "clinic-a",
+        token_a,
+        "jana",
+        "Doctor",
+        str(tag_id("patient_request", "needs-callback", "clinic-a")),
+    )
+    world.ids["clinic-b"] = _seed_clinic(
+        web, storage, "clinic-b", token_b, "petr", "B doctor", str(tag_id("patient_request", "b-only", "clinic-b"))
+    )
     # Petr's name and id are the organization's (patient sharing): A may list him, never
     # what B holds about him (record tags, external ids, requests, files, calls).
-    world.secrets_b = ["b-only", "b-patient-tag", "EXT-2", "clinic-b-consent", "transcript of clinic-b",
-                       "SECRET-clinic-b", "Signed consent B", "B doctor", world.ids["clinic-b"]["fileHash"]]
+    world.secrets_b = [
+        "b-only",
+        "b-patient-tag",
+        "EXT-2",
+        "clinic-b-consent",
+        "transcript of clinic-b",
+        "SECRET-clinic-b",
+        "Signed consent B",
+        "B doctor",
+        world.ids["clinic-b"]["fileHash"],
+    ]
     try:
         yield world
     finally:
@@ -221,8 +283,12 @@ def sample(schema: dict[str, Any], name: str, known: dict[str, Any]) -> Any:
     if kind == "array":
         return [sample(schema.get("items", {}), name, known) for _ in range(schema.get("minItems", 0))]
     if kind == "string":
-        return {"uuid": str(uuid.uuid4()), "date": "1980-04-12", "date-time": "2026-11-18T10:00:00Z",
-                "email": "someone@example.org"}.get(schema.get("format", ""), None) or _fresh(name, schema)
+        return {
+            "uuid": str(uuid.uuid4()),
+            "date": "1980-04-12",
+            "date-time": "2026-11-18T10:00:00Z",
+            "email": "someone@example.org",
+        }.get(schema.get("format", "")) or _fresh(name, schema)
     if kind == "integer":
         return schema.get("minimum", 1)
     if kind == "number":
@@ -232,8 +298,9 @@ def sample(schema: dict[str, Any], name: str, known: dict[str, Any]) -> Any:
     return None
 
 
-def leaves(schema: dict[str, Any], path: tuple[Any, ...] = (), *, op: tuple[str, str] = ("", "")) -> Iterator[
-        tuple[tuple[Any, ...], dict[str, Any]]]:
+def leaves(
+    schema: dict[str, Any], path: tuple[Any, ...] = (), *, op: tuple[str, str] = ("", "")
+) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
     """(path, schema) of every field below `schema`, arrays through their first item; a
     nullable field (`anyOf` with null) as its other branch, marked `x-nullable`."""
     for key in ("anyOf", "oneOf"):
@@ -253,16 +320,25 @@ def leaves(schema: dict[str, Any], path: tuple[Any, ...] = (), *, op: tuple[str,
 
 def is_string_field(schema: dict[str, Any]) -> bool:
     kind = schema.get("type")
-    return kind == "string" or (isinstance(kind, list) and "string" in kind) or (
-        "enum" in schema and all(isinstance(v, str) for v in schema["enum"]))
+    return (
+        kind == "string"
+        or (isinstance(kind, list) and "string" in kind)
+        or ("enum" in schema and all(isinstance(v, str) for v in schema["enum"]))
+    )
 
 
 def schema_at(root: dict[str, Any], path: tuple[Any, ...], op: tuple[str, str]) -> dict[str, Any]:
     return dict(leaves(root, op=op))[path]
 
 
-def with_value(body: dict[str, Any], root: dict[str, Any], path: tuple[Any, ...], value: Any,
-               known: dict[str, Any], op: tuple[str, str]) -> dict[str, Any]:
+def with_value(
+    body: dict[str, Any],
+    root: dict[str, Any],
+    path: tuple[Any, ...],
+    value: Any,
+    known: dict[str, Any],
+    op: tuple[str, str],
+) -> dict[str, Any]:
     """`body` with `value` at `path`, missing parents filled with valid samples."""
     body = json.loads(json.dumps(body))
     node: Any = body
@@ -293,14 +369,26 @@ def base_body(op: Operation, known: dict[str, Any]) -> dict[str, Any]:
 
 def known_values(world: World) -> dict[str, Any]:
     ids = world.ids["clinic-a"]
-    return {"patientId": ids["patient"], "userECRFId": ids["requestType"], "calendarId": ids["calendar"],
-            "fileHash": ids["fileHash"], "CallFrom": "+420601123456", "CallTo": "+420200000000",
-            "contentType": "application/pdf", "phone": "+420601000000"}
+    return {
+        "patientId": ids["patient"],
+        "userECRFId": ids["requestType"],
+        "calendarId": ids["calendar"],
+        "fileHash": ids["fileHash"],
+        "CallFrom": "+420601123456",
+        "CallTo": "+420200000000",
+        "contentType": "application/pdf",
+        "phone": "+420601000000",
+    }
 
 
 def url_of(op: Operation, world: World, slug: str = "clinic-a", **override: str) -> str:
-    values = {"clinicSlug": slug, "requestId": world.ids[slug]["voiceRequest"] if op.template.endswith("/recording")
-              else world.ids[slug]["request"], **override}
+    values = {
+        "clinicSlug": slug,
+        "requestId": world.ids[slug]["voiceRequest"]
+        if op.template.endswith("/recording")
+        else world.ids[slug]["request"],
+        **override,
+    }
     path = op.template
     for name, value in values.items():
         encoded = urllib.parse.quote(value.encode("utf-8", "surrogatepass"), safe="")
@@ -308,14 +396,27 @@ def url_of(op: Operation, world: World, slug: str = "clinic-a", **override: str)
     return path
 
 
-def call(world: World, op: Operation, url: str, body: Any = None, *, raw: bytes | None = None,
-         token: str | None = None, query: str = "") -> webtest.TestResponse:
+def call(
+    world: World,
+    op: Operation,
+    url: str,
+    body: Any = None,
+    *,
+    raw: bytes | None = None,
+    token: str | None = None,
+    query: str = "",
+) -> webtest.TestResponse:
     headers = bearer(token or world.token_a)
     payload = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
     if payload:
         headers["Content-Type"] = "application/json"
-    return world.web.request(url + (f"?{query}" if query else ""), method=op.method.upper(), headers=headers,
-                             body=payload, expect_errors=True)
+    return world.web.request(
+        url + (f"?{query}" if query else ""),
+        method=op.method.upper(),
+        headers=headers,
+        body=payload,
+        expect_errors=True,
+    )
 
 
 def assert_clear_refusal(answer: webtest.TestResponse, *statuses: int) -> dict[str, Any]:
@@ -331,8 +432,12 @@ def assert_clear_refusal(answer: webtest.TestResponse, *statuses: int) -> dict[s
 def refusal(answer: webtest.TestResponse, *statuses: int) -> dict[str, Any]:
     """The error of a refused request: a 4xx body, or the one item of a bulk answer
     (whose items are validated and answered one by one)."""
-    if answer.status_int == 200 and isinstance(answer.json.get("data"), list) and answer.json["data"] \
-            and "index" in answer.json["data"][0]:
+    if (
+        answer.status_int == 200
+        and isinstance(answer.json.get("data"), list)
+        and answer.json["data"]
+        and "index" in answer.json["data"][0]
+    ):
         [item] = answer.json["data"]
         assert item["status"] == "failed", item
         return item["error"]
@@ -379,8 +484,11 @@ def test_hostile_strings_in_every_string_field_of_every_operation(world: World) 
             answer = call(world, op, url_of(op, world), with_value(base, op.body, path, text, known, key))
             tried += 1
             assert_not_server_error(answer)
-            if ("\u0000" in text or "\ud800" in text) and key[1].endswith("/recording-complete") \
-                    and path != ("RecordingUrl",):
+            if (
+                ("\u0000" in text or "\ud800" in text)
+                and key[1].endswith("/recording-complete")
+                and path != ("RecordingUrl",)
+            ):
                 # A hand-off is never refused for its text: the characters are replaced and
                 # the call flagged (switchboard/handoff.py); a refusal would lose the voicemail.
                 assert answer.status_int == 200, answer.text
@@ -401,10 +509,15 @@ def test_hostile_strings_in_every_string_field_of_every_operation(world: World) 
 def test_sql_text_matches_only_itself(world: World) -> None:
     base = "/external/v1/clinics/clinic-a"
     for text in SQL:
-        found = world.web.post_json(f"{base}/patients/search", {"filter": {"query": text}},
-                                    headers=bearer(world.token_a)).json["data"]
-        assert all(text in f"{p['firstName']} {p['lastName']}" or text in (p["email"] or "")
-                   or any(text in e["id"] for e in p["externalIds"]) for p in found), found
+        found = world.web.post_json(
+            f"{base}/patients/search", {"filter": {"query": text}}, headers=bearer(world.token_a)
+        ).json["data"]
+        assert all(
+            text in f"{p['firstName']} {p['lastName']}"
+            or text in (p["email"] or "")
+            or any(text in e["id"] for e in p["externalIds"])
+            for p in found
+        ), found
         assert patient_id("jana") not in {p["id"] for p in found}
 
 
@@ -439,8 +552,22 @@ def test_wrong_types_in_every_field_are_400(world: World) -> None:
 def test_a_body_that_is_not_a_json_object(world: World) -> None:
     deep_array = b"[" * 100_000
     deep_object = b'{"a":' * 50_000 + b"1" + b"}" * 50_000
-    bodies = [b"[]", b'"text"', b"42", b"null", b"true", b"{", b"\xff\xfe{}", b'{"callFrom": "\xc3\x28"}',
-              b"\xed\xa0\x80", deep_array, deep_object, b"{" * 1000, b"NaN", b'{"a": Infinity}']
+    bodies = [
+        b"[]",
+        b'"text"',
+        b"42",
+        b"null",
+        b"true",
+        b"{",
+        b"\xff\xfe{}",
+        b'{"callFrom": "\xc3\x28"}',
+        b"\xed\xa0\x80",
+        deep_array,
+        deep_object,
+        b"{" * 1000,
+        b"NaN",
+        b'{"a": Infinity}',
+    ]
     for op in OPERATIONS:
         if not op.body:
             continue
@@ -466,8 +593,9 @@ def test_huge_json_with_many_keys_is_answered_quickly(world: World) -> None:
     answer = world.web.post_json(url, many, headers=bearer(world.token_a), expect_errors=True)
     assert answer.status_int == 200 and time.monotonic() - started < 5
     over = json.dumps({f"k{i}": i for i in range(120_000)}).encode()  # ~1.9 MB, over the default limit
-    answer = world.web.post(url, over, headers={**bearer(world.token_a), "Content-Type": "application/json"},
-                            expect_errors=True)
+    answer = world.web.post(
+        url, over, headers={**bearer(world.token_a), "Content-Type": "application/json"}, expect_errors=True
+    )
     assert assert_clear_refusal(answer, 413)["code"] == "PAYLOAD_TOO_LARGE"
 
 
@@ -529,8 +657,9 @@ def test_clinic_b_ids_of_every_kind_under_clinic_a_give_nothing(world: World) ->
                 continue
             for kind, value in b.items():
                 known = known_values(world)
-                answer = call(world, op, url_of(op, world), with_value(base_body(op, known), op.body, path, value,
-                                                                     known, key))
+                answer = call(
+                    world, op, url_of(op, world), with_value(base_body(op, known), op.body, path, value, known, key)
+                )
                 tried += 1
                 assert_not_server_error(answer)
                 assert not _leaks(answer.text, world, value), (str(op), path, kind, answer.text[:300])
@@ -545,24 +674,44 @@ def test_clinic_b_ids_refused_with_the_documented_answers(world: World) -> None:
         return web.post_json(base + url, body, headers=auth, expect_errors=True)
 
     # patient of B (no record in A) and request type of B: no request is created
-    assert post("/patientRequests/create", {"patientId": b["patient"], "userECRFId": a["requestType"]}).status_int == 403
-    assert post("/patientRequests/create", {"patientId": a["patient"], "userECRFId": b["requestType"]}
-                ).json["code"] == "USER_ECRF_NOT_FOUND"
+    assert (
+        post("/patientRequests/create", {"patientId": b["patient"], "userECRFId": a["requestType"]}).status_int == 403
+    )
+    assert (
+        post("/patientRequests/create", {"patientId": a["patient"], "userECRFId": b["requestType"]}).json["code"]
+        == "USER_ECRF_NOT_FOUND"
+    )
     # B's calendar: neither a vacation check (answered exactly as an unknown id: a calendar
     # without vacations, whatever B's calendar holds) nor a reservation
     stray = post("/switchboard/is-on-vacation", {"calendarIds": [str(uuid.uuid4())]}).json
     assert post("/switchboard/is-on-vacation", {"calendarIds": [b["calendar"]]}).json == stray
     slot = {"start": "2026-11-20T09:00:00Z", "end": "2026-11-20T09:30:00Z", "calendarId": b["calendar"]}
-    assert post("/patientRequests/create", {"patientId": a["patient"], "userECRFId": a["requestType"],
-                                            "timeSlotInput": slot}).status_int == 400
+    assert (
+        post(
+            "/patientRequests/create",
+            {"patientId": a["patient"], "userECRFId": a["requestType"], "timeSlotInput": slot},
+        ).status_int
+        == 400
+    )
     # B's tag on A's request; B's uploaded file registered on A's request
-    assert web.patch_json(f"{base}/patientRequests/{a['request']}", {"addTagIds": [b["requestTag"]]},
-                          headers=auth, expect_errors=True).status_int == 400
-    assert post(f"/patientRequests/{a['request']}/attachments", {
-        "contentType": "application/pdf", "fileHash": b["fileHash"], "description": "x.pdf"}).status_int == 400
+    assert (
+        web.patch_json(
+            f"{base}/patientRequests/{a['request']}", {"addTagIds": [b["requestTag"]]}, headers=auth, expect_errors=True
+        ).status_int
+        == 400
+    )
+    assert (
+        post(
+            f"/patientRequests/{a['request']}/attachments",
+            {"contentType": "application/pdf", "fileHash": b["fileHash"], "description": "x.pdf"},
+        ).status_int
+        == 400
+    )
     # B's recording; B's patient's open request; B's patient's requests; B's external id
-    assert web.get(f"{base}/patientRequests/{b['voiceRequest']}/recording", headers=auth,
-                   expect_errors=True).status_int == 404
+    assert (
+        web.get(f"{base}/patientRequests/{b['voiceRequest']}/recording", headers=auth, expect_errors=True).status_int
+        == 404
+    )
     assert post("/switchboard/has-active-request", {"patientId": b["patient"]}).json == {"hasActiveRequest": False}
     assert post("/patientRequests/search", {"filter": {"patientId": b["patient"]}}).json["data"] == []
     voice = {r["id"] for r in post("/patientRequests/search", {"filter": {"kind": "voice_message"}}).json["data"]}
@@ -572,9 +721,12 @@ def test_clinic_b_ids_refused_with_the_documented_answers(world: World) -> None:
     assert b["patient"] not in {p["id"] for p in found}
     # ... and nothing of B was attached to A meanwhile
     with db.connection_context():
-        assert PatientRequest.select().where(
-            (PatientRequest.clinic == Clinic.by_slug("clinic-a").id) & (PatientRequest.patient == b["patient"])
-        ).count() == 0
+        assert (
+            PatientRequest.select()
+            .where((PatientRequest.clinic == Clinic.by_slug("clinic-a").id) & (PatientRequest.patient == b["patient"]))
+            .count()
+            == 0
+        )
 
 
 # ------------------------------------------------- body limits, against gunicorn (Procfile)
@@ -598,15 +750,32 @@ def gunicorn(world: World, tmp_path_factory) -> Iterator[Gunicorn]:
     """The web process as the Procfile starts it, with small limits to overrun."""
     port, root = free_port(), tmp_path_factory.mktemp("gunicorn") / "storage"
     base_url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
-           "DB_POOL_SIZE": "2", "MAX_BODY_BYTES": str(BODY_LIMIT), "STORAGE_DIR": str(root),
-           "STORAGE_MAX_UPLOAD_BYTES": str(UPLOAD_LIMIT), "PUBLIC_BASE_URL": base_url, "LOG_LEVEL": "WARNING"}
-    proc = start_gunicorn(port, "--workers", "1", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          ready=lambda _: serving(base_url))
+    env = {
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": REDIS_URL,
+        "SECRET_KEY": SECRET_KEY,
+        "DB_POOL_SIZE": "2",
+        "MAX_BODY_BYTES": str(BODY_LIMIT),
+        "STORAGE_DIR": str(root),
+        "STORAGE_MAX_UPLOAD_BYTES": str(UPLOAD_LIMIT),
+        "PUBLIC_BASE_URL": base_url,
+        "LOG_LEVEL": "WARNING",
+    }
+    proc = start_gunicorn(
+        port,
+        "--workers",
+        "1",
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        ready=lambda _: serving(base_url),
+    )
     try:
         root.mkdir(parents=True, exist_ok=True)
-        signer = LocalStorage(root, signing_key=Config(secret_key=SECRET_KEY).storage_signing_key,
-                              public_base_url=base_url)
+        signer = LocalStorage(
+            root, signing_key=Config(secret_key=SECRET_KEY).storage_signing_key, public_base_url=base_url
+        )
         yield Gunicorn(base_url, port, Path(root), signer)
     finally:
         stop_process(proc, 15)
@@ -643,8 +812,13 @@ def flood(port: int, head: bytes, *, chunked: bool, total: int = FLOOD, timeout:
         while True:
             if b"\r\n\r\n" in data:
                 header, _, rest = data.partition(b"\r\n\r\n")
-                length = int(next(line.split(b":")[1] for line in header.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length:")))
+                length = int(
+                    next(
+                        line.split(b":")[1]
+                        for line in header.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    )
+                )
                 if len(rest) >= length:
                     break
             piece_in = sock.recv(65536)
@@ -659,15 +833,6 @@ def flood(port: int, head: bytes, *, chunked: bool, total: int = FLOOD, timeout:
     return Exchange(status, json.loads(rest[:length]), answered)
 
 
-def _head(method: str, target: str, token: str | None, *, length: int | None,
-          content_type: str = "application/json") -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1", f"Content-Type: {content_type}"]
-    if token:
-        lines.append(f"Authorization: Bearer {token}")
-    lines.append(f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
 def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -676,8 +841,9 @@ def _files(root: Path) -> dict[str, bytes]:
 def test_a_body_over_the_limit_is_refused_before_it_is_read(gunicorn: Gunicorn, world: World, chunked: bool) -> None:
     target = "/external/v1/clinics/clinic-a/switchboard/has-active-request"
     started = time.monotonic()
-    answer = flood(gunicorn.port, _head("POST", target, world.token_a, length=None if chunked else FLOOD),
-                   chunked=chunked)
+    answer = flood(
+        gunicorn.port, _head("POST", target, world.token_a, length=None if chunked else FLOOD), chunked=chunked
+    )
     assert answer.status == 413 and answer.body["code"] == "PAYLOAD_TOO_LARGE"
     # answered while the client was still sending: the server read at most the limit
     # (plus what loopback socket buffers hold), not the gigabyte
@@ -703,8 +869,13 @@ def test_an_upload_over_the_storage_cap_is_refused_and_stores_nothing(gunicorn: 
     key = f"requests/{uuid.uuid4()}/{uuid.uuid4().hex}.pdf"
     url = urllib.parse.urlsplit(gunicorn.storage.presign_put(key, "application/pdf", 600))
     before = _files(gunicorn.storage_root)
-    answer = flood(gunicorn.port, _head("PUT", f"{url.path}?{url.query}", None, length=None if chunked else FLOOD,
-                                        content_type="application/pdf"), chunked=chunked)
+    answer = flood(
+        gunicorn.port,
+        _head(
+            "PUT", f"{url.path}?{url.query}", None, length=None if chunked else FLOOD, content_type="application/pdf"
+        ),
+        chunked=chunked,
+    )
     assert answer.status == 413 and answer.body["code"] == "PAYLOAD_TOO_LARGE"
     assert answer.sent_when_answered < 64 * 1024 * 1024
     assert _files(gunicorn.storage_root) == before  # no object, no sidecar, no partial file
@@ -726,10 +897,12 @@ def test_a_chunked_upload_within_the_cap_is_stored(gunicorn: Gunicorn) -> None:
 # ----------------------------------------------------------- presigned storage URLs
 
 
-def _raw(gunicorn: Gunicorn, method: str, target: str, body: bytes = b"", content_type: str = "application/pdf"
-         ) -> tuple[int, bytes]:
+def _raw(
+    gunicorn: Gunicorn, method: str, target: str, body: bytes = b"", content_type: str = "application/pdf"
+) -> tuple[int, bytes]:
     """One request with the target exactly as given (no client-side normalization)."""
     import http.client
+
     conn = http.client.HTTPConnection("127.0.0.1", gunicorn.port, timeout=10)
     try:
         conn.putrequest(method, target, skip_accept_encoding=True)
@@ -758,14 +931,24 @@ def test_presigned_urls_with_any_part_changed_are_refused(gunicorn: Gunicorn) ->
     other = f"requests/{uuid.uuid4()}/{uuid.uuid4().hex}.pdf"
     put = urllib.parse.urlsplit(storage.presign_put(key, "application/pdf", 600))
     before = _files(root)
-    expired = LocalStorage(root, signing_key=Config(secret_key=SECRET_KEY).storage_signing_key,
-                           public_base_url=gunicorn.base_url, clock=lambda: time.time() - 3600)
+    expired = LocalStorage(
+        root,
+        signing_key=Config(secret_key=SECRET_KEY).storage_signing_key,
+        public_base_url=gunicorn.base_url,
+        clock=lambda: time.time() - 3600,
+    )
     old = urllib.parse.urlsplit(expired.presign_put(key, "application/pdf", 60))
     refused_puts = {
-        "signature": (put.path, _with(put.query, signature=_flip(dict(urllib.parse.parse_qsl(put.query))["signature"])),
-                      "application/pdf"),
-        "expiry": (put.path, _with(put.query, expires=str(int(dict(urllib.parse.parse_qsl(put.query))["expires"]) + 1)),
-                   "application/pdf"),
+        "signature": (
+            put.path,
+            _with(put.query, signature=_flip(dict(urllib.parse.parse_qsl(put.query))["signature"])),
+            "application/pdf",
+        ),
+        "expiry": (
+            put.path,
+            _with(put.query, expires=str(int(dict(urllib.parse.parse_qsl(put.query))["expires"]) + 1)),
+            "application/pdf",
+        ),
         "expired": (old.path, old.query, "application/pdf"),
         "key": (f"/storage/{other}", put.query, "application/pdf"),
         "content type": (put.path, put.query, "text/html"),
@@ -777,15 +960,18 @@ def test_presigned_urls_with_any_part_changed_are_refused(gunicorn: Gunicorn) ->
     # method: a PUT URL does not download, a GET URL does not upload
     storage.write_stream(key, io.BytesIO(PDF), len(PDF), "application/pdf")
     before = _files(root)
-    get = urllib.parse.urlsplit(storage.presign_get(key, 600, content_type="application/pdf",
-                                                    disposition="attachment", filename="a.pdf"))
+    get = urllib.parse.urlsplit(
+        storage.presign_get(key, 600, content_type="application/pdf", disposition="attachment", filename="a.pdf")
+    )
     assert _raw(gunicorn, "GET", f"{put.path}?{put.query}")[0] == 403
     assert _raw(gunicorn, "PUT", f"{get.path}?{get.query}", b"overwritten")[0] == 403
-    refused_gets = {"signature": _with(get.query, signature=_flip(dict(urllib.parse.parse_qsl(get.query))["signature"])),
-                    "content type": _with(get.query, content_type="text/html"),
-                    "disposition": _with(get.query, disposition="inline"),
-                    "filename": _with(get.query, filename="b.pdf"),
-                    "expiry": _with(get.query, expires="9999999999")}
+    refused_gets = {
+        "signature": _with(get.query, signature=_flip(dict(urllib.parse.parse_qsl(get.query))["signature"])),
+        "content type": _with(get.query, content_type="text/html"),
+        "disposition": _with(get.query, disposition="inline"),
+        "filename": _with(get.query, filename="b.pdf"),
+        "expiry": _with(get.query, expires="9999999999"),
+    }
     for part, query in refused_gets.items():
         status, body = _raw(gunicorn, "GET", f"{get.path}?{query}")
         assert status == 403 and b"%PDF" not in body, (part, status)
@@ -795,10 +981,23 @@ def test_presigned_urls_with_any_part_changed_are_refused(gunicorn: Gunicorn) ->
     assert _files(root) == before
 
 
-TRAVERSAL_KEYS = ["../escape.pdf", "../../escape.pdf", "requests/../../escape.pdf", "/tmp/escape.pdf",
-                  "requests/..%2f..%2fescape.pdf", "%2e%2e%2fescape.pdf", "%2e%2e/escape.pdf", "..%5cescape.pdf",
-                  "%252e%252e%252fescape.pdf", "a%00b.pdf", "requests/x.pdf%00.png", ".meta/x.pdf.json",
-                  "requests//escape.pdf", "./escape.pdf", "requests/./x.pdf"]
+TRAVERSAL_KEYS = [
+    "../escape.pdf",
+    "../../escape.pdf",
+    "requests/../../escape.pdf",
+    "/tmp/escape.pdf",
+    "requests/..%2f..%2fescape.pdf",
+    "%2e%2e%2fescape.pdf",
+    "%2e%2e/escape.pdf",
+    "..%5cescape.pdf",
+    "%252e%252e%252fescape.pdf",
+    "a%00b.pdf",
+    "requests/x.pdf%00.png",
+    ".meta/x.pdf.json",
+    "requests//escape.pdf",
+    "./escape.pdf",
+    "requests/./x.pdf",
+]
 
 
 def test_traversal_keys_are_refused_and_nothing_is_written_outside(gunicorn: Gunicorn) -> None:
@@ -809,14 +1008,21 @@ def test_traversal_keys_are_refused_and_nothing_is_written_outside(gunicorn: Gun
         # Even a signature computed for exactly this key (a leaked signing key) does not help.
         decoded = urllib.parse.unquote(raw_key)
         expires = int(time.time()) + 600
-        query = urllib.parse.urlencode({"expires": expires,
-                                        "signature": storage._signature("PUT", decoded, expires, "application/pdf")})
+        query = urllib.parse.urlencode(
+            {"expires": expires, "signature": storage._signature("PUT", decoded, expires, "application/pdf")}
+        )
         status, body = _raw(gunicorn, "PUT", f"/storage/{raw_key}?{query}", b"escaped")
         assert status in (400, 403, 404), (raw_key, status, body)
         assert "code" in json.loads(body)
-        get_query = urllib.parse.urlencode({
-            "expires": expires, "content_type": "text/plain", "disposition": "inline", "filename": "p",
-            "signature": storage._signature("GET", decoded, expires, "text/plain", "inline", "p")})
+        get_query = urllib.parse.urlencode(
+            {
+                "expires": expires,
+                "content_type": "text/plain",
+                "disposition": "inline",
+                "filename": "p",
+                "signature": storage._signature("GET", decoded, expires, "text/plain", "inline", "p"),
+            }
+        )
         status, body = _raw(gunicorn, "GET", f"/storage/{raw_key}?{get_query}")
         assert status in (400, 403, 404) and b"escaped" not in body, (raw_key, status)
     for target in ("/etc/passwd", "/../../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd"):

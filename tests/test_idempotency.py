@@ -15,6 +15,7 @@
   its key, leaves one request; 20 concurrent creates with one key make one request; with
   Redis unreachable the database's unique key still lets one write commit.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -78,6 +79,7 @@ def stored_keys() -> list[IdempotencyKey]:
 
 # --- without the header ------------------------------------------------------------------
 
+
 def test_without_the_header_every_create_writes_and_nothing_is_stored(app, token) -> None:
     first = app.post_json(CREATE, creation(), headers=bearer(token))
     second = app.post_json(CREATE, creation(), headers=bearer(token))
@@ -87,6 +89,7 @@ def test_without_the_header_every_create_writes_and_nothing_is_stored(app, token
 
 
 # --- create: the first runs, a retry is its answer ----------------------------------------
+
 
 def test_a_retry_with_the_key_is_the_first_answer_byte_for_byte_and_writes_nothing(app, token) -> None:
     key = str(uuid.uuid4())
@@ -120,8 +123,9 @@ def test_the_same_key_on_another_path_is_422(app, token) -> None:
     patched = app.patch_json(request, {"done": True}, headers=keyed(token, "patch-1"))
     other = app.post_json(CREATE, creation(), headers=keyed(token, str(uuid.uuid4()))).json["data"]
     # The PATCH's key on another request: another path, so another request.
-    answer = app.patch_json(f"{api()}/patientRequests/{other['id']}", {"done": True},
-                            headers=keyed(token, "patch-1"), expect_errors=True)
+    answer = app.patch_json(
+        f"{api()}/patientRequests/{other['id']}", {"done": True}, headers=keyed(token, "patch-1"), expect_errors=True
+    )
     assert_error(answer, 422, "IDEMPOTENCY_KEY_REUSED")
     assert patched.json["data"]["doneAt"] is not None
     with db.connection_context():
@@ -155,8 +159,9 @@ def test_the_longest_key_and_any_printable_ascii_are_accepted(app, token) -> Non
 
 def test_a_request_refused_before_writing_stores_nothing_and_its_retry_runs(app, token) -> None:
     key = str(uuid.uuid4())
-    refused = app.post_json(CREATE, {**creation(), "patientId": str(uuid.uuid4())}, headers=keyed(token, key),
-                            expect_errors=True)
+    refused = app.post_json(
+        CREATE, {**creation(), "patientId": str(uuid.uuid4())}, headers=keyed(token, key), expect_errors=True
+    )
     assert_error(refused, 404, "PATIENT_NOT_FOUND")
     invalid = app.post_json(CREATE, {"patientId": "nope"}, headers=keyed(token, key), expect_errors=True)
     assert invalid.status_int == 400
@@ -167,7 +172,8 @@ def test_a_request_refused_before_writing_stores_nothing_and_its_retry_runs(app,
 
 
 def test_a_5xx_whose_transaction_rolled_back_stores_nothing_and_the_retry_with_the_key_writes_once(
-        app, token, monkeypatch: pytest.MonkeyPatch) -> None:
+    app, token, monkeypatch: pytest.MonkeyPatch
+) -> None:
     record, failures = AuditEvent.record, []
 
     def fail_once(*args, **kwargs):
@@ -201,8 +207,7 @@ def test_a_5xx_without_a_key_says_to_retry_with_one_or_check_first(app, token, m
 def test_while_the_first_runs_the_key_is_409_with_retry_after(app, token) -> None:
     key = str(uuid.uuid4())
     token_id = uuid.UUID(token.split("_")[1])  # csk_<id hex>_<secret>
-    claim = "idempotency:{}:{}".format(
-        token_id, hashlib.sha256(f"createPatientRequest\0{key}".encode()).hexdigest())
+    claim = "idempotency:{}:{}".format(token_id, hashlib.sha256(f"createPatientRequest\0{key}".encode()).hexdigest())
     client = redis.Redis.from_url(REDIS_URL)
     client.set(claim, "another request", ex=30)  # as the first request's claim, while it runs
     try:
@@ -218,8 +223,10 @@ def test_while_the_first_runs_the_key_is_409_with_retry_after(app, token) -> Non
 
 # --- the key's lifetime -----------------------------------------------------------------------
 
+
 def test_a_key_is_replayed_for_24_hours_then_purged_by_the_workers_round_and_runs_anew(
-        app, token, clock, config: Config, tmp_path: Path) -> None:
+    app, token, clock, config: Config, tmp_path: Path
+) -> None:
     key = str(uuid.uuid4())
     first = app.post_json(CREATE, creation(), headers=keyed(token, key)).json["data"]
     clock.set(clock() + timedelta(hours=23, minutes=59))
@@ -251,6 +258,7 @@ def test_idempotency_key_hours_below_a_day_is_refused_at_start() -> None:
 
 # --- the other writes ---------------------------------------------------------------------------
 
+
 def _request(app, token) -> str:
     return app.post_json(CREATE, creation(), headers=bearer(token)).json["data"]["id"]
 
@@ -267,8 +275,11 @@ def test_upload_link_replayed_is_the_same_file_hash_with_a_fresh_url(app, token)
     expires = int(parse_qs(urlsplit(again.json["data"]["url"]).query)["expires"][0])
     assert replayed_at + 590 <= expires <= replayed_at + 601
     # The fresh URL takes the upload; the stored answer holds no URL (a credential).
-    put = app.put(urlsplit(again.json["data"]["url"]).path + "?" + urlsplit(again.json["data"]["url"]).query, PDF,
-                  headers={"Content-Type": "application/pdf"})
+    put = app.put(
+        urlsplit(again.json["data"]["url"]).path + "?" + urlsplit(again.json["data"]["url"]).query,
+        PDF,
+        headers={"Content-Type": "application/pdf"},
+    )
     assert put.status_int in (200, 201, 204)
     with db.connection_context():
         assert UploadLink.select().where(UploadLink.request == request_id).count() == 1
@@ -288,8 +299,9 @@ def test_registration_retried_with_its_key_registers_one_attachment(app, token) 
     assert again.body == first.body and again.headers["Idempotent-Replayed"] == "true"
     with db.connection_context():
         assert MedicalRecord.select().where(MedicalRecord.request == request_id).count() == 1
-    reused = app.post_json(base, {**body, "description": "other.pdf"}, headers=keyed(token, "register-1"),
-                           expect_errors=True)
+    reused = app.post_json(
+        base, {**body, "description": "other.pdf"}, headers=keyed(token, "register-1"), expect_errors=True
+    )
     assert_error(reused, 422, "IDEMPOTENCY_KEY_REUSED")
 
 
@@ -308,8 +320,12 @@ def test_patch_import_and_import_bulk_replay_their_first_answer(app, token) -> N
     replayed = app.post_json(api() + "/patients/import", one, headers=keyed(token, "i"))
     assert imported.json["data"]["created"] is True and replayed.body == imported.body
 
-    bulk = {"patients": [{"externalId": "IDEM-2", "firstName": "Adam", "lastName": "Beneš"},
-                         {"externalId": "IDEM-3", "firstName": "Běla", "lastName": "Černá", "phone": "not a phone"}]}
+    bulk = {
+        "patients": [
+            {"externalId": "IDEM-2", "firstName": "Adam", "lastName": "Beneš"},
+            {"externalId": "IDEM-3", "firstName": "Běla", "lastName": "Černá", "phone": "not a phone"},
+        ]
+    }
     first_bulk = app.post_json(api() + "/patients/import-bulk", bulk, headers=keyed(token, "b"))
     again_bulk = app.post_json(api() + "/patients/import-bulk", bulk, headers=keyed(token, "b"))
     assert [item["status"] for item in first_bulk.json["data"]] == ["created", "failed"]
@@ -335,8 +351,10 @@ def test_the_header_on_a_read_or_the_switchboard_changes_nothing(app, token) -> 
 
 # --- real processes ---------------------------------------------------------------------------
 
+
 def test_without_redis_the_unique_key_still_lets_one_of_twenty_concurrent_creates_write(
-        app, token, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    app, token, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # The claim's Redis unreachable (a port nothing listens on): every request runs; the database decides.
     original, down = web.idempotency.IdempotencyKeys._claim, redis.Redis(port=free_port(), socket_connect_timeout=1)
 
@@ -347,8 +365,9 @@ def test_without_redis_the_unique_key_still_lets_one_of_twenty_concurrent_create
     monkeypatch.setattr(web.idempotency.IdempotencyKeys, "_claim", claim_on_a_redis_that_is_down)
     key = str(uuid.uuid4())
     with serve(storage_dir=str(tmp_path)) as base_url:
-        answers = concurrently(lambda: requests.post(base_url + CREATE, json=creation(), headers=keyed(token, key),
-                                                     timeout=30), n=20)
+        answers = concurrently(
+            lambda: requests.post(base_url + CREATE, json=creation(), headers=keyed(token, key), timeout=30), n=20
+        )
     statuses = sorted(a.status_code for a in answers)
     assert statuses == [200] * 20, statuses
     assert len({a.json()["data"]["id"] for a in answers}) == 1
@@ -361,11 +380,19 @@ def test_without_redis_the_unique_key_still_lets_one_of_twenty_concurrent_create
 def web_process(app, token, tmp_path: Path) -> Iterator[str]:
     """The web process as the Procfile runs it (gunicorn, gevent, two workers) on the suite's database."""
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
-           "DB_POOL_SIZE": "4", "STORAGE_DIR": str(tmp_path / "storage"), "LOG_LEVEL": "WARNING",
-           "RATE_LIMIT_WRITES_PER_MINUTE": "0"}
-    with serving_gunicorn("--workers", "2", env=env, log=tmp_path / "gunicorn.log", port=port, timeout=60,
-                          stop_timeout=15) as base_url:
+    env = {
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": REDIS_URL,
+        "SECRET_KEY": SECRET_KEY,
+        "DB_POOL_SIZE": "4",
+        "STORAGE_DIR": str(tmp_path / "storage"),
+        "LOG_LEVEL": "WARNING",
+        "RATE_LIMIT_WRITES_PER_MINUTE": "0",
+    }
+    with serving_gunicorn(
+        "--workers", "2", env=env, log=tmp_path / "gunicorn.log", port=port, timeout=60, stop_timeout=15
+    ) as base_url:
         yield base_url
 
 
@@ -396,7 +423,9 @@ class CutAfterTheAnswerStarts:
         while b"\r\n\r\n" not in request:
             request += client.recv(65536)
         head, _, body = request.partition(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+        length = next(
+            int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+        )
         while len(body) < length:
             body += client.recv(65536)
         upstream.sendall(head + b"\r\n\r\n" + body)
@@ -415,8 +444,9 @@ def test_a_create_cut_after_its_commit_and_retried_with_its_key_leaves_one_reque
     key = str(uuid.uuid4())
     try:
         with pytest.raises(requests.ConnectionError):
-            requests.post(f"http://127.0.0.1:{proxy.port}{CREATE}", json=creation(), headers=keyed(token, key),
-                          timeout=30)
+            requests.post(
+                f"http://127.0.0.1:{proxy.port}{CREATE}", json=creation(), headers=keyed(token, key), timeout=30
+            )
     finally:
         proxy.close()
     assert proxy.answers_cut == 1
@@ -435,16 +465,25 @@ def test_a_create_cut_after_its_commit_and_retried_with_its_key_leaves_one_reque
 
 def test_twenty_concurrent_creates_with_one_key_make_one_request(web_process, token) -> None:
     key = str(uuid.uuid4())
-    answers = concurrently(lambda: requests.post(web_process + CREATE, json=creation(), headers=keyed(token, key),
-                                                 timeout=30), n=20)
+    answers = concurrently(
+        lambda: requests.post(web_process + CREATE, json=creation(), headers=keyed(token, key), timeout=30), n=20
+    )
     assert not [a for a in answers if isinstance(a, Exception)], answers
     statuses = [a.status_code for a in answers]
     assert set(statuses) <= {200, 409} and statuses.count(200) >= 1, statuses
-    assert all(a.headers["Retry-After"] == "1" and a.json()["code"] == "IDEMPOTENCY_KEY_IN_PROGRESS"
-               for a in answers if a.status_code == 409)
+    assert all(
+        a.headers["Retry-After"] == "1" and a.json()["code"] == "IDEMPOTENCY_KEY_IN_PROGRESS"
+        for a in answers
+        if a.status_code == 409
+    )
     assert len({a.json()["data"]["id"] for a in answers if a.status_code == 200}) == 1
     assert requests_made() == 1
     # Once the first is done, every retry is its answer.
-    assert wait_until(lambda: requests.post(web_process + CREATE, json=creation(), headers=keyed(token, key),
-                                            timeout=30).status_code == 200, timeout=10)
+    assert wait_until(
+        lambda: (
+            requests.post(web_process + CREATE, json=creation(), headers=keyed(token, key), timeout=30).status_code
+            == 200
+        ),
+        timeout=10,
+    )
     assert requests_made() == 1

@@ -5,6 +5,7 @@ next INSERT (one commit for all); each is answered only once its row is stored; 
 same CallSid many times in one batch is stored once and created once; a row the
 database refuses fails alone, the rest of its batch is stored.
 """
+
 from __future__ import annotations
 
 import threading
@@ -14,9 +15,9 @@ import uuid
 import psycopg2
 import pytest
 
-from switchboard.intake import GroupCommit
-from plumbing.database import db
 from models import Call, Clinic
+from plumbing.database import db
+from switchboard.intake import GroupCommit
 from tests.conftest import PG_URL
 from tests.support import clinic, load, organization
 from tests.support.servers import wait_until
@@ -33,7 +34,9 @@ def fields(sid: str) -> dict:
     return {"call_sid": sid, "call_from": "+12015550198", "call_to": "+12015550100"}
 
 
-def hand_off_all(commit: GroupCommit, clinics: list[Clinic], sids: list[str]) -> list[tuple[Call | None, bool | Exception]]:
+def hand_off_all(
+    commit: GroupCommit, clinics: list[Clinic], sids: list[str]
+) -> list[tuple[Call | None, bool | Exception]]:
     """Each (clinic, sid) from its own thread, all while the `call` table is locked by
     another transaction, so the first write blocks and the others queue behind it."""
     results: list = [None] * len(sids)
@@ -42,7 +45,7 @@ def hand_off_all(commit: GroupCommit, clinics: list[Clinic], sids: list[str]) ->
         # Only a thread that writes or reads connects (the pool has 4 connections here).
         try:
             results[i] = commit.receive(clinics[i], fields(sids[i]), None)
-        except Exception as exc:  # noqa: BLE001 - asserted by the caller
+        except Exception as exc:
             results[i] = (None, exc)
         finally:
             if not db.is_closed():
@@ -55,8 +58,9 @@ def hand_off_all(commit: GroupCommit, clinics: list[Clinic], sids: list[str]) ->
     try:
         for t in threads:
             t.start()
-        assert wait_until(lambda: len(commit._queue) == len(sids) - 1, timeout=20, interval=0.01), \
+        assert wait_until(lambda: len(commit._queue) == len(sids) - 1, timeout=20, interval=0.01), (
             "the others did not queue behind the first write"
+        )
         assert all(r is None for r in results), "nobody is answered before the commit"
     finally:
         blocker.commit()
@@ -116,7 +120,7 @@ def test_waiting_hand_offs_give_back_their_connections_so_the_writer_gets_one(cl
                 holding.wait(timeout=30)  # every connection taken
                 holding.wait(timeout=30)  # released once the writer waits for one
             results[sid] = commit.receive(clinic_row, fields(sid), None)[1]
-        except Exception as exc:  # noqa: BLE001 - asserted below
+        except Exception as exc:
             results[sid] = exc
         finally:
             if not db.is_closed():

@@ -1,6 +1,7 @@
 """Keyset pagination (keyset.py): cursors as the searches have always written them, and
 the refusal of anything else. Paging through real rows is covered by the searches'
 own tests (test_patients.py, test_request_kinds.py, test_signed_documents.py)."""
+
 from __future__ import annotations
 
 import base64
@@ -11,10 +12,10 @@ from datetime import datetime
 import peewee as pw
 import pytest
 
-from plumbing.errors import Invalid
-from web.errors import from_domain
-from plumbing.keyset import INVALID_CURSOR, Keyset
 from models import Patient, PatientRequest
+from plumbing.errors import Invalid
+from plumbing.keyset import INVALID_CURSOR, Keyset
+from web.errors import from_domain
 
 REQUESTS = Keyset(PatientRequest.created_at, PatientRequest.id, descending=True)
 PATIENTS = Keyset(Patient.id)
@@ -43,11 +44,24 @@ def test_a_patient_cursor_is_the_id_itself():
     assert PATIENTS.key(str(ID)) == (ID,)
 
 
-@pytest.mark.parametrize("cursor", [
-    "garbage", "nope", "%%%", "Ž", b64(["2026-11-18T10:00:00"]), b64(["2026-11-18T10:00:00", str(ID), "x"]),
-    b64({"a": 1}), b64(5), b64(None), b64(["yesterday", str(ID)]), b64(["2026-11-18T10:00:00", "not-an-id"]),
-    b64([1, str(ID)]), b64(["2026-11-18T10:00:00", 1]),  # the last one answered 500 before keyset.py
-])
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "garbage",
+        "nope",
+        "%%%",
+        "Ž",
+        b64(["2026-11-18T10:00:00"]),
+        b64(["2026-11-18T10:00:00", str(ID), "x"]),
+        b64({"a": 1}),
+        b64(5),
+        b64(None),
+        b64(["yesterday", str(ID)]),
+        b64(["2026-11-18T10:00:00", "not-an-id"]),
+        b64([1, str(ID)]),
+        b64(["2026-11-18T10:00:00", 1]),  # the last one answered 500 before keyset.py
+    ],
+)
 def test_anything_else_is_refused_as_before(cursor):
     with pytest.raises(Invalid) as refused:
         REQUESTS.key(cursor)
@@ -64,12 +78,17 @@ def test_a_patient_cursor_that_is_no_id_is_refused():
 def test_the_rows_after_a_key_are_selected_as_before():
     created, rid = CREATED, ID
     assert sql(REQUESTS.after((created, rid))) == sql(
-        (PatientRequest.created_at < created) | ((PatientRequest.created_at == created) & (PatientRequest.id < rid)))
+        (PatientRequest.created_at < created) | ((PatientRequest.created_at == created) & (PatientRequest.id < rid))
+    )
     assert sql(PATIENTS.after((rid,))) == sql(Patient.id > rid)
     three = Keyset(PatientRequest.created_at, PatientRequest.done_at, PatientRequest.id)
     assert sql(three.after((1, 2, 3))) == sql(
-        (PatientRequest.created_at > 1) | ((PatientRequest.created_at == 1) & (
-            (PatientRequest.done_at > 2) | ((PatientRequest.done_at == 2) & (PatientRequest.id > 3)))))
+        (PatientRequest.created_at > 1)
+        | (
+            (PatientRequest.created_at == 1)
+            & ((PatientRequest.done_at > 2) | ((PatientRequest.done_at == 2) & (PatientRequest.id > 3)))
+        )
+    )
 
 
 def test_a_column_without_a_cursor_form_is_refused_when_the_order_is_made():

@@ -2,6 +2,7 @@
 import-linter's contracts in pyproject.toml (`lint-imports`, run by .ci/run); the top-level
 modules, which import-linter cannot read (it reads packages only), are held here to the
 same layers by reading their imports."""
+
 from __future__ import annotations
 
 import ast
@@ -16,8 +17,25 @@ from tests.conftest import ROOT
 
 #: The lint-imports script, run with this interpreter (whatever its first line names).
 LINT_IMPORTS = [sys.executable, str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
-SERVICE_PACKAGES = {"commands", "resources", "jobs", "web", "onboarding", "console", "documents", "switchboard",
-                    "api_keys", "privacy", "triage", "voicemail", "storage", "staff", "models", "plumbing", "safe_fetch"}
+SERVICE_PACKAGES = {
+    "commands",
+    "resources",
+    "jobs",
+    "web",
+    "onboarding",
+    "console",
+    "documents",
+    "switchboard",
+    "api_keys",
+    "privacy",
+    "triage",
+    "voicemail",
+    "storage",
+    "staff",
+    "models",
+    "plumbing",
+    "safe_fetch",
+}
 TOP_MODULES = {"app", "wsgi", "manage", "migrations", "config"}
 #: What each top-level module may import of the service (its layer and those below).
 MAY_IMPORT = {
@@ -50,8 +68,7 @@ def test_a_top_level_module_imports_only_its_layer_and_below(module: str) -> Non
 def test_the_packages_keep_their_contracts() -> None:
     """`lint-imports` with pyproject.toml's contracts: layers, what nothing below the entry
     points imports, plumbing free of the service, no cycles inside a package."""
-    done = subprocess.run(LINT_IMPORTS, cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(LINT_IMPORTS, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
 
@@ -67,10 +84,15 @@ def test_the_rules_reject_an_upward_import(tmp_path: Path) -> None:
         else:
             (copy / name).write_bytes(source.read_bytes())
     target = copy / "voicemail" / "recordings.py"
-    target.write_text(target.read_text(encoding="utf-8") + "\nfrom jobs import queueing  # upward\n",
-                      encoding="utf-8")
-    done = subprocess.run(LINT_IMPORTS, cwd=copy, capture_output=True,
-                          text=True, timeout=120, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
+    target.write_text(target.read_text(encoding="utf-8") + "\nfrom jobs import queueing  # upward\n", encoding="utf-8")
+    done = subprocess.run(
+        LINT_IMPORTS,
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode != 0 and "voicemail.recordings -> jobs.queueing" in done.stdout, done.stdout[-2000:]
 
 
@@ -151,8 +173,13 @@ def test_importing_the_service_starts_no_thread_opens_no_pipe_and_writes_no_envi
     import json as _json
 
     packages = sorted(SERVICE_PACKAGES)
-    done = subprocess.run([sys.executable, "-c", _IMPORT_EVERYTHING, str(ROOT), _json.dumps(packages)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EVERYTHING, str(ROOT), _json.dumps(packages)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     [line] = [line for line in done.stdout.splitlines() if line.startswith("SEEN ")]
     assert _json.loads(line.removeprefix("SEEN ")) == []
@@ -167,10 +194,17 @@ def test_comments_name_no_issue_numbers_readme_sections_or_dated_measurements():
         ("an issue number", re.compile(r"\b[Ii]ssues? #?\d+\b")),
         ("a README section", re.compile(r"README,?\s[\"“][A-Z]|\(README\b|README's \"")),
         ("a machine's measurement", re.compile(r"\bthis (?:project's )?machine\b|\bseen here\b")),
-        ("a dated measurement", re.compile(r"\b(?:measured|fitted|fit|seen|run)\b.*\b20\d\d-\d\d-\d\d\b|"
-                                           r"\b20\d\d-\d\d-\d\d\b.*\b(?:measured|fitted|fit)\b")),
+        (
+            "a dated measurement",
+            re.compile(
+                r"\b(?:measured|fitted|fit|seen|run)\b.*\b20\d\d-\d\d-\d\d\b|"
+                r"\b20\d\d-\d\d-\d\d\b.*\b(?:measured|fitted|fit)\b"
+            ),
+        ),
     )
-    files = [path for package in sorted(SERVICE_PACKAGES | {"bench", "tools"}) for path in (ROOT / package).rglob("*.py")]
+    files = [
+        path for package in sorted(SERVICE_PACKAGES | {"bench", "tools"}) for path in (ROOT / package).rglob("*.py")
+    ]
     files += [ROOT / f"{module}.py" for module in sorted(TOP_MODULES)]
     offenders = []
     for path in files:

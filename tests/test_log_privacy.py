@@ -19,6 +19,7 @@ seeded personal data, or any phone number or e-mail address, in a line at INFO o
 (tests/support/log_audit.py reads the levels); the values also join the session's log
 audit. One start of the service for the module.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -44,6 +45,9 @@ from plumbing.logs import short_hash
 from staff.passwords import hash_password
 from tests.conftest import PG_URL, ROOT
 from tests.support import bearer, clinic, log_audit, organization, switchboard_url
+from tests.support.api_key_pages import PAGE as KEYS
+from tests.support.api_key_pages import create as create_key
+from tests.support.api_key_pages import secret_of
 from tests.support.databases import recreate_database
 from tests.support.faults import RedisServer
 from tests.support.gunicorn import serving, start_gunicorn
@@ -51,12 +55,13 @@ from tests.support.https_server import HTTPSTestServer, static
 from tests.support.live_service import api, over_http, type_id
 from tests.support.ports import free_port
 from tests.support.processes import manage, start_worker, stop_process
+from tests.support.recordings import PASSWORD as PLATFORM_PASSWORD
+from tests.support.recordings import SOURCE, FakePlatform
+from tests.support.recordings import USER as PLATFORM_USER
 from tests.support.servers import wait_until
+from tests.support.staff_accounts import add_user, code_login, enrol, log_in, set_password
 from tests.support.tiers import needs
 from tests.support.worker import MODEL_EN, worker_env
-from tests.test_console_keys import PAGE as KEYS, create as create_key, secret_of
-from tests.test_console_staff import add_user, code_login, enrol, log_in, set_password
-from tests.test_recordings import PASSWORD as PLATFORM_PASSWORD, SOURCE, USER as PLATFORM_USER, FakePlatform
 
 LOGS_DATABASE = PG_URL + "_logs"
 AUDIO = ROOT / "tests" / "audio"
@@ -64,16 +69,32 @@ SLUG = "clinic-a"  # the console helpers' clinic
 PRAGUE = ZoneInfo("Europe/Prague")
 
 # The people, with values no other line of the suite carries.
-PATIENT = {"key": "kvetoslava", "firstName": "Květoslava", "lastName": "Hrubá-Zelenková", "phone": "+420 731 555 218",
-           "email": "kvetoslava.hruba@posta-pacientu.cz",
-           "records": [{"clinic": SLUG, "note": "Alergie na penicilin, volat až po 16. hodině."}]}
-IMPORTED = {"externalId": "SIGN-7731", "firstName": "Zbyněk", "lastName": "Přibyl-Koudelka", "phone": "604 118 902",
-            "email": "zbynek.pribyl@posta-pacientu.cz"}
+PATIENT = {
+    "key": "kvetoslava",
+    "firstName": "Květoslava",
+    "lastName": "Hrubá-Zelenková",
+    "phone": "+420 731 555 218",
+    "email": "kvetoslava.hruba@posta-pacientu.cz",
+    "records": [{"clinic": SLUG, "note": "Alergie na penicilin, volat až po 16. hodině."}],
+}
+IMPORTED = {
+    "externalId": "SIGN-7731",
+    "firstName": "Zbyněk",
+    "lastName": "Přibyl-Koudelka",
+    "phone": "604 118 902",
+    "email": "zbynek.pribyl@posta-pacientu.cz",
+}
 REQUEST_NOTE = "Pacientka podepsala informovaný souhlas s kolonoskopií."
-ADMIN = {"email": "radomira.stastna@poliklinika-zahorie.cz", "name": "Radomíra Šťastná-Nováčková",
-         "password": "modrý kůň skáče přes plot"}
-STAFF_USER = {"email": "bohumil.vesely@poliklinika-zahorie.cz", "name": "Bohumil Veselý-Krátký",
-              "password": "zelená žába hraje na buben"}
+ADMIN = {
+    "email": "radomira.stastna@poliklinika-zahorie.cz",
+    "name": "Radomíra Šťastná-Nováčková",
+    "password": "modrý kůň skáče přes plot",
+}
+STAFF_USER = {
+    "email": "bohumil.vesely@poliklinika-zahorie.cz",
+    "name": "Bohumil Veselý-Krátký",
+    "password": "zelená žába hraje na buben",
+}
 PDF = b"%PDF-1.4\n%seeded\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
 
 
@@ -146,7 +167,7 @@ class PlatformWithPathSecrets(FakePlatform):
 
 def wall_clock() -> datetime:
     """The live processes' clock (a subprocess keeps the wall clock, not the test clock)."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @pytest.fixture(scope="module")
@@ -161,40 +182,74 @@ def live(tmp_path_factory: pytest.TempPathFactory, https_ca, ca_bundle) -> Itera
     base_url = f"http://127.0.0.1:{port}"
     with RedisServer(workdir) as redis_server, HTTPSTestServer(ca=https_ca) as https:
         platform = PlatformWithPathSecrets(https, wall_clock)
-        env = worker_env(ca_bundle, DATABASE_URL=LOGS_DATABASE, REDIS_URL=redis_server.url, PUBLIC_BASE_URL=base_url,
-                         STORAGE_DIR=str(workdir / "storage"),
-                         # The hand-off's link is expired at once: a play re-fetches it from the platform.
-                         RECORDING_URL_LIFETIME_MINUTES="1", PLATFORM_PLAY_WAIT_SECONDS="30",
-                         # The clinic speaks English: one model to load, the small English one.
-                         WHISPER_MODEL=str(MODEL_EN))
+        env = worker_env(
+            ca_bundle,
+            DATABASE_URL=LOGS_DATABASE,
+            REDIS_URL=redis_server.url,
+            PUBLIC_BASE_URL=base_url,
+            STORAGE_DIR=str(workdir / "storage"),
+            # The hand-off's link is expired at once: a play re-fetches it from the platform.
+            RECORDING_URL_LIFETIME_MINUTES="1",
+            PLATFORM_PLAY_WAIT_SECONDS="30",
+            # The clinic speaks English: one model to load, the small English one.
+            WHISPER_MODEL=str(MODEL_EN),
+        )
         manage(env, "migrate")
-        admin = {"email": ADMIN["email"], "name": ADMIN["name"], "passwordHash": hash_password(ADMIN["password"]),
-                 "clinics": [{"clinic": SLUG, "role": "admin"}]}
-        document = organization(clinic(SLUG, language="en", requestTypes=[
-            {"ecrfId": "SIGNED_CONSENT", "name": "Signed consent", "requiresReservation": False}],
-            switchboard={"apiUrl": platform.base_url, "username": PLATFORM_USER, "password": PLATFORM_PASSWORD}),
-            patients=[PATIENT])
+        admin = {
+            "email": ADMIN["email"],
+            "name": ADMIN["name"],
+            "passwordHash": hash_password(ADMIN["password"]),
+            "clinics": [{"clinic": SLUG, "role": "admin"}],
+        }
+        document = organization(
+            clinic(
+                SLUG,
+                language="en",
+                requestTypes=[{"ecrfId": "SIGNED_CONSENT", "name": "Signed consent", "requiresReservation": False}],
+                switchboard={"apiUrl": platform.base_url, "username": PLATFORM_USER, "password": PLATFORM_PASSWORD},
+            ),
+            patients=[PATIENT],
+        )
         (workdir / "onboarding.json").write_text(json.dumps({**document, "users": [admin]}, ensure_ascii=False))
         manage(env, "onboard", str(workdir / "onboarding.json"))
-        token = manage(env, "token", "create", "--name", "seeded", "--clinic", SLUG, "--scope", "read", "--scope",
-                       "write", "--expires-in-days", "1")
+        token = manage(
+            env,
+            "token",
+            "create",
+            "--name",
+            "seeded",
+            "--clinic",
+            SLUG,
+            "--scope",
+            "read",
+            "--scope",
+            "write",
+            "--expires-in-days",
+            "1",
+        )
         web_log, worker_log = workdir / "web.log", workdir / "worker.log"
         live = Live(base_url, env, web_log, worker_log, https, platform, token)
         live.secret(token, "an API token")
         live.secret(token.split("_", 2)[2], "an API token's secret")
         live.secret(PLATFORM_PASSWORD, "the platform password")
         live.secret(ADMIN["password"], "a staff password")
-        for value, what in ((f"{PATIENT['firstName']} {PATIENT['lastName']}", "a patient's name"),
-                            (PATIENT["lastName"], "a patient's surname"), (PATIENT["phone"], "a patient's phone"),
-                            (PATIENT["email"], "a patient's e-mail"), (PATIENT["records"][0]["note"], "a note"),
-                            (ADMIN["name"], "a staff user's name"), (ADMIN["email"], "a staff user's e-mail")):
+        for value, what in (
+            (f"{PATIENT['firstName']} {PATIENT['lastName']}", "a patient's name"),
+            (PATIENT["lastName"], "a patient's surname"),
+            (PATIENT["phone"], "a patient's phone"),
+            (PATIENT["email"], "a patient's e-mail"),
+            (PATIENT["records"][0]["note"], "a note"),
+            (ADMIN["name"], "a staff user's name"),
+            (ADMIN["email"], "a staff user's e-mail"),
+        ):
             live.person(value, what)
         # The worker loads its model while gunicorn starts; both stop at once at the end.
         with ThreadPoolExecutor(1) as starting:
             worker_started = starting.submit(start_worker, env, worker_log)
             try:
-                web = start_gunicorn(port, "--workers", "1", env=env, log=web_log,
-                                     ready=lambda _: serving(base_url), timeout=120)
+                web = start_gunicorn(
+                    port, "--workers", "1", env=env, log=web_log, ready=lambda _: serving(base_url), timeout=120
+                )
             except BaseException:
                 stop_process(worker_started.result(), 30)
                 raise
@@ -231,12 +286,23 @@ def test_a_handoff_its_transcript_and_its_recording_refetched_leave_no_trace(liv
     original = live.https.url(f"/rec/{path_secret}/{ref}") + f"?signature={signature}"
     fresh = live.platform.fresh_link(ref)
     live.secret(live.platform.path_secret, "the fresh link's path secret")
-    body = {"CallSid": ref, "CallFrom": PATIENT["phone"], "CallTo": "+420 222 333 444", "Status": "completed",
-            "HasRecording": True, "RecordingUrl": original, "RecordingSid": ref, "Source": SOURCE}
-    handed = requests.post(live.base_url + switchboard_url(SLUG, "recording-complete"), json=body,
-                           headers=bearer(live.token), timeout=30)
+    body = {
+        "CallSid": ref,
+        "CallFrom": PATIENT["phone"],
+        "CallTo": "+420 222 333 444",
+        "Status": "completed",
+        "HasRecording": True,
+        "RecordingUrl": original,
+        "RecordingSid": ref,
+        "Source": SOURCE,
+    }
+    handed = requests.post(
+        live.base_url + switchboard_url(SLUG, "recording-complete"), json=body, headers=bearer(live.token), timeout=30
+    )
     assert handed.json() == {"success": True}, handed.text
-    assert wait_until(lambda: call_state(ref) == "done", timeout=120, interval=0.2), "the worker did not finish the call"
+    assert wait_until(lambda: call_state(ref) == "done", timeout=120, interval=0.2), (
+        "the worker did not finish the call"
+    )
 
     found = live.api("POST", "/patientRequests/search", live.token, json={}).json()["data"]
     request = next(r for r in found if r.get("kind") == "voice_message")
@@ -246,8 +312,12 @@ def test_a_handoff_its_transcript_and_its_recording_refetched_leave_no_trace(liv
     for sentence in re.split(r"(?<=[.!?])\s+", transcript):
         live.person(sentence, "a transcript's sentence")
     log_audit.remember_transcript(transcript)
-    active = requests.post(live.base_url + switchboard_url(SLUG, "has-active-request"),
-                           json={"callFrom": PATIENT["phone"]}, headers=bearer(live.token), timeout=30)
+    active = requests.post(
+        live.base_url + switchboard_url(SLUG, "has-active-request"),
+        json={"callFrom": PATIENT["phone"]},
+        headers=bearer(live.token),
+        timeout=30,
+    )
     assert active.json() == {"hasActiveRequest": True}
 
     # The link expired at once: the play re-fetches it from the platform, which the worker
@@ -263,8 +333,10 @@ def test_a_handoff_its_transcript_and_its_recording_refetched_leave_no_trace(liv
 
     downloads = [line["message"] for line in live.lines(live.worker_log) if line["message"].startswith("downloaded")]
     port = live.https.port
-    assert f"downloaded {len(recording)} bytes from https://127.0.0.1:{port}/…#{short_hash(f'/rec/{path_secret}/{ref}')}" \
-        in downloads, downloads
+    assert (
+        f"downloaded {len(recording)} bytes from https://127.0.0.1:{port}/…#{short_hash(f'/rec/{path_secret}/{ref}')}"
+        in downloads
+    ), downloads
     fresh_path = f"/fresh/{live.platform.path_secret}/{ref}"
     assert f"downloaded {len(recording)} bytes from https://127.0.0.1:{port}/…#{short_hash(fresh_path)}" in downloads
     assert_no_leaks(live)
@@ -285,8 +357,9 @@ def test_console_logins_set_password_links_and_two_factor_leave_no_trace(live: L
 
     newcomer = live.console()
     # Sent without the form's CSRF token: refused before routing.
-    newcomer.post(f"/console/password/{token}", {"password": STAFF_USER["password"], "repeat": STAFF_USER["password"]},
-                  status=403)
+    newcomer.post(
+        f"/console/password/{token}", {"password": STAFF_USER["password"], "repeat": STAFF_USER["password"]}, status=403
+    )
     set_password(newcomer, link, STAFF_USER["password"])
     log_in(newcomer, STAFF_USER["email"], STAFF_USER["password"])
     totp_secret, codes = enrol(newcomer, wall_clock)
@@ -318,8 +391,12 @@ def test_api_keys_made_rotated_and_revoked_in_the_console_leave_no_trace(live: L
     for key in (made, rotated):
         revoke = f"{KEYS}/{uuid.UUID(hex=key.split('_')[1])}/revoke"
         next(f for f in admin.get(KEYS + f"?clinic={SLUG}").forms.values() if f.action == revoke).submit(status=303)
-    assert requests.post(live.base_url + switchboard_url(SLUG, "is-on-vacation"), headers=bearer(rotated),
-                         timeout=30).status_code == 401
+    assert (
+        requests.post(
+            live.base_url + switchboard_url(SLUG, "is-on-vacation"), headers=bearer(rotated), timeout=30
+        ).status_code
+        == 401
+    )
     access = [line for line in live.lines(live.web_log) if line["logger"] == "access"]
     assert any(line["route"] == KEYS + "/{token_id}/revoke" for line in access)
     assert_no_leaks(live)
@@ -328,32 +405,49 @@ def test_api_keys_made_rotated_and_revoked_in_the_console_leave_no_trace(live: L
 def test_documents_stored_and_read_back_leave_no_trace(live: Live):
     """A patient imported, a request with a note, the upload link, the upload, the
     registration, the detail and the download (presigned URLs with their signatures)."""
-    for value, what in ((f"{IMPORTED['firstName']} {IMPORTED['lastName']}", "a patient's name"),
-                        (IMPORTED["lastName"], "a patient's surname"), (IMPORTED["phone"], "a patient's phone"),
-                        (IMPORTED["email"], "a patient's e-mail"), (REQUEST_NOTE, "a request's note")):
+    for value, what in (
+        (f"{IMPORTED['firstName']} {IMPORTED['lastName']}", "a patient's name"),
+        (IMPORTED["lastName"], "a patient's surname"),
+        (IMPORTED["phone"], "a patient's phone"),
+        (IMPORTED["email"], "a patient's e-mail"),
+        (REQUEST_NOTE, "a request's note"),
+    ):
         live.person(value, what)
     imported = live.api("POST", "/patients/import", live.token, json=IMPORTED)
     assert imported.status_code == 200, imported.text
     patient_id = imported.json()["data"]["patient"]["id"]
-    searched = live.api("POST", "/patients/search", live.token, json={"filter": {"query": PATIENT["lastName"],
-                                                                                "inClinic": True}}).json()["data"]
+    searched = live.api(
+        "POST", "/patients/search", live.token, json={"filter": {"query": PATIENT["lastName"], "inClinic": True}}
+    ).json()["data"]
     assert [p["note"] for p in searched] == [PATIENT["records"][0]["note"]]
-    created = live.api("POST", "/patientRequests/create", live.token,
-                       json={"patientId": patient_id, "userECRFId": type_id("SIGNED_CONSENT", SLUG),
-                             "userNote": REQUEST_NOTE})
+    created = live.api(
+        "POST",
+        "/patientRequests/create",
+        live.token,
+        json={"patientId": patient_id, "userECRFId": type_id("SIGNED_CONSENT", SLUG), "userNote": REQUEST_NOTE},
+    )
     assert created.status_code == 200, created.text
     rid = created.json()["data"]["id"]
-    link = live.api("POST", f"/patientRequests/{rid}/attachments/upload-link", live.token,
-                    json={"contentType": "application/pdf"}).json()["data"]
+    link = live.api(
+        "POST", f"/patientRequests/{rid}/attachments/upload-link", live.token, json={"contentType": "application/pdf"}
+    ).json()["data"]
     upload = live.secret(link["url"], "a presigned upload URL")
     for key, value in re.findall(r"[?&](signature|expires)=([^&]+)", upload):
         if key == "signature":
             live.secret(value, "an upload URL's signature")
     put = requests.put(upload, data=PDF, headers={"Content-Type": "application/pdf"}, timeout=30)
     assert put.status_code == 200, put.text
-    registered = live.api("POST", f"/patientRequests/{rid}/attachments", live.token,
-                          json={"contentType": "application/pdf", "fileHash": link["fileHash"],
-                                "description": "souhlas.pdf", "categoryType": "CONSENT"})
+    registered = live.api(
+        "POST",
+        f"/patientRequests/{rid}/attachments",
+        live.token,
+        json={
+            "contentType": "application/pdf",
+            "fileHash": link["fileHash"],
+            "description": "souhlas.pdf",
+            "categoryType": "CONSENT",
+        },
+    )
     assert registered.status_code == 200, registered.text
     record = live.api("GET", f"/patientRequests/{rid}", live.token).json()["data"]["medicalRecords"][0]
     download = live.secret(record["downloadUrl"], "a presigned download URL")

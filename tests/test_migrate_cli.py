@@ -1,4 +1,5 @@
 """`python manage.py migrate` (the release step) also prepares document storage."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,14 @@ from tests.support.seaweed import run_seaweedfs
 
 
 def migrate(**env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "manage.py", "migrate"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "DATABASE_URL": PG_URL, "SECRET_KEY": SECRET_KEY, **env})
+    return subprocess.run(
+        [sys.executable, "manage.py", "migrate"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DATABASE_URL": PG_URL, "SECRET_KEY": SECRET_KEY, **env},
+    )
 
 
 def test_migrate_creates_the_local_storage_directory(app, tmp_path: Path) -> None:
@@ -31,8 +38,13 @@ def test_migrate_creates_a_missing_bucket_and_keeps_an_existing_one(app, tmp_pat
     with run_seaweedfs(bucket="existing-bucket", workdir=tmp_path / "sw") as sw:
         client = sw.client()
         client.put_object(Bucket="existing-bucket", Key="keep.txt", Body=b"kept")
-        env = {"STORAGE_BACKEND": "s3", "S3_ENDPOINT_URL": sw.s3_endpoint_url, "S3_REGION": sw.s3_region,
-               "S3_ACCESS_KEY_ID": sw.s3_access_key_id, "S3_SECRET_ACCESS_KEY": sw.s3_secret_access_key}
+        env = {
+            "STORAGE_BACKEND": "s3",
+            "S3_ENDPOINT_URL": sw.s3_endpoint_url,
+            "S3_REGION": sw.s3_region,
+            "S3_ACCESS_KEY_ID": sw.s3_access_key_id,
+            "S3_SECRET_ACCESS_KEY": sw.s3_secret_access_key,
+        }
         for bucket in ("new-bucket", "new-bucket", "existing-bucket"):
             done = migrate(**env, S3_BUCKET=bucket)
             assert done.returncode == 0, done.stderr

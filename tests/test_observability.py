@@ -1,4 +1,5 @@
 """Observability: JSON logs with request ids, /metrics, and the log audit's own detector."""
+
 from __future__ import annotations
 
 import io
@@ -11,8 +12,8 @@ import textwrap
 import time
 import traceback
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Iterator
 
 import falcon
 import falcon.testing
@@ -24,24 +25,26 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rq import Queue, Retry, SimpleWorker
 
-from web import errors
-from plumbing import logs
 from jobs import metrics as job_metrics
-from plumbing import metrics
-from web import metrics as web_metrics
-from plumbing.database import db
 from models import Call
+from plumbing import logs, metrics
+from plumbing.database import db
 from tests.conftest import REDIS_URL, ROOT
 from tests.support import bearer, clinic, issue_token, load, log_audit, organization, switchboard_url
 from tests.support.live_service import concurrently, serve
+from web import errors
+from web import metrics as web_metrics
 
 Samples = dict[tuple[str, frozenset], float]
 
 
 def scrape(text: str) -> Samples:
     """Every sample of a Prometheus text exposition: (name, labels) -> value."""
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -67,6 +70,7 @@ def parsed(stream: io.StringIO) -> list[dict]:
 
 # --- request id --------------------------------------------------------------------------------
 
+
 def test_request_id_is_generated_when_absent(app):
     first = app.get("/healthz").headers["X-Request-Id"]
     second = app.get("/healthz").headers["X-Request-Id"]
@@ -76,7 +80,7 @@ def test_request_id_is_generated_when_absent(app):
 def test_valid_request_id_is_echoed_and_invalid_ones_are_replaced(app):
     for given in ("abc-123", "0f8fad5b-d9cb-469f-a165-70867728950e", "trace.1:span_2", "x" * 128):
         assert app.get("/healthz", headers={"X-Request-Id": given}).headers["X-Request-Id"] == given
-    for hostile in ("x" * 129, "has space", "quote\"d", "semi;colon", "<script>", "ünïcode", ""):
+    for hostile in ("x" * 129, "has space", 'quote"d', "semi;colon", "<script>", "ünïcode", ""):
         echoed = app.get("/healthz", headers={"X-Request-Id": hostile}).headers["X-Request-Id"]
         assert re.fullmatch(r"[0-9a-f]{32}", echoed), hostile
 
@@ -84,11 +88,15 @@ def test_valid_request_id_is_echoed_and_invalid_ones_are_replaced(app):
 def test_request_id_is_echoed_on_every_error(app, config):
     rid = {"X-Request-Id": "err-check-1"}
     checks = [
-        app.get("/no/such/path", headers=rid, status=404),                                           # no route
-        app.delete("/healthz", headers=rid, status=405),                                             # wrong method
-        app.post(switchboard_url("clinic-a", "is-clinic-opened"), headers=rid, status=401),         # auth middleware
-        app.post(switchboard_url("clinic-a", "has-active-request"), b"x" * (config.max_body_bytes + 1),
-                 headers={**rid, "Content-Type": "application/json"}, status=413),                  # body limit
+        app.get("/no/such/path", headers=rid, status=404),  # no route
+        app.delete("/healthz", headers=rid, status=405),  # wrong method
+        app.post(switchboard_url("clinic-a", "is-clinic-opened"), headers=rid, status=401),  # auth middleware
+        app.post(
+            switchboard_url("clinic-a", "has-active-request"),
+            b"x" * (config.max_body_bytes + 1),
+            headers={**rid, "Content-Type": "application/json"},
+            status=413,
+        ),  # body limit
     ]
     for resp in checks:
         assert resp.headers["X-Request-Id"] == "err-check-1", resp.status
@@ -131,7 +139,9 @@ def test_access_line_of_a_form_refused_before_routing_names_the_route_not_the_li
     lines = access_lines(json_lines)
     for rid in ("rid-csrf", "rid-link"):
         assert lines[rid]["path"] == lines[rid]["route"] == "/console/password/{token}", lines[rid]
-    assert lines["rid-csrf"]["status"] == 403 and lines["rid-csrf"]["message"].startswith("POST /console/password/{token}")
+    assert lines["rid-csrf"]["status"] == 403 and lines["rid-csrf"]["message"].startswith(
+        "POST /console/password/{token}"
+    )
     assert link_token not in json_lines.getvalue()
 
 
@@ -139,11 +149,18 @@ def test_access_line_shows_ids_and_slugs_and_names_every_other_parameter(app, co
     """Refused before routing too (a body too large): the clinic's slug and the request's id
     are shown, a storage key never; a value that is not a slug's or an id's shape is named."""
     request_id = str(uuid.uuid4())
-    app.post(f"/external/v1/clinics/clinic-a/patientRequests/{request_id}/attachments",
-             b"x" * (config.max_body_bytes + 1), headers={"Content-Type": "application/json",
-                                                          "X-Request-Id": "rid-413"}, status="*")
-    app.put("/storage/clinic-a/PLANTED-KEY/consent.pdf?signature=x&expires=1", b"%PDF",
-            headers={"X-Request-Id": "rid-storage"}, status="*")
+    app.post(
+        f"/external/v1/clinics/clinic-a/patientRequests/{request_id}/attachments",
+        b"x" * (config.max_body_bytes + 1),
+        headers={"Content-Type": "application/json", "X-Request-Id": "rid-413"},
+        status="*",
+    )
+    app.put(
+        "/storage/clinic-a/PLANTED-KEY/consent.pdf?signature=x&expires=1",
+        b"%PDF",
+        headers={"X-Request-Id": "rid-storage"},
+        status="*",
+    )
     app.get("/external/v1/clinics/601123456/tags", headers={"X-Request-Id": "rid-digits"}, status="*")
     lines = access_lines(json_lines)
     assert lines["rid-413"]["path"] == f"/external/v1/clinics/clinic-a/patientRequests/{request_id}/attachments"
@@ -178,9 +195,10 @@ def test_error_lines_name_the_path_as_the_access_line_does(caplog):
     with pytest.raises(falcon.HTTPError):
         errors._database_unavailable(req, falcon.Response(), RuntimeError("server closed the connection"), {})
     messages = [r.getMessage() for r in caplog.records if r.name == "web.errors"]
-    assert messages[-2:] == ["unhandled error on POST /console/password/{token}",
-                             "database unavailable on POST /console/password/{token}: RuntimeError: server closed "
-                             "the connection"]
+    assert messages[-2:] == [
+        "unhandled error on POST /console/password/{token}",
+        "database unavailable on POST /console/password/{token}: RuntimeError: server closed the connection",
+    ]
     assert "PLANTED" not in caplog.text
 
 
@@ -195,8 +213,9 @@ def test_gunicorn_request_errors_name_no_path_and_no_request_line(caplog):
     gunicorn.warning("Invalid request from ip=127.0.0.1: Invalid HTTP request line: 'GET /PLANTED3 HTTP/9'")
     first, second = [r.getMessage() for r in caplog.records if r.name == "gunicorn.error"][-2:]
     assert first == f"Error handling request GET /…#{logs.short_hash('/console/password/PLANTED1')}"
-    assert second == ("Invalid request from ip=127.0.0.1: Invalid HTTP request line: "
-                      f"'#{logs.short_hash('GET /PLANTED3 HTTP/9')}'")
+    assert second == (
+        f"Invalid request from ip=127.0.0.1: Invalid HTTP request line: '#{logs.short_hash('GET /PLANTED3 HTTP/9')}'"
+    )
     assert "PLANTED" not in caplog.text
 
 
@@ -204,30 +223,33 @@ def test_database_errors_quote_no_values_in_logs(wsgi_app, json_lines):
     """PostgreSQL's DETAIL line quotes the row's values (a unique key's: a phone number),
     psycopg2's LINE the statement as sent: neither reaches a log, the error's kind does."""
     phone = "+420601987654"
-    with db.connection_context(), pytest.raises(Exception) as info:  # noqa: PT011 (the driver's own class)
-        with db.atomic():
-            db.execute_sql("CREATE TEMPORARY TABLE obs_phones (phone text UNIQUE)")
-            db.execute_sql("INSERT INTO obs_phones VALUES (%s), (%s)", (phone, phone))
+    with db.connection_context(), pytest.raises(Exception) as info, db.atomic():
+        db.execute_sql("CREATE TEMPORARY TABLE obs_phones (phone text UNIQUE)")
+        db.execute_sql("INSERT INTO obs_phones VALUES (%s), (%s)", (phone, phone))
     assert phone in str(info.value), "PostgreSQL quotes the value"
     try:
         raise info.value
     except Exception:
         logging.getLogger("obs.db").exception("write failed")
     # RQ writes a failed job's traceback into the message itself.
-    logging.getLogger("rq.worker").error("job failed (ingest_call)\n%s",
-                                         "".join(traceback.format_exception(info.value)))
+    logging.getLogger("rq.worker").error(
+        "job failed (ingest_call)\n%s", "".join(traceback.format_exception(info.value))
+    )
     entry, job = parsed(json_lines)[-2:]
     assert "UniqueViolation" in entry["exc"] or "IntegrityError" in entry["exc"]
     assert "duplicate key value violates unique constraint" in entry["exc"] and phone not in entry["exc"]
     assert "duplicate key value violates unique constraint" in job["message"] and phone not in job["message"]
     text = io.StringIO()
-    logs.make_handler("text", text).handle(logging.LogRecord("obs.db", logging.ERROR, __file__, 1, "write failed",
-                                                             (), (type(info.value), info.value, None)))
+    logs.make_handler("text", text).handle(
+        logging.LogRecord(
+            "obs.db", logging.ERROR, __file__, 1, "write failed", (), (type(info.value), info.value, None)
+        )
+    )
     assert "duplicate key" in text.getvalue() and phone not in text.getvalue()
 
 
 def test_access_line_names_the_token_by_id_never_its_secret(app, json_lines):
-    """Issue 22: the access line of an authenticated request carries the token's id (the
+    """the access line of an authenticated request carries the token's id (the
     one the audit trail names), also when the clinic or scope check refuses it; never the
     token text or its secret, and no token field when nothing authenticated."""
     load(organization(clinic(), clinic("clinic-b")))
@@ -236,8 +258,11 @@ def test_access_line_names_the_token_by_id_never_its_secret(app, json_lines):
     h = bearer(token)
     app.post(switchboard_url("clinic-a", "is-clinic-opened"), headers={**h, "X-Request-Id": "rid-tok-ok"})
     app.post(switchboard_url("clinic-b", "is-clinic-opened"), headers={**h, "X-Request-Id": "rid-tok-403"}, status=403)
-    app.post(switchboard_url("clinic-a", "is-clinic-opened"), status=401, headers={
-        "Authorization": token[:-4] + "xxxx", "X-Request-Id": "rid-tok-bad"})
+    app.post(
+        switchboard_url("clinic-a", "is-clinic-opened"),
+        status=401,
+        headers={"Authorization": token[:-4] + "xxxx", "X-Request-Id": "rid-tok-bad"},
+    )
     access = {line["request_id"]: line for line in parsed(json_lines) if line["logger"] == "access"}
     assert access["rid-tok-ok"]["token"] == token_id and access["rid-tok-ok"]["status"] == 200
     assert access["rid-tok-403"]["token"] == token_id and access["rid-tok-403"]["status"] == 403
@@ -251,13 +276,16 @@ def test_concurrent_requests_in_threads_keep_their_own_ids(wsgi_app):
 
         def one() -> tuple[str, str]:
             rid = next(ids)
-            return rid, requests.get(f"{base}/healthz", headers={"X-Request-Id": rid}, timeout=10).headers["X-Request-Id"]
+            return rid, requests.get(f"{base}/healthz", headers={"X-Request-Id": rid}, timeout=10).headers[
+                "X-Request-Id"
+            ]
 
         answers = concurrently(one, n=20)
     assert len(answers) == 20 and all(sent == echoed for sent, echoed in answers)
 
 
 # --- log format and safety ---------------------------------------------------------------------
+
 
 def test_json_lines_have_the_fields_and_the_exception_text(json_lines):
     log = logging.getLogger("obs.test")
@@ -322,6 +350,7 @@ def test_http_client_libraries_stay_at_info_under_a_debug_root(app):
 
 # --- /metrics ----------------------------------------------------------------------------------
 
+
 def test_metrics_count_and_time_requests_by_route_template(app):
     load(organization(clinic()))
     token = issue_token(["clinic-a"], ["read"])
@@ -341,7 +370,9 @@ def test_metrics_count_and_time_requests_by_route_template(app):
     assert delta("clinic_http_requests_total", route=route, method="POST", status="401") == 1
     assert delta("clinic_http_requests_total", route="unmatched", method="GET", status="404") == 1
     assert delta("clinic_http_request_duration_seconds_count", route=route, method="POST", status="200") == 3
-    assert delta("clinic_http_request_duration_seconds_bucket", route=route, method="POST", status="200", le="+Inf") == 3
+    assert (
+        delta("clinic_http_request_duration_seconds_bucket", route=route, method="POST", status="200", le="+Inf") == 3
+    )
     assert delta("clinic_http_request_duration_seconds_sum", route=route, method="POST", status="200") > 0
     # No tenant data and no raw paths as label values.
     labels = {v for family in text_string_to_metric_families(text) for s in family.samples for v in s.labels.values()}
@@ -353,7 +384,7 @@ def test_metrics_show_queue_depths_and_redis_state(app):
     assert value(samples, "clinic_metrics_redis_up") == 1
     for queue in ("calls", "recordings"):  # the worker's queues, and only those
         for state in ("queued", "started", "scheduled", "deferred", "failed"):
-            assert (("clinic_queue_jobs", frozenset({"queue": queue, "state": state}.items())) in samples), (queue, state)
+            assert ("clinic_queue_jobs", frozenset({"queue": queue, "state": state}.items())) in samples, (queue, state)
     assert {dict(labels)["queue"] for name, labels in samples if name == "clinic_queue_jobs"} == {"calls", "recordings"}
 
 
@@ -390,10 +421,18 @@ def test_other_processes_metrics_are_aggregated_through_redis(app):
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
     samples = scrape(app.get("/metrics").text)
     assert value(samples, "clinic_http_requests_total", route=route, method="GET", status="200") == 2
-    assert value(samples, "clinic_http_request_duration_seconds_bucket", route=route, method="GET", status="200",
-                 le="0.005") == 1
-    assert value(samples, "clinic_http_request_duration_seconds_bucket", route=route, method="GET", status="200",
-                 le="0.25") == 2
+    assert (
+        value(
+            samples, "clinic_http_request_duration_seconds_bucket", route=route, method="GET", status="200", le="0.005"
+        )
+        == 1
+    )
+    assert (
+        value(
+            samples, "clinic_http_request_duration_seconds_bucket", route=route, method="GET", status="200", le="0.25"
+        )
+        == 2
+    )
 
 
 def test_clinic_workers_counts_the_workers_alive_now_even_after_redis_restarted_empty(tmp_path):
@@ -426,8 +465,11 @@ def test_clinic_workers_counts_the_workers_alive_now_even_after_redis_restarted_
             started = time.monotonic()
             assert wait_until(lambda: counted() == 2, timeout=metrics.WORKER_BEAT_SECONDS + 5, interval=0.1)
             print(f"counted again {time.monotonic() - started:.1f} s after Redis's return")
-            assert wait_until(lambda: {w.name for w in Worker.all(connection=connection)} == {w.name for w in workers},
-                              timeout=metrics.WORKER_BEAT_SECONDS + 5, interval=0.1), "RQ's registration is back"
+            assert wait_until(
+                lambda: {w.name for w in Worker.all(connection=connection)} == {w.name for w in workers},
+                timeout=metrics.WORKER_BEAT_SECONDS + 5,
+                interval=0.1,
+            ), "RQ's registration is back"
             workers[0].register_death()
             assert counted() == 1, "a worker that stops is no longer counted"
         finally:
@@ -438,8 +480,15 @@ def test_clinic_workers_counts_the_workers_alive_now_even_after_redis_restarted_
 def _metrics_app(connection_url: str, token: str = "") -> webtest.TestApp:
     app = falcon.App()
     errors.install(app)
-    app.add_route("/metrics", web_metrics.MetricsEndpoint(redis.Redis.from_url(connection_url, socket_connect_timeout=1),
-                                                      ["calls"], token, recorder=metrics.Recorder()))
+    app.add_route(
+        "/metrics",
+        web_metrics.MetricsEndpoint(
+            redis.Redis.from_url(connection_url, socket_connect_timeout=1),
+            ["calls"],
+            token,
+            recorder=metrics.Recorder(),
+        ),
+    )
     return webtest.TestApp(app)
 
 
@@ -467,6 +516,7 @@ def test_unflushed_metrics_survive_a_redis_outage():
 
 # --- job metrics (a real RQ worker, in this process, on a private queue) ------------------------
 
+
 def job_returning_word() -> str:
     return "voice_message"
 
@@ -491,8 +541,10 @@ def test_job_durations_and_outcomes_are_recorded_by_the_worker(app):
     assert delta("clinic_jobs_total", function="job_failing", outcome="retried") == 1
     assert delta("clinic_jobs_total", function="job_failing", outcome="failed") == 1
     assert delta("clinic_job_duration_seconds_count", function="job_failing", outcome="failed") == 1
-    assert delta("clinic_job_duration_seconds_bucket", function="job_returning_word", outcome="voice_message",
-                 le="+Inf") == 1
+    assert (
+        delta("clinic_job_duration_seconds_bucket", function="job_returning_word", outcome="voice_message", le="+Inf")
+        == 1
+    )
 
 
 def test_transcription_real_time_factor_is_exposed(app):
@@ -509,6 +561,7 @@ def test_transcription_real_time_factor_is_exposed(app):
 
 
 # --- the log audit itself ------------------------------------------------------------------------
+
 
 def test_audit_detector_finds_each_kind_of_planted_secret():
     audit = log_audit.Audit()
@@ -580,19 +633,26 @@ def test_audit_reads_the_level_of_each_subprocess_line(tmp_path):
     """JSON lines, LOG_FORMAT=text lines and gunicorn's own; a traceback's lines take their
     record's level; a line with no level (a command's stderr) counts as INFO."""
     log = tmp_path / "service.log"
-    log.write_text("\n".join([
-        '{"ts": "2026-01-07T10:00:00.000Z", "level": "DEBUG", "logger": "transcription", "message": "+420601000001"}',
-        '{"ts": "2026-01-07T10:00:00.000Z", "level": "INFO", "logger": "jobs.calls", "message": "+420601000002"}',
-        "2026-01-07 10:00:00,123 DEBUG transcription [-] heard 601 000 003",
-        "Traceback (most recent call last):",
-        "ValueError: 601000004",
-        "2026-01-07 10:00:00,124 ERROR worker [-] job failed",
-        "ValueError: 601000005",
-        "[2026-01-07 10:00:00 +0000] [4242] [DEBUG] GET 601000006",
-        "[2026-01-07 10:00:00 +0000] [4242] [WARNING] Invalid request 601000007",
-        '{"ts": "2026-01-07T10:00:00.000Z", "level": "DEBUG", "logger": "peewee", "message": "SELECT 1"}',
-        "printed after a JSON line: 601000008",  # a JSON record is one line: this is no part of it
-    ]) + "\n")
+    log.write_text(
+        "\n".join(
+            [
+                '{"ts": "2026-01-07T10:00:00.000Z", "level": "DEBUG", "logger": "transcription", '
+                '"message": "+420601000001"}',
+                '{"ts": "2026-01-07T10:00:00.000Z", "level": "INFO", "logger": "jobs.calls", '
+                '"message": "+420601000002"}',
+                "2026-01-07 10:00:00,123 DEBUG transcription [-] heard 601 000 003",
+                "Traceback (most recent call last):",
+                "ValueError: 601000004",
+                "2026-01-07 10:00:00,124 ERROR worker [-] job failed",
+                "ValueError: 601000005",
+                "[2026-01-07 10:00:00 +0000] [4242] [DEBUG] GET 601000006",
+                "[2026-01-07 10:00:00 +0000] [4242] [WARNING] Invalid request 601000007",
+                '{"ts": "2026-01-07T10:00:00.000Z", "level": "DEBUG", "logger": "peewee", "message": "SELECT 1"}',
+                "printed after a JSON line: 601000008",  # a JSON record is one line: this is no part of it
+            ]
+        )
+        + "\n"
+    )
     audit = log_audit.Audit()
     audit.watch(log)
     audit.add("stderr of manage.py user", "user eva@clinic.example.cz created")
@@ -607,7 +667,8 @@ def test_audit_fails_a_pytest_session_that_logs_a_secret(tmp_path):
     """The real plugin in a real pytest run: a test that passes but logs a token (at any
     level) or a phone number (at INFO) fails the session, and the report prints neither."""
     token = f"csk_{uuid.uuid4().hex}_{'Q' * 43}"
-    (tmp_path / "test_leaky.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "test_leaky.py").write_text(
+        textwrap.dedent(f"""
         import logging
 
         def test_passes_but_leaks():
@@ -616,11 +677,29 @@ def test_audit_fails_a_pytest_session_that_logs_a_secret(tmp_path):
         def test_passes_but_names_a_caller():
             logging.getLogger("leaky").debug("caller +420601000008 (DEBUG: allowed)")
             logging.getLogger("leaky").info("caller %s", "+420 601 000 009")
-    """))
+    """)
+    )
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.support.log_audit", "-p", "no:cacheprovider",
-                          "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.support.log_audit",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            str(tmp_path / "pytest.ini"),
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "2 passed" in run.stdout, run.stdout[-2000:]
     assert run.returncode == 1 and "log audit FAILED: 2 finding(s)" in run.stdout, run.stdout[-2000:]
     assert "API token" in run.stdout and token not in run.stdout + run.stderr
@@ -629,5 +708,6 @@ def test_audit_fails_a_pytest_session_that_logs_a_secret(tmp_path):
 
 def test_worker_log_is_audited_at_debug(worker_log):
     from tests.support.worker import worker_env
+
     assert worker_env("ca.pem")["LOG_LEVEL"] == "DEBUG"
     assert worker_log in log_audit.AUDIT.files

@@ -1,11 +1,12 @@
 """Following merges (models.Patient): the one walk along merge chains that the 410's
 `mergedInto` (patient_directory.py) and the switchboard's caller lookup both use."""
+
 from __future__ import annotations
 
 import uuid
 
-from plumbing.database import db
 from models import Organization, Patient
+from plumbing.database import db
 
 
 def patients(*merges: tuple[str, str | None]) -> dict[str, Patient]:
@@ -24,8 +25,10 @@ def test_a_merge_chain_is_followed_to_its_end(app):
         assert p["old"].survivor_id() == p["older"].survivor_id() == p["kept"].id
         assert p["kept"].survivor_id() == p["kept"].id
         assert sorted(Patient.with_survivors([p["old"].id])) == sorted([p["old"].id, p["older"].id, p["kept"].id])
-        assert Patient.merge_links([p["old"].id, p["other"].id]) == {p["old"].id: p["older"].id,
-                                                                      p["older"].id: p["kept"].id}
+        assert Patient.merge_links([p["old"].id, p["other"].id]) == {
+            p["old"].id: p["older"].id,
+            p["older"].id: p["kept"].id,
+        }
 
 
 def test_a_merge_cycle_ends_at_the_last_patient_before_it_comes_back(app):

@@ -1,4 +1,5 @@
 """Patient search (organization scope, external ids, free text, paging) and import."""
+
 from __future__ import annotations
 
 import threading
@@ -6,13 +7,13 @@ import threading
 import pytest
 
 from documents import patients
+from models import Actor, Clinic, ExternalId, Patient, PatientRecord
 from plumbing import json_schema as validation
-from web import schemas
 from plumbing.database import db
 from plumbing.errors import DomainError
-from models import Actor, Clinic, ExternalId, Patient, PatientRecord
 from tests.support import bearer, issue_token, load
 from tests.support.live_service import api, patient_id, signing_organization, type_id
+from web import schemas
 
 SEARCH = api() + "/patients/search"
 IMPORT = api() + "/patients/import"
@@ -38,13 +39,27 @@ def test_sharing_org_scope_marks_sibling_patients_and_in_clinic_filters_them(app
     everyone = search(app, token)
     assert sorted(ids(everyone)) == sorted([patient_id("jana"), patient_id("petr")])  # merged duplicate not listed
     jana = next(p for p in everyone["data"] if p["id"] == patient_id("jana"))
-    assert jana == {"id": patient_id("jana"), "firstName": "Jana", "lastName": "Nováková", "phone": "+420601123456",
-                    "email": "jana@example.org", "birthDate": "1980-04-12", "tags": [], "note": "Prefers mornings.",
-                    "externalIds": [{"source": "signing-system", "id": "EXT-1"}], "status": "ACTIVE",
-                    "isInClinic": True}
+    assert jana == {
+        "id": patient_id("jana"),
+        "firstName": "Jana",
+        "lastName": "Nováková",
+        "phone": "+420601123456",
+        "email": "jana@example.org",
+        "birthDate": "1980-04-12",
+        "tags": [],
+        "note": "Prefers mornings.",
+        "externalIds": [{"source": "signing-system", "id": "EXT-1"}],
+        "status": "ACTIVE",
+        "isInClinic": True,
+    }
     petr = next(p for p in everyone["data"] if p["id"] == patient_id("petr"))
     assert (petr["status"], petr["note"], petr["tags"], petr["externalIds"], petr["isInClinic"]) == (
-        "WAITING", "", [], [], False)
+        "WAITING",
+        "",
+        [],
+        [],
+        False,
+    )
     assert ids(search(app, token, {"filter": {"inClinic": True}})) == [patient_id("jana")]
 
 
@@ -65,10 +80,20 @@ def test_external_ids_only_match_ids_registered_in_this_clinic(app, token):
     assert too_many["code"] == "VALIDATION_FAILED" and "externalIds" in too_many["error"]
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("nováková", ["jana"]), ("Jana Nováková", ["jana"]), ("jana@example", ["jana"]), ("601 123 456", ["jana"]),
-    ("+420601123456", ["jana"]), ("EXT-1", ["jana"]), ("svoboda", ["petr"]), ("EXT-2", []), ("nobody", []),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("nováková", ["jana"]),
+        ("Jana Nováková", ["jana"]),
+        ("jana@example", ["jana"]),
+        ("601 123 456", ["jana"]),
+        ("+420601123456", ["jana"]),
+        ("EXT-1", ["jana"]),
+        ("svoboda", ["petr"]),
+        ("EXT-2", []),
+        ("nobody", []),
+    ],
+)
 def test_free_text_over_name_phone_email_and_external_id(app, token, text, expected):
     assert ids(search(app, token, {"filter": {"query": text}})) == [patient_id(k) for k in expected]
 
@@ -78,7 +103,11 @@ def test_pagination_walks_every_patient_once(app, token):
         search(app, token, {"externalId": f"P{i}", "firstName": f"P{i}", "lastName": "Paged"}, url=IMPORT)
     seen, cursor = [], None
     while True:
-        page = search(app, token, {"filter": {"query": "Paged"}, "pagination": {"limit": 2, **({"cursor": cursor} if cursor else {})}})
+        page = search(
+            app,
+            token,
+            {"filter": {"query": "Paged"}, "pagination": {"limit": 2, **({"cursor": cursor} if cursor else {})}},
+        )
         seen += ids(page)
         cursor = page["pagination"]["nextCursor"]
         if cursor is None:
@@ -88,8 +117,15 @@ def test_pagination_walks_every_patient_once(app, token):
 
 
 def test_import_creates_then_updates_never_duplicates(app, token):
-    item = {"externalId": "SIGN-77", "externalIdSource": "signing-system", "firstName": "Eva", "lastName": "Malá",
-            "phone": "777 888 999", "email": "eva@example.org", "birthDate": "1990-01-31"}
+    item = {
+        "externalId": "SIGN-77",
+        "externalIdSource": "signing-system",
+        "firstName": "Eva",
+        "lastName": "Malá",
+        "phone": "777 888 999",
+        "email": "eva@example.org",
+        "birthDate": "1990-01-31",
+    }
     first = search(app, token, item, url=IMPORT)["data"]
     assert first["created"] is True
     patient = first["patient"]
@@ -102,27 +138,36 @@ def test_import_creates_then_updates_never_duplicates(app, token):
         assert ExternalId.select().where(ExternalId.value == "SIGN-77").count() == 1
         assert Patient.select().where(Patient.first_name == "Eva").count() == 1
     # The imported patient is usable for create at once.
-    created = app.post_json(api() + "/patientRequests/create",
-                            {"patientId": patient["id"], "userECRFId": type_id("SIGNED_CONSENT")},
-                            headers=bearer(token))
+    created = app.post_json(
+        api() + "/patientRequests/create",
+        {"patientId": patient["id"], "userECRFId": type_id("SIGNED_CONSENT")},
+        headers=bearer(token),
+    )
     assert created.json["data"]["patientId"] == patient["id"]
 
 
 def test_import_of_an_id_known_in_another_clinic_makes_a_new_patient_here(app, token):
     # External ids are per clinic: EXT-2 in clinic-b says nothing about clinic-a.
-    answer = search(app, token, {"externalId": "EXT-2", "externalIdSource": "signing-system",
-                                 "firstName": "Petr", "lastName": "Svoboda"}, url=IMPORT)["data"]
+    answer = search(
+        app,
+        token,
+        {"externalId": "EXT-2", "externalIdSource": "signing-system", "firstName": "Petr", "lastName": "Svoboda"},
+        url=IMPORT,
+    )["data"]
     assert answer["created"] is True and answer["patient"]["id"] != patient_id("petr")
 
 
 def test_import_validation(app, token):
-    bad_phone = search(app, token, {"externalId": "X", "firstName": "A", "lastName": "B", "phone": "call me"},
-                       url=IMPORT, status=400)
+    bad_phone = search(
+        app, token, {"externalId": "X", "firstName": "A", "lastName": "B", "phone": "call me"}, url=IMPORT, status=400
+    )
     assert bad_phone["code"] == "VALIDATION_FAILED" and "phone" in bad_phone["error"]
     assert "externalId" in search(app, token, {"firstName": "A", "lastName": "B"}, url=IMPORT, status=400)["error"]
     read_only = issue_token(["clinic-a"], ["read"])
-    assert search(app, read_only, {"externalId": "X", "firstName": "A", "lastName": "B"}, url=IMPORT,
-                  status=403)["code"] == "FORBIDDEN"
+    assert (
+        search(app, read_only, {"externalId": "X", "firstName": "A", "lastName": "B"}, url=IMPORT, status=403)["code"]
+        == "FORBIDDEN"
+    )
 
 
 def test_bulk_import_answers_per_item(app, token):
@@ -145,7 +190,8 @@ def test_bulk_import_answers_per_item(app, token):
     assert search(app, token, {"patients": []}, url=BULK, status=400)["code"] == "VALIDATION_FAILED"
 
 
-# --- issue 13: the bulk import is batched, with the answers of importing one by one ----------
+# --- the bulk import is batched, with the answers of importing one by one ----------
+
 
 def _mixed_items(count: int) -> list[dict]:
     """New ids, ids imported before, ids given twice in the batch, invalid items, and
@@ -175,10 +221,22 @@ def _state(slug: str) -> dict:
     """Each of the test's external ids in the clinic -> its patient's fields, and the
     clinic's record count."""
     with db.connection_context():
-        rows = (ExternalId.select(ExternalId, Patient).join(Patient)
-                .where(ExternalId.clinic == Clinic.get(Clinic.slug == slug)))
-        patients = {(r.source, r.value): (r.patient.first_name, r.patient.last_name, r.patient.phone, r.patient.email,
-                                          r.patient.birth_date) for r in rows if r.value.startswith("M")}
+        rows = (
+            ExternalId.select(ExternalId, Patient)
+            .join(Patient)
+            .where(ExternalId.clinic == Clinic.get(Clinic.slug == slug))
+        )
+        patients = {
+            (r.source, r.value): (
+                r.patient.first_name,
+                r.patient.last_name,
+                r.patient.phone,
+                r.patient.email,
+                r.patient.birth_date,
+            )
+            for r in rows
+            if r.value.startswith("M")
+        }
         records = PatientRecord.select().join(Clinic).where(Clinic.slug == slug).count()
     return {"patients": patients, "records": records}
 
@@ -221,17 +279,23 @@ def test_bulk_import_statements_do_not_grow_with_the_items(app, token, monkeypat
     database = db.obj
     statements: list[str] = []
     real = type(database).execute_sql
-    monkeypatch.setattr(database, "execute_sql",
-                        lambda sql, params=None, *a, **k: statements.append(sql) or real(database, sql, params, *a, **k))
+    monkeypatch.setattr(
+        database,
+        "execute_sql",
+        lambda sql, params=None, *a, **k: statements.append(sql) or real(database, sql, params, *a, **k),
+    )
     counts = []
     for size, prefix in ((20, "S"), (400, "L")):
         statements.clear()
-        items = [{"externalId": f"{prefix}{i}", "firstName": "F", "lastName": "L", "phone": "601 123 456"}
-                 for i in range(size)]
+        items = [
+            {"externalId": f"{prefix}{i}", "firstName": "F", "lastName": "L", "phone": "601 123 456"}
+            for i in range(size)
+        ]
         items += [dict(item, lastName="again") for item in items[: size // 2]]  # updates too
         with db.connection_context():
-            outcome = patients.import_patients(Clinic.get(Clinic.slug == "clinic-a"), items, TESTER,
-                                                schemas.PATIENT_IMPORT)
+            outcome = patients.import_patients(
+                Clinic.get(Clinic.slug == "clinic-a"), items, TESTER, schemas.PATIENT_IMPORT
+            )
         assert [status for _, status, _ in outcome] == ["created"] * size + ["updated"] * (size // 2)
         counts.append(len(statements))
     assert counts[1] == counts[0], counts
@@ -239,14 +303,17 @@ def test_bulk_import_statements_do_not_grow_with_the_items(app, token, monkeypat
 
 def test_two_overlapping_bulk_imports_at_once_give_one_patient_per_id(app, token):
     shared = [{"externalId": f"C{i}", "firstName": "Shared", "lastName": str(i)} for i in range(300)]
-    batches = [shared + [{"externalId": f"{who}{i}", "firstName": who, "lastName": str(i)} for i in range(200)]
-               for who in ("X", "Y")]
+    batches = [
+        shared + [{"externalId": f"{who}{i}", "firstName": who, "lastName": str(i)} for i in range(200)]
+        for who in ("X", "Y")
+    ]
     outcomes: dict = {}
 
     def run(who: str, items: list[dict]) -> None:
         with db.connection_context():
-            outcomes[who] = patients.import_patients(Clinic.get(Clinic.slug == "clinic-a"), items, TESTER,
-                                                schemas.PATIENT_IMPORT)
+            outcomes[who] = patients.import_patients(
+                Clinic.get(Clinic.slug == "clinic-a"), items, TESTER, schemas.PATIENT_IMPORT
+            )
 
     threads = [threading.Thread(target=run, args=(who, items)) for who, items in zip("XY", batches)]
     for thread in threads:
@@ -258,7 +325,9 @@ def test_two_overlapping_bulk_imports_at_once_give_one_patient_per_id(app, token
         (x_id, x_status, _), (y_id, y_status, _) = outcomes["X"][i], outcomes["Y"][i]
         assert x_id == y_id and sorted([x_status, y_status]) == ["created", "updated"], (i, x_status, y_status)
     with db.connection_context():
-        links = ExternalId.select().join(Clinic).where(Clinic.slug == "clinic-a", ExternalId.value.regexp("^[CXY][0-9]+$"))
+        links = (
+            ExternalId.select().join(Clinic).where(Clinic.slug == "clinic-a", ExternalId.value.regexp("^[CXY][0-9]+$"))
+        )
         assert links.count() == 700
         made = Patient.select().where(Patient.first_name.in_(["Shared", "X", "Y"]))
         assert made.count() == 700, "no patient left behind by the import that lost an id"

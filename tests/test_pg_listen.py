@@ -1,11 +1,12 @@
 """The listening connection (plumbing/pg_listen.py) that plumbing/row_cache.py and jobs/relay.py share:
 it hears a NOTIFY on any of its channels, waits no longer than asked, and reports a
 connection the server ended (pg_terminate_backend) by raising one of `LOST`."""
+
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import psycopg2
 import pytest

@@ -1,4 +1,4 @@
-"""Issue 22: no production process runs on a SECRET_KEY anyone can know.
+"""no production process runs on a SECRET_KEY anyone can know.
 
 The built-in key is in config.py; a database dump decrypts the platform passwords with it,
 and the storage signing key follows from it. Outside the embedded run (a database other
@@ -6,6 +6,7 @@ than SQLite) the web process, the worker and the release step (`manage.py migrat
 it, and a key shorter than 32 bytes, as real subprocesses started the Procfile's way.
 `bin/run` makes a random key of its own instead (tests/test_first_run.py runs it).
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,9 @@ def assert_refused(done: subprocess.CompletedProcess, secret_key: str | None) ->
 # ------------------------------------------------------------------------------ the rule
 
 
-@pytest.mark.parametrize("database_url", [PG_URL, "postgres://db.internal:5432/clinic"],
-                         ids=["the suite's database", "a production host"])  # ids alike in every xdist process
+@pytest.mark.parametrize(
+    "database_url", [PG_URL, "postgres://db.internal:5432/clinic"], ids=["the suite's database", "a production host"]
+)  # ids alike in every xdist process
 def test_the_built_in_or_a_short_key_is_refused_outside_the_embedded_run(database_url: str) -> None:
     for key, problem in [(DEVELOPMENT_SECRET_KEY, "built-in"), (SHORT_KEY, "20 bytes long"), ("é" * 15, "30 bytes")]:
         with pytest.raises(InsecureConfiguration, match="SECRET_KEY") as refused:
@@ -75,15 +77,27 @@ def test_the_embedded_run_may_use_any_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize("secret_key", WEAK.values(), ids=WEAK.keys())
 def test_the_release_step_refuses_a_weak_key_and_migrates_nothing(secret_key: str | None, tmp_path: Path) -> None:
     storage = tmp_path / "storage"
-    done = subprocess.run([sys.executable, "manage.py", "migrate"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env=environment(secret_key, STORAGE_DIR=str(storage)))
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment(secret_key, STORAGE_DIR=str(storage)),
+    )
     assert_refused(done, secret_key)
     assert not storage.exists(), "refused before anything is done"
 
 
 def test_the_release_step_runs_with_a_good_key(app, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "manage.py", "migrate"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env=environment(SECRET_KEY, STORAGE_DIR=str(tmp_path / "storage")))
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment(SECRET_KEY, STORAGE_DIR=str(tmp_path / "storage")),
+    )
     assert done.returncode == 0, done.stderr
     assert "database is up to date" in done.stderr and (tmp_path / "storage").is_dir()
 
@@ -91,8 +105,14 @@ def test_the_release_step_runs_with_a_good_key(app, tmp_path: Path) -> None:
 @pytest.mark.rq_worker
 @pytest.mark.parametrize("secret_key", WEAK.values(), ids=WEAK.keys())
 def test_the_worker_refuses_a_weak_key(secret_key: str | None) -> None:
-    done = subprocess.run([sys.executable, "manage.py", "worker"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env=environment(secret_key))
+    done = subprocess.run(
+        [sys.executable, "manage.py", "worker"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment(secret_key),
+    )
     assert_refused(done, secret_key)
 
 
@@ -105,16 +125,25 @@ def test_the_worker_runs_with_a_good_key(worker: subprocess.Popen) -> None:
 @pytest.mark.gunicorn
 @pytest.mark.parametrize("secret_key", [None, SHORT_KEY], ids=["unset", "20 bytes"])
 def test_the_web_process_refuses_a_weak_key(secret_key: str | None) -> None:
-    done = subprocess.run(web_command(free_port()), cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=environment(secret_key))
+    done = subprocess.run(
+        web_command(free_port()), cwd=ROOT, capture_output=True, text=True, timeout=120, env=environment(secret_key)
+    )
     assert_refused(done, secret_key)
 
 
 @pytest.mark.gunicorn
 def test_the_web_process_serves_with_a_good_key(wsgi_app) -> None:
     port = free_port()
-    web = start_gunicorn(port, "--workers", "1", env=environment(SECRET_KEY), stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, ready=lambda _: serving(f"http://127.0.0.1:{port}"), timeout=60)
+    web = start_gunicorn(
+        port,
+        "--workers",
+        "1",
+        env=environment(SECRET_KEY),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        ready=lambda _: serving(f"http://127.0.0.1:{port}"),
+        timeout=60,
+    )
     try:
         assert web.poll() is None and serving(f"http://127.0.0.1:{port}"), "it started and answers"
     finally:
@@ -145,8 +174,9 @@ def test_a_damaged_key_file_is_an_error_never_replaced(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="secret key of at least 32 bytes"):
         ensure_secret_key_file(path)
     assert path.read_text() == "short\n"
-    done = subprocess.run([sys.executable, "-m", "plumbing.local_secret", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "plumbing.local_secret", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode != 0 and "secret key of at least 32 bytes" in done.stderr and done.stdout == ""
 
 
@@ -158,4 +188,6 @@ def test_commands_on_the_embedded_database_use_the_key_beside_it(tmp_path: Path)
     assert Config.from_env({"DATABASE_URL": database}).secret_key == key
     assert Config.from_env({"DATABASE_URL": database, "SECRET_KEY": "s" * 40}).secret_key == "s" * 40  # set: it wins
     assert Config.from_env({"DATABASE_URL": PG_URL}).secret_key == DEVELOPMENT_SECRET_KEY  # production: never a file
-    assert Config.from_env({"DATABASE_URL": f"sqlite:///{tmp_path}/elsewhere/app.db"}).secret_key == DEVELOPMENT_SECRET_KEY
+    assert (
+        Config.from_env({"DATABASE_URL": f"sqlite:///{tmp_path}/elsewhere/app.db"}).secret_key == DEVELOPMENT_SECRET_KEY
+    )

@@ -2,6 +2,7 @@
 configured PUBLIC_BASE_URL; else the origin the request reached, as a proxy the operator
 trusts (TRUST_FORWARDED_PROTO, TRUSTED_PROXY_HOPS) reports it; else "/", the document's own
 origin. A Host or X-Forwarded-* header a client wrote itself is never repeated back."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -30,8 +31,9 @@ def served(config):
 
 def test_the_configured_address_whatever_the_headers_say(served):
     assert served(SPOOFED, public_base_url="https://clinic.example.org") == [{"url": "https://clinic.example.org"}]
-    assert served(SPOOFED, public_base_url="https://clinic.example.org", trusted_proxy_hops=1,
-                  trust_forwarded_proto=True) == [{"url": "https://clinic.example.org"}]
+    assert served(
+        SPOOFED, public_base_url="https://clinic.example.org", trusted_proxy_hops=1, trust_forwarded_proto=True
+    ) == [{"url": "https://clinic.example.org"}]
 
 
 def test_without_a_configured_address_or_a_trusted_proxy_the_documents_own_origin(served, app):
@@ -46,7 +48,8 @@ def test_behind_a_trusted_proxy_the_origin_it_reports(served):
     assert served(proxied, trusted_proxy_hops=1) == [{"url": "http://clinic.example.org"}]
     # A proxy that passes the Host through (no X-Forwarded-Host): the Host it forwarded.
     assert served({"Host": "clinic.example.org", "X-Forwarded-Proto": "https"}, trust_forwarded_proto=True) == [
-        {"url": "https://clinic.example.org"}]
+        {"url": "https://clinic.example.org"}
+    ]
     # Two proxies: the entry the outer one wrote, not one the client prepended.
     two = {"X-Forwarded-Host": "evil.example, clinic.example.org, inner.local", "X-Forwarded-Proto": "https"}
     assert served(two, trusted_proxy_hops=2, trust_forwarded_proto=True) == [{"url": "https://clinic.example.org"}]

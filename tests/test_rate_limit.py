@@ -1,10 +1,11 @@
-"""Per-token rate limits (issue 22): `recording-complete` and the document writes.
+"""Per-token rate limits: `recording-complete` and the document writes.
 
 Over its budget a token gets 429 `RATE_LIMITED` with `Retry-After`, after the token,
 clinic and scope checks and before the body's; the count is in Redis, shared by every
 web process (here: two app instances); other tokens, reads and traffic below the limit
 are untouched; with Redis down every request passes.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -51,8 +52,12 @@ def hand_off(client: webtest.TestApp, token: str, sid: str, status: int = 200, *
 
 
 def import_patient(client: webtest.TestApp, token: str, external_id: str, status: int = 200) -> webtest.TestResponse:
-    return client.post_json(IMPORT, {"externalId": external_id, "externalIdSource": "signing", "firstName": "Jana",
-                                     "lastName": "Nováková"}, headers=bearer(token), status=status)
+    return client.post_json(
+        IMPORT,
+        {"externalId": external_id, "externalIdSource": "signing", "firstName": "Jana", "lastName": "Nováková"},
+        headers=bearer(token),
+        status=status,
+    )
 
 
 def stored_calls() -> int:
@@ -81,8 +86,15 @@ def test_429_comes_after_the_token_checks_and_before_the_body(web, token):
     assert hand_off(web, "csk_nope_nope", "CA-x", status=401).json["code"] == "UNAUTHORIZED"
     read_only = issue_token(["clinic-a"], ["read"])
     assert hand_off(web, read_only, "CA-x", status=403).json["code"] == "FORBIDDEN"
-    assert web.post_json(switchboard_url("no-such-clinic", "recording-complete"), bodies.call_body("CA-x"),
-                         headers=bearer(token), status=404).json["code"] == "CLINIC_NOT_FOUND"
+    assert (
+        web.post_json(
+            switchboard_url("no-such-clinic", "recording-complete"),
+            bodies.call_body("CA-x"),
+            headers=bearer(token),
+            status=404,
+        ).json["code"]
+        == "CLINIC_NOT_FOUND"
+    )
     # Over the limit, an invalid body is not even read: 429, not 400.
     assert_limited(hand_off(web, token, "CA-x", status=429, CallFrom=None))
 
@@ -104,9 +116,12 @@ def test_every_document_write_counts_against_one_budget(web, token):
     bulk = "/external/v1/clinics/clinic-a/patients/import-bulk"
     web.post_json(bulk, {"patients": []}, headers=bearer(token), status=400)  # refused bodies count as well
     assert_limited(web.post_json(bulk, {"patients": []}, headers=bearer(token), status=429))
-    for path, method in (("/patientRequests/create", "post_json"), ("/patientRequests/" + "0" * 32, "patch_json"),
-                         ("/patientRequests/" + "0" * 32 + "/attachments/upload-link", "post_json"),
-                         ("/patientRequests/" + "0" * 32 + "/attachments", "post_json")):
+    for path, method in (
+        ("/patientRequests/create", "post_json"),
+        ("/patientRequests/" + "0" * 32, "patch_json"),
+        ("/patientRequests/" + "0" * 32 + "/attachments/upload-link", "post_json"),
+        ("/patientRequests/" + "0" * 32 + "/attachments", "post_json"),
+    ):
         answer = getattr(web, method)("/external/v1/clinics/clinic-a" + path, {}, headers=bearer(token), status=429)
         assert_limited(answer)
 

@@ -1,4 +1,4 @@
-"""Issue 22, recording length: a recording's length is known before it is decoded, a
+"""Recording length: a recording's length is known before it is decoded, a
 recording over `RECORDING_MAX_SECONDS` is not decoded (a voice message, transcript failed
 `too_long`, recording playable), and decoding holds the 16 kHz result and one block.
 
@@ -8,6 +8,7 @@ took 1 to 2.5 GB. The decode path runs in processes of its own, watched for thei
 (VmHWM): the worker's transcription entry in a subprocess, and the ingest job on a real
 worker (`manage.py worker`) behind gunicorn, on a private Redis and a database of its own.
 """
+
 from __future__ import annotations
 
 import glob
@@ -26,9 +27,9 @@ import soundfile as sf
 import soxr
 
 from config import Config
-from voicemail import transcription as tx
 from tests.conftest import PG_URL, ROOT
 from tests.support import hostile_audio
+from tests.support.fault_calls import Store, call_body
 from tests.support.faults import RedisServer, gunicorn, post_json, prepare_database
 from tests.support.https_server import HTTPSTestServer, static
 from tests.support.memory import peak_rss_mb, run_watched
@@ -37,7 +38,7 @@ from tests.support.processes import stop_process as stop
 from tests.support.servers import wait_until
 from tests.support.tiers import needs
 from tests.support.worker import MODEL, worker_env
-from tests.test_faults import Store, call_body
+from voicemail import transcription as tx
 
 AUDIO = ROOT / "tests" / "audio"
 LIMIT = 1200.0  # RECORDING_MAX_SECONDS by default: 20 minutes
@@ -72,6 +73,7 @@ def hostile(tmp_path_factory) -> dict[str, tuple[Path, float]]:
 
 
 # --- the length, before decoding ------------------------------------------------------------
+
 
 def test_the_limit_is_twenty_minutes_unless_configured():
     assert Config().recording_max_seconds == LIMIT
@@ -135,8 +137,9 @@ def test_a_stream_whose_length_is_unknown_is_stopped_at_the_limit(hostile, tmp_p
 
 # --- decoding in blocks -----------------------------------------------------------------------
 
+
 def _decoded_whole(path: str) -> np.ndarray:
-    """Today's samples the way they were made before issue 22: decoded whole, resampled once."""
+    """Today's samples the way they were made before decoding was bounded: decoded whole, resampled once."""
     data, rate = sf.read(path, dtype="float32", always_2d=True)
     mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
     if rate != tx.SAMPLE_RATE and mono.size:
@@ -148,8 +151,12 @@ def test_blocks_give_the_samples_of_decoding_whole(tmp_path):
     stereo = tmp_path / "stereo44.wav"
     t = np.arange(3 * 44100) / 44100
     sf.write(stereo, np.stack([np.sin(2 * np.pi * 440 * t), 0.5 * np.sin(2 * np.pi * 300 * t)], axis=1), 44100)
-    names = sorted(glob.glob(str(AUDIO / "*.mp3")) + glob.glob(str(AUDIO / "*.wav"))
-                   + glob.glob(str(AUDIO / "voicemails" / "*")) + [str(stereo)])
+    names = sorted(
+        glob.glob(str(AUDIO / "*.mp3"))
+        + glob.glob(str(AUDIO / "*.wav"))
+        + glob.glob(str(AUDIO / "voicemails" / "*"))
+        + [str(stereo)]
+    )
     names = [n for n in names if n.endswith((".mp3", ".wav"))]
     assert len(names) > 100
     for name in names:
@@ -182,8 +189,9 @@ print(json.dumps({"status": t.status, "issue": t.issue, "seconds": t.recording_s
 def test_the_transcription_entry_refuses_a_hostile_recording_in_bounded_memory(hostile, kind, tmp_path):
     path, _ = hostile[kind]
     with open(tmp_path / "stderr", "w") as errors:
-        code, out, watched = run_watched([sys.executable, "-c", ENTRY, str(MODEL), str(path)], limit_mb=PEAK_MB,
-                                         timeout=120, cwd=ROOT, stderr=errors)
+        code, out, watched = run_watched(
+            [sys.executable, "-c", ENTRY, str(MODEL), str(path)], limit_mb=PEAK_MB, timeout=120, cwd=ROOT, stderr=errors
+        )
     assert code == 0, f"exit {code}, peak {watched:.0f} MB: {(tmp_path / 'stderr').read_text()[-2000:]}"
     result = json.loads(out.strip().splitlines()[-1])
     peak = max(watched, result["peak_mb"])
@@ -193,6 +201,7 @@ def test_the_transcription_entry_refuses_a_hostile_recording_in_bounded_memory(h
 
 
 # --- the ingest job on a real worker ----------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 @needs("gunicorn", "rq_worker", "engine")
@@ -208,8 +217,14 @@ def stack(tmp_path_factory, ca_bundle, https_ca, hostile) -> Iterator[dict]:
         token = prepare_database(env, SLUG)
         web, base_url = gunicorn(env, workdir / "web.log")
         try:
-            yield {"env": env, "token": token, "base": base_url, "store": Store(LENGTH_DB), "dir": workdir,
-                   "recordings": recordings}
+            yield {
+                "env": env,
+                "token": token,
+                "base": base_url,
+                "store": Store(LENGTH_DB),
+                "dir": workdir,
+                "recordings": recordings,
+            }
         finally:
             stop(web)
 
@@ -222,7 +237,9 @@ def _hand_off(stack, sid: str, path: str) -> None:
 def _outcome(stack, sid: str) -> tuple | None:
     found = stack["store"].rows(
         "SELECT c.state, c.outcome, c.transcript_status, c.transcript_issue, c.transcript, c.transcript_signals, "
-        "r.id, r.kind FROM call c LEFT JOIN patient_request r ON r.call_id = c.id WHERE c.call_sid = %s", sid)
+        "r.id, r.kind FROM call c LEFT JOIN patient_request r ON r.call_id = c.id WHERE c.call_sid = %s",
+        sid,
+    )
     return found[0] if found and found[0][0] == "done" else None
 
 
@@ -250,7 +267,9 @@ def test_hostile_recordings_become_voice_messages_marked_too_long_on_a_worker_in
         assert peak < WORKER_PEAK_MB and peak - started_at < RECORDING_MB, log.read_text()[-3000:]
         outcomes = {kind: _outcome(stack, sid) for kind, sid in sids.items()}
         for kind, (_, outcome, status, issue, transcript, signals, _, request_kind) in outcomes.items():
-            assert (outcome, status, issue, request_kind) == ("voice_message", "failed", "too_long", "voice_message"), kind
+            assert (outcome, status, issue, request_kind) == ("voice_message", "failed", "too_long", "voice_message"), (
+                kind
+            )
             assert json.loads(signals)["recording_seconds"] >= LIMIT and transcript == ""
         # The request a receptionist opens: the transcript failed, the recording plays.
         headers = {"Authorization": f"Bearer {stack['token']}"}
@@ -268,8 +287,12 @@ def test_with_a_short_limit_a_recording_under_it_is_transcribed_and_one_over_it_
     """RECORDING_MAX_SECONDS=15 on the worker: the 13.7 s voicemail is transcribed as
     always; 19 s of voicemail is a voice message marked too long."""
     longer = tmp_path / "two.wav"
-    sf.write(longer, np.concatenate([tx.load_audio(AUDIO / "msg_appointment.mp3"),
-                                     tx.load_audio(AUDIO / "msg_cancel.mp3")]), tx.SAMPLE_RATE, subtype="PCM_16")
+    sf.write(
+        longer,
+        np.concatenate([tx.load_audio(AUDIO / "msg_appointment.mp3"), tx.load_audio(AUDIO / "msg_cancel.mp3")]),
+        tx.SAMPLE_RATE,
+        subtype="PCM_16",
+    )
     assert 15 < sf.info(str(longer)).duration < 25
     stack["recordings"].route("/under.mp3", static((AUDIO / "msg_appointment.mp3").read_bytes(), "audio/mpeg"))
     stack["recordings"].route("/over.wav", static(longer.read_bytes(), "audio/wav"))
@@ -278,8 +301,9 @@ def test_with_a_short_limit_a_recording_under_it_is_transcribed_and_one_over_it_
     try:
         _hand_off(stack, "CA-under", "/under.mp3")
         _hand_off(stack, "CA-over", "/over.wav")
-        assert wait_until(lambda: _outcome(stack, "CA-under") and _outcome(stack, "CA-over"), timeout=120,
-                          interval=0.2), log.read_text()[-3000:]
+        assert wait_until(
+            lambda: _outcome(stack, "CA-under") and _outcome(stack, "CA-over"), timeout=120, interval=0.2
+        ), log.read_text()[-3000:]
         _, outcome, status, issue, transcript, _, _, kind = _outcome(stack, "CA-under")
         assert (outcome, kind) == ("voice_message", "voice_message") and status in ("reliable", "unreliable")
         assert "appointment" in transcript.lower()

@@ -1,4 +1,4 @@
-"""Playable recordings (README: "Playable recordings"), with real parts: the real RQ
+"""Playable recordings (docs/integrators/switchboard.md), with real parts: the real RQ
 worker (tests/support/worker.py) runs the re-fetch job against a fake platform API
 served over real HTTPS from 127.0.0.1 (trustme CA; loopback allowed only through the
 test-only setting).
@@ -7,177 +7,49 @@ The web side's clock is the settable test clock; the worker's is the wall clock,
 play endpoint hands the job its time (`as_of`) and the fake platform answers absolute
 expiries on the test clock.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
-import secrets
 import subprocess
 import sys
-import threading
 import uuid
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 import redis
 import webtest
 
-from voicemail import platform as platform_api
 from app import create_app
-from config import Config
-from config import RetiredSetting
+from config import Config, RetiredSetting
+from models import AuditEvent, Call, PatientRequest
 from plumbing.database import db
-from models import AuditEvent, Call, Clinic, Patient, PatientRecord, PatientRequest
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, bearer, clinic, issue_token, load, organization, switchboard_url
-from tests.support.clocks import Clock
-from tests.support.https_server import FailThenSucceed, HTTPSTestServer, TestRequest, TestResponse, json_response, static
+from tests.support.https_server import HTTPSTestServer, json_response, static
 from tests.support.live_service import concurrently, serve, settings_of
+from tests.support.recordings import (
+    AUDIO,
+    PASSWORD,
+    SOURCE,
+    USER,
+    FakePlatform,
+    detail_call,
+    onboard,
+    play,
+    received_at,
+    request_url,
+    stored_call,
+)
 from tests.support.servers import wait_until
 from tests.support.worker import MARKER_WORDS, processed_call
-
-AUDIO = ROOT / "tests" / "audio"
-USER, PASSWORD = "clinic-api", "pbx-pa55word"
-SOURCE = "AcmeVox Cloud PBX 4.2"  # contains a marker word of the tests ("acmevox")
-
-
-class FakePlatform:
-    """The platform's API: token exchange and fresh recording links, on the
-    default paths (`/auth/token`, `/recordings/{recording}/url`) under `/api`."""
-
-    def __init__(self, server: HTTPSTestServer, clock: Clock) -> None:
-        self.server, self.clock = server, clock
-        self.tokens: set[str] = set()
-        self.expire_next_token = False
-        self.link_delay = 0.0
-        self._lock = threading.Lock()
-        server.route("/api/auth/token", self._token, methods=("POST",))
-
-    @property
-    def base_url(self) -> str:
-        return self.server.url("/api")
-
-    @property
-    def token_exchanges(self) -> int:
-        return self.server.request_count("/api/auth/token")
-
-    def path(self, ref: str) -> str:
-        return f"/api/recordings/{ref}/url"
-
-    def lookups(self, ref: str) -> int:
-        return self.server.request_count(self.path(ref))
-
-    def fresh_link(self, ref: str) -> str:
-        return self.server.url(f"/files/{ref}") + "?signature=FRESH-SECRET"
-
-    def serve(self, ref: str, mode: str = "ok", recording: bytes = b"") -> None:
-        """`ok`, `deleted` (404), `gone` (410) or `flaky` (503 once, then ok); the fresh
-        link yields `recording` (the bytes the service checks a re-fetched link by)."""
-        ok = self._link(ref)
-        self.server.route(f"/files/{ref}", static(recording or (AUDIO / "msg_cancel.mp3").read_bytes(), "audio/mpeg"))
-        handler = {"ok": ok, "deleted": static(b'{"error":"not found"}', "application/json", status=404),
-                   "gone": static(b"", "application/json", status=410),
-                   "flaky": FailThenSucceed(1, ok, failure=static(b"busy", "text/plain", status=503))}[mode]
-        self.server.route(self.path(ref), self._authorized(handler), methods=("GET",))
-
-    def _token(self, req: TestRequest) -> TestResponse:
-        if req.json() != {"username": USER, "password": PASSWORD}:
-            return json_response({"error": "bad credentials"}, status=401)
-        token = secrets.token_urlsafe(12)
-        with self._lock:
-            self.tokens.add(token)
-        return json_response({"access_token": token, "token_type": "Bearer", "expires_in": 3600})
-
-    def _authorized(self, handler):
-        def check(req: TestRequest) -> TestResponse:
-            token = req.headers.get("authorization", "").removeprefix("Bearer ")
-            with self._lock:
-                valid = token in self.tokens
-                if valid and self.expire_next_token:  # the platform let this token expire early
-                    self.expire_next_token, valid = False, False
-                    self.tokens.discard(token)
-            if not valid:
-                return json_response({"error": "token expired"}, status=401)
-            return handler(req)
-        return check
-
-    def _link(self, ref: str):
-        def handler(req: TestRequest) -> TestResponse:
-            expires = self.clock() + timedelta(minutes=30)
-            return TestResponse(status=200, headers={"Content-Type": "application/json"},
-                                body=json_response({"url": self.fresh_link(ref), "expiresAt": expires.isoformat()}).body,
-                                delay_before_headers=self.link_delay)
-        return handler
-
-
-@pytest.fixture
-def platform(https_server: HTTPSTestServer, clock: Clock) -> Iterator[FakePlatform]:
-    tokens = redis.Redis.from_url(REDIS_URL)
-    for key in tokens.scan_iter("platform-token:*"):  # a cached token of an earlier test's platform
-        tokens.delete(key)
-    yield FakePlatform(https_server, clock)
-
-
-@pytest.fixture(scope="module")
-def rec_config(config, ca_bundle) -> Config:
-    return Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=config.clock,
-                  unsafe_allow_loopback_fetch=True, fetch_ca_bundle=ca_bundle, recording_retry_delays="1,1",
-                  platform_retry_delays="1,1", platform_play_wait_seconds=8,
-                  platform_fetch_timeout=5, provider_marker_words=MARKER_WORDS)
-
-
-@pytest.fixture
-def web(app, rec_config) -> webtest.TestApp:
-    return webtest.TestApp(create_app(rec_config))
-
-
-def onboard(platform: FakePlatform | None, slug: str = "clinic-rec", **switchboard: Any) -> None:
-    """The clinic with its platform credentials (no marker words of its own: the
-    deployment's PROVIDER_MARKER_WORDS name the platform family, as before they could be
-    given per clinic)."""
-    extra: dict[str, Any] = {}
-    if platform is not None:
-        extra["switchboard"] = {"apiUrl": platform.base_url, "username": USER, "password": PASSWORD, **switchboard}
-    load(organization(clinic(slug, tz="America/New_York", country="US", language="en", **extra)))
-
-
-def stored_call(sid: str, *, source: str | None = SOURCE, recording_sid: str | None = None,
-                url: str = "https://files.example.com/rec/{sid}.mp3?signature=ORIGINAL-SECRET",
-                slug: str = "clinic-rec") -> PatientRequest:
-    """A call the ingest job has turned into a voice message request (the ingest itself
-    is exercised end to end in the first test and in test_call_handoff.py)."""
-    with db.connection_context():
-        home = Clinic.by_slug(slug)
-        call = Call.create(clinic=home, call_sid=sid, call_from="+12015550198", call_to="+12015550100",
-                           status="completed", has_recording=True, recording_url=url.format(sid=sid),
-                           recording_sid=recording_sid, source=source, state="done", outcome="voice_message",
-                           transcript="Please call me back about my test results.", transcript_language="en")
-        patient = Patient.create(organization=home.organization_id, phone="+12015550198")
-        PatientRecord.create(patient=patient, clinic=home)
-        return PatientRequest.create(clinic=home, patient=patient, kind="voice_message", title="Voice message",
-                                     call=call.id)
-
-
-def received_at(request: PatientRequest) -> datetime:
-    with db.connection_context():
-        return Call.get_by_id(request.call_id).received_at.replace(tzinfo=timezone.utc)
-
-
-def request_url(request: PatientRequest, slug: str = "clinic-rec") -> str:
-    return f"/external/v1/clinics/{slug}/patientRequests/{request.id}"
-
-
-def play(web: webtest.TestApp, request: PatientRequest, token: str, status: int | str = "*"):
-    return web.get(request_url(request) + "/recording", headers=bearer(token), status=status)
-
-
-def detail_call(web: webtest.TestApp, request: PatientRequest, token: str) -> dict[str, Any]:
-    return web.get(request_url(request), headers=bearer(token), status=200).json["data"]["call"]
-
+from voicemail import platform as platform_api
 
 # --- the spec's pre-release check, end to end ----------------------------------------------
+
 
 def test_pre_release_check_end_to_end(web, clock, platform, https_server, worker, worker_log):
     """A handed-off call with a recording yields a voice message request whose recording
@@ -187,9 +59,19 @@ def test_pre_release_check_end_to_end(web, clock, platform, https_server, worker
     https_server.route("/rec/CA-e2e.mp3", static((AUDIO / "msg_appointment.mp3").read_bytes(), "audio/mpeg"))
     original = https_server.url("/rec/CA-e2e.mp3") + "?signature=ORIGINAL-SECRET"
     writer, reader = issue_token(["clinic-rec"], ["write"]), issue_token(["clinic-rec"], ["read"])
-    body = {"CallSid": "CA-e2e", "CallFrom": "+1 201 555 0198", "CallTo": "+12015550100", "Status": "completed",
-            "HasRecording": True, "RecordingUrl": original, "RecordingSid": "CA-e2e.mp3", "Source": SOURCE}
-    assert web.post_json(switchboard_url("clinic-rec", "recording-complete"), body, headers=bearer(writer)).json == {"success": True}
+    body = {
+        "CallSid": "CA-e2e",
+        "CallFrom": "+1 201 555 0198",
+        "CallTo": "+12015550100",
+        "Status": "completed",
+        "HasRecording": True,
+        "RecordingUrl": original,
+        "RecordingSid": "CA-e2e.mp3",
+        "Source": SOURCE,
+    }
+    assert web.post_json(switchboard_url("clinic-rec", "recording-complete"), body, headers=bearer(writer)).json == {
+        "success": True
+    }
 
     call = processed_call("CA-e2e")
     with db.connection_context():
@@ -240,6 +122,7 @@ def test_pre_release_check_end_to_end(web, clock, platform, https_server, worker
 
 # --- platform behaviours ---------------------------------------------------------------------
 
+
 def test_token_expired_early_is_renewed_once(web, clock, platform, worker):
     onboard(platform)
     request = stored_call("CA-401", recording_sid="CA-401.mp3")
@@ -261,7 +144,9 @@ def test_token_expired_early_is_renewed_once(web, clock, platform, worker):
 
 def test_reference_falls_back_to_the_file_name_and_410_counts_as_deleted(web, clock, platform, worker):
     onboard(platform)
-    request = stored_call("CA-name", recording_sid=None, url="https://files.example.com/x/voicemail-77.wav?sig=ORIGINAL-SECRET")
+    request = stored_call(
+        "CA-name", recording_sid=None, url="https://files.example.com/x/voicemail-77.wav?sig=ORIGINAL-SECRET"
+    )
     platform.serve("voicemail-77.wav", "gone")
     reader = issue_token(["clinic-rec"], ["read"])
     clock.set(received_at(request) + timedelta(minutes=26))
@@ -271,8 +156,9 @@ def test_reference_falls_back_to_the_file_name_and_410_counts_as_deleted(web, cl
 
 def test_server_error_answers_503_with_retry_after_then_the_retry_succeeds(app, rec_config, clock, platform, worker):
     # The job retries after 3 s; the play waits 1 s at most, so it answers 503 meanwhile.
-    web = webtest.TestApp(create_app(Config(**{**rec_config.__dict__, "platform_retry_delays": "3",
-                                                "platform_play_wait_seconds": 1.0})))
+    web = webtest.TestApp(
+        create_app(Config(**{**rec_config.__dict__, "platform_retry_delays": "3", "platform_play_wait_seconds": 1.0}))
+    )
     onboard(platform)
     request = stored_call("CA-5xx", recording_sid="CA-5xx.mp3")
     platform.serve("CA-5xx.mp3", "flaky")
@@ -323,14 +209,18 @@ def test_source_without_a_marker_word_plays_the_original_link_until_it_expires(w
     assert https_requests(platform) == 0
 
 
-@pytest.mark.parametrize("source, markers, refetched", [
-    ("AcmeVox Cloud PBX 4.2", None, True),  # the deployment's PROVIDER_MARKER_WORDS alone
-    ("FrogLine 7", ["frogline"], True),  # the clinic's own words add to them
-    ("FrogLine 7", None, False),
-    ("OtherVendor PBX", ["frogline"], False),
-])
-def test_marker_words_of_the_deployment_and_the_clinic_select_the_platform(web, clock, platform, worker, source,
-                                                                           markers, refetched):
+@pytest.mark.parametrize(
+    "source, markers, refetched",
+    [
+        ("AcmeVox Cloud PBX 4.2", None, True),  # the deployment's PROVIDER_MARKER_WORDS alone
+        ("FrogLine 7", ["frogline"], True),  # the clinic's own words add to them
+        ("FrogLine 7", None, False),
+        ("OtherVendor PBX", ["frogline"], False),
+    ],
+)
+def test_marker_words_of_the_deployment_and_the_clinic_select_the_platform(
+    web, clock, platform, worker, source, markers, refetched
+):
     """A clinic's credentials re-fetch for calls whose Source holds a marker word of the
     platform family: the deployment's (PROVIDER_MARKER_WORDS, read again after an upgrade
     had stopped reading it) or the clinic's own `sourceMarkers`."""
@@ -382,8 +272,9 @@ def test_a_play_that_read_the_call_before_the_refetch_finished_does_not_start_an
     first = ensure_refetch(queue, request.call_id, as_of, rec_config)
     first.set_status(JobStatus.FINISHED)
     with db.connection_context():  # what the job did before it finished
-        Call.update(recording_link="https://files.example.com/fresh.mp3",
-                    recording_link_expires_at=as_of + timedelta(hours=1)).where(Call.id == request.call_id).execute()
+        Call.update(
+            recording_link="https://files.example.com/fresh.mp3", recording_link_expires_at=as_of + timedelta(hours=1)
+        ).where(Call.id == request.call_id).execute()
         again = ensure_refetch(queue, request.call_id, as_of, rec_config)
     assert (again.get_status(refresh=True), again.enqueued_at) == (JobStatus.FINISHED, first.enqueued_at)
     with db.connection_context():  # still expired when read under the lock: a new fetch
@@ -396,15 +287,25 @@ def test_a_play_that_read_the_call_before_the_refetch_finished_does_not_start_an
 def test_platform_settings_are_read_under_their_former_pbx_names_too() -> None:
     """PLATFORM_* or, for a deployment that still sets them, PBX_* (with a warning at
     start); both set to different values: refused, naming both."""
-    config = Config.from_env({"PBX_RETRY_DELAYS": "1,1", "PLATFORM_FETCH_TIMEOUT": "9", "PBX_FETCH_TIMEOUT": "9",
-                              "PBX_PLAY_WAIT_SECONDS": "0.5"})
+    config = Config.from_env(
+        {
+            "PBX_RETRY_DELAYS": "1,1",
+            "PLATFORM_FETCH_TIMEOUT": "9",
+            "PBX_FETCH_TIMEOUT": "9",
+            "PBX_PLAY_WAIT_SECONDS": "0.5",
+        }
+    )
     assert (config.platform_retry_intervals, config.platform_fetch_timeout, config.platform_play_wait_seconds) == (
-        [1, 1], 9.0, 0.5)
+        [1, 1],
+        9.0,
+        0.5,
+    )
     assert sorted(config.notices) == [
         "PBX_PLAY_WAIT_SECONDS is the former name of PLATFORM_PLAY_WAIT_SECONDS: it is still read, but rename it "
         "to PLATFORM_PLAY_WAIT_SECONDS.",
         "PBX_RETRY_DELAYS is the former name of PLATFORM_RETRY_DELAYS: it is still read, but rename it to "
-        "PLATFORM_RETRY_DELAYS."]
+        "PLATFORM_RETRY_DELAYS.",
+    ]
     with pytest.raises(RetiredSetting, match="PLATFORM_FETCH_TIMEOUT and its former name PBX_FETCH_TIMEOUT"):
         Config.from_env({"PLATFORM_FETCH_TIMEOUT": "3", "PBX_FETCH_TIMEOUT": "9"})
     assert Config.from_env({}).platform_token_path == "/auth/token"
@@ -428,40 +329,69 @@ def test_a_retired_setting_stops_every_process_at_start(monkeypatch, tmp_path) -
     assert Config.from_env({}).notices == []
     # The real entry points, with a variable of the real list (none is retired today, so one is added
     # in a child process through the same dictionary).
-    script = ("import sys, config; config.RETIRED['OLD_SETTING'] = 'use NEW_SETTING'; "
-              "import manage; sys.exit(manage.main(['calls']))")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "OLD_SETTING": "1", "DATABASE_URL": f"sqlite:///{tmp_path}/x.db"})
+    script = (
+        "import sys, config; config.RETIRED['OLD_SETTING'] = 'use NEW_SETTING'; "
+        "import manage; sys.exit(manage.main(['calls']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OLD_SETTING": "1", "DATABASE_URL": f"sqlite:///{tmp_path}/x.db"},
+    )
     assert done.returncode == 2 and "OLD_SETTING is no longer read: use NEW_SETTING" in done.stderr, done.stderr
 
 
 def test_the_release_step_names_clinics_whose_recordings_can_never_be_refetched(app, platform, tmp_path) -> None:
     """Platform credentials but no marker word from anywhere: the release step says so."""
     onboard(platform)
-    env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
-           "STORAGE_DIR": str(tmp_path / "storage")}
+    env = {
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": REDIS_URL,
+        "SECRET_KEY": SECRET_KEY,
+        "STORAGE_DIR": str(tmp_path / "storage"),
+    }
     db.close()
-    done = subprocess.run([sys.executable, "manage.py", "migrate"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "clinic(s) clinic-rec have switchboard platform credentials but no marker words" in done.stderr
-    named = subprocess.run([sys.executable, "manage.py", "migrate"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=120, env={**env, "PROVIDER_MARKER_WORDS": MARKER_WORDS})
+    named = subprocess.run(
+        [sys.executable, "manage.py", "migrate"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "PROVIDER_MARKER_WORDS": MARKER_WORDS},
+    )
     assert named.returncode == 0 and "no marker words" not in named.stderr, named.stderr
 
 
 # --- the recording is bound to its bytes, not to its name ---------------------------------------
 
-def _handed_off(web: webtest.TestApp, https_server: HTTPSTestServer, sid: str, recording_sid: str,
-                clip: str = "msg_appointment.mp3") -> PatientRequest:
+
+def _handed_off(
+    web: webtest.TestApp, https_server: HTTPSTestServer, sid: str, recording_sid: str, clip: str = "msg_appointment.mp3"
+) -> PatientRequest:
     """A call handed off through the API and ingested by the real worker (its bytes hashed)."""
     https_server.route(f"/rec/{sid}.mp3", static((AUDIO / clip).read_bytes(), "audio/mpeg"))
     writer = issue_token(["clinic-rec"], ["write"])
-    body = {"CallSid": sid, "CallFrom": "+1 201 555 0198", "CallTo": "+12015550100", "HasRecording": True,
-            "RecordingUrl": https_server.url(f"/rec/{sid}.mp3") + "?signature=ORIGINAL-SECRET",
-            "RecordingSid": recording_sid, "Source": SOURCE}
-    assert web.post_json(switchboard_url("clinic-rec", "recording-complete"), body,
-                         headers=bearer(writer)).json == {"success": True}
+    body = {
+        "CallSid": sid,
+        "CallFrom": "+1 201 555 0198",
+        "CallTo": "+12015550100",
+        "HasRecording": True,
+        "RecordingUrl": https_server.url(f"/rec/{sid}.mp3") + "?signature=ORIGINAL-SECRET",
+        "RecordingSid": recording_sid,
+        "Source": SOURCE,
+    }
+    assert web.post_json(switchboard_url("clinic-rec", "recording-complete"), body, headers=bearer(writer)).json == {
+        "success": True
+    }
     call = processed_call(sid)
     assert call.recording_sha256 is not None
     with db.connection_context():
@@ -469,7 +399,8 @@ def _handed_off(web: webtest.TestApp, https_server: HTTPSTestServer, sid: str, r
 
 
 def test_a_recording_sid_unrelated_to_the_url_plays_once_the_platform_yields_the_same_bytes(
-        web, clock, platform, https_server, worker):
+    web, clock, platform, https_server, worker
+):
     """Telnyx-style: RecordingSid is the platform's id, not the URL's file name. Accepted,
     and its re-fetched link is served because it yields the recording handed off."""
     onboard(platform)
@@ -508,8 +439,9 @@ def test_a_steered_recording_sid_never_yields_another_recording(web, clock, plat
 
 
 @pytest.mark.parametrize("recording_sid, asked", [("CA-nohash.mp3", True), ("RE-other", False), (None, True)])
-def test_a_recording_never_downloaded_is_refetched_only_by_its_own_file_name(web, clock, platform, worker,
-                                                                            recording_sid, asked):
+def test_a_recording_never_downloaded_is_refetched_only_by_its_own_file_name(
+    web, clock, platform, worker, recording_sid, asked
+):
     """No hash to check against (the original link died before the ingest downloaded it):
     the platform is asked only when RecordingSid names the URL's own file (or is absent);
     otherwise the recording is unavailable, `unverifiable`, and nobody is asked."""
@@ -529,14 +461,21 @@ def test_a_recording_never_downloaded_is_refetched_only_by_its_own_file_name(web
 
 # --- the endpoint's edges ----------------------------------------------------------------------
 
+
 def test_play_needs_a_request_made_from_a_call_and_the_read_scope(web, clock):
     onboard(None)
     request = stored_call("CA-scope")
     writer = issue_token(["clinic-rec"], ["write"])
     assert play(web, request, writer, 403).json["code"] == "FORBIDDEN"
     reader = issue_token(["clinic-rec"], ["read"])
-    assert web.get(request_url(request).replace(str(request.id), str(uuid.uuid4())) + "/recording",
-                   headers=bearer(reader), status=404).json["code"] == "PATIENT_REQUEST_NOT_FOUND"
+    assert (
+        web.get(
+            request_url(request).replace(str(request.id), str(uuid.uuid4())) + "/recording",
+            headers=bearer(reader),
+            status=404,
+        ).json["code"]
+        == "PATIENT_REQUEST_NOT_FOUND"
+    )
     with db.connection_context():
         PatientRequest.update(call=None).where(PatientRequest.id == request.id).execute()
     assert play(web, request, reader, 404).json["code"] == "NOT_FOUND"
@@ -557,28 +496,35 @@ def _public(host: str, port: int) -> list[str]:
     return ["93.184.215.14"]
 
 
-@pytest.mark.parametrize("answer", [
-    b'{"url": "https://cdn.example.com/r.mp3", "expiresIn": Infinity}',
-    b'{"url": "https://cdn.example.com/r.mp3", "expiresIn": NaN}',
-    b'{"url": "https://cdn.example.com/r.mp3"' + b', "x": [' * 5000 + b']' * 5000 + b'}',
-    b'\xff\xfe{"url": "https://cdn.example.com/r.mp3"}',
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b'{"url": "https://cdn.example.com/r.mp3", "expiresIn": Infinity}',
+        b'{"url": "https://cdn.example.com/r.mp3", "expiresIn": NaN}',
+        b'{"url": "https://cdn.example.com/r.mp3"' + b', "x": [' * 5000 + b"]" * 5000 + b"}",
+        b'\xff\xfe{"url": "https://cdn.example.com/r.mp3"}',
+    ],
+)
 def test_platform_json_is_parsed_strictly(answer: bytes) -> None:
     with pytest.raises(platform_api.PlatformError, match="did not answer a JSON object"):
         platform_api._json(answer, "https://pbx.example.com/api/recordings/1/url")
 
 
-@pytest.mark.parametrize("data,lifetime", [
-    ({"expiresIn": 1e20}, timedelta(days=7)),  # bounded: it crashed the re-fetch job (OverflowError)
-    ({"expires_in": 10 ** 30}, timedelta(days=7)),
-    ({"expiresAt": "9999-12-31T23:59:59Z"}, timedelta(days=7)),
-    ({"expiresIn": -50}, timedelta(0)),
-    ({"expiresIn": True}, timedelta(minutes=Config().recording_url_lifetime_minutes)),  # not a number: default
-    ({"expiresIn": 900}, timedelta(seconds=900)),
-])
+@pytest.mark.parametrize(
+    "data,lifetime",
+    [
+        ({"expiresIn": 1e20}, timedelta(days=7)),  # bounded: it crashed the re-fetch job (OverflowError)
+        ({"expires_in": 10**30}, timedelta(days=7)),
+        ({"expiresAt": "9999-12-31T23:59:59Z"}, timedelta(days=7)),
+        ({"expiresIn": -50}, timedelta(0)),
+        ({"expiresIn": True}, timedelta(minutes=Config().recording_url_lifetime_minutes)),  # not a number: default
+        ({"expiresIn": 900}, timedelta(seconds=900)),
+    ],
+)
 def test_fresh_link_expiry_is_bounded(data: dict[str, Any], lifetime: timedelta) -> None:
-    link = platform_api._link_from({"url": "https://cdn.example.com/r.mp3", **data}, "https://pbx.example.com/api",
-                                 NOW, Config(), resolver=_public)
+    link = platform_api._link_from(
+        {"url": "https://cdn.example.com/r.mp3", **data}, "https://pbx.example.com/api", NOW, Config(), resolver=_public
+    )
     assert (link.url, link.expires_at) == ("https://cdn.example.com/r.mp3", NOW + lifetime)
 
 
@@ -586,13 +532,19 @@ def test_fresh_link_expiry_is_bounded(data: dict[str, Any], lifetime: timedelta)
 def test_a_fresh_link_to_a_host_resolving_to_a_private_address_is_refused(addresses: list[str]) -> None:
     """The link goes to a doctor's browser as a 302: the same resolution check as RecordingUrl."""
     with pytest.raises(platform_api.PlatformError, match="unusable link"):
-        platform_api._link_from({"url": "https://rebind.example.com/r.mp3", "expiresIn": 600},
-                              "https://pbx.example.com/api", NOW, Config(), resolver=lambda host, port: addresses)
+        platform_api._link_from(
+            {"url": "https://rebind.example.com/r.mp3", "expiresIn": 600},
+            "https://pbx.example.com/api",
+            NOW,
+            Config(),
+            resolver=lambda host, port: addresses,
+        )
 
 
 def test_a_huge_token_lifetime_is_cached_a_day_at_most(rec_config: Config, https_server: HTTPSTestServer) -> None:
-    https_server.route("/huge/auth/token", lambda req: json_response({"access_token": "tok", "expires_in": 1e20}),
-                       methods=("POST",))
+    https_server.route(
+        "/huge/auth/token", lambda req: json_response({"access_token": "tok", "expires_in": 1e20}), methods=("POST",)
+    )
     connection = redis.Redis.from_url(REDIS_URL)
     creds = platform_api.Credentials(f"huge-{uuid.uuid4().hex[:6]}", https_server.url("/huge"), USER, PASSWORD)
     client = platform_api.PlatformClient(rec_config, connection)

@@ -21,6 +21,7 @@ nothing got through another way.
 
 Private servers: stopping the shared ones is not ours to do.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,16 @@ STOP_SECONDS = 6  # the stopping worker's grace (WORKER_STOP_SECONDS), short for
 
 
 class Stack:
-    def __init__(self, cluster: PostgresCluster, cache: RedisServer, env: dict[str, str], token: str, url: str,
-                 workdir: Path, recordings: HTTPSTestServer) -> None:
+    def __init__(
+        self,
+        cluster: PostgresCluster,
+        cache: RedisServer,
+        env: dict[str, str],
+        token: str,
+        url: str,
+        workdir: Path,
+        recordings: HTTPSTestServer,
+    ) -> None:
         self.cluster, self.redis, self.env, self.token, self.url = cluster, cache, env, token, url
         self.workdir, self.recordings = workdir, recordings
         self.database_url = env["DATABASE_URL"]
@@ -74,8 +83,7 @@ class Stack:
 
     def hand_off(self, sid: str, recording: str) -> int:
         url = self.recordings.url(recording, host="localhost")
-        return post_json(self.path("recording-complete"), self.token,
-                         bodies.call_body(sid, url, Source="fault-pbx"))[0]
+        return post_json(self.path("recording-complete"), self.token, bodies.call_body(sid, url, Source="fault-pbx"))[0]
 
     def rows(self, sql: str, *args: object) -> list[tuple]:
         conn = psycopg2.connect(self.database_url, connect_timeout=3)
@@ -89,7 +97,9 @@ class Stack:
     def call(self, sid: str) -> dict:
         [(cid, state, attempts, transcript, requests_)] = self.rows(
             "SELECT c.id, c.state, c.attempts, c.transcript, count(r.id) FROM call c "
-            "LEFT JOIN patient_request r ON r.call_id = c.id WHERE c.call_sid = %s GROUP BY c.id", sid)
+            "LEFT JOIN patient_request r ON r.call_id = c.id WHERE c.call_sid = %s GROUP BY c.id",
+            sid,
+        )
         return {"id": cid, "state": state, "attempts": attempts, "transcript": transcript, "requests": requests_}
 
     def done(self, sid: str) -> bool:
@@ -132,12 +142,27 @@ def stack(tmp_path_factory, https_ca, ca_bundle, tls_ca) -> Iterator[Stack]:
     cache = RedisServer(workdir, tls=ServerTLS(tls_ca, workdir / "redis-tls")).start()
     # The download retries as production has them (the bug they caused is what is tested);
     # the suite's CA for the recordings, the TLS servers' CA in the URLs.
-    env = worker_env(ca_bundle, DATABASE_URL=cluster.url("clinic"), REDIS_URL=cache.url, WHISPER_MODEL=str(MODEL_EN),
-                     WHISPER_MODEL_EN=str(MODEL_EN), LOG_LEVEL="INFO", RECORDING_RETRY_DELAYS="10,60,300",
-                     RATE_LIMIT_HANDOFFS_PER_MINUTE="0", RELAY_PER_CLINIC="2")
+    env = worker_env(
+        ca_bundle,
+        DATABASE_URL=cluster.url("clinic"),
+        REDIS_URL=cache.url,
+        WHISPER_MODEL=str(MODEL_EN),
+        WHISPER_MODEL_EN=str(MODEL_EN),
+        LOG_LEVEL="INFO",
+        RECORDING_RETRY_DELAYS="10,60,300",
+        RATE_LIMIT_HANDOFFS_PER_MINUTE="0",
+        RELAY_PER_CLINIC="2",
+    )
     env.pop("PBX_RETRY_DELAYS", None)
-    for log in ("web.log", "worker-15s.log", "worker-120s.log", "worker-sigterm.log", "worker-after-sigterm.log",
-                "worker-redis.log", "worker-early.log"):
+    for log in (
+        "web.log",
+        "worker-15s.log",
+        "worker-120s.log",
+        "worker-sigterm.log",
+        "worker-after-sigterm.log",
+        "worker-redis.log",
+        "worker-early.log",
+    ):
         log_audit.watch(workdir / log)  # no secret in any process's log (checked at the session's end)
     try:
         token = prepare_database(env, SLUG)
@@ -187,7 +212,7 @@ class Hammer:
             self.answers.append((check, status, time.monotonic() - started))
             self.done.wait(0.2)
 
-    def __enter__(self) -> "Hammer":
+    def __enter__(self) -> Hammer:
         self.thread.start()
         return self
 
@@ -207,8 +232,9 @@ def work_after(log: Path, since: float, until: float) -> float:
             entry = json.loads(line)
         except ValueError:
             continue
-        found = re.search(r"downloaded in ([\d.]+) s, transcribed [\d.]+ s of audio in ([\d.]+) s",
-                          entry.get("message", ""))
+        found = re.search(
+            r"downloaded in ([\d.]+) s, transcribed [\d.]+ s of audio in ([\d.]+) s", entry.get("message", "")
+        )
         if not found:
             continue
         ended = datetime.fromisoformat(entry["ts"].replace("Z", "+00:00")).timestamp()
@@ -233,9 +259,14 @@ def outage(stack: Stack, seconds: float, label: str) -> None:
             assert stack.hand_off(sid, gated_path) == 200
         connection = stack.redis.client()
         first = stack.call(caught[0])["id"]
-        assert wait_until(lambda: Job.exists(job_id(first), connection)
-                          and Job.fetch(job_id(first), connection=connection).get_status() == JobStatus.STARTED,
-                          timeout=30, interval=0.05), log.read_text()[-2000:]
+        assert wait_until(
+            lambda: (
+                Job.exists(job_id(first), connection)
+                and Job.fetch(job_id(first), connection=connection).get_status() == JobStatus.STARTED
+            ),
+            timeout=30,
+            interval=0.05,
+        ), log.read_text()[-2000:]
         with Hammer(stack) as hammer:  # through the outage and past the return
             stack.cluster.stop("fast")
             down = time.monotonic()
@@ -254,10 +285,12 @@ def outage(stack: Stack, seconds: float, label: str) -> None:
         slowest = max(took for _, _, took in hammer.answers)
         work = work_after(log, back_wall, request_wall)
         recovery = request_at - back
-        print(f"{label}: outage {outage_seconds:.1f} s; routing checks {len(statuses)} x 200 (slowest "
-              f"{slowest * 1000:.0f} ms); hand-off accepted {sent - back:.2f} s after the return; request "
-              f"{recovery:.1f} s after the return, of which downloads and transcriptions {work:.1f} s "
-              f"(its own and its clinic's calls ahead of it): {recovery - work:.1f} s to recover")
+        print(
+            f"{label}: outage {outage_seconds:.1f} s; routing checks {len(statuses)} x 200 (slowest "
+            f"{slowest * 1000:.0f} ms); hand-off accepted {sent - back:.2f} s after the return; request "
+            f"{recovery:.1f} s after the return, of which downloads and transcriptions {work:.1f} s "
+            f"(its own and its clinic's calls ahead of it): {recovery - work:.1f} s to recover"
+        )
         assert recovery - work < 10, f"request {recovery:.1f} s after the database's return, {work:.1f} s of work"
         for old in caught:
             assert wait_until(lambda old=old: stack.done(old), timeout=300, interval=0.2)
@@ -282,8 +315,11 @@ def _descendants(pid: int) -> set[int]:
     while todo:
         parent = todo.pop()
         try:
-            kids = {int(c) for task in Path(f"/proc/{parent}/task").iterdir()
-                    for c in (task / "children").read_text().split()}
+            kids = {
+                int(c)
+                for task in Path(f"/proc/{parent}/task").iterdir()
+                for c in (task / "children").read_text().split()
+            }
         except OSError:
             kids = set()
         found |= kids
@@ -292,7 +328,8 @@ def _descendants(pid: int) -> set[int]:
 
 
 def test_a_worker_given_sigterm_mid_transcription_is_gone_within_its_grace_and_the_call_is_one_request(
-        stack, voicemail_34s):
+    stack, voicemail_34s
+):
     stack.recordings.route("/long.wav", static(voicemail_34s, "audio/wav"))
     log = stack.workdir / "worker-sigterm.log"
     stopping = start_worker({**stack.env, "WORKER_STOP_SECONDS": str(STOP_SECONDS)}, log)
@@ -301,8 +338,11 @@ def test_a_worker_given_sigterm_mid_transcription_is_gone_within_its_grace_and_t
         assert stack.hand_off("CA-sigterm", "/long.wav") == 200
         call = stack.call("CA-sigterm")["id"]
         # Downloaded (its fingerprint stored), so transcribing: seconds of work.
-        assert wait_until(lambda: stack.rows("SELECT recording_sha256 FROM call WHERE id = %s", call)[0][0] is not None,
-                          timeout=60, interval=0.05), log.read_text()[-3000:]
+        assert wait_until(
+            lambda: stack.rows("SELECT recording_sha256 FROM call WHERE id = %s", call)[0][0] is not None,
+            timeout=60,
+            interval=0.05,
+        ), log.read_text()[-3000:]
         assert Job.fetch(job_id(call), connection=connection).get_status() == JobStatus.STARTED
         children_before = _descendants(stopping.pid)
         started_lines = log.read_text().count("playback worker started")
@@ -313,7 +353,7 @@ def test_a_worker_given_sigterm_mid_transcription_is_gone_within_its_grace_and_t
         text = log.read_text()
         assert gone_in < STOP_SECONDS, f"gone {gone_in:.1f} s after SIGTERM, grace {STOP_SECONDS} s:\n{text[-3000:]}"
         assert text.count("playback worker started") == started_lines, "a child was started while stopping"
-        assert "starting it again" not in text[text.index("asked to stop"):]
+        assert "starting it again" not in text[text.index("asked to stop") :]
         assert "job handed back" in text, text[-3000:]
         assert wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in children_before), timeout=10)
         # Handed back: queued again at once for another worker, the attempt not counted.
@@ -330,8 +370,10 @@ def test_a_worker_given_sigterm_mid_transcription_is_gone_within_its_grace_and_t
         interrupted, reference = stack.call("CA-sigterm"), stack.call("CA-sigterm-reference")
         assert interrupted["requests"] == 1 and interrupted["attempts"] == 1
         assert interrupted["transcript"] and interrupted["transcript"] == reference["transcript"]
-        print(f"stopped {gone_in:.1f} s after SIGTERM (grace {STOP_SECONDS} s); "
-              f"transcript {len(interrupted['transcript'])} characters, the same as uninterrupted")
+        print(
+            f"stopped {gone_in:.1f} s after SIGTERM (grace {STOP_SECONDS} s); "
+            f"transcript {len(interrupted['transcript'])} characters, the same as uninterrupted"
+        )
     finally:
         stop(other)
 
@@ -356,8 +398,9 @@ def test_with_redis_down_the_web_is_alive_and_ready_degraded_and_back_empty_clin
     log = stack.workdir / "worker-redis.log"
     worker = start_worker(stack.env, log)
     try:
-        assert wait_until(lambda: stack.metric("clinic_workers") == 2, timeout=30, interval=0.2), \
+        assert wait_until(lambda: stack.metric("clinic_workers") == 2, timeout=30, interval=0.2), (
             "the worker and its playback worker"
+        )
         stack.redis.stop()
         assert requests.get(f"{stack.url}/livez", timeout=5).json() == {"status": "alive"}
         ready = requests.get(f"{stack.url}/readyz", timeout=10)
@@ -367,7 +410,9 @@ def test_with_redis_down_the_web_is_alive_and_ready_degraded_and_back_empty_clin
         assert stack.hand_off("CA-redis-down", "/short.mp3") == 200  # stored: the outbox needs no Redis
         stack.redis.start()  # empty: no jobs, no worker registrations
         back = time.monotonic()
-        assert wait_until(lambda: stack.metric("clinic_workers") == 2, timeout=30, interval=0.2), log.read_text()[-3000:]
+        assert wait_until(lambda: stack.metric("clinic_workers") == 2, timeout=30, interval=0.2), log.read_text()[
+            -3000:
+        ]
         counted_in = time.monotonic() - back
         assert wait_until(lambda: len(Worker.all(connection=stack.redis.client())) == 2, timeout=30, interval=0.2)
         assert wait_until(lambda: stack.done("CA-redis-down"), timeout=60, interval=0.2), log.read_text()[-3000:]
@@ -388,16 +433,22 @@ def test_a_worker_started_before_migrate_waits_with_one_line_then_works(stack):
     conn.close()
     log = stack.workdir / "worker-early.log"
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "manage.py", "worker", "--no-warm-up"], cwd=ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "worker", "--no-warm-up"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         assert wait_until(lambda: "run manage.py migrate" in log.read_text() or proc.poll() is not None, timeout=60)
         assert proc.poll() is None, log.read_text()[-3000:]
         assert not wait_until(lambda: proc.poll() is not None, timeout=5), "the worker waits, it does not exit"
         manage(env, "migrate")
         registry = redis.Redis.from_url(env["REDIS_URL"])
-        assert wait_until(lambda: any(w.pid == proc.pid for w in Worker.all(connection=registry)), timeout=60), \
+        assert wait_until(lambda: any(w.pid == proc.pid for w in Worker.all(connection=registry)), timeout=60), (
             log.read_text()[-3000:]
+        )
         text = log.read_text()
         assert text.count("run manage.py migrate") == 1 and "Traceback" not in text, text[-3000:]
     finally:
@@ -410,14 +461,15 @@ def test_the_servers_refuse_plain_and_unverified_connections(stack, tmp_path):
     other = tmp_path / "other-ca.pem"
     trustme.CA().cert_pem.write_to_path(str(other))
     plain = f"postgresql://postgres@127.0.0.1:{stack.cluster.port}/clinic?sslmode=disable"
-    with pytest.raises(psycopg2.OperationalError, match="no pg_hba.conf entry"):
+    with pytest.raises(psycopg2.OperationalError, match=r"no pg_hba\.conf entry"):
         psycopg2.connect(plain, connect_timeout=3)
     with pytest.raises(psycopg2.OperationalError, match="certificate verify failed"):
         psycopg2.connect(stack.database_url.replace(str(stack.cluster.tls.ca_file), str(other)), connect_timeout=3)
     with pytest.raises(redis.ConnectionError):
         redis.Redis(host="127.0.0.1", port=stack.redis.port, socket_connect_timeout=2, socket_timeout=2).ping()
     with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
-        redis.Redis.from_url(stack.redis.url.replace(str(stack.redis.tls.ca_file), str(other)),
-                             socket_connect_timeout=2).ping()
+        redis.Redis.from_url(
+            stack.redis.url.replace(str(stack.redis.tls.ca_file), str(other)), socket_connect_timeout=2
+        ).ping()
     assert stack.env["DATABASE_URL"].endswith(f"sslmode=verify-full&sslrootcert={stack.cluster.tls.ca_file}")
     assert stack.env["REDIS_URL"].startswith("rediss://")

@@ -7,15 +7,15 @@ once; Redis down leaves calls in the outbox, queued once it is back; a pending c
 whose job vanished is re-queued by the sweep; a new call wakes a listening relay at
 once (PostgreSQL NOTIFY), long before its poll.
 """
+
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
-from typing import Iterator
 from urllib.parse import urlparse
 
 import pytest
@@ -23,60 +23,18 @@ import redis
 from rq import Queue
 from rq.job import Job, JobStatus
 
-from config import Config
 from jobs import leases
 from jobs.calls import QUEUE
-from jobs.relay import job_id
-from jobs.relay import CallRelay, requeue_pending, start
+from jobs.relay import CallRelay, job_id, requeue_pending, start
 from migrations import migrate
+from models import Call, Clinic
 from plumbing.database import db, open_database
 from switchboard.intake import GroupCommit
-from models import Call, Clinic
-from tests.conftest import PG_URL, RELAY_REDIS_URL
-from tests.support import SECRET_KEY, clinic, load, organization
+from tests.support import clinic, load, organization
 from tests.support.databases import recreate_database
 from tests.support.faults import TcpProxy
+from tests.support.relay import RELAY_PG, queued_job_ids, relay_thread
 from tests.support.servers import wait_until
-
-# Named after the session's database, so runs on different TEST_DATABASE_URLs never share it.
-RELAY_PG = PG_URL + "_relay"
-RELAY_REDIS = RELAY_REDIS_URL  # TEST_RELAY_REDIS_URL (default number 7), this process's
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def outbox(request, tmp_path, wsgi_app) -> Iterator[str]:
-    """`db` bound to a database of this test alone (restored afterwards); its kind."""
-    if request.param == "postgresql":
-        recreate_database(RELAY_PG)
-        url = RELAY_PG
-    else:
-        url = f"sqlite:///{tmp_path}/relay.db"
-    session_database = db.obj
-    database = open_database(url, pooled=False)
-    db.initialize(database)
-    try:
-        migrate(database)
-        load(organization(clinic("relay-clinic", tz="America/New_York", country="US")))
-        yield request.param
-    finally:
-        database.close()
-        db.initialize(session_database)
-
-
-@pytest.fixture
-def queue() -> Iterator[Queue]:
-    connection = redis.Redis.from_url(RELAY_REDIS)
-    connection.flushdb()
-    yield Queue(QUEUE, connection=connection)
-    connection.flushdb()
-
-
-@pytest.fixture
-def relay_config() -> Config:
-    # A fair share no test here reaches: these are about the outbox (each call queued once,
-    # nothing lost); the share itself is tests/test_fair_share.py's.
-    return Config(database_url="unused", redis_url=RELAY_REDIS, secret_key=SECRET_KEY, recording_retry_delays="1",
-                  relay_per_clinic=100)
 
 
 def store_calls(count: int) -> list[uuid.UUID]:
@@ -84,14 +42,16 @@ def store_calls(count: int) -> list[uuid.UUID]:
         clinic_row = Clinic.get(Clinic.slug == "relay-clinic")
     commit = GroupCommit()  # as `recording-complete` stores them; it manages its connection
     try:
-        return [commit.receive(clinic_row, {"call_sid": f"CA-relay-{uuid.uuid4().hex}", "call_from": "+12015550198",
-                                            "call_to": "+12015550100"}, None)[0].id for _ in range(count)]
+        return [
+            commit.receive(
+                clinic_row,
+                {"call_sid": f"CA-relay-{uuid.uuid4().hex}", "call_from": "+12015550198", "call_to": "+12015550100"},
+                None,
+            )[0].id
+            for _ in range(count)
+        ]
     finally:
         db.close()
-
-
-def queued_job_ids(queue: Queue) -> list[str]:
-    return queue.get_job_ids()
 
 
 def unqueued() -> int:
@@ -170,33 +130,23 @@ def test_sweep_leaves_a_call_a_live_job_holds_even_when_redis_forgot_the_job(out
     assert sorted(queued_job_ids(queue)) == sorted([job_id(lost), job_id(working)])
 
 
-@contextlib.contextmanager
-def relay_thread(queue: Queue, config: Config, **options: float) -> Iterator[threading.Thread]:
-    """A relay running in a thread of this process for the block; stopped after it."""
-    thread, stop = start(queue, config, **options)
-    try:
-        yield thread
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-    assert not thread.is_alive()
-
-
 @pytest.mark.parametrize("outbox", ["postgresql"], indirect=True)  # LISTEN/NOTIFY; SQLite relays poll
 def test_a_new_call_wakes_a_listening_relay_long_before_its_poll(outbox, queue, relay_config):
     with relay_thread(queue, relay_config, poll_every=60.0, sweep_every=3600.0) as thread:
         # The first round (outbox empty) is done once the listener is up.
         assert wait_until(lambda: thread.is_alive() and _listeners() >= 1, timeout=10, interval=0.05)
         [call_id] = store_calls(1)
-        assert wait_until(lambda: job_id(call_id) in queued_job_ids(queue), timeout=5, interval=0.05), \
+        assert wait_until(lambda: job_id(call_id) in queued_job_ids(queue), timeout=5, interval=0.05), (
             "not queued within 5 s although the relay polls only every 60 s"
+        )
 
 
 def _listeners() -> int:
     with db.connection_context():
         return db.execute_sql(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN%%'",
-            (RELAY_PG.rsplit("/", 1)[1],)).fetchone()[0]
+            (RELAY_PG.rsplit("/", 1)[1],),
+        ).fetchone()[0]
 
 
 def test_a_redis_restart_makes_the_relay_requeue_at_once(outbox, relay_config, tmp_path):
@@ -214,8 +164,9 @@ def test_a_redis_restart_makes_the_relay_requeue_at_once(outbox, relay_config, t
             server.stop()
             server.start()  # same port, empty (no persistence); the relay may re-queue at any moment now
             assert server.client().info()["run_id"] != before
-            assert wait_until(lambda: job_id(call_id) in queued_job_ids(private), timeout=15, interval=0.1), \
+            assert wait_until(lambda: job_id(call_id) in queued_job_ids(private), timeout=15, interval=0.1), (
                 "not re-queued after the Redis restart although the periodic sweep is an hour away"
+            )
         finally:
             stop.set()
             thread.join(timeout=10)
@@ -240,7 +191,8 @@ def proxied_outbox(wsgi_app) -> Iterator[TcpProxy]:
 
 
 def test_an_ingest_failing_on_an_outage_gives_its_call_back_and_is_queued_again_at_the_return(
-        proxied_outbox, queue, relay_config):
+    proxied_outbox, queue, relay_config
+):
     """The ingest of a call fails because the database is unreachable: it does not wait out
     the download retries (scheduled, its clinic's fair-share place held meanwhile); it gives
     the call back, and the relay queues it again within seconds of the database's return."""
@@ -261,8 +213,9 @@ def test_an_ingest_failing_on_an_outage_gives_its_call_back_and_is_queued_again_
         assert queued_job_ids(queue) == []
         proxied_outbox.restore()
         back = time.monotonic()
-        assert wait_until(lambda: queued_job_ids(queue) == [job_id(first)], timeout=10, interval=0.05), \
+        assert wait_until(lambda: queued_job_ids(queue) == [job_id(first)], timeout=10, interval=0.05), (
             "the call was not queued again after the database came back"
+        )
         print(f"queued again {time.monotonic() - back:.2f} s after the database's return")
         assert time.monotonic() - back < 5
         assert job_id(second) not in queued_job_ids(queue), "the fair share holds: one call of the clinic at a time"
@@ -279,15 +232,17 @@ def test_importing_the_relay_opens_no_pipe():
 
     from tests.conftest import ROOT
 
-    code = ("import os\n"
-            "def link(fd):\n"
-            "    try: return os.readlink(f'/proc/self/fd/{fd}')\n"
-            "    except OSError: return ''  # the listing's own descriptor, closed meanwhile\n"
-            "def pipes(): return {f for f in os.listdir('/proc/self/fd') if link(f).startswith('pipe:')}\n"
-            "before = pipes()\n"
-            "import jobs.relay, jobs.wakeup, jobs.calls, jobs.worker\n"
-            "print(len(pipes() - before))\n"
-            "jobs.wakeup.job_ended()\n"
-            "print(len(pipes() - before))\n")
+    code = (
+        "import os\n"
+        "def link(fd):\n"
+        "    try: return os.readlink(f'/proc/self/fd/{fd}')\n"
+        "    except OSError: return ''  # the listing's own descriptor, closed meanwhile\n"
+        "def pipes(): return {f for f in os.listdir('/proc/self/fd') if link(f).startswith('pipe:')}\n"
+        "before = pipes()\n"
+        "import jobs.relay, jobs.wakeup, jobs.calls, jobs.worker\n"
+        "print(len(pipes() - before))\n"
+        "jobs.wakeup.job_ended()\n"
+        "print(len(pipes() - before))\n"
+    )
     opened = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert opened.stdout.split() == ["0", "2"], opened.stdout + opened.stderr[-2000:]

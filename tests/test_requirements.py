@@ -8,6 +8,7 @@ requirements.txt (read from the two files, not listed here), and no module of th
 voicemail server of `bin/run --try-handoff` and an API client, never run by production)
 may import one, at its top or inside a function.
 """
+
 from __future__ import annotations
 
 import ast
@@ -61,10 +62,14 @@ def imported_names(path: Path) -> set[str]:
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
-        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-              and isinstance(node.args[0].value, str)
-              and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "find_spec",
-                                                                                 "__import__")):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and getattr(node.func, "attr", getattr(node.func, "id", None))
+            in ("import_module", "find_spec", "__import__")
+        ):
             names.add(node.args[0].value.split(".")[0])
     return names
 
@@ -80,8 +85,11 @@ def modules(under: Path, skip: tuple[str, ...]) -> list[Path]:
 
 
 def offenders(paths: list[Path], forbidden: dict[str, str]) -> list[str]:
-    return [f"{path.relative_to(ROOT)} imports {name} ({forbidden[name]}, requirements-dev.txt)"
-            for path in paths for name in sorted(imported_names(path) & set(forbidden))]
+    return [
+        f"{path.relative_to(ROOT)} imports {name} ({forbidden[name]}, requirements-dev.txt)"
+        for path in paths
+        for name in sorted(imported_names(path) & set(forbidden))
+    ]
 
 
 def test_no_service_module_imports_a_development_only_package():

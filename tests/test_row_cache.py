@@ -4,23 +4,24 @@ Every change below is made on a separate database connection, as another process
 token CLI, an onboarding run) would make it: nothing in this process is told but the
 notification. The first request once the notification has arrived must be refused; the
 tests wait (bounded) only for that arrival, and count how often it had already arrived
-when the change's commit returned (tens of microseconds at most on this machine).
+when the change's commit returned (tens of microseconds at most).
 """
+
 from __future__ import annotations
 
 import time
 import uuid
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-import psycopg2
 import pytest
 
 from plumbing import row_cache
-from plumbing.row_cache import RowCache
 from plumbing.database import db
+from plumbing.row_cache import RowCache
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.support.clocks import Clock
+from tests.support.row_caches import app_cache, other_connection, token_id
 
 ROUNDS = 25
 
@@ -51,33 +52,15 @@ def token_reads():
     def hook(event) -> None:
         if 'FROM "api_token" AS t' in event.sql:
             reads.append(event.sql)
+
     database = db.obj
     database.query_hooks.append(hook)
     yield reads
     database.query_hooks.remove(hook)
 
 
-@contextmanager
-def other_connection():
-    """A connection of its own, standing for another process."""
-    conn = psycopg2.connect(dbname=db.obj.database, **db.obj.connect_params)
-    conn.autocommit = True
-    try:
-        yield conn.cursor()
-    finally:
-        conn.close()
-
-
-def token_id(token: str) -> str:
-    return str(uuid.UUID(token.split("_")[1]))
-
-
 def check(app, token: str, slug: str = "clinic-a", status: int = 200):
     return app.post(switchboard_url(slug, "is-on-vacation"), headers=bearer(token), status=status)
-
-
-def app_cache(app) -> RowCache:
-    return next(m.cache for m in app.app._unprepared_middleware if isinstance(getattr(m, "cache", None), RowCache))
 
 
 @contextmanager
@@ -152,6 +135,7 @@ def test_a_revocation_in_this_process_refuses_the_very_next_request(app, clinics
     import argparse
 
     from commands import tokens
+
     for _ in range(ROUNDS):
         token = issue_token(["clinic-a"], ["read"])
         wait_cached(app, token, token_reads)
@@ -162,10 +146,9 @@ def test_a_revocation_in_this_process_refuses_the_very_next_request(app, clinics
 def test_an_expiry_moved_into_the_past_is_refused_once_notified(app, clinics, clock, token_reads):
     token = issue_token(["clinic-a"], ["read"], expires_in=timedelta(days=30))
     wait_cached(app, token, token_reads)
-    yesterday = (clock() - timedelta(days=1)).astimezone(timezone.utc).replace(tzinfo=None)
-    with other_connection() as cur:
-        with change_seen(app):
-            cur.execute("UPDATE api_token SET expires_at = %s WHERE id = %s", (yesterday, token_id(token)))
+    yesterday = (clock() - timedelta(days=1)).astimezone(UTC).replace(tzinfo=None)
+    with other_connection() as cur, change_seen(app):
+        cur.execute("UPDATE api_token SET expires_at = %s WHERE id = %s", (yesterday, token_id(token)))
     check(app, token, status=401)
 
 
@@ -174,8 +157,11 @@ def test_a_clinic_taken_from_the_token_is_refused_once_notified(app, clinics, to
         token = issue_token(["clinic-a", "clinic-b"], ["read"])
         wait_cached(app, token, token_reads, "clinic-b")
         with other_connection() as cur, change_seen(app):
-            cur.execute("DELETE FROM api_token_clinic WHERE token_id = %s AND clinic_id = "
-                        "(SELECT id FROM clinic WHERE slug = 'clinic-b')", (token_id(token),))
+            cur.execute(
+                "DELETE FROM api_token_clinic WHERE token_id = %s AND clinic_id = "
+                "(SELECT id FROM clinic WHERE slug = 'clinic-b')",
+                (token_id(token),),
+            )
         check(app, token, "clinic-b", status=403)
         check(app, token, "clinic-a")
 
@@ -194,8 +180,11 @@ def test_without_the_listening_connection_nothing_is_cached_and_revocation_still
     token = issue_token(["clinic-a"], ["read"])
     wait_cached(app, token, token_reads)
     with other_connection() as cur:
-        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s "
-                    "AND datname = current_database()", ("auth-cache listener",))
+        cur.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s "
+            "AND datname = current_database()",
+            ("auth-cache listener",),
+        )
         assert cur.fetchall(), "no listening connection found"
     cache = app_cache(app)
     deadline = time.monotonic() + 5
@@ -216,6 +205,7 @@ def test_without_the_listening_connection_nothing_is_cached_and_revocation_still
 
 
 # --- The cache alone -----------------------------------------------------------------
+
 
 @pytest.fixture
 def fake_clock() -> Clock:
@@ -256,6 +246,7 @@ def test_rows_expire_after_the_ttl_even_without_a_notification(cache, fake_clock
 
 def test_sqlite_gets_no_cache():
     import peewee as pw
+
     disabled = RowCache.for_database(pw.SqliteDatabase(":memory:"))
     assert not disabled.enabled and disabled.get("key") == (None, -1)
     disabled.put("key", ("row",), -1)
@@ -268,9 +259,10 @@ def test_last_used_is_written_once_a_minute_though_the_row_is_cached(app, clinic
     def hook(event) -> None:
         if event.sql.startswith('UPDATE "api_token" SET "last_used_at"'):
             writes.append(event.sql)
+
     db.obj.query_hooks.append(hook)
     try:
-        start = datetime(2026, 11, 18, 10, 0, tzinfo=timezone.utc)
+        start = datetime(2026, 11, 18, 10, 0, tzinfo=UTC)
         clock.set(start)
         token = issue_token(["clinic-a"], ["read"])
         wait_cached(app, token, token_reads)
@@ -289,6 +281,7 @@ def test_last_used_is_written_once_a_minute_though_the_row_is_cached(app, clinic
 
 # --- Behind a pooler that never delivers NOTIFY (PgBouncer in transaction mode) ------
 
+
 @pytest.fixture
 def deaf_cache(app, fake_clock, monkeypatch):
     """A cache whose LISTEN is accepted and never hears anything, as behind such a pooler."""
@@ -302,10 +295,13 @@ def deaf_cache(app, fake_clock, monkeypatch):
     made.close()
 
 
-@pytest.mark.parametrize("change", [
-    "UPDATE api_token SET revoked_at = now()",  # a revocation
-    "UPDATE organization SET patient_sharing = NOT patient_sharing",  # patient sharing turned off
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "UPDATE api_token SET revoked_at = now()",  # a revocation
+        "UPDATE organization SET patient_sharing = NOT patient_sharing",  # patient sharing turned off
+    ],
+)
 def test_without_notifications_a_change_is_seen_within_a_poll(clinics, deaf_cache, fake_clock, change):
     issue_token(["clinic-a"], ["read"])
     _, generation = deaf_cache.get("key")
@@ -319,8 +315,8 @@ def test_without_notifications_a_change_is_seen_within_a_poll(clinics, deaf_cach
 
 # --- Writes through the models empty the cache themselves -------------------------
 
-def test_a_model_write_empties_this_process_cache_as_it_commits_without_the_writer_asking(
-        clinics, deaf_cache, clock):
+
+def test_a_model_write_empties_this_process_cache_as_it_commits_without_the_writer_asking(clinics, deaf_cache, clock):
     """No writer calls `changed_here` any more: a write through a model whose Meta watches
     it (`Watched`) does it once it commits. The deaf cache hears no notification, so only
     that can have emptied it."""

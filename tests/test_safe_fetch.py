@@ -15,7 +15,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -158,10 +158,7 @@ def test_validate_url_rejects(template: str) -> None:
 LOOPBACK_STILL_REFUSED = [
     u
     for u in HOSTILE_URLS
-    if "localhost" not in u.lower()
-    and "\uff4c" not in u
-    and "\u24db" not in u
-    and u != "https://127.0.0.1:{p}/ok"
+    if "localhost" not in u.lower() and "\uff4c" not in u and "\u24db" not in u and u != "https://127.0.0.1:{p}/ok"
 ]
 
 
@@ -686,7 +683,9 @@ def test_sniff_audio() -> None:
         ("application/octet-stream", WAV, "wav"),
     ],
 )
-def test_download_audio_accepts(https_server: HTTPSTestServer, tmp_path: object, ctype: str, body: bytes, fmt: str) -> None:
+def test_download_audio_accepts(
+    https_server: HTTPSTestServer, tmp_path: object, ctype: str, body: bytes, fmt: str
+) -> None:
     https_server.route("/r", static(body, ctype))
     dest = os.path.join(str(tmp_path), "rec.bin")
     result = download_audio(
@@ -718,7 +717,12 @@ def test_download_audio_refuses_non_audio(
     dest = os.path.join(str(tmp_path), "rec.bin")
     with pytest.raises(FetchError) as info:
         download_audio(
-            https_server.url("/r"), dest, max_bytes=10_000, timeout=5, allow_loopback=True, ca_certs=https_server.ca_path
+            https_server.url("/r"),
+            dest,
+            max_bytes=10_000,
+            timeout=5,
+            allow_loopback=True,
+            ca_certs=https_server.ca_path,
         )
     assert info.value.transient is False
     assert os.listdir(str(tmp_path)) == []
@@ -727,9 +731,17 @@ def test_download_audio_refuses_non_audio(
 def test_missing_content_type_is_octet_stream(https_server: HTTPSTestServer, tmp_path: object) -> None:
     https_server.route("/r", lambda req: TestResponse(body=WAV))
     dest = os.path.join(str(tmp_path), "rec.wav")
-    assert download_audio(
-        https_server.url("/r"), dest, max_bytes=10_000, timeout=5, allow_loopback=True, ca_certs=https_server.ca_path
-    ).format == "wav"
+    assert (
+        download_audio(
+            https_server.url("/r"),
+            dest,
+            max_bytes=10_000,
+            timeout=5,
+            allow_loopback=True,
+            ca_certs=https_server.ca_path,
+        ).format
+        == "wav"
+    )
 
 
 # ------------------------------------------------- partial downloads clean up
@@ -791,18 +803,25 @@ def _path_hash(path: str) -> str:
 @pytest.mark.parametrize(
     "url, expected",
     [
-        ("https://u:p@host.example.com:8443/a/b.mp3?sig=SECRET#frag",
-         f"https://host.example.com:8443/…#{_path_hash('/a/b.mp3')}"),
+        (
+            "https://u:p@host.example.com:8443/a/b.mp3?sig=SECRET#frag",
+            f"https://host.example.com:8443/…#{_path_hash('/a/b.mp3')}",
+        ),
         ("https://host.example.com/r.mp3?X-Amz-Signature=SECRET", f"https://host.example.com/…#{_path_hash('/r.mp3')}"),
         # Tokenized download links and signed storage keys carry their secret in the path.
-        ("https://host.example.com/fresh/SECRET-in-the-path/msg.mp3",
-         f"https://host.example.com/…#{_path_hash('/fresh/SECRET-in-the-path/msg.mp3')}"),
+        (
+            "https://host.example.com/fresh/SECRET-in-the-path/msg.mp3",
+            f"https://host.example.com/…#{_path_hash('/fresh/SECRET-in-the-path/msg.mp3')}",
+        ),
         ("https://[::1]:8443/x?SECRET", f"https://[::1]:8443/…#{_path_hash('/x')}"),
         ("https://host.example.com:notaport/x?SECRET", f"https://host.example.com/…#{_path_hash('/x')}"),
         ("https://host.example.com/?SECRET", "https://host.example.com/"),
         ("https://host.example.com", "https://host.example.com/"),
         ("not a url ?SECRET", f"/…#{_path_hash('not a url ')}"),
-        ("https://h.example.com/a\nb?SECRET", f"https://h.example.com/…#{_path_hash('/ab')}"),  # urlsplit drops newlines
+        (
+            "https://h.example.com/a\nb?SECRET",
+            f"https://h.example.com/…#{_path_hash('/ab')}",
+        ),  # urlsplit drops newlines
     ],
 )
 def test_redact_url_keeps_scheme_host_and_port_and_a_hash_of_the_path(url: str, expected: str) -> None:
@@ -815,8 +834,9 @@ def test_redacted_urls_of_one_host_tell_paths_apart():
     assert first != second and redact_url("https://h.example.com/rec/a.mp3?sig=1") == first
 
 
-def test_logs_and_errors_never_contain_query_or_path(https_server: HTTPSTestServer,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_logs_and_errors_never_contain_query_or_path(
+    https_server: HTTPSTestServer, caplog: pytest.LogCaptureFixture
+) -> None:
     https_server.route("/r/SECRET0", redirect("/missing/SECRET3?sig=SECRET2"))
     caplog.set_level(logging.DEBUG, logger="safe_fetch")
     with pytest.raises(FetchError) as info:

@@ -3,14 +3,15 @@ one built by each earlier release of the service (its own code, from the reposit
 history) and then upgraded, on PostgreSQL and on SQLite. The same: the schema as
 `pg_dump --schema-only` writes it (and SQLite's own description of its tables, indexes and
 foreign keys), the order of a table's columns aside (an upgrade adds a column at the end)."""
+
 from __future__ import annotations
 
+import io
 import re
 import sqlite3
 import subprocess
 import sys
 import tarfile
-import io
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,6 @@ from migrations import MIGRATIONS, migrate
 from plumbing.database import bind_database
 from tests.conftest import PG_URL, ROOT
 from tests.support.databases import recreate_database
-
 
 # A database per earlier release, each built by that release's own code: the full suite's,
 # not the fast tier's.
@@ -52,12 +52,14 @@ importlib.import_module("migrations").migrate(database)
 def releases() -> list[tuple[int, str]]:
     """(the highest migration, the newest commit that had it) for every earlier release:
     each state of the schema the service has shipped, from the repository's history."""
-    log = subprocess.run(["git", "log", "--format=%H", "--", "migrations.py"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.split()
+    log = subprocess.run(
+        ["git", "log", "--format=%H", "--", "migrations.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     newest: dict[int, str] = {}
     for commit in log:  # newest first
-        text = subprocess.run(["git", "show", f"{commit}:migrations.py"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout
+        text = subprocess.run(
+            ["git", "show", f"{commit}:migrations.py"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
         top = max(int(v) for v, _ in _VERSION.findall(text))
         newest.setdefault(top, commit)
     current = max(version for version, _, _ in MIGRATIONS)
@@ -66,27 +68,33 @@ def releases() -> list[tuple[int, str]]:
 
 def extract(commit: str, into: Path) -> Path:
     """The service's Python files and frozen schema at `commit`."""
-    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True,
-                             check=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        members = [m for m in tar.getmembers()
-                   if m.name.endswith((".py", ".sql")) and not m.name.startswith(("tests/", "bench/", "tools/"))]
+        members = [
+            m
+            for m in tar.getmembers()
+            if m.name.endswith((".py", ".sql")) and not m.name.startswith(("tests/", "bench/", "tools/"))
+        ]
         tar.extractall(into, members=members, filter="data")
     return into
 
 
 def build_at(commit: str, url: str, tmp: Path) -> None:
     tree = extract(commit, tmp / commit[:12])
-    done = subprocess.run([sys.executable, "-c", _BUILD, str(tree), url], cwd=tree, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _BUILD, str(tree), url], cwd=tree, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 def pg_schema(url: str) -> str:
     """`pg_dump --schema-only`, each table's columns sorted, without its random
     `\\restrict` key."""
-    text = subprocess.run(["pg_dump", "--schema-only", "--no-owner", url], capture_output=True, text=True,
-                          check=True, timeout=120).stdout
+    text = subprocess.run(
+        ["pg_dump", "--schema-only", "--no-owner", url], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
     lines = [line for line in text.splitlines() if not line.startswith(("\\restrict", "\\unrestrict"))]
     out, columns, in_table = [], [], False
     for line in lines:
@@ -94,7 +102,7 @@ def pg_schema(url: str) -> str:
             in_table, columns = True, []
             out.append(line)
         elif in_table and line.startswith(");"):
-            out += sorted(columns) + [line]
+            out += [*sorted(columns), line]
             in_table = False
         elif in_table:
             columns.append(line.strip().rstrip(","))
@@ -111,12 +119,18 @@ def sqlite_schema(path: Path) -> list[tuple]:
         for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"):
             columns = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
             found.append(("table", table, sorted(column[1:] for column in columns)))  # not its position
-            found.append(("fks", table, sorted(row[2:] for row in conn.execute(
-                f'PRAGMA foreign_key_list("{table}")').fetchall())))
+            found.append(
+                (
+                    "fks",
+                    table,
+                    sorted(row[2:] for row in conn.execute(f'PRAGMA foreign_key_list("{table}")').fetchall()),
+                )
+            )
             for index in sorted(conn.execute(f'PRAGMA index_list("{table}")').fetchall(), key=lambda i: i[1]):
                 info = conn.execute(f'PRAGMA index_info("{index[1]}")').fetchall()
-                partial = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?",
-                                       (index[1],)).fetchone()
+                partial = conn.execute(
+                    "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?", (index[1],)
+                ).fetchone()
                 where = (partial[0] or "").partition(" WHERE ")[2] if partial else ""
                 found.append(("index", table, index[1], index[2], [c[2] for c in info], where))
         return found

@@ -8,11 +8,12 @@ Three web apps stand for three deployments of the same database and Redis: `firs
 (SECRET_KEY=K2 alone). Console sessions are server-side random tokens, not derived from
 the key: they survive both changes (a leaked key opens none of them).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
-from typing import Iterator
 
 import pyotp
 import pytest
@@ -54,6 +55,7 @@ class Deployment:
 @pytest.fixture
 def deployments(app, config, tmp_path) -> Iterator[dict[str, Deployment]]:
     session_database = db.obj
+
     def deployment(**keys: str) -> Deployment:  # the storage's signing keys derived from the ring
         return Deployment(replace(config, storage_dir=str(tmp_path / "storage"), storage_signing_key="", **keys))
 
@@ -95,7 +97,8 @@ def reencrypt(settings: Config, *args: str) -> int:
 
 
 def test_a_rotated_key_keeps_sessions_messages_passwords_and_links_until_the_old_one_is_retired(
-        deployments, clock, tmp_path):
+    deployments, clock, tmp_path
+):
     first, rotated, retired = deployments["first"], deployments["rotated"], deployments["retired"]
 
     # Under K1: a session, a two-factor enrolment (its secret encrypted, its recovery codes a
@@ -109,11 +112,13 @@ def test_a_rotated_key_keeps_sessions_messages_passwords_and_links_until_the_old
     enrol.submit(status=303)  # the recovery codes wait as a one-time message, sealed with K1
     storage = make_storage(first.config)
     upload = storage.presign_put("clinic-a/doc.pdf", "application/pdf", 600)
-    first.client().put(upload[upload.index("/storage/"):], b"%PDF-1.4 signed", content_type="application/pdf",
-                       status=200)
-    link = storage.presign_get("clinic-a/doc.pdf", 3600, content_type="application/pdf", disposition="attachment",
-                               filename="doc.pdf")
-    link = link[link.index("/storage/"):]
+    first.client().put(
+        upload[upload.index("/storage/") :], b"%PDF-1.4 signed", content_type="application/pdf", status=200
+    )
+    link = storage.presign_get(
+        "clinic-a/doc.pdf", 3600, content_type="application/pdf", disposition="attachment", filename="doc.pdf"
+    )
+    link = link[link.index("/storage/") :]
 
     # SECRET_KEY=K2, SECRET_KEY_FALLBACKS=K1: everything K1 made still works.
     same_browser = rotated.client(cookies_of=browser)
@@ -126,9 +131,10 @@ def test_a_rotated_key_keeps_sessions_messages_passwords_and_links_until_the_old
     assert log_in(fresh).headers["Location"].endswith("/console/login/code")
     assert code_login(fresh, pyotp.TOTP(totp).at(clock())).headers["Location"].endswith("/console/")
     # What it makes now is under K2 alone.
-    new_link = make_storage(rotated.config).presign_get("clinic-a/doc.pdf", 3600, content_type="application/pdf",
-                                                        disposition="attachment", filename="doc.pdf")
-    assert retired.client().get(new_link[new_link.index("/storage/"):], status=200)
+    new_link = make_storage(rotated.config).presign_get(
+        "clinic-a/doc.pdf", 3600, content_type="application/pdf", disposition="attachment", filename="doc.pdf"
+    )
+    assert retired.client().get(new_link[new_link.index("/storage/") :], status=200)
     sealed = rotated.config.secret_keys.encrypt("x")
     assert crypto.KeyRing(K2).decrypt(sealed) == "x"
 
@@ -159,7 +165,8 @@ def test_a_one_time_message_sealed_with_the_old_key_is_read_with_the_ring_and_re
     Flash(client, K1).bound("cookie-token", "session-1").put("keys", {"secret": "shown once"})
     Flash(client, K1).bound("cookie-token", "session-2").put("keys", {"secret": "shown once"})
     assert Flash(client, crypto.KeyRing(K2, [K1])).bound("cookie-token", "session-1").take("keys") == {
-        "secret": "shown once"}
+        "secret": "shown once"
+    }
     assert Flash(client, crypto.KeyRing(K2)).bound("cookie-token", "session-2").take("keys") is None
 
 

@@ -4,6 +4,7 @@ an error, a redirect to a recording), the API reference (its own policy kept), o
 https; and a probe of gunicorn as a PaaS runs it (TRUSTED_PROXY_HOPS=1, TRUST_FORWARDED_PROTO,
 the router's X-Forwarded-Proto: https) that reads the same headers off the wire, with the
 session cookie's flags."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -21,7 +22,6 @@ from tests.support.gunicorn import serving, start_gunicorn
 from tests.support.ports import free_port
 from tests.support.processes import stop_process
 from tests.support.worker import worker_env
-from tests.test_console_sessions import csrf_of
 from web.security import CONSOLE_POLICY
 
 PASSWORD = "correct horse battery"
@@ -31,9 +31,20 @@ SEARCH_BODY = {"query": "Nov"}
 
 @pytest.fixture
 def people(app):
-    load(organization(clinic("clinic-a"), patients=[
-        {"key": "jana", "firstName": "Jana", "lastName": "Nováková", "phone": "+420 601 123 456",
-         "records": [{"clinic": "clinic-a"}]}]))
+    load(
+        organization(
+            clinic("clinic-a"),
+            patients=[
+                {
+                    "key": "jana",
+                    "firstName": "Jana",
+                    "lastName": "Nováková",
+                    "phone": "+420 601 123 456",
+                    "records": [{"clinic": "clinic-a"}],
+                }
+            ],
+        )
+    )
     with db.connection_context():
         user = StaffUser.create(email="anna@example.cz", name="Anna", password_hash=hash_password(PASSWORD))
         StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == "clinic-a"), role="staff")
@@ -85,9 +96,11 @@ def test_api_answers_of_every_kind(people, app):
     token = issue_token(["clinic-a"], ["read", "write"])
     found = app.post_json(SEARCH, SEARCH_BODY, headers=bearer(token))
     assert found.json["data"][0]["lastName"] == "Nováková"
-    for answer in (found, app.post_json(SEARCH, SEARCH_BODY, status=401),
-                   app.post_json(SEARCH.replace("clinic-a", "no-such-clinic"), SEARCH_BODY, headers=bearer(token),
-                                 status=404)):
+    for answer in (
+        found,
+        app.post_json(SEARCH, SEARCH_BODY, status=401),
+        app.post_json(SEARCH.replace("clinic-a", "no-such-clinic"), SEARCH_BODY, headers=bearer(token), status=404),
+    ):
         assert answer.headers["Cache-Control"] == "no-store", "patient data: no cache keeps it"
         assert answer.headers["X-Content-Type-Options"] == "nosniff"
         assert answer.headers["Referrer-Policy"] == "same-origin"
@@ -118,8 +131,9 @@ def test_probe_of_gunicorn_as_a_paas_runs_it(people, app, ca_bundle, tmp_path):
     """The headers off the wire, as the router forwards an https request (one proxy hop)."""
     port = free_port()
     env = worker_env(ca_bundle, TRUSTED_PROXY_HOPS="1", TRUST_FORWARDED_PROTO="1", LOG_FORMAT="text")
-    proc = start_gunicorn(port, env=env, log=tmp_path / "web.log",
-                          ready=lambda _: serving(f"http://127.0.0.1:{port}"), timeout=120)
+    proc = start_gunicorn(
+        port, env=env, log=tmp_path / "web.log", ready=lambda _: serving(f"http://127.0.0.1:{port}"), timeout=120
+    )
     base = f"http://127.0.0.1:{port}"
     router = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "198.51.100.7"}
     results = {}
@@ -131,8 +145,13 @@ def test_probe_of_gunicorn_as_a_paas_runs_it(people, app, ca_bundle, tmp_path):
             # The pre-login cookie is Secure (the router said https): requests keeps it from plain
             # http, so it is sent by hand, as the browser would over the router's https.
             csrf = login.cookies["console_csrf"]
-            done = browser.post(base + "/console/login", allow_redirects=False, timeout=60, cookies={"console_csrf": csrf},
-                                data={"csrf_token": csrf, "email": "anna@example.cz", "password": PASSWORD})
+            done = browser.post(
+                base + "/console/login",
+                allow_redirects=False,
+                timeout=60,
+                cookies={"console_csrf": csrf},
+                data={"csrf_token": csrf, "email": "anna@example.cz", "password": PASSWORD},
+            )
             assert done.status_code == 303, done.text
             cookie = next(c for c in done.raw.headers.getlist("Set-Cookie") if c.startswith("console_session="))
             assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Lax" in cookie
@@ -163,8 +182,17 @@ def test_probe_of_gunicorn_as_a_paas_runs_it(people, app, ca_bundle, tmp_path):
     assert results["API reference"]["Content-Security-Policy"] != CONSOLE_POLICY
     print("\nheader probe (gunicorn, TRUSTED_PROXY_HOPS=1, TRUST_FORWARDED_PROTO=1, X-Forwarded-Proto: https):")
     for kind, headers in results.items():
-        shown = {k: headers.get(k) for k in ("Strict-Transport-Security", "X-Frame-Options", "Content-Security-Policy",
-                                             "X-Content-Type-Options", "Referrer-Policy", "Cache-Control")}
+        shown = {
+            k: headers.get(k)
+            for k in (
+                "Strict-Transport-Security",
+                "X-Frame-Options",
+                "Content-Security-Policy",
+                "X-Content-Type-Options",
+                "Referrer-Policy",
+                "Cache-Control",
+            )
+        }
         print(f"  {kind}: {shown}")
 
 

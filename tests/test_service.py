@@ -1,19 +1,21 @@
 """The OpenAPI document, the health checks, and migrations on both databases."""
+
 from __future__ import annotations
 
 import falcon.inspect
 import pytest
-from openapi_spec_validator import validate
 from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate
 
-from web import openapi
 from app import create_app
 from config import Config
 from migrations import MIGRATIONS, migrate
-from plumbing.database import bind_database, db
 from models import SchemaMigration
-from tests.support.documented import closed, response_schema
+from plumbing.database import bind_database, db
 from tests.support import assert_error, bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.databases import schema_of as _schema_of
+from tests.support.documented import closed, response_schema
+from web import openapi
 
 
 def test_openapi_document_is_valid_and_served_without_auth(app):
@@ -43,10 +45,16 @@ def test_live_answers_match_their_documented_schemas(app):
     token = issue_token(["clinic-a"], ["read"])
     document = app.get("/openapi.json").json
     error_schema = document["components"]["schemas"]["Error"]
-    for check, body in [("is-clinic-opened", {}), ("is-on-vacation", {}), ("has-active-request", {"callFrom": "+420601123456"})]:
+    for check, body in [
+        ("is-clinic-opened", {}),
+        ("is-on-vacation", {}),
+        ("has-active-request", {"callFrom": "+420601123456"}),
+    ]:
         path = openapi.public_path(switchboard_url("{clinic_slug}", check))
         schema = closed(response_schema(document, path, "post"))
-        Draft202012Validator(schema).validate(app.post_json(switchboard_url("clinic-a", check), body, headers=bearer(token)).json)
+        Draft202012Validator(schema).validate(
+            app.post_json(switchboard_url("clinic-a", check), body, headers=bearer(token)).json
+        )
         bad = app.post_json(switchboard_url("clinic-a", check), body, status=401).json
         Draft202012Validator(error_schema).validate(bad)
 
@@ -66,12 +74,17 @@ def test_with_redis_unreachable_the_web_is_ready_degraded_and_alive(config, tmp_
     # A port nothing listens on: a real refused connection, not a mock.
     broken = Config(database_url=f"sqlite:///{tmp_path}/h.db", redis_url="redis://127.0.0.1:1/0")
     import webtest
+
     try:
         client = webtest.TestApp(create_app(broken))
         migrate(db.obj)
         for path in ("/readyz", "/healthz"):
-            assert client.get(path, status=200).json == {"status": "degraded", "database": "ok", "schema": "ok",
-                                                         "redis": "down"}
+            assert client.get(path, status=200).json == {
+                "status": "degraded",
+                "database": "ok",
+                "schema": "ok",
+                "redis": "down",
+            }
         assert client.get("/livez", status=200).json == {"status": "alive"}
     finally:
         bind_database(config.database_url, pool_size=config.db_pool_size)
@@ -84,13 +97,15 @@ def test_before_migrate_the_web_answers_503_says_why_once_and_serves_once_migrat
     import logging
 
     import webtest
+
     fresh = Config(database_url=f"sqlite:///{tmp_path}/early.db", redis_url=config.redis_url, clock=config.clock)
     try:
         client = webtest.TestApp(create_app(fresh))
         with caplog.at_level(logging.WARNING, logger="web.middleware"):
             for _ in range(3):
-                early = client.post(switchboard_url("clinic-a", "is-clinic-opened"), headers=bearer("clinic_x_y"),
-                                    status=503)
+                early = client.post(
+                    switchboard_url("clinic-a", "is-clinic-opened"), headers=bearer("clinic_x_y"), status=503
+                )
                 assert_error(early, 503, "SERVICE_UNAVAILABLE")
                 assert "manage.py migrate" in early.json["error"] and early.headers["Retry-After"] == "5"
         said = [r.getMessage() for r in caplog.records if "run manage.py migrate" in r.getMessage()]
@@ -111,12 +126,15 @@ def test_before_migrate_the_web_answers_503_says_why_once_and_serves_once_migrat
 def test_migrate_is_idempotent_on_postgresql(wsgi_app):
     with db.connection_context():
         assert migrate(db.obj) == []
-        assert [r.version for r in SchemaMigration.select().order_by(SchemaMigration.version)] == [v for v, _, _ in MIGRATIONS]
+        assert [r.version for r in SchemaMigration.select().order_by(SchemaMigration.version)] == [
+            v for v, _, _ in MIGRATIONS
+        ]
 
 
 def test_sqlite_embedded_default_migrates_and_answers(config, tmp_path):
     """The embedded default: a fresh SQLite file, migrated twice, serving the checks."""
     import webtest
+
     sqlite = Config(database_url=f"sqlite:///{tmp_path}/app.db", redis_url=config.redis_url, clock=config.clock)
     try:
         sqlite_app = create_app(sqlite)
@@ -125,9 +143,12 @@ def test_sqlite_embedded_default_migrates_and_answers(config, tmp_path):
         load(organization(clinic(officeHours=[{"weekday": "wed", "opens": "08:00", "closes": "16:00"}])))
         token = issue_token(["clinic-a"], ["read"])
         client = webtest.TestApp(sqlite_app)
-        assert client.post(switchboard_url("clinic-a", "is-clinic-opened"), headers=bearer(token)).json == {"isOpen": True}
-        assert client.post_json(switchboard_url("clinic-a", "has-active-request"), {"callFrom": "+420601123456"},
-                                headers=bearer(token)).json == {"hasActiveRequest": False}
+        assert client.post(switchboard_url("clinic-a", "is-clinic-opened"), headers=bearer(token)).json == {
+            "isOpen": True
+        }
+        assert client.post_json(
+            switchboard_url("clinic-a", "has-active-request"), {"callFrom": "+420601123456"}, headers=bearer(token)
+        ).json == {"hasActiveRequest": False}
         assert client.get("/healthz").json["database"] == "ok"
     finally:
         bind_database(config.database_url, pool_size=config.db_pool_size)
@@ -145,16 +166,20 @@ def test_upgrade_from_version_1_adds_the_call_tables(config):
     try:
         with database.connection_context():
             migrate(database)
-            database.execute_sql("INSERT INTO organization (id, slug, name, patient_sharing) VALUES (%s, %s, %s, %s)",
-                                 ("00000000-0000-0000-0000-000000000001", "kept", "Kept", False))
-            database.execute_sql('ALTER TABLE patient_request DROP COLUMN call_id')
+            database.execute_sql(
+                "INSERT INTO organization (id, slug, name, patient_sharing) VALUES (%s, %s, %s, %s)",
+                ("00000000-0000-0000-0000-000000000001", "kept", "Kept", False),
+            )
+            database.execute_sql("ALTER TABLE patient_request DROP COLUMN call_id")
             database.execute_sql('DROP TABLE "call"')
             SchemaMigration.delete().where(SchemaMigration.version > 1).execute()
             assert migrate(database) == [f"{v:04d}_{n}" for v, n, _ in MIGRATIONS if v > 1]
             assert "call_id" in {c.name for c in database.get_columns("patient_request")}
             index = [i for i in database.get_indexes("patient_request") if i.name == "patient_request_call_id"]
             assert index and index[0].unique
-            assert [fk.dest_table for fk in database.get_foreign_keys("patient_request") if fk.column == "call_id"] == ["call"]
+            assert [fk.dest_table for fk in database.get_foreign_keys("patient_request") if fk.column == "call_id"] == [
+                "call"
+            ]
             assert database.execute_sql("SELECT slug FROM organization").fetchall() == [("kept",)]
             assert migrate(database) == []
     finally:
@@ -162,21 +187,13 @@ def test_upgrade_from_version_1_adds_the_call_tables(config):
         bind_database(config.database_url, pool_size=config.db_pool_size)
 
 
-def _schema_of(database, tables: tuple[str, ...]) -> dict[str, object]:
-    """Columns (name, type, nullable) and indexes (name, columns, unique) of `tables`."""
-    return {table: (sorted((c.name, c.data_type, c.null) for c in database.get_columns(table)),
-                    sorted((i.name, tuple(i.columns), i.unique) for i in database.get_indexes(table)))
-            for table in tables}
-
-
 def test_upgrade_from_version_6_adds_languages_transcript_fields_and_the_kind_index(wsgi_app, config):
     """A PostgreSQL database left at migration 6, with rows, gets migration 7 and ends up
     with the schema of a fresh database; its rows read as "not set"."""
     from urllib.parse import urlparse, urlunparse
 
-    from plumbing.database import open_database
-
     from models import Call, Clinic, Patient, PatientRequest
+    from plumbing.database import open_database
     from tests.conftest import PG_URL
     from tests.support.databases import recreate_database
 
@@ -188,9 +205,14 @@ def test_upgrade_from_version_6_adds_languages_transcript_fields_and_the_kind_in
     finally:
         fresh.close()
     assert {"languages"} <= {c[0] for c in want["clinic"][0]}
-    assert {("callback_number", "character varying", True), ("transcript_status", "character varying", True),
-            ("transcript_issue", "character varying", True)} <= set(want["call"][0])
-    assert ("patient_request_clinic_id_kind_created_at", ("clinic_id", "kind", "created_at"), False) in want["patient_request"][1]
+    assert {
+        ("callback_number", "character varying", True),
+        ("transcript_status", "character varying", True),
+        ("transcript_issue", "character varying", True),
+    } <= set(want["call"][0])
+    assert ("patient_request_clinic_id_kind_created_at", ("clinic_id", "kind", "created_at"), False) in want[
+        "patient_request"
+    ][1]
 
     parts = urlparse(PG_URL)
     url = urlunparse(parts._replace(path=parts.path.rstrip("/") + "_upgrade_v6"))
@@ -202,9 +224,17 @@ def test_upgrade_from_version_6_adds_languages_transcript_fields_and_the_kind_in
             load(organization(clinic(language="cs")))
             with database.atomic():
                 home = Clinic.by_slug("clinic-a")
-                call = Call.create(clinic=home, call_sid="CA-old", call_from="+420601123456", call_to="+420222333444",
-                                   extra='{"flow": 1}', transcript="Old transcript.", transcript_language="cs",
-                                   state="done", outcome="voice_message")
+                call = Call.create(
+                    clinic=home,
+                    call_sid="CA-old",
+                    call_from="+420601123456",
+                    call_to="+420222333444",
+                    extra='{"flow": 1}',
+                    transcript="Old transcript.",
+                    transcript_language="cs",
+                    state="done",
+                    outcome="voice_message",
+                )
                 caller = Patient.create(organization=home.organization_id, phone="+420601123456")
                 request = PatientRequest.create(clinic=home, patient=caller, kind="voice_message", call=call.id)
             # Back to version 6: what migration 7 adds, removed.
@@ -233,10 +263,14 @@ def test_sqlite_fresh_database_has_migration_7(config, tmp_path):
             migrate(database)
             assert {"languages"} <= {c.name for c in database.get_columns("clinic")}
             assert {"callback_number", "transcript_status", "transcript_issue"} <= {
-                c.name for c in database.get_columns("call")}
-            assert "patient_request_clinic_id_kind_created_at" in {i.name for i in database.get_indexes("patient_request")}
+                c.name for c in database.get_columns("call")
+            }
+            assert "patient_request_clinic_id_kind_created_at" in {
+                i.name for i in database.get_indexes("patient_request")
+            }
             load(organization(clinic(language="cs", languages=["cs", "uk", "en"])))
             from models import Clinic
+
             assert Clinic.by_slug("clinic-a").language_list == ["cs", "uk", "en"]
     finally:
         database.close()
@@ -262,8 +296,11 @@ def test_upgrade_from_version_12_renames_the_platform_columns_keeping_the_creden
         with database.connection_context():
             migrate(database)
             load(organization(clinic()))
-            Clinic.update(platform_api_url="https://platform.example.net/api", platform_username="clinic-api",
-                          platform_password_encrypted="sealed").execute()
+            Clinic.update(
+                platform_api_url="https://platform.example.net/api",
+                platform_username="clinic-api",
+                platform_password_encrypted="sealed",
+            ).execute()
             for name in names:  # back to version 12
                 database.execute_sql(f'ALTER TABLE "clinic" RENAME COLUMN "platform_{name}" TO "pbx_{name}"')
             SchemaMigration.delete().where(SchemaMigration.version == 13).execute()
@@ -272,7 +309,10 @@ def test_upgrade_from_version_12_renames_the_platform_columns_keeping_the_creden
             assert {f"platform_{name}" for name in names} <= columns and not {f"pbx_{name}" for name in names} & columns
             home = Clinic.by_slug("clinic-a")
             assert (home.platform_api_url, home.platform_username, home.platform_password_encrypted) == (
-                "https://platform.example.net/api", "clinic-api", "sealed")
+                "https://platform.example.net/api",
+                "clinic-api",
+                "sealed",
+            )
             assert migrate(database) == []
     finally:
         if kind == "postgresql":

@@ -4,6 +4,7 @@ database, no models.
 
 Each table reads as a checklist; every row is one way a plausible implementation goes
 wrong (a digit dropped, two groups run together, a date taken for a phone number)."""
+
 from __future__ import annotations
 
 import pytest
@@ -74,27 +75,46 @@ def test_words_to_digits(text: str, digits: str) -> None:
 CALLBACK = [
     # Czech, the ways callers group a number
     ("digit by digit", "sedm sedm sedm, jedna dva tři, čtyři pět šest", "CZ", "+420777123456"),
-    ("hundreds", "Moje číslo je sedm set dvacet čtyři, sto dvacet tři, čtyři sta padesát šest.", "CZ",
-     "+420724123456"),
+    ("hundreds", "Moje číslo je sedm set dvacet čtyři, sto dvacet tři, čtyři sta padesát šest.", "CZ", "+420724123456"),
     ("pairs", "šest set tři, dvacet jedna, třicet čtyři, padesát šest", "CZ", "+420603213456"),
     ("a digit then pairs", "sedm dvacet pět, třicet šest, čtyřicet sedm, padesát osm", "CZ", "+420725364758"),
     ("zero and tens", "šest set osm, nula devadesát, sto dvacet", "CZ", "+420608090120"),
-    ("the country prefix said", "plus čtyři sta dvacet, šest nula čtyři, pět pět pět, jedna dva jedna", "CZ",
-     "+420604555121"),
-    ("groups joined by 'a'", "Volejte na šest set dva, tři sta třicet čtyři a pět set padesát osm.", "CZ",
-     "+420602334558"),
+    (
+        "the country prefix said",
+        "plus čtyři sta dvacet, šest nula čtyři, pět pět pět, jedna dva jedna",
+        "CZ",
+        "+420604555121",
+    ),
+    (
+        "groups joined by 'a'",
+        "Volejte na šest set dva, tři sta třicet čtyři a pět set padesát osm.",
+        "CZ",
+        "+420602334558",
+    ),
     ("no diacritics", "sedm set dvacet ctyri sto dvacet tri ctyri sta padesat sest", "CZ", "+420724123456"),
     # Slovak
     ("Slovak", "Volajte mi na sedem sedem sedem, jeden dva tri, štyri päť šesť.", "CZ", "+420777123456"),
-    ("Slovak clinic, national zero", "zavolajte mi na nula deväťsto päť, sto dvadsaťtri, štyristo päťdesiatšesť",
-     "SK", "+421905123456"),
+    (
+        "Slovak clinic, national zero",
+        "zavolajte mi na nula deväťsto päť, sto dvadsaťtri, štyristo päťdesiatšesť",
+        "SK",
+        "+421905123456",
+    ),
     # English
     ("English with oh", "Call me on six oh four, nine eight seven, six five four.", "CZ", "+420604987654"),
     ("English double", "double seven seven, one two three, four five six", "CZ", "+420777123456"),
-    ("UK number in a UK clinic", "Call me on oh seven nine one one, one two three, four five six", "GB",
-     "+447911123456"),
-    ("another country's prefix said", "call me on plus four four seven nine one one, one two three four five six",
-     "CZ", "+447911123456"),
+    (
+        "UK number in a UK clinic",
+        "Call me on oh seven nine one one, one two three, four five six",
+        "GB",
+        "+447911123456",
+    ),
+    (
+        "another country's prefix said",
+        "call me on plus four four seven nine one one, one two three four five six",
+        "CZ",
+        "+447911123456",
+    ),
     # Whisper's digits, any separators
     ("spaces", "Číslo je 777 123 456.", "CZ", "+420777123456"),
     ("+420 and hyphens", "na +420 777-123-456", "CZ", "+420777123456"),
@@ -106,18 +126,34 @@ CALLBACK = [
     ("split oddly", "77 71 23 45 6", "CZ", "+420777123456"),
     ("words then digits", "sedm set dvacet čtyři 123 456", "CZ", "+420724123456"),
     # inside whole messages
-    ("a whole message", "Dobrý den, tady Jana Nováková, potřebovala bych recept na léky na tlak, zavolejte mi prosím "
-     "na sedm sedm sedm, jedna dva tři, čtyři pět šest. Děkuji, na shledanou.", "CZ", "+420777123456"),
+    (
+        "a whole message",
+        "Dobrý den, tady Jana Nováková, potřebovala bych recept na léky na tlak, zavolejte mi prosím "
+        "na sedm sedm sedm, jedna dva tři, čtyři pět šest. Děkuji, na shledanou.",
+        "CZ",
+        "+420777123456",
+    ),
     ("a date right before the number", "Jana Nováková, 12. 5. 1985, 602 123 456.", "CZ", "+420602123456"),
-    ("a dose right after the number", "Zavolejte na šest nula dva, jedna dva tři, čtyři pět šest, dvě tablety mi "
-     "nezabírají.", "CZ", "+420602123456"),
+    (
+        "a dose right after the number",
+        "Zavolejte na šest nula dva, jedna dva tři, čtyři pět šest, dvě tablety mi nezabírají.",
+        "CZ",
+        "+420602123456",
+    ),
     # several numbers
-    ("the one after 'zavolejte' beats the one after 'čísla'", "Tady Petr z čísla 222 333 444, ale zavolejte mi na "
-     "mobil 602 123 456.", "CZ", "+420602123456"),
-    ("a call-back cue beats a later number", "Zavolejte mi na 602 123 456. Volám z čísla 222 333 444.", "CZ",
-     "+420602123456"),
-    ("a number cue beats a later number", "Moje číslo je 777 123 456. Manželka má 602 123 456.", "CZ",
-     "+420777123456"),
+    (
+        "the one after 'zavolejte' beats the one after 'čísla'",
+        "Tady Petr z čísla 222 333 444, ale zavolejte mi na mobil 602 123 456.",
+        "CZ",
+        "+420602123456",
+    ),
+    (
+        "a call-back cue beats a later number",
+        "Zavolejte mi na 602 123 456. Volám z čísla 222 333 444.",
+        "CZ",
+        "+420602123456",
+    ),
+    ("a number cue beats a later number", "Moje číslo je 777 123 456. Manželka má 602 123 456.", "CZ", "+420777123456"),
     ("without cues, the last", "777 123 456 nebo 602 123 456", "CZ", "+420602123456"),
 ]
 
@@ -139,8 +175,10 @@ NO_CALLBACK = [
     ("one digit too many, with spaces", "Zavolejte mi na 777 123 456 7."),
     ("one digit too many, with commas", "Zavolejte mi na 777, 123, 456, 7."),
     ("nine digits that are no Czech number", "Zavolejte na 123 456 789."),
-    ("a UK number without its prefix, in a Czech clinic", "Call me on oh seven nine one one, one two three, four "
-     "five six"),
+    (
+        "a UK number without its prefix, in a Czech clinic",
+        "Call me on oh seven nine one one, one two three, four five six",
+    ),
     ("a cue and no number", "Dobrý den, zavolejte mi prosím zpět."),
     ("nothing", ""),
 ]
@@ -195,19 +233,36 @@ CALLBACKS = [
     # (name, heard, confirmed, CallFrom, (callbackNumber, unconfirmed))
     ("nothing heard", None, False, "+420601123456", (None, None)),
     ("confirmed digits are the callback number", "+420777123456", True, "+420601123456", ("+420777123456", None)),
-    ("unconfirmed digits are kept apart, never the callback number", "+420700123456", False, "+420601123456",
-     (None, "+420700123456")),
-    ("one digit off the caller's own line: the line", "+420601123457", False, "+420 601 123 456",
-     ("+420601123456", None)),
+    (
+        "unconfirmed digits are kept apart, never the callback number",
+        "+420700123456",
+        False,
+        "+420601123456",
+        (None, "+420700123456"),
+    ),
+    (
+        "one digit off the caller's own line: the line",
+        "+420601123457",
+        False,
+        "+420 601 123 456",
+        ("+420601123456", None),
+    ),
     ("the caller's own line heard exactly", "+420601123456", False, "601123456", ("+420601123456", None)),
-    ("two digits off the caller's line: not the line", "+420601123477", False, "+420601123456",
-     (None, "+420601123477")),
+    (
+        "two digits off the caller's line: not the line",
+        "+420601123477",
+        False,
+        "+420601123456",
+        (None, "+420601123477"),
+    ),
     ("a withheld caller confirms nothing", "+420700123456", False, "anonymous", (None, "+420700123456")),
 ]
 
 
-@pytest.mark.parametrize("heard,confirmed,call_from,expected", [row[1:] for row in CALLBACKS],
-                         ids=[row[0] for row in CALLBACKS])
-def test_callback_numbers(heard: str | None, confirmed: bool, call_from: str,
-                          expected: tuple[str | None, str | None]) -> None:
+@pytest.mark.parametrize(
+    "heard,confirmed,call_from,expected", [row[1:] for row in CALLBACKS], ids=[row[0] for row in CALLBACKS]
+)
+def test_callback_numbers(
+    heard: str | None, confirmed: bool, call_from: str, expected: tuple[str | None, str | None]
+) -> None:
     assert callback_numbers(heard, confirmed, call_from, "CZ") == expected

@@ -35,8 +35,16 @@ def test_short_common_or_personal_passwords_are_refused(password, inputs, refusa
 
 
 @pytest.mark.parametrize(
-    "password", ["correct horse battery staple", "modrá konvice na čaj", "Nemocnice na kraji 7", "x7#Kq!2vR$9mLp",
-                 "kůň-modrá-hora-7-sklenice", "zelený čaj s medem", "Tramvaj jede do Bráníka"]
+    "password",
+    [
+        "correct horse battery staple",
+        "modrá konvice na čaj",
+        "Nemocnice na kraji 7",
+        "x7#Kq!2vR$9mLp",
+        "kůň-modrá-hora-7-sklenice",
+        "zelený čaj s medem",
+        "Tramvaj jede do Bráníka",
+    ],
 )
 def test_long_or_random_passwords_are_accepted(password):
     check_new(password, ("anna@example.cz", "Anna Nováková"), CLINIC)
@@ -82,8 +90,9 @@ def test_the_czech_lists_are_what_the_tool_builds_from_the_pinned_packages():
 
     from tests.conftest import ROOT
 
-    done = subprocess.run([sys.executable, "tools/password_words.py", "--check"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "tools/password_words.py", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout.strip() == "current", done.stdout + done.stderr
     lists = {path.stem: path.read_text("utf-8").splitlines() for path in passwords.WORDS.glob("*.txt")}
     assert set(lists) == {"cs_passwords", "cs_words", "cs_first_names", "cs_last_names", "sk_words"}
@@ -111,9 +120,15 @@ def test_the_cli_applies_the_same_rules():
     from tests.conftest import ROOT
 
     def hashed(password: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "manage.py", "user", "hash-password", "--password-stdin"], cwd=ROOT,
-                              input=password + "\n", capture_output=True, text=True, timeout=60,
-                              env={"PATH": "/usr/bin:/bin", "DATABASE_URL": "sqlite:///:memory:"})
+        return subprocess.run(
+            [sys.executable, "manage.py", "user", "hash-password", "--password-stdin"],
+            cwd=ROOT,
+            input=password + "\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin", "DATABASE_URL": "sqlite:///:memory:"},
+        )
 
     refused = hashed("password1234")
     assert refused.returncode == 2 and TOO_COMMON in refused.stderr and not refused.stdout
@@ -134,7 +149,11 @@ def test_the_service_hashes_with_argon2id_at_rfc_9106s_low_memory_profile():
 
     parameters = extract_parameters(PRODUCTION_PASSWORD_HASHER.hash("correct horse battery staple"))
     assert (parameters.type, parameters.time_cost, parameters.memory_cost, parameters.parallelism) == (
-        Type.ID, 3, 65536, 4)
+        Type.ID,
+        3,
+        65536,
+        4,
+    )
 
 
 def test_the_console_says_why_in_czech_and_in_english(app):
@@ -146,7 +165,9 @@ def test_the_console_says_why_in_czech_and_in_english(app):
 
     load(organization(clinic("zdrave-srdce", name="Ordinace Zdravé srdce")))
     with db.connection_context():
-        user = StaffUser.create(email="eva@example.cz", name="Eva Malá", password_hash=hash_password("stará hesla nejsou"))
+        user = StaffUser.create(
+            email="eva@example.cz", name="Eva Malá", password_hash=hash_password("stará hesla nejsou")
+        )
         StaffMembership.create(user=user, clinic=Clinic.get(Clinic.slug == "zdrave-srdce"), role="staff")
     login = next(f for f in app.get("/console/login").forms.values() if "password" in f.fields)
     login["email"], login["password"] = "eva@example.cz", "stará hesla nejsou"

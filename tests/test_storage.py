@@ -37,11 +37,11 @@ from storage import (
     sealed_key,
     validate_key,
 )
-from tests.support.durability import record_fsyncs
-from web import errors
 from tests.support import assert_error
-from tests.support.seaweed import SeaweedFS, seaweedfs  # noqa: F401 (a fixture)
+from tests.support.durability import record_fsyncs
+from tests.support.seaweed import SeaweedFS
 from tests.support.servers import serve_wsgi, wait_until
+from web import errors
 
 SIGNING_KEY = b"test-signing-key-0123456789abcdef"
 PDF = "application/pdf"
@@ -144,8 +144,7 @@ def test_upload_then_download_inline_and_attachment(backend: Backend) -> None:
         assert got.headers["Content-Type"] == PDF
         assert got.headers["Content-Length"] == str(len(body))
         assert got.headers["Content-Disposition"] == (
-            f"{disposition}; filename=\"Souhlas_s_lecbou.pdf\"; "
-            "filename*=UTF-8''Souhlas%20s%20l%C3%A9%C4%8Dbou.pdf"
+            f"{disposition}; filename=\"Souhlas_s_lecbou.pdf\"; filename*=UTF-8''Souhlas%20s%20l%C3%A9%C4%8Dbou.pdf"
         )
         assert got.headers["Cache-Control"] == "private, no-store"
 
@@ -279,8 +278,22 @@ def test_delete(backend: Backend) -> None:
 
 @pytest.mark.parametrize(
     "bad_key",
-    ["../x.pdf", "requests/../../x.pdf", "/etc/passwd", "requests//x.pdf", "requests/./x.pdf", ".meta/x.json",
-     "requests/.upload-1.part", "a\\b", "a%2e%2e", "", "requests/x.pdf/", "a b", "é.pdf", "x" * 600],
+    [
+        "../x.pdf",
+        "requests/../../x.pdf",
+        "/etc/passwd",
+        "requests//x.pdf",
+        "requests/./x.pdf",
+        ".meta/x.json",
+        "requests/.upload-1.part",
+        "a\\b",
+        "a%2e%2e",
+        "",
+        "requests/x.pdf/",
+        "a b",
+        "é.pdf",
+        "x" * 600,
+    ],
 )
 def test_invalid_keys_are_refused_by_both_backends(backend: Backend, bad_key: str) -> None:
     with pytest.raises(InvalidKeyError):
@@ -314,12 +327,18 @@ def test_interrupted_upload_leaves_nothing_visible(backend: Backend) -> None:
         if backend.storage_dir is not None:
             # Proof the server is mid-upload: its temp file exists and is not the object.
             target_dir = backend.storage_dir / key.rsplit("/", 1)[0]
-            assert wait_until(lambda: any(p.name.endswith(".part") for p in target_dir.glob(".upload-*")),
-                              timeout=10, interval=0.02)
+            assert wait_until(
+                lambda d=target_dir: any(p.name.endswith(".part") for p in d.glob(".upload-*")),
+                timeout=10,
+                interval=0.02,
+            )
         sock.close()  # client goes away mid-body
         if backend.storage_dir is not None:
-            assert wait_until(lambda: not list(backend.storage_dir.rglob(".upload-*.part")),  # type: ignore[union-attr]
-                              timeout=10, interval=0.02)
+            assert wait_until(
+                lambda: not list(backend.storage_dir.rglob(".upload-*.part")),  # type: ignore[union-attr]
+                timeout=10,
+                interval=0.02,
+            )
 
     # The S3 server gives no sign of having dropped the upload: watch for a while.
     deadline = time.monotonic() + (1.0 if backend.name == "s3" else 0.1)
@@ -347,8 +366,9 @@ def _tree(root: Path) -> set[str]:
 
 
 def test_signed_url_made_in_the_past_has_expired(local: LocalStorage) -> None:
-    past = LocalStorage(local.root, signing_key=SIGNING_KEY, public_base_url=local.public_base_url,
-                        clock=lambda: time.time() - 3600)
+    past = LocalStorage(
+        local.root, signing_key=SIGNING_KEY, public_base_url=local.public_base_url, clock=lambda: time.time() - 3600
+    )
     key = new_key()
     response = put(past.presign_put(key, PDF, 600), b"data")
     assert response.status_code == 403
@@ -359,7 +379,9 @@ def test_signed_url_made_in_the_past_has_expired(local: LocalStorage) -> None:
 
 
 def test_signature_from_another_secret_is_refused(local: LocalStorage) -> None:
-    forger = LocalStorage(local.root, signing_key=b"another-secret-of-enough-length", public_base_url=local.public_base_url)
+    forger = LocalStorage(
+        local.root, signing_key=b"another-secret-of-enough-length", public_base_url=local.public_base_url
+    )
     key = new_key()
     assert put(forger.presign_put(key, PDF, 600), b"data").status_code == 403
     assert not local.exists(key)
@@ -369,14 +391,25 @@ def test_traversal_paths_write_nothing_anywhere(local: LocalStorage, tmp_path: P
     before = _tree(tmp_path)
     parts = urllib.parse.urlsplit(local.public_base_url)
     expires = int(time.time()) + 600
-    for key in ("../outside.pdf", "requests/../../outside.pdf", "%2e%2e/outside.pdf",
-                "requests/%2e%2e/%2e%2e/outside.pdf", "..%2foutside.pdf", ".meta/x.pdf.json", "/tmp/outside.pdf"):
+    for key in (
+        "../outside.pdf",
+        "requests/../../outside.pdf",
+        "%2e%2e/outside.pdf",
+        "requests/%2e%2e/%2e%2e/outside.pdf",
+        "..%2foutside.pdf",
+        ".meta/x.pdf.json",
+        "/tmp/outside.pdf",
+    ):
         # Even a correct signature over the bad key must not help.
         decoded = urllib.parse.unquote(key)
         signature = local._signature("PUT", decoded, expires, PDF)
         conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=TIMEOUT)
-        conn.request("PUT", f"/storage/{key}?expires={expires}&signature={signature}", body=b"evil",
-                     headers={"Content-Type": PDF})
+        conn.request(
+            "PUT",
+            f"/storage/{key}?expires={expires}&signature={signature}",
+            body=b"evil",
+            headers={"Content-Type": PDF},
+        )
         status = conn.getresponse().status
         conn.close()
         assert status in (400, 404), (key, status)
@@ -385,8 +418,12 @@ def test_traversal_paths_write_nothing_anywhere(local: LocalStorage, tmp_path: P
 
 
 def test_size_cap_answers_413_and_stores_nothing(local_server: LocalServer, tmp_path: Path) -> None:
-    small = LocalStorage(tmp_path / "small", signing_key=SIGNING_KEY,
-                         public_base_url=local_server.base_url + "/small", max_upload_bytes=1000)
+    small = LocalStorage(
+        tmp_path / "small",
+        signing_key=SIGNING_KEY,
+        public_base_url=local_server.base_url + "/small",
+        max_upload_bytes=1000,
+    )
     local_server.app.add_route("/small/storage/{key:path}", StoredObject(small))
     key = new_key()
     url = small.presign_put(key, PDF, 60)
@@ -399,8 +436,9 @@ def test_size_cap_answers_413_and_stores_nothing(local_server: LocalServer, tmp_
 
 def test_chunked_upload_without_length_is_refused(local: LocalStorage) -> None:
     key = new_key()
-    response = requests.put(local.presign_put(key, PDF, 60), data=iter([b"a", b"b"]),
-                            headers={"Content-Type": PDF}, timeout=TIMEOUT)
+    response = requests.put(
+        local.presign_put(key, PDF, 60), data=iter([b"a", b"b"]), headers={"Content-Type": PDF}, timeout=TIMEOUT
+    )
     assert response.status_code == 411
     assert not local.exists(key)
 
@@ -468,7 +506,7 @@ def test_validate_key_accepts_generated_keys() -> None:
 def test_content_disposition_is_header_safe() -> None:
     value = content_disposition("attachment", 'a"b\r\nc;d.pdf')
     assert "\r" not in value and "\n" not in value
-    assert value.startswith('attachment; filename="ab_cd.pdf"; filename*=UTF-8\'\'')
+    assert value.startswith("attachment; filename=\"ab_cd.pdf\"; filename*=UTF-8''")
     assert ascii_filename("...") == "file"
     assert ascii_filename("Zpráva z vyšetření 2024.pdf") == "Zprava_z_vysetreni_2024.pdf"
     with pytest.raises(ValueError):
@@ -486,15 +524,27 @@ def test_make_storage_validates_config(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         make_storage(Config(storage_backend="ftp"))
     with pytest.raises(ValueError):  # Config derives a key when none is set; a short one is refused
-        make_storage(Config(storage_backend="local", storage_dir=str(tmp_path),
-                            storage_signing_key="too-short", public_base_url="http://x"))
+        make_storage(
+            Config(
+                storage_backend="local",
+                storage_dir=str(tmp_path),
+                storage_signing_key="too-short",
+                public_base_url="http://x",
+            )
+        )
     with pytest.raises(ValueError):
         make_storage(Config(storage_backend="s3", s3_bucket=""))
     default = make_storage(Config(storage_dir=str(tmp_path)))
     assert isinstance(default, LocalStorage) and default.max_upload_bytes == Config().upload_max_bytes
-    storage = make_storage(Config(storage_backend="local", storage_dir=str(tmp_path),
-                                  storage_signing_key="k" * 32, public_base_url="http://x/",
-                                  upload_max_bytes=5))
+    storage = make_storage(
+        Config(
+            storage_backend="local",
+            storage_dir=str(tmp_path),
+            storage_signing_key="k" * 32,
+            public_base_url="http://x/",
+            upload_max_bytes=5,
+        )
+    )
     assert isinstance(storage, LocalStorage) and storage.max_upload_bytes == 5
     assert storage.presign_put("a/b.pdf", PDF, 60).startswith("http://x/storage/a/b.pdf?expires=")
     assert isinstance(storage, Storage)
@@ -505,10 +555,15 @@ def test_s3_public_endpoint_url_from_the_environment_reaches_the_backend(monkeyp
     through boto3, GET through the direct signer) name the public endpoint, while the
     service's own calls (head, delete, prepare) still go to S3_ENDPOINT_URL."""
     internal, public = "http://seaweedfs.internal:8333", "https://files.example.org"
-    for name, value in {"STORAGE_BACKEND": "s3", "S3_BUCKET": "docs", "S3_ENDPOINT_URL": internal,
-                        "S3_PUBLIC_ENDPOINT_URL": public, "S3_REGION": "eu-central-1",
-                        "S3_ACCESS_KEY_ID": "AKIDEXAMPLE",
-                        "S3_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"}.items():
+    for name, value in {
+        "STORAGE_BACKEND": "s3",
+        "S3_BUCKET": "docs",
+        "S3_ENDPOINT_URL": internal,
+        "S3_PUBLIC_ENDPOINT_URL": public,
+        "S3_REGION": "eu-central-1",
+        "S3_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "S3_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+    }.items():
         monkeypatch.setenv(name, value)
     config = Config.from_env()
     assert config.s3_public_endpoint_url == public
@@ -532,11 +587,15 @@ def test_a_range_is_answered_206_with_its_bytes(backend: Backend) -> None:
     key, body = new_key(), sample_bytes(100_000)
     assert put(backend.storage.presign_put(key, PDF, 600), body).status_code == 200
     url = backend.storage.presign_get(key, 60, content_type=PDF, disposition="inline", filename="x.pdf")
-    for asked, first, last in (("bytes=0-1023", 0, 1023), ("bytes=99000-", 99_000, 99_999),
-                               ("bytes=-500", 99_500, 99_999), ("bytes=90000-200000", 90_000, 99_999)):
+    for asked, first, last in (
+        ("bytes=0-1023", 0, 1023),
+        ("bytes=99000-", 99_000, 99_999),
+        ("bytes=-500", 99_500, 99_999),
+        ("bytes=90000-200000", 90_000, 99_999),
+    ):
         got = requests.get(url, headers={"Range": asked}, timeout=TIMEOUT)
         assert got.status_code == 206, (asked, got.text)
-        assert got.content == body[first:last + 1]
+        assert got.content == body[first : last + 1]
         assert got.headers["Content-Range"] == f"bytes {first}-{last}/{len(body)}"
         assert got.headers["Content-Length"] == str(last - first + 1)
     past = requests.get(url, headers={"Range": "bytes=200000-"}, timeout=TIMEOUT)
@@ -557,8 +616,12 @@ def test_head_on_a_download_url_answers_the_headers_only(local_backend_url: tupl
 
 @pytest.fixture
 def local_backend_url(local_server: LocalServer, tmp_path: Path) -> tuple[str, bytes]:
-    cfg = Config(storage_backend="local", storage_dir=str(tmp_path / "storage"),
-                 storage_signing_key=SIGNING_KEY.decode(), public_base_url=local_server.base_url)
+    cfg = Config(
+        storage_backend="local",
+        storage_dir=str(tmp_path / "storage"),
+        storage_signing_key=SIGNING_KEY.decode(),
+        public_base_url=local_server.base_url,
+    )
     local = make_storage(cfg)
     assert isinstance(local, LocalStorage)
     local.prepare()
@@ -568,7 +631,7 @@ def local_backend_url(local_server: LocalServer, tmp_path: Path) -> tuple[str, b
     return local.presign_get(key, 60, content_type=PDF, disposition="inline", filename="x.pdf"), body
 
 
-# ------------------------------------------------------------------ sealed copies (issue 22)
+# ------------------------------------------------------------------ sealed copies
 
 
 def _sealed_copy(local: LocalStorage, body: bytes) -> str:
@@ -593,14 +656,19 @@ def test_a_correctly_signed_put_to_a_sealed_key_is_refused_and_changes_nothing(l
     assert local.path_for(target).read_bytes() == original
     assert local.head(target) == ObjectInfo(size=len(original), content_type=PDF)
     with pytest.raises(AccessDenied):
-        local.verify_put(target, expires=str(expires), signature=local._signature("PUT", target, expires, PDF),
-                         content_type=PDF)
+        local.verify_put(
+            target, expires=str(expires), signature=local._signature("PUT", target, expires, PDF), content_type=PDF
+        )
 
 
 def test_no_backend_presigns_a_put_for_a_sealed_key(local: LocalStorage) -> None:
     # Presigning S3 is local computation: no server is needed to see that none is made.
-    s3 = S3Storage(bucket="sealed-test", endpoint_url="http://127.0.0.1:9", access_key_id="AKTEST",
-                   secret_access_key="secret-test-key")
+    s3 = S3Storage(
+        bucket="sealed-test",
+        endpoint_url="http://127.0.0.1:9",
+        access_key_id="AKTEST",
+        secret_access_key="secret-test-key",
+    )
     key = sealed_key(new_key())
     for storage in (local, s3):
         with pytest.raises(AccessDenied):
@@ -609,11 +677,12 @@ def test_no_backend_presigns_a_put_for_a_sealed_key(local: LocalStorage) -> None
     assert local.presign_get(key, 60, content_type=PDF, disposition="inline", filename="x.pdf")  # reading is fine
 
 
-# ------------------------------------------------------------- durability (issue 22)
+# ------------------------------------------------------------- durability
 
 
-def test_an_upload_and_its_new_directories_are_durable_once_stored(local: LocalStorage,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_upload_and_its_new_directories_are_durable_once_stored(
+    local: LocalStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A rename is durable once its directory is fsynced, and a new directory once its
     parent is; write_stream does both before it returns (the registered copy is written by
     it too: tests/test_signed_documents.py checks that order against the upload's deletion)."""

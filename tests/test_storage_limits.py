@@ -1,7 +1,8 @@
-"""Storage limits (issue 22): the upload size cap on both backends, the purge of uploads
+"""Storage limits: the upload size cap on both backends, the purge of uploads
 never registered (both backends, two purges at once, every worker and the CLI), and the
 per-clinic count of open upload links. The whole service over real HTTP, real PostgreSQL,
 local storage served by the service and S3 on a real SeaweedFS."""
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,7 @@ from config import Config
 from documents import patient_requests, uploads
 from jobs import storage_purge
 from jobs.storage_purge import purge_storage
-from models import UploadLink, MedicalRecord
+from models import MedicalRecord, UploadLink
 from plumbing.clock import utc_now
 from plumbing.database import db
 from storage import ObjectInfo, S3Storage, Storage, make_storage
@@ -29,7 +30,7 @@ from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, issue_token, load, log_audit
 from tests.support.live_service import api, concurrently, patient_id, serve, signing_organization, type_id
 from tests.support.processes import stop_process
-from tests.support.seaweed import SeaweedFS, seaweedfs  # noqa: F401 (a fixture)
+from tests.support.seaweed import SeaweedFS
 from tests.support.servers import wait_until
 
 PDF = "application/pdf"
@@ -46,9 +47,14 @@ def pdf(size: int) -> bytes:
 
 
 def s3_settings(sw: SeaweedFS) -> dict[str, Any]:
-    return {"storage_backend": "s3", "s3_endpoint_url": sw.s3_endpoint_url, "s3_bucket": sw.s3_bucket,
-            "s3_region": sw.s3_region, "s3_access_key_id": sw.s3_access_key_id,
-            "s3_secret_access_key": sw.s3_secret_access_key}
+    return {
+        "storage_backend": "s3",
+        "s3_endpoint_url": sw.s3_endpoint_url,
+        "s3_bucket": sw.s3_bucket,
+        "s3_region": sw.s3_region,
+        "s3_access_key_id": sw.s3_access_key_id,
+        "s3_secret_access_key": sw.s3_secret_access_key,
+    }
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.seaweedfs)])
@@ -77,14 +83,22 @@ class Client:
 
     def create(self) -> str:
         patient = patient_id("jana") if self.slug == "clinic-a" else patient_id("petr")
-        answer = requests.post(f"{self.base}/patientRequests/create", headers=self.headers, timeout=TIMEOUT,
-                                json={"patientId": patient, "userECRFId": type_id("SIGNED_CONSENT", self.slug)})
+        answer = requests.post(
+            f"{self.base}/patientRequests/create",
+            headers=self.headers,
+            timeout=TIMEOUT,
+            json={"patientId": patient, "userECRFId": type_id("SIGNED_CONSENT", self.slug)},
+        )
         assert answer.status_code == 200, answer.text
         return answer.json()["data"]["id"]
 
     def link(self, rid: str) -> requests.Response:
-        return requests.post(f"{self.base}/patientRequests/{rid}/attachments/upload-link", headers=self.headers,
-                             json={"contentType": PDF}, timeout=TIMEOUT)
+        return requests.post(
+            f"{self.base}/patientRequests/{rid}/attachments/upload-link",
+            headers=self.headers,
+            json={"contentType": PDF},
+            timeout=TIMEOUT,
+        )
 
     def uploaded(self, rid: str, body: bytes) -> str:
         """A fresh link's fileHash, with `body` PUT to it (which must succeed)."""
@@ -94,8 +108,12 @@ class Client:
         return link["fileHash"]
 
     def register(self, rid: str, file_hash: str) -> requests.Response:
-        return requests.post(f"{self.base}/patientRequests/{rid}/attachments", headers=self.headers,
-                             timeout=TIMEOUT, json={"contentType": PDF, "fileHash": file_hash, "description": "signed.pdf"})
+        return requests.post(
+            f"{self.base}/patientRequests/{rid}/attachments",
+            headers=self.headers,
+            timeout=TIMEOUT,
+            json={"contentType": PDF, "fileHash": file_hash, "description": "signed.pdf"},
+        )
 
 
 def sealed_copies(storage: Any, rid: str) -> list[Any]:
@@ -115,6 +133,7 @@ def rows(*file_hashes: str) -> set[str]:
 
 # --- the size cap ------------------------------------------------------------------------------
 
+
 def test_an_upload_over_the_cap_is_refused_by_each_backend(settings: dict[str, Any]) -> None:
     """Local: the PUT itself is 413 and nothing is stored. S3 cannot refuse a presigned PUT
     by size, so registration does: 400 naming the limit, the object deleted, no record; the
@@ -133,9 +152,13 @@ def test_an_upload_over_the_cap_is_refused_by_each_backend(settings: dict[str, A
             assert put.status_code == 200  # S3 stores it whatever its size ...
             refused = client.register(rid, link["fileHash"])  # ... registration refuses it
             assert refused.status_code == 400, refused.text
-            assert refused.json() == {"code": "VALIDATION_FAILED", "error": (
-                f"fileHash: the uploaded file has {CAP + 1} bytes; at most {CAP} bytes (0.015625 MiB) are "
-                "accepted. Upload a smaller file.")}
+            assert refused.json() == {
+                "code": "VALIDATION_FAILED",
+                "error": (
+                    f"fileHash: the uploaded file has {CAP + 1} bytes; at most {CAP} bytes (0.015625 MiB) are "
+                    "accepted. Upload a smaller file."
+                ),
+            }
             assert storage.head(link["fileHash"]) is None
             assert not sealed_copies(storage, rid)
         with db.connection_context():
@@ -147,7 +170,8 @@ def test_an_upload_over_the_cap_is_refused_by_each_backend(settings: dict[str, A
 
 
 def test_s3_object_replaced_by_a_larger_one_after_the_size_check_is_refused_too(
-        app, seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> None:
+    app, seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The upload URL is reusable: a larger object may replace the one registration looked
     at. The registered copy's own size is checked, and the copy and upload both deleted.
     (The local backend refuses such a PUT itself.)"""
@@ -167,6 +191,7 @@ def test_s3_object_replaced_by_a_larger_one_after_the_size_check_is_refused_too(
 
 
 # --- the purge ------------------------------------------------------------------------------------
+
 
 def test_purge_deletes_only_expired_unregistered_uploads(settings: dict[str, Any]) -> None:
     """Past its link's expiry and the grace, an unregistered upload goes (object and row; one
@@ -200,8 +225,9 @@ def test_purge_deletes_only_expired_unregistered_uploads(settings: dict[str, Any
         assert late.status_code == 400 and late.json()["code"] == "VALIDATION_FAILED"
         again = client.register(rid, registered)  # registered: its retry still answers it
         assert again.status_code == 200
-        detail = requests.get(f"{client.base}/patientRequests/{rid}", headers=client.headers,
-                              timeout=TIMEOUT).json()["data"]
+        detail = requests.get(f"{client.base}/patientRequests/{rid}", headers=client.headers, timeout=TIMEOUT).json()[
+            "data"
+        ]
         [record] = detail["medicalRecords"]
         assert requests.get(record["downloadUrl"], timeout=TIMEOUT).content == pdf(2000)
         assert client.register(rid, fresh).status_code == 200
@@ -247,8 +273,11 @@ def test_two_purges_at_once_delete_each_object_once(settings: dict[str, Any]) ->
         try:
             barrier.wait(timeout=10)
             with db.connection_context():
-                results.append(uploads.purge_expired_uploads(
-                    counting, lifetime=patient_requests.UPLOAD_URL_SECONDS, grace=GRACE, batch=5))
+                results.append(
+                    uploads.purge_expired_uploads(
+                        counting, lifetime=patient_requests.UPLOAD_URL_SECONDS, grace=GRACE, batch=5
+                    )
+                )
         except Exception as exc:  # reported below, with the other purge's outcome
             errors.append(exc)
 
@@ -291,8 +320,15 @@ def test_every_worker_purges_periodically_and_the_cli_once(app, tmp_path: Path) 
     storage = storage_of(settings)
     log = tmp_path / "worker.log"
     log_audit.watch(log)
-    env = {**os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
-           "STORAGE_DIR": str(storage_dir), "UPLOAD_PURGE_EVERY_SECONDS": "0.5", "LOG_LEVEL": "INFO"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": REDIS_URL,
+        "SECRET_KEY": SECRET_KEY,
+        "STORAGE_DIR": str(storage_dir),
+        "UPLOAD_PURGE_EVERY_SECONDS": "0.5",
+        "LOG_LEVEL": "INFO",
+    }
     with serve(**settings) as service:
         client = Client(service)
         rid = client.create()
@@ -300,8 +336,13 @@ def test_every_worker_purges_periodically_and_the_cli_once(app, tmp_path: Path) 
         backdate(first)
         # Its own queue: the session's worker keeps the real ones.
         with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "manage.py", "worker", "--no-warm-up", "storage-limits-test"],
-                                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "worker", "--no-warm-up", "storage-limits-test"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         try:
             assert wait_until(lambda: storage.head(first) is None, timeout=60, interval=0.1), log.read_text()[-3000:]
             backdate(second)  # after the worker's first round: a later round takes it
@@ -312,14 +353,21 @@ def test_every_worker_purges_periodically_and_the_cli_once(app, tmp_path: Path) 
         assert "storage purge removed 1 unregistered upload(s)" in log.read_text()
 
         backdate(third)
-        done = subprocess.run([sys.executable, "manage.py", "storage", "purge"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "manage.py", "storage", "purge"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         assert "purged 1 unregistered upload(s) and 0 interrupted upload file(s)" in done.stderr
         assert storage.head(third) is None and rows(third) == set()
 
 
 # --- open upload links per clinic -----------------------------------------------------------------
+
 
 def test_a_clinic_over_its_open_links_gets_429_and_another_clinic_does_not(app, tmp_path: Path) -> None:
     load(signing_organization())
@@ -329,9 +377,13 @@ def test_a_clinic_over_its_open_links_gets_429_and_another_clinic_does_not(app, 
         issued = [a.link(rid) for _ in range(3)]
         assert [r.status_code for r in issued] == [200] * 3
         refused = a.link(rid)
-        assert refused.status_code == 429 and refused.json() == {"code": "TOO_MANY_UPLOAD_LINKS", "error": (
-            "The clinic holds 3 open upload links (at most 3: issued within 600 seconds and not registered). "
-            "Upload and register with the links already issued, or try again after Retry-After seconds.")}
+        assert refused.status_code == 429 and refused.json() == {
+            "code": "TOO_MANY_UPLOAD_LINKS",
+            "error": (
+                "The clinic holds 3 open upload links (at most 3: issued within 600 seconds and not registered). "
+                "Upload and register with the links already issued, or try again after Retry-After seconds."
+            ),
+        }
         assert 590 <= int(refused.headers["Retry-After"]) <= 600
         assert b.link(b.create()).status_code == 200  # another clinic is unaffected
 
@@ -369,6 +421,7 @@ def test_upload_link_documents_429_with_retry_after(app) -> None:
 
 # --- configuration ---------------------------------------------------------------------------------
 
+
 def test_upload_limits_configuration_and_the_former_variable_name() -> None:
     assert Config().upload_max_bytes == 25 * 1024 * 1024
     assert Config.from_env({"UPLOAD_MAX_BYTES": "1000"}).upload_max_bytes == 1000
@@ -379,16 +432,25 @@ def test_upload_limits_configuration_and_the_former_variable_name() -> None:
     assert Config.from_env({"UPLOAD_MAX_BYTES": "1000", "STORAGE_MAX_UPLOAD_BYTES": "1000"}).upload_max_bytes == 1000
     with pytest.raises(ValueError, match="STORAGE_MAX_UPLOAD_BYTES"):
         Config.from_env({"STORAGE_MAX_UPLOAD_BYTES": "lots"})
-    config = Config.from_env({"UPLOAD_LINKS_PER_CLINIC": "7", "UPLOAD_PURGE_GRACE_SECONDS": "60",
-                              "UPLOAD_PURGE_EVERY_SECONDS": "30"})
-    assert (config.upload_links_per_clinic, config.upload_purge_grace_seconds,
-            config.upload_purge_every_seconds) == (7, 60, 30.0)
-    for bad in ({"UPLOAD_MAX_BYTES": "0"}, {"UPLOAD_LINKS_PER_CLINIC": "0"}, {"UPLOAD_PURGE_GRACE_SECONDS": "-1"},
-                {"UPLOAD_PURGE_EVERY_SECONDS": "0"}):
+    config = Config.from_env(
+        {"UPLOAD_LINKS_PER_CLINIC": "7", "UPLOAD_PURGE_GRACE_SECONDS": "60", "UPLOAD_PURGE_EVERY_SECONDS": "30"}
+    )
+    assert (config.upload_links_per_clinic, config.upload_purge_grace_seconds, config.upload_purge_every_seconds) == (
+        7,
+        60,
+        30.0,
+    )
+    for bad in (
+        {"UPLOAD_MAX_BYTES": "0"},
+        {"UPLOAD_LINKS_PER_CLINIC": "0"},
+        {"UPLOAD_PURGE_GRACE_SECONDS": "-1"},
+        {"UPLOAD_PURGE_EVERY_SECONDS": "0"},
+    ):
         with pytest.raises(ValueError):
             Config.from_env(bad)
-    s3 = make_storage(Config(storage_backend="s3", s3_bucket="b", s3_endpoint_url="http://127.0.0.1:9",
-                             upload_max_bytes=123))
+    s3 = make_storage(
+        Config(storage_backend="s3", s3_bucket="b", s3_endpoint_url="http://127.0.0.1:9", upload_max_bytes=123)
+    )
     assert s3.max_upload_bytes == 123
 
 
@@ -411,7 +473,8 @@ def test_a_database_without_the_upload_link_index_gets_it(config: Config) -> Non
             [(version, name)] = [(v, n) for v, n, _ in MIGRATIONS if n == "upload_link_created_at_index"]
             assert migrate(database) == [f"{version:04d}_{name}"]
             assert ("upload_link_created_at", ["created_at"]) in [
-                (i.name, i.columns) for i in database.get_indexes("upload_link")]
+                (i.name, i.columns) for i in database.get_indexes("upload_link")
+            ]
     finally:
         database.close_all()
         bind_database(config.database_url, pool_size=config.db_pool_size)

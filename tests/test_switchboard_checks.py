@@ -1,10 +1,11 @@
 """Spec section 4, rules 1-3: the three routing checks, answered with 200 and a boolean."""
+
 from __future__ import annotations
 
 import os
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from datetime import time as dt_time
 from zoneinfo import ZoneInfo
 
@@ -13,17 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from switchboard import schedules
+from models import Calendar, Clinic, OfficeHours, Patient, PatientRequest, Vacation
+from onboarding.writer import stable_id
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
-from models import Calendar, Clinic, OfficeHours, Patient, PatientRequest, Vacation
-from switchboard.office_hours import is_open
-from onboarding.writer import stable_id
 from plumbing.phones import to_e164
-from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
-from tests.support.organizations import two_clinics  # noqa: F401 (a fixture)
-from tests.support.servers import wait_until
+from switchboard import schedules
+from switchboard.office_hours import is_open
 from switchboard.vacations import decide, on_vacation
+from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.servers import wait_until
 
 PRAGUE = ZoneInfo("Europe/Prague")
 
@@ -58,11 +58,16 @@ def server_tz():
 
 # --- is-clinic-opened ---------------------------------------------------------------
 
+
 def test_open_within_office_hours_and_closed_outside(app, clock):
     load(organization(clinic(officeHours=[{"weekday": "wed", "opens": "08:00", "closes": "16:00"}])))
-    for local, expected in [("2026-11-18T07:59", False), ("2026-11-18T08:00", True),
-                            ("2026-11-18T15:59", True), ("2026-11-18T16:00", False),
-                            ("2026-11-19T10:00", False)]:
+    for local, expected in [
+        ("2026-11-18T07:59", False),
+        ("2026-11-18T08:00", True),
+        ("2026-11-18T15:59", True),
+        ("2026-11-18T16:00", False),
+        ("2026-11-19T10:00", False),
+    ]:
         clock.set(at(local))
         assert ask(app, "is-clinic-opened").json == {"isOpen": expected}, local
 
@@ -76,10 +81,16 @@ def test_empty_object_body_is_accepted(app, clock):
 def test_odd_and_even_iso_weeks_at_a_53_week_year_boundary(app, clock):
     # 2026 has 53 ISO weeks: Mon 2026-12-28 is week 53 (odd), Mon 2027-01-04 is week 1
     # (odd again), Mon 2027-01-11 is week 2 (even). Mon 2026-12-21 is week 52 (even).
-    load(organization(clinic(officeHours=[
-        {"weekday": "mon", "opens": "08:00", "closes": "12:00", "weeks": "odd"},
-        {"weekday": "mon", "opens": "13:00", "closes": "17:00", "weeks": "even"},
-    ])))
+    load(
+        organization(
+            clinic(
+                officeHours=[
+                    {"weekday": "mon", "opens": "08:00", "closes": "12:00", "weeks": "odd"},
+                    {"weekday": "mon", "opens": "13:00", "closes": "17:00", "weeks": "even"},
+                ]
+            )
+        )
+    )
     expectations = {
         "2026-12-21": (False, True),
         "2026-12-28": (True, False),
@@ -97,9 +108,16 @@ def test_week_parity_is_read_in_the_clinic_timezone_not_utc(app, clock):
     # Sunday 2027-01-10 23:30 UTC is already Monday 2027-01-11 (week 2, even) in Tokyo,
     # while in UTC it is still Sunday of week 1.
     tokyo = ZoneInfo("Asia/Tokyo")
-    load(organization(clinic(tz="Asia/Tokyo", country="JP", officeHours=[
-        {"weekday": "mon", "opens": "08:00", "closes": "12:00", "weeks": "even"}])))
-    clock.set(datetime(2027, 1, 10, 23, 30, tzinfo=timezone.utc))
+    load(
+        organization(
+            clinic(
+                tz="Asia/Tokyo",
+                country="JP",
+                officeHours=[{"weekday": "mon", "opens": "08:00", "closes": "12:00", "weeks": "even"}],
+            )
+        )
+    )
+    clock.set(datetime(2027, 1, 10, 23, 30, tzinfo=UTC))
     assert at("2027-01-11T08:30", tokyo) == clock.now
     assert ask(app, "is-clinic-opened").json == {"isOpen": True}
 
@@ -108,34 +126,48 @@ def test_week_parity_is_read_in_the_clinic_timezone_not_utc(app, clock):
 def test_clinic_far_from_the_server_timezone(app, clock, server_tz, server):
     la = ZoneInfo("America/Los_Angeles")
     server_tz(server)
-    load(organization(clinic(tz="America/Los_Angeles", country="US", officeHours=[
-        {"weekday": "wed", "opens": "09:00", "closes": "17:00"}])))
+    load(
+        organization(
+            clinic(
+                tz="America/Los_Angeles",
+                country="US",
+                officeHours=[{"weekday": "wed", "opens": "09:00", "closes": "17:00"}],
+            )
+        )
+    )
     clock.set(at("2026-11-18T09:30", la))
     assert ask(app, "is-clinic-opened").json == {"isOpen": True}
     clock.set(at("2026-11-18T08:30", la))
     assert ask(app, "is-clinic-opened").json == {"isOpen": False}
 
 
-@pytest.mark.parametrize("day, utc_open, utc_before", [
-    # Spring forward (CET -> CEST): 08:00 local is 06:00 UTC.
-    ("2026-03-29", "2026-03-29T06:00", "2026-03-29T05:59"),
-    # Fall back (CEST -> CET): 08:00 local is 07:00 UTC.
-    ("2026-10-25", "2026-10-25T07:00", "2026-10-25T06:59"),
-])
+@pytest.mark.parametrize(
+    "day, utc_open, utc_before",
+    [
+        # Spring forward (CET -> CEST): 08:00 local is 06:00 UTC.
+        ("2026-03-29", "2026-03-29T06:00", "2026-03-29T05:59"),
+        # Fall back (CEST -> CET): 08:00 local is 07:00 UTC.
+        ("2026-10-25", "2026-10-25T07:00", "2026-10-25T06:59"),
+    ],
+)
 def test_dst_change_days_keep_local_wall_clock_hours(app, clock, day, utc_open, utc_before):
     load(organization(clinic(officeHours=[{"weekday": "sun", "opens": "08:00", "closes": "12:00"}])))
-    clock.set(datetime.fromisoformat(utc_before).replace(tzinfo=timezone.utc))
+    clock.set(datetime.fromisoformat(utc_before).replace(tzinfo=UTC))
     assert ask(app, "is-clinic-opened").json == {"isOpen": False}
-    clock.set(datetime.fromisoformat(utc_open).replace(tzinfo=timezone.utc))
+    clock.set(datetime.fromisoformat(utc_open).replace(tzinfo=UTC))
     assert ask(app, "is-clinic-opened").json == {"isOpen": True}
 
 
 def test_interval_past_midnight_belongs_to_the_day_it_opened(app, clock):
     load(organization(clinic(officeHours=[{"weekday": "fri", "opens": "22:00", "closes": "02:00", "weeks": "odd"}])))
     # Fri 2026-11-20 is in ISO week 47 (odd); Fri 2026-11-27 in week 48 (even).
-    for local, expected in [("2026-11-20T23:00", True), ("2026-11-21T01:30", True),
-                            ("2026-11-21T02:00", False), ("2026-11-28T01:00", False),
-                            ("2026-11-27T23:00", False)]:
+    for local, expected in [
+        ("2026-11-20T23:00", True),
+        ("2026-11-21T01:30", True),
+        ("2026-11-21T02:00", False),
+        ("2026-11-28T01:00", False),
+        ("2026-11-27T23:00", False),
+    ]:
         clock.set(at(local))
         assert ask(app, "is-clinic-opened").json["isOpen"] is expected, local
 
@@ -147,15 +179,22 @@ def test_clinic_without_office_hours_is_closed(app, clock):
 
 # --- is-on-vacation -----------------------------------------------------------------
 
+
 def _vacation_clinic(**extra):
-    return clinic(calendars=[
-        {"name": "Doctor", "vacations": [
-            {"name": "Ski", "start": "2026-12-01", "end": "2026-12-05"},
-            {"name": "Course", "start": "2026-12-10T09:00:00+01:00", "end": "2026-12-10T12:00:00+01:00"},
-            {"name": "Desk only", "start": "2026-12-15", "end": "2026-12-16", "switchboard": False},
-        ]},
-        {"name": "Nurse", "ignoreHolidays": True},
-    ], **extra)
+    return clinic(
+        calendars=[
+            {
+                "name": "Doctor",
+                "vacations": [
+                    {"name": "Ski", "start": "2026-12-01", "end": "2026-12-05"},
+                    {"name": "Course", "start": "2026-12-10T09:00:00+01:00", "end": "2026-12-10T12:00:00+01:00"},
+                    {"name": "Desk only", "start": "2026-12-15", "end": "2026-12-16", "switchboard": False},
+                ],
+            },
+            {"name": "Nurse", "ignoreHolidays": True},
+        ],
+        **extra,
+    )
 
 
 def _calendar_id(name: str, slug: str = "clinic-a") -> str:
@@ -174,11 +213,16 @@ def test_active_vacation_counts_for_all_calendars_and_only_for_its_own(app, cloc
 def test_vacation_boundaries_in_clinic_time(app, clock):
     load(organization(_vacation_clinic()))
     # Whole days: start at local midnight, the end date is inclusive.
-    for local, expected in [("2026-11-30T23:59", False), ("2026-12-01T00:00", True),
-                            ("2026-12-05T23:59", True), ("2026-12-06T00:00", False),
-                            # Exact instants: end exclusive.
-                            ("2026-12-10T08:59", False), ("2026-12-10T09:00", True),
-                            ("2026-12-10T12:00", False)]:
+    for local, expected in [
+        ("2026-11-30T23:59", False),
+        ("2026-12-01T00:00", True),
+        ("2026-12-05T23:59", True),
+        ("2026-12-06T00:00", False),
+        # Exact instants: end exclusive.
+        ("2026-12-10T08:59", False),
+        ("2026-12-10T09:00", True),
+        ("2026-12-10T12:00", False),
+    ]:
         clock.set(at(local))
         assert ask(app, "is-on-vacation", {}).json["isOnVacation"] is expected, local
 
@@ -202,7 +246,7 @@ def test_national_holiday_of_the_clinic_country(app, clock):
 def test_holiday_is_read_in_the_clinic_local_date(app, clock):
     # 2026-10-27 23:30 UTC is already 28 October in Prague.
     load(organization(_vacation_clinic()))
-    clock.set(datetime(2026, 10, 27, 23, 30, tzinfo=timezone.utc))
+    clock.set(datetime(2026, 10, 27, 23, 30, tzinfo=UTC))
     assert ask(app, "is-on-vacation", {}).json == {"isOnVacation": True}
 
 
@@ -238,14 +282,27 @@ def test_malformed_calendar_ids_are_400(app, ids):
 def test_calendar_ids_of_another_clinic_or_deleted_count_as_calendars_without_vacations(app, clock):
     """A flow set up with a calendar id that was deleted since (or another clinic's) gets an
     answer, not a 400 on every call: that id has no vacations; the others still count."""
-    load(organization(_vacation_clinic(), clinic("clinic-b", calendars=[
-        {"name": "Other", "vacations": [{"name": "Away", "start": "2026-11-30", "end": "2026-12-06"}]}])))
+    load(
+        organization(
+            _vacation_clinic(),
+            clinic(
+                "clinic-b",
+                calendars=[
+                    {"name": "Other", "vacations": [{"name": "Away", "start": "2026-11-30", "end": "2026-12-06"}]}
+                ],
+            ),
+        )
+    )
     foreign, deleted = _calendar_id("Other", "clinic-b"), str(uuid.uuid4())
     clock.set(at("2026-12-03T10:00"))  # the Doctor's ski week, and clinic-b's Other is away too
     for stray in (foreign, deleted):
-        assert ask(app, "is-on-vacation", {"calendarIds": [_calendar_id("Doctor"), stray]}).json == {"isOnVacation": True}
+        assert ask(app, "is-on-vacation", {"calendarIds": [_calendar_id("Doctor"), stray]}).json == {
+            "isOnVacation": True
+        }
         assert ask(app, "is-on-vacation", {"calendarIds": [stray]}).json == {"isOnVacation": False}
-        assert ask(app, "is-on-vacation", {"calendarIds": [_calendar_id("Nurse"), stray]}).json == {"isOnVacation": False}
+        assert ask(app, "is-on-vacation", {"calendarIds": [_calendar_id("Nurse"), stray]}).json == {
+            "isOnVacation": False
+        }
     # Unknown ids are calendars without vacations that do not ignore holidays: Christmas Eve counts.
     clock.set(at("2026-12-24T10:00"))
     assert ask(app, "is-on-vacation", {"calendarIds": [deleted]}).json == {"isOnVacation": True}
@@ -254,25 +311,48 @@ def test_calendar_ids_of_another_clinic_or_deleted_count_as_calendars_without_va
 
 # --- has-active-request -------------------------------------------------------------
 
+
 def _with_patient(phone: str = "+420601123456", **extra):
-    load(organization(clinic(), clinic("clinic-b"), patients=[
-        {"key": "p1", "firstName": "Jana", "phone": phone, "records": [{"clinic": "clinic-a"}, {"clinic": "clinic-b"}]},
-        {"key": "p1-old", "phone": "+420777000111", "mergedInto": "p1", "records": [{"clinic": "clinic-a"}]},
-    ], **extra))
+    load(
+        organization(
+            clinic(),
+            clinic("clinic-b"),
+            patients=[
+                {
+                    "key": "p1",
+                    "firstName": "Jana",
+                    "phone": phone,
+                    "records": [{"clinic": "clinic-a"}, {"clinic": "clinic-b"}],
+                },
+                {"key": "p1-old", "phone": "+420777000111", "mergedInto": "p1", "records": [{"clinic": "clinic-a"}]},
+            ],
+            **extra,
+        )
+    )
     return stable_id("patient", "test-org", "p1")
 
 
 def _open_request(patient_id, slug: str = "clinic-a", done: bool = False):
     with db.connection_context():
         clinic_row = Clinic.get(Clinic.slug == slug)
-        return PatientRequest.create(clinic=clinic_row, patient=patient_id, title="t",
-                                     done_at=utc_now() if done else None)
+        return PatientRequest.create(
+            clinic=clinic_row, patient=patient_id, title="t", done_at=utc_now() if done else None
+        )
 
 
-@pytest.mark.parametrize("written", [
-    "+420601123456", "+420 601 123 456", "601 123 456", "601123456", "00420 601 123 456",
-    "00420601123456", "+420-601-123-456", "(+420) 601 123 456",
-])
+@pytest.mark.parametrize(
+    "written",
+    [
+        "+420601123456",
+        "+420 601 123 456",
+        "601 123 456",
+        "601123456",
+        "00420 601 123 456",
+        "00420601123456",
+        "+420-601-123-456",
+        "(+420) 601 123 456",
+    ],
+)
 def test_caller_number_in_any_common_format(app, written):
     _open_request(_with_patient())
     assert ask(app, "has-active-request", {"callFrom": written}).json == {"hasActiveRequest": True}
@@ -305,7 +385,9 @@ def test_resolving_by_patch_ends_the_active_request_and_reopening_brings_it_back
 def test_only_this_clinics_requests_count(app):
     _open_request(_with_patient(), slug="clinic-b")
     assert ask(app, "has-active-request", {"callFrom": "+420601123456"}).json == {"hasActiveRequest": False}
-    assert ask(app, "has-active-request", {"callFrom": "+420601123456"}, slug="clinic-b").json == {"hasActiveRequest": True}
+    assert ask(app, "has-active-request", {"callFrom": "+420601123456"}, slug="clinic-b").json == {
+        "hasActiveRequest": True
+    }
 
 
 def test_by_patient_id(app):
@@ -333,10 +415,15 @@ def test_unknown_caller_has_no_request(app):
     assert ask(app, "has-active-request", {"callFrom": "+44 20 7946 0958"}).json == {"hasActiveRequest": False}
 
 
-@pytest.mark.parametrize("body, field", [
-    ({}, "body"), ({"patientId": "42"}, "patientId"), ({"patientId": 42}, "patientId"),
-    ({"callFrom": ["+420601123456"]}, "callFrom"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "body"),
+        ({"patientId": "42"}, "patientId"),
+        ({"patientId": 42}, "patientId"),
+        ({"callFrom": ["+420601123456"]}, "callFrom"),
+    ],
+)
 def test_bad_has_active_request_bodies_are_400(app, body, field):
     _with_patient()
     answer = ask(app, "has-active-request", body, status=400).json
@@ -344,8 +431,9 @@ def test_bad_has_active_request_bodies_are_400(app, body, field):
     assert answer["error"].startswith(field)
 
 
-@pytest.mark.parametrize("withheld", ["", "anonymous", "Anonymous", "unknown", "private", None, "hello", "+",
-                                      "x" * 5000])
+@pytest.mark.parametrize(
+    "withheld", ["", "anonymous", "Anonymous", "unknown", "private", None, "hello", "+", "x" * 5000]
+)
 def test_a_caller_number_that_is_no_number_is_answered_not_refused(app, withheld):
     """Success is always 200: a withheld or unparseable callFrom matches no patient, so the
     answer is false, or the patientId's answer when that is sent too."""
@@ -362,7 +450,8 @@ def test_a_caller_number_sent_as_a_json_number_is_read_as_one(app):
     assert ask(app, "has-active-request", {"callFrom": 601123456}).json == {"hasActiveRequest": True}
 
 
-# --- issue 14: the fast paths answer exactly as the database does ------------------------
+# --- the fast paths answer exactly as the database does ------------------------
+
 
 def test_the_schedule_is_read_once_and_a_change_is_answered_at_once(app, clock, monkeypatch):
     """Office hours and vacations come from the per-process cache (no query per call)
@@ -374,8 +463,13 @@ def test_the_schedule_is_read_once_and_a_change_is_answered_at_once(app, clock, 
     monkeypatch.setattr(schedules, "read_schedule", lambda clinic_id: reads.append(clinic_id) or real_read(clinic_id))
     token = issue_token(["clinic-a"], ["read"])
     # The cache listens from the first request on (in the background): then no more reads.
-    assert wait_until(lambda: ask(app, "is-clinic-opened", token=token).json == {"isOpen": True}
-                      and len(reads) == len((ask(app, "is-on-vacation", {}, token=token), reads)[1]), timeout=10)
+    assert wait_until(
+        lambda: (
+            ask(app, "is-clinic-opened", token=token).json == {"isOpen": True}
+            and len(reads) == len((ask(app, "is-on-vacation", {}, token=token), reads)[1])
+        ),
+        timeout=10,
+    )
     before = len(reads)
     for _ in range(5):
         assert ask(app, "is-clinic-opened", token=token).json == {"isOpen": True}
@@ -385,8 +479,12 @@ def test_the_schedule_is_read_once_and_a_change_is_answered_at_once(app, clock, 
     with db.connection_context():
         clinic_row = Clinic.get(Clinic.slug == "clinic-a")
         OfficeHours.update(closes=dt_time(9, 0)).where(OfficeHours.clinic == clinic_row).execute()
-        Vacation.create(calendar=uuid.UUID(_calendar_id("Doctor")), name="Sick", starts_at=datetime(2026, 11, 18),
-                        ends_at=datetime(2026, 11, 19))
+        Vacation.create(
+            calendar=uuid.UUID(_calendar_id("Doctor")),
+            name="Sick",
+            starts_at=datetime(2026, 11, 18),
+            ends_at=datetime(2026, 11, 19),
+        )
     assert wait_until(lambda: ask(app, "is-clinic-opened", token=token).json == {"isOpen": False}, timeout=2)
     assert wait_until(lambda: ask(app, "is-on-vacation", {}, token=token).json == {"isOnVacation": True}, timeout=2)
 
@@ -396,13 +494,23 @@ COUNTRIES = ["CZ", "SK", "US", "DE"]
 CALLER_NUMBERS = ["+420601123456", "+420777000111"]
 WRITTEN = ["{e164}", "{spaced}", "00{digits}", "{national}", "({cc}) {national}"]
 
-interval = st.tuples(st.integers(1, 7), st.integers(0, 47), st.integers(0, 47), st.sampled_from(["every", "odd", "even"]))
+interval = st.tuples(
+    st.integers(1, 7), st.integers(0, 47), st.integers(0, 47), st.sampled_from(["every", "odd", "even"])
+)
 # (calendar, start in hours from now, length in hours, applies to the switchboard, which
 # edge, if any, falls exactly on now: the boundaries are where two readings would differ)
-vacation = st.tuples(st.integers(0, 2), st.integers(-800, 800), st.integers(0, 400), st.booleans(),
-                     st.sampled_from([None, "starts", "ends"]))
-patient = st.tuples(st.sampled_from(CALLER_NUMBERS + [None]), st.one_of(st.none(), st.integers(0, 3)),
-                    st.lists(st.tuples(st.sampled_from(["clinic-a", "clinic-b"]), st.booleans()), max_size=2))
+vacation = st.tuples(
+    st.integers(0, 2),
+    st.integers(-800, 800),
+    st.integers(0, 400),
+    st.booleans(),
+    st.sampled_from([None, "starts", "ends"]),
+)
+patient = st.tuples(
+    st.sampled_from([*CALLER_NUMBERS, None]),
+    st.one_of(st.none(), st.integers(0, 3)),
+    st.lists(st.tuples(st.sampled_from(["clinic-a", "clinic-b"]), st.booleans()), max_size=2),
+)
 
 
 def _written(e164: str, form: str) -> str:
@@ -413,40 +521,65 @@ def _written(e164: str, form: str) -> str:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(tz=st.sampled_from(TIMEZONES), country=st.sampled_from(COUNTRIES),
-       hours=st.lists(interval, max_size=6), calendars=st.lists(st.booleans(), max_size=3),
-       vacations=st.lists(vacation, max_size=5), wanted=st.one_of(st.none(), st.sets(st.integers(0, 2))),
-       minutes=st.integers(0, 2 * 366 * 24 * 60), patients=st.lists(patient, max_size=4),
-       caller=st.tuples(st.one_of(st.none(), st.sampled_from(CALLER_NUMBERS)), st.sampled_from(WRITTEN),
-                        st.one_of(st.none(), st.integers(0, 4))))
-def test_fast_paths_agree_with_the_database_on_random_clinics(two_clinics, tz, country, hours, calendars, vacations, wanted,
-                                                              minutes, patients, caller):
+@given(
+    tz=st.sampled_from(TIMEZONES),
+    country=st.sampled_from(COUNTRIES),
+    hours=st.lists(interval, max_size=6),
+    calendars=st.lists(st.booleans(), max_size=3),
+    vacations=st.lists(vacation, max_size=5),
+    wanted=st.one_of(st.none(), st.sets(st.integers(0, 2))),
+    minutes=st.integers(0, 2 * 366 * 24 * 60),
+    patients=st.lists(patient, max_size=4),
+    caller=st.tuples(
+        st.one_of(st.none(), st.sampled_from(CALLER_NUMBERS)),
+        st.sampled_from(WRITTEN),
+        st.one_of(st.none(), st.integers(0, 4)),
+    ),
+)
+def test_fast_paths_agree_with_the_database_on_random_clinics(
+    two_clinics, tz, country, hours, calendars, vacations, wanted, minutes, patients, caller
+):
     """The cached schedule and the one-query active-request check against the plain
     ORM reading of the same rows: office hours, calendars, vacations, holidays, time
     zones, merge chains (cycles included) and caller number formats."""
-    now = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes, microseconds=minutes % 7)
+    now = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=minutes, microseconds=minutes % 7)
     with db.connection_context(), db.atomic():
         for model in (PatientRequest, Patient, Vacation, Calendar, OfficeHours):
             model.delete().execute()
         Clinic.update(timezone=tz, country=country).where(Clinic.slug.in_(["clinic-a", "clinic-b"])).execute()
         home, other = Clinic.get(Clinic.slug == "clinic-a"), Clinic.get(Clinic.slug == "clinic-b")
         for weekday, opens, closes, weeks in hours:
-            OfficeHours.create(clinic=home, weekday=weekday, opens=dt_time(opens // 2, 30 * (opens % 2)),
-                               closes=dt_time(closes // 2, 30 * (closes % 2)), weeks=weeks)
-        rows = [Calendar.create(clinic=home, name=f"c{i}", ignore_holidays=ignore) for i, ignore in enumerate(calendars)]
+            OfficeHours.create(
+                clinic=home,
+                weekday=weekday,
+                opens=dt_time(opens // 2, 30 * (opens % 2)),
+                closes=dt_time(closes // 2, 30 * (closes % 2)),
+                weeks=weeks,
+            )
+        rows = [
+            Calendar.create(clinic=home, name=f"c{i}", ignore_holidays=ignore) for i, ignore in enumerate(calendars)
+        ]
         for index, start, length, applies, edge in vacations:
             if index < len(rows):
                 start = {"starts": 0, "ends": -length}.get(edge, start)
                 starts = as_utc(now) + timedelta(hours=start)
-                Vacation.create(calendar=rows[index], starts_at=starts, ends_at=starts + timedelta(hours=length),
-                                applies_to_switchboard=applies)
+                Vacation.create(
+                    calendar=rows[index],
+                    starts_at=starts,
+                    ends_at=starts + timedelta(hours=length),
+                    applies_to_switchboard=applies,
+                )
         people = [Patient.create(organization=home.organization_id, phone=phone) for phone, _, _ in patients]
         for person, (_, merged, requests) in zip(people, patients):
             if merged is not None and merged < len(people):
                 Patient.update(merged_into=people[merged]).where(Patient.id == person.id).execute()
             for slug, done in requests:
-                PatientRequest.create(clinic=home if slug == "clinic-a" else other, patient=person, title="t",
-                                      done_at=as_utc(now) if done else None)
+                PatientRequest.create(
+                    clinic=home if slug == "clinic-a" else other,
+                    patient=person,
+                    title="t",
+                    done_at=as_utc(now) if done else None,
+                )
 
     with db.connection_context():
         home = Clinic.get(Clinic.slug == "clinic-a")
@@ -458,28 +591,44 @@ def test_fast_paths_agree_with_the_database_on_random_clinics(two_clinics, tz, c
 
         number, form, pick = caller
         phone = to_e164(_written(number, form), home.country) if number else None
-        patient_id = (people[pick].id if pick is not None and pick < len(people)
-                      else uuid.uuid4() if pick is not None else None)
-        plain_ids = (Patient.ids_with_phone(home.organization_id, phone) if phone else []) + \
-            ([patient_id] if patient_id else [])
-        assert PatientRequest.open_for_caller(home, phone, patient_id) == \
-            _plain_open_for(home, Patient.with_survivors(plain_ids))
+        patient_id = (
+            people[pick].id if pick is not None and pick < len(people) else uuid.uuid4() if pick is not None else None
+        )
+        plain_ids = (Patient.ids_with_phone(home.organization_id, phone) if phone else []) + (
+            [patient_id] if patient_id else []
+        )
+        assert PatientRequest.open_for_caller(home, phone, patient_id) == _plain_open_for(
+            home, Patient.with_survivors(plain_ids)
+        )
 
 
 def _plain_on_vacation(home: Clinic, calendars: list[Calendar], now: datetime) -> bool:
     """The vacation check read straight from the database with the ORM: the reference the
     cached schedule's answers are held to."""
-    active = bool(calendars) and Vacation.select().where(
-        Vacation.calendar.in_(calendars) & Vacation.applies_to_switchboard
-        & (Vacation.starts_at <= as_utc(now)) & (Vacation.ends_at > as_utc(now))).exists()
+    active = (
+        bool(calendars)
+        and Vacation.select()
+        .where(
+            Vacation.calendar.in_(calendars)
+            & Vacation.applies_to_switchboard
+            & (Vacation.starts_at <= as_utc(now))
+            & (Vacation.ends_at > as_utc(now))
+        )
+        .exists()
+    )
     return decide(home, calendars, active, now)
 
 
 def _plain_open_for(home: Clinic, patient_ids: list[uuid.UUID]) -> bool:
     """Open requests of the clinic for these patients, with the ORM: the reference of the CTE."""
-    return bool(patient_ids) and PatientRequest.select().where(
-        (PatientRequest.clinic == home) & PatientRequest.patient.in_(patient_ids)
-        & PatientRequest.done_at.is_null()).exists()
+    return (
+        bool(patient_ids)
+        and PatientRequest.select()
+        .where(
+            (PatientRequest.clinic == home) & PatientRequest.patient.in_(patient_ids) & PatientRequest.done_at.is_null()
+        )
+        .exists()
+    )
 
 
 def test_has_active_request_is_planned_once_per_connection_and_survives_a_lost_statement(app, monkeypatch):
@@ -487,11 +636,14 @@ def test_has_active_request_is_planned_once_per_connection_and_survives_a_lost_s
     work); a session that lost it (a pooler handing us another one) answers the same,
     through the plain query, and prepares it again."""
     from plumbing import database
+
     monkeypatch.setattr(database, "_prepare_failures", 0)
     _open_request(_with_patient())
 
     def prepared() -> int:
-        return db.execute_sql("SELECT count(*) FROM pg_prepared_statements WHERE name = 'open_for_caller'").fetchone()[0]
+        return db.execute_sql("SELECT count(*) FROM pg_prepared_statements WHERE name = 'open_for_caller'").fetchone()[
+            0
+        ]
 
     with db.connection_context():
         home = Clinic.get(Clinic.slug == "clinic-a")

@@ -1,4 +1,4 @@
-"""Under gevent every request first lets the others run (web.middleware.TakeTurns, issue 14).
+"""Under gevent every request first lets the others run (web.middleware.TakeTurns).
 
 A routing check answered from memory never waits on I/O; without a yield, one keep-alive
 connection's requests ran back to back while the process's other connections waited
@@ -6,6 +6,7 @@ connection's requests ran back to back while the process's other connections wai
 gevent has patched, as the Procfile's web workers are: a request that arrives while
 another is being handled starts before that one goes on.
 """
+
 from __future__ import annotations
 
 import subprocess

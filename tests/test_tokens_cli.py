@@ -1,5 +1,6 @@
 """`python manage.py token create|list|rotate|revoke`, run as a real subprocess, under the
 key rules of api_keys.rules (an expiry required, at most a year; never only when asked)."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,9 @@ from tests.support import bearer, clinic, load, organization, switchboard_url
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "DATABASE_URL": PG_URL}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.fixture
@@ -23,8 +26,22 @@ def clinics(app):
 
 
 def test_create_prints_only_the_token_on_stdout_and_it_works(app, clinics):
-    done = run("token", "create", "--name", "pbx", "--clinic", "clinic-a", "--clinic", "clinic-b",
-               "--scope", "read", "--scope", "write", "--expires-in-days", "30")
+    done = run(
+        "token",
+        "create",
+        "--name",
+        "pbx",
+        "--clinic",
+        "clinic-a",
+        "--clinic",
+        "clinic-b",
+        "--scope",
+        "read",
+        "--scope",
+        "write",
+        "--expires-in-days",
+        "30",
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("csk_")
@@ -33,8 +50,9 @@ def test_create_prints_only_the_token_on_stdout_and_it_works(app, clinics):
 
 
 def test_list_shows_tokens_without_secrets_and_revoke_refuses_at_once(app, clinics):
-    token = run("token", "create", "--name", "pbx", "--clinic", "clinic-a", "--scope", "read",
-                "--expires-in-days", "30").stdout.strip()
+    token = run(
+        "token", "create", "--name", "pbx", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "30"
+    ).stdout.strip()
     listed = run("token", "list").stdout
     assert "pbx" in listed and "clinic-a" in listed and "active" in listed
     assert token.split("_", 2)[2] not in listed
@@ -45,17 +63,25 @@ def test_list_shows_tokens_without_secrets_and_revoke_refuses_at_once(app, clini
     assert "revoked" in run("token", "list").stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--name", "x", "--clinic", "nowhere", "--scope", "read", "--expires-in-days", "9"], "unknown clinic"),
-    (["--name", "x", "--clinic", "clinic-a", "--scope", "admin", "--expires-in-days", "9"], "invalid choice"),
-    (["--name", "x", "--clinic", "clinic-a", "--expires-in-days", "9"], "--scope"),
-    (["--name", "x", "--clinic", "clinic-a", "--scope", "read"], "one of the arguments --expires-in-days --never-expires"),
-    (["--name", "x", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "0"], "between 1 and 365"),
-    (["--name", "x", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "366"], "between 1 and 365"),
-    (["--name", "x", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "9", "--never-expires"],
-     "not allowed with"),
-    (["--name", " ", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "9"], "needs a name"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--name", "x", "--clinic", "nowhere", "--scope", "read", "--expires-in-days", "9"], "unknown clinic"),
+        (["--name", "x", "--clinic", "clinic-a", "--scope", "admin", "--expires-in-days", "9"], "invalid choice"),
+        (["--name", "x", "--clinic", "clinic-a", "--expires-in-days", "9"], "--scope"),
+        (
+            ["--name", "x", "--clinic", "clinic-a", "--scope", "read"],
+            "one of the arguments --expires-in-days --never-expires",
+        ),
+        (["--name", "x", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "0"], "between 1 and 365"),
+        (["--name", "x", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "366"], "between 1 and 365"),
+        (
+            ["--name", "x", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "9", "--never-expires"],
+            "not allowed with",
+        ),
+        (["--name", " ", "--clinic", "clinic-a", "--scope", "read", "--expires-in-days", "9"], "needs a name"),
+    ],
+)
 def test_bad_create_arguments_fail_with_nothing_on_stdout(app, clinics, args, message):
     done = run("token", "create", *args)
     assert done.returncode == 2 and done.stdout == "" and message in done.stderr
@@ -83,8 +109,20 @@ def test_the_list_flags_a_key_expiring_within_14_days(app, clinics):
 
 def test_rotate_issues_a_key_with_the_same_grants_and_bounds_the_old_ones_overlap(app, clinics, clock):
     clock.now = None  # the app checks expiry by the real time, as the CLI subprocess sets it
-    old = run("token", "create", "--name", "pbx", "--clinic", "clinic-a", "--clinic", "clinic-b", "--scope", "read",
-              "--expires-in-days", "30").stdout.strip()
+    old = run(
+        "token",
+        "create",
+        "--name",
+        "pbx",
+        "--clinic",
+        "clinic-a",
+        "--clinic",
+        "clinic-b",
+        "--scope",
+        "read",
+        "--expires-in-days",
+        "30",
+    ).stdout.strip()
     old_id = run("token", "list").stdout.split("\t")[0]
     too_long = run("token", "rotate", old_id, "--old-valid-hours", "169")
     assert too_long.returncode == 2 and "at most 7 days" in too_long.stderr and too_long.stdout == ""

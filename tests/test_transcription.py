@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from voicemail import spoken_numbers, word_error
-from voicemail import transcription as tx
 from tests import voicemail_set
 from tests.support import isolation
 from tests.support.tiers import needs
 from tools import whisper_convert as wc
+from voicemail import spoken_numbers, word_error
+from voicemail import transcription as tx
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "var" / "models"
@@ -99,10 +99,15 @@ def test_a_transcript_tells_where_its_time_went(default: tx.Transcriber) -> None
     assert os.environ.get("GOMP_SPINCOUNT") or os.environ.get("OMP_WAIT_POLICY")
 
 
-@pytest.mark.parametrize("name,reason", [
-    ("silence_digital.wav", "no_speech"), ("noise_white.mp3", "no_speech"), ("tone_dial.mp3", "no_speech"),
-    ("short_hello.mp3", "too_little_speech"),
-])
+@pytest.mark.parametrize(
+    "name,reason",
+    [
+        ("silence_digital.wav", "no_speech"),
+        ("noise_white.mp3", "no_speech"),
+        ("tone_dial.mp3", "no_speech"),
+        ("short_hello.mp3", "too_little_speech"),
+    ],
+)
 def test_recordings_without_a_message(transcriber: tx.Transcriber, name: str, reason: str) -> None:
     t = transcriber.transcribe(str(AUDIO / name), "en")
     assert (t.message, t.message_reason, t.status) == (False, reason, None), t.text
@@ -141,8 +146,11 @@ def test_a_czech_voicemail_keeps_its_first_words(base: tx.Transcriber) -> None:
     it, and the greeting before the caller's name survives (it is what a short lead-in
     cuts) in at least three of four clear Festival voices (base mishears one now and then)."""
     kept = []
-    for label in [x for x in voicemail_set.load_labels() if x["message"] and x["language"] == "cs"
-                  and x["voice"].startswith("festival") and x["channel"] == "ulaw8k"][:4]:
+    for label in [
+        x
+        for x in voicemail_set.load_labels()
+        if x["message"] and x["language"] == "cs" and x["voice"].startswith("festival") and x["channel"] == "ulaw8k"
+    ][:4]:
         t = base.transcribe(str(voicemail_set.clip_path(label)), ["cs"])
         assert (t.message, t.language) == (True, "cs"), t.text
         assert t.speech_start is not None and abs(t.speech_start - label["onset"]) < 0.5
@@ -157,15 +165,19 @@ def test_a_callback_number_written_as_digits_is_found() -> None:
     assert spoken_numbers.find_callback_number(said, "CZ") == "+420777123456"
 
 
-@pytest.mark.parametrize("file,reliable", [
-    ("en_appointment_kal_diphone_ulaw8k.wav", True),  # word error 0.03 on the set
-    # Word error 0.6-0.7 at English 0.95, every word a dictionary word: the label fitted on
-    # 2026-11-25 called it reliable; the mean log-probability and the share of doubtful
-    # tokens give it away.
-    ("en_vaccine_en_us_mp3_8k.mp3", False),
-])
+@pytest.mark.parametrize(
+    "file,reliable",
+    [
+        ("en_appointment_kal_diphone_ulaw8k.wav", True),  # word error 0.03 on the set
+        # Word error 0.6-0.7 at English 0.95, every word a dictionary word: the label fitted on
+        # 2026-11-25 called it reliable; the mean log-probability and the share of doubtful
+        # tokens give it away.
+        ("en_vaccine_en_us_mp3_8k.mp3", False),
+    ],
+)
 def test_the_label_tells_a_clear_english_transcript_from_a_confidently_wrong_one(
-        base: tx.Transcriber, file: str, reliable: bool) -> None:
+    base: tx.Transcriber, file: str, reliable: bool
+) -> None:
     label = next(x for x in voicemail_set.load_labels() if x["file"] == file)
     t = base.transcribe(str(voicemail_set.clip_path(label)), ["cs", "en"], country="CZ")
     errors, n = word_error.word_error_rate(label["text"], t.text)
@@ -174,7 +186,7 @@ def test_the_label_tells_a_clear_english_transcript_from_a_confidently_wrong_one
 
 
 def test_a_number_written_but_not_heard_is_not_confirmed(base: tx.Transcriber) -> None:
-    """Issue 26's failure: "sedm sedm sedm, jedna dva tři, čtyři pět šest" decoded as
+    """A failure the second look at numbers fixed: "sedm sedm sedm, jedna dva tři, čtyři pět šest" decoded as
     "700, 1, 2, 3, 4, 5, 6" (+420700123456). Whatever base writes, a number it reads is
     confirmed only when it is the number said, and where it was said is in the speech."""
     label = next(x for x in voicemail_set.load_labels() if x["file"] == "cs_objednani_czech_dita_ulaw8k.wav")
@@ -198,13 +210,16 @@ def test_a_number_is_found_among_the_tokens_that_say_it_last() -> None:
     assert cf.locate(tokens, "+420700123456", "CZ") is None
 
 
-@pytest.mark.parametrize("number,look,same", [
-    ("+420602123456", "One six zero two one two three four five six.", True),  # "on" heard as "one"
-    ("+420700123456", "Číslo sedm sedm sedm, jedna dva tři, čtyři pět šest.", False),
-    ("+420604555121", "plus čtyři sta dvacet, šest nula čtyři, pět pět pět, jedna dva jedna", True),
-    ("+420777909815", "Number seven seven nine zero nine eight one five.", False),  # a seven short
-    ("+420777909815", "It's possible on seven, double, seven, nine, zero, nine, eight, one, five.", True),
-])
+@pytest.mark.parametrize(
+    "number,look,same",
+    [
+        ("+420602123456", "One six zero two one two three four five six.", True),  # "on" heard as "one"
+        ("+420700123456", "Číslo sedm sedm sedm, jedna dva tři, čtyři pět šest.", False),
+        ("+420604555121", "plus čtyři sta dvacet, šest nula čtyři, pět pět pět, jedna dva jedna", True),
+        ("+420777909815", "Number seven seven nine zero nine eight one five.", False),  # a seven short
+        ("+420777909815", "It's possible on seven, double, seven, nine, zero, nine, eight, one, five.", True),
+    ],
+)
 def test_the_second_look_must_say_the_same_digits_in_a_row(number: str, look: str, same: bool) -> None:
     from voicemail.transcription.confirmation import heard_again
 
@@ -254,15 +269,19 @@ def test_an_accented_english_caller_under_half_english_is_decoded_in_english(bas
     assert {"referral", "dermatologist", "afternoon"} <= set(tx.words(t.text.lower())), t.text
 
 
-@pytest.mark.parametrize("english, czech, chosen", [
-    (0.6, 0.2, "en"),   # sure of English, and twice as sure as of Czech
-    (0.6, 0.31, "cs"),  # not twice
-    (0.15, 0.011, "cs"),  # noisy Czech as base rates it: English 13 times Czech
-    (0.3, 0.3 / tx.OTHER_LANGUAGE_ODDS * 0.99, "en"),
-    (0.3, 0.3 / tx.OTHER_LANGUAGE_ODDS * 1.01, "cs"),
-])
-def test_another_clinic_language_needs_sure_detection(base: tx.Transcriber, english: float, czech: float,
-                                                      chosen: str) -> None:
+@pytest.mark.parametrize(
+    "english, czech, chosen",
+    [
+        (0.6, 0.2, "en"),  # sure of English, and twice as sure as of Czech
+        (0.6, 0.31, "cs"),  # not twice
+        (0.15, 0.011, "cs"),  # noisy Czech as base rates it: English 13 times Czech
+        (0.3, 0.3 / tx.OTHER_LANGUAGE_ODDS * 0.99, "en"),
+        (0.3, 0.3 / tx.OTHER_LANGUAGE_ODDS * 1.01, "cs"),
+    ],
+)
+def test_another_clinic_language_needs_sure_detection(
+    base: tx.Transcriber, english: float, czech: float, chosen: str
+) -> None:
     probs = np.zeros(len(tx.whisper_languages()), dtype=np.float32)
     probs[base.engine.lang_id("en")], probs[base.engine.lang_id("cs")] = english, czech
     assert base._choose(probs, ["cs", "en"])[0] == chosen
@@ -304,7 +323,8 @@ def test_speech_played_backwards_is_not_a_message(base: tx.Transcriber, tmp_path
     forward = base.transcribe(str(voicemail_set.clip_path(label)), ["cs", "en"])
     assert forward.message and forward.message_reason == "speech"
     assert forward.reversed_language_entropy is None or not tx.reversed_speech(
-        forward.language_entropy, forward.reversed_language_entropy, forward.reversed_language_share)
+        forward.language_entropy, forward.reversed_language_entropy, forward.reversed_language_share
+    )
     audio, rate = sf.read(voicemail_set.clip_path(label), dtype="float32")
     backwards = tmp_path / "backwards.wav"
     sf.write(backwards, audio[::-1], rate, subtype="ULAW")
@@ -315,13 +335,11 @@ def test_speech_played_backwards_is_not_a_message(base: tx.Transcriber, tmp_path
     assert t.reversed_language_share >= tx.REVERSED_LANGUAGE_SHARE  # Czech again, played backwards
 
 
-def test_a_message_surer_backwards_in_a_language_the_clinic_does_not_speak_is_a_message(
-        base: tx.Transcriber) -> None:
+def test_a_message_surer_backwards_in_a_language_the_clinic_does_not_speak_is_a_message(base: tx.Transcriber) -> None:
     """Noisy Czech that whisper hears as Romanian, surer of it played backwards (1.5 nat):
     a real message (measured: the only one of the set's 144 beyond the margin). Reversed
     speech regains the language it was said in, one of the clinic's."""
-    label = next(x for x in voicemail_set.load_labels()
-                 if x["file"] == "cs_zruseni_devet_czech_dita_noisy_mp3_8k.mp3")
+    label = next(x for x in voicemail_set.load_labels() if x["file"] == "cs_zruseni_devet_czech_dita_noisy_mp3_8k.mp3")
     t = base.transcribe(str(voicemail_set.clip_path(label)), ["cs", "en"])
     assert t.reversed_language_entropy <= t.language_entropy - tx.REVERSAL_MARGIN  # the margin alone is fooled
     assert t.reversed_language_share < tx.REVERSED_LANGUAGE_SHARE
@@ -351,8 +369,11 @@ def test_most_reversed_recordings_of_the_set_are_missed_calls(base: tx.Transcrib
 
 
 @pytest.mark.long
-@pytest.mark.xfail(strict=True, reason="known gap: Silero and whisper both take a babble of four or six voices "
-                                       "for speech, and whisper writes words for it (README, Transcription)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: Silero and whisper both take a babble of four or six voices "
+    "for speech, and whisper writes words for it (docs/transcription.md)",
+)
 def test_babble_is_not_a_message(base: tx.Transcriber) -> None:
     clips = [x for x in voicemail_set.load_labels() if x["file"].startswith("babble_")]
     assert len(clips) == 3
@@ -383,7 +404,7 @@ def test_multilingual_model_follows_the_clinic_language(base: tx.Transcriber) ->
     assert detected.language == "de"
 
 
-# ------------------------------------- whisper.cpp's C library under the binding (issue 23)
+# ------------------------------------- whisper.cpp's C library under the binding
 
 
 class _Calls:
@@ -392,7 +413,7 @@ class _Calls:
     def __init__(self, engine: Any, *names: str) -> None:
         self.engine, self.names, self.count = engine, names, {n: 0 for n in names}
 
-    def __enter__(self) -> "_Calls":
+    def __enter__(self) -> _Calls:
         for name in self.names:
             real = getattr(self.engine, name)
 
@@ -523,8 +544,13 @@ def test_one_thread_or_two_write_the_same_transcript(base_path: str) -> None:
     one, two = (tx.Transcriber(tx.DEFAULT_BACKEND, base_path, n) for n in (1, 2))
     czech = str(voicemail_set.clip_path(_clip("cs", callback=True, channel="ulaw8k")))
     a, b = (t.transcribe(czech, ["cs", "en"], country="CZ") for t in (one, two))
-    assert (a.text, a.language, a.status, a.issue, a.heard_number) == (b.text, b.language, b.status, b.issue,
-                                                                        b.heard_number)
+    assert (a.text, a.language, a.status, a.issue, a.heard_number) == (
+        b.text,
+        b.language,
+        b.status,
+        b.issue,
+        b.heard_number,
+    )
     assert a.text and a.heard_number is not None and a.language == "cs"
     assert a.language_probability == pytest.approx(b.language_probability, rel=0.01)
     assert a.mean_logprob == pytest.approx(b.mean_logprob, rel=0.01)
@@ -563,7 +589,7 @@ def test_a_broken_model_file_is_refused_before_whisper_cpp_sees_it(tiny_en_path:
     cut = tmp_path / "cut.bin"
     with open(tiny_en_path, "rb") as f:
         cut.write_bytes(f.read(40_000_000))
-    with pytest.raises(tx.TranscriptionError, match="truncated|missing tensor"):
+    with pytest.raises(tx.TranscriptionError, match=r"truncated|missing tensor"):
         tx.Transcriber(tx.DEFAULT_BACKEND, str(cut), THREADS)
 
 
@@ -628,94 +654,153 @@ def test_empty_recording(default: tx.Transcriber, tmp_path: Path) -> None:
 
 
 def _transcript(text: str, **kw: Any) -> tx.Transcript:
-    values: dict[str, Any] = dict(text=text, language="cs", duration=8.0, speech_seconds=3.0, mean_logprob=-0.4,
-                                  mean_token_prob=0.7, n_tokens=20)
+    values: dict[str, Any] = dict(
+        text=text, language="cs", duration=8.0, speech_seconds=3.0, mean_logprob=-0.4, mean_token_prob=0.7, n_tokens=20
+    )
     values.update(kw)
     return tx.Transcript(**values)
 
 
-@pytest.mark.parametrize("transcript,reason", [
-    (_transcript("Zavolejte mi prosím zpět na 602 123 456."), "speech"),
-    # A poor transcript of real speech is still a message (flagged, not dropped).
-    (_transcript("Dobrý den tady Novák ehm", mean_logprob=-1.9), "speech"),
-    (_transcript("", speech_seconds=0.0), "no_speech"),
-    (_transcript("Haló, tady Anna.", speech_seconds=0.6), "too_little_speech"),
-    (_transcript("[BLANK_AUDIO]"), "no_words"),
-    (_transcript("Haló?"), "too_short"),
-    (_transcript("Haló, haló, haló?"), "too_short"),
-    (_transcript("Thank you."), "hallucination"),
-    # Speech heard but decoding failed or timed out: the clinic must listen.
-    (_transcript("", engine_error="whisper_full failed with code -7"), "speech"),
-    (_transcript("", aborted=True), "speech"),
-    # Five seconds of speech and more are a message whatever the decoder made of them.
-    (_transcript("", speech_seconds=10.5), "speech"),
-    (_transcript("Haló?", speech_seconds=tx.MIN_MESSAGE_SPEECH_SECONDS), "speech"),
-    (_transcript("Haló?", speech_seconds=tx.MIN_MESSAGE_SPEECH_SECONDS - 0.1), "too_short"),
-    # Language detection surer of the recording played backwards: words said backwards.
-    (_transcript("Gde mo vi.", speech_seconds=12.0, language_entropy=2.9,
-                 reversed_language_entropy=2.9 - tx.REVERSAL_MARGIN), "reversed_speech"),
-    (_transcript("Dobrý den.", speech_seconds=12.0, language_entropy=2.9,
-                 reversed_language_entropy=2.9 - tx.REVERSAL_MARGIN + 0.01), "speech"),
-    # ... in the clinic's languages: surer backwards of another one is not its callers reversed.
-    (_transcript("", speech_seconds=12.0, language_entropy=2.9, reversed_language_entropy=0.9,
-                 reversed_language_share=tx.REVERSED_LANGUAGE_SHARE), "reversed_speech"),
-    (_transcript("Dobrý den, tady Jana.", speech_seconds=12.0, language_entropy=2.9, reversed_language_entropy=0.9,
-                 reversed_language_share=tx.REVERSED_LANGUAGE_SHARE - 0.01), "speech"),
-    (_transcript("Dobrý den.", speech_seconds=12.0, language_entropy=2.9, reversed_language_entropy=None), "speech"),
-])
+@pytest.mark.parametrize(
+    "transcript,reason",
+    [
+        (_transcript("Zavolejte mi prosím zpět na 602 123 456."), "speech"),
+        # A poor transcript of real speech is still a message (flagged, not dropped).
+        (_transcript("Dobrý den tady Novák ehm", mean_logprob=-1.9), "speech"),
+        (_transcript("", speech_seconds=0.0), "no_speech"),
+        (_transcript("Haló, tady Anna.", speech_seconds=0.6), "too_little_speech"),
+        (_transcript("[BLANK_AUDIO]"), "no_words"),
+        (_transcript("Haló?"), "too_short"),
+        (_transcript("Haló, haló, haló?"), "too_short"),
+        (_transcript("Thank you."), "hallucination"),
+        # Speech heard but decoding failed or timed out: the clinic must listen.
+        (_transcript("", engine_error="whisper_full failed with code -7"), "speech"),
+        (_transcript("", aborted=True), "speech"),
+        # Five seconds of speech and more are a message whatever the decoder made of them.
+        (_transcript("", speech_seconds=10.5), "speech"),
+        (_transcript("Haló?", speech_seconds=tx.MIN_MESSAGE_SPEECH_SECONDS), "speech"),
+        (_transcript("Haló?", speech_seconds=tx.MIN_MESSAGE_SPEECH_SECONDS - 0.1), "too_short"),
+        # Language detection surer of the recording played backwards: words said backwards.
+        (
+            _transcript(
+                "Gde mo vi.",
+                speech_seconds=12.0,
+                language_entropy=2.9,
+                reversed_language_entropy=2.9 - tx.REVERSAL_MARGIN,
+            ),
+            "reversed_speech",
+        ),
+        (
+            _transcript(
+                "Dobrý den.",
+                speech_seconds=12.0,
+                language_entropy=2.9,
+                reversed_language_entropy=2.9 - tx.REVERSAL_MARGIN + 0.01,
+            ),
+            "speech",
+        ),
+        # ... in the clinic's languages: surer backwards of another one is not its callers reversed.
+        (
+            _transcript(
+                "",
+                speech_seconds=12.0,
+                language_entropy=2.9,
+                reversed_language_entropy=0.9,
+                reversed_language_share=tx.REVERSED_LANGUAGE_SHARE,
+            ),
+            "reversed_speech",
+        ),
+        (
+            _transcript(
+                "Dobrý den, tady Jana.",
+                speech_seconds=12.0,
+                language_entropy=2.9,
+                reversed_language_entropy=0.9,
+                reversed_language_share=tx.REVERSED_LANGUAGE_SHARE - 0.01,
+            ),
+            "speech",
+        ),
+        (
+            _transcript("Dobrý den.", speech_seconds=12.0, language_entropy=2.9, reversed_language_entropy=None),
+            "speech",
+        ),
+    ],
+)
 def test_decide_message(transcript: tx.Transcript, reason: str) -> None:
     assert tx.decide_message(transcript) == (reason == "speech", reason)
 
 
-CLEAR = {"known_share": 1.0, "low_share": 0.0, "mean_logprob": -0.1, "language_probability": 0.99,
-         "words_per_second": 2.8, "compression_ratio": 1.15}
-GARBLED = {"known_share": 0.4, "low_share": 0.4, "mean_logprob": -0.7, "language_probability": 0.05,
-           "words_per_second": 2.0, "compression_ratio": 2.5}
+CLEAR = {
+    "known_share": 1.0,
+    "low_share": 0.0,
+    "mean_logprob": -0.1,
+    "language_probability": 0.99,
+    "words_per_second": 2.8,
+    "compression_ratio": 1.15,
+}
+GARBLED = {
+    "known_share": 0.4,
+    "low_share": 0.4,
+    "mean_logprob": -0.7,
+    "language_probability": 0.05,
+    "words_per_second": 2.0,
+    "compression_ratio": 2.5,
+}
 
 
-@pytest.mark.parametrize("transcript,looped,expected", [
-    # The label (reliability.py): clear signals in a language with a fitted model are
-    # reliable, garbled ones unreliable; without its signals, or in a language the label
-    # was not fitted for, a transcript is to be checked, never reliable.
-    (_transcript("Hello, call me back.", language="en", label_signals=CLEAR), False, ("reliable", None)),
-    (_transcript("Dobrý den.", label_signals=GARBLED), False, ("unreliable", "low_confidence")),
-    (_transcript("Dobrý den."), False, ("check", "low_confidence")),
-    (_transcript("Guten Tag.", language="de", label_signals=CLEAR), False, ("check", "low_confidence")),
-    (_transcript("Dobrý den.", mean_logprob=-1.5), False, ("unreliable", "low_confidence")),
-    (_transcript("Dobrý den vám vám"), True, ("unreliable", "loop")),
-    (_transcript("Dobrý den", aborted=True), False, ("unreliable", "incomplete")),
-    (_transcript("", aborted=True), False, ("failed", "timeout")),
-    (_transcript("", engine_error="boom"), False, ("failed", "engine_error")),
-    (_transcript("", speech_seconds=10.5), False, ("failed", "no_words")),
-    (_transcript("Thank you.", speech_seconds=10.5), False, ("failed", "no_words")),
-    (_transcript("Dobrý den, tady Novák.", second_pass=True), False, ("unreliable", "doubtful_speech")),
-])
+@pytest.mark.parametrize(
+    "transcript,looped,expected",
+    [
+        # The label (reliability.py): clear signals in a language with a fitted model are
+        # reliable, garbled ones unreliable; without its signals, or in a language the label
+        # was not fitted for, a transcript is to be checked, never reliable.
+        (_transcript("Hello, call me back.", language="en", label_signals=CLEAR), False, ("reliable", None)),
+        (_transcript("Dobrý den.", label_signals=GARBLED), False, ("unreliable", "low_confidence")),
+        (_transcript("Dobrý den."), False, ("check", "low_confidence")),
+        (_transcript("Guten Tag.", language="de", label_signals=CLEAR), False, ("check", "low_confidence")),
+        (_transcript("Dobrý den.", mean_logprob=-1.5), False, ("unreliable", "low_confidence")),
+        (_transcript("Dobrý den vám vám"), True, ("unreliable", "loop")),
+        (_transcript("Dobrý den", aborted=True), False, ("unreliable", "incomplete")),
+        (_transcript("", aborted=True), False, ("failed", "timeout")),
+        (_transcript("", engine_error="boom"), False, ("failed", "engine_error")),
+        (_transcript("", speech_seconds=10.5), False, ("failed", "no_words")),
+        (_transcript("Thank you.", speech_seconds=10.5), False, ("failed", "no_words")),
+        (_transcript("Dobrý den, tady Novák.", second_pass=True), False, ("unreliable", "doubtful_speech")),
+    ],
+)
 def test_transcript_reliability(transcript: tx.Transcript, looped: bool, expected: tuple[str, str | None]) -> None:
     assert tx.assess(transcript, looped) == expected
 
 
-@pytest.mark.parametrize("text,language,expected", [
-    # The label's dictionary signal: Debian's Hunspell dictionaries through libhunspell know
-    # the words of a clear message, names capitalised, and not the non-words of a garbled one.
-    ("Dobrý den, volám ohledně objednání k paní doktorce Novákové", "cs", 1.0),
-    ("pady nana pozavování spět klůry", "cs", 0.2),
-    ("Hello, this is John calling about my appointment", "en", 1.0),
-    ("Helo, thiz iz Jon cawling abaut mai apointment", "en", 0.25),
-    ("Guten Tag", "de", None),  # no dictionary: never reliable
-])
+@pytest.mark.parametrize(
+    "text,language,expected",
+    [
+        # The label's dictionary signal: Debian's Hunspell dictionaries through libhunspell know
+        # the words of a clear message, names capitalised, and not the non-words of a garbled one.
+        ("Dobrý den, volám ohledně objednání k paní doktorce Novákové", "cs", 1.0),
+        ("pady nana pozavování spět klůry", "cs", 0.2),
+        ("Hello, this is John calling about my appointment", "en", 1.0),
+        ("Helo, thiz iz Jon cawling abaut mai apointment", "en", 0.25),
+        ("Guten Tag", "de", None),  # no dictionary: never reliable
+    ],
+)
 def test_known_share(text: str, language: str, expected: float | None) -> None:
     from voicemail.transcription import reliability
+
     assert reliability.known_share(text, language) == expected
 
 
-@pytest.mark.parametrize("text,expected,changed", [
-    ("Děkuji vám vám vám vám vám vám.", "Děkuji vám vám", True),
-    ("na shledanou na shledanou na shledanou na shledanou", "na shledanou na shledanou", True),
-    # Numbers are what callers repeat on purpose.
-    ("číslo sedm sedm sedm sedm sedm sedm", "číslo sedm sedm sedm sedm sedm sedm", False),
-    ("na 777 777 777", "na 777 777 777", False),
-    ("Dobrý den, tady Jana.", "Dobrý den, tady Jana.", False),
-])
+@pytest.mark.parametrize(
+    "text,expected,changed",
+    [
+        ("Děkuji vám vám vám vám vám vám.", "Děkuji vám vám", True),
+        ("na shledanou na shledanou na shledanou na shledanou", "na shledanou na shledanou", True),
+        # Numbers are what callers repeat on purpose.
+        ("číslo sedm sedm sedm sedm sedm sedm", "číslo sedm sedm sedm sedm sedm sedm", False),
+        ("na 777 777 777", "na 777 777 777", False),
+        ("Dobrý den, tady Jana.", "Dobrý den, tady Jana.", False),
+    ],
+)
 def test_collapse_loops(text: str, expected: str, changed: bool) -> None:
     assert tx.collapse_loops(text) == (expected, changed)
 
@@ -765,8 +850,14 @@ def _label(name: str) -> dict[str, Any]:
 
 def _clip(language: str, *, callback: bool = False, channel: str | None = None) -> dict[str, Any]:
     """The first speech clip of the labelled set with these properties."""
-    return next(x for x in voicemail_set.load_labels() if x["message"] and x["language"] == language
-                and (not callback or x["callback"]) and (channel is None or x["channel"] == channel))
+    return next(
+        x
+        for x in voicemail_set.load_labels()
+        if x["message"]
+        and x["language"] == language
+        and (not callback or x["callback"])
+        and (channel is None or x["channel"] == channel)
+    )
 
 
 def _name_words(text: str) -> set[str]:

@@ -5,6 +5,7 @@ flagged first, the words marked in the escaped transcript, confirm or change the
 form, clear the flag, filter by type), audited in words; the words set through onboarding's
 one validator (the file and the console's settings), the open messages read again when they
 change; migration 50 on a database of the version before."""
+
 from __future__ import annotations
 
 import json
@@ -23,10 +24,9 @@ from plumbing.clock import as_utc
 from plumbing.database import db
 from tests.support import bearer, clinic, issue_token, load, organization
 from tests.support.clocks import WEDNESDAY
+from tests.support.console import PASSWORD, form_to, login
+from tests.support.documented import documented
 from tests.support.live_service import api
-from tests.test_console_inbox import form_to
-from tests.test_console_sessions import PASSWORD, login
-from tests.test_request_kinds import documented
 from triage import inbox as triage
 from triage.reading import Vocabulary, read
 from triage.vocabulary import PRESETS, URGENCY
@@ -52,6 +52,7 @@ def urgent_words(text: str, language: str = "cs") -> list[str]:
 
 
 # --- reading a transcript ------------------------------------------------------------------------
+
 
 def test_inflected_words_suggest_a_type_and_a_phrase_outweighs_its_words():
     assert suggested("Potřeboval bych předepsat recept na léky na tlak, už mi docházejí.") == "prescription"
@@ -81,7 +82,9 @@ def test_urgency_words_with_inflections_misspellings_and_calm_phrases():
     assert urgent_words("Hi, nothing urgent, I'll book online.", "en") == []
     assert urgent_words("Please call me urgently, my baby has been coughing all night.", "en") == ["urgently"]
     assert urgent_words("My husband can't get out of bed after his fall and he is in a lot of pain.", "en") == [
-        "fall", "pain"]
+        "fall",
+        "pain",
+    ]
 
 
 def test_a_misspelt_word_counts_half_and_a_language_without_words_reads_every_list():
@@ -94,6 +97,7 @@ def test_a_misspelt_word_counts_half_and_a_language_without_words_reads_every_li
 
 # --- the ingest stores it, the API shows it ----------------------------------------------------
 
+
 @pytest.fixture
 def clinic_with_types(app):
     load(organization(clinic("clinic-a", requestTypes=TYPES), clinic("clinic-b")))
@@ -101,8 +105,7 @@ def clinic_with_types(app):
         return {t.ecrf_id: str(t.id) for t in RequestType.select()}
 
 
-def voice_message(text: str, *, language: str = "cs", minutes: int = 0, slug: str = "clinic-a",
-                  name: str = "") -> str:
+def voice_message(text: str, *, language: str = "cs", minutes: int = 0, slug: str = "clinic-a", name: str = "") -> str:
     """A call the ingest job finishes with this transcript (its `_finish_voicemail`, as after
     whisper.cpp); returns the request's id."""
     with db.connection_context():
@@ -111,15 +114,28 @@ def voice_message(text: str, *, language: str = "cs", minutes: int = 0, slug: st
         if name:
             known = Patient.create(organization=home.organization_id, first_name=name, phone=phone)
             PatientRecord.create(patient=known, clinic=home)
-        call = Call.create(clinic=home, call_sid=f"CA-{uuid.uuid4().hex[:10]}", call_from=phone,
-                           call_to="+420222000111", received_at=as_utc(WEDNESDAY + timedelta(minutes=minutes)))
-    t = Transcript(text=text, language=language, duration=12.0, speech_seconds=10.0, message=True,
-                   message_reason="speech", status="check")
+        call = Call.create(
+            clinic=home,
+            call_sid=f"CA-{uuid.uuid4().hex[:10]}",
+            call_from=phone,
+            call_to="+420222000111",
+            received_at=as_utc(WEDNESDAY + timedelta(minutes=minutes)),
+        )
+    t = Transcript(
+        text=text,
+        language=language,
+        duration=12.0,
+        speech_seconds=10.0,
+        message=True,
+        message_reason="speech",
+        status="check",
+    )
     assert ingest._finish_voicemail(call, home, t) == "voice_message"
     with db.connection_context():
         request = PatientRequest.get(PatientRequest.call == call.id)
         PatientRequest.update(created_at=as_utc(WEDNESDAY + timedelta(minutes=minutes))).where(
-            PatientRequest.id == request.id).execute()
+            PatientRequest.id == request.id
+        ).execute()
         return str(request.id)
 
 
@@ -129,13 +145,17 @@ def test_the_ingest_stores_the_reading_and_the_api_shows_it(app, clinic_with_typ
     token = issue_token(["clinic-a"], ["read", "write"])
     detail = app.get(f"{api()}/patientRequests/{rx}", headers=bearer(token)).json
     data = detail["data"]
-    assert data["requestTypeSuggestion"] == {"requestTypeId": clinic_with_types["RX"], "words": ["recept", "léky"],
-                                             "confirmedAt": None}
+    assert data["requestTypeSuggestion"] == {
+        "requestTypeId": clinic_with_types["RX"],
+        "words": ["recept", "léky"],
+        "confirmedAt": None,
+    }
     assert data["urgent"] == {"flagged": True, "words": ["naléhavé"], "clearedAt": None}
     assert data["requestTypeId"] is None, "a suggestion, not the request's type"
     Draft202012Validator(documented(app, "get", "/patientRequests/{request_id}")).validate(detail)
-    found = app.post_json(f"{api()}/patientRequests/search", {"filter": {"kind": "voice_message"}},
-                          headers=bearer(token)).json
+    found = app.post_json(
+        f"{api()}/patientRequests/search", {"filter": {"kind": "voice_message"}}, headers=bearer(token)
+    ).json
     Draft202012Validator(documented(app, "post", "/patientRequests/search")).validate(found)
     by_id = {r["id"]: r for r in found["data"]}
     assert by_id[plain]["requestTypeSuggestion"] == {"requestTypeId": None, "words": [], "confirmedAt": None}
@@ -145,10 +165,11 @@ def test_the_ingest_stores_the_reading_and_the_api_shows_it(app, clinic_with_typ
 
 # --- the console ---------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def receptionist(clinic_with_types):
-    from staff.passwords import hash_password
     from models import StaffMembership, StaffUser
+    from staff.passwords import hash_password
 
     with db.connection_context():
         user = StaffUser.create(email="anna@example.cz", name="Anna Nováková", password_hash=hash_password(PASSWORD))
@@ -158,8 +179,7 @@ def receptionist(clinic_with_types):
 
 def test_the_flagged_come_first_with_their_words_marked_in_the_escaped_transcript(app, receptionist):
     voice_message("Potřebuji recept na léky na tlak.", minutes=1, name="Petr")
-    voice_message("<b>Haló</b> mám silné bolesti břicha a jsem těhotná, zavolejte co nejdřív!", minutes=0,
-                  name="Jana")
+    voice_message("<b>Haló</b> mám silné bolesti břicha a jsem těhotná, zavolejte co nejdřív!", minutes=0, name="Jana")
     voice_message("Ruším zítřejší termín v devět.", minutes=2, name="Dana")
     login(app, status=303)
     rows = app.get("/console/").html.select("li.row")
@@ -203,25 +223,53 @@ def test_confirm_change_and_clear_in_one_click_audited_and_shown_by_the_api(app,
     with db.connection_context():
         events = sorted((e for e in AuditEvent.trail() if e.action.startswith("patient_request.")), key=lambda e: e.id)
         assert [(e.action, json.loads(e.details)) for e in events] == [
-            ("patient_request.confirm_type", {"requestTypeId": receptionist["RX"], "asSuggested": True,
-                                              "suggestedRequestTypeId": receptionist["RX"]}),
-            ("patient_request.confirm_type", {"requestTypeId": None, "asSuggested": False,
-                                              "suggestedRequestTypeId": receptionist["RX"]}),
+            (
+                "patient_request.confirm_type",
+                {
+                    "requestTypeId": receptionist["RX"],
+                    "asSuggested": True,
+                    "suggestedRequestTypeId": receptionist["RX"],
+                },
+            ),
+            (
+                "patient_request.confirm_type",
+                {"requestTypeId": None, "asSuggested": False, "suggestedRequestTypeId": receptionist["RX"]},
+            ),
             ("patient_request.clear_urgent", {}),
         ]
         assert all((e.actor_kind, e.actor_name) == ("staff", "anna@example.cz") for e in events)
         renderer = Renderer()
         home = Clinic.by_slug("clinic-a")
-        for language, words in (("cs", ["Typ požadavku potvrzen", "Typ požadavku zvolen místo navrženého",
-                                        "Označení „možná naléhavé“ zrušeno"]),
-                                ("en", ["Request type confirmed", "Request type chosen instead of the suggestion",
-                                        "“May be urgent” flag cleared"])):
+        for language, words in (
+            (
+                "cs",
+                [
+                    "Typ požadavku potvrzen",
+                    "Typ požadavku zvolen místo navrženého",
+                    "Označení „možná naléhavé“ zrušeno",
+                ],
+            ),
+            (
+                "en",
+                [
+                    "Request type confirmed",
+                    "Request type chosen instead of the suggestion",
+                    "“May be urgent” flag cleared",
+                ],
+            ),
+        ):
             said = audit_words.describe(events, home, language, renderer.translations[language])
             assert [e.what for e in said] == words
-            assert said[1].details == [("Typ požadavku" if language == "cs" else "Request type",
-                                        audit_words.Named("jiné" if language == "cs" else "other")),
-                                       ("Navrženo podle přepisu" if language == "cs" else "Suggested from the transcript",
-                                        said[1].details[1][1])]
+            assert said[1].details == [
+                (
+                    "Typ požadavku" if language == "cs" else "Request type",
+                    audit_words.Named("jiné" if language == "cs" else "other"),
+                ),
+                (
+                    "Navrženo podle přepisu" if language == "cs" else "Suggested from the transcript",
+                    said[1].details[1][1],
+                ),
+            ]
             assert said[1].details[1][1].text == "Recept"
     page = app.get(f"/console/requests/{rx}")
     assert "Typ požadavku potvrzen" in page.text
@@ -252,11 +300,19 @@ def test_the_inbox_filters_by_type(app, receptionist):
     form.submit(status=303)
     assert names(f"type={receptionist['RX']}") == ["Eva", "Petr"]
     options = app.get("/console/").html.select("select#type option")
-    assert [o.text for o in options] == ["Vše", "Objednání", "Podepsaný souhlas", "Recept", "Výsledky", "Zrušení",
-                                         "Bez typu"]
+    assert [o.text for o in options] == [
+        "Vše",
+        "Objednání",
+        "Podepsaný souhlas",
+        "Recept",
+        "Výsledky",
+        "Zrušení",
+        "Bez typu",
+    ]
 
 
 # --- the words: onboarding's validator, the console's settings, reading again -------------------
+
 
 def test_the_onboarding_file_validates_the_words_and_absent_leaves_them(app):
     def refused(**extra) -> OnboardingError:
@@ -264,20 +320,33 @@ def test_the_onboarding_file_validates_the_words_and_absent_leaves_them(app):
             load(organization(clinic("clinic-a", **extra)))
         return caught.value
 
-    assert refused(requestTypes=[{"ecrfId": "RX", "name": "Rx", "transcriptWords": {"preset": "pills"}}]).path == \
-        "clinics[0].requestTypes[0].transcriptWords.preset"
+    assert (
+        refused(requestTypes=[{"ecrfId": "RX", "name": "Rx", "transcriptWords": {"preset": "pills"}}]).path
+        == "clinics[0].requestTypes[0].transcriptWords.preset"
+    )
     assert refused(urgencyWords={"xx": ["bolest"]}).path == "clinics[0].urgencyWords.xx"
     assert refused(urgencyWords={"cs": ["bolest", "  "]}).path == "clinics[0].urgencyWords.cs[1]"
     assert refused(urgencyWords={"cs": ["horečka + "]}).path == "clinics[0].urgencyWords.cs[0]"
-    load(organization(clinic("clinic-a", urgencyWords={"cs": ["  Bolest  Břicha ", "bolest břicha", "krev"]},
-                             requestTypes=[{"ecrfId": "RX", "name": "Rx", "transcriptWords": {
-                                 "words": {"cs": ["Recept"]}}}])))
+    load(
+        organization(
+            clinic(
+                "clinic-a",
+                urgencyWords={"cs": ["  Bolest  Břicha ", "bolest břicha", "krev"]},
+                requestTypes=[{"ecrfId": "RX", "name": "Rx", "transcriptWords": {"words": {"cs": ["Recept"]}}}],
+            )
+        )
+    )
     load(organization(clinic("clinic-a", requestTypes=[{"ecrfId": "RX", "name": "Rx"}])))
     with db.connection_context():
         assert json.loads(Clinic.by_slug("clinic-a").urgency_words) == {"cs": ["bolest břicha", "krev"]}
         assert json.loads(RequestType.get().transcript_words) == {"words": {"cs": ["recept"]}}
-    load(organization(clinic("clinic-a", urgencyWords=None, requestTypes=[
-        {"ecrfId": "RX", "name": "Rx", "transcriptWords": None}])))
+    load(
+        organization(
+            clinic(
+                "clinic-a", urgencyWords=None, requestTypes=[{"ecrfId": "RX", "name": "Rx", "transcriptWords": None}]
+            )
+        )
+    )
     with db.connection_context():
         assert Clinic.by_slug("clinic-a").urgency_words is None, "null: the shipped words"
         assert RequestType.get().transcript_words is None
@@ -297,8 +366,11 @@ def test_changed_words_read_the_open_messages_again_but_not_what_staff_decided(a
     assert "bolest" in form["urgency-cs"].value.split("\n"), "the shipped words, to edit"
     form["urgency-cs"] = form["urgency-cs"].value + "\nkrev"
     form.submit(status=303)
-    form = next(f for f in app.get("/console/settings/request-types?clinic=clinic-a").forms.values()
-                if f.get("ecrfId", default=None) is not None and f["ecrfId"].value == "SIGNED")
+    form = next(
+        f
+        for f in app.get("/console/settings/request-types?clinic=clinic-a").forms.values()
+        if f.get("ecrfId", default=None) is not None and f["ecrfId"].value == "SIGNED"
+    )
     form["words-cs"] = "krev z nosu"
     form.submit(status=303)
     with db.connection_context():
@@ -307,14 +379,21 @@ def test_changed_words_read_the_open_messages_again_but_not_what_staff_decided(a
         assert str(rows[crev].suggested_type_id) == receptionist["SIGNED"]
         assert rows[decided].suggested_type_id is None, "a confirmed type's suggestion is left as it was"
         assert triage.refresh(Clinic.by_slug("clinic-a").id) == 0, "idempotent"
-        said = audit_words.describe([e for e in AuditEvent.trail() if e.action == "settings.urgency_words.update"],
-                                    Clinic.by_slug("clinic-a"), "cs", Renderer().translations["cs"])
+        said = audit_words.describe(
+            [e for e in AuditEvent.trail() if e.action == "settings.urgency_words.update"],
+            Clinic.by_slug("clinic-a"),
+            "cs",
+            Renderer().translations["cs"],
+        )
         assert said[0].what == "Změněna slova, která mohou znamenat naléhavost"
     # Back to the shipped words, in one click.
     page = app.get("/console/settings/calls?clinic=clinic-a")
     assert "Používají se vlastní slova kliniky." in page.text
-    next(f for f in page.forms.values() if f.get("action", default=None) is not None
-         and f["action"].value == "urgency-shipped").submit(status=303)
+    next(
+        f
+        for f in page.forms.values()
+        if f.get("action", default=None) is not None and f["action"].value == "urgency-shipped"
+    ).submit(status=303)
     with db.connection_context():
         assert Clinic.by_slug("clinic-a").urgency_words is None
         assert not PatientRequest.get_by_id(crev).urgent
@@ -328,7 +407,7 @@ def test_migration_50_on_a_database_of_the_version_before(wsgi_app, config):
     from plumbing.database import bind_database, open_database
     from tests.conftest import PG_URL
     from tests.support.databases import recreate_database
-    from tests.test_service import _schema_of
+    from tests.support.databases import schema_of as _schema_of
 
     tables = ("patient_request", "clinic", "request_type")
     fresh = open_database(PG_URL, pooled=False)
@@ -347,10 +426,21 @@ def test_migration_50_on_a_database_of_the_version_before(wsgi_app, config):
             home = Clinic.by_slug("clinic-a")
             caller = Patient.create(organization=home.organization_id, phone="+420601123456")
             request = PatientRequest.create(clinic=home, patient=caller, kind="voice_message")
-            for table, columns in (("patient_request", ("suggested_type_id", "suggested_type_spans",
-                                                        "type_confirmed_at", "urgent", "urgent_spans",
-                                                        "urgent_cleared_at")),
-                                   ("clinic", ("urgency_words",)), ("request_type", ("transcript_words",))):
+            for table, columns in (
+                (
+                    "patient_request",
+                    (
+                        "suggested_type_id",
+                        "suggested_type_spans",
+                        "type_confirmed_at",
+                        "urgent",
+                        "urgent_spans",
+                        "urgent_cleared_at",
+                    ),
+                ),
+                ("clinic", ("urgency_words",)),
+                ("request_type", ("transcript_words",)),
+            ):
                 for column in columns:
                     database.execute_sql(f'ALTER TABLE "{table}" DROP COLUMN "{column}"')
             SchemaMigration.delete().where(SchemaMigration.version >= 50).execute()
@@ -358,8 +448,9 @@ def test_migration_50_on_a_database_of_the_version_before(wsgi_app, config):
             assert _schema_of(database, tables) == want
             kept = PatientRequest.get_by_id(request.id)
             assert (kept.suggested_type_spans, kept.urgent, kept.suggested_type_id) == (None, False, None)
-            assert [fk.dest_table for fk in database.get_foreign_keys("patient_request")
-                    if fk.column == "suggested_type_id"] == ["request_type"]
+            assert [
+                fk.dest_table for fk in database.get_foreign_keys("patient_request") if fk.column == "suggested_type_id"
+            ] == ["request_type"]
             assert migrate(database) == []
     finally:
         database.close_all()

@@ -3,6 +3,7 @@ set once (plumbing/versions.py) and are what the changelog's last release and th
 document say; a change of the API's surface that a client can see is named in the
 changelog; an operation going away says so on every answer (Deprecation, Sunset) and in the
 document, with the notice the policy promises."""
+
 from __future__ import annotations
 
 import json
@@ -24,16 +25,29 @@ CHANGELOG = ROOT / "CHANGELOG.md"
 SURFACE = ROOT / "docs" / "api-surface.txt"
 SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 # What a client can see of a schema; descriptions and examples are words.
-_SIGNATURE = ("type", "format", "$ref", "const", "minLength", "maxLength", "minimum", "maximum", "pattern", "maxItems",
-              "minItems")
+_SIGNATURE = (
+    "type",
+    "format",
+    "$ref",
+    "const",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "pattern",
+    "maxItems",
+    "minItems",
+)
 
 
 def releases() -> list[tuple[str, str, str]]:
     """(version, date, text) of each release of the changelog, newest first; "Unreleased" too."""
     text = CHANGELOG.read_text("utf-8")
     heads = list(re.finditer(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", text, re.M))
-    return [(m.group(1), m.group(2) or "", text[m.end():heads[i + 1].start() if i + 1 < len(heads) else len(text)])
-            for i, m in enumerate(heads)]
+    return [
+        (m.group(1), m.group(2) or "", text[m.end() : heads[i + 1].start() if i + 1 < len(heads) else len(text)])
+        for i, m in enumerate(heads)
+    ]
 
 
 def surface(document: dict[str, Any]) -> list[str]:
@@ -50,8 +64,10 @@ def surface(document: dict[str, Any]) -> list[str]:
             if op.get("deprecated"):
                 lines.append(f"deprecated {name}")
             for parameter in [*item.get("parameters", []), *op.get("parameters", [])]:
-                lines.append(f"parameter {name} {parameter['in']} {parameter['name']} "
-                             f"{'required' if parameter.get('required') else 'optional'}")
+                lines.append(
+                    f"parameter {name} {parameter['in']} {parameter['name']} "
+                    f"{'required' if parameter.get('required') else 'optional'}"
+                )
             if "requestBody" in op:
                 lines.append(f"request {name} {'required' if op['requestBody'].get('required') else 'optional'}")
             lines += [f"answer {name} {status}" for status in op["responses"]]
@@ -135,8 +151,9 @@ def test_a_change_a_client_can_see_is_named_in_the_changelog():
     unreleased = releases()[0][2]
     changed = sorted(set(current) ^ set(released))
     unnamed = [line for line in changed if f"`{named(line)}`" not in unreleased]
-    assert not unnamed, ("changed since the last release and not named in CHANGELOG.md's Unreleased section:\n"
-                         + "\n".join(unnamed))
+    assert not unnamed, (
+        "changed since the last release and not named in CHANGELOG.md's Unreleased section:\n" + "\n".join(unnamed)
+    )
     if not changed:
         assert recorded[0] == header, "the surface of the last release is the API version's"
 
@@ -154,6 +171,7 @@ def test_the_surface_sees_what_a_client_sees():
 
 # --- Deprecation and Sunset ------------------------------------------------------------------
 
+
 def test_a_sunset_without_the_promised_notice_is_refused():
     with pytest.raises(ValueError):
         deprecations.Deprecation("POST", "/x", date(2027, 1, 1), date(2027, 3, 1), "https://example.org")
@@ -165,8 +183,13 @@ def test_a_deprecated_operation_says_so_on_every_answer_and_in_the_document(conf
     from app import create_app
     from plumbing.database import db
 
-    going = deprecations.Deprecation("POST", openapi.SWITCHBOARD + "/is-on-vacation", date(2026, 11, 28),
-                                     date(2027, 6, 1), "https://clinic.example.org/changelog#deprecated")
+    going = deprecations.Deprecation(
+        "POST",
+        openapi.SWITCHBOARD + "/is-on-vacation",
+        date(2026, 11, 28),
+        date(2027, 6, 1),
+        "https://clinic.example.org/changelog#deprecated",
+    )
     monkeypatch.setattr(deprecations, "DEPRECATED", (going,))
     before = db.obj
     try:
@@ -174,12 +197,16 @@ def test_a_deprecated_operation_says_so_on_every_answer_and_in_the_document(conf
         load(example)
         token = issue_token(["demo-clinic"], ["read"])
         url = "/external/v1/clinics/demo-clinic/switchboard"
-        for answer in (web.post_json(f"{url}/is-on-vacation", {}, headers=bearer(token)),
-                       web.post_json(f"{url}/is-on-vacation", {}, status=401)):
+        for answer in (
+            web.post_json(f"{url}/is-on-vacation", {}, headers=bearer(token)),
+            web.post_json(f"{url}/is-on-vacation", {}, status=401),
+        ):
             assert answer.headers["Deprecation"] == "@1795824000"  # 2026-11-28T00:00:00Z
             assert parsedate_to_datetime(answer.headers["Sunset"]).date() == date(2027, 6, 1)
-            assert answer.headers["Link"] == '<https://clinic.example.org/changelog#deprecated>; rel="deprecation"; ' \
-                                             'type="text/markdown"'
+            assert (
+                answer.headers["Link"] == '<https://clinic.example.org/changelog#deprecated>; rel="deprecation"; '
+                'type="text/markdown"'
+            )
         other = web.post_json(f"{url}/is-clinic-opened", {}, headers=bearer(token))
         assert "Deprecation" not in other.headers and "Sunset" not in other.headers
         op = web.get("/openapi.json").json["paths"]["/external/v1/clinics/{clinicSlug}/switchboard/is-on-vacation"]
@@ -187,5 +214,11 @@ def test_a_deprecated_operation_says_so_on_every_answer_and_in_the_document(conf
         assert {"Deprecation", "Sunset"} <= set(op["post"]["responses"]["200"]["headers"])
     finally:
         db.initialize(before)
-    assert "Deprecation" not in app.post_json("/external/v1/clinics/demo-clinic/switchboard/is-on-vacation", {},
-                                              headers=bearer(issue_token(["demo-clinic"], ["read"]))).headers
+    assert (
+        "Deprecation"
+        not in app.post_json(
+            "/external/v1/clinics/demo-clinic/switchboard/is-on-vacation",
+            {},
+            headers=bearer(issue_token(["demo-clinic"], ["read"])),
+        ).headers
+    )

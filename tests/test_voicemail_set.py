@@ -1,4 +1,5 @@
 """The labelled voicemail set is consistent: files, labels, counts, long_voicemail."""
+
 from __future__ import annotations
 
 from collections import Counter

@@ -25,12 +25,30 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "var" / "models"
 
 TINY_EN_HPARAMS = {
-    "n_vocab": 51864, "n_audio_ctx": 1500, "n_audio_state": 384, "n_audio_head": 6, "n_audio_layer": 4,
-    "n_text_ctx": 448, "n_text_state": 384, "n_text_head": 6, "n_text_layer": 4, "n_mels": 80, "ftype": 1,
+    "n_vocab": 51864,
+    "n_audio_ctx": 1500,
+    "n_audio_state": 384,
+    "n_audio_head": 6,
+    "n_audio_layer": 4,
+    "n_text_ctx": 448,
+    "n_text_state": 384,
+    "n_text_head": 6,
+    "n_text_layer": 4,
+    "n_mels": 80,
+    "ftype": 1,
 }
 BASE_HPARAMS = {
-    "n_vocab": 51865, "n_audio_ctx": 1500, "n_audio_state": 512, "n_audio_head": 8, "n_audio_layer": 6,
-    "n_text_ctx": 448, "n_text_state": 512, "n_text_head": 8, "n_text_layer": 6, "n_mels": 80, "ftype": 1,
+    "n_vocab": 51865,
+    "n_audio_ctx": 1500,
+    "n_audio_state": 512,
+    "n_audio_head": 8,
+    "n_audio_layer": 6,
+    "n_text_ctx": 448,
+    "n_text_state": 512,
+    "n_text_head": 8,
+    "n_text_layer": 6,
+    "n_mels": 80,
+    "ftype": 1,
 }
 
 
@@ -70,7 +88,7 @@ def test_header_of_tiny_en(tiny_en: Path) -> None:
 
 def test_tensor_layout_of_tiny_en(tiny_en: Path) -> None:
     info = mf.read_ggml(tiny_en)
-    wm_info, problems = mf.verify(tiny_en)
+    _wm_info, problems = mf.verify(tiny_en)
     assert problems == []
     t = info.tensors
     # biases, norms and positional embeddings f32; weights of two or more dimensions f16
@@ -244,7 +262,11 @@ def _word_error_rate(reference: str, hypothesis: str) -> tuple[int, int]:
     import importlib
 
     from voicemail import transcription
-    fn = getattr(transcription, "word_error_rate", None) or importlib.import_module("voicemail.word_error").word_error_rate
+
+    fn = (
+        getattr(transcription, "word_error_rate", None)
+        or importlib.import_module("voicemail.word_error").word_error_rate
+    )
     return fn(reference, hypothesis)
 
 
@@ -338,12 +360,18 @@ def test_quantized_base_passes_verify_and_reports_its_type(quantized: Path, base
 @pytest.mark.parametrize("quantized,tolerance", [("q8_0", 0.01), ("q5_0", 0.05)], indirect=["quantized"])
 def test_quantized_values_are_close_to_the_f16_ones(quantized: Path, base: Path, tolerance: float) -> None:
     info, f16 = mf.read_ggml(quantized), mf.read_ggml(base)
-    for name in ("decoder.token_embedding.weight", "encoder.blocks.3.mlp.2.weight", "decoder.blocks.5.cross_attn.key.weight"):
+    for name in (
+        "decoder.token_embedding.weight",
+        "encoder.blocks.3.mlp.2.weight",
+        "decoder.blocks.5.cross_attn.key.weight",
+    ):
         original = _tensor(f16, name).astype(np.float32)
         restored = _dequantized(info, name)
         assert restored.shape == original.shape
         assert np.linalg.norm(restored - original) / np.linalg.norm(original) < tolerance, name
-    np.testing.assert_array_equal(_tensor(info, "decoder.blocks.2.mlp_ln.bias"), _tensor(f16, "decoder.blocks.2.mlp_ln.bias"))
+    np.testing.assert_array_equal(
+        _tensor(info, "decoder.blocks.2.mlp_ln.bias"), _tensor(f16, "decoder.blocks.2.mlp_ln.bias")
+    )
 
 
 def test_chunked_quantization_equals_one_call(base: Path) -> None:
@@ -360,8 +388,9 @@ def test_chunked_quantization_equals_one_call(base: Path) -> None:
     assert len(outputs[0]) == 2048 * q.row_bytes(512) and outputs[0] == outputs[1]
 
 
-def test_quantized_build_is_idempotent_and_streams(base_q8_0: Path, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_quantized_build_is_idempotent_and_streams(
+    base_q8_0: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     sidecar = base_q8_0.with_name(base_q8_0.name + ".sha256")
     assert sidecar.read_text() == f"{hashlib.sha256(base_q8_0.read_bytes()).hexdigest()}  ggml-base-q8_0.bin\n"
     before = base_q8_0.stat().st_mtime_ns
@@ -374,10 +403,17 @@ def test_quantized_build_is_idempotent_and_streams(base_q8_0: Path, tmp_path: Pa
     # a fresh quantization: same bytes, memory bounded by a chunk, not by the 53 MB token embedding
     out_path = tmp_path / "q.bin"
     # (VmHWM: this process's peak RSS; ru_maxrss would carry pytest's over the exec)
-    code = ("import re, sys; from tools.whisper_quantize import quantize; quantize(sys.argv[1], sys.argv[2], 'q8_0'); "
-            "print(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1))")
-    run = subprocess.run([sys.executable, "-c", code, str(MODELS / "ggml-base.bin"), str(out_path)], cwd=ROOT,
-                         check=True, capture_output=True, text=True)
+    code = (
+        "import re, sys; from tools.whisper_quantize import quantize; quantize(sys.argv[1], sys.argv[2], 'q8_0'); "
+        "print(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(MODELS / "ggml-base.bin"), str(out_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     assert int(run.stdout.split()[-1]) < 110_000, "peak RSS (KB) of quantizing base"
     assert out_path.read_bytes() == base_q8_0.read_bytes()
     assert mf.recorded_checksum(out_path) == mf.recorded_checksum(base_q8_0)
@@ -404,7 +440,9 @@ def test_quantized_models_transcribe_like_f16(base: Path, base_q8_0: Path, base_
     label = next(x for x in json.loads((AUDIO / "labels.json").read_text()) if x["file"] == "msg_wav16.wav")
     rates = {}
     for path in (base, base_q8_0, base_q5_0):
-        t = tx.get_transcriber("pywhispercpp", str(path), isolation.engine_threads()).transcribe(str(AUDIO / "msg_wav16.wav"), "en")
+        t = tx.get_transcriber("pywhispercpp", str(path), isolation.engine_threads()).transcribe(
+            str(AUDIO / "msg_wav16.wav"), "en"
+        )
         errors, words = _word_error_rate(label["text"], t.text)
         rates[path.name] = errors / words
     assert rates["ggml-base.bin"] <= 0.15, rates
@@ -421,15 +459,19 @@ def test_truncated_quantized_file_is_refused(base_q5_0: Path, tmp_path: Path) ->
     _assert_refused(cut, "truncated")
 
 
-@pytest.mark.parametrize("tensor,value,match", [
-    ("decoder.blocks.3.mlp.0.weight", 99, "unsupported type 99"),  # no ggml type
-    ("decoder.blocks.3.mlp.0.weight", 26, "unsupported type 26"),  # i32: not a weight type
-    ("decoder.blocks.3.mlp.0.weight", 8, "bad tensor header"),  # q8_0 in a q5_0 file: the next header misread
-    ("encoder.conv1.weight", 6, "not whole q5_0 rows"),  # conv weights (rows of 3) stay f16
-    ("decoder.ln.bias", 0, None),  # unchanged (control)
-])
-def test_corrupted_tensor_type_is_refused(base_q5_0: Path, tmp_path: Path, tensor: str, value: int,
-                                          match: str | None) -> None:
+@pytest.mark.parametrize(
+    "tensor,value,match",
+    [
+        ("decoder.blocks.3.mlp.0.weight", 99, "unsupported type 99"),  # no ggml type
+        ("decoder.blocks.3.mlp.0.weight", 26, "unsupported type 26"),  # i32: not a weight type
+        ("decoder.blocks.3.mlp.0.weight", 8, "bad tensor header"),  # q8_0 in a q5_0 file: the next header misread
+        ("encoder.conv1.weight", 6, "not whole q5_0 rows"),  # conv weights (rows of 3) stay f16
+        ("decoder.ln.bias", 0, None),  # unchanged (control)
+    ],
+)
+def test_corrupted_tensor_type_is_refused(
+    base_q5_0: Path, tmp_path: Path, tensor: str, value: int, match: str | None
+) -> None:
     info = mf.read_ggml(base_q5_0)
     bad = _patched(base_q5_0, tmp_path / "m.bin", _type_offset(info, tensor), value)
     if match is None:
@@ -438,11 +480,14 @@ def test_corrupted_tensor_type_is_refused(base_q5_0: Path, tmp_path: Path, tenso
         _assert_refused(bad, match)
 
 
-@pytest.mark.parametrize("ftype,match", [
-    (2005, "header ftype 2005"),  # ggml_ftype 5 does not exist: whisper.cpp's ggml_ftype_to_ggml_type aborts
-    (1008, "quantization version 1"),  # an old q5_0 layout
-    (2007, "type q5_0, expected .* type q8_0"),  # header says q8_0, tensors are q5_0
-    (-1, "header ftype -1"),
-])
+@pytest.mark.parametrize(
+    "ftype,match",
+    [
+        (2005, "header ftype 2005"),  # ggml_ftype 5 does not exist: whisper.cpp's ggml_ftype_to_ggml_type aborts
+        (1008, "quantization version 1"),  # an old q5_0 layout
+        (2007, "type q5_0, expected .* type q8_0"),  # header says q8_0, tensors are q5_0
+        (-1, "header ftype -1"),
+    ],
+)
 def test_bad_header_ftype_is_refused(base_q5_0: Path, tmp_path: Path, ftype: int, match: str) -> None:
     _assert_refused(_patched(base_q5_0, tmp_path / "m.bin", 4 + 40, ftype), match)

@@ -7,6 +7,7 @@ would fork this process). RQ installs its SIGTERM handler only after its start
 was lost, and the worker ran until it was killed (bin/run's Ctrl-C right after the
 worker registered waited out its 30 s stop timeout, then SIGKILLed it).
 """
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@
 ``clip_path(label)`` its file, and ``long_voicemail(path, seconds)`` builds a long message
 at run time from the committed clips, with numpy and soundfile only.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,7 +64,7 @@ def long_voicemail(out_path: Path | str, seconds: float, language: str = "cs") -
             clips.setdefault(label["text"], label)
     if not clips:
         raise ValueError(f"no speech clips in language {language!r}")
-    total = int(round(seconds * RATE))
+    total = round(seconds * RATE)
     rng = np.random.default_rng(20261123)
     pieces: list[np.ndarray] = []
     texts: list[str] = []
@@ -82,7 +83,7 @@ def long_voicemail(out_path: Path | str, seconds: float, language: str = "cs") -
                 decoded[label["file"]] = audio
             audio = decoded[label["file"]]
             start = 0 if onset is None else int(label["onset"] * RATE)
-            speech = audio[start:int(label["speech_end"] * RATE) + int(0.2 * RATE)]
+            speech = audio[start : int(label["speech_end"] * RATE) + int(0.2 * RATE)]
             pause = _line(int(rng.uniform(0.5, 1.5) * RATE), rng)
             if size + speech.size > total:
                 continue
@@ -93,9 +94,18 @@ def long_voicemail(out_path: Path | str, seconds: float, language: str = "cs") -
             texts.append(label["text"])
             used.append(label["file"])
             progress = True
-    audio = np.concatenate(pieces + [_line(max(0, total - size), rng)])[:total] if pieces else _line(total, rng)
+    audio = np.concatenate([*pieces, _line(max(0, total - size), rng)])[:total] if pieces else _line(total, rng)
     sf.write(str(out_path), audio, RATE, subtype="ULAW")
-    return {"file": str(out_path), "kind": "speech" if texts else "empty", "message": bool(texts),
-            "language": language if texts else None, "text": " ".join(texts) if texts else None,
-            "callback": None, "voice": "mixed", "channel": "ulaw8k", "onset": onset,
-            "duration": audio.size / RATE, "parts": used}
+    return {
+        "file": str(out_path),
+        "kind": "speech" if texts else "empty",
+        "message": bool(texts),
+        "language": language if texts else None,
+        "text": " ".join(texts) if texts else None,
+        "callback": None,
+        "voice": "mixed",
+        "channel": "ulaw8k",
+        "onset": onset,
+        "duration": audio.size / RATE,
+        "parts": used,
+    }

@@ -32,32 +32,109 @@ SEED = 20240611
 
 # (id, text, language, espeak voice, words per minute, format)
 SPEECH: list[tuple[str, str, str, str, int, str]] = [
-    ("msg_appointment", "Hello, this is Maria Jones. I would like to book an appointment with doctor Smith next "
-     "Tuesday. Please call me back on five five five, one two three, four five six seven.", "en", "en-us", 150, "tel"),
-    ("msg_refill", "Hi, this is Peter Brown. I need a refill of my blood pressure medication. My number is "
-     "zero seven seven zero, nine zero zero, one two three.", "en", "en-gb", 165, "tel"),
-    ("msg_fever", "Good morning. I have had a fever and a sore throat since yesterday. Can the doctor see me "
-     "today?", "en", "en-us+f3", 140, "tel"),
-    ("msg_cancel", "This is Anna calling to cancel my appointment on Friday morning. Thank you.",
-     "en", "en-gb-x-rp", 175, "tel"),
-    ("msg_results", "Hello, I received a letter about my blood test results. Please call me back at two zero one, "
-     "five five five, zero one nine eight.", "en", "en-us+m3", 160, "tel"),
-    ("msg_earache", "My daughter has an ear infection. We would like an appointment this afternoon if possible.",
-     "en", "en-029", 155, "tel"),
-    ("msg_callback_short", "Call me back please. My number is four four one, six two three, eight eight seven.",
-     "en", "en-gb-scotland", 150, "tel"),
-    ("msg_fast", "Hi, it's John. Please call me at nine one seven, five five five, two six three one.",
-     "en", "en-us", 210, "tel"),
-    ("msg_vaccine", "Hello, I would like to ask whether my flu vaccine is ready. You can reach me at "
-     "three one two, four four four, seven seven eight eight.", "en", "en-us+f4", 170, "tel"),
-    ("msg_slow", "Hello. This is Robert Miller. Please call me back about my knee pain.",
-     "en", "en-gb", 120, "tel"),
-    ("msg_wav16", "Hello, this is Laura White. I need to move my appointment to next week. My phone number "
-     "is six zero two, five five five, one four one four.", "en", "en-us+f2", 160, "wav16"),
-    ("msg_wav8", "Good afternoon, this is David Clark. Please send my prescription to the pharmacy on Main "
-     "Street.", "en", "en-gb", 150, "wav8"),
-    ("msg_de", "Guten Tag, hier spricht Klaus Müller. Ich möchte einen Termin bei Doktor Schmidt vereinbaren. "
-     "Bitte rufen Sie mich zurück.", "de", "de", 150, "tel"),
+    (
+        "msg_appointment",
+        "Hello, this is Maria Jones. I would like to book an appointment with doctor Smith next "
+        "Tuesday. Please call me back on five five five, one two three, four five six seven.",
+        "en",
+        "en-us",
+        150,
+        "tel",
+    ),
+    (
+        "msg_refill",
+        "Hi, this is Peter Brown. I need a refill of my blood pressure medication. My number is "
+        "zero seven seven zero, nine zero zero, one two three.",
+        "en",
+        "en-gb",
+        165,
+        "tel",
+    ),
+    (
+        "msg_fever",
+        "Good morning. I have had a fever and a sore throat since yesterday. Can the doctor see me today?",
+        "en",
+        "en-us+f3",
+        140,
+        "tel",
+    ),
+    (
+        "msg_cancel",
+        "This is Anna calling to cancel my appointment on Friday morning. Thank you.",
+        "en",
+        "en-gb-x-rp",
+        175,
+        "tel",
+    ),
+    (
+        "msg_results",
+        "Hello, I received a letter about my blood test results. Please call me back at two zero one, "
+        "five five five, zero one nine eight.",
+        "en",
+        "en-us+m3",
+        160,
+        "tel",
+    ),
+    (
+        "msg_earache",
+        "My daughter has an ear infection. We would like an appointment this afternoon if possible.",
+        "en",
+        "en-029",
+        155,
+        "tel",
+    ),
+    (
+        "msg_callback_short",
+        "Call me back please. My number is four four one, six two three, eight eight seven.",
+        "en",
+        "en-gb-scotland",
+        150,
+        "tel",
+    ),
+    (
+        "msg_fast",
+        "Hi, it's John. Please call me at nine one seven, five five five, two six three one.",
+        "en",
+        "en-us",
+        210,
+        "tel",
+    ),
+    (
+        "msg_vaccine",
+        "Hello, I would like to ask whether my flu vaccine is ready. You can reach me at "
+        "three one two, four four four, seven seven eight eight.",
+        "en",
+        "en-us+f4",
+        170,
+        "tel",
+    ),
+    ("msg_slow", "Hello. This is Robert Miller. Please call me back about my knee pain.", "en", "en-gb", 120, "tel"),
+    (
+        "msg_wav16",
+        "Hello, this is Laura White. I need to move my appointment to next week. My phone number "
+        "is six zero two, five five five, one four one four.",
+        "en",
+        "en-us+f2",
+        160,
+        "wav16",
+    ),
+    (
+        "msg_wav8",
+        "Good afternoon, this is David Clark. Please send my prescription to the pharmacy on Main Street.",
+        "en",
+        "en-gb",
+        150,
+        "wav8",
+    ),
+    (
+        "msg_de",
+        "Guten Tag, hier spricht Klaus Müller. Ich möchte einen Termin bei Doktor Schmidt vereinbaren. "
+        "Bitte rufen Sie mich zurück.",
+        "de",
+        "de",
+        150,
+        "tel",
+    ),
 ]
 
 # Speech clips reversed in time: speech-like sound with no words in it.
@@ -92,8 +169,7 @@ def write(audio: np.ndarray, rate: int, fmt: str, stem: str, tmp: Path) -> str:
         wav = tmp / f"{stem}.wav"
         sf.write(wav, audio, rate, subtype="PCM_16")
         name = f"{stem}.mp3"
-        run("lame", "--quiet", "-b", "24", "-m", "m", "--noreplaygain", "--resample", "8",
-            str(wav), str(HERE / name))
+        run("lame", "--quiet", "-b", "24", "-m", "m", "--noreplaygain", "--resample", "8", str(wav), str(HERE / name))
         return name
     target = {"wav16": 16000, "wav8": 8000}[fmt]
     if rate != target:
@@ -132,36 +208,60 @@ def main() -> int:
             raw = tmp / f"{stem}_tts.wav"
             speak(text, voice, wpm, raw)
             audio, rate = sf.read(raw, dtype="float32")
-            audio = np.concatenate([np.zeros(int(0.4 * rate), np.float32), audio, np.zeros(int(0.6 * rate), np.float32)])
+            audio = np.concatenate(
+                [np.zeros(int(0.4 * rate), np.float32), audio, np.zeros(int(0.6 * rate), np.float32)]
+            )
             spoken[stem] = (audio, rate)
             if fmt == "tel":
                 audio, rate = telephone(audio, rate, rng, tmp)
             name = write(audio, rate, fmt, stem, tmp)
-            labels.append({
-                "file": name, "intelligible": stem.startswith("msg"), "kind": "speech" if stem.startswith("msg") else "short",
-                "text": text, "language": lang, "voice": voice, "wpm": wpm, "format": fmt,
-            })
+            labels.append(
+                {
+                    "file": name,
+                    "intelligible": stem.startswith("msg"),
+                    "kind": "speech" if stem.startswith("msg") else "short",
+                    "text": text,
+                    "language": lang,
+                    "voice": voice,
+                    "wpm": wpm,
+                    "format": fmt,
+                }
+            )
         for stem in REVERSED:
             audio, rate = spoken[stem]
             audio, rate = telephone(audio[::-1].copy(), rate, rng, tmp)
             name = write(audio, rate, "tel", f"reversed_{stem[4:]}", tmp)
-            labels.append({"file": name, "intelligible": False, "kind": "reversed", "text": "",
-                           "language": None, "format": "tel"})
+            labels.append(
+                {"file": name, "intelligible": False, "kind": "reversed", "text": "", "language": None, "format": "tel"}
+            )
         r = 8000
         others: list[tuple[str, np.ndarray, str, str]] = [
             ("silence_digital", np.zeros(6 * r, np.float32), "silence", "wav8"),
             ("silence_line", rng.normal(0, 10 ** (-60 / 20), 8 * r).astype(np.float32), "silence", "tel"),
             ("noise_white", (0.3 * rng.normal(0, 1, 8 * r)).clip(-1, 1).astype(np.float32), "noise", "tel"),
             ("noise_pink", 0.5 * pink(rng, 8 * r), "noise", "tel"),
-            ("noise_hum", (0.2 * np.sin(2 * np.pi * 50 * np.arange(8 * r) / r)
-                           + 0.02 * rng.normal(0, 1, 8 * r)).astype(np.float32), "noise", "tel"),
-            ("tone_dial", (0.3 * np.sin(2 * np.pi * 425 * np.arange(6 * r) / r)
-                           * (np.arange(6 * r) % r < 0.4 * r)).astype(np.float32), "tone", "tel"),
+            (
+                "noise_hum",
+                (0.2 * np.sin(2 * np.pi * 50 * np.arange(8 * r) / r) + 0.02 * rng.normal(0, 1, 8 * r)).astype(
+                    np.float32
+                ),
+                "noise",
+                "tel",
+            ),
+            (
+                "tone_dial",
+                (0.3 * np.sin(2 * np.pi * 425 * np.arange(6 * r) / r) * (np.arange(6 * r) % r < 0.4 * r)).astype(
+                    np.float32
+                ),
+                "tone",
+                "tel",
+            ),
         ]
         for stem, audio, kind, fmt in others:
             name = write(audio, r, fmt, stem, tmp)
-            labels.append({"file": name, "intelligible": False, "kind": kind, "text": "", "language": None,
-                           "format": fmt})
+            labels.append(
+                {"file": name, "intelligible": False, "kind": kind, "text": "", "language": None, "format": fmt}
+            )
     (HERE / "labels.json").write_text(json.dumps(labels, indent=1, ensure_ascii=False) + "\n")
     total = sum((HERE / str(x["file"])).stat().st_size for x in labels)
     print(f"{len(labels)} clips, {total / 1e6:.2f} MB")

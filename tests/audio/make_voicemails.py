@@ -86,205 +86,508 @@ OUT = Path(os.environ.get("VOICEMAILS_OUT") or HERE / "voicemails")  # another f
 RATE = 8000
 SEED = 20261123
 
-CZECH_VOICES = ["festival:czech_dita", "espeak:cs", "festival:czech_machac", "espeak:cs+f2",
-                "festival:czech_krb", "espeak:cs+m3", "festival:czech_ph", "espeak:cs+f4"]
-ENGLISH_VOICES = ["festival:kal_diphone", "festival:cmu_us_slt_arctic_hts", "espeak:en-us", "espeak:en-gb+f3",
-                  "espeak:en-gb-x-rp+m3"]
+CZECH_VOICES = [
+    "festival:czech_dita",
+    "espeak:cs",
+    "festival:czech_machac",
+    "espeak:cs+f2",
+    "festival:czech_krb",
+    "espeak:cs+m3",
+    "festival:czech_ph",
+    "espeak:cs+f4",
+]
+ENGLISH_VOICES = [
+    "festival:kal_diphone",
+    "festival:cmu_us_slt_arctic_hts",
+    "espeak:en-us",
+    "espeak:en-gb+f3",
+    "espeak:en-gb-x-rp+m3",
+]
 # Voices of the messages added later (CZECH_MORE, ENGLISH_MORE): their own lists, so the first
 # messages keep their voices and channels (and their clips stay byte-identical).
-CZECH_MORE_VOICES = ["festival:czech_dita", "espeak:cs+m1", "festival:czech_machac", "espeak:cs+f3",
-                     "festival:czech_krb", "espeak:cs+m5", "festival:czech_ph", "espeak:cs+f1"]
-ENGLISH_MORE_VOICES = ["festival:kal_diphone", "espeak:en-us+m3", "festival:cmu_us_slt_arctic_hts",
-                       "espeak:en-gb-scotland+f2", "festival:ked_diphone", "espeak:en-029+m2", "espeak:en-us+f4",
-                       "espeak:en-gb+m4"]
+CZECH_MORE_VOICES = [
+    "festival:czech_dita",
+    "espeak:cs+m1",
+    "festival:czech_machac",
+    "espeak:cs+f3",
+    "festival:czech_krb",
+    "espeak:cs+m5",
+    "festival:czech_ph",
+    "espeak:cs+f1",
+]
+ENGLISH_MORE_VOICES = [
+    "festival:kal_diphone",
+    "espeak:en-us+m3",
+    "festival:cmu_us_slt_arctic_hts",
+    "espeak:en-gb-scotland+f2",
+    "festival:ked_diphone",
+    "espeak:en-029+m2",
+    "espeak:en-us+f4",
+    "espeak:en-gb+m4",
+]
 # Each message on two channels; the pair rotates.
 CHANNEL_PAIRS = [("ulaw8k", "mp3_8k"), ("mp3_8k", "noisy_mp3_8k"), ("ulaw8k", "noisy_mp3_8k")]
 MP3_MODES = [("cbr", 24), ("cbr", 16), ("cbr", 32), ("abr", 16)]
 
 # (key, text, callback in E.164 or None)
 CZECH: list[tuple[str, str, str | None]] = [
-    ("objednani", "Dobrý den, tady Jana Nováková. Chtěla bych se objednat k panu doktorovi na preventivní "
-     "prohlídku, nejlépe příští týden dopoledne. Zavolejte mi prosím zpět na číslo sedm sedm sedm, jedna dva "
-     "tři, čtyři pět šest. Děkuji.", "+420777123456"),
-    ("recept", "Haló, u telefonu Petr Dvořák. Potřeboval bych předepsat recept na léky na tlak, už mi "
-     "docházejí a v pátek odjíždím. Moje číslo je šest nula dva, tři tři čtyři, pět pět osm.", "+420602334558"),
-    ("vysledky", "Dobrý den, tady Marie Svobodová. Volám kvůli výsledkům krve z minulého týdne, paní doktorka "
-     "říkala, že mi zavoláte. Můžete mi prosím zavolat na sedm set dvacet čtyři, sto dvacet tři, čtyři sta "
-     "padesát šest?", "+420724123456"),
-    ("neschopenka", "Dobrý den, jmenuji se Tomáš Černý. Potřebuji prodloužit neschopenku, pořád mám teploty "
-     "a kašel. Zavolejte mi prosím na šest set tři, dvacet jedna, třicet čtyři, padesát šest.", "+420603213456"),
-    ("horecka", "Dobrý den, tady Lucie Procházková. Moje dcera má od včerejška horečku přes třicet devět "
-     "stupňů a nechce pít. Můžeme dnes přijít? Volejte prosím na sedm tři jedna, nula nula dva, devět devět "
-     "osm.", "+420731002998"),
-    ("bolest", "Haló, tady Jiří Kučera. Mám hrozné bolesti zad, nemůžu se ani pohnout. Prosím, zavolejte mi co "
-     "nejdříve zpátky na číslo plus čtyři sta dvacet, šest nula čtyři, pět pět pět, jedna dva jedna.",
-     "+420604555121"),
-    ("ockovani", "Dobrý den, tady Eva Veselá. Chtěla bych se zeptat, jestli už máte vakcínu proti chřipce "
-     "a kdy se můžu přijít nechat očkovat. Zkusím zavolat zítra ráno. Děkuji a na shledanou.", None),
-    ("zruseni", "Dobrý den, tady Karel Horák. Musím bohužel zrušit svůj termín na čtvrtek v deset hodin, "
-     "jsem pracovně mimo Prahu. Ozvěte se mi prosím na sedm sedm šest, osm osm osm, nula nula jedna.",
-     "+420776888001"),
-    ("prelozeni", "Dobrý den, tady Hana Marková. Potřebovala bych přeložit kontrolu z pondělí na jiný den, "
-     "nejlépe odpoledne. Moje číslo je sedm dvacet, pět šest sedm, osm devět nula.", "+420720567890"),
-    ("zpet", "Dobrý den, tady Pavel Pokorný, volal jsem už ráno. Zavolejte mi prosím zpět, je to naléhavé. "
-     "Číslo je šest nula osm, jedna jedna jedna, dva dva dva.", "+420608111222"),
-    ("alergie", "Dobrý den, tady Alena Benešová. Mám silnou alergickou reakci, otekly mi oči a svědí mě celé "
-     "tělo. Co mám dělat? Zavolejte mi na sedm set sedmdesát sedm, čtyři sta dvacet, tři sta třicet tři.",
-     "+420777420333"),
-    ("tlak", "Haló, dobrý den, u telefonu Josef Fiala. Naměřil jsem si doma vysoký tlak, sto osmdesát na sto "
-     "deset. Mám přijít? Moje číslo je šest set šest, sto jedenáct, dvě stě dvacet dva.", "+420606111222"),
-    ("kontrola", "Dobrý den, tady Zuzana Jelínková. Chtěla bych se objednat na kontrolu po operaci kolena, "
-     "pan doktor říkal za šest týdnů. Děkuji, zavolám ještě odpoledne.", None),
-    ("vyrazka", "Dobrý den, tady Martin Růžička. Syn má vyrážku po celém těle a bolí ho v krku. Zavolejte mi "
-     "prosím na sedm devět nula, šest šest šest, čtyři čtyři čtyři.", "+420790666444"),
-    ("lekarna", "Dobrý den, tady Věra Králová. V lékárně mi řekli, že recept není v systému. Můžete to "
-     "prosím zkontrolovat? Moje číslo je sedm tři devět, dva nula jedna, tři nula dva.", "+420739201302"),
-    ("odber", "Dobrý den, tady Ondřej Beneš. Chtěl bych se objednat na odběr krve, mám přijít nalačno? "
-     "Volejte mi na šest nula pět, devět osm sedm, šest pět čtyři. Opakuji, šest nula pět, devět osm sedm, "
-     "šest pět čtyři.", "+420605987654"),
-    ("potvrzeni", "Dobrý den, tady Ivana Dušková. Potřebuji potvrzení pro zaměstnavatele o tom, že jsem byla "
-     "v úterý u lékaře. Děkuji, ozvu se znovu zítra.", None),
-    ("zavrat", "Dobrý den, jmenuji se Miroslav Kolář. Od rána se mi točí hlava a je mi špatně. Zavolejte mi "
-     "prosím zpět na číslo sedm sedm nula, nula nula nula, jedna dva tři.", "+420770000123"),
-    ("praha", "Dobrý den, tady Kateřina Urbanová. Prosím o zavolání na pevnou linku do práce, dva dva jedna, "
-     "čtyři pět šest, sedm osm devět. Jde o výsledky z ultrazvuku.", "+420221456789"),
-    ("brno", "Dobrý den, tady Stanislav Novotný. Volám ohledně objednání na sono břicha. Zavolejte mi na "
-     "pět čtyři dva, jedna dva tři, čtyři pět šest, je to brněnské číslo.", "+420542123456"),
-    ("kasel", "Dobrý den, tady Renata Šimková. Už týden mám kašel a rýmu. Potřebovala bych neschopenku a "
-     "nějaké léky. Zavolejte mi prosím na sedm dvacet pět, třicet šest, čtyřicet sedm, padesát osm.",
-     "+420725364758"),
-    ("navsteva", "Dobrý den, volá Lenka Krejčí kvůli mamince, paní Krejčí. Potřebovala by návštěvu doma, "
-     "nemůže chodit. Číslo je šest set osm, nula devadesát, sto dvacet.", "+420608090120"),
-    ("kratka", "Dobrý den, tady Roman Štěpánek. Zavolejte mi prosím zpátky, číslo máte v kartě. Děkuji, "
-     "na shledanou.", None),
-    ("cukrovka", "Dobrý den, tady Jaroslava Pospíšilová. Došly mi proužky na měření cukru, potřebuji nový "
-     "recept. Moje číslo je sedm sedm sedm, devět devět devět, nula jedna dva.", "+420777999012"),
-    ("tehotenstvi", "Dobrý den, tady Barbora Hájková. Jsem těhotná a potřebuji se objednat na první "
-     "vyšetření. Zavolejte mi na plus čtyři dva nula, sedm tři čtyři, tři dva jedna, nula nula devět.",
-     "+420734321009"),
-    ("sestra", "Dobrý den, tady Daniel Vávra. Chtěl bych mluvit se sestrou ohledně převazu rány po operaci. "
-     "Zkuste mě prosím zastihnout odpoledne. Na shledanou.", None),
-    ("zvraceni", "Haló, dobrý den, tady Petra Kolářová. Malý od noci zvrací a má průjem, je mu teprve dva roky. "
-     "Co mám dělat? Zavolejte mi na sedm set devadesát tři, nula sedm, šedesát pět, nula nula.",
-     "+420793076500"),
-    ("cesta", "Dobrý den, tady Filip Moravec. Za měsíc jedu do Asie a potřeboval bych očkování proti "
-     "žloutence a tyfu. Moje číslo je sedm set třicet dva, jedenáct, dvacet dva, třicet tři.", "+420732112233"),
-    ("hrudnik", "Dobrý den, tady Zdeněk Marek. Od rána mě tlačí na hrudi a špatně se mi dýchá. Zavolejte mi "
-     "prosím hned, šest nula sedm, dva dva tři, tři čtyři čtyři.", "+420607223344"),
+    (
+        "objednani",
+        "Dobrý den, tady Jana Nováková. Chtěla bych se objednat k panu doktorovi na preventivní "
+        "prohlídku, nejlépe příští týden dopoledne. Zavolejte mi prosím zpět na číslo sedm sedm sedm, jedna dva "
+        "tři, čtyři pět šest. Děkuji.",
+        "+420777123456",
+    ),
+    (
+        "recept",
+        "Haló, u telefonu Petr Dvořák. Potřeboval bych předepsat recept na léky na tlak, už mi "
+        "docházejí a v pátek odjíždím. Moje číslo je šest nula dva, tři tři čtyři, pět pět osm.",
+        "+420602334558",
+    ),
+    (
+        "vysledky",
+        "Dobrý den, tady Marie Svobodová. Volám kvůli výsledkům krve z minulého týdne, paní doktorka "
+        "říkala, že mi zavoláte. Můžete mi prosím zavolat na sedm set dvacet čtyři, sto dvacet tři, čtyři sta "
+        "padesát šest?",
+        "+420724123456",
+    ),
+    (
+        "neschopenka",
+        "Dobrý den, jmenuji se Tomáš Černý. Potřebuji prodloužit neschopenku, pořád mám teploty "
+        "a kašel. Zavolejte mi prosím na šest set tři, dvacet jedna, třicet čtyři, padesát šest.",
+        "+420603213456",
+    ),
+    (
+        "horecka",
+        "Dobrý den, tady Lucie Procházková. Moje dcera má od včerejška horečku přes třicet devět "
+        "stupňů a nechce pít. Můžeme dnes přijít? Volejte prosím na sedm tři jedna, nula nula dva, devět devět "
+        "osm.",
+        "+420731002998",
+    ),
+    (
+        "bolest",
+        "Haló, tady Jiří Kučera. Mám hrozné bolesti zad, nemůžu se ani pohnout. Prosím, zavolejte mi co "
+        "nejdříve zpátky na číslo plus čtyři sta dvacet, šest nula čtyři, pět pět pět, jedna dva jedna.",
+        "+420604555121",
+    ),
+    (
+        "ockovani",
+        "Dobrý den, tady Eva Veselá. Chtěla bych se zeptat, jestli už máte vakcínu proti chřipce "
+        "a kdy se můžu přijít nechat očkovat. Zkusím zavolat zítra ráno. Děkuji a na shledanou.",
+        None,
+    ),
+    (
+        "zruseni",
+        "Dobrý den, tady Karel Horák. Musím bohužel zrušit svůj termín na čtvrtek v deset hodin, "
+        "jsem pracovně mimo Prahu. Ozvěte se mi prosím na sedm sedm šest, osm osm osm, nula nula jedna.",
+        "+420776888001",
+    ),
+    (
+        "prelozeni",
+        "Dobrý den, tady Hana Marková. Potřebovala bych přeložit kontrolu z pondělí na jiný den, "
+        "nejlépe odpoledne. Moje číslo je sedm dvacet, pět šest sedm, osm devět nula.",
+        "+420720567890",
+    ),
+    (
+        "zpet",
+        "Dobrý den, tady Pavel Pokorný, volal jsem už ráno. Zavolejte mi prosím zpět, je to naléhavé. "
+        "Číslo je šest nula osm, jedna jedna jedna, dva dva dva.",
+        "+420608111222",
+    ),
+    (
+        "alergie",
+        "Dobrý den, tady Alena Benešová. Mám silnou alergickou reakci, otekly mi oči a svědí mě celé "
+        "tělo. Co mám dělat? Zavolejte mi na sedm set sedmdesát sedm, čtyři sta dvacet, tři sta třicet tři.",
+        "+420777420333",
+    ),
+    (
+        "tlak",
+        "Haló, dobrý den, u telefonu Josef Fiala. Naměřil jsem si doma vysoký tlak, sto osmdesát na sto "
+        "deset. Mám přijít? Moje číslo je šest set šest, sto jedenáct, dvě stě dvacet dva.",
+        "+420606111222",
+    ),
+    (
+        "kontrola",
+        "Dobrý den, tady Zuzana Jelínková. Chtěla bych se objednat na kontrolu po operaci kolena, "
+        "pan doktor říkal za šest týdnů. Děkuji, zavolám ještě odpoledne.",
+        None,
+    ),
+    (
+        "vyrazka",
+        "Dobrý den, tady Martin Růžička. Syn má vyrážku po celém těle a bolí ho v krku. Zavolejte mi "
+        "prosím na sedm devět nula, šest šest šest, čtyři čtyři čtyři.",
+        "+420790666444",
+    ),
+    (
+        "lekarna",
+        "Dobrý den, tady Věra Králová. V lékárně mi řekli, že recept není v systému. Můžete to "
+        "prosím zkontrolovat? Moje číslo je sedm tři devět, dva nula jedna, tři nula dva.",
+        "+420739201302",
+    ),
+    (
+        "odber",
+        "Dobrý den, tady Ondřej Beneš. Chtěl bych se objednat na odběr krve, mám přijít nalačno? "
+        "Volejte mi na šest nula pět, devět osm sedm, šest pět čtyři. Opakuji, šest nula pět, devět osm sedm, "
+        "šest pět čtyři.",
+        "+420605987654",
+    ),
+    (
+        "potvrzeni",
+        "Dobrý den, tady Ivana Dušková. Potřebuji potvrzení pro zaměstnavatele o tom, že jsem byla "
+        "v úterý u lékaře. Děkuji, ozvu se znovu zítra.",
+        None,
+    ),
+    (
+        "zavrat",
+        "Dobrý den, jmenuji se Miroslav Kolář. Od rána se mi točí hlava a je mi špatně. Zavolejte mi "
+        "prosím zpět na číslo sedm sedm nula, nula nula nula, jedna dva tři.",
+        "+420770000123",
+    ),
+    (
+        "praha",
+        "Dobrý den, tady Kateřina Urbanová. Prosím o zavolání na pevnou linku do práce, dva dva jedna, "
+        "čtyři pět šest, sedm osm devět. Jde o výsledky z ultrazvuku.",
+        "+420221456789",
+    ),
+    (
+        "brno",
+        "Dobrý den, tady Stanislav Novotný. Volám ohledně objednání na sono břicha. Zavolejte mi na "
+        "pět čtyři dva, jedna dva tři, čtyři pět šest, je to brněnské číslo.",
+        "+420542123456",
+    ),
+    (
+        "kasel",
+        "Dobrý den, tady Renata Šimková. Už týden mám kašel a rýmu. Potřebovala bych neschopenku a "
+        "nějaké léky. Zavolejte mi prosím na sedm dvacet pět, třicet šest, čtyřicet sedm, padesát osm.",
+        "+420725364758",
+    ),
+    (
+        "navsteva",
+        "Dobrý den, volá Lenka Krejčí kvůli mamince, paní Krejčí. Potřebovala by návštěvu doma, "
+        "nemůže chodit. Číslo je šest set osm, nula devadesát, sto dvacet.",
+        "+420608090120",
+    ),
+    (
+        "kratka",
+        "Dobrý den, tady Roman Štěpánek. Zavolejte mi prosím zpátky, číslo máte v kartě. Děkuji, na shledanou.",
+        None,
+    ),
+    (
+        "cukrovka",
+        "Dobrý den, tady Jaroslava Pospíšilová. Došly mi proužky na měření cukru, potřebuji nový "
+        "recept. Moje číslo je sedm sedm sedm, devět devět devět, nula jedna dva.",
+        "+420777999012",
+    ),
+    (
+        "tehotenstvi",
+        "Dobrý den, tady Barbora Hájková. Jsem těhotná a potřebuji se objednat na první "
+        "vyšetření. Zavolejte mi na plus čtyři dva nula, sedm tři čtyři, tři dva jedna, nula nula devět.",
+        "+420734321009",
+    ),
+    (
+        "sestra",
+        "Dobrý den, tady Daniel Vávra. Chtěl bych mluvit se sestrou ohledně převazu rány po operaci. "
+        "Zkuste mě prosím zastihnout odpoledne. Na shledanou.",
+        None,
+    ),
+    (
+        "zvraceni",
+        "Haló, dobrý den, tady Petra Kolářová. Malý od noci zvrací a má průjem, je mu teprve dva roky. "
+        "Co mám dělat? Zavolejte mi na sedm set devadesát tři, nula sedm, šedesát pět, nula nula.",
+        "+420793076500",
+    ),
+    (
+        "cesta",
+        "Dobrý den, tady Filip Moravec. Za měsíc jedu do Asie a potřeboval bych očkování proti "
+        "žloutence a tyfu. Moje číslo je sedm set třicet dva, jedenáct, dvacet dva, třicet tři.",
+        "+420732112233",
+    ),
+    (
+        "hrudnik",
+        "Dobrý den, tady Zdeněk Marek. Od rána mě tlačí na hrudi a špatně se mi dýchá. Zavolejte mi "
+        "prosím hned, šest nula sedm, dva dva tři, tři čtyři čtyři.",
+        "+420607223344",
+    ),
 ]
 
 ENGLISH: list[tuple[str, str, str | None]] = [
-    ("appointment", "Hello, this is Sarah Thompson. I would like to book an appointment with the doctor next "
-     "week, ideally in the morning. Please call me back on six zero two, one two three, four five six.",
-     "+420602123456"),
-    ("prescription", "Hi, this is Michael Green. I need a new prescription for my asthma inhaler, I am "
-     "almost out. My number is seven seven seven, two three four, five six seven.", "+420777234567"),
-    ("results", "Good morning, my name is Emily Clark. I'm calling about my blood test results from last "
-     "week. You can reach me on seven two oh, one one one, two two two.", "+420720111222"),
-    ("sicknote", "Hello, this is James Wilson. I need a sick note for my employer, I've had the flu since "
-     "Monday. Please call me on six zero four, nine eight seven, six five four.", "+420604987654"),
-    ("fever", "Hi, this is Laura Bennett. My son has a high fever and a rash. Can we come in today? Call me "
-     "back on plus four two zero, seven three one, five five five, zero one two.", "+420731555012"),
-    ("cancel", "Hello, this is David Harris. I have to cancel my appointment on Thursday morning, something "
-     "came up at work. Thank you, goodbye.", None),
-    ("toothache", "Hi, this is Olivia Turner. I have a terrible toothache and my face is swollen. Please call "
-     "me as soon as possible on seven double seven, nine zero nine, eight one five.", "+420777909815"),
-    ("vaccine", "Good afternoon, this is Peter Walsh. I would like to ask whether the flu vaccine is "
-     "available yet for my wife and me. I'll call again tomorrow.", None),
-    ("reschedule", "Hello, this is Anna Roberts. Could I move my check up to a later date? My number is "
-     "seven seven zero, one two three, nine nine nine.", "+420770123999"),
-    ("callback", "Hi, it's Mark Evans. Please call me back, it's urgent, it's about my father. Seven two four, "
-     "six six six, eight eight eight.", "+420724666888"),
-    ("insurance", "Hello, this is Grace Miller. I need a confirmation of my visit for the insurance company. "
-     "I can pick it up on Friday. Thank you very much.", None),
-    ("dizzy", "Hello, this is Thomas Baker. I've been feeling dizzy since this morning and I fainted once. "
-     "Please call me on six zero three, two four six, eight zero two.", "+420603246802"),
-    ("hotel", "Good evening, this is Robert Hughes. I'm staying at a hotel in Prague and I have a bad ear "
-     "infection. The hotel number is two two four, one four two, eight eight eight, room twelve.",
-     "+420224142888"),
+    (
+        "appointment",
+        "Hello, this is Sarah Thompson. I would like to book an appointment with the doctor next "
+        "week, ideally in the morning. Please call me back on six zero two, one two three, four five six.",
+        "+420602123456",
+    ),
+    (
+        "prescription",
+        "Hi, this is Michael Green. I need a new prescription for my asthma inhaler, I am "
+        "almost out. My number is seven seven seven, two three four, five six seven.",
+        "+420777234567",
+    ),
+    (
+        "results",
+        "Good morning, my name is Emily Clark. I'm calling about my blood test results from last "
+        "week. You can reach me on seven two oh, one one one, two two two.",
+        "+420720111222",
+    ),
+    (
+        "sicknote",
+        "Hello, this is James Wilson. I need a sick note for my employer, I've had the flu since "
+        "Monday. Please call me on six zero four, nine eight seven, six five four.",
+        "+420604987654",
+    ),
+    (
+        "fever",
+        "Hi, this is Laura Bennett. My son has a high fever and a rash. Can we come in today? Call me "
+        "back on plus four two zero, seven three one, five five five, zero one two.",
+        "+420731555012",
+    ),
+    (
+        "cancel",
+        "Hello, this is David Harris. I have to cancel my appointment on Thursday morning, something "
+        "came up at work. Thank you, goodbye.",
+        None,
+    ),
+    (
+        "toothache",
+        "Hi, this is Olivia Turner. I have a terrible toothache and my face is swollen. Please call "
+        "me as soon as possible on seven double seven, nine zero nine, eight one five.",
+        "+420777909815",
+    ),
+    (
+        "vaccine",
+        "Good afternoon, this is Peter Walsh. I would like to ask whether the flu vaccine is "
+        "available yet for my wife and me. I'll call again tomorrow.",
+        None,
+    ),
+    (
+        "reschedule",
+        "Hello, this is Anna Roberts. Could I move my check up to a later date? My number is "
+        "seven seven zero, one two three, nine nine nine.",
+        "+420770123999",
+    ),
+    (
+        "callback",
+        "Hi, it's Mark Evans. Please call me back, it's urgent, it's about my father. Seven two four, "
+        "six six six, eight eight eight.",
+        "+420724666888",
+    ),
+    (
+        "insurance",
+        "Hello, this is Grace Miller. I need a confirmation of my visit for the insurance company. "
+        "I can pick it up on Friday. Thank you very much.",
+        None,
+    ),
+    (
+        "dizzy",
+        "Hello, this is Thomas Baker. I've been feeling dizzy since this morning and I fainted once. "
+        "Please call me on six zero three, two four six, eight zero two.",
+        "+420603246802",
+    ),
+    (
+        "hotel",
+        "Good evening, this is Robert Hughes. I'm staying at a hotel in Prague and I have a bad ear "
+        "infection. The hotel number is two two four, one four two, eight eight eight, room twelve.",
+        "+420224142888",
+    ),
 ]
 
 # Messages added later, rendered after the ones above with their own voice lists.
 CZECH_MORE: list[tuple[str, str, str | None]] = [
-    ("euthyrox", "Dobrý den, tady Jitka Pokorná. Prosím o recept na Euthyrox, dávka sto mikrogramů, jako "
-     "minule. Kdyby něco, volejte na šest set dva, nula dvanáct, tři sta čtyřicet pět.", "+420602012345"),
-    ("ockovani_syn", "Dobrý den, tady Tereza Malá. Chtěla bych objednat syna na očkování, je mu patnáct "
-     "měsíců. Hodí se nám úterý nebo čtvrtek ráno. Číslo je sedm set třicet osm, šedesát pět, čtyřicet, "
-     "dvacet jedna.", "+420738654021"),
-    ("ortopedie", "Dobrý den, u telefonu Vladimír Havel. Potřeboval bych žádanku na ortopedii, bolí mě "
-     "rameno. Zavolejte mi prosím na sedm sedm čtyři, nula osm osm, dva jedna šest. Opakuji, sedm sedm "
-     "čtyři, nula osm osm, dva jedna šest.", "+420774088216"),
-    ("prevazy", "Dobrý den, tady Marta Vlčková. Tatínek je po mrtvici, leží a potřeboval by návštěvu doma "
-     "kvůli převazům. Ozvu se znovu zítra dopoledne, děkuji.", None),
-    ("vzorek", "Dobrý den, tady Radek Kopecký. Byl jsem v pondělí v osm ráno na odběrech a laboratoř prý "
-     "ztratila vzorek. Mám přijít znovu? Moje číslo je šest nula čtyři, sedmdesát, osmdesát osm, "
-     "devadesát.", "+420604708890"),
-    ("pojistovna", "Dobrý den, jmenuji se Ivana Sedláčková a volám z pojišťovny. Potřebujeme doplnit výpis ze "
-     "zdravotní dokumentace jednoho pacienta. Zavolejte prosím na pevnou linku pět čtyři tři, dvě stě "
-     "jedenáct, čtyři sta.", "+420543211400"),
-    ("tlak_odber", "Dobrý den, tady Božena Šťastná. Naměřila jsem si tlak sto šedesát na devadesát pět a "
-     "trochu mě bolí hlava. Přijdu zítra v sedm třicet na odběr, tak se na to prosím podívejte. "
-     "Na shledanou.", None),
-    ("tabor", "Dobrý den, tady Lukáš Zeman. Dcera potřebuje potvrzení o zdravotní způsobilosti na letní "
-     "tábor. Zavolejte mi na plus čtyři sta dvacet, sedm dva dva, nula nula pět, jedna osm sedm.",
-     "+420722005187"),
-    ("zruseni_devet", "Dobrý den, tady Dana Holubová. Ruším zítřejší termín v devět, už je mi lépe. Děkuji a "
-     "omlouvám se.", None),
-    ("kolonoskopie", "Dobrý den, tady Michal Kovář. Volám kvůli výsledkům z kolonoskopie. Jsem k zastižení v "
-     "práci na čísle dvě stě devadesát šest, sto osmdesát, nula nula sedm.", "+420296180007"),
+    (
+        "euthyrox",
+        "Dobrý den, tady Jitka Pokorná. Prosím o recept na Euthyrox, dávka sto mikrogramů, jako "
+        "minule. Kdyby něco, volejte na šest set dva, nula dvanáct, tři sta čtyřicet pět.",
+        "+420602012345",
+    ),
+    (
+        "ockovani_syn",
+        "Dobrý den, tady Tereza Malá. Chtěla bych objednat syna na očkování, je mu patnáct "
+        "měsíců. Hodí se nám úterý nebo čtvrtek ráno. Číslo je sedm set třicet osm, šedesát pět, čtyřicet, "
+        "dvacet jedna.",
+        "+420738654021",
+    ),
+    (
+        "ortopedie",
+        "Dobrý den, u telefonu Vladimír Havel. Potřeboval bych žádanku na ortopedii, bolí mě "
+        "rameno. Zavolejte mi prosím na sedm sedm čtyři, nula osm osm, dva jedna šest. Opakuji, sedm sedm "
+        "čtyři, nula osm osm, dva jedna šest.",
+        "+420774088216",
+    ),
+    (
+        "prevazy",
+        "Dobrý den, tady Marta Vlčková. Tatínek je po mrtvici, leží a potřeboval by návštěvu doma "
+        "kvůli převazům. Ozvu se znovu zítra dopoledne, děkuji.",
+        None,
+    ),
+    (
+        "vzorek",
+        "Dobrý den, tady Radek Kopecký. Byl jsem v pondělí v osm ráno na odběrech a laboratoř prý "
+        "ztratila vzorek. Mám přijít znovu? Moje číslo je šest nula čtyři, sedmdesát, osmdesát osm, "
+        "devadesát.",
+        "+420604708890",
+    ),
+    (
+        "pojistovna",
+        "Dobrý den, jmenuji se Ivana Sedláčková a volám z pojišťovny. Potřebujeme doplnit výpis ze "
+        "zdravotní dokumentace jednoho pacienta. Zavolejte prosím na pevnou linku pět čtyři tři, dvě stě "
+        "jedenáct, čtyři sta.",
+        "+420543211400",
+    ),
+    (
+        "tlak_odber",
+        "Dobrý den, tady Božena Šťastná. Naměřila jsem si tlak sto šedesát na devadesát pět a "
+        "trochu mě bolí hlava. Přijdu zítra v sedm třicet na odběr, tak se na to prosím podívejte. "
+        "Na shledanou.",
+        None,
+    ),
+    (
+        "tabor",
+        "Dobrý den, tady Lukáš Zeman. Dcera potřebuje potvrzení o zdravotní způsobilosti na letní "
+        "tábor. Zavolejte mi na plus čtyři sta dvacet, sedm dva dva, nula nula pět, jedna osm sedm.",
+        "+420722005187",
+    ),
+    (
+        "zruseni_devet",
+        "Dobrý den, tady Dana Holubová. Ruším zítřejší termín v devět, už je mi lépe. Děkuji a omlouvám se.",
+        None,
+    ),
+    (
+        "kolonoskopie",
+        "Dobrý den, tady Michal Kovář. Volám kvůli výsledkům z kolonoskopie. Jsem k zastižení v "
+        "práci na čísle dvě stě devadesát šest, sto osmdesát, nula nula sedm.",
+        "+420296180007",
+    ),
 ]
 
 ENGLISH_MORE: list[tuple[str, str, str | None]] = [
-    ("thyroid", "Hello, this is Hannah Fletcher. I'd like to order a repeat prescription for my thyroid "
-     "tablets, the same dose as before. Could you call me on seven three two, four four one, nine zero six? "
-     "I repeat, seven three two, four four one, nine zero six.", "+420732441906"),
-    ("nursery", "Hi, this is Daniel Price, calling for my daughter Ella. She is four and needs her check up "
-     "and a form signed for the nursery. Please ring me back on six zero eight, double two five, three one "
-     "seven.", "+420608225317"),
-    ("pressure", "Good morning, this is Richard Coleman. My blood pressure this morning was one forty over "
-     "ninety, and I have a headache. Should I come in today? My number is seven seven five, three zero "
-     "eight, one two four.", "+420775308124"),
-    ("fall", "Hello, this is Margaret Hill. My husband can't get out of bed after his fall on Sunday and he "
-     "is in a lot of pain. Could the doctor come to the house? You have our address. Thank you.", None),
-    ("fasting", "Hi, this is Kevin Ward. I have a blood test booked for Tuesday at seven thirty, and I wanted "
-     "to check if I should come fasting. Call me on two two two, nine one four, five three eight, that's "
-     "my office.", "+420222914538"),
-    ("mole", "Good afternoon, my name is Sophie Allen. I need a referral to a dermatologist for a mole on my "
-     "back that has changed. You can reach me on plus four two zero, six zero five, eight eight three, two "
-     "one nine.", "+420605883219"),
-    ("booster", "Hello, this is Chris Morgan. Both our kids need their booster vaccinations before school "
-     "starts in September. What days do you vaccinate children? I'll try again tomorrow morning.", None),
-    ("travelclaim", "Hi, this is Natalie Brooks. I need the doctor to fill in a form for my travel insurance "
-     "claim, I was treated in hospital in Spain. Please call me at seven two one, zero six zero, four four "
-     "seven.", "+420721060447"),
-    ("ecode", "Hello, this is George Palmer. The pharmacy says my electronic prescription code doesn't work. "
-     "Could you send it again by text message to seven seven oh, five five two, eight one three? Thanks.",
-     "+420770552813"),
-    ("better", "Hi, it's Jessica Reed. I need to cancel my son's appointment tomorrow at nine, he's feeling "
-     "better now. Sorry for the short notice. Bye.", None),
-    ("employer", "Hello, my name is Andrew Fox. I'm calling from work about a sick note, my employer needs it "
-     "by Friday. The number here is five four one, two one two, three four five, extension twenty.",
-     "+420541212345"),
-    ("cholesterol", "Good morning, Rachel Young here. Just calling for my cholesterol results. My number is "
-     "seven three seven, twenty one, forty three, fifty.", "+420737214350"),
-    ("onfile", "Hi, Paul Simmons here, a patient of Doctor Novak. Please call me back when you have a moment, "
-     "you have my number on file. Thanks.", None),
-    ("monday", "Hello, this is Victoria Shaw. Is there any chance of an early appointment on Monday? I start "
-     "work at nine. Call me on six oh three, double four seven, double oh nine.", "+420603447009"),
-    ("ecg", "Hi, this is Ben Carter. I was told to come to room eleven for my heart test but nobody was there. "
-     "Can I book again? Call me on seven nine three, one two eight, six four zero.", "+420793128640"),
-    ("letter", "Hello, this is Amy Collins. My appointment letter says the twelfth of March at ten fifteen, "
-     "but I'm away that week. Could we move it? My mobile is seven two eight, three zero zero, one five "
-     "six.", "+420728300156"),
-    ("kenya", "Good morning, my name is Lucy Barnes. I'm travelling to Kenya in six weeks and I need advice "
-     "about vaccinations and malaria tablets. I'll call back this afternoon, thank you.", None),
-    ("hearing", "Hello, this is Edward Lane, I'm eighty two. My hearing aid form needs renewing. My home "
-     "number is plus four two zero, two five seven, three one zero, four eight eight.", "+420257310488"),
-    ("sleep", "Hi, this is Megan Ross. I haven't been sleeping well for a few weeks and I'd like to talk to "
-     "the doctor about it. Nothing urgent, I'll book online if I can.", None),
-    ("baby", "Hello, this is Oliver Grant. My baby is three months old and has been coughing all night. Please "
-     "call me urgently, six zero seven, five one nine, two eight three. Again, six zero seven, five one "
-     "nine, two eight three.", "+420607519283"),
+    (
+        "thyroid",
+        "Hello, this is Hannah Fletcher. I'd like to order a repeat prescription for my thyroid "
+        "tablets, the same dose as before. Could you call me on seven three two, four four one, nine zero six? "
+        "I repeat, seven three two, four four one, nine zero six.",
+        "+420732441906",
+    ),
+    (
+        "nursery",
+        "Hi, this is Daniel Price, calling for my daughter Ella. She is four and needs her check up "
+        "and a form signed for the nursery. Please ring me back on six zero eight, double two five, three one "
+        "seven.",
+        "+420608225317",
+    ),
+    (
+        "pressure",
+        "Good morning, this is Richard Coleman. My blood pressure this morning was one forty over "
+        "ninety, and I have a headache. Should I come in today? My number is seven seven five, three zero "
+        "eight, one two four.",
+        "+420775308124",
+    ),
+    (
+        "fall",
+        "Hello, this is Margaret Hill. My husband can't get out of bed after his fall on Sunday and he "
+        "is in a lot of pain. Could the doctor come to the house? You have our address. Thank you.",
+        None,
+    ),
+    (
+        "fasting",
+        "Hi, this is Kevin Ward. I have a blood test booked for Tuesday at seven thirty, and I wanted "
+        "to check if I should come fasting. Call me on two two two, nine one four, five three eight, that's "
+        "my office.",
+        "+420222914538",
+    ),
+    (
+        "mole",
+        "Good afternoon, my name is Sophie Allen. I need a referral to a dermatologist for a mole on my "
+        "back that has changed. You can reach me on plus four two zero, six zero five, eight eight three, two "
+        "one nine.",
+        "+420605883219",
+    ),
+    (
+        "booster",
+        "Hello, this is Chris Morgan. Both our kids need their booster vaccinations before school "
+        "starts in September. What days do you vaccinate children? I'll try again tomorrow morning.",
+        None,
+    ),
+    (
+        "travelclaim",
+        "Hi, this is Natalie Brooks. I need the doctor to fill in a form for my travel insurance "
+        "claim, I was treated in hospital in Spain. Please call me at seven two one, zero six zero, four four "
+        "seven.",
+        "+420721060447",
+    ),
+    (
+        "ecode",
+        "Hello, this is George Palmer. The pharmacy says my electronic prescription code doesn't work. "
+        "Could you send it again by text message to seven seven oh, five five two, eight one three? Thanks.",
+        "+420770552813",
+    ),
+    (
+        "better",
+        "Hi, it's Jessica Reed. I need to cancel my son's appointment tomorrow at nine, he's feeling "
+        "better now. Sorry for the short notice. Bye.",
+        None,
+    ),
+    (
+        "employer",
+        "Hello, my name is Andrew Fox. I'm calling from work about a sick note, my employer needs it "
+        "by Friday. The number here is five four one, two one two, three four five, extension twenty.",
+        "+420541212345",
+    ),
+    (
+        "cholesterol",
+        "Good morning, Rachel Young here. Just calling for my cholesterol results. My number is "
+        "seven three seven, twenty one, forty three, fifty.",
+        "+420737214350",
+    ),
+    (
+        "onfile",
+        "Hi, Paul Simmons here, a patient of Doctor Novak. Please call me back when you have a moment, "
+        "you have my number on file. Thanks.",
+        None,
+    ),
+    (
+        "monday",
+        "Hello, this is Victoria Shaw. Is there any chance of an early appointment on Monday? I start "
+        "work at nine. Call me on six oh three, double four seven, double oh nine.",
+        "+420603447009",
+    ),
+    (
+        "ecg",
+        "Hi, this is Ben Carter. I was told to come to room eleven for my heart test but nobody was there. "
+        "Can I book again? Call me on seven nine three, one two eight, six four zero.",
+        "+420793128640",
+    ),
+    (
+        "letter",
+        "Hello, this is Amy Collins. My appointment letter says the twelfth of March at ten fifteen, "
+        "but I'm away that week. Could we move it? My mobile is seven two eight, three zero zero, one five "
+        "six.",
+        "+420728300156",
+    ),
+    (
+        "kenya",
+        "Good morning, my name is Lucy Barnes. I'm travelling to Kenya in six weeks and I need advice "
+        "about vaccinations and malaria tablets. I'll call back this afternoon, thank you.",
+        None,
+    ),
+    (
+        "hearing",
+        "Hello, this is Edward Lane, I'm eighty two. My hearing aid form needs renewing. My home "
+        "number is plus four two zero, two five seven, three one zero, four eight eight.",
+        "+420257310488",
+    ),
+    (
+        "sleep",
+        "Hi, this is Megan Ross. I haven't been sleeping well for a few weeks and I'd like to talk to "
+        "the doctor about it. Nothing urgent, I'll book online if I can.",
+        None,
+    ),
+    (
+        "baby",
+        "Hello, this is Oliver Grant. My baby is three months old and has been coughing all night. Please "
+        "call me urgently, six zero seven, five one nine, two eight three. Again, six zero seven, five one "
+        "nine, two eight three.",
+        "+420607519283",
+    ),
 ]
 
 # What each message asks for and whether it may not wait, as its script means it (the
@@ -296,44 +599,79 @@ ENGLISH_MORE: list[tuple[str, str, str | None]] = [
 # key: (intent, also, urgent)
 INTENTS: dict[str, dict[str, tuple[str, tuple[str, ...], bool]]] = {
     "cs": {
-        "objednani": ("appointment", (), False), "recept": ("prescription", (), False),
-        "vysledky": ("results", (), False), "neschopenka": ("sick_note", (), False),
-        "horecka": ("appointment", ("advice",), True), "bolest": ("advice", ("other",), True),
-        "ockovani": ("appointment", ("advice",), False), "zruseni": ("cancellation", (), False),
-        "prelozeni": ("appointment", (), False), "zpet": ("other", (), True),
-        "alergie": ("advice", ("other",), True), "tlak": ("advice", ("appointment",), True),
-        "kontrola": ("appointment", (), False), "vyrazka": ("advice", ("other",), False),
-        "lekarna": ("prescription", (), False), "odber": ("appointment", ("advice",), False),
-        "potvrzeni": ("sick_note", ("other",), False), "zavrat": ("advice", ("other",), False),
-        "praha": ("results", (), False), "brno": ("appointment", (), False),
-        "kasel": ("sick_note", ("prescription",), False), "navsteva": ("appointment", (), False),
-        "kratka": ("other", (), False), "cukrovka": ("prescription", (), False),
-        "tehotenstvi": ("appointment", (), False), "sestra": ("advice", ("appointment",), False),
-        "zvraceni": ("advice", ("other",), True), "cesta": ("appointment", ("advice",), False),
-        "hrudnik": ("advice", ("other",), True), "euthyrox": ("prescription", (), False),
-        "ockovani_syn": ("appointment", (), False), "ortopedie": ("other", ("appointment",), False),
-        "prevazy": ("appointment", (), False), "vzorek": ("results", ("appointment", "advice"), False),
-        "pojistovna": ("other", (), False), "tlak_odber": ("advice", ("other",), False),
-        "tabor": ("other", (), False), "zruseni_devet": ("cancellation", (), False),
+        "objednani": ("appointment", (), False),
+        "recept": ("prescription", (), False),
+        "vysledky": ("results", (), False),
+        "neschopenka": ("sick_note", (), False),
+        "horecka": ("appointment", ("advice",), True),
+        "bolest": ("advice", ("other",), True),
+        "ockovani": ("appointment", ("advice",), False),
+        "zruseni": ("cancellation", (), False),
+        "prelozeni": ("appointment", (), False),
+        "zpet": ("other", (), True),
+        "alergie": ("advice", ("other",), True),
+        "tlak": ("advice", ("appointment",), True),
+        "kontrola": ("appointment", (), False),
+        "vyrazka": ("advice", ("other",), False),
+        "lekarna": ("prescription", (), False),
+        "odber": ("appointment", ("advice",), False),
+        "potvrzeni": ("sick_note", ("other",), False),
+        "zavrat": ("advice", ("other",), False),
+        "praha": ("results", (), False),
+        "brno": ("appointment", (), False),
+        "kasel": ("sick_note", ("prescription",), False),
+        "navsteva": ("appointment", (), False),
+        "kratka": ("other", (), False),
+        "cukrovka": ("prescription", (), False),
+        "tehotenstvi": ("appointment", (), False),
+        "sestra": ("advice", ("appointment",), False),
+        "zvraceni": ("advice", ("other",), True),
+        "cesta": ("appointment", ("advice",), False),
+        "hrudnik": ("advice", ("other",), True),
+        "euthyrox": ("prescription", (), False),
+        "ockovani_syn": ("appointment", (), False),
+        "ortopedie": ("other", ("appointment",), False),
+        "prevazy": ("appointment", (), False),
+        "vzorek": ("results", ("appointment", "advice"), False),
+        "pojistovna": ("other", (), False),
+        "tlak_odber": ("advice", ("other",), False),
+        "tabor": ("other", (), False),
+        "zruseni_devet": ("cancellation", (), False),
         "kolonoskopie": ("results", (), False),
     },
     "en": {
-        "appointment": ("appointment", (), False), "prescription": ("prescription", (), False),
-        "results": ("results", (), False), "sicknote": ("sick_note", (), False),
-        "fever": ("appointment", ("advice",), True), "cancel": ("cancellation", (), False),
-        "toothache": ("advice", ("other",), True), "vaccine": ("advice", ("appointment",), False),
-        "reschedule": ("appointment", (), False), "callback": ("other", (), True),
-        "insurance": ("other", ("sick_note",), False), "dizzy": ("advice", ("other",), True),
-        "hotel": ("advice", ("appointment", "other"), False), "thyroid": ("prescription", (), False),
-        "nursery": ("appointment", (), False), "pressure": ("advice", ("appointment",), False),
-        "fall": ("appointment", ("advice",), True), "fasting": ("advice", ("appointment",), False),
-        "mole": ("other", ("appointment",), False), "booster": ("appointment", ("advice",), False),
-        "travelclaim": ("other", (), False), "ecode": ("prescription", (), False),
-        "better": ("cancellation", (), False), "employer": ("sick_note", (), False),
-        "cholesterol": ("results", (), False), "onfile": ("other", (), False),
-        "monday": ("appointment", (), False), "ecg": ("appointment", (), False),
-        "letter": ("appointment", (), False), "kenya": ("advice", ("appointment",), False),
-        "hearing": ("other", (), False), "sleep": ("appointment", ("advice",), False),
+        "appointment": ("appointment", (), False),
+        "prescription": ("prescription", (), False),
+        "results": ("results", (), False),
+        "sicknote": ("sick_note", (), False),
+        "fever": ("appointment", ("advice",), True),
+        "cancel": ("cancellation", (), False),
+        "toothache": ("advice", ("other",), True),
+        "vaccine": ("advice", ("appointment",), False),
+        "reschedule": ("appointment", (), False),
+        "callback": ("other", (), True),
+        "insurance": ("other", ("sick_note",), False),
+        "dizzy": ("advice", ("other",), True),
+        "hotel": ("advice", ("appointment", "other"), False),
+        "thyroid": ("prescription", (), False),
+        "nursery": ("appointment", (), False),
+        "pressure": ("advice", ("appointment",), False),
+        "fall": ("appointment", ("advice",), True),
+        "fasting": ("advice", ("appointment",), False),
+        "mole": ("other", ("appointment",), False),
+        "booster": ("appointment", ("advice",), False),
+        "travelclaim": ("other", (), False),
+        "ecode": ("prescription", (), False),
+        "better": ("cancellation", (), False),
+        "employer": ("sick_note", (), False),
+        "cholesterol": ("results", (), False),
+        "onfile": ("other", (), False),
+        "monday": ("appointment", (), False),
+        "ecg": ("appointment", (), False),
+        "letter": ("appointment", (), False),
+        "kenya": ("advice", ("appointment",), False),
+        "hearing": ("other", (), False),
+        "sleep": ("appointment", ("advice",), False),
         "baby": ("advice", ("other",), True),
     },
 }
@@ -347,21 +685,71 @@ def intent_labels() -> list[dict[str, Any]]:
         assert set(INTENTS[language]) == {key for key, _, _ in messages}, f"every {language} message has its intent"
         for key, text, _ in messages:
             intent, also, urgent = INTENTS[language][key]
-            out.append({"language": language, "key": key, "text": text, "intent": intent, "also": list(also),
-                        "urgent": urgent})
+            out.append(
+                {"language": language, "key": key, "text": text, "intent": intent, "also": list(also), "urgent": urgent}
+            )
     return out
 
 
 # --- the spoken numbers, read back to check that text and callback label agree --------------------
-_UNITS = {"nula": 0, "jedna": 1, "jeden": 1, "dva": 2, "dvě": 2, "tři": 3, "čtyři": 4, "pět": 5, "šest": 6,
-          "sedm": 7, "osm": 8, "devět": 9, "zero": 0, "oh": 0, "one": 1, "two": 2, "three": 3, "four": 4,
-          "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
-_TEENS = {"deset": 10, "jedenáct": 11, "dvanáct": 12, "třináct": 13, "čtrnáct": 14, "patnáct": 15,
-          "šestnáct": 16, "sedmnáct": 17, "osmnáct": 18, "devatenáct": 19, "ten": 10, "eleven": 11,
-          "twelve": 12}
-_TENS = {"dvacet": 20, "třicet": 30, "čtyřicet": 40, "padesát": 50, "šedesát": 60, "sedmdesát": 70,
-         "osmdesát": 80, "devadesát": 90, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
-         "seventy": 70, "eighty": 80, "ninety": 90}
+_UNITS = {
+    "nula": 0,
+    "jedna": 1,
+    "jeden": 1,
+    "dva": 2,
+    "dvě": 2,
+    "tři": 3,
+    "čtyři": 4,
+    "pět": 5,
+    "šest": 6,
+    "sedm": 7,
+    "osm": 8,
+    "devět": 9,
+    "zero": 0,
+    "oh": 0,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+}
+_TEENS = {
+    "deset": 10,
+    "jedenáct": 11,
+    "dvanáct": 12,
+    "třináct": 13,
+    "čtrnáct": 14,
+    "patnáct": 15,
+    "šestnáct": 16,
+    "sedmnáct": 17,
+    "osmnáct": 18,
+    "devatenáct": 19,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+}
+_TENS = {
+    "dvacet": 20,
+    "třicet": 30,
+    "čtyřicet": 40,
+    "padesát": 50,
+    "šedesát": 60,
+    "sedmdesát": 70,
+    "osmdesát": 80,
+    "devadesát": 90,
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
+}
 _HUNDRED = {"sto", "stě", "sta", "set"}
 _NUMBER_WORDS = set(_UNITS) | set(_TEENS) | set(_TENS) | _HUNDRED | {"plus", "double", ","}
 
@@ -381,7 +769,7 @@ def spoken_digit_runs(text: str) -> list[str]:
             out.append(str(cur))
         cur = None
 
-    tokens = re.findall(r"[\wěščřžýáíéúůťďňó]+|[,.?!]", text.lower()) + ["."]
+    tokens = [*re.findall(r"[\wěščřžýáíéúůťďňó]+|[,.?!]", text.lower()), "."]
     for i, tok in enumerate(tokens):
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
         if tok not in _NUMBER_WORDS:
@@ -406,7 +794,7 @@ def spoken_digit_runs(text: str) -> list[str]:
         elif tok in _UNITS and nxt in _HUNDRED:
             flush()
             cur, room = _UNITS[tok] * 100, 99
-        elif tok in _UNITS and _UNITS[tok] == 0 or double:
+        elif (tok in _UNITS and _UNITS[tok] == 0) or double:
             flush()
             out.append(str(_UNITS[tok]) * (2 if double else 1))
             double = False
@@ -437,7 +825,7 @@ def check_callback(text: str, callback: str | None) -> None:
 
 # --- synthesis ---------------------------------------------------------------------------------
 def voice_tag(voice: str) -> str:
-    """"espeak:cs+f2" -> "cs_f2", for file names."""
+    """ "espeak:cs+f2" -> "cs_f2", for file names."""
     return voice.split(":", 1)[1].replace("+", "_").replace("-", "_")
 
 
@@ -469,7 +857,7 @@ def synthesize(text: str, voice: str, tmp: Path, rate: float = 1.0) -> np.ndarra
     assert got == RATE and audio.size > 0.5 * RATE, (voice, text[:40])
     audio = phone_band(audio)  # first: a voiced stop's low murmur is not heard on a phone line
     loud = np.flatnonzero(np.abs(audio) > 0.003 * np.abs(audio).max())
-    audio = audio[max(0, loud[0] - 16):loud[-1] + 1]
+    audio = audio[max(0, loud[0] - 16) : loud[-1] + 1]
     return audio / np.abs(audio).max()
 
 
@@ -525,8 +913,9 @@ def tone(seconds: float, *freqs: float, level: float = 0.3) -> np.ndarray:
 
 def cadence(seconds: float, pattern: list[tuple[float, float]], level: float = 0.2) -> np.ndarray:
     """The Czech 425 Hz call-progress tone with on/off ``pattern`` (busy: 0.33/0.33)."""
-    cycle = np.concatenate([np.concatenate([tone(on, 425.0, level=level), np.zeros(int(off * RATE), np.float32)])
-                            for on, off in pattern])
+    cycle = np.concatenate(
+        [np.concatenate([tone(on, 425.0, level=level), np.zeros(int(off * RATE), np.float32)]) for on, off in pattern]
+    )
     return np.tile(cycle, int(seconds * RATE) // cycle.size + 1)[: int(seconds * RATE)]
 
 
@@ -535,8 +924,9 @@ def click(rng: np.random.Generator) -> np.ndarray:
     return (rng.uniform(0.25, 0.6) * rng.standard_normal(n) * np.exp(-np.arange(n) / 12)).astype(np.float32)
 
 
-def bursts(rng: np.random.Generator, starts_ends: list[tuple[float, float]], seconds: float, exponent: float,
-           attack: float) -> np.ndarray:
+def bursts(
+    rng: np.random.Generator, starts_ends: list[tuple[float, float]], seconds: float, exponent: float, attack: float
+) -> np.ndarray:
     """Shaped noise bursts (coughs, breaths, key clicks) at the given times, unit peak."""
     out = np.zeros(int(seconds * RATE), np.float32)
     for start, length in starts_ends:
@@ -544,7 +934,7 @@ def bursts(rng: np.random.Generator, starts_ends: list[tuple[float, float]], sec
         t = np.arange(n) / RATE
         env = (1 - np.exp(-t / attack)) * np.exp(-t / (length / 3))
         a = int(start * RATE)
-        out[a:a + n] += (colored_noise(n, rng, exponent) * env)[: out.size - a]
+        out[a : a + n] += (colored_noise(n, rng, exponent) * env)[: out.size - a]
     return out / np.abs(out).max()
 
 
@@ -555,7 +945,7 @@ def mix_equal(sources: list[np.ndarray], rng: np.random.Generator, seconds: floa
     for src in sources:
         src = np.tile(src, n // src.size + 2)
         start = int(rng.integers(0, src.size - n))
-        mix += src[start:start + n] / active_rms(src) * 10 ** (rng.uniform(-2, 2) / 20)
+        mix += src[start : start + n] / active_rms(src) * 10 ** (rng.uniform(-2, 2) / 20)
     return mix / np.abs(mix).max()
 
 
@@ -563,27 +953,43 @@ def noise_beds(rng: np.random.Generator, voices: list[np.ndarray]) -> dict[str, 
     """Background noise at the caller's end, 40 s each, unit RMS."""
     n = 40 * RATE
     t = np.arange(n) / RATE
-    traffic = sum(np.exp(-((t - c) / rng.uniform(1.5, 3.0)) ** 2) for c in rng.uniform(0, 40, 12))
+    traffic = sum(np.exp(-(((t - c) / rng.uniform(1.5, 3.0)) ** 2)) for c in rng.uniform(0, 40, 12))
     street = colored_noise(n, rng, 2.0) * (0.4 + traffic) + 0.3 * colored_noise(n, rng, 1.0)
     keys = [(float(s), float(rng.uniform(0.02, 0.05))) for s in np.sort(rng.uniform(0, 39.5, 90))]
-    office = (colored_noise(n, rng, 1.6) + 0.5 * bursts(rng, keys, 40.0, 0.0, 0.001)
-              + 0.4 * mix_equal(voices, rng, 40.0) / 0.3)
-    beds = {"street": street, "babble": mix_equal(voices, rng, 40.0), "office": office,
-            "pink": colored_noise(n, rng, 1.0)}
+    office = (
+        colored_noise(n, rng, 1.6)
+        + 0.5 * bursts(rng, keys, 40.0, 0.0, 0.001)
+        + 0.4 * mix_equal(voices, rng, 40.0) / 0.3
+    )
+    beds = {
+        "street": street,
+        "babble": mix_equal(voices, rng, 40.0),
+        "office": office,
+        "pink": colored_noise(n, rng, 1.0),
+    }
     return {k: (v / rms(phone_band(v))).astype(np.float32) for k, v in beds.items()}
 
 
 # --- the recording -----------------------------------------------------------------------------
-def voicemail(sound: np.ndarray | None, rng: np.random.Generator, *, beep: bool = True,
-              tail: float | None = None, hang_up: bool | None = None) -> dict[str, Any]:
+def voicemail(
+    sound: np.ndarray | None,
+    rng: np.random.Generator,
+    *,
+    beep: bool = True,
+    tail: float | None = None,
+    hang_up: bool | None = None,
+) -> dict[str, Any]:
     """Line, beep, the caller's sound, line until the hang-up (sometimes a click, then a
     quieter line). Returns the parts needed to render it on a channel."""
     line_db = float(rng.uniform(-66, -54))
     lead = float(rng.uniform(0.3, 0.8))
     head = [np.zeros(int(lead * RATE), np.float32)]
     if beep:
-        head.append(tone(float(rng.uniform(0.3, 0.5)), float(rng.choice([1000.0, 1400.0])),
-                         level=float(rng.uniform(0.15, 0.35))))
+        head.append(
+            tone(
+                float(rng.uniform(0.3, 0.5)), float(rng.choice([1000.0, 1400.0])), level=float(rng.uniform(0.15, 0.35))
+            )
+        )
     head.append(np.zeros(int(rng.uniform(0.05, 0.4) * RATE), np.float32))
     onset = sum(p.size for p in head)
     sound = np.zeros(0, np.float32) if sound is None else sound
@@ -591,17 +997,24 @@ def voicemail(sound: np.ndarray | None, rng: np.random.Generator, *, beep: bool 
     hang_up = bool(rng.random() < 0.4) if hang_up is None else hang_up
     after = float(rng.uniform(0.2, 0.8)) if hang_up else 0.0
     connected = onset + sound.size + int((tail - after) * RATE)
-    audio = np.concatenate(head + [sound, np.zeros(connected - onset - sound.size + int(after * RATE), np.float32)])
+    audio = np.concatenate([*head, sound, np.zeros(connected - onset - sound.size + int(after * RATE), np.float32)])
     audio[:connected] += line_noise(connected, rng, line_db)
     if hang_up:
         audio[connected:] += line_noise(audio.size - connected, rng, line_db - 12)
         c = click(rng)
-        audio[connected:connected + c.size] += c
+        audio[connected : connected + c.size] += c
     return {"audio": audio, "onset": onset, "end": onset + sound.size, "connected": connected}
 
 
-def write(rec: dict[str, Any], channel: str, stem: str, tmp: Path, rng: np.random.Generator,
-          beds: dict[str, np.ndarray], speech_rms: float | None) -> dict[str, Any]:
+def write(
+    rec: dict[str, Any],
+    channel: str,
+    stem: str,
+    tmp: Path,
+    rng: np.random.Generator,
+    beds: dict[str, np.ndarray],
+    speech_rms: float | None,
+) -> dict[str, Any]:
     """Render ``rec`` on ``channel`` as ``stem``.wav/.mp3; label facts measured on the decoded file."""
     audio = rec["audio"].copy()
     facts: dict[str, Any] = {"noise": None, "snr_db": None}
@@ -610,9 +1023,9 @@ def write(rec: dict[str, Any], channel: str, stem: str, tmp: Path, rng: np.rando
         snr = float(rng.uniform(10, 20))
         bed = beds[kind]
         start = int(rng.integers(0, bed.size - audio.size)) if bed.size > audio.size else 0
-        bed = np.tile(bed, audio.size // bed.size + 1)[start:start + rec["connected"]]
+        bed = np.tile(bed, audio.size // bed.size + 1)[start : start + rec["connected"]]
         level = speech_rms if speech_rms is not None else 10 ** (-24 / 20)
-        audio[:rec["connected"]] += bed * level / 10 ** (snr / 20)
+        audio[: rec["connected"]] += bed * level / 10 ** (snr / 20)
         facts = {"noise": kind, "snr_db": round(snr, 1)}
     audio = np.clip(phone_band(audio), -0.99, 0.99)
     part = OUT / f"{stem}.part"
@@ -624,8 +1037,13 @@ def write(rec: dict[str, Any], channel: str, stem: str, tmp: Path, rng: np.rando
         wav = tmp / "enc.wav"
         sf.write(wav, audio, RATE, subtype="PCM_16")
         name = f"{stem}.mp3"
-        rate_args = ["--abr", str(kbps)] if mode == "abr" else ["--cbr", "-b", str(kbps), "-t"] if kbps == 16 \
+        rate_args = (
+            ["--abr", str(kbps)]
+            if mode == "abr"
+            else ["--cbr", "-b", str(kbps), "-t"]
+            if kbps == 16
             else ["--cbr", "-b", str(kbps)]
+        )
         run("lame", "--quiet", "-m", "m", "--resample", "8", *rate_args, str(wav), str(part))
         facts["bitrate"] = f"{mode}{kbps}"
     part.replace(OUT / name)
@@ -651,28 +1069,54 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         # Voices in the background: other people in a waiting room, saying other things.
-        crowd = [synthesize(text, voice, tmp, 0.9) for (_, text, _), voice in
-                 zip(CZECH[-6:], ["espeak:cs+m1", "espeak:cs+f3", "festival:czech_machac", "espeak:cs+m5",
-                                  "festival:czech_dita", "espeak:cs+f1"])]
+        crowd = [
+            synthesize(text, voice, tmp, 0.9)
+            for (_, text, _), voice in zip(
+                CZECH[-6:],
+                [
+                    "espeak:cs+m1",
+                    "espeak:cs+f3",
+                    "festival:czech_machac",
+                    "espeak:cs+m5",
+                    "festival:czech_dita",
+                    "espeak:cs+f1",
+                ],
+            )
+        ]
         beds = noise_beds(seeded("beds"), crowd)
         speech: dict[str, tuple[np.ndarray, str]] = {}
 
-        def add(kind: str, stem: str, rec: dict[str, Any], channel: str, speech_rms: float | None = None,
-                **label: Any) -> None:
+        def add(
+            kind: str, stem: str, rec: dict[str, Any], channel: str, speech_rms: float | None = None, **label: Any
+        ) -> None:
             out = write(rec, channel, stem, tmp, seeded(stem), beds, speech_rms)
             shift = out.pop("shift")
             timed = kind != "empty"
-            labels.append({"file": out.pop("file"), "kind": kind, "message": kind == "speech",
-                           "language": label.get("language"), "text": label.get("text"),
-                           "callback": label.get("callback"), "voice": label.get("voice"), "channel": channel,
-                           "onset": round((rec["onset"] + shift) / RATE, 3) if timed else None,
-                           "duration": out.pop("duration"),
-                           "speech_end": round((rec["end"] + shift) / RATE, 3) if timed else None,
-                           "level_dbfs": label.get("level_dbfs"), "rate": label.get("rate"), **out})
+            labels.append(
+                {
+                    "file": out.pop("file"),
+                    "kind": kind,
+                    "message": kind == "speech",
+                    "language": label.get("language"),
+                    "text": label.get("text"),
+                    "callback": label.get("callback"),
+                    "voice": label.get("voice"),
+                    "channel": channel,
+                    "onset": round((rec["onset"] + shift) / RATE, 3) if timed else None,
+                    "duration": out.pop("duration"),
+                    "speech_end": round((rec["end"] + shift) / RATE, 3) if timed else None,
+                    "level_dbfs": label.get("level_dbfs"),
+                    "rate": label.get("rate"),
+                    **out,
+                }
+            )
 
-        for language, messages, voices in (("cs", CZECH, CZECH_VOICES), ("en", ENGLISH, ENGLISH_VOICES),
-                                           ("cs", CZECH_MORE, CZECH_MORE_VOICES),
-                                           ("en", ENGLISH_MORE, ENGLISH_MORE_VOICES)):
+        for language, messages, voices in (
+            ("cs", CZECH, CZECH_VOICES),
+            ("en", ENGLISH, ENGLISH_VOICES),
+            ("cs", CZECH_MORE, CZECH_MORE_VOICES),
+            ("en", ENGLISH_MORE, ENGLISH_MORE_VOICES),
+        ):
             for i, (key, text, callback) in enumerate(messages):
                 check_callback(text, callback)
                 rng = seeded(f"{language}_{key}")
@@ -685,9 +1129,19 @@ def main() -> int:
                 if rec["audio"].size < 8 * RATE:  # a message lasts 8-30 s (no first English one was shorter)
                     rec = voicemail(sound, rng, tail=6.0)
                 for channel in CHANNEL_PAIRS[i % len(CHANNEL_PAIRS)]:
-                    add("speech", f"{language}_{key}_{voice_tag(voice)}_{channel}", rec, channel, 10 ** (level / 20),
-                        language=language, text=text, callback=callback, voice=voice, level_dbfs=level,
-                        rate=rate)
+                    add(
+                        "speech",
+                        f"{language}_{key}_{voice_tag(voice)}_{channel}",
+                        rec,
+                        channel,
+                        10 ** (level / 20),
+                        language=language,
+                        text=text,
+                        callback=callback,
+                        voice=voice,
+                        level_dbfs=level,
+                        rate=rate,
+                    )
 
         # Empty: no message at all.
         def silent(name: str, seconds: float, **kw: Any) -> dict[str, Any]:
@@ -704,14 +1158,21 @@ def main() -> int:
         rng = seeded("breathing")
         cycle = [(1.3 + 2.9 * k + float(rng.uniform(0, 0.4)), float(rng.uniform(1.0, 1.6))) for k in range(3)]
         breath["audio"] += 10 ** (-32 / 20) * bursts(rng, cycle, breath["audio"].size / RATE, 1.0, 0.3)
-        breath["audio"][int(0.3 * RATE):int(0.3 * RATE) + 96] += click(rng)
-        empties = [("empty_digital_silence", {"audio": np.zeros(5 * RATE, np.float32), "onset": 0, "end": 0,
-                                              "connected": 5 * RATE}, "ulaw8k"),
-                   ("empty_line_hiss", silent("line", 8.0, beep=False, hang_up=False), "mp3_8k"),
-                   ("empty_beep_silence", silent("beep", 6.0), "ulaw8k"),
-                   ("empty_beep_busy_tone", busy, "mp3_8k"), ("empty_beep_dial_tone", dial, "ulaw8k"),
-                   ("empty_mains_hum", hum, "mp3_8k"), ("empty_click_breathing", breath, "ulaw8k"),
-                   ("empty_background_noise", silent("street", 12.0), "noisy_mp3_8k")]
+        breath["audio"][int(0.3 * RATE) : int(0.3 * RATE) + 96] += click(rng)
+        empties = [
+            (
+                "empty_digital_silence",
+                {"audio": np.zeros(5 * RATE, np.float32), "onset": 0, "end": 0, "connected": 5 * RATE},
+                "ulaw8k",
+            ),
+            ("empty_line_hiss", silent("line", 8.0, beep=False, hang_up=False), "mp3_8k"),
+            ("empty_beep_silence", silent("beep", 6.0), "ulaw8k"),
+            ("empty_beep_busy_tone", busy, "mp3_8k"),
+            ("empty_beep_dial_tone", dial, "ulaw8k"),
+            ("empty_mains_hum", hum, "mp3_8k"),
+            ("empty_click_breathing", breath, "ulaw8k"),
+            ("empty_background_noise", silent("street", 12.0), "noisy_mp3_8k"),
+        ]
         for stem, rec, channel in empties:
             add("empty", stem, rec, channel)
 
@@ -720,36 +1181,77 @@ def main() -> int:
             sound = at_level(sound, level)
             add("unintelligible", stem, voicemail(sound, seeded(stem)), channel, 10 ** (level / 20), **label)
 
-        for key, channel in (("cs_objednani", "mp3_8k"), ("cs_vysledky", "ulaw8k"), ("cs_neschopenka", "noisy_mp3_8k"),
-                             ("cs_bolest", "mp3_8k"), ("en_appointment", "ulaw8k"), ("en_prescription", "noisy_mp3_8k"),
-                             ("en_results", "mp3_8k")):
+        for key, channel in (
+            ("cs_objednani", "mp3_8k"),
+            ("cs_vysledky", "ulaw8k"),
+            ("cs_neschopenka", "noisy_mp3_8k"),
+            ("cs_bolest", "mp3_8k"),
+            ("en_appointment", "ulaw8k"),
+            ("en_prescription", "noisy_mp3_8k"),
+            ("en_results", "mp3_8k"),
+        ):
             sound, voice = speech[key]
             odd(f"reversed_{key}_{channel}", sound[::-1].copy(), channel, -22.0, language=key[:2], voice=voice)
         # The first messages only: the babble clips stay as they were made before the later messages.
-        pool = [speech[f"{language}_{key}"][0] for language, messages in (("cs", CZECH), ("en", ENGLISH))
-                for key, _, _ in messages]
+        pool = [
+            speech[f"{language}_{key}"][0]
+            for language, messages in (("cs", CZECH), ("en", ENGLISH))
+            for key, _, _ in messages
+        ]
         for count, channel in ((4, "mp3_8k"), (6, "ulaw8k"), (8, "noisy_mp3_8k")):
             rng = seeded(f"babble{count}")
             picks = [pool[int(j)] for j in rng.choice(len(pool), count, replace=False)]
-            odd(f"babble_{count}_voices_{channel}", mix_equal(picks, rng, float(rng.uniform(7, 12))), channel, -22.0,
-                voice="babble")
-        for word, voice, language, channel in (("Haló?", "festival:czech_dita", "cs", "mp3_8k"),
-                                               ("Haló?", "espeak:cs+m3", "cs", "ulaw8k"),
-                                               ("Hello?", "festival:cmu_us_slt_arctic_hts", "en", "noisy_mp3_8k")):
-            odd(f"short_{word.strip('?').lower().replace('ó', 'o')}_{voice_tag(voice)}_{channel}",
-                synthesize(word, voice, tmp), channel, -20.0, language=language, voice=voice)
+            odd(
+                f"babble_{count}_voices_{channel}",
+                mix_equal(picks, rng, float(rng.uniform(7, 12))),
+                channel,
+                -22.0,
+                voice="babble",
+            )
+        for word, voice, language, channel in (
+            ("Haló?", "festival:czech_dita", "cs", "mp3_8k"),
+            ("Haló?", "espeak:cs+m3", "cs", "ulaw8k"),
+            ("Hello?", "festival:cmu_us_slt_arctic_hts", "en", "noisy_mp3_8k"),
+        ):
+            odd(
+                f"short_{word.strip('?').lower().replace('ó', 'o')}_{voice_tag(voice)}_{channel}",
+                synthesize(word, voice, tmp),
+                channel,
+                -20.0,
+                language=language,
+                voice=voice,
+            )
         rng = seeded("sounds")
         coughs = [(0.0, 0.35), (0.55, 0.3), (1.1, 0.4), (2.6, 0.35)]
         odd("cough_ulaw8k", phone_band(bursts(rng, coughs, 3.2, 0.8, 0.004)), "ulaw8k", -20.0)
         odd("sigh_mp3_8k", phone_band(bursts(rng, [(0.0, 1.6), (2.8, 1.4)], 4.5, 1.4, 0.25)), "mp3_8k", -30.0)
         notes = [(261.6, 329.6, 392.0), (220.0, 261.6, 329.6), (174.6, 220.0, 261.6), (196.0, 246.9, 293.7)] * 2
-        chords = np.concatenate([tone(1.0, *(f * h for f in chord for h in (1, 2, 3)), level=0.5)
-                                 * np.exp(-np.arange(RATE) / (0.5 * RATE)).astype(np.float32) for chord in notes])
+        chords = np.concatenate(
+            [
+                tone(1.0, *(f * h for f in chord for h in (1, 2, 3)), level=0.5)
+                * np.exp(-np.arange(RATE) / (0.5 * RATE)).astype(np.float32)
+                for chord in notes
+            ]
+        )
         odd("music_chords_noisy_mp3_8k", chords, "noisy_mp3_8k", -22.0)
-        dtmf = {"1": (697, 1209), "2": (697, 1336), "3": (697, 1477), "5": (770, 1336), "9": (852, 1477),
-                "0": (941, 1336), "#": (941, 1477)}
-        presses = [np.concatenate([tone(float(rng.uniform(0.08, 0.25)), *dtmf[k], level=0.4),
-                                   np.zeros(int(rng.uniform(0.15, 0.6) * RATE), np.float32)]) for k in "1230591#"]
+        dtmf = {
+            "1": (697, 1209),
+            "2": (697, 1336),
+            "3": (697, 1477),
+            "5": (770, 1336),
+            "9": (852, 1477),
+            "0": (941, 1336),
+            "#": (941, 1477),
+        }
+        presses = [
+            np.concatenate(
+                [
+                    tone(float(rng.uniform(0.08, 0.25)), *dtmf[k], level=0.4),
+                    np.zeros(int(rng.uniform(0.15, 0.6) * RATE), np.float32),
+                ]
+            )
+            for k in "1230591#"
+        ]
         odd("dtmf_ulaw8k", np.concatenate(presses), "ulaw8k", -16.0)
 
     for x in labels:
@@ -764,8 +1266,9 @@ def main() -> int:
     staged = OUT / "labels.json.tmp"
     staged.write_text(json.dumps(labels, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     staged.replace(OUT / "labels.json")
-    (OUT / "intents.json").write_text(json.dumps(intent_labels(), ensure_ascii=False, indent=1) + "\n",
-                                      encoding="utf-8")
+    (OUT / "intents.json").write_text(
+        json.dumps(intent_labels(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+    )
     counts: dict[str, int] = {}
     for x in labels:
         key = f"{x['kind']}/{x['language']}/{x['channel']}"
@@ -776,7 +1279,8 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--intents"]:  # the intent labels only (intents.json), no audio
-        (OUT / "intents.json").write_text(json.dumps(intent_labels(), ensure_ascii=False, indent=1) + "\n",
-                                          encoding="utf-8")
+        (OUT / "intents.json").write_text(
+            json.dumps(intent_labels(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+        )
         sys.exit(0)
     sys.exit(main())

@@ -9,6 +9,7 @@ the first surprise.
 
     drive_python.py BASE_URL TOKEN CLINIC PDF CALL_SID RECORDING_URL
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,22 +20,60 @@ from typing import NoReturn
 import httpx
 from clinic_client import AuthenticatedClient
 from clinic_client.api.signed_documents import (
-    create_patient_request, create_upload_link, get_patient_request, import_patient, import_patients_bulk, list_tags,
-    register_attachment, search_patient_request_types, search_patient_requests, search_patients,
+    create_patient_request,
+    create_upload_link,
+    get_patient_request,
+    import_patient,
+    import_patients_bulk,
+    list_tags,
+    register_attachment,
+    search_patient_request_types,
+    search_patient_requests,
+    search_patients,
     update_patient_request,
 )
 from clinic_client.api.switchboard import (
-    get_recording, has_active_request, is_clinic_opened, is_on_vacation, recording_complete,
+    get_recording,
+    has_active_request,
+    is_clinic_opened,
+    is_on_vacation,
+    recording_complete,
 )
 from clinic_client.models import (
-    ActiveRequest, ActiveRequestQuery, AttachmentRegistration, Call, AttachmentRegistrationContentType, CategoryType,
-    ClinicOpened, CreatePatientRequestResponse200, CreateUploadLinkResponse200, GetPatientRequestResponse200,
-    ImportPatientResponse200, ImportPatientsBulkResponse200, ListTagsResponse200, OnVacation,
-    PatientImport, PatientImportBulk, PatientRequestCreate, PatientRequestPatch, PatientRequestSearch,
-    PatientRequestSearchFilter, PatientSearch, PatientSearchFilter, RecordingAvailable, RecordingComplete,
-    RegisterAttachmentResponse200, RequestKind, SearchPatientRequestsResponse200,
-    SearchPatientRequestTypesResponse200, SearchPatientsResponse200, Success, TagType, UpdatePatientRequestResponse200,
-    UploadLinkRequest, VacationQuery,
+    ActiveRequest,
+    ActiveRequestQuery,
+    AttachmentRegistration,
+    AttachmentRegistrationContentType,
+    Call,
+    CategoryType,
+    ClinicOpened,
+    CreatePatientRequestResponse200,
+    CreateUploadLinkResponse200,
+    GetPatientRequestResponse200,
+    ImportPatientResponse200,
+    ImportPatientsBulkResponse200,
+    ListTagsResponse200,
+    OnVacation,
+    PatientImport,
+    PatientImportBulk,
+    PatientRequestCreate,
+    PatientRequestPatch,
+    PatientRequestSearch,
+    PatientRequestSearchFilter,
+    PatientSearch,
+    PatientSearchFilter,
+    RecordingAvailable,
+    RecordingComplete,
+    RegisterAttachmentResponse200,
+    RequestKind,
+    SearchPatientRequestsResponse200,
+    SearchPatientRequestTypesResponse200,
+    SearchPatientsResponse200,
+    Success,
+    TagType,
+    UpdatePatientRequestResponse200,
+    UploadLinkRequest,
+    VacationQuery,
 )
 
 
@@ -67,11 +106,23 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
     active = has_active_request.sync(clinic, client=api, body=ActiveRequestQuery(call_from="+420 601 123 456"))
     if not isinstance(active, ActiveRequest):
         fail("has-active-request", active)
-    print(f"checks: open={js(opened.is_open)} vacation={js(vacation.is_on_vacation)} "
-          f"active={js(active.has_active_request)}")
-    handed = recording_complete.sync(clinic, client=api, body=RecordingComplete(
-        call_sid=call_sid, call_from="+420 601 123 456", call_to="+420 200 000 000", has_recording=True,
-        recording_url=recording_url, recording_sid=recording_url.rsplit("/", 1)[-1], source="generated-client"))
+    print(
+        f"checks: open={js(opened.is_open)} vacation={js(vacation.is_on_vacation)} "
+        f"active={js(active.has_active_request)}"
+    )
+    handed = recording_complete.sync(
+        clinic,
+        client=api,
+        body=RecordingComplete(
+            call_sid=call_sid,
+            call_from="+420 601 123 456",
+            call_to="+420 200 000 000",
+            has_recording=True,
+            recording_url=recording_url,
+            recording_sid=recording_url.rsplit("/", 1)[-1],
+            source="generated-client",
+        ),
+    )
     if not isinstance(handed, Success):
         fail("recording-complete", handed)
     print(f"hand-off: success={js(handed.success)}")
@@ -83,32 +134,53 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
     consent = next(t for t in types.data if t.ecrf_id == "SIGNED_CONSENT")
     print(f"1. type: {consent.name} requiresSignature={js(consent.requires_signature)}")
 
-    found = search_patients.sync(clinic, client=api, body=PatientSearch(
-        filter_=PatientSearchFilter(external_id="EXT-1", external_id_source="signing-system")))
+    found = search_patients.sync(
+        clinic,
+        client=api,
+        body=PatientSearch(filter_=PatientSearchFilter(external_id="EXT-1", external_id_source="signing-system")),
+    )
     if not isinstance(found, SearchPatientsResponse200):
         fail("2", found)
     patient = next(p for p in found.data if p.is_in_clinic)
-    print(f"2. patient: {patient.first_name} {patient.last_name} tags={js([t.name for t in patient.tags])} "
-          f"externalIds={js([f'{e.source}:{e.id}' for e in patient.external_ids])} "
-          f"next={js(found.pagination.next_cursor)}")
+    print(
+        f"2. patient: {patient.first_name} {patient.last_name} tags={js([t.name for t in patient.tags])} "
+        f"externalIds={js([f'{e.source}:{e.id}' for e in patient.external_ids])} "
+        f"next={js(found.pagination.next_cursor)}"
+    )
 
-    imported = import_patient.sync(clinic, client=api, body=PatientImport(
-        external_id="GEN-PY-1", external_id_source="signing-system", first_name="Eva", last_name="Dvořáková"))
+    imported = import_patient.sync(
+        clinic,
+        client=api,
+        body=PatientImport(
+            external_id="GEN-PY-1", external_id_source="signing-system", first_name="Eva", last_name="Dvořáková"
+        ),
+    )
     if not isinstance(imported, ImportPatientResponse200):
         fail("import", imported)
-    bulk = import_patients_bulk.sync(clinic, client=api, body=PatientImportBulk(patients=[
-        PatientImport(external_id="GEN-PY-2", first_name="Adam", last_name="Beneš", phone="+420 603 111 222"),
-        PatientImport(external_id="GEN-PY-3", first_name="Běla", last_name="Černá", phone="not a phone")]))
+    bulk = import_patients_bulk.sync(
+        clinic,
+        client=api,
+        body=PatientImportBulk(
+            patients=[
+                PatientImport(external_id="GEN-PY-2", first_name="Adam", last_name="Beneš", phone="+420 603 111 222"),
+                PatientImport(external_id="GEN-PY-3", first_name="Běla", last_name="Černá", phone="not a phone"),
+            ]
+        ),
+    )
     if not isinstance(bulk, ImportPatientsBulkResponse200):
         fail("import-bulk", bulk)
     failed = [f"{item.index}:{item.error.code}" for item in bulk.data if item.error is not None]
-    print(f"import: created={js(imported.data.created)} bulk={js([item.status.value for item in bulk.data])} "
-          f"failed={js(failed)}")
+    print(
+        f"import: created={js(imported.data.created)} bulk={js([item.status.value for item in bulk.data])} "
+        f"failed={js(failed)}"
+    )
 
     # Every write sent with an Idempotency-Key: a retry with the same key (after a timeout,
     # say) is answered the first answer and writes nothing again.
     create_key = str(uuid.uuid4())
-    creation = PatientRequestCreate(patient_id=patient.id, user_ecrf_id=consent.id, user_note="Signed consent, version 3")
+    creation = PatientRequestCreate(
+        patient_id=patient.id, user_ecrf_id=consent.id, user_note="Signed consent, version 3"
+    )
     created = create_patient_request.sync(clinic, client=api, body=creation, idempotency_key=create_key)
     if not isinstance(created, CreatePatientRequestResponse200):
         fail("3", created)
@@ -119,28 +191,38 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
         fail("3 again", again)
     print(f"3. retried with its Idempotency-Key: same request={js(again.data.id == request.id)}")
 
-    link = create_upload_link.sync(clinic, str(request.id), client=api,
-                                   body=UploadLinkRequest(content_type="application/pdf"))
+    link = create_upload_link.sync(
+        clinic, str(request.id), client=api, body=UploadLinkRequest(content_type="application/pdf")
+    )
     if not isinstance(link, CreateUploadLinkResponse200):
         fail("4", link)
     print("4. upload link issued")
 
-    pdf = open(pdf_path, "rb").read()
+    with open(pdf_path, "rb") as f:
+        pdf = f.read()
     put = plain.put(link.data.url, content=pdf, headers={"Content-Type": "application/pdf"})
     print(f"5. upload: {put.status_code}")
     put.raise_for_status()
 
     registration = AttachmentRegistration(
-        content_type=AttachmentRegistrationContentType.APPLICATIONPDF, file_hash=link.data.file_hash,
-        description="signed-consent.pdf", category_type=CategoryType.CONSENT)
+        content_type=AttachmentRegistrationContentType.APPLICATIONPDF,
+        file_hash=link.data.file_hash,
+        description="signed-consent.pdf",
+        category_type=CategoryType.CONSENT,
+    )
     register_key = str(uuid.uuid4())
-    registered = register_attachment.sync(clinic, str(request.id), client=api, body=registration,
-                                          idempotency_key=register_key)
+    registered = register_attachment.sync(
+        clinic, str(request.id), client=api, body=registration, idempotency_key=register_key
+    )
     if not isinstance(registered, RegisterAttachmentResponse200):
         fail("6", registered)
-    again_registered = register_attachment.sync(clinic, str(request.id), client=api, body=registration,
-                                                idempotency_key=register_key)
-    if not isinstance(again_registered, RegisterAttachmentResponse200) or again_registered.data.id != registered.data.id:
+    again_registered = register_attachment.sync(
+        clinic, str(request.id), client=api, body=registration, idempotency_key=register_key
+    )
+    if (
+        not isinstance(again_registered, RegisterAttachmentResponse200)
+        or again_registered.data.id != registered.data.id
+    ):
         fail("6 again", again_registered)
     print(f"6. attachment: {registered.data.content_type} sha256={registered.data.sha256}")
 
@@ -158,8 +240,9 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
     tags = list_tags.sync(clinic, client=api, type_=TagType.PATIENT_REQUEST)
     if not isinstance(tags, ListTagsResponse200):
         fail("tags", tags)
-    patched = update_patient_request.sync(clinic, str(request.id), client=api, body=PatientRequestPatch(
-        add_tag_ids=[t.id for t in tags.data], done=True))
+    patched = update_patient_request.sync(
+        clinic, str(request.id), client=api, body=PatientRequestPatch(add_tag_ids=[t.id for t in tags.data], done=True)
+    )
     if not isinstance(patched, UpdatePatientRequestResponse200):
         fail("patch", patched)
     print(f"patch: tags={js([t.name for t in patched.data.tags])} done={js(patched.data.done_at is not None)}")
@@ -167,8 +250,11 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
     # --- the hand-off's request, once the worker made it (bounded wait) ---------------
     deadline = time.monotonic() + 120
     while True:
-        page = search_patient_requests.sync(clinic, client=api, body=PatientRequestSearch(
-            filter_=PatientRequestSearchFilter(kind=RequestKind.MISSED_CALL)))
+        page = search_patient_requests.sync(
+            clinic,
+            client=api,
+            body=PatientRequestSearch(filter_=PatientRequestSearchFilter(kind=RequestKind.MISSED_CALL)),
+        )
         if not isinstance(page, SearchPatientRequestsResponse200):
             fail("search", page)
         if page.data or time.monotonic() > deadline:
@@ -180,8 +266,10 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
         fail("call detail", call_detail)
     call = call_detail.data.call
     recording = call.recording
-    print(f"call: sid={call.call_sid} kind={call_detail.data.kind.value} transcriptStatus={js(call.transcript_status)} "
-          f"recording={recording.state}")
+    print(
+        f"call: sid={call.call_sid} kind={call_detail.data.kind.value} transcriptStatus={js(call.transcript_status)} "
+        f"recording={recording.state}"
+    )
     played = get_recording.sync_detailed(clinic, str(from_call.id), client=api)
     location = played.headers.get("location")
     linked = isinstance(recording, RecordingAvailable) and location == recording.url

@@ -8,6 +8,7 @@ read; exits non-zero at the first that the client refuses or changes.
 
     read_answers.py ANSWERS.json
 """
+
 from __future__ import annotations
 
 import importlib
@@ -53,7 +54,8 @@ def unknown_fields(model: Any, where: str = "$") -> list[str]:
 
 def main(path: str) -> None:
     client = Client(base_url="http://service.invalid", raise_on_unexpected_status=True)
-    answers = json.load(open(path, encoding="utf-8"))
+    with open(path, encoding="utf-8") as f:
+        answers = json.load(f)
     for number, answer in enumerate(answers):
         module = importlib.import_module(f"clinic_client.api.{answer['package']}.{answer['module']}")
         response = httpx.Response(answer["status"], headers=answer["headers"], content=answer["body"].encode())

@@ -20,14 +20,28 @@ This module holds the API helpers (onboard a document, issue a token, build requ
 - `isolation`: each pytest-xdist process's own databases and Redis numbers;
 - `log_audit`: no secret and no personal data in any log (a pytest plugin);
 - `faults`: private Redis and PostgreSQL servers the fault tests break on purpose;
-- `seaweed`: a throw-away SeaweedFS (and its session fixture);
-- `organizations`: fixtures of the organizations a test starts from;
+- `seaweed`: a throw-away SeaweedFS (and its session fixture, a pytest plugin);
+- `organizations`: fixtures of the organizations a test starts from (a pytest plugin);
+- `console`: the staff console through WebTest: the `staff` fixture, logging in, CSRF tokens,
+  an inbox form, a request from a call (a pytest plugin); `staff_accounts`: the staff pages'
+  flows (users, set-password links, two-factor); `api_key_pages`: the API keys page;
+- `console_browser`: the console's browser tests' web process, staff, log-in and screenshots
+  (a pytest plugin);
+- `recordings`: the fake switchboard platform and calls that re-fetch through it (a pytest
+  plugin); `handoffs`: call hand-offs and their recordings (a pytest plugin); `fault_calls`:
+  the fault suites' hand-offs;
+- `relay`: the call relay's outbox and queue (a pytest plugin); `row_caches`: the row cache
+  as the tests see it;
+- `people`: a patient with a little of everything, and where traces of them could be;
 - `fuzz_hooks`: schemathesis hooks (`SCHEMATHESIS_HOOKS=tests.support.fuzz_hooks`);
-- `documented`: the OpenAPI document's schemas with their `$ref`s resolved.
+- `documented`: the OpenAPI document's schemas with their `$ref`s resolved;
+- `contract`: every WebTest answer judged by the OpenAPI document (a pytest plugin);
+  `provoke`: every code and reason the service answers, provoked.
 
 Importing the package does not import the service: the benchmarks, `pytest -p` plugins
 and schemathesis import its modules in processes of their own.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -41,8 +55,8 @@ SECRET_KEY = "test-secret-key-of-at-least-32-bytes"
 
 def load(document: dict[str, Any]) -> str:
     """Onboard `document`; its people's personal data join the log audit's."""
-    from plumbing.database import db
     from onboarding.writer import onboard
+    from plumbing.database import db
     from tests.support.log_audit import remember_people
 
     remember_people(document)
@@ -51,8 +65,8 @@ def load(document: dict[str, Any]) -> str:
 
 
 def issue_token(slugs: list[str], scopes: list[str], expires_in: timedelta | None = None) -> str:
-    from plumbing.database import db
     from models import ApiToken, Clinic
+    from plumbing.database import db
 
     with db.connection_context():
         clinics = list(Clinic.select().where(Clinic.slug.in_(slugs)))
@@ -68,10 +82,17 @@ def switchboard_url(slug: str, check: str) -> str:
     return f"/external/v1/clinics/{slug}/switchboard/{check}"
 
 
-def organization(*clinics: dict[str, Any], slug: str = "test-org", sharing: bool = False,
-                 patients: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"organization": {"slug": slug, "name": slug.title(), "patientSharing": sharing},
-            "clinics": list(clinics), "patients": patients or []}
+def organization(
+    *clinics: dict[str, Any],
+    slug: str = "test-org",
+    sharing: bool = False,
+    patients: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "organization": {"slug": slug, "name": slug.title(), "patientSharing": sharing},
+        "clinics": list(clinics),
+        "patients": patients or [],
+    }
 
 
 def clinic(slug: str = "clinic-a", *, tz: str = "Europe/Prague", country: str = "CZ", **extra: Any) -> dict[str, Any]:

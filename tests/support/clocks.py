@@ -1,11 +1,12 @@
 """The clock tests and benchmarks hand to the service (`Config(clock=...)`) and move."""
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 #: Where the tests' wall clock starts: a Wednesday, 10:00 UTC.
-WEDNESDAY = datetime(2026, 11, 18, 10, 0, tzinfo=timezone.utc)
+WEDNESDAY = datetime(2026, 11, 18, 10, 0, tzinfo=UTC)
 
 
 class Clock:
@@ -20,7 +21,7 @@ class Clock:
 
     def __call__(self) -> Any:
         if self.now is None:
-            return datetime.now(timezone.utc) + self.offset
+            return datetime.now(UTC) + self.offset
         return self.now
 
     def set(self, value: datetime) -> None:

@@ -12,6 +12,7 @@ that breaks one of these fails the test that provoked it, at that request.
 
 `Contract` is the checker; tests/test_contract.py drives every code and reason on purpose.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,9 @@ class Contract:
             self._validators[key] = (
                 None
                 if schema is None
-                else Draft202012Validator(self._closed(self._inlined(self.document, schema)),
-                                          format_checker=FormatChecker())
+                else Draft202012Validator(
+                    self._closed(self._inlined(self.document, schema)), format_checker=FormatChecker()
+                )
             )
         return self._validators[key]
 
@@ -107,13 +109,12 @@ class Contract:
             out.append(f"{where}: {op['operationId']} does not list {data.get('code')!r} among its {status} codes")
         if method == "head" or status in (204, 302, 304):
             return out
-        documented = set((answer.get("content") or {}))
+        documented = set(answer.get("content") or {})
         if "application/json" in documented:
             if not is_json:
                 return [*out, f"{where}: {content_type!r} answered, JSON documented"]
             validator = self._validator(template, method, str(status))
-            out += [f"{where}: {'/'.join(map(str, e.absolute_path))}: {e.message}"
-                    for e in validator.iter_errors(data)]
+            out += [f"{where}: {'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(data)]
         return out
 
 
@@ -133,8 +134,9 @@ def check(req: Any, res: Any) -> None:
         return
     found = contract().problems(req.method, path, res.status_int, res.content_type or "", res.body)
     if found:
-        raise AssertionError("an answer the OpenAPI document does not describe:\n" + "\n".join(found)
-                             + f"\nbody: {res.body[:500]!r}")
+        raise AssertionError(
+            "an answer the OpenAPI document does not describe:\n" + "\n".join(found) + f"\nbody: {res.body[:500]!r}"
+        )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,4 +1,5 @@
 """PostgreSQL databases the tests and benchmarks own."""
+
 from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlparse
@@ -12,8 +13,14 @@ def recreate_database(url: str) -> None:
     `postgres`) with its password, if any, and the URL's connection parameters (sslmode...)."""
     parts = urlparse(url)
     name = parts.path.lstrip("/")
-    admin = psycopg2.connect(host=parts.hostname, port=parts.port or 5432, user=parts.username or "postgres",
-                             password=parts.password, dbname="postgres", **dict(parse_qsl(parts.query)))
+    admin = psycopg2.connect(
+        host=parts.hostname,
+        port=parts.port or 5432,
+        user=parts.username or "postgres",
+        password=parts.password,
+        dbname="postgres",
+        **dict(parse_qsl(parts.query)),
+    )
     admin.autocommit = True
     with admin.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -42,16 +49,27 @@ class TableEmptier:
     def sequences(self) -> list[str]:
         if self._sequences is None:
             cursor = self.database.execute_sql(
-                "SELECT pg_get_serial_sequence(quote_ident(t), 'id') FROM unnest(%s::text[]) AS t", (self.tables,))
+                "SELECT pg_get_serial_sequence(quote_ident(t), 'id') FROM unnest(%s::text[]) AS t", (self.tables,)
+            )
             self._sequences = [row[0] for row in cursor.fetchall() if row[0]]
         return self._sequences
 
     def empty(self) -> None:
         flags = self.database.execute_sql(self.exists).fetchone()
         dirty = [table for table, held in zip(self.tables, flags) if held]
-        statements = [f'TRUNCATE "{t}" RESTART IDENTITY' if t == "audit_event" else f'DELETE FROM "{t}"'
-                      for t in dirty]
+        statements = [f'TRUNCATE "{t}" RESTART IDENTITY' if t == "audit_event" else f'DELETE FROM "{t}"' for t in dirty]
         statements += [f"SELECT setval('{sequence}', 1, false)" for sequence in self.sequences()]
         with self.database.atomic():
             for statement in statements:
                 self.database.execute_sql(statement)
+
+
+def schema_of(database, tables: tuple[str, ...]) -> dict[str, object]:
+    """Columns (name, type, nullable) and indexes (name, columns, unique) of `tables`."""
+    return {
+        table: (
+            sorted((c.name, c.data_type, c.null) for c in database.get_columns(table)),
+            sorted((i.name, tuple(i.columns), i.unique) for i in database.get_indexes(table)),
+        )
+        for table in tables
+    }

@@ -3,9 +3,14 @@ against them: `inlined` replaces every `$ref` to `#/components/schemas/...` by t
 component itself (the document has no recursive schemas), `response_schema` picks an
 operation's answer, and `closed` forbids fields the schema does not list (a live answer
 then proves the document names every field the server sends)."""
+
 from __future__ import annotations
 
 from typing import Any
+
+import webtest
+
+from web import openapi
 
 _PREFIX = "#/components/schemas/"
 
@@ -17,7 +22,7 @@ def inlined(document: dict[str, Any], node: Any = None) -> Any:
     if isinstance(node, dict):
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith(_PREFIX):
-            target = document["components"]["schemas"][ref[len(_PREFIX):]]
+            target = document["components"]["schemas"][ref[len(_PREFIX) :]]
             return inlined(document, {**target, **{k: v for k, v in node.items() if k != "$ref"}})
         return {key: inlined(document, value) for key, value in node.items()}
     if isinstance(node, list):
@@ -41,3 +46,8 @@ def closed(schema: Any) -> Any:
     if isinstance(schema, list):
         return [closed(value) for value in schema]
     return schema
+
+
+def documented(app: webtest.TestApp, method: str, path: str) -> dict[str, Any]:
+    document = app.get("/openapi.json").json
+    return closed(response_schema(document, openapi.public_path(openapi.CLINIC + path), method))

@@ -1,5 +1,6 @@
 """What reached the disk, in order: `os.fsync` calls (by the path of the synced fd) and
 `LocalStorage.delete` calls, recorded for the storage durability tests."""
+
 from __future__ import annotations
 
 import os

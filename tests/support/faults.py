@@ -14,6 +14,7 @@
 
 Nothing here touches the shared PostgreSQL or Redis beyond the database it is named.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,19 +76,49 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         if self.tls is not None:
-            return redis.Redis(host="localhost", port=self.port, socket_connect_timeout=1, socket_timeout=5, ssl=True,
-                               ssl_ca_certs=str(self.tls.ca_file))
+            return redis.Redis(
+                host="localhost",
+                port=self.port,
+                socket_connect_timeout=1,
+                socket_timeout=5,
+                ssl=True,
+                ssl_ca_certs=str(self.tls.ca_file),
+            )
         return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1, socket_timeout=5)
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         listen = ["--port", str(self.port)]
         if self.tls is not None:
-            listen = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.cert),
-                      "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca_file),
-                      "--tls-auth-clients", "no"]
+            listen = [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(self.tls.cert),
+                "--tls-key-file",
+                str(self.tls.key),
+                "--tls-ca-cert-file",
+                str(self.tls.ca_file),
+                "--tls-auth-clients",
+                "no",
+            ]
         self.proc = subprocess.Popen(
-            ["redis-server", *listen, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "redis-server",
+                *listen,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         assert wait_until(self._pong, timeout=10, interval=0.05), "private redis-server did not start"
         return self
 
@@ -100,10 +131,8 @@ class RedisServer:
     def stop(self) -> None:
         if self.proc is None:
             return
-        try:
+        with contextlib.suppress(redis.RedisError):  # SHUTDOWN closes the connection without a reply
             self.client().shutdown(nosave=True)
-        except redis.RedisError:
-            pass  # SHUTDOWN closes the connection without a reply
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -111,7 +140,7 @@ class RedisServer:
             self.proc.wait(timeout=10)
         self.proc = None
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -129,7 +158,7 @@ class TcpProxy:
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
 
-    def restore(self) -> "TcpProxy":
+    def restore(self) -> TcpProxy:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -191,7 +220,7 @@ class TcpProxy:
         auth = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
         return parts._replace(netloc=f"{auth}127.0.0.1:{self.port}").geturl()
 
-    def __enter__(self) -> "TcpProxy":
+    def __enter__(self) -> TcpProxy:
         return self.restore()
 
     def __exit__(self, *exc: object) -> None:
@@ -223,15 +252,18 @@ class PostgresCluster:
 
     def url(self, database: str = "postgres") -> str:
         if self.tls is not None:
-            return (f"postgresql://postgres@localhost:{self.port}/{database}"
-                    f"?sslmode=verify-full&sslrootcert={self.tls.ca_file}")
+            return (
+                f"postgresql://postgres@localhost:{self.port}/{database}"
+                f"?sslmode=verify-full&sslrootcert={self.tls.ca_file}"
+            )
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
-    def init(self) -> "PostgresCluster":
+    def init(self) -> PostgresCluster:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
         if self.tls is not None:  # TCP over TLS only: a plain connection is refused
-            (self.data / "pg_hba.conf").write_text("local all all trust\nhostssl all all 127.0.0.1/32 trust\n"
-                                                   "hostssl all all ::1/128 trust\n")
+            (self.data / "pg_hba.conf").write_text(
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n"
+            )
         return self
 
     def start(self) -> None:
@@ -250,10 +282,8 @@ class PostgresCluster:
         self.start()
 
     def destroy(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):  # not running
             self.stop("immediate")
-        except subprocess.CalledProcessError:
-            pass  # not running
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -263,22 +293,50 @@ def prepare_database(env: dict[str, str], slug: str = "fault-clinic") -> str:
     recreate_database(env["DATABASE_URL"])
     manage(env, "migrate")
     with tempfile.NamedTemporaryFile("w", suffix=".json") as document:
-        json.dump({"organization": {"slug": f"{slug}-org", "name": "Faults"},
-                   "clinics": [{"slug": slug, "name": "Faults", "timezone": "America/New_York", "country": "US",
-                                "language": "en"}]}, document)
+        json.dump(
+            {
+                "organization": {"slug": f"{slug}-org", "name": "Faults"},
+                "clinics": [
+                    {"slug": slug, "name": "Faults", "timezone": "America/New_York", "country": "US", "language": "en"}
+                ],
+            },
+            document,
+        )
         document.flush()
         manage(env, "onboard", document.name)
-    return manage(env, "token", "create", "--name", "faults", "--clinic", slug, "--scope", "read", "--scope", "write",
-                  "--expires-in-days", "1")
+    return manage(
+        env,
+        "token",
+        "create",
+        "--name",
+        "faults",
+        "--clinic",
+        slug,
+        "--scope",
+        "read",
+        "--scope",
+        "write",
+        "--expires-in-days",
+        "1",
+    )
 
 
-def gunicorn(env: dict[str, str], log: Path, *, workers: int = 2,
-             app: str = "wsgi:app") -> tuple[subprocess.Popen, str]:
+def gunicorn(
+    env: dict[str, str], log: Path, *, workers: int = 2, app: str = "wsgi:app"
+) -> tuple[subprocess.Popen, str]:
     """`gunicorn wsgi:app` as the Procfile runs it, on a free port, output appended to
     `log`, once all `workers` run; returns the process and its base URL."""
     port = free_port()
-    proc = start_gunicorn(port, "--workers", str(workers), env=env, app=app, log=log, interval=0.05,
-                          ready=lambda p: listening(port) and len(children(p.pid)) == workers)
+    proc = start_gunicorn(
+        port,
+        "--workers",
+        str(workers),
+        env=env,
+        app=app,
+        log=log,
+        interval=0.05,
+        ready=lambda p: listening(port) and len(children(p.pid)) == workers,
+    )
     return proc, f"http://127.0.0.1:{port}"
 
 

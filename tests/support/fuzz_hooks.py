@@ -16,6 +16,7 @@ import's items are typed (`PatientImport`, so generated clients are) but validat
 by one: a body whose envelope is valid is answered 200 with each invalid item `failed`.
 The wrapper below lets through exactly that answer.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,9 +60,14 @@ SEMANTIC_REFUSALS: dict[tuple[str, str], tuple[tuple[int, str, str], ...]] = {
 # An Idempotency-Key sent before with another body (the fuzzer's keys repeat: "0", "a"):
 # its answer depends on what that key was used for, as the contract says.
 _KEY_REUSED = (422, "IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used for a request with another body")
-for _operation in (("POST", f"{CLINIC}/patients/import"), ("POST", f"{CLINIC}/patients/import-bulk"),
-                   ("POST", f"{CLINIC}/patientRequests/create"), ("PATCH", REQUEST),
-                   ("POST", f"{REQUEST}/attachments/upload-link"), ("POST", f"{REQUEST}/attachments")):
+for _operation in (
+    ("POST", f"{CLINIC}/patients/import"),
+    ("POST", f"{CLINIC}/patients/import-bulk"),
+    ("POST", f"{CLINIC}/patientRequests/create"),
+    ("PATCH", REQUEST),
+    ("POST", f"{REQUEST}/attachments/upload-link"),
+    ("POST", f"{REQUEST}/attachments"),
+):
     SEMANTIC_REFUSALS[_operation] = (*SEMANTIC_REFUSALS.get(_operation, ()), _KEY_REUSED)
 
 
@@ -89,8 +95,12 @@ def documented_refusal(method: str, path: str, status: int, body: Any, sent: Any
     if not isinstance(body, dict):
         return False
     message = str(body.get("error", ""))
-    if (status == 400 and body.get("code") == "VALIDATION_FAILED" and _holds_unstorable(sent)
-            and (message.endswith(_UNSTORABLE_MESSAGE) or message == _NUL_IN_URL)):
+    if (
+        status == 400
+        and body.get("code") == "VALIDATION_FAILED"
+        and _holds_unstorable(sent)
+        and (message.endswith(_UNSTORABLE_MESSAGE) or message == _NUL_IN_URL)
+    ):
         return True
     for want_status, code, prefix in SEMANTIC_REFUSALS.get((method.upper(), path), ()):
         if status == want_status and body.get("code") == code and str(body.get("error", "")).startswith(prefix):
@@ -130,8 +140,11 @@ def items_answered_alone(sent: Any, status: int, body: Any) -> bool:
     items = sent["patients"]
     if not isinstance(answers, list) or len(answers) != len(items):
         return False
-    return all(answer.get("status") == "failed" for item, answer in zip(items, answers)
-               if validation.first_error(item, schemas.PATIENT_IMPORT) is not None)
+    return all(
+        answer.get("status") == "failed"
+        for item, answer in zip(items, answers)
+        if validation.first_error(item, schemas.PATIENT_IMPORT) is not None
+    )
 
 
 @schemathesis.check
@@ -140,7 +153,8 @@ def negative_data_rejection_beyond_items(ctx: Any, response: Any, case: Any) -> 
     try:
         return negative_data_rejection(ctx, response, case)
     except AcceptedNegativeData:
-        if ((case.method.upper(), case.path) == BULK_IMPORT
-                and items_answered_alone(case.body, response.status_code, _json_of(response))):
+        if (case.method.upper(), case.path) == BULK_IMPORT and items_answered_alone(
+            case.body, response.status_code, _json_of(response)
+        ):
             return None
         raise

@@ -1,4 +1,5 @@
 """The web process as the Procfile runs it (gunicorn), started and waited for."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +24,7 @@ def web_command(port: int, *options: str, app: str = "wsgi:app") -> list[str]:
     127.0.0.1:`port` instead of `$PORT`; gunicorn `options` come last, so they win. Tests
     and benchmarks run the web process through this, so they run what production runs."""
     line = next(x for x in (ROOT / "Procfile").read_text().splitlines() if x.startswith("web:"))
-    args = shlex.split(re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", line[len("web:"):]))
+    args = shlex.split(re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", line[len("web:") :]))
     args[0] = str(Path(sys.executable).parent / args[0])  # gunicorn of this virtualenv
     args[args.index("wsgi:app")] = app
     args[args.index("--bind") + 1] = f"127.0.0.1:{port}"  # --bind appends: replace it, do not add
@@ -39,10 +40,18 @@ def serving(base_url: str, path: str = "/healthz", timeout: float = 2) -> bool:
         return False
 
 
-def start_gunicorn(port: int, *options: str, env: dict[str, str], app: str = "wsgi:app", log: Path | None = None,
-                   stdout: int | IO | None = None, stderr: int | IO | None = None,
-                   ready: Callable[[subprocess.Popen], bool] | None = None, timeout: float = 30,
-                   interval: float = 0.1) -> subprocess.Popen:
+def start_gunicorn(
+    port: int,
+    *options: str,
+    env: dict[str, str],
+    app: str = "wsgi:app",
+    log: Path | None = None,
+    stdout: int | IO | None = None,
+    stderr: int | IO | None = None,
+    ready: Callable[[subprocess.Popen], bool] | None = None,
+    timeout: float = 30,
+    interval: float = 0.1,
+) -> subprocess.Popen:
     """`web_command(port, *options, app=app)` in the repository with `env`, once
     `ready(proc)` (default: the port accepts connections), polled every `interval` s for
     up to `timeout` s. Its output is appended to `log` (stderr too) if given, else goes to
@@ -69,8 +78,14 @@ def start_gunicorn(port: int, *options: str, env: dict[str, str], app: str = "ws
 
 
 @contextlib.contextmanager
-def serving_gunicorn(*options: str, env: dict[str, str], log: Path, port: int | None = None, timeout: float = 60,
-                     stop_timeout: float = 30) -> Iterator[str]:
+def serving_gunicorn(
+    *options: str,
+    env: dict[str, str],
+    log: Path,
+    port: int | None = None,
+    timeout: float = 60,
+    stop_timeout: float = 30,
+) -> Iterator[str]:
     """The web process (`start_gunicorn`, output appended to `log`) on `port` (default: a
     free one) until the block ends, once it answers /healthz; yields its base URL."""
     port = port or free_port()

@@ -1,10 +1,11 @@
-"""Recordings that are small files and long audio (issue 22): what a switchboard, or
+"""Recordings that are small files and long audio: what a switchboard, or
 anyone who controls a `RecordingUrl`, can send within `RECORDING_MAX_BYTES`.
 
 Each is a spoken clip of `tests/audio` encoded once and its encoded bytes repeated up to
 the size, so making 25 MiB takes a second, not the minutes of encoding hours of audio.
 Every maker returns the recording's true length in seconds.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,7 +26,7 @@ def speech(seconds: float = 68.0) -> np.ndarray:
     """A telephone voicemail (8 kHz mono float32), repeated to ``seconds``."""
     clip, rate = sf.read(ROOT / "tests" / "audio" / "msg_appointment.mp3", dtype="float32")
     assert rate == RATE
-    return np.tile(clip, int(np.ceil(seconds * RATE / clip.size)))[:int(seconds * RATE)]
+    return np.tile(clip, int(np.ceil(seconds * RATE / clip.size)))[: int(seconds * RATE)]
 
 
 def _riff(chunks: list[tuple[bytes, bytes]], riff_size: int | None = None) -> bytes:
@@ -50,8 +51,8 @@ def pcm8_wav(path: Path, size: int = SIZE, *, streamed: bool = False) -> float:
 def _chunks(wav: bytes) -> dict[bytes, bytes]:
     found, pos = {}, 12
     while pos + 8 <= len(wav):
-        name, length = wav[pos:pos + 4], struct.unpack("<I", wav[pos + 4:pos + 8])[0]
-        found[name] = wav[pos + 8:pos + 8 + length]
+        name, length = wav[pos : pos + 4], struct.unpack("<I", wav[pos + 4 : pos + 8])[0]
+        found[name] = wav[pos + 8 : pos + 8 + length]
         pos += 8 + length + (length & 1)
     return found
 
@@ -72,8 +73,16 @@ def gsm_wav(path: Path, size: int = SIZE) -> float:
 
 def _mp3(samples: np.ndarray, **settings: object) -> bytes:
     encoded = io.BytesIO()
-    with sf.SoundFile(encoded, "w", samplerate=RATE, channels=1, format="MP3", subtype="MPEG_LAYER_III",
-                      bitrate_mode="CONSTANT", **settings) as out:
+    with sf.SoundFile(
+        encoded,
+        "w",
+        samplerate=RATE,
+        channels=1,
+        format="MP3",
+        subtype="MPEG_LAYER_III",
+        bitrate_mode="CONSTANT",
+        **settings,
+    ) as out:
         out.write(samples)
     return encoded.getvalue()
 

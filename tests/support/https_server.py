@@ -25,6 +25,7 @@ the server stops: nothing here sleeps unconditionally.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -33,8 +34,9 @@ import ssl
 import tempfile
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -65,7 +67,7 @@ class TestRequest:
     raw_target: str
     headers: dict[str, str]  # lower-case names
     body: bytes
-    server: "HTTPSTestServer"
+    server: HTTPSTestServer
 
     def json(self) -> Any:
         return json.loads(self.body or b"null")
@@ -201,9 +203,9 @@ def hang(max_wait: float = 30.0) -> Handler:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "_TLSServer"
+    server: _TLSServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def setup(self) -> None:
@@ -219,10 +221,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         super().setup()
 
     def handle(self) -> None:
-        try:
+        with contextlib.suppress(ssl.SSLError, OSError):  # client went away / aborted mid-body: expected in tests
             super().handle()
-        except (ssl.SSLError, OSError):
-            pass  # client went away / aborted mid-body: expected in tests
 
     def _dispatch(self) -> None:
         owner = self.server.owner
@@ -294,7 +294,7 @@ class _TLSServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, owner: "HTTPSTestServer") -> None:
+    def __init__(self, owner: HTTPSTestServer) -> None:
         self.owner = owner
         super().__init__((owner.host, 0), _Handler)
 
@@ -345,7 +345,7 @@ class HTTPSTestServer:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle
-    def start(self) -> "HTTPSTestServer":
+    def start(self) -> HTTPSTestServer:
         self._server = _TLSServer(self)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -366,14 +366,14 @@ class HTTPSTestServer:
         except OSError:
             pass
 
-    def __enter__(self) -> "HTTPSTestServer":
+    def __enter__(self) -> HTTPSTestServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # -- routes
-    def route(self, path: str, handler: Handler, methods: Sequence[str] | None = None) -> "HTTPSTestServer":
+    def route(self, path: str, handler: Handler, methods: Sequence[str] | None = None) -> HTTPSTestServer:
         with self._lock:
             self._routes[path] = (handler, frozenset(m.upper() for m in methods) if methods else None)
         return self

@@ -10,6 +10,7 @@ their defaults) as they are. xdist's process N (`PYTEST_XDIST_WORKER=gwN`) uses
 - the relay test's Redis database numbered `N` below its own (`/7` -> 7, 6, 5, ...).
 `check_numbers` refuses a run whose processes would share or run out of Redis databases.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,8 +68,11 @@ def sibling_redis(url: str) -> str:
 def base_urls() -> dict[str, str]:
     """The Redis URLs the run was given (or their defaults), before any per-process step."""
     suite = os.environ.get("TEST_REDIS_URL", DEFAULT_REDIS_URL)
-    return {"suite": suite, "fuzz": os.environ.get("TEST_FUZZ_REDIS_URL") or sibling_redis(suite),
-            "relay": os.environ.get("TEST_RELAY_REDIS_URL", DEFAULT_RELAY_REDIS_URL)}
+    return {
+        "suite": suite,
+        "fuzz": os.environ.get("TEST_FUZZ_REDIS_URL") or sibling_redis(suite),
+        "relay": os.environ.get("TEST_RELAY_REDIS_URL", DEFAULT_RELAY_REDIS_URL),
+    }
 
 
 def check_numbers(processes: int) -> None:
@@ -86,5 +90,6 @@ def check_numbers(processes: int) -> None:
                     f"{processes} test processes need more Redis databases than TEST_REDIS_URL, "
                     f"TEST_FUZZ_REDIS_URL and TEST_RELAY_REDIS_URL leave apart (gw{index}'s {kind} database "
                     f"{number} {'is below 0' if number < 0 else 'is also ' + used[where]}): run fewer "
-                    "processes (-n) or move those URLs' numbers apart")
+                    "processes (-n) or move those URLs' numbers apart"
+                )
             used[where] = f"gw{index}'s {kind} database"

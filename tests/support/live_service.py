@@ -1,6 +1,7 @@
 """The whole service behind a real HTTP server in a thread (presigned URLs need one),
 WebTest against a live server (`over_http`), plus the data set the signed-documents tests
 share."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,8 +11,8 @@ from typing import Any
 
 from app import create_app
 from config import Config
-from plumbing.database import bind_database, db
 from onboarding.writer import stable_id
+from plumbing.database import bind_database, db
 from tests.conftest import PG_URL, REDIS_URL
 from tests.support import SECRET_KEY, clinic, organization
 from tests.support.servers import serve_wsgi
@@ -33,8 +34,14 @@ def serve(**overrides: Any) -> Iterator[str]:
     try:
         with serve_wsgi(_placeholder) as httpd:
             base_url = f"http://127.0.0.1:{httpd.server_port}"
-            settings = {"database_url": PG_URL, "redis_url": REDIS_URL, "secret_key": SECRET_KEY, "db_pool_size": 4,
-                        "public_base_url": base_url, **overrides}
+            settings = {
+                "database_url": PG_URL,
+                "redis_url": REDIS_URL,
+                "secret_key": SECRET_KEY,
+                "db_pool_size": 4,
+                "public_base_url": base_url,
+                **overrides,
+            }
             config = Config(**settings)
             httpd.set_app(create_app(config))
             served = settings
@@ -63,17 +70,23 @@ def over_http(base_url: str) -> Callable[[dict[str, Any], Any], list[bytes]]:
     def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         path = urllib.parse.quote(environ.get("PATH_INFO", "").encode("latin-1"), safe="/:@!$&'()*+,;=-._~%")
         query = environ.get("QUERY_STRING", "")
-        headers = {key[5:].replace("_", "-").title(): value for key, value in environ.items()
-                   if key.startswith("HTTP_")}
+        headers = {
+            key[5:].replace("_", "-").title(): value for key, value in environ.items() if key.startswith("HTTP_")
+        }
         for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
             if environ.get(key):
                 headers[key.replace("_", "-").title()] = environ[key]
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
         http.cookies.clear()  # WebTest keeps the cookies, and sends them in the headers
-        answer = http.request(environ["REQUEST_METHOD"], base_url + path + ("?" + query if query else ""),
-                              headers={**headers, "Accept-Encoding": "identity"}, data=body,
-                              allow_redirects=False, timeout=60)
+        answer = http.request(
+            environ["REQUEST_METHOD"],
+            base_url + path + ("?" + query if query else ""),
+            headers={**headers, "Accept-Encoding": "identity"},
+            data=body,
+            allow_redirects=False,
+            timeout=60,
+        )
         kept = [(k, v) for k, v in answer.raw.headers.items() if k.lower() not in _HOP_BY_HOP]
         start_response(f"{answer.status_code} {answer.reason}", [*kept, ("Content-Length", str(len(answer.content)))])
         return [answer.content]
@@ -131,23 +144,59 @@ def signing_organization(sharing: bool = True) -> dict[str, Any]:
     a = clinic(
         "clinic-a",
         calendars=[{"name": "Doctor"}],
-        tags=[{"type": "patient", "name": "signed-consent"}, {"type": "patient", "name": "gone", "deleted": True},
-              {"type": "patient_request", "name": "needs-callback"}],
+        tags=[
+            {"type": "patient", "name": "signed-consent"},
+            {"type": "patient", "name": "gone", "deleted": True},
+            {"type": "patient_request", "name": "needs-callback"},
+        ],
         requestTypes=[
-            {"ecrfId": "SIGNED_CONSENT", "name": "Signed consent", "requiresReservation": False,
-             "defaultPatientTags": ["signed-consent"]},
+            {
+                "ecrfId": "SIGNED_CONSENT",
+                "name": "Signed consent",
+                "requiresReservation": False,
+                "defaultPatientTags": ["signed-consent"],
+            },
             {"ecrfId": "RETIRED", "name": "Retired", "active": False},
         ],
     )
-    b = clinic("clinic-b", tags=[{"type": "patient_request", "name": "b-only"}],
-               requestTypes=[{"ecrfId": "SIGNED_CONSENT", "name": "Signed consent B"}])
-    return organization(a, b, sharing=sharing, patients=[
-        {"key": "jana", "firstName": "Jana", "lastName": "Nováková", "phone": "+420 601 123 456",
-         "email": "jana@example.org", "birthDate": "1980-04-12",
-         "records": [{"clinic": "clinic-a", "note": "Prefers mornings.",
-                      "externalIds": [{"source": "signing-system", "id": "EXT-1"}]}]},
-        {"key": "jana-dup", "firstName": "Jana", "lastName": "Novakova", "mergedInto": "jana",
-         "records": [{"clinic": "clinic-a"}]},
-        {"key": "petr", "firstName": "Petr", "lastName": "Svoboda", "phone": "602 987 654",
-         "records": [{"clinic": "clinic-b", "externalIds": [{"source": "signing-system", "id": "EXT-2"}]}]},
-    ])
+    b = clinic(
+        "clinic-b",
+        tags=[{"type": "patient_request", "name": "b-only"}],
+        requestTypes=[{"ecrfId": "SIGNED_CONSENT", "name": "Signed consent B"}],
+    )
+    return organization(
+        a,
+        b,
+        sharing=sharing,
+        patients=[
+            {
+                "key": "jana",
+                "firstName": "Jana",
+                "lastName": "Nováková",
+                "phone": "+420 601 123 456",
+                "email": "jana@example.org",
+                "birthDate": "1980-04-12",
+                "records": [
+                    {
+                        "clinic": "clinic-a",
+                        "note": "Prefers mornings.",
+                        "externalIds": [{"source": "signing-system", "id": "EXT-1"}],
+                    }
+                ],
+            },
+            {
+                "key": "jana-dup",
+                "firstName": "Jana",
+                "lastName": "Novakova",
+                "mergedInto": "jana",
+                "records": [{"clinic": "clinic-a"}],
+            },
+            {
+                "key": "petr",
+                "firstName": "Petr",
+                "lastName": "Svoboda",
+                "phone": "602 987 654",
+                "records": [{"clinic": "clinic-b", "externalIds": [{"source": "signing-system", "id": "EXT-2"}]}],
+            },
+        ],
+    )

@@ -36,6 +36,7 @@ Any finding fails the run (exit status 1) and is listed, masked, in the terminal
 Run in parallel (pytest-xdist), each process audits its own logs and sends its counts and
 findings to the controlling process, which fails the run and lists them.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -43,9 +44,9 @@ import logging
 import re
 import subprocess
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import pytest
 
@@ -56,8 +57,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("API token", re.compile(r"csk_[0-9a-f]{32}_[A-Za-z0-9_-]{16,}")),
     ("presigned S3 credential", re.compile(r"X-Amz-(?:Signature|Credential|Security-Token)=", re.I)),
     ("SigV4 signature", re.compile(r"Signature=[0-9a-f]{64}")),
-    ("signed query parameter", re.compile(r"[?&](?:signature|sig|expires|token|access_token|X-Amz-[A-Za-z-]+)=",
-                                          re.I)),
+    ("signed query parameter", re.compile(r"[?&](?:signature|sig|expires|token|access_token|X-Amz-[A-Za-z-]+)=", re.I)),
     ("URL with a query string", re.compile(r"[a-z][a-z0-9+.-]*://[^\s\"'<>?#]+\?[^\s\"'<>#]*[=&]", re.I)),
     ("bearer credential", re.compile(r"\bBearer\s+[A-Za-z0-9._~+/-]{16,}")),
 )
@@ -68,8 +68,13 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 #: times after a colon, epoch seconds (ten digits), counts below nine digits.
 PERSONAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # E.164 (spaces, dots or dashes between the digits), else a Czech national number.
-    ("phone number", re.compile(r"(?<![\w+])\+[1-9](?:[ .-]?\d){7,14}(?!\d)"
-                                r"|(?<![\w.,:/+#-])[2-9]\d{2} ?\d{3} ?\d{3}(?![\w.,:/-])")),
+    (
+        "phone number",
+        re.compile(
+            r"(?<![\w+])\+[1-9](?:[ .-]?\d){7,14}(?!\d)"
+            r"|(?<![\w.,:/+#-])[2-9]\d{2} ?\d{3} ?\d{3}(?![\w.,:/-])"
+        ),
+    ),
     ("e-mail address", re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")),
 )
 
@@ -82,7 +87,9 @@ _TEXT_LEVEL = (
     re.compile(r"\[[^\]]*\] \[\d+\] \[([A-Z]+)\] "),
 )
 # The lines of a traceback after its record's first line.
-_CONTINUATION = re.compile(r"\s|Traceback \(|During handling of|The above exception|[\w.]+(?:Error|Exception|Warning)\b")
+_CONTINUATION = re.compile(
+    r"\s|Traceback \(|During handling of|The above exception|[\w.]+(?:Error|Exception|Warning)\b"
+)
 
 
 def _level_name(name: str) -> int | None:
@@ -201,8 +208,9 @@ class Audit:
 _SEPARATOR = "\n\x00\n"
 
 
-def _findings_in(source: str, texts: list[str], patterns: tuple[tuple[str, re.Pattern[str]], ...],
-                 secrets: list[tuple[str, str]]) -> list[Finding]:
+def _findings_in(
+    source: str, texts: list[str], patterns: tuple[tuple[str, re.Pattern[str]], ...], secrets: list[tuple[str, str]]
+) -> list[Finding]:
     starts, at = [], 0
     for text in texts:
         starts.append(at)
@@ -222,8 +230,9 @@ def _findings_in(source: str, texts: list[str], patterns: tuple[tuple[str, re.Pa
         while start >= 0:
             hit(what, secret, start, start + len(secret))
             start = joined.find(secret, start + 1)
-    return [Finding(kind, source, _mask(texts[line], start, end))
-            for (line, kind, _), (start, end) in sorted(first.items())]
+    return [
+        Finding(kind, source, _mask(texts[line], start, end)) for (line, kind, _), (start, end) in sorted(first.items())
+    ]
 
 
 _VALUE_TAIL = re.compile(r"[^\s'\",)}\]]*")
@@ -233,8 +242,8 @@ def _mask(text: str, start: int, end: int) -> str:
     """The line around the finding, the secret and the rest of its word replaced (CI
     logs are logs too)."""
     end = _VALUE_TAIL.match(text, end).end()
-    head = text[max(0, start - 80):start]
-    tail = text[end:end + 40]
+    head = text[max(0, start - 80) : start]
+    tail = text[end : end + 40]
     return f"…{head}***{tail}…".replace("\n", "\\n")
 
 
@@ -397,6 +406,7 @@ def pytest_configure(config: pytest.Config) -> None:
     root.setLevel(logging.DEBUG)
     try:  # the service's own rules, as every entry point applies them
         from plumbing import logs
+
         logs.install_safety()
     except ImportError:
         pass
@@ -412,7 +422,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     lines, files = _counts(session.config)
     if hasattr(session.config, "workeroutput"):  # an xdist process: the controller reports
         session.config.workeroutput["log_audit"] = {  # type: ignore[attr-defined]
-            "lines": lines, "files": files, "findings": [vars(f) for f in findings]}
+            "lines": lines,
+            "files": files,
+            "findings": [vars(f) for f in findings],
+        }
     if findings and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -445,8 +458,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     findings: list[Finding] = config.stash.get(_FINDINGS, [])
     lines, files = _counts(config)
     if not findings:
-        terminalreporter.write_line(f"log audit: {lines} log lines (this process at DEBUG and {files} subprocess "
-                                    "log file(s)), no secrets and no personal data")
+        terminalreporter.write_line(
+            f"log audit: {lines} log lines (this process at DEBUG and {files} subprocess "
+            "log file(s)), no secrets and no personal data"
+        )
         return
     terminalreporter.section("log audit: secrets or personal data in logs", sep="=", red=True, bold=True)
     for finding in findings[:50]:

@@ -1,4 +1,5 @@
 """Peak memory of real processes: VmHWM (the resident set's high-water mark) from procfs."""
+
 from __future__ import annotations
 
 import subprocess

@@ -1,10 +1,11 @@
-"""Organizations a test starts from, as fixtures: import the one a test module needs.
+"""pytest plugin: the organizations a test starts from, as fixtures.
 
 - `two_clinics`: one organization with the clinics `clinic-a` and `clinic-b`;
 - `org`: the signed-documents data set (`live_service.signing_organization`) and tokens
   for it: `write` (clinic-a, read and write), `read` (clinic-a, read only) and
   `b` (clinic-b, read and write).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -21,5 +22,8 @@ def two_clinics(app) -> None:
 @pytest.fixture
 def org(app) -> dict[str, str]:
     load(signing_organization())
-    return {"write": issue_token(["clinic-a"], ["read", "write"]), "read": issue_token(["clinic-a"], ["read"]),
-            "b": issue_token(["clinic-b"], ["read", "write"])}
+    return {
+        "write": issue_token(["clinic-a"], ["read", "write"]),
+        "read": issue_token(["clinic-a"], ["read"]),
+        "b": issue_token(["clinic-b"], ["read", "write"]),
+    }

@@ -2,6 +2,7 @@
 the paths that write it (the onboarding file, the API, a finished call), and the ways the
 data-protection tests look for what is left of them: the database dumped, the bucket and
 Redis read whole."""
+
 from __future__ import annotations
 
 import io
@@ -20,7 +21,7 @@ from onboarding.writer import stable_id
 from plumbing.clock import as_utc
 from plumbing.database import db
 from storage import LocalStorage
-from tests.support import bearer, load, organization, clinic
+from tests.support import bearer, clinic, load, organization
 from tests.support.live_service import api, type_id
 
 STORAGE_DIR = Path("var/storage")  # the app fixture's STORAGE_DIR (Config's default)
@@ -47,21 +48,29 @@ class Person:
     def traces(self) -> list[str]:
         """Every string that must be gone once the person is (documents kept aside)."""
         digits = self.phone.removeprefix("+420")
-        return [self.last, self.email, self.note, self.transcript, self.phone, self.national,
-                digits, f"{digits[:3]} {digits[3:6]} {digits[6:]}"]
+        return [
+            self.last,
+            self.email,
+            self.note,
+            self.transcript,
+            self.phone,
+            self.national,
+            digits,
+            f"{digits[:3]} {digits[3:6]} {digits[6:]}",
+        ]
 
 
 def new_person() -> Person:
     """Distinct values per call: a test's traces are never another test's."""
     n = uuid.uuid4().int
-    digits = f"77{n % 10 ** 7:07d}"
-    marker = f"Zámečnická{n % 10 ** 6:06d}"
+    digits = f"77{n % 10**7:07d}"
+    marker = f"Zámečnická{n % 10**6:06d}"
     return Person(
         first="Kateřina",
         last=marker,
         phone=f"+420{digits}",
         national=f"{digits[:3]} {digits[3:6]} {digits[6:]}",
-        email=f"katerina.{n % 10 ** 6:06d}@example.cz",
+        email=f"katerina.{n % 10**6:06d}@example.cz",
         note=f"Alergie na penicilin, volat po 16. hodině ({marker})",
         transcript=f"Dobrý den, tady Kateřina {marker}, prosím o obnovení receptu na Euthyrox, děkuji.",
         document_text=f"%PDF-1.4 souhlas pacientky {marker}",
@@ -70,12 +79,20 @@ def new_person() -> Person:
 
 def lifecycle_organization() -> dict[str, Any]:
     """clinic-a and clinic-b sharing patients, with a request type, a calendar and tags."""
-    a = clinic("clinic-a", calendars=[{"name": "Doctor"}],
-               tags=[{"type": "patient", "name": "diabetic"}, {"type": "patient_request", "name": "urgent"}],
-               requestTypes=[{"ecrfId": "SIGNED_CONSENT", "name": "Signed consent"},
-                             {"ecrfId": "PRESCRIPTION", "name": "Prescription"}])
-    b = clinic("clinic-b", tags=[{"type": "patient", "name": "b-tag"}],
-               requestTypes=[{"ecrfId": "SIGNED_CONSENT", "name": "Signed consent B"}])
+    a = clinic(
+        "clinic-a",
+        calendars=[{"name": "Doctor"}],
+        tags=[{"type": "patient", "name": "diabetic"}, {"type": "patient_request", "name": "urgent"}],
+        requestTypes=[
+            {"ecrfId": "SIGNED_CONSENT", "name": "Signed consent"},
+            {"ecrfId": "PRESCRIPTION", "name": "Prescription"},
+        ],
+    )
+    b = clinic(
+        "clinic-b",
+        tags=[{"type": "patient", "name": "b-tag"}],
+        requestTypes=[{"ecrfId": "SIGNED_CONSENT", "name": "Signed consent B"}],
+    )
     return organization(a, b, sharing=True)
 
 
@@ -85,67 +102,138 @@ def seed(app: webtest.TestApp, token: str, person: Person, now: datetime, *, doc
     names them), create two requests (one with a reservation, a tag, a note, a signed
     document and an upload never registered), and finish two calls from their number: a
     voice message request with a transcript, and a call that made none."""
-    load({**lifecycle_organization(), "patients": [
-        {"key": "kat", "firstName": person.first, "lastName": person.last, "phone": person.national,
-         "email": person.email, "birthDate": "1983-02-14",
-         "records": [{"clinic": "clinic-a", "note": person.note, "tags": ["diabetic"],
-                      "externalIds": [{"source": "nis", "id": f"NIS-{person.last}"}]},
-                     {"clinic": "clinic-b", "note": person.note, "tags": ["b-tag"]}]},
-        {"key": "kat-dup", "firstName": person.first, "lastName": person.last + "-dup", "mergedInto": "kat",
-         "records": [{"clinic": "clinic-a"}]},
-    ]})
+    load(
+        {
+            **lifecycle_organization(),
+            "patients": [
+                {
+                    "key": "kat",
+                    "firstName": person.first,
+                    "lastName": person.last,
+                    "phone": person.national,
+                    "email": person.email,
+                    "birthDate": "1983-02-14",
+                    "records": [
+                        {
+                            "clinic": "clinic-a",
+                            "note": person.note,
+                            "tags": ["diabetic"],
+                            "externalIds": [{"source": "nis", "id": f"NIS-{person.last}"}],
+                        },
+                        {"clinic": "clinic-b", "note": person.note, "tags": ["b-tag"]},
+                    ],
+                },
+                {
+                    "key": "kat-dup",
+                    "firstName": person.first,
+                    "lastName": person.last + "-dup",
+                    "mergedInto": "kat",
+                    "records": [{"clinic": "clinic-a"}],
+                },
+            ],
+        }
+    )
     person.patient_id = str(stable_id("patient", "test-org", "kat"))
     headers = bearer(token)
-    app.post_json(api() + "/patients/import", {"externalId": f"NIS-{person.last}", "externalIdSource": "nis",
-                                               "firstName": person.first, "lastName": person.last,
-                                               "phone": person.phone},
-                  headers={**headers, "Idempotency-Key": f"import-{person.phone}"})
+    app.post_json(
+        api() + "/patients/import",
+        {
+            "externalId": f"NIS-{person.last}",
+            "externalIdSource": "nis",
+            "firstName": person.first,
+            "lastName": person.last,
+            "phone": person.phone,
+        },
+        headers={**headers, "Idempotency-Key": f"import-{person.phone}"},
+    )
     calendar = str(stable_id("calendar", "clinic-a", "Doctor"))
     slot = {"start": "2026-12-01T09:00:00+01:00", "end": "2026-12-01T09:30:00+01:00", "calendarId": calendar}
-    booked = app.post_json(api() + "/patientRequests/create",
-                           {"patientId": person.patient_id, "userECRFId": type_id("PRESCRIPTION"),
-                            "userNote": person.note, "timeSlotInput": slot},
-                           headers={**headers, "Idempotency-Key": f"create-{person.phone}"}).json["data"]
+    booked = app.post_json(
+        api() + "/patientRequests/create",
+        {
+            "patientId": person.patient_id,
+            "userECRFId": type_id("PRESCRIPTION"),
+            "userNote": person.note,
+            "timeSlotInput": slot,
+        },
+        headers={**headers, "Idempotency-Key": f"create-{person.phone}"},
+    ).json["data"]
     person.requests["booked"] = booked["id"]
-    signed = app.post_json(api() + "/patientRequests/create",
-                           {"patientId": person.patient_id, "userECRFId": type_id("SIGNED_CONSENT"),
-                            "userNote": person.note}, headers=headers).json["data"]
+    signed = app.post_json(
+        api() + "/patientRequests/create",
+        {"patientId": person.patient_id, "userECRFId": type_id("SIGNED_CONSENT"), "userNote": person.note},
+        headers=headers,
+    ).json["data"]
     person.requests["signed"] = signed["id"]
     tag = str(stable_id("tag", "clinic-a", "patient_request", "urgent"))
-    app.patch_json(f"{api()}/patientRequests/{signed['id']}", {"addTagIds": [tag], "userNote": person.note},
-                   headers=headers)
+    app.patch_json(
+        f"{api()}/patientRequests/{signed['id']}", {"addTagIds": [tag], "userNote": person.note}, headers=headers
+    )
     storage = LocalStorage(STORAGE_DIR, signing_key=b"x" * 16, public_base_url="http://x")
     if documents:
-        link = app.post_json(f"{api()}/patientRequests/{signed['id']}/attachments/upload-link",
-                             {"contentType": "application/pdf"}, headers=headers).json["data"]
+        link = app.post_json(
+            f"{api()}/patientRequests/{signed['id']}/attachments/upload-link",
+            {"contentType": "application/pdf"},
+            headers=headers,
+        ).json["data"]
         body = person.document_text.encode()
         storage.write_stream(link["fileHash"], io.BytesIO(body), len(body), "application/pdf")
-        app.post_json(f"{api()}/patientRequests/{signed['id']}/attachments",
-                      {"contentType": "application/pdf", "fileHash": link["fileHash"], "description": "souhlas.pdf",
-                       "categoryType": "CONSENT", "visibleToPatient": True},
-                      headers=headers)
+        app.post_json(
+            f"{api()}/patientRequests/{signed['id']}/attachments",
+            {
+                "contentType": "application/pdf",
+                "fileHash": link["fileHash"],
+                "description": "souhlas.pdf",
+                "categoryType": "CONSENT",
+                "visibleToPatient": True,
+            },
+            headers=headers,
+        )
         from models import MedicalRecord
+
         with db.connection_context():
-            person.document_keys = [m.stored_key for m in MedicalRecord.select().where(
-                MedicalRecord.request == signed["id"])]
-    pending = app.post_json(f"{api()}/patientRequests/{booked['id']}/attachments/upload-link",
-                            {"contentType": "application/pdf"}, headers=headers).json["data"]
-    storage.write_stream(pending["fileHash"], io.BytesIO(person.document_text.encode()),
-                         len(person.document_text.encode()), "application/pdf")
+            person.document_keys = [
+                m.stored_key for m in MedicalRecord.select().where(MedicalRecord.request == signed["id"])
+            ]
+    pending = app.post_json(
+        f"{api()}/patientRequests/{booked['id']}/attachments/upload-link",
+        {"contentType": "application/pdf"},
+        headers=headers,
+    ).json["data"]
+    storage.write_stream(
+        pending["fileHash"],
+        io.BytesIO(person.document_text.encode()),
+        len(person.document_text.encode()),
+        "application/pdf",
+    )
     person.upload_keys = [pending["fileHash"]]
     person.calls["message"] = finish_call(
-        "clinic-a", person.national, now, "voice_message", transcript=person.transcript, callback=person.phone,
-        status="reliable", signals='{"avg_logprob": -0.31}', intelligibility="speech", heard_number=person.phone,
-        callback_number_at=4.2)
+        "clinic-a",
+        person.national,
+        now,
+        "voice_message",
+        transcript=person.transcript,
+        callback=person.phone,
+        status="reliable",
+        signals='{"avg_logprob": -0.31}',
+        intelligibility="speech",
+        heard_number=person.phone,
+        callback_number_at=4.2,
+    )
     person.calls["bare"] = finish_call("clinic-a", person.phone, now, "no_recording")
     with db.connection_context():
         request = Call.get_by_id(person.calls["message"]).requests.get()
         person.requests["message"] = str(request.id)
         # What the inbox read in the transcript, confirmed and cleared by staff.
         at = person.transcript.index("receptu")
-        PatientRequest.update(suggested_type=type_id("PRESCRIPTION"), suggested_type_spans=f"[[{at}, {at + 7}]]",
-                              type_confirmed_at=as_utc(now), urgent=False, urgent_spans=f"[[{at}, {at + 7}]]",
-                              urgent_cleared_at=as_utc(now)).where(PatientRequest.id == request.id).execute()
+        PatientRequest.update(
+            suggested_type=type_id("PRESCRIPTION"),
+            suggested_type_spans=f"[[{at}, {at + 7}]]",
+            type_confirmed_at=as_utc(now),
+            urgent=False,
+            urgent_spans=f"[[{at}, {at + 7}]]",
+            urgent_cleared_at=as_utc(now),
+        ).where(PatientRequest.id == request.id).execute()
     return person
 
 
@@ -153,26 +241,40 @@ def finish_call(slug: str, number: str, received_at: datetime, outcome: str, **r
     """A call stored as the hand-off stores it, finished as the ingest job finishes it."""
     with db.connection_context():
         clinic_row = Clinic.by_slug(slug)
-        call = Call.create(clinic=clinic_row, call_sid=f"CA{uuid.uuid4().hex}", call_from=number,
-                           recording_sha256="ab" * 32, recording_bytes=48_000,
-                           call_to="+420222333444", status="completed", has_recording=outcome != "no_recording",
-                           recording_url=f"https://platform.example/rec/{uuid.uuid4().hex}.mp3",
-                           recording_sid=f"RE{uuid.uuid4().hex[:12]}", source="pbx",
-                           extra='{"flow": "voicemail"}', received_at=as_utc(received_at))
+        call = Call.create(
+            clinic=clinic_row,
+            call_sid=f"CA{uuid.uuid4().hex}",
+            call_from=number,
+            recording_sha256="ab" * 32,
+            recording_bytes=48_000,
+            call_to="+420222333444",
+            status="completed",
+            has_recording=outcome != "no_recording",
+            recording_url=f"https://platform.example/rec/{uuid.uuid4().hex}.mp3",
+            recording_sid=f"RE{uuid.uuid4().hex[:12]}",
+            source="pbx",
+            extra='{"flow": "voicemail"}',
+            received_at=as_utc(received_at),
+        )
         finished_calls.finish(call, outcome, language="cs" if "transcript" in results else None, **results)
     return str(call.id)
 
 
 # --- where traces could be -------------------------------------------------------------------
 
+
 def database_dump(url: str) -> str:
     """Every row of the database, as `pg_dump --data-only` writes it (bytea as hex), without
     the random key of its `\\restrict` lines and the sequences' positions (a rolled-back
     insert moves them): two dumps of the same rows are equal."""
-    done = subprocess.run(["pg_dump", "--data-only", "--no-owner", url], capture_output=True, text=True,
-                          timeout=120, check=True)
-    return "".join(line for line in done.stdout.splitlines(keepends=True)
-                   if not line.startswith(("\\restrict", "\\unrestrict", "SELECT pg_catalog.setval(")))
+    done = subprocess.run(
+        ["pg_dump", "--data-only", "--no-owner", url], capture_output=True, text=True, timeout=120, check=True
+    )
+    return "".join(
+        line
+        for line in done.stdout.splitlines(keepends=True)
+        if not line.startswith(("\\restrict", "\\unrestrict", "SELECT pg_catalog.setval("))
+    )
 
 
 def bucket_bytes(root: Path = STORAGE_DIR) -> bytes:

@@ -1,4 +1,5 @@
 """Loopback ports: one free now, and whether one accepts connections."""
+
 from __future__ import annotations
 
 import socket

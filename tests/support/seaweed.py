@@ -5,8 +5,8 @@ on free ports, with telemetry, WebDAV and the admin UI off, and one S3 identity
 with Admin/Read/Write rights. Startup waits on a condition (a probe object can be
 written and deleted through S3) with a deadline; teardown stops the process.
 
-Use as a context manager, or import the session fixture ``seaweedfs`` into a test module
-(each module that imports it gets a server of its own for the session).
+Use as a context manager, or the session fixture `seaweedfs` (a pytest plugin: conftest.py
+loads it; one server per test process).
 """
 
 from __future__ import annotations
@@ -154,7 +154,10 @@ def run_seaweedfs(
     )
     s3_config.chmod(0o600)
     master, volume, filer, s3, admin = _free_ports(5)
-    grpc = {name: port + 10000 for name, port in (("master", master), ("volume", volume), ("filer", filer), ("s3", s3), ("admin", admin))}
+    grpc = {
+        name: port + 10000
+        for name, port in (("master", master), ("volume", volume), ("filer", filer), ("s3", s3), ("admin", admin))
+    }
     args = [
         weed,
         "mini",
@@ -182,7 +185,7 @@ def run_seaweedfs(
         f"-bucket={bucket}",
     ]
     log_path = base / "weed.log"
-    log = open(log_path, "wb")
+    log = open(log_path, "wb")  # noqa: SIM115 (the server's output, closed when it stops)
     proc = subprocess.Popen(
         args,
         stdout=log,
@@ -246,9 +249,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], server: SeaweedFS, timeout: float
         except Exception as exc:
             last_error = exc
             time.sleep(0.1)
-    raise SeaweedStartError(
-        f"SeaweedFS not ready after {timeout:.0f}s ({last_error!r}):\n{_log_tail(server.log_path)}"
-    )
+    raise SeaweedStartError(f"SeaweedFS not ready after {timeout:.0f}s ({last_error!r}):\n{_log_tail(server.log_path)}")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
 """Waiting for a condition, and a WSGI app behind a real HTTP server in a thread."""
+
 from __future__ import annotations
 
 import contextlib

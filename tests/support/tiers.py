@@ -25,6 +25,7 @@ deadline, bin/run stopping) runs while no test of another process needs the engi
 worker (a lock file shared by the processes: such tests take it shared, an `alone` one
 exclusive, waiting its turn fairly); the modules with `alone` tests start first.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -62,9 +63,12 @@ def needs(*parts: str) -> Callable[[F], F]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--fast", action="store_true",
-                     help="only the tests that need no gunicorn, worker process, transcription engine, browser or "
-                          "SeaweedFS (and refuse to start any of them)")
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="only the tests that need no gunicorn, worker process, transcription engine, browser or "
+        "SeaweedFS (and refuse to start any of them)",
+    )
 
 
 #: Whether this run is `--fast` (set at configure, before the test modules are imported):
@@ -76,10 +80,16 @@ def pytest_configure(config: pytest.Config) -> None:
     global FAST
     FAST = bool(config.getoption("fast"))
     config.addinivalue_line("markers", "slow: needs one of the parts below (derived; --fast leaves it out)")
-    config.addinivalue_line("markers", "alone: bounds the time of CPU-heavy work: in parallel, runs while no "
-                                       "other process runs a test needing the engine or a worker")
-    config.addinivalue_line("markers", "long: minutes of CPU in a test of its own (the labelled set through the "
-                                       "engine): in parallel, dispatched before the other slow tests")
+    config.addinivalue_line(
+        "markers",
+        "alone: bounds the time of CPU-heavy work: in parallel, runs while no "
+        "other process runs a test needing the engine or a worker",
+    )
+    config.addinivalue_line(
+        "markers",
+        "long: minutes of CPU in a test of its own (the labelled set through the "
+        "engine): in parallel, dispatched before the other slow tests",
+    )
     for name, what in PARTS.items():
         config.addinivalue_line("markers", f"{name}: needs {what}")
 
@@ -89,7 +99,7 @@ def _parts_of(item: pytest.Item) -> tuple[set[str], set[str]]:
     parts = {mark.name for mark in item.iter_markers() if mark.name in PARTS}
     grouped: set[str] = set()
     info = getattr(item, "_fixtureinfo", None)
-    for name in (info.names_closure if info else ()):
+    for name in info.names_closure if info else ():
         for fixturedef in info.name2fixturedefs.get(name, ())[-1:]:
             started = getattr(fixturedef.func, "__needs__", frozenset())
             parts |= started
@@ -149,7 +159,8 @@ class NotInFastTier(Exception):
     def __init__(self, part: str) -> None:
         super().__init__(
             f"this test starts {PARTS[part]}, which the fast tier (--fast) does without: mark the fixture that "
-            f"starts it (@needs({part!r}), tests/support/tiers.py) or the test (@pytest.mark.{part})")
+            f"starts it (@needs({part!r}), tests/support/tiers.py) or the test (@pytest.mark.{part})"
+        )
 
 
 def _refuse_slow_parts() -> None:

@@ -7,11 +7,12 @@ needs a worker shares this one: two workers on the same queues would take each o
 jobs with different settings. `processed_call` waits until it has processed a call (and
 gives its transcript to the log audit).
 """
+
 from __future__ import annotations
 
 import os
 import subprocess
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -38,19 +39,29 @@ def ca_bundle(https_ca, tmp_path_factory) -> str:
 
 def worker_env(ca_bundle: str, **extra: str) -> dict[str, str]:
     return {
-        **os.environ, "DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY,
-        "UNSAFE_ALLOW_LOOPBACK_FETCH": "1", "FETCH_CA_BUNDLE": ca_bundle, "RECORDING_RETRY_DELAYS": "1,1",
-        "RECORDING_FETCH_TIMEOUT": "5", "WHISPER_MODEL": str(MODEL), "WHISPER_MODEL_EN": str(MODEL_EN),
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": REDIS_URL,
+        "SECRET_KEY": SECRET_KEY,
+        "UNSAFE_ALLOW_LOOPBACK_FETCH": "1",
+        "FETCH_CA_BUNDLE": ca_bundle,
+        "RECORDING_RETRY_DELAYS": "1,1",
+        "RECORDING_FETCH_TIMEOUT": "5",
+        "WHISPER_MODEL": str(MODEL),
+        "WHISPER_MODEL_EN": str(MODEL_EN),
         # The former names of PLATFORM_RETRY_DELAYS and PLATFORM_FETCH_TIMEOUT, still read; and the
         # platform family's marker words as a deployment sets them.
-        "PBX_RETRY_DELAYS": "1,1", "PBX_FETCH_TIMEOUT": "5", "PROVIDER_MARKER_WORDS": MARKER_WORDS,
+        "PBX_RETRY_DELAYS": "1,1",
+        "PBX_FETCH_TIMEOUT": "5",
+        "PROVIDER_MARKER_WORDS": MARKER_WORDS,
         # One purge round at start, then none during the session: the session's worker shares
         # the test database but not a test's storage directory, and a round of its own could
         # take the rows of uploads a storage test has just expired for its own worker to purge
         # (test_storage_limits failed so once in CI: the row gone, the file left).
         "UPLOAD_PURGE_EVERY_SECONDS": "86400",
         # DEBUG: the log audit (tests/support/log_audit.py) checks everything a worker may log.
-        "LOG_LEVEL": "DEBUG", **extra,
+        "LOG_LEVEL": "DEBUG",
+        **extra,
     }
 
 
@@ -74,6 +85,7 @@ def worker(wsgi_app, ca_bundle, worker_log) -> Iterator[subprocess.Popen]:
 
 def processed_call(sid: str, timeout: float = 90) -> Call:
     """The call `sid` once a worker has processed it (state `done`); fails after `timeout` s."""
+
     def done() -> bool:
         with db.connection_context():
             return Call.select().where((Call.call_sid == sid) & (Call.state == "done")).exists()

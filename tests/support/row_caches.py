@@ -1,0 +1,31 @@
+"""The row cache as the tests see it: the app's own cache, a token's id, and a second
+connection that writes as another process would."""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import contextmanager
+
+import psycopg2
+
+from plumbing.database import db
+from plumbing.row_cache import RowCache
+
+
+@contextmanager
+def other_connection():
+    """A connection of its own, standing for another process."""
+    conn = psycopg2.connect(dbname=db.obj.database, **db.obj.connect_params)
+    conn.autocommit = True
+    try:
+        yield conn.cursor()
+    finally:
+        conn.close()
+
+
+def token_id(token: str) -> str:
+    return str(uuid.UUID(token.split("_")[1]))
+
+
+def app_cache(app) -> RowCache:
+    return next(m.cache for m in app.app._unprepared_middleware if isinstance(getattr(m, "cache", None), RowCache))
