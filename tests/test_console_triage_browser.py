@@ -21,7 +21,8 @@ from tests.support import clinic, load, organization
 from tests.support.console_browser import PASSWORD, WAIT_MS, log_in
 from voicemail.transcription import Transcript
 
-pytest.importorskip("playwright.sync_api")
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
 
 TYPES = [
     {"ecrfId": "RX", "name": "Recept", "transcriptWords": {"preset": "prescription"}},
@@ -111,7 +112,8 @@ def test_the_flagged_message_first_the_type_suggested_confirmed_and_the_flag_cle
     assert rows.first.get_attribute("id") == f"r-{inbox['Klára']}", "the flagged message first, though oldest"
     flagged = rows.first
     assert flagged.locator(".urgent-flag").inner_text() == words["flag"]
-    assert flagged.locator("mark.urgent").all_inner_texts() == ["bolestí", "co nejdřív"]
+    # Waited on (bounded), like the flag above: a list read at once does not wait for the row.
+    expect(flagged.locator("mark.urgent")).to_have_text(["bolestí", "co nejdřív"], timeout=WAIT_MS)
     assert words["hint"] in flagged.inner_text()
     rx = page.locator(f"#r-{inbox['Josef']}")
     assert words["suggested"] in rx.locator("form.choose-type").inner_text()

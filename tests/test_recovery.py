@@ -304,6 +304,7 @@ def test_after_a_15_s_database_outage_the_checks_answered_throughout_and_a_new_c
     outage(stack, 15, "15s")
 
 
+@pytest.mark.long
 def test_after_a_120_s_database_outage_a_new_call_is_a_request_in_seconds(stack):
     """Beyond the download retries' 10 s and 60 s that the caught calls used to wait out,
     holding their clinic's places: 120 s of mostly waiting (the slowest test here)."""

@@ -15,12 +15,20 @@ IDEMPOTENCY_KEY_REUSED: the same key sent earlier with another body. Any other r
 import's items are typed (`PatientImport`, so generated clients are) but validated one
 by one: a body whose envelope is valid is answered 200 with each invalid item `failed`.
 The wrapper below lets through exactly that answer.
+
+`st run --workers 2` generates in two threads, and Hypothesis describes each filter's
+lambda by parsing its source (`ast.parse`). CPython 3.11's AST construction keeps its
+recursion depth in state the threads share, so two parses at once can fail with
+"SystemError: AST constructor recursion depth mismatch" (python/cpython#106905): an error
+of the tool, reported as the operation's. In this process parses take turns.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+import threading
 from typing import Any
 
 import schemathesis
@@ -30,6 +38,17 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 
 from plumbing import json_schema as validation
 from web import schemas
+
+_PARSE = threading.Lock()
+_parse = ast.parse
+
+
+def _parse_in_turn(*args: Any, **kwargs: Any) -> Any:
+    with _PARSE:
+        return _parse(*args, **kwargs)
+
+
+ast.parse = _parse_in_turn  # type: ignore[assignment]  # the `st` process only (SCHEMATHESIS_HOOKS)
 
 CLINIC = "/external/v1/clinics/{clinicSlug}"
 SWITCHBOARD = f"{CLINIC}/switchboard"

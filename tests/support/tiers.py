@@ -87,8 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "long: minutes of CPU in a test of its own (the labelled set through the "
-        "engine): in parallel, dispatched before the other slow tests",
+        "long: minutes in a test of its own (the labelled set through the engine, a "
+        "two-minute outage): in parallel, handed out before the other slow tests",
     )
     for name, what in PARTS.items():
         config.addinivalue_line("markers", f"{name}: needs {what}")
@@ -108,6 +108,12 @@ def _parts_of(item: pytest.Item) -> tuple[set[str], set[str]]:
     return parts, grouped
 
 
+def _group_of(item: pytest.Item) -> str:
+    """The unit xdist hands out: the item's `xdist_group`, or the item alone."""
+    group = item.get_closest_marker("xdist_group")
+    return f"group:{group.args[0]}" if group and group.args else item.nodeid
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the markers added here
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -119,21 +125,24 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if grouped and not any(item.iter_markers("xdist_group")):
             item.add_marker(pytest.mark.xdist_group(sorted(grouped)[0]))
     if isolation.worker_index() is not None:
-        # In parallel, modules kept whole (their module fixtures start once) in this order: those
-        # with `alone` tests first, while the other processes take the quick tests (which wait
-        # for no lock), then the quick ones, then the `long` tests, then the other slow ones:
-        # started last, a test of minutes was the run's tail, the other processes idle.
-        # (xdist hands out the groups first, most tests first; the single tests in this order.)
+        # In parallel, handed out in this order (bin/test turns xdist's own reordering, groups
+        # by size, off): the modules with `alone` tests first (they take the engine lock
+        # exclusively, so they go before anything takes it shared); then the `long` tests and
+        # the modules kept whole that hold one (minutes each: started late, one of them was the
+        # run's tail, the other processes idle); then the other slow tests; the quick ones
+        # last, filling the processes as the slow ones end. Modules kept whole (their module
+        # fixtures start once) are handed out at their first test's place.
         alone = {item.module.__name__ for item in items if item.get_closest_marker("alone")}
+        long = {_group_of(item) for item in items if item.get_closest_marker("long")}
         slow = {item.module.__name__ for item in items if any(item.iter_markers("slow"))}
 
         def rank(item: pytest.Item) -> int:
             module = item.module.__name__
             if module in alone:
                 return 0
-            if module not in slow:
+            if _group_of(item) in long:
                 return 1
-            return 2 if item.get_closest_marker("long") else 3
+            return 2 if module in slow else 3
 
         items.sort(key=rank)
     if config.getoption("fast"):
