@@ -18,6 +18,7 @@ from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.support import clinic, load, organization
+from tests.support.clocks import claimed_now
 from tests.support.console_browser import PASSWORD, WAIT_MS, log_in
 from voicemail.transcription import Transcript
 
@@ -75,7 +76,11 @@ def inbox(app):
             )
             PatientRecord.create(patient=patient, clinic=home)
             call = Call.create(
-                clinic=home, call_sid=f"CA-{uuid.uuid4().hex[:10]}", call_from=patient.phone, call_to="+420222000111"
+                clinic=home,
+                call_sid=f"CA-{uuid.uuid4().hex[:10]}",
+                call_from=patient.phone,
+                call_to="+420222000111",
+                queued_at=claimed_now(),
             )
         ingest._finish_voicemail(
             call,

@@ -129,6 +129,24 @@ def test_only_the_clock_reads_the_wall_clock():
     assert offenders == [], offenders
 
 
+def test_only_config_reads_the_environment():
+    """Every setting is read by `config.py` (`Config.from_env`) and handed in: a module that
+    reads `os.environ` or `os.getenv` itself is a setting the operator's table does not list
+    and a test cannot set through `Config`. Refused anywhere else in the service."""
+    offenders = []
+    files = [ROOT / f"{module}.py" for module in sorted(TOP_MODULES - {"config"})]
+    files += [path for package in sorted(SERVICE_PACKAGES) for path in sorted((ROOT / package).rglob("*.py"))]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            reads = (isinstance(node, ast.Attribute) and node.attr in ("environ", "environb", "getenv")) or (
+                isinstance(node, ast.ImportFrom)
+                and any(a.name in ("environ", "environb", "getenv") for a in node.names)
+            )
+            if reads:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == [], offenders
+
+
 _IMPORT_EVERYTHING = r'''
 import atexit, importlib, json, os, pkgutil, sys, threading, traceback
 root = sys.argv[1]

@@ -23,7 +23,7 @@ from onboarding.base import OnboardingError
 from plumbing.clock import as_utc
 from plumbing.database import db
 from tests.support import bearer, clinic, issue_token, load, organization
-from tests.support.clocks import WEDNESDAY
+from tests.support.clocks import WEDNESDAY, claimed_now
 from tests.support.console import PASSWORD, form_to, login
 from tests.support.documented import documented
 from tests.support.live_service import api
@@ -120,6 +120,7 @@ def voice_message(text: str, *, language: str = "cs", minutes: int = 0, slug: st
             call_from=phone,
             call_to="+420222000111",
             received_at=as_utc(WEDNESDAY + timedelta(minutes=minutes)),
+            queued_at=claimed_now(),
         )
     t = Transcript(
         text=text,

@@ -27,3 +27,11 @@ class Clock:
     def set(self, value: datetime) -> None:
         assert value.tzinfo is not None, "tests use aware datetimes"
         self.now = value
+
+
+def claimed_now() -> datetime:
+    """A `Call.queued_at` for a call a test finishes by hand (`jobs.calls._finish_voicemail`
+    with a transcript of its own): the session's RQ worker, once a test started it, relays
+    every pending call it sees unclaimed and re-queues claimed ones only a minute after
+    their claim by the real clock it reads. Claimed now, the call is the test's."""
+    return datetime.now(UTC).replace(tzinfo=None)
