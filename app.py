@@ -64,10 +64,15 @@ def create_app(config: Config) -> falcon.App:
         log.warning(notice)
     database = bind_database(config.database_url, pool_size=config.db_pool_size, pool_wait=config.db_pool_wait_seconds)
     queue_redis = queueing.redis_client(config.redis_url, "web")
-    flusher = metrics.Flusher(queueing.redis_client(config.redis_url, "metrics"), config.metrics_flush_seconds)
+    # This process's metrics, counted by the middleware and the resources that are handed it,
+    # added to Redis by the flusher's thread (plumbing/metrics.py).
+    recorder = metrics.Recorder()
+    flusher = metrics.Flusher(
+        queueing.redis_client(config.redis_url, "metrics"), config.metrics_flush_seconds, recorder
+    )
     # Token rows and routing schedules, kept current by NOTIFY; through a database outage the
     # routing checks answer from the last known state, up to ROUTING_LAST_KNOWN_SECONDS old.
-    cache = RowCache.for_database(database, max_stale=config.routing_last_known_seconds)
+    cache = RowCache.for_database(database, max_stale=config.routing_last_known_seconds, recorder=recorder)
     storage = make_storage(config)
     player = RecordingPlayer(config, Queue(queueing.RECORDINGS, connection=queue_redis))
     limiter = RateLimiter(
@@ -88,7 +93,7 @@ def create_app(config: Config) -> falcon.App:
         (f"{sb}/is-clinic-opened", switchboard.IsClinicOpened(config.clock, cache)),
         (f"{sb}/is-on-vacation", switchboard.IsOnVacation(config.clock, cache)),
         (f"{sb}/has-active-request", switchboard.HasActiveRequest()),
-        (f"{sb}/recording-complete", switchboard.RecordingComplete(config, GroupCommit())),
+        (f"{sb}/recording-complete", switchboard.RecordingComplete(config, GroupCommit(), recorder)),
         (f"{clinic}/patientRequestTypes/search", catalog.RequestTypeSearch()),
         (f"{clinic}/tags", catalog.Tags()),
         (f"{clinic}/patients/search", patients.PatientSearch()),
@@ -155,7 +160,7 @@ def create_app(config: Config) -> falcon.App:
             (path, meta.Readiness(database, queue_redis, lambda: migrations.pending(database), cache))
             for path in ("/readyz", "/healthz")
         ],
-        ("/metrics", web_metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), config.metrics_token)),
+        ("/metrics", web_metrics.MetricsEndpoint(queue_redis, list(queueing.QUEUES), recorder, config.metrics_token)),
     ]
     if isinstance(storage, LocalStorage):  # S3 serves its own presigned URLs
         routes.append(
@@ -187,7 +192,7 @@ def create_app(config: Config) -> falcon.App:
         SchemaGate(lambda: migrations.pending(database)),
         DatabaseConnection(),
         # recording-complete's 4xx after authentication are recorded
-        HandoffRefusals(),
+        HandoffRefusals(recorder),
         # /console only: the staff session (cookie) and CSRF; never the API's
         ConsoleSession(config.clock, session_lifetime, renderer, OnceOnly(queue_redis), flash),
         TokenAuth(config.clock, cache),

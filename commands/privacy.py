@@ -146,11 +146,15 @@ def cmd_retention_set(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_retention_run(config: Config, args: argparse.Namespace) -> int:
-    """What every worker does each purge round, once."""
+    """What every worker does each purge round, once (counted in the service's metrics)."""
+    from jobs import queueing
     from jobs.storage_purge import retain
+    from plumbing.metrics import Recorder
     from storage import make_storage
 
-    deleted = retain(make_storage(config), config)
+    recorder = Recorder()
+    deleted = retain(make_storage(config), config, recorder)
+    recorder.flush(queueing.redis_client(config.redis_url, "metrics"))  # Redis away: a warning, the rows are gone
     counts = dataclasses.asdict(deleted)
     print("retention deleted: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()), file=sys.stderr)
     return 0

@@ -36,15 +36,18 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
 
     logs.setup(config.log_level, config.log_format)
     log = logging.getLogger("worker")
+    # What the jobs need from this process, built once: the configuration, the metrics
+    # recorder, their Redis client (jobs/runtime.py), handed to them by `runtime.start` below.
+    job_context = runtime.JobContext.build(config)
     # Job metrics; and each job's end wakes the relay, which queues that clinic's next call.
-    worker_class = metrics.with_job_metrics(relay.waking_relay(worker.ClinicWorker))
+    worker_class = metrics.with_job_metrics(relay.waking_relay(worker.ClinicWorker), job_context.recorder)
     connection = queueing.redis_client(config.redis_url, "worker")
     level = config.log_level.upper()
     if args.playback:
         if args.parent_pid:
             companions.die_with_parent(args.parent_pid)
         db.close()
-        runtime.start(config)
+        runtime.start(job_context)
         exit_at_once(
             worker.run(
                 worker_class,
@@ -80,14 +83,14 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
                 elif model:
                     log.warning("whisper model %s not found (python manage.py model build)", model)
         db.close()
-        runtime.start(config)  # jobs use this configuration; the environment is read once
+        runtime.start(job_context)  # the environment was read once, by the command
         # Hands stored calls to the queue (the web only commits them); re-queues, at once
         # and then periodically, the pending calls left without a live job (jobs/relay.py).
         relay.start(Queue(queueing.CALLS, connection=connection), config)
         # Deletes uploads never registered once their link expired (and a grace), at once
         # and then every UPLOAD_PURGE_EVERY_SECONDS; safe in every worker (jobs/storage_purge.py).
         # Each round also runs the retention: what the clinics keep only as long as they set.
-        storage_purge.start(config, connection=connection)
+        storage_purge.start(config, job_context.recorder, connection=connection)
         # This worker takes plays too (first) when it is idle: the playback worker may be
         # restarting. Heartbeats during jobs and short TTLs: a killed worker's job is re-run
         # quickly (jobs/worker.py). Job durations and outcomes go to the service's metrics

@@ -34,7 +34,6 @@ from rq import Retry
 
 from config import Config
 from jobs import leases, queueing, runtime, wakeup
-from jobs.runtime import job_config
 from models import Call, Clinic, Triage, finished_calls
 from plumbing import metrics
 from plumbing.database import UNREACHABLE as DATABASE_UNREACHABLE
@@ -52,13 +51,13 @@ def ingest_call(call_id: str) -> str | Retry:
     call's lease throughout: another live job on the same call (a duplicate queued while
     Redis had forgotten this one) leaves it alone. Returns the outcome's word, or a
     `Retry` that hands the job back (the worker stopping)."""
-    config = job_config()
+    job = runtime.context()
     try:
         with leases.hold(call_id) as mine:
             if not mine:
                 log.info("call %s: another job is working on it", call_id)
                 return "busy"
-            return _ingest(config, call_id)
+            return _ingest(job.config, job.recorder, call_id)
     except UNREACHABLE as exc:
         log.warning(
             "call %s: %s; the call goes back to the relay, queued again once the database and Redis answer",
@@ -93,7 +92,7 @@ def _hand_back(call: Call, when: str) -> None:
 UNREACHABLE: tuple[type[BaseException], ...] = (*DATABASE_UNREACHABLE, redis.ConnectionError, redis.TimeoutError)
 
 
-def _ingest(config: Config, call_id: str) -> str:
+def _ingest(config: Config, recorder: metrics.Recorder, call_id: str) -> str:
     # whisper.cpp is stopped from inside (its abort callback) this long before RQ's own
     # timeout, which cannot interrupt C code: the job always ends, and ends with a request.
     deadline = time.monotonic() + config.job_timeout - min(JOB_TIMEOUT_MARGIN, config.job_timeout / 5)
@@ -151,7 +150,7 @@ def _ingest(config: Config, call_id: str) -> str:
         log.warning("call %s: recording not transcribable: %s", call.id, exc)
         issue = "undecodable" if isinstance(exc, transcription.AudioDecodeError) else "engine_error"
         return _finish_voicemail(call, clinic, transcription.failed(0.0, None, issue))
-    metrics.observe_transcription(transcript.model, transcript.duration, transcript.elapsed)
+    recorder.transcription(transcript.model, transcript.duration, transcript.elapsed)
     log.info(
         "call %s: downloaded in %.2f s, transcribed %.1f s of audio in %.2f s (%s, %s, %s)",
         call.id,

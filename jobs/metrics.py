@@ -10,7 +10,7 @@ from typing import Any
 import redis
 from rq import Retry
 
-from plumbing.metrics import JOB_DURATION, JOBS, RECORDER, WORD
+from plumbing.metrics import JOB_DURATION, JOBS, WORD, Recorder
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +35,11 @@ def job_outcome(job: Any, succeeded: bool) -> str:
 
 class JobMetrics:
     """RQ worker mixin (`class W(JobMetrics, SimpleWorker)`): each job run's duration and
-    outcome, flushed to Redis together with what the job itself recorded."""
+    outcome, flushed to Redis together with what the job itself recorded (the same
+    `recorder`: the worker's, which its jobs count into through their context)."""
 
     connection: redis.Redis
+    recorder: Recorder
 
     def perform_job(self, job: Any, queue: Any) -> bool:
         started = time.perf_counter()
@@ -48,13 +50,14 @@ class JobMetrics:
         finally:
             try:
                 function, outcome = _job_function(job), job_outcome(job, succeeded)
-                RECORDER.count(JOBS, (function, outcome))
-                RECORDER.observe(JOB_DURATION, (function, outcome), time.perf_counter() - started)
-                RECORDER.flush(self.connection)
+                self.recorder.count(JOBS, (function, outcome))
+                self.recorder.observe(JOB_DURATION, (function, outcome), time.perf_counter() - started)
+                self.recorder.flush(self.connection)
             except Exception:  # metrics never break the job loop
                 log.exception("job metrics not recorded")
 
 
-def with_job_metrics(worker_class: type) -> type:
-    """`worker_class` with `JobMetrics` mixed in (the worker keeps its own name)."""
-    return type(worker_class.__name__, (JobMetrics, worker_class), {})
+def with_job_metrics(worker_class: type, recorder: Recorder) -> type:
+    """`worker_class` with `JobMetrics` mixed in, counting into `recorder` (the worker keeps
+    its own name)."""
+    return type(worker_class.__name__, (JobMetrics, worker_class), {"recorder": recorder})

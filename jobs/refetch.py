@@ -21,15 +21,12 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
-from functools import lru_cache
 
-import redis
 from rq import Queue
 from rq.job import Job
 
 from config import Config
-from jobs import queueing
-from jobs.runtime import job_config
+from jobs import queueing, runtime
 from models import Actor, ApiToken, AuditEvent, Call, Clinic
 from plumbing import metrics
 from plumbing.clock import as_utc, utc_now
@@ -49,7 +46,8 @@ def job_id(call_id: uuid.UUID | str) -> str:
 def refetch_recording(call_id: str, as_of: str | None = None) -> str:
     """Get a fresh link for the call's recording. `as_of` is the requester's time (ISO);
     the job never reasons with an earlier time than its own clock."""
-    config = job_config()
+    job = runtime.context()
+    config = job.config
     now = utc_now()
     if as_of:
         now = max(now, as_utc(datetime.fromisoformat(as_of)))
@@ -68,7 +66,7 @@ def refetch_recording(call_id: str, as_of: str | None = None) -> str:
             recordings.remember_gone(call.id, reason, now)
         log.info("call %s: recording unavailable (%s)", call.id, reason)
         return "unavailable"
-    client = platform.PlatformClient(config, _platform_redis(config.redis_url))
+    client = platform.PlatformClient(config, job.redis)
     try:
         fresh = client.fresh_link(creds, reference, now)
     except platform.RecordingGone as exc:
@@ -99,7 +97,7 @@ def refetch_recording(call_id: str, as_of: str | None = None) -> str:
         except UnsafeURL as exc:
             log.warning("call %s: fresh link not usable: %s", call.id, exc)
             return "failed"
-        metrics.RECORDER.count(metrics.RECORDING_CHECKS, ("match" if same else "mismatch",))
+        job.recorder.count(metrics.RECORDING_CHECKS, ("match" if same else "mismatch",))
         if not same:
             _mismatch(call, got, now)
             return "mismatch"
@@ -162,9 +160,3 @@ def ensure_refetch(queue: Queue, call_id: uuid.UUID | str, as_of: datetime, conf
         failure_ttl=86400,
     )
     return job
-
-
-@lru_cache(maxsize=1)
-def _platform_redis(url: str) -> redis.Redis:
-    """The platform client's link cache (one client per worker process)."""
-    return queueing.redis_client(url, "job")

@@ -1,38 +1,71 @@
-"""What a job needs from its process, once: the worker's configuration and the database;
-and whether the process is stopping, so that a long job stops at a checkpoint in time."""
+"""What a job needs from its process, built once by the worker's start (`start`): the
+worker's configuration, its metrics recorder, a Redis client, the database bound; and
+whether the process is stopping, so that a long job stops at a checkpoint in time.
+
+RQ calls a job with its arguments only (primary keys); the job reads this context once, at
+its top, and hands what it needs onward as arguments: the job's counterpart of a web
+request's `req.context`."""
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
+
+import redis
 
 from config import Config
+from jobs import queueing
 from plumbing.database import bind_database, db
+from plumbing.metrics import Recorder
 
-_config: Config | None = None
+
+@dataclass(frozen=True)
+class JobContext:
+    config: Config
+    #: The worker's metrics buffer: the jobs count into it, the worker flushes it after each
+    #: job (jobs/metrics.py) and the purge thread after each round.
+    recorder: Recorder
+    #: The jobs' own Redis client (the platform client's link cache); the worker's queues
+    #: have theirs.
+    redis: redis.Redis
+
+    @classmethod
+    def build(cls, config: Config) -> JobContext:
+        return cls(config, Recorder(), queueing.redis_client(config.redis_url, "job"))
+
+
+_context: JobContext | None = None
 _lock = threading.Lock()
 
 
-def start(config: Config) -> None:
-    """Give jobs the configuration the worker command already read (the environment is
+def start(context: JobContext) -> None:
+    """Give this process's jobs the context the worker's start built (the environment is
     read once per process)."""
-    global _config
+    global _context
     with _lock:
-        _config = config
+        _context = context
 
 
-def job_config() -> Config:
-    """The worker's configuration (from the environment when no command gave one: a job
-    run by hand); binds the database unless the process has (manage.py does, before the
-    relay starts). Rebinding would swap `db.obj` under the relay thread while it is inside
-    `db.connection_context()`, whose exit then fails (IndexError)."""
-    global _config
+def forget() -> None:
+    """No context any more (a test that ran jobs in its own process ends)."""
+    global _context
     with _lock:
-        if _config is None:
-            _config = Config.from_env()
+        _context = None
+
+
+def context() -> JobContext:
+    """The context the worker's start gave (one built from the environment when no worker
+    started: a job run by hand); binds the database unless the process has (manage.py
+    does, before the relay starts). Rebinding would swap `db.obj` under the relay thread
+    while it is inside `db.connection_context()`, whose exit then fails (IndexError)."""
+    global _context
+    with _lock:
+        if _context is None:
+            _context = JobContext.build(Config.from_env())
         if db.obj is None:
-            bind_database(_config.database_url, pooled=False)
-        return _config
+            bind_database(_context.config.database_url, pooled=False)
+        return _context
 
 
 # --- stopping: the platform's SIGTERM, and the grace it leaves (WORKER_STOP_SECONDS) ---------

@@ -73,18 +73,24 @@ def lifetimes(config: Config) -> retention.Lifetimes:
     )
 
 
-def retain(storage: Storage, config: Config) -> retention.Deleted:
-    """One retention round (`privacy.retention.run`), counted in the metric; returns the
-    totals. Needs a database connection (the caller's)."""
+def retain(storage: Storage, config: Config, recorder: metrics.Recorder) -> retention.Deleted:
+    """One retention round (`privacy.retention.run`), counted in `recorder`'s metric;
+    returns the totals. Needs a database connection (the caller's)."""
     total = retention.Deleted()
     for deleted in retention.run(storage, config.clock(), lifetimes(config)).values():
         total.add(deleted)
     for kind, count in total.counts().items():
-        metrics.RECORDER.count(metrics.RETENTION_DELETED, (kind,), count)
+        recorder.count(metrics.RETENTION_DELETED, (kind,), count)
     return total
 
 
-def run(storage: Storage | None, config: Config, stop: threading.Event, connection: redis.Redis | None = None) -> None:
+def run(
+    storage: Storage | None,
+    config: Config,
+    stop: threading.Event,
+    recorder: metrics.Recorder,
+    connection: redis.Redis | None = None,
+) -> None:
     """Purge until `stop` is set, once every `config.upload_purge_every_seconds`; with no
     `storage`, the configured one, built here: a storage misconfigured for the worker is
     then a warning each round, and the worker goes on with its calls."""
@@ -105,14 +111,14 @@ def run(storage: Storage | None, config: Config, stop: threading.Event, connecti
             if purged.idempotency_keys:
                 log.info("purge removed %d idempotency key(s) past their time", purged.idempotency_keys)
             with db.connection_context():
-                deleted = retain(storage, config)
+                deleted = retain(storage, config, recorder)
             if deleted.counts():
                 log.info(
                     "retention deleted %s",
                     ", ".join(f"{count} {kind.replace('_', ' ')}" for kind, count in deleted.counts().items()),
                 )
             if connection is not None:
-                metrics.RECORDER.flush(connection)
+                recorder.flush(connection)
         except Exception as exc:
             # Whatever fails (database, bucket, disk), the thread must outlive it: the next
             # round retries, and a batch that failed was rolled back whole.
@@ -123,11 +129,16 @@ def run(storage: Storage | None, config: Config, stop: threading.Event, connecti
 
 
 def start(
-    config: Config, storage: Storage | None = None, connection: redis.Redis | None = None
+    config: Config,
+    recorder: metrics.Recorder,
+    storage: Storage | None = None,
+    connection: redis.Redis | None = None,
 ) -> tuple[threading.Thread, threading.Event]:
-    """Run the purge in a daemon thread of this process (its metrics flushed to Redis through
-    `connection` after each round); set the event to stop it."""
+    """Run the purge in a daemon thread of this process (counted in `recorder`, flushed to
+    Redis through `connection` after each round); set the event to stop it."""
     stop = threading.Event()
-    thread = threading.Thread(target=run, args=(storage, config, stop, connection), name="storage-purge", daemon=True)
+    thread = threading.Thread(
+        target=run, args=(storage, config, stop, recorder, connection), name="storage-purge", daemon=True
+    )
     thread.start()
     return thread, stop

@@ -7,7 +7,9 @@ host, and a scrape through the router would hit a different dyno each time. So e
 process adds its increments to Redis hashes, and `GET /metrics` on any web process reads
 the service-wide totals at scrape time (with queue depths read from RQ's keys then too).
 
-Here: the families, the in-process buffer, its flushing and the scrape's collector. The web
+Here: the families, the in-process buffer (`Recorder`: one per process, built by
+`create_app` or the worker's start and handed to what counts), its flushing and the
+scrape's collector. The web
 process's request middleware and `GET /metrics` are `web/metrics.py`; the worker's job
 timing is `jobs/metrics.py`.
 
@@ -16,7 +18,7 @@ timing is `jobs/metrics.py`.
   web process adds the buffer to Redis every `METRICS_FLUSH_SECONDS`; a scrape flushes its
   own process first. What a process had not flushed when it died is lost (seconds' worth).
 - Worker: job durations and outcomes (`JobMetrics`, a worker mixin) and the transcription
-  real-time factor (`observe_transcription`) are flushed after every job.
+  real-time factor (`Recorder.transcription`) are flushed after every job.
 - Counters survive restarts and deploys; if Redis is flushed they restart from zero,
   which Prometheus treats as a counter reset.
 - Label values are bounded: route templates (`/external/v1/clinics/{clinic_slug}/...`,
@@ -208,6 +210,14 @@ class Recorder:
         self.count(HTTP_REQUESTS, values)
         self.observe(HTTP_DURATION, values, seconds)
 
+    def transcription(self, model: str, audio_seconds: float, elapsed_seconds: float) -> None:
+        """One transcribed call (worker side; flushed with the job's metrics)."""
+        if audio_seconds <= 0:
+            return
+        self.observe(TRANSCRIPTION_RTF, (model,), elapsed_seconds / audio_seconds)
+        self.count(TRANSCRIPTION_AUDIO, (model,), audio_seconds)
+        self.count(TRANSCRIPTION_TIME, (model,), elapsed_seconds)
+
     def flush(self, connection: redis.Redis) -> bool:
         """Add the buffer to Redis in one pipeline; on failure keep it for the next try."""
         with self._flush_lock:
@@ -235,28 +245,15 @@ class Recorder:
             return False
 
 
-#: The process's one buffer: web middleware, worker hook and transcription all add to it.
-RECORDER = Recorder()
-
-
-def observe_transcription(model: str, audio_seconds: float, elapsed_seconds: float) -> None:
-    """One transcribed call (worker side; flushed with the job's metrics)."""
-    if audio_seconds <= 0:
-        return
-    RECORDER.observe(TRANSCRIPTION_RTF, (model,), elapsed_seconds / audio_seconds)
-    RECORDER.count(TRANSCRIPTION_AUDIO, (model,), audio_seconds)
-    RECORDER.count(TRANSCRIPTION_TIME, (model,), elapsed_seconds)
-
-
 # --- flushing ---------------------------------------------------------------------------------
 
 
 class Flusher:
-    """A daemon thread per process adding RECORDER to Redis every `interval` seconds.
+    """A daemon thread per process adding `recorder` to Redis every `interval` seconds.
     Started lazily from the first request of each process, so it also exists in processes
     forked after `create_app` (gunicorn --preload)."""
 
-    def __init__(self, connection: redis.Redis, interval: float, recorder: Recorder = RECORDER) -> None:
+    def __init__(self, connection: redis.Redis, interval: float, recorder: Recorder) -> None:
         self.connection, self.interval, self.recorder = connection, interval, recorder
         self.pid: int | None = None
         self._start_lock = threading.Lock()

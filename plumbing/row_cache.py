@@ -113,8 +113,10 @@ class RowCache:
         poll_every: float = 1.0,
         max_stale: float = MAX_STALE,
         clock: Callable[[], float] = time.monotonic,
+        recorder: metrics.Recorder | None = None,
     ) -> None:
         self._connect = connect
+        self.recorder = recorder  # the answers given from the last known state, counted
         self.ttl = ttl
         self.max_stale = max_stale
         self.poll_every = poll_every
@@ -273,7 +275,8 @@ class RowCache:
                     self.max_stale,
                     self._stale_answers,
                 )
-        metrics.RECORDER.count(metrics.LAST_KNOWN_ANSWERS, (lookup,))
+        if self.recorder is not None:
+            self.recorder.count(metrics.LAST_KNOWN_ANSWERS, (lookup,))
         return found[0]
 
     def _unreachable(self, exc: BaseException) -> None:

@@ -100,9 +100,10 @@ class RecordingComplete:
     rate_limit = "handoffs"  # its own budget per token, apart from document writes (web/rate_limit.py)
     records_refusals = True  # its 4xx answers are recorded (web.refusals.HandoffRefusals)
 
-    def __init__(self, config: Config, calls: GroupCommit) -> None:
+    def __init__(self, config: Config, calls: GroupCommit, recorder: metrics.Recorder) -> None:
         self.config = config
         self.calls = calls
+        self.recorder = recorder  # the hand-offs' anomalies, counted
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         clinic = req.context.clinic
@@ -111,7 +112,7 @@ class RecordingComplete:
             req.context.call_sid = str(body["CallSid"])  # for the record of a refusal
         handoff = parse_handoff(body, clinic.country, allow_loopback=self.config.unsafe_allow_loopback_fetch)
         for anomaly in handoff.anomalies:
-            metrics.RECORDER.count(metrics.HANDOFF_ANOMALIES, (anomaly,))
+            self.recorder.count(metrics.HANDOFF_ANOMALIES, (anomaly,))
         fields = {**handoff.columns, "anomalies": json.dumps(handoff.anomalies) if handoff.anomalies else None}
         self.calls.receive(clinic, fields, req.context.token)  # CallSidConflict: 409 (web/errors.py)
         resp.media = {"success": True}

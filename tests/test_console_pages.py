@@ -38,6 +38,45 @@ def test_no_console_address_is_written_out_but_in_console_pages():
     assert not written, "\n".join(written)
 
 
+def test_the_settings_index_names_every_settings_page_in_one_declared_order(wsgi_app):
+    """Every settings page the router serves is a section of the index, in the order the
+    settings module declares, whatever modules a process happened to import (a fresh
+    interpreter importing the settings module alone sees them all)."""
+    import json
+    import subprocess
+    import sys
+
+    served = {
+        route.uri_template
+        for route in _routes(wsgi_app._router._roots)
+        if re.fullmatch(re.escape(pages.SETTINGS) + r"/[a-z-]+", route.uri_template)
+    }
+    alone = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json; from resources.console import settings; print(json.dumps(settings.SECTIONS))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    sections = json.loads(alone.stdout)
+    assert [s["url"] for s in sections] == [
+        pages.OFFICE_HOURS,
+        pages.CALENDARS,
+        pages.CALLS,
+        pages.REQUEST_TYPES,
+        pages.RETENTION,
+        pages.API_KEYS,
+        pages.STAFF,
+    ]
+    assert {s["url"] for s in sections} == served
+    assert all(s["title"] for s in sections)
+
+
 def test_every_console_route_is_an_address_of_console_pages(wsgi_app):
     """The router's console templates are exactly what console/pages.py builds."""
     routes = {

@@ -335,10 +335,11 @@ def test_the_workers_round_counts_what_it_deleted_in_the_metric(app, token, cloc
     finish_call("clinic-a", "+420770000124", start, "no_recording")
     clock.set(start + timedelta(days=31))
     config = Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=clock)
+    recorder = metrics.Recorder()  # the worker's
     with db.connection_context():
-        assert retain(storage(), config).calls == 1
+        assert retain(storage(), config, recorder).calls == 1
     connection = redis.Redis.from_url(REDIS_URL)
-    assert metrics.RECORDER.flush(connection)
+    assert recorder.flush(connection)
     scraped = app.get("/metrics").text
     assert re.search(r'clinic_retention_deleted_total\{kind="calls"\} [1-9]', scraped), scraped[-2000:]
 

@@ -181,13 +181,21 @@ for package in json.loads(sys.argv[2]):
 for name in modules:
     importlib.import_module(name)
 print("SEEN " + json.dumps(seen))
+# State is built by create_app and the worker's start: none lies in a module's globals.
+import gc, redis, peewee
+from plumbing.metrics import Recorder
+from plumbing.row_cache import RowCache
+built = (Recorder, RowCache, redis.Redis, redis.ConnectionPool, peewee.Database)
+print("BUILT " + json.dumps(sorted({type(o).__name__ for o in gc.get_objects() if isinstance(o, built)})))
 '''
 
 
 def test_importing_the_service_starts_no_thread_opens_no_pipe_and_writes_no_environment():
     """Nothing happens at import: `app`, `models`, `jobs` and every feature package (not
     `wsgi`, which builds the app) start no thread, open no pipe, register no exit handler
-    and write no environment variable; the entry points do what a process needs."""
+    and write no environment variable; and build no state: no metrics recorder, Redis
+    client, row cache or database. The entry points build what a process needs and hand
+    it in."""
     import json as _json
 
     packages = sorted(SERVICE_PACKAGES)
@@ -201,6 +209,8 @@ def test_importing_the_service_starts_no_thread_opens_no_pipe_and_writes_no_envi
     assert done.returncode == 0, done.stderr[-3000:]
     [line] = [line for line in done.stdout.splitlines() if line.startswith("SEEN ")]
     assert _json.loads(line.removeprefix("SEEN ")) == []
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("BUILT ")]
+    assert _json.loads(line.removeprefix("BUILT ")) == []
 
 
 def test_comments_name_no_issue_numbers_readme_sections_or_dated_measurements():

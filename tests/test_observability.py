@@ -414,9 +414,10 @@ def test_other_processes_metrics_are_aggregated_through_redis(app):
     code = textwrap.dedent(f"""
         import redis
         from plumbing import metrics
-        metrics.RECORDER.request({route!r}, "GET", 200, 0.003)
-        metrics.RECORDER.request({route!r}, "GET", 200, 0.2)
-        assert metrics.RECORDER.flush(redis.Redis.from_url({REDIS_URL!r}))
+        recorder = metrics.Recorder()
+        recorder.request({route!r}, "GET", 200, 0.003)
+        recorder.request({route!r}, "GET", 200, 0.2)
+        assert recorder.flush(redis.Redis.from_url({REDIS_URL!r}))
     """)
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
     samples = scrape(app.get("/metrics").text)
@@ -485,8 +486,8 @@ def _metrics_app(connection_url: str, token: str = "") -> webtest.TestApp:
         web_metrics.MetricsEndpoint(
             redis.Redis.from_url(connection_url, socket_connect_timeout=1),
             ["calls"],
+            metrics.Recorder(),
             token,
-            recorder=metrics.Recorder(),
         ),
     )
     return webtest.TestApp(app)
@@ -531,7 +532,7 @@ def test_job_durations_and_outcomes_are_recorded_by_the_worker(app):
     before = scrape(app.get("/metrics").text)
     queue.enqueue(job_returning_word)
     queue.enqueue(job_failing, retry=Retry(max=1))  # fails, is retried at once, fails for good
-    job_metrics.with_job_metrics(SimpleWorker)([queue], connection=connection).work(burst=True)
+    job_metrics.with_job_metrics(SimpleWorker, metrics.Recorder())([queue], connection=connection).work(burst=True)
     after = scrape(app.get("/metrics").text)
 
     def delta(name: str, **labels: str) -> float:
@@ -549,9 +550,11 @@ def test_job_durations_and_outcomes_are_recorded_by_the_worker(app):
 
 def test_transcription_real_time_factor_is_exposed(app):
     model = f"ggml-probe-{uuid.uuid4().hex[:6]}.bin"
-    metrics.observe_transcription(model, audio_seconds=20.0, elapsed_seconds=4.0)  # RTF 0.2
-    metrics.observe_transcription(model, audio_seconds=10.0, elapsed_seconds=6.0)  # RTF 0.6
-    metrics.observe_transcription(model, audio_seconds=0.0, elapsed_seconds=1.0)  # no audio: not a factor
+    recorder = metrics.Recorder()  # a worker's
+    recorder.transcription(model, audio_seconds=20.0, elapsed_seconds=4.0)  # RTF 0.2
+    recorder.transcription(model, audio_seconds=10.0, elapsed_seconds=6.0)  # RTF 0.6
+    recorder.transcription(model, audio_seconds=0.0, elapsed_seconds=1.0)  # no audio: not a factor
+    assert recorder.flush(redis.Redis.from_url(REDIS_URL))
     samples = scrape(app.get("/metrics").text)
     assert value(samples, "clinic_transcription_real_time_factor_count", model=model) == 2
     assert value(samples, "clinic_transcription_real_time_factor_bucket", model=model, le="0.2") == 1

@@ -202,7 +202,7 @@ def test_an_ingest_failing_on_an_outage_gives_its_call_back_and_is_queued_again_
 
     settings = replace(relay_config, relay_per_clinic=1, recording_retry_delays="60,600")
     first, second = store_calls(2)
-    previous, runtime._config = runtime._config, settings  # the jobs below run in this process
+    runtime.start(runtime.JobContext.build(settings))  # the jobs below run in this process
     thread, stop = start(queue, settings, poll_every=0.2, sweep_every=3600.0)
     try:
         assert wait_until(lambda: queued_job_ids(queue) == [job_id(first)], timeout=10, interval=0.05)
@@ -222,7 +222,7 @@ def test_an_ingest_failing_on_an_outage_gives_its_call_back_and_is_queued_again_
     finally:
         stop.set()
         thread.join(timeout=10)
-        runtime._config = previous
+        runtime.forget()
 
 
 def test_importing_the_relay_opens_no_pipe():

@@ -25,6 +25,7 @@ from jobs.storage_purge import purge_storage
 from models import MedicalRecord, UploadLink
 from plumbing.clock import utc_now
 from plumbing.database import db
+from plumbing.metrics import Recorder
 from storage import ObjectInfo, S3Storage, Storage, make_storage
 from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, issue_token, load, log_audit
@@ -298,7 +299,7 @@ def test_a_failed_purge_keeps_its_batch_and_the_next_round_takes_it(settings: di
     storage, stale = stale_uploads(settings, 3)
     failing = CountingStorage(storage)
     failing.broken = True
-    thread, stop = storage_purge.start(Config(upload_purge_every_seconds=0.1), failing)
+    thread, stop = storage_purge.start(Config(upload_purge_every_seconds=0.1), Recorder(), failing)
     try:
         assert wait_until(lambda: "storage purge failed (OSError)" in caplog.text, timeout=10)
         assert rows(*stale) == set(stale)

@@ -11,15 +11,15 @@ import falcon
 import redis
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from plumbing.metrics import METHODS, RECORDER, Flusher, Recorder, RedisCollector
+from plumbing.metrics import METHODS, Flusher, Recorder, RedisCollector
 from web.errors import APIError
 
 
 class RequestMetrics:
     """Falcon middleware: count and time every answer by route template, method, status."""
 
-    def __init__(self, flusher: Flusher, recorder: Recorder = RECORDER) -> None:
-        self.flusher, self.recorder = flusher, recorder
+    def __init__(self, flusher: Flusher) -> None:
+        self.flusher, self.recorder = flusher, flusher.recorder
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         req.context.metrics_started = time.perf_counter()
@@ -41,9 +41,7 @@ class MetricsEndpoint:
     """`GET /metrics`: Prometheus text format. Open unless `METRICS_TOKEN` is set, then
     `Authorization: Bearer <METRICS_TOKEN>`; it carries no tenant data either way."""
 
-    def __init__(
-        self, connection: redis.Redis, queues: Iterable[str], token: str = "", recorder: Recorder = RECORDER
-    ) -> None:
+    def __init__(self, connection: redis.Redis, queues: Iterable[str], recorder: Recorder, token: str = "") -> None:
         self.connection, self.token, self.recorder = connection, token, recorder
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(RedisCollector(connection, queues))

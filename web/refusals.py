@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 class HandoffRefusals:
     """Installed before the token check, so that it sees the URL's clinic slug first."""
 
+    def __init__(self, recorder: metrics.Recorder) -> None:
+        self.recorder = recorder
+
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict) -> None:
         if getattr(resource, "records_refusals", False):
             req.context.handoff_clinic_slug = str(params.get("clinic_slug", ""))
@@ -40,7 +43,7 @@ class HandoffRefusals:
         except ValueError:
             answer = {}
         code = str(answer.get("code") or "ERROR")
-        metrics.RECORDER.count(metrics.HANDOFFS_REFUSED, (str(status), code))
+        self.recorder.count(metrics.HANDOFFS_REFUSED, (str(status), code))
         clinic = getattr(req.context, "clinic", None)
         try:
             refusals.record(

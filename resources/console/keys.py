@@ -22,14 +22,12 @@ import redis
 from api_keys import rules
 from console import audit_kinds, audit_words, pages
 from console.inbox import local_time
-from console.rendering import N_, Renderer, html, see_other
+from console.rendering import Renderer, html, see_other
 from models import Actor, ApiToken, Clinic
 from plumbing.clock import as_utc
-from resources.console.settings import SECTIONS
 
 log = logging.getLogger(__name__)
 URL = pages.API_KEYS
-SECTIONS.append({"url": URL, "title": N_("API keys")})
 FLASH = "api-keys"  # the page's one-time messages (console/flash.py)
 
 

@@ -28,8 +28,20 @@ from triage import vocabulary
 # The languages whose words the console's forms edit (a file may give others).
 WORD_LANGUAGES = ("cs", "en")
 
-# The settings sections, in the order the index lists them; each section's page adds itself here.
-SECTIONS: list[dict[str, str]] = []
+#: The settings sections, in the order the index lists them: every section is named here,
+#: the pages of this module and those of their own modules (keys.py, staff.py) alike.
+SECTIONS: tuple[dict[str, str], ...] = tuple(
+    {"title": title, "url": url}
+    for title, url in (
+        (N_("Office hours"), pages.OFFICE_HOURS),
+        (N_("Calendars and vacations"), pages.CALENDARS),
+        (N_("Calls"), pages.CALLS),
+        (N_("Request types"), pages.REQUEST_TYPES),
+        (N_("Data retention"), pages.RETENTION),
+        (N_("API keys"), pages.API_KEYS),
+        (N_("Staff"), pages.STAFF),
+    )
+)
 
 
 class SettingsIndex:
@@ -321,13 +333,3 @@ class RetentionPage(_SettingsPage):
             # Not a number: passed on as text, for the onboarding schema to refuse with its path.
             days[key] = None if not text else int(text) if text.isdigit() else text
         settings.set_retention(days)
-
-
-for _title, _page in (
-    (N_("Office hours"), OfficeHoursPage),
-    (N_("Calendars and vacations"), CalendarsPage),
-    (N_("Calls"), CallsPage),
-    (N_("Request types"), RequestTypesPage),
-    (N_("Data retention"), RetentionPage),
-):
-    SECTIONS.append({"title": _title, "url": _page.path})

@@ -17,17 +17,15 @@ import redis
 from console import accounts as words
 from console import pages
 from console.inbox import local_time
-from console.rendering import N_, Renderer, html, see_other
+from console.rendering import Renderer, html, see_other
 from models import Actor, Clinic
 from onboarding.clinic_settings import ClinicSettings, SettingsError
 from plumbing.crypto import Keys
 from plumbing.errors import DomainError
-from resources.console.settings import SECTIONS
 from staff import accounts
 
 log = logging.getLogger(__name__)
 URL = pages.STAFF
-SECTIONS.append({"url": URL, "title": N_("Staff")})
 _FLASH = "staff"
 
 
