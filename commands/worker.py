@@ -32,7 +32,6 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
 
     from jobs import companions, metrics, queueing, relay, runtime, storage_purge, worker
     from plumbing import logs
-    from voicemail import transcription
 
     logs.setup(config.log_level, config.log_format)
     log = logging.getLogger("worker")
@@ -78,7 +77,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         if not args.no_warm_up:
             for model in dict.fromkeys([config.whisper_model, config.whisper_model_en]):
                 if model and Path(model).is_file():
-                    transcription.warm_up(config.transcriber, model, config.whisper_threads, config.whisper_vad)
+                    job_context.transcriber(model).warm_up()
                     log.info("warmed up %s with %s", config.transcriber, model)
                 elif model:
                     log.warning("whisper model %s not found (python manage.py model build)", model)

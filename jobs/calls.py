@@ -32,10 +32,8 @@ from typing import Any
 import redis
 from rq import Retry
 
-from config import Config
 from jobs import leases, queueing, runtime, wakeup
 from models import Call, Clinic, Triage, finished_calls
-from plumbing import metrics
 from plumbing.database import UNREACHABLE as DATABASE_UNREACHABLE
 from plumbing.database import db
 from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
@@ -57,7 +55,7 @@ def ingest_call(call_id: str) -> str | Retry:
             if not mine:
                 log.info("call %s: another job is working on it", call_id)
                 return "busy"
-            return _ingest(job.config, job.recorder, call_id)
+            return _ingest(job, call_id)
     except UNREACHABLE as exc:
         log.warning(
             "call %s: %s; the call goes back to the relay, queued again once the database and Redis answer",
@@ -92,7 +90,8 @@ def _hand_back(call: Call, when: str) -> None:
 UNREACHABLE: tuple[type[BaseException], ...] = (*DATABASE_UNREACHABLE, redis.ConnectionError, redis.TimeoutError)
 
 
-def _ingest(config: Config, recorder: metrics.Recorder, call_id: str) -> str:
+def _ingest(job: runtime.JobContext, call_id: str) -> str:
+    config = job.config
     # whisper.cpp is stopped from inside (its abort callback) this long before RQ's own
     # timeout, which cannot interrupt C code: the job always ends, and ends with a request.
     deadline = time.monotonic() + config.job_timeout - min(JOB_TIMEOUT_MARGIN, config.job_timeout / 5)
@@ -132,7 +131,7 @@ def _ingest(config: Config, recorder: metrics.Recorder, call_id: str) -> str:
                 Call.update(recording_sha256=held.sha256, recording_bytes=held.size).where(Call.id == call.id).execute()
             if runtime.stopping():
                 _hand_back(call, "after its download")
-            transcript = _transcribe(config, str(audio), clinic, deadline)
+            transcript = _transcribe(job, str(audio), clinic, deadline)
             if transcript.aborted and runtime.stopping():
                 _hand_back(call, f"{time.perf_counter() - fetched:.1f} s into its transcription")
     except (UnsafeURL, FetchError) as exc:
@@ -150,7 +149,7 @@ def _ingest(config: Config, recorder: metrics.Recorder, call_id: str) -> str:
         log.warning("call %s: recording not transcribable: %s", call.id, exc)
         issue = "undecodable" if isinstance(exc, transcription.AudioDecodeError) else "engine_error"
         return _finish_voicemail(call, clinic, transcription.failed(0.0, None, issue))
-    recorder.transcription(transcript.model, transcript.duration, transcript.elapsed)
+    job.recorder.transcription(transcript.model, transcript.duration, transcript.elapsed)
     log.info(
         "call %s: downloaded in %.2f s, transcribed %.1f s of audio in %.2f s (%s, %s, %s)",
         call.id,
@@ -167,18 +166,17 @@ def _ingest(config: Config, recorder: metrics.Recorder, call_id: str) -> str:
 JOB_TIMEOUT_MARGIN = 20  # seconds (at most a fifth of the limit) left after whisper.cpp stops
 
 
-def _transcribe(config: Config, path: str, clinic: Clinic, deadline: float) -> transcription.Transcript:
+def _transcribe(job: runtime.JobContext, path: str, clinic: Clinic, deadline: float) -> transcription.Transcript:
     """The clinic's languages to detect among, its own language first (or its one
     language, or any when it has neither)."""
     languages = clinic.caller_languages
-    model = config.whisper_model_for(languages[0] if len(languages) == 1 else None)
-    engine = transcription.get_transcriber(config.transcriber, model, config.whisper_threads, config.whisper_vad)
-    return engine.transcribe(
+    model = job.config.whisper_model_for(languages[0] if len(languages) == 1 else None)
+    return job.transcriber(model).transcribe(
         path,
         languages,
         deadline=deadline,
         stop=runtime.stopping,
-        max_seconds=config.recording_max_seconds,
+        max_seconds=job.config.recording_max_seconds,
         country=clinic.country,
     )
 

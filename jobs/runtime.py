@@ -1,5 +1,6 @@
 """What a job needs from its process, built once by the worker's start (`start`): the
-worker's configuration, its metrics recorder, a Redis client, the database bound; and
+worker's configuration, its metrics recorder, a Redis client, its transcribers, the
+database bound; and
 whether the process is stopping, so that a long job stops at a checkpoint in time.
 
 RQ calls a job with its arguments only (primary keys); the job reads this context once, at
@@ -11,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -18,6 +20,9 @@ from config import Config
 from jobs import queueing
 from plumbing.database import bind_database, db
 from plumbing.metrics import Recorder
+
+if TYPE_CHECKING:
+    from voicemail import transcription
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,18 @@ class JobContext:
     #: The jobs' own Redis client (the platform client's link cache); the worker's queues
     #: have theirs.
     redis: redis.Redis
+
+    def transcriber(self, model: str) -> transcription.Transcriber:
+        """The worker's transcriber of `model`, with the configured engine, threads and VAD:
+        loaded and warmed by the worker's start; a model first asked for by a job is loaded
+        then, once per process (transcription's registry holds the loaded models, and frees
+        them before the process exits)."""
+        # Imported here: the playback worker and the web (which read this module) never
+        # transcribe, and need not load the engine's libraries.
+        from voicemail import transcription
+
+        c = self.config
+        return transcription.get_transcriber(c.transcriber, model, c.whisper_threads, c.whisper_vad)
 
     @classmethod
     def build(cls, config: Config) -> JobContext:

@@ -19,7 +19,9 @@ and, so that a test the markers missed cannot slip in, refuses to start any of t
 (the test fails, naming the part and how to mark it).
 
 xdist: the tests of a module whose module-scoped fixture starts a part run in one process
-(`xdist_group`, honoured with `--dist loadgroup`), so that the part starts once. A test
+(`xdist_group`, honoured with `--dist loadgroup`), so that the part starts once; a test
+marked `long` (minutes of its own) is handed out alone, its module's parts started again
+for it. A test
 marked `alone` (it bounds the time CPU-heavy work takes: a transcription stopped at its
 deadline, bin/run stopping) runs while no test of another process needs the engine or a
 worker (a lock file shared by the processes: such tests take it shared, an `alone` one
@@ -123,15 +125,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if parts:
             item.add_marker("slow")
         if grouped and not any(item.iter_markers("xdist_group")):
-            item.add_marker(pytest.mark.xdist_group(sorted(grouped)[0]))
+            # A `long` test is a group of its own: minutes of work beside which its module's
+            # fixtures starting once more (a model loaded, a service started: seconds) weigh
+            # nothing. Kept in its module's group, it made that group the run's tail (the
+            # transcription module's four long tests and all the rest of it in one process,
+            # the others idle at the end).
+            own = item.nodeid if item.get_closest_marker("long") else sorted(grouped)[0]
+            item.add_marker(pytest.mark.xdist_group(own))
     if isolation.worker_index() is not None:
         # In parallel, handed out in this order (bin/test turns xdist's own reordering, groups
         # by size, off): the modules with `alone` tests first (they take the engine lock
-        # exclusively, so they go before anything takes it shared); then the `long` tests and
-        # the modules kept whole that hold one (minutes each: started late, one of them was the
-        # run's tail, the other processes idle); then the other slow tests; the quick ones
-        # last, filling the processes as the slow ones end. Modules kept whole (their module
-        # fixtures start once) are handed out at their first test's place.
+        # exclusively, so they go before anything takes it shared); then the `long` tests
+        # (minutes each: started late, one of them was the run's tail, the other processes
+        # idle); then the other slow tests; the quick ones last, filling the processes as the
+        # slow ones end. Modules kept whole (their module fixtures start once) are handed out
+        # at their first test's place.
         alone = {item.module.__name__ for item in items if item.get_closest_marker("alone")}
         long = {_group_of(item) for item in items if item.get_closest_marker("long")}
         slow = {item.module.__name__ for item in items if any(item.iter_markers("slow"))}
