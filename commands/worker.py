@@ -36,7 +36,8 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     logs.setup(config.log_level, config.log_format)
     log = logging.getLogger("worker")
     # What the jobs need from this process, built once: the configuration, the metrics
-    # recorder, their Redis client (jobs/runtime.py), handed to them by `runtime.start` below.
+    # recorder, their Redis client and transcriber (jobs/runtime.py), handed to them by
+    # `runtime.start` below.
     job_context = runtime.JobContext.build(config)
     # Job metrics; and each job's end wakes the relay, which queues that clinic's next call.
     worker_class = metrics.with_job_metrics(relay.waking_relay(worker.ClinicWorker), job_context.recorder)
