@@ -45,7 +45,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     level = config.log_level.upper()
     if args.playback:
         if args.parent_pid:
-            companions.die_with_parent(args.parent_pid)
+            companions.die_with_parent(args.parent_pid, told=runtime.stopping)
         db.close()
         runtime.start(job_context)
         exit_at_once(

@@ -5,8 +5,9 @@ transcription worker, holding the warmed whisper model), RQ's scheduler (forked 
 and the playback worker (`PlaybackWorker`: a second RQ worker on the `recordings` queue
 only, so a doctor's play never waits behind a transcription). A parent killed with
 SIGKILL cannot stop its children, so each child asks the kernel to send it SIGTERM when
-its parent dies (Linux `PR_SET_PDEATHSIG`); on SIGTERM an RQ worker or scheduler finishes
-what it is doing, releases its locks and exits.
+its parent dies (Linux `PR_SET_PDEATHSIG`), and watches for that death itself should the
+signal not come; on SIGTERM an RQ worker or scheduler finishes what it is doing, releases
+its locks and exits.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -27,17 +29,39 @@ _PR_SET_PDEATHSIG = 1
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
-    """Have the kernel send `sig` to this process when its parent dies (Linux only; a
-    no-op elsewhere). For a parent that already died between the fork and this call,
-    the signal is sent at once."""
+def die_with_parent(
+    parent_pid: int,
+    sig: int = signal.SIGTERM,
+    *,
+    told: Callable[[], bool] | None = None,
+    check_every: float = 1.0,
+) -> None:
+    """Have the kernel send `sig` to this process when its parent dies (Linux), and watch
+    for the parent's death too: once it is gone, a daemon thread sends `sig` itself unless
+    `told()` says the process already took a stop (a second SIGTERM would turn an RQ
+    worker's warm stop into a cold one; without `told`, `sig` must be harmless twice). The
+    kernel's signal was once not seen in the suite: a playback worker outlived its SIGKILLed
+    parent, serving its queue, until the test's end. For a parent that already died between
+    the fork and this call, the signal is sent at once."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux: nothing ties the child to the parent
-        return
-    prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the watching thread alone ties them
+        prctl = None
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if os.getppid() != parent_pid:
         os.kill(os.getpid(), sig)
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(check_every)
+        time.sleep(check_every)  # the kernel's signal, if it came, has had its handler run
+        if told is None or not told():
+            log.warning("parent process %d is gone and no stop was signalled: stopping", parent_pid)
+            os.kill(os.getpid(), sig)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def terminate(proc: subprocess.Popen, timeout: float) -> None:
