@@ -18,12 +18,12 @@ import webtest
 from app import create_app
 from config import Config
 from models import Call, Clinic, Patient, PatientRecord, PatientRequest
-from plumbing.clock import utc_now
 from plumbing.database import db
 from switchboard.intake import GroupCommit
 from tests import voicemail_set
 from tests.conftest import ROOT
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.clocks import claimed_now
 from tests.support.handoffs import audio, call_body
 from tests.support.https_server import FailThenSucceed, HTTPSTestServer, redirect, static
 from tests.support.live_service import concurrently, serve, settings_of
@@ -204,7 +204,9 @@ def test_requeue_cli_queues_a_pending_call_whose_job_is_gone(app, handoff_config
     server.route("/v.mp3", static(audio("msg_fever.mp3"), "audio/mpeg"))
     with db.connection_context():
         clinic_row = Clinic.get(Clinic.slug == "clinic-en")
-    # As if the relay had queued it into a Redis that then lost everything.
+    # As if the relay had queued it into a Redis that then lost everything. Claimed by the
+    # real clock: the session worker's relay sweeps claims over a minute old by its real
+    # clock, and this process's clock stands days back (its sweep would take the call).
     GroupCommit().receive(
         clinic_row,
         {
@@ -212,7 +214,7 @@ def test_requeue_cli_queues_a_pending_call_whose_job_is_gone(app, handoff_config
             "call_from": "+12015550198",
             "call_to": "+12015550100",
             "recording_url": server.url("/v.mp3"),
-            "queued_at": utc_now(),
+            "queued_at": claimed_now(),
         },
         None,
     )
