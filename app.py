@@ -28,6 +28,7 @@ from resources.console import help as console_help
 from resources.console import patients as patients_pages
 from resources.console import staff as staff_pages
 from resources.storage_objects import StoredObject
+from staff import passwords
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
 from switchboard.intake import GroupCommit
@@ -80,6 +81,7 @@ def create_app(config: Config) -> falcon.App:
         {"handoffs": config.rate_limit_handoffs_per_minute, "writes": config.rate_limit_writes_per_minute},
     )
     renderer = rendering.Renderer()
+    passwords.warm_up()  # the console's logins: an unknown e-mail costs a wrong password's time
     help_pages = guides.Guides()  # docs/staff/*.md, rendered once
     session_lifetime = lifetime_of(config.console_session_idle_hours, config.console_session_max_hours)
     throttle = LoginThrottle(queue_redis, config.console_login_max_failures, config.console_login_window_seconds)

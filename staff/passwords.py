@@ -33,9 +33,6 @@ from zxcvbn import matching, scoring
 from plumbing.errors import Invalid
 
 _hasher = PasswordHasher()
-# Checked against when the e-mail is unknown, so an unknown address costs the same hashing
-# time as a wrong password: the timing does not tell which e-mails have accounts.
-_DUMMY_HASH = _hasher.hash("not-a-password: timing equaliser for unknown e-mails")
 
 MIN_LENGTH = 12
 MAX_LENGTH = 1024  # Argon2 takes any length; a bound keeps a login form cheap to refuse
@@ -164,6 +161,21 @@ def hash_password(password: str) -> str:
     return _hasher.hash(password)
 
 
+@functools.cache
+def _dummy_hash(hasher: PasswordHasher) -> str:
+    """Checked against when the e-mail is unknown, so an unknown address costs the same
+    hashing time as a wrong password: the timing does not tell which e-mails have accounts.
+    Made by the hasher in use (its parameters) when a web process is built (`warm_up`),
+    not at import: every command importing the app would spend an Argon2 hash on it."""
+    return hasher.hash("not-a-password: timing equaliser for unknown e-mails")
+
+
+def warm_up() -> None:
+    """Make the dummy hash now, so that not even the first unknown e-mail a process is
+    asked about takes longer than a wrong password."""
+    _dummy_hash(_hasher)
+
+
 #: The password hash of an account whose user has not chosen a password yet (added in the
 #: console, waiting for their set-password link): no password matches it.
 NO_PASSWORD = ""
@@ -173,7 +185,7 @@ def verify(password_hash: str | None, password: str) -> bool:
     """Whether `password` matches; with no hash (unknown user, or no password chosen yet) the
     dummy is checked, in the same time, and False returned."""
     try:
-        ok = _hasher.verify(password_hash or _DUMMY_HASH, password)
+        ok = _hasher.verify(password_hash or _dummy_hash(_hasher), password)
     except (VerificationError, InvalidHashError):
         return False
     return ok and bool(password_hash)

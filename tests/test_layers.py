@@ -174,6 +174,8 @@ type(os.environ).__setitem__ = watch("environment write", type(os.environ).__set
 type(os.environ).__delitem__ = watch("environment write", type(os.environ).__delitem__)
 os.putenv = watch("environment write", os.putenv)
 threading.Thread.start = watch("thread", threading.Thread.start)
+import argon2
+argon2.PasswordHasher.hash = watch("password hash", argon2.PasswordHasher.hash)  # CPU every command would pay
 modules = ["app", "models", "config", "migrations"]
 for package in json.loads(sys.argv[2]):
     found = importlib.import_module(package)
@@ -192,8 +194,8 @@ print("BUILT " + json.dumps(sorted({type(o).__name__ for o in gc.get_objects() i
 
 def test_importing_the_service_starts_no_thread_opens_no_pipe_and_writes_no_environment():
     """Nothing happens at import: `app`, `models`, `jobs` and every feature package (not
-    `wsgi`, which builds the app) start no thread, open no pipe, register no exit handler
-    and write no environment variable; and build no state: no metrics recorder, Redis
+    `wsgi`, which builds the app) start no thread, open no pipe, register no exit handler,
+    write no environment variable and compute no password hash; and build no state: no metrics recorder, Redis
     client, row cache or database. The entry points build what a process needs and hand
     it in."""
     import json as _json

@@ -48,6 +48,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import ahocorasick
 import pytest
 
 #: Shortest exact secret or personal value checked (shorter strings would match ordinary words).
@@ -145,6 +146,7 @@ class Audit:
         self.secrets: dict[str, str] = {}  # secret -> what it is
         self.personal: dict[str, str] = {}  # personal value -> what it is
         self.files: list[Path] = []
+        self.line_count = 0  # lines `findings()` looked at
         self._lock = threading.Lock()
 
     def remember(self, secret: str | None, what: str) -> None:
@@ -186,21 +188,44 @@ class Audit:
     def findings(self) -> list[Finding]:
         """Every pattern and every known secret, looked for in each source's lines joined
         into one text (personal data: its lines at INFO and above, or of no known level):
-        one `find` per value over megabytes, not one per line (a process of the suite logs
-        100,000 lines and knows a thousand secrets: minutes, line by line)."""
+        each pattern once over megabytes, not once per line, and every known value in one
+        pass (a process of the suite logs 400,000 lines and knows thousands of values: one
+        `find` per value took tens of seconds at the session's end). Sets `line_count`."""
         by_source: dict[str, tuple[list[str], list[str]]] = {}
+        count = 0
         for source, text, level in self._all_lines():
+            count += 1
             every, shown = by_source.setdefault(source, ([], []))
             every.append(text)
             if level is None or level >= logging.INFO:
                 shown.append(text)
-        secrets = sorted(self.secrets.items(), key=lambda item: -len(item[0]))
-        personal = sorted(self.personal.items(), key=lambda item: -len(item[0]))
+        self.line_count = count
+        secrets, personal = _Values(self.secrets), _Values(self.personal)
         found: list[Finding] = []
         for source, (every, shown) in by_source.items():
             found += _findings_in(source, every, PATTERNS, secrets)
             found += _findings_in(source, shown, PERSONAL_PATTERNS, personal)
         return found
+
+
+class _Values:
+    """Known values (secrets or personal data), each with what it is, found in a text in one
+    pass (an Aho-Corasick automaton): every occurrence of every value, overlapping too."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self._automaton: ahocorasick.Automaton | None = None
+        if values:
+            self._automaton = ahocorasick.Automaton()
+            for value, what in values.items():
+                self._automaton.add_word(value, (value, what))
+            self._automaton.make_automaton()
+
+    def find(self, text: str) -> Iterable[tuple[str, str, int]]:
+        """(value, what it is, start) of each occurrence in `text`."""
+        if self._automaton is None:
+            return
+        for end, (value, what) in self._automaton.iter(text):
+            yield value, what, end - len(value) + 1
 
 
 # Between two lines of a source, joined: no pattern crosses it (each stops at whitespace
@@ -209,7 +234,7 @@ _SEPARATOR = "\n\x00\n"
 
 
 def _findings_in(
-    source: str, texts: list[str], patterns: tuple[tuple[str, re.Pattern[str]], ...], secrets: list[tuple[str, str]]
+    source: str, texts: list[str], patterns: tuple[tuple[str, re.Pattern[str]], ...], values: _Values
 ) -> list[Finding]:
     starts, at = [], 0
     for text in texts:
@@ -225,11 +250,8 @@ def _findings_in(
     for kind, pattern in patterns:
         for match in pattern.finditer(joined):
             hit(kind, kind, match.start(), match.end())
-    for secret, what in secrets:
-        start = joined.find(secret)
-        while start >= 0:
-            hit(what, secret, start, start + len(secret))
-            start = joined.find(secret, start + 1)
+    for value, what, start in values.find(joined):
+        hit(what, value, start, start + len(value))
     return [
         Finding(kind, source, _mask(texts[line], start, end)) for (line, kind, _), (start, end) in sorted(first.items())
     ]
@@ -446,8 +468,9 @@ def pytest_testnodedown(node, error) -> None:  # type: ignore[no-untyped-def]
 
 
 def _counts(config: pytest.Config) -> tuple[int, int]:
-    """Log lines and subprocess log files audited, by this process and the xdist ones."""
-    lines = sum(1 for _ in AUDIT._all_lines())
+    """Log lines and subprocess log files audited (once `findings()` ran), by this process
+    and the xdist ones."""
+    lines = AUDIT.line_count
     files = sum(1 for path in AUDIT.files if path.is_file())
     for more_lines, more_files in config.stash.get(_WORKER_COUNTS, []):
         lines, files = lines + more_lines, files + more_files
