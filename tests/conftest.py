@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import plumbing.clock  # noqa: E402
 import staff.passwords  # noqa: E402
 from app import create_app  # noqa: E402
-from config import Config  # noqa: E402
+from config import Config, prepare_process_environment  # noqa: E402
 from migrations import migrate  # noqa: E402
 from models import MODELS, SchemaMigration  # noqa: E402
 from plumbing.database import db  # noqa: E402
@@ -71,6 +71,9 @@ _XDIST = isolation.worker_index()  # None unless pytest-xdist runs this process
 # The workers, bin/run and the scripts this process starts transcribe with as many threads
 # as its own engines (isolation.engine_threads), unless WHISPER_THREADS is set for the run.
 os.environ.setdefault("WHISPER_THREADS", str(isolation.engine_threads()))
+# This process loads whisper.cpp itself (tests/test_transcription.py), so it prepares its
+# environment first, as the service's entry points do.
+prepare_process_environment()
 _BASE = isolation.base_urls()
 PG_URL = isolation.database_url(os.environ.get("TEST_DATABASE_URL", isolation.DEFAULT_DATABASE_URL), _XDIST)
 REDIS_URL = isolation.redis_url(_BASE["suite"], _XDIST, isolation.STRIDES["suite"])

@@ -6,6 +6,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 import time
 import wave
 from pathlib import Path
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+import config
 from tests import voicemail_set
 from tests.support import isolation
 from tests.support.tiers import needs
@@ -94,9 +97,47 @@ def test_a_transcript_tells_where_its_time_went(default: tx.Transcriber) -> None
     assert all(v >= 0 for v in t.stages.values()) and sum(t.stages.values()) <= t.elapsed
     assert t.stages["decode"] == max(t.stages.values())  # whisper.cpp is the cost, not the audio or the VAD
     assert "stages" in t.signals() and "second_pass" not in t.stages
-    # whisper.cpp's libgomp was told, before it loaded, not to spin long at its barriers
-    # (an operator's own setting wins).
-    assert os.environ.get("GOMP_SPINCOUNT") or os.environ.get("OMP_WAIT_POLICY")
+
+
+_OPENMP_SETTINGS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+
+
+def _spin_count_libgomp_took(tiny_en_path: str, environ: dict[str, str]) -> str:
+    """GOMP_SPINCOUNT as whisper.cpp's libgomp took it when it loaded, asked of libgomp itself
+    (`omp_display_env`), in a fresh interpreter that starts as every command does
+    (`manage.main`, here the password hash, which needs no database), then loads the engine."""
+    script = (
+        "import ctypes, sys, manage; code = manage.main(['user', 'hash-password', '--password-stdin']); "
+        "from voicemail import transcription as tx; "
+        f"tx.get_transcriber(tx.DEFAULT_BACKEND, {tiny_en_path!r}, 1); "
+        "sys.stdout.flush(); ctypes.CDLL('libgomp.so.1').omp_display_env(1); sys.exit(code)"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in _OPENMP_SETTINGS}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        input="a long enough passphrase for the hash\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, **environ},
+    )
+    assert done.returncode == 0, done.stderr
+    found = re.search(r"GOMP_SPINCOUNT = '(\d+)'", done.stderr)  # libgomp writes it to stderr
+    assert found, done.stderr
+    return found.group(1)
+
+
+@pytest.mark.engine
+def test_whisper_cpps_threads_are_told_before_it_loads_not_to_spin_long(tiny_en_path: str) -> None:
+    """libgomp reads how long its threads spin at a barrier once, when whisper.cpp's binding
+    loads: the entry points set it first (libgomp's own default is 300000), and an operator's
+    own setting wins."""
+    assert _spin_count_libgomp_took(tiny_en_path, {}) == config.OPENMP_SPIN_COUNT
+    assert _spin_count_libgomp_took(tiny_en_path, {"GOMP_SPINCOUNT": "123"}) == "123"
+    env: dict[str, str] = {"OMP_WAIT_POLICY": "active"}
+    config.prepare_process_environment(env)
+    assert env == {"OMP_WAIT_POLICY": "active"}  # an operator's wait policy: no spin count added
 
 
 @pytest.mark.parametrize(
