@@ -26,6 +26,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from playwright.sync_api import expect
 
 from api_keys import rules
 from models import Actor, ApiToken, Call, Clinic, Patient, PatientRecord, PatientRequest, StaffMembership, StaffUser
@@ -299,8 +300,10 @@ def test_keys_are_made_once_their_controls_name_them_and_the_audit_reads_in_word
     page.goto(keys)
     page.get_by_label("Servisní účet").fill("pbx-switchboard")
     page.get_by_role("button", name="Vytvořit klíč").dblclick()
-    page.wait_for_url(keys + "#new-key-title")
-    page.locator("#new-key").wait_for()
+    # Both clicks may send the form, and then the browser aborts the first click's navigation
+    # for the second's: wait for where the page lands, not for one navigation.
+    expect(page).to_have_url(keys + "#new-key-title", timeout=WAIT_MS)
+    expect(page.locator("#new-key")).to_be_visible(timeout=WAIT_MS)
     assert keys_named("pbx-switchboard") == 1
 
     # Every control of a key names the key; the controls are inside the key's own element.
