@@ -12,6 +12,9 @@ Safety rules, whatever the level:
   keeps the SQL text and drops the parameters.
 - urllib3, botocore, boto3 and s3transfer log full request URLs (presigned query strings)
   and signed headers at DEBUG: they are held at INFO.
+- markdown-it-py traces every block rule it tries at DEBUG (about 7,000 lines each time a
+  process renders the staff guides, at its start): held at INFO, so that a DEBUG log is
+  the service's, not a parser's.
 - gunicorn logs a failed request's URI (its path and query) and a malformed request line
   as it came: a filter on "gunicorn.error" puts the path's loggable form (`unrouted_path`)
   in their place.
@@ -51,7 +54,7 @@ request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request
 #: The client address of that request (the audit trail's "from where"); None outside.
 client_address: contextvars.ContextVar[str | None] = contextvars.ContextVar("client_address", default=None)
 
-_QUIET = ("urllib3", "botocore", "boto3", "s3transfer")
+_QUIET = ("urllib3", "botocore", "boto3", "s3transfer", "markdown_it")
 _HEADER = "X-Request-Id"
 # Accepted from the caller as is: bounded, and nothing a log reader or shell would
 # misread (no spaces, quotes, newlines, control characters).

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rq import Queue, Retry, SimpleWorker
 
+from console import help as help_pages
 from jobs import metrics as job_metrics
 from models import Call
 from plumbing import logs, metrics
@@ -347,6 +348,16 @@ def test_http_client_libraries_stay_at_info_under_a_debug_root(app):
     assert logging.getLogger().getEffectiveLevel() == logging.DEBUG  # the audit's session setting
     for name in ("urllib3", "botocore", "boto3", "s3transfer"):
         assert logging.getLogger(name).getEffectiveLevel() >= logging.INFO, name
+
+
+def test_rendering_the_staff_guides_logs_nothing_under_a_debug_root(caplog):
+    """markdown-it-py traces each block rule it tries at DEBUG: thousands of lines at every
+    process's start, none of them the service's."""
+    logs.install_safety()  # as every entry point does
+    caplog.set_level(logging.DEBUG)
+    guides = help_pages.Guides()
+    assert guides.listed("cs")
+    assert [r for r in caplog.records if r.name.startswith("markdown_it")] == []
 
 
 # --- /metrics ----------------------------------------------------------------------------------
