@@ -503,6 +503,16 @@ def test_a_caller_of_the_clinics_first_language_costs_one_encoder_pass(base: tx.
     assert {"hello", "this", "is"} & set(word_error.normalize_for_wer(t.text)), t.text
 
 
+def test_a_workers_warm_up_costs_one_encoder_pass_and_computes_what_detection_needs(base: tx.Transcriber) -> None:
+    """A worker's start warms its model with one decoding (an encoder pass and the
+    decoder), not with a detection pass of its own besides: detection computes in the
+    buffers decoding warmed, so the second pass only made every worker start later."""
+    with _Calls(base.engine, "run", "language_probabilities") as calls:
+        base.warm_up()
+    assert (calls.count["run"], calls.count["language_probabilities"]) == (1, 0)
+    assert base.engine.decoded_language_probabilities() is not None  # read from that one pass
+
+
 def test_the_vad_runs_whole_recordings_in_whisper_cpp() -> None:
     from voicemail.transcription.audio import Vad
 
