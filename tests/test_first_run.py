@@ -27,9 +27,10 @@ from tests.support.log_audit import remember, watch
 from tests.support.ports import free_port, listening
 from tests.support.servers import wait_until
 
-# bin/run starts gunicorn and the worker; its runs go one after another (each runs bin/setup), and
-# alone: the Ctrl-C tests time the stop.
-pytestmark = [pytest.mark.gunicorn, pytest.mark.rq_worker, pytest.mark.xdist_group("bin-run"), pytest.mark.alone]
+# bin/run's runs go one after another (each runs bin/setup). A run that starts the service
+# (gunicorn, the worker with its model) is `alone`: the Ctrl-C tests time the stop. A taken
+# port stops bin/run before anything starts: those runs wait for no other process's work.
+pytestmark = [pytest.mark.gunicorn, pytest.mark.xdist_group("bin-run")]
 
 BANNER = "Ctrl-C stops it."
 LOGS = ("web.log", "worker.log", "redis.log", "sample.log")
@@ -180,6 +181,8 @@ def test_a_taken_port_is_named_with_its_variable_before_anything_starts(tmp_path
     assert not any((tmp_path / "var" / log).exists() for log in LOGS), "nothing was started"
 
 
+@pytest.mark.rq_worker
+@pytest.mark.alone
 def test_a_process_that_ends_during_the_start_is_named_with_its_log(tmp_path, ports):
     # gunicorn refuses its options: the web process exits at once, as on a port taken
     # between bin/run's check and its start.
@@ -210,6 +213,8 @@ def test_the_ctrl_c_tests_give_bin_run_a_default_sigint_whatever_the_suite_was_s
     )
 
 
+@pytest.mark.rq_worker
+@pytest.mark.alone
 def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
     var_dir = tmp_path / "var"
     var_dir.mkdir()
@@ -235,6 +240,8 @@ def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
     assert (var_dir / "secret_key").read_text() == key + "\n"
 
 
+@pytest.mark.rq_worker
+@pytest.mark.alone
 def test_ctrl_c_during_the_start_stops_what_was_started(tmp_path, ports):
     # gunicorn told to stop while its workers still import the app waits out its graceful
     # timeout (30 s); bin/run gives a web process that never answered 5 s.
@@ -253,6 +260,8 @@ def test_ctrl_c_during_the_start_stops_what_was_started(tmp_path, ports):
     assert started_with(f"VAR_DIR={tmp_path / 'var'}") == [], "no process of the run is left"
 
 
+@pytest.mark.rq_worker
+@pytest.mark.alone
 def test_ctrl_c_stops_every_process_when_the_output_goes_through_tee(tmp_path, ports):
     # `bin/run 2>&1 | tee run.log`: the terminal's SIGINT reaches tee too, which ends at
     # once; bin/run then stops its children with nowhere left to write "Stopping".
