@@ -27,10 +27,10 @@ from tests.support.log_audit import remember, watch
 from tests.support.ports import free_port, listening
 from tests.support.servers import wait_until
 
-# bin/run's runs go one after another (each runs bin/setup). A run that starts the service
-# (gunicorn, the worker with its model) is `alone`: the Ctrl-C tests time the stop. A taken
-# port stops bin/run before anything starts: those runs wait for no other process's work.
-pytestmark = [pytest.mark.gunicorn, pytest.mark.xdist_group("bin-run")]
+# A run that starts the service (gunicorn, the worker with its model) is `alone`: the Ctrl-C
+# tests time the stop. A taken port stops bin/run before anything starts: those runs wait for
+# no other process's work.
+pytestmark = pytest.mark.gunicorn
 
 BANNER = "Ctrl-C stops it."
 LOGS = ("web.log", "worker.log", "redis.log", "sample.log")

@@ -4,9 +4,6 @@ two processes, nor the fuzz and relay tests' databases, share a Redis number."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from tests.support import isolation
@@ -46,45 +43,3 @@ def test_a_run_whose_processes_would_share_a_redis_database_is_refused(defaults,
     monkeypatch.setenv("TEST_REDIS_URL", "redis://127.0.0.1:6379/2")
     with pytest.raises(ValueError, match="below 0"):
         isolation.check_numbers(2)
-
-
-def test_a_parallel_run_keeps_each_group_in_one_process(tmp_path):
-    """`bin/test` runs `--dist loadgroup`: the tests of a module whose fixtures start a
-    server share one process (tests/support/tiers.py). With the pinned pytest and
-    pytest-xdist, eight tests of one group and eight of another, in two modules each, run
-    in one process per group (pytest 9.2 with xdist 3.8 spread them, silently)."""
-    for module in ("a", "b"):
-        (tmp_path / f"test_{module}.py").write_text(
-            "import os, pytest\n"
-            + "".join(
-                f"@pytest.mark.xdist_group({group!r})\n"
-                "@pytest.mark.parametrize('i', range(4))\n"
-                f"def test_{group}(i):\n"
-                f"    open(os.path.join({str(tmp_path)!r}, f'{group}-{module}{{i}}'), 'w').write(\n"
-                "        os.environ['PYTEST_XDIST_WORKER'])\n"
-                for group in ("one", "two")
-            )
-        )
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "-n",
-            "2",
-            "--dist",
-            "loadgroup",
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    workers = {group: {path.read_text() for path in tmp_path.glob(f"{group}-*")} for group in ("one", "two")}
-    assert [len(list(tmp_path.glob(f"{group}-*"))) for group in ("one", "two")] == [8, 8]
-    assert all(len(processes) == 1 for processes in workers.values()), workers

@@ -18,10 +18,13 @@ and every test using it, directly or through other fixtures, gets that part's ma
 and, so that a test the markers missed cannot slip in, refuses to start any of those parts
 (the test fails, naming the part and how to mark it).
 
-xdist: the tests of a module whose module-scoped fixture starts a part run in one process
-(`xdist_group`, honoured with `--dist loadgroup`), so that the part starts once; a test
-marked `long` (minutes of its own) is handed out alone, its module's parts started again
-for it. A test
+xdist: each test is handed out alone, in the order below, and a module-scoped fixture
+starts its part once in each process that runs one of the module's tests. Grouping a
+module's tests in one process (`xdist_group` with pytest 9.1; pytest 9.2's node ids keep
+pytest-xdist 3.8 from grouping, pytest-dev/pytest-xdist#1386) was measured slower on two
+cores, 21 min 25 s against 18 min 22 s and 18 min 39 s for `.ci/run`: the fault module and
+bin/run's runs then queued in one process each for the engine's lock, the cores idle a
+sixth of the run, and the parts started once saved no CPU. A test
 marked `alone` (it bounds the time CPU-heavy work takes: a transcription stopped at its
 deadline, bin/run stopping) runs while no test of another process needs the engine or a
 worker (a lock file shared by the processes: such tests take it shared, an `alone` one
@@ -96,59 +99,38 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: needs {what}")
 
 
-def _parts_of(item: pytest.Item) -> tuple[set[str], set[str]]:
-    """The parts `item` needs, and the modules whose module-scoped fixtures start one of them."""
+def _parts_of(item: pytest.Item) -> set[str]:
+    """The parts `item` needs: its own markers' and its fixtures'."""
     parts = {mark.name for mark in item.iter_markers() if mark.name in PARTS}
-    grouped: set[str] = set()
     info = getattr(item, "_fixtureinfo", None)
     for name in info.names_closure if info else ():
         for fixturedef in info.name2fixturedefs.get(name, ())[-1:]:
-            started = getattr(fixturedef.func, "__needs__", frozenset())
-            parts |= started
-            if started and fixturedef.scope == "module":
-                grouped.add(fixturedef.baseid or item.module.__name__)
-    return parts, grouped
-
-
-def _group_of(item: pytest.Item) -> str:
-    """The unit xdist hands out: the item's `xdist_group`, or the item alone."""
-    group = item.get_closest_marker("xdist_group")
-    return f"group:{group.args[0]}" if group and group.args else item.nodeid
+            parts |= getattr(fixturedef.func, "__needs__", frozenset())
+    return parts
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the markers added here
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        parts, grouped = _parts_of(item)
+        parts = _parts_of(item)
         for name in sorted(parts):
             item.add_marker(name)
         if parts:
             item.add_marker("slow")
-        if grouped and not any(item.iter_markers("xdist_group")):
-            # A `long` test is a group of its own: minutes of work beside which its module's
-            # fixtures starting once more (a model loaded, a service started: seconds) weigh
-            # nothing. Kept in its module's group, it made that group the run's tail (the
-            # transcription module's four long tests and all the rest of it in one process,
-            # the others idle at the end).
-            own = item.nodeid if item.get_closest_marker("long") else sorted(grouped)[0]
-            item.add_marker(pytest.mark.xdist_group(own))
     if isolation.worker_index() is not None:
-        # In parallel, handed out in this order (bin/test turns xdist's own reordering, groups
-        # by size, off): the modules with `alone` tests first (they take the engine lock
-        # exclusively, so they go before anything takes it shared); then the `long` tests
-        # (minutes each: started late, one of them was the run's tail, the other processes
-        # idle); then the other slow tests; the quick ones last, filling the processes as the
-        # slow ones end. Modules kept whole (their module fixtures start once) are handed out
-        # at their first test's place.
+        # In parallel, handed out in this order (bin/test turns xdist's own reordering off):
+        # the modules with `alone` tests first (they take the engine lock exclusively, so they
+        # go before anything takes it shared); then the `long` tests (minutes each: started
+        # late, one of them was the run's tail, the other processes idle); then the other slow
+        # tests; the quick ones last, filling the processes as the slow ones end.
         alone = {item.module.__name__ for item in items if item.get_closest_marker("alone")}
-        long = {_group_of(item) for item in items if item.get_closest_marker("long")}
         slow = {item.module.__name__ for item in items if any(item.iter_markers("slow"))}
 
         def rank(item: pytest.Item) -> int:
             module = item.module.__name__
             if module in alone:
                 return 0
-            if _group_of(item) in long:
+            if item.get_closest_marker("long"):
                 return 1
             return 2 if module in slow else 3
 
