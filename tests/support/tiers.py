@@ -28,7 +28,7 @@ sixth of the run, and the parts started once saved no CPU. A test
 marked `alone` (it bounds the time CPU-heavy work takes: a transcription stopped at its
 deadline, bin/run stopping) runs while no test of another process needs the engine or a
 worker (a lock file shared by the processes: such tests take it shared, an `alone` one
-exclusive, waiting its turn fairly); the modules with `alone` tests start first.
+exclusive, waiting its turn fairly); they are handed out after the other slow tests.
 """
 
 from __future__ import annotations
@@ -119,20 +119,22 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.add_marker("slow")
     if isolation.worker_index() is not None:
         # In parallel, handed out in this order (bin/test turns xdist's own reordering off):
-        # the modules with `alone` tests first (they take the engine lock exclusively, so they
-        # go before anything takes it shared); then the `long` tests (minutes each: started
-        # late, one of them was the run's tail, the other processes idle); then the other slow
-        # tests; the quick ones last, filling the processes as the slow ones end.
-        alone = {item.module.__name__ for item in items if item.get_closest_marker("alone")}
+        # the `long` tests first (minutes each: started late, one of them was the run's tail,
+        # the other processes idle); then the other slow tests; then the `alone` ones; the
+        # quick ones last, filling the processes as the slow ones end. An `alone` test waits
+        # for every test in flight that holds the engine lock, and meanwhile keeps the others
+        # from taking it: handed out first, it waited behind a long test that had just begun
+        # (139 s and 147 s, two processes idle). Handed out last but the quick tests, it
+        # waits for the slow tests in flight, and the other processes go on with quick tests,
+        # which take no lock.
         slow = {item.module.__name__ for item in items if any(item.iter_markers("slow"))}
 
         def rank(item: pytest.Item) -> int:
-            module = item.module.__name__
-            if module in alone:
-                return 0
             if item.get_closest_marker("long"):
-                return 1
-            return 2 if module in slow else 3
+                return 0
+            if item.get_closest_marker("alone"):
+                return 2
+            return 1 if item.module.__name__ in slow else 3
 
         items.sort(key=rank)
     if config.getoption("fast"):
