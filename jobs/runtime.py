@@ -89,17 +89,24 @@ def context() -> JobContext:
 
 _stop_asked: float | None = None  # time.monotonic() of the first stop request
 _stop_grace = 0.0
+#: Held from the first stop request on: taken without waiting, so that exactly one caller
+#: records the stop. No lock is waited for here: a signal handler calls this, and a second
+#: signal can interrupt the first call on the same thread (a platform's SIGTERM to every
+#: process and the parent's own, a moment apart); waiting there on a lock the interrupted
+#: call holds hung the process for good, its stop never recorded, its watchdog never started.
+_stop_latch = threading.Lock()
 
 
 def request_stop(grace: float) -> bool:
     """The process is asked to stop and must be gone within `grace` seconds. The first call
-    records it (True); later ones change nothing (False)."""
+    records it (True); later ones change nothing (False), a call nested in a signal handler
+    during the first included."""
     global _stop_asked, _stop_grace
-    with _lock:
-        if _stop_asked is not None:
-            return False
-        _stop_asked, _stop_grace = time.monotonic(), grace
-        return True
+    if not _stop_latch.acquire(blocking=False):
+        return False
+    _stop_grace = grace
+    _stop_asked = time.monotonic()
+    return True
 
 
 def stopping() -> bool:
@@ -113,6 +120,6 @@ def stopping() -> bool:
 def forget_stop() -> None:
     """No stop asked any more (the worker that was asked has stopped; a process running
     workers one after another, as the tests do, starts the next one afresh)."""
-    global _stop_asked, _stop_grace
-    with _lock:
-        _stop_asked, _stop_grace = None, 0.0
+    global _stop_asked, _stop_grace, _stop_latch
+    _stop_asked, _stop_grace = None, 0.0
+    _stop_latch = threading.Lock()

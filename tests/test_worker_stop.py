@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -19,7 +21,7 @@ import redis
 from rq import Queue, Worker
 
 from jobs.worker import ClinicWorker, run
-from tests.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, ROOT
 
 
 class StoppedWhileStarting(ClinicWorker):
@@ -145,3 +147,65 @@ def test_a_stop_signal_during_a_finalizer_stops_the_worker_and_prints_no_traceba
     assert [type(u.exc_value).__name__ for u in unraisable] == []  # type: ignore[attr-defined]
     assert code == 0 and taken == "queued"
     assert elapsed < 10, f"the worker ran {elapsed:.1f} s after its SIGINT"
+
+
+#: A worker in a process of its own (a hang must not hang the suite), stopped by a SIGTERM
+#: during its start; a second SIGTERM arrives while the first one's handler records the stop
+#: (at its reading of the clock), on the same thread: a platform signalling every process of
+#: the worker and the parent signalling its playback worker, a moment apart.
+SIGNALLED_WHILE_RECORDING_A_STOP = """
+import logging, os, signal, sys, time
+import redis
+from rq import Queue
+from jobs import runtime
+from jobs.worker import ClinicWorker, run
+
+class Clock:
+    readings = 0
+    def __getattr__(self, name):
+        return getattr(time, name)
+    def monotonic(self):
+        Clock.readings += 1
+        if Clock.readings == 1:
+            signal.raise_signal(signal.SIGTERM)  # its handler runs before this returns
+        return time.monotonic()
+
+class Stopped(ClinicWorker):
+    def bootstrap(self, *args, **kwargs):
+        super().bootstrap(*args, **kwargs)
+        runtime.time = Clock()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+queue = Queue(sys.argv[2], connection=redis.Redis.from_url(sys.argv[1]))
+code = run(Stopped, [queue], with_scheduler=False, logging_level="INFO", stop_seconds=60)
+print("clock readings while stopping:", Clock.readings, flush=True)
+sys.exit(code)
+"""
+
+
+def test_a_second_stop_signal_while_the_first_is_recorded_still_stops_the_worker_at_once():
+    """It hung for good: the second handler waited on a lock the interrupted first one held
+    (a playback worker outlived its parent so, in the suite)."""
+    queue = f"stop-test-twice-{os.getpid()}"
+    job = Queue(queue, connection=redis.Redis.from_url(REDIS_URL)).enqueue("builtins.len", "not taken")
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", SIGNALLED_WHILE_RECORDING_A_STOP, REDIS_URL, queue],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except subprocess.TimeoutExpired as hung:
+        raise AssertionError(f"the worker still ran 30 s after two SIGTERMs: {hung.stdout!r}") from None
+    finally:
+        taken = job.get_status(refresh=True)
+        job.delete()
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "clock readings while stopping: 1" in done.stdout, done.stdout  # the second signal came
+    assert done.stdout.count("asked to stop") == 1, done.stdout  # recorded once, by the first
+    assert taken == "queued"
+    assert elapsed < 20, f"stopped {elapsed:.1f} s after its SIGTERMs"
