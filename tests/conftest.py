@@ -54,6 +54,7 @@ staff.passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=1024, p
 pytest_plugins = [
     "tests.support.tiers",
     "tests.support.log_audit",
+    "tests.support.leftovers",
     "tests.support.https_server",
     "tests.support.contract",
     "tests.support.worker",

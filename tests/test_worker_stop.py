@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import redis
 from rq import Queue, Worker
@@ -209,3 +210,36 @@ def test_a_second_stop_signal_while_the_first_is_recorded_still_stops_the_worker
     assert done.stdout.count("asked to stop") == 1, done.stdout  # recorded once, by the first
     assert taken == "queued"
     assert elapsed < 20, f"stopped {elapsed:.1f} s after its SIGTERMs"
+
+
+def test_a_process_a_test_leaves_running_fails_the_session_and_is_killed(tmp_path):
+    """The real plugin in a real pytest run: of two tests that start a process, the one
+    that stops it passes quietly; the process the other leaves running is named, killed,
+    and fails a session whose tests all passed."""
+    pid_file = tmp_path / "left.pid"
+    (tmp_path / "test_left.py").write_text(
+        "import subprocess, sys\n"
+        "def test_stops_what_it_starts():\n"
+        "    proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "    proc.terminate(); proc.wait()\n"
+        "def test_leaves_a_process_running():\n"
+        "    proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(301)'])\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(proc.pid))\n"
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-p", "tests.support.leftovers", "-p", "no:cacheprovider"),
+            *("--exit-grace", "1", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    left = int(pid_file.read_text())
+    assert "2 passed" in run.stdout, run.stdout[-2000:]
+    assert run.returncode == 1, run.stdout[-2000:]
+    assert f"{left}: " in run.stdout and "time.sleep(301)" in run.stdout and "time.sleep(300)" not in run.stdout
+    assert "1 process(es) the tests started outlived the session" in run.stdout
+    assert not Path(f"/proc/{left}").exists() or "Z" in Path(f"/proc/{left}/stat").read_text().rsplit(")", 1)[1][:3]
