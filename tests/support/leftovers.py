@@ -1,7 +1,8 @@
 """pytest plugin: no process the suite started outlives it.
 
-Every process a test starts (gunicorn, workers and their playback workers, bin/run, private
-Redis and PostgreSQL servers, browsers) inherits this session's mark in its environment.
+A process a test starts with the session's environment, as the suite starts gunicorn,
+workers and their playback workers, bin/run, private Redis and PostgreSQL servers and
+browsers, inherits this session's mark.
 When the session ends, with every fixture torn down and every xdist process gone, the
 controller looks for processes still carrying the mark: each is given a few seconds to
 finish its exit, then killed and named, and the session fails. A process left running is a
