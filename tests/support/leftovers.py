@@ -54,14 +54,21 @@ def marked(session: str) -> dict[int, str]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if wanted not in (entry / "environ").read_bytes().split(b"\0"):
+            if wanted not in (entry / "environ").read_bytes().split(b"\0") or not running(int(entry.name)):
                 continue
-            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue  # exited, its parent has yet to reap it
             found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return found
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a process that has not exited (a zombie, exited and not yet reaped by
+    its parent, has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def left_behind(session: str, grace: float = EXIT_GRACE) -> dict[int, str]:
