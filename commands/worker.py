@@ -128,12 +128,12 @@ def wait_for_schema(config: Config, log: logging.Logger, every: float = 2.0) -> 
     file, a VM starting everything at once) says once what it waits for, "run manage.py
     migrate", instead of dying with a traceback at its first query."""
     import signal
-    import threading
 
     from migrations import pending
     from plumbing.database import UNREACHABLE
+    from plumbing.signal_flag import Flag
 
-    stopping = threading.Event()
+    stopping = Flag()  # raised by the handlers below: no lock (plumbing/signal_flag.py says why)
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     said = ""  # the state last logged: one line per state, not one per try
     try:
@@ -166,6 +166,7 @@ def wait_for_schema(config: Config, log: logging.Logger, every: float = 2.0) -> 
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        stopping.close()
         db.close()
 
 

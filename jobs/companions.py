@@ -92,9 +92,7 @@ class PlaybackWorker:
         self.restart_after = restart_after
         self.proc: subprocess.Popen | None = None
         self._stopping = threading.Event()
-        # Re-entrant: `stop_soon` runs in a signal handler, which may interrupt this
-        # process's main thread inside `stop` while it holds the lock.
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="playback-worker", daemon=True)
 
     def start(self) -> PlaybackWorker:

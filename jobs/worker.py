@@ -62,6 +62,7 @@ from config import Config
 from jobs import runtime
 from jobs.companions import die_with_parent
 from plumbing.metrics import BEAT_SCRIPT, WORKER_BEAT_SECONDS, WORKERS_ALIVE_KEY
+from plumbing.signal_flag import Flag, wait_any
 
 HEARTBEAT_INTERVAL = 10
 HEARTBEAT_TTL = HEARTBEAT_INTERVAL + 60
@@ -339,7 +340,7 @@ class ClinicWorker(SimpleWorker):
 
 def wait_for_redis(
     connection: redis.Redis,
-    stopping: threading.Event,
+    stopping: Flag,
     *,
     who: str = "worker",
     first_wait: float = 1.0,
@@ -385,25 +386,25 @@ def run(
     running then stops at its next checkpoint and hands itself back (jobs/calls.py),
     `on_stop` runs (the worker command stops its playback worker, and starts no child from
     then on), and should the process still be there at the grace's end, it exits there
-    (`Watchdog`): a platform's SIGKILL after its own grace never finds it mid-job."""
+    (`StopKeeper`): a platform's SIGKILL after its own grace never finds it mid-job."""
     connection = queues[0].connection
-    stopping = threading.Event()
+    keeper = StopKeeper(stop_seconds, who, on_stop)
+    stopping = keeper.asked
     current: list[SimpleWorker] = []  # the worker being started, once constructed
-    watchdog = Watchdog(stop_seconds, who)
 
     def stop_asked() -> None:
-        if runtime.request_stop(stop_seconds):
-            log.info("%s asked to stop: gone within %.0f s (WORKER_STOP_SECONDS)", who, stop_seconds)
-            watchdog.start()
-            if on_stop is not None:
-                on_stop()
+        # Called in a signal handler (ours, or RQ's through `on_stop`): it records the stop
+        # and raises a flag, and nothing else. A lock, a log line or a thread started here
+        # could wait for what the interrupted main thread holds; the keeper does the rest.
+        runtime.request_stop(stop_seconds)
+        keeper.asked.set()
 
     def stop_waiting(*_: object) -> None:
-        stopping.set()
         stop_asked()
         for started in current:
             started._stop_requested = True  # RQ's loop checks it before each dequeue
 
+    keeper.start()
     previous = {sig: signal.signal(sig, stop_waiting) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         while wait_for_redis(connection, stopping, who=who):
@@ -429,28 +430,35 @@ def run(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        watchdog.cancel()  # stopped in time (or never asked to)
+        keeper.finish()  # stopped in time (or never asked to)
         runtime.forget_stop()
 
 
-class Watchdog:
-    """Ends the process when a stop's grace is spent and it is still there (a download or
-    a step without a checkpoint outlasted it). The job it was running is found by the
-    relays' sweep (its process is gone) and queued again; the children end with the
-    process (jobs/companions.py)."""
+class StopKeeper:
+    """Does, in a thread of its own, what a stop request asks beyond recording it: the
+    "asked to stop" line, `on_stop`, and the end of the process when the stop's grace is
+    spent and it is still there (a download or a step without a checkpoint outlasted it).
+    The job it was running is found by the relays' sweep (its process is gone) and queued
+    again; the children end with the process (jobs/companions.py). The signal handler only
+    raises `asked` (`Flag`: no lock), so a stop can land at any instant of the main thread."""
 
-    def __init__(self, grace: float, who: str) -> None:
-        self.grace, self.who = grace, who
-        self._cancelled = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
+    def __init__(self, grace: float, who: str, on_stop: Callable[[], None] | None = None) -> None:
+        self.grace, self.who, self.on_stop = grace, who, on_stop
+        self.asked = Flag()
+        self._finished = Flag()
+        self._thread = threading.Thread(target=self._keep, name="stop-keeper", daemon=True)
 
     def start(self) -> None:
-        if not self._thread.is_alive() and not self._cancelled.is_set():
-            self._thread.start()
+        self._thread.start()
 
-    def _watch(self) -> None:
+    def _keep(self) -> None:
+        if wait_any([self.asked, self._finished]) is self._finished:
+            return
+        log.info("%s asked to stop: gone within %.0f s (WORKER_STOP_SECONDS)", self.who, self.grace)
+        if self.on_stop is not None:
+            self.on_stop()
         # A little before the grace's end: the platform's SIGKILL comes at its end.
-        if self._cancelled.wait(max(0.0, self.grace - 0.5)):
+        if self._finished.wait(max(0.0, self.grace - 0.5)):
             return
         log.warning("%s still busy at the end of its %.0f s stop grace: exiting now", self.who, self.grace)
         for handler in logging.getLogger().handlers:
@@ -458,5 +466,12 @@ class Watchdog:
                 handler.flush()
         os._exit(1)
 
-    def cancel(self) -> None:
-        self._cancelled.set()
+    def finish(self) -> None:
+        """The worker has stopped (or never was asked to): the keeper ends, the grace no
+        longer counts, and the flags' pipes are closed (by the thread that restored the
+        signal handlers, so no handler raises `asked` any more)."""
+        self._finished.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.asked.close()
+        self._finished.close()

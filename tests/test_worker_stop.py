@@ -21,6 +21,7 @@ import redis
 from rq import Queue, Worker
 
 from jobs.worker import ClinicWorker, run
+from plumbing.signal_flag import Flag, wait_any
 from tests.conftest import REDIS_URL, ROOT
 from tests.support import leftovers
 
@@ -185,6 +186,17 @@ sys.exit(code)
 """
 
 
+def _script(source: str, *args: str, timeout: float, hung: str) -> subprocess.CompletedProcess[str]:
+    """`source` run by a Python of its own in the repository (a worker's process: its
+    signals, its handlers); a hang fails the test with what it printed so far."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", source, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as still:
+        raise AssertionError(f"{hung}: still running after {timeout:.0f} s: {still.stdout!r}") from None
+
+
 def test_a_second_stop_signal_while_the_first_is_recorded_still_stops_the_worker_at_once():
     """It hung for good: the second handler waited on a lock the interrupted first one held
     (a playback worker outlived its parent so, in the suite)."""
@@ -192,15 +204,7 @@ def test_a_second_stop_signal_while_the_first_is_recorded_still_stops_the_worker
     job = Queue(queue, connection=redis.Redis.from_url(REDIS_URL)).enqueue("builtins.len", "not taken")
     started = time.monotonic()
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", SIGNALLED_WHILE_RECORDING_A_STOP, REDIS_URL, queue],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except subprocess.TimeoutExpired as hung:
-        raise AssertionError(f"the worker still ran 30 s after two SIGTERMs: {hung.stdout!r}") from None
+        done = _script(SIGNALLED_WHILE_RECORDING_A_STOP, REDIS_URL, queue, timeout=30, hung="two SIGTERMs not taken")
     finally:
         taken = job.get_status(refresh=True)
         job.delete()
@@ -243,3 +247,121 @@ def test_a_process_a_test_leaves_running_fails_the_session_and_is_killed(tmp_pat
     assert f"{left}: " in run.stdout and "time.sleep(301)" in run.stdout and "time.sleep(300)" not in run.stdout
     assert "1 process(es) the tests started outlived the session" in run.stdout
     assert not leftovers.running(left)
+
+
+SIGNALLED_AT_EVERY_STEP_OF_THE_WAIT = r"""
+import faulthandler, logging, os, signal, socket, sys, threading, time
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from rq import Queue
+
+from jobs.worker import ClinicWorker, run
+
+logging.basicConfig(level=logging.WARNING)
+# A port nothing listens on: every PING fails at once, and the worker waits for Redis.
+probe = socket.socket()
+probe.bind(("127.0.0.1", 0))
+port = probe.getsockname()[1]
+probe.close()
+# No retries of its own: redis-py's backoff would spend seconds in each PING, not the stop.
+away = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+WATCHED = ("threading.py", "signal_flag.py", os.path.join("jobs", "worker.py"))
+
+
+class At:
+    # Counts the steps the main thread takes in the stop's own code (the waiting, the
+    # handlers, the threads they start) once run() has put its handler in place, and
+    # sends SIGTERM to this process at step `k` (never, for k = 0).
+    def __init__(self, k):
+        self.k, self.steps = k, 0
+
+    def __call__(self, frame, event, arg):
+        if frame.f_code.co_filename.endswith(WATCHED) and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            self.steps += 1
+            if self.steps == self.k:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return self
+
+
+def stop_at(tracer):
+    faulthandler.dump_traceback_later(15, exit=True)  # a hang: every thread's stack, exit 1
+    sys.settrace(tracer)
+    try:
+        code = run(ClinicWorker, [Queue("never-reached", connection=away)], with_scheduler=False,
+                   logging_level="WARNING", stop_seconds=30)
+    finally:
+        sys.settrace(None)
+        faulthandler.cancel_dump_traceback_later()
+    assert code == 0, code
+
+
+def when_blocked(tracer, blocked):
+    # Calibration: the steps from the handler's installation until the main thread stops
+    # stepping (it waits for Redis to come back), a whole round of the wait; then SIGTERM.
+    last, still = -1, 0
+    for _ in range(200):
+        time.sleep(0.05)
+        still = still + 1 if tracer.steps == last else 0
+        last = tracer.steps
+        if still == 4:
+            break
+    blocked.append(last)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+signal.signal(signal.SIGTERM, signal.SIG_DFL)  # run() must put its own handler in place
+calibration, blocked = At(0), []
+threading.Thread(target=when_blocked, args=(calibration, blocked), daemon=True).start()
+stop_at(calibration)
+steps = blocked[0]
+k = 1
+while k <= steps:
+    stop_at(At(k))
+    print("stopped at step", k, flush=True)
+    k += max(1, steps // 400)
+print("steps swept:", steps, flush=True)
+"""
+
+
+def test_a_stop_signal_at_any_step_of_the_worker_waiting_for_redis_stops_it():
+    """A signal runs its handler between two steps of whatever the main thread does. The
+    handler set a `threading.Event` whose lock the main thread holds inside `Event.wait`:
+    landing there, the stop waited for ever. Swept here step by step over the wait's own
+    code (threading's, the flag's, the worker's), each time in a fresh `run()`."""
+    done = _script(SIGNALLED_AT_EVERY_STEP_OF_THE_WAIT, timeout=120, hung="a stop signal not taken")
+    assert done.returncode == 0, done.stdout[-1000:] + done.stderr[-4000:]
+    swept = int(done.stdout.rsplit("steps swept:", 1)[1])
+    assert swept >= 20, done.stdout[-500:]
+    assert done.stdout.count("stopped at step") >= min(swept, 400)
+
+
+def test_a_flag_raised_by_a_signal_handler_wakes_the_thread_waiting_on_it():
+    """The main thread waits; the handler runs in it, between two of its steps."""
+    with Flag() as flag:
+        previous = signal.signal(signal.SIGUSR1, lambda *_: flag.set())
+        try:
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+            started = time.monotonic()
+            assert flag.wait(30)
+            assert time.monotonic() - started < 10
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
+        assert wait_any([flag], 0) is flag
+
+
+def test_a_flag_not_raised_waits_out_its_timeout_and_a_closed_one_writes_nowhere(tmp_path):
+    flag = Flag()
+    numbers = {flag.fileno(), flag._write}
+    assert not flag.wait(0.05) and wait_any([flag], 0) is None
+    flag.close()
+    # The lowest free numbers go first: these two take the pipe's (checked, not hoped).
+    reused = [os.open(tmp_path / name, os.O_WRONLY | os.O_CREAT) for name in ("a", "b")]
+    try:
+        flag.set()
+    finally:
+        for fd in reused:
+            os.close(fd)
+    assert set(reused) == numbers
+    assert flag.is_set() and (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes() == b""

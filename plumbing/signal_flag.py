@@ -1,0 +1,77 @@
+"""A flag that a signal handler may raise, and that a thread may wait on.
+
+A Python signal handler runs in the main thread, between two bytecodes of whatever that
+thread was doing. `threading.Event.set` takes the lock of the Event's condition, which the
+main thread itself holds for a few bytecodes inside `Event.wait`: a stop signal landing
+there waits for a lock only its own thread can release, and the process hangs for good.
+`Flag` takes no lock: `set` flips a boolean and writes one byte to a pipe (a system call,
+safe in a handler), and `wait` blocks in `select` on that pipe, which a signal interrupts
+and which returns as soon as the byte is there, in any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import time
+
+
+class Flag:
+    """Set once, never cleared. Holds a pipe: `close` it when done (or use `with`)."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+
+    def set(self) -> None:
+        """Raise the flag: no lock taken, so a signal handler may call it at any instant."""
+        self._set = True
+        if self._write < 0:  # closed: nobody waits any more
+            return
+        with contextlib.suppress(BlockingIOError):  # a full pipe: the waiters are woken already
+            os.write(self._write, b"\0")
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def fileno(self) -> int:
+        """The descriptor that turns readable once the flag is set (for `select`)."""
+        return self._read
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the flag is set, waiting up to `timeout` seconds (None: for ever)."""
+        return wait_any([self], timeout) is not None
+
+    def close(self) -> None:
+        # The write end is forgotten before it is closed: a handler that runs in between
+        # must not write to a descriptor number the process may hand out again.
+        write, self._write = self._write, -1
+        read, self._read = self._read, -1
+        for fd in (write, read):
+            if fd >= 0:
+                os.close(fd)
+
+    def __enter__(self) -> Flag:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def wait_any(flags: list[Flag], timeout: float | None = None) -> Flag | None:
+    """The first of `flags` found set, waiting up to `timeout` seconds (None: for ever);
+    None when none was set in time. A signal handler that runs meanwhile in this thread
+    (the main thread's own stop signal) sets its flag and the wait sees it at once."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        for flag in flags:
+            if flag.is_set():
+                return flag
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
+            return None
+        # select retries after a signal handler returns (PEP 475) with the time left; the
+        # handler's byte makes the pipe readable, so it returns then.
+        select.select(flags, [], [], left)
