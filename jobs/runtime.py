@@ -88,7 +88,6 @@ def context() -> JobContext:
 # --- stopping: the platform's SIGTERM, and the grace it leaves (WORKER_STOP_SECONDS) ---------
 
 _stop_asked: float | None = None  # time.monotonic() of the first stop request
-_stop_grace = 0.0
 #: Held from the first stop request on: taken without waiting, so that exactly one caller
 #: records the stop. No lock is waited for here: a signal handler calls this, and a second
 #: signal can interrupt the first call on the same thread (a platform's SIGTERM to every
@@ -97,16 +96,21 @@ _stop_grace = 0.0
 _stop_latch = threading.Lock()
 
 
-def request_stop(grace: float) -> bool:
-    """The process is asked to stop and must be gone within `grace` seconds. The first call
-    records it (True); later ones change nothing (False), a call nested in a signal handler
+def request_stop() -> bool:
+    """The process is asked to stop (a signal handler calls this). The first call records
+    when (True); later ones change nothing (False), a call nested in a signal handler
     during the first included."""
-    global _stop_asked, _stop_grace
+    global _stop_asked
     if not _stop_latch.acquire(blocking=False):
         return False
-    _stop_grace = grace
     _stop_asked = time.monotonic()
     return True
+
+
+def stop_asked_at() -> float | None:
+    """`time.monotonic()` of the first stop request, where the stop's grace starts (None:
+    no stop asked)."""
+    return _stop_asked
 
 
 def stopping() -> bool:
@@ -120,6 +124,6 @@ def stopping() -> bool:
 def forget_stop() -> None:
     """No stop asked any more (the worker that was asked has stopped; a process running
     workers one after another, as the tests do, starts the next one afresh)."""
-    global _stop_asked, _stop_grace, _stop_latch
-    _stop_asked, _stop_grace = None, 0.0
+    global _stop_asked, _stop_latch
+    _stop_asked = None
     _stop_latch = threading.Lock()

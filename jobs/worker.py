@@ -396,7 +396,7 @@ def run(
         # Called in a signal handler (ours, or RQ's through `on_stop`): it records the stop
         # and raises a flag, and nothing else. A lock, a log line or a thread started here
         # could wait for what the interrupted main thread holds; the keeper does the rest.
-        runtime.request_stop(stop_seconds)
+        runtime.request_stop()
         keeper.asked.set()
 
     def stop_waiting(*_: object) -> None:
@@ -457,8 +457,11 @@ class StopKeeper:
         log.info("%s asked to stop: gone within %.0f s (WORKER_STOP_SECONDS)", self.who, self.grace)
         if self.on_stop is not None:
             self.on_stop()
-        # A little before the grace's end: the platform's SIGKILL comes at its end.
-        if self._finished.wait(max(0.0, self.grace - 0.5)):
+        # A little before the grace's end, counted from the signal: the platform's SIGKILL
+        # comes at its end.
+        asked_at = runtime.stop_asked_at()
+        spent = 0.0 if asked_at is None else time.monotonic() - asked_at
+        if self._finished.wait(max(0.0, self.grace - 0.5 - spent)):
             return
         log.warning("%s still busy at the end of its %.0f s stop grace: exiting now", self.who, self.grace)
         for handler in logging.getLogger().handlers:

@@ -365,3 +365,41 @@ def test_a_flag_not_raised_waits_out_its_timeout_and_a_closed_one_writes_nowhere
             os.close(fd)
     assert set(reused) == numbers
     assert flag.is_set() and (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes() == b""
+
+
+#: A worker whose job has no checkpoint (a sleep), SIGTERMed once the job runs, with a 3 s
+#: grace: the keeper ends the process at the grace's end, whatever the main thread is in.
+BUSY_PAST_ITS_GRACE = """
+import logging, os, signal, sys, threading, time
+import redis
+from rq import Queue
+from jobs.worker import ClinicWorker, run
+
+class Busy(ClinicWorker):
+    def execute_job(self, job, queue):
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        print("job started", time.monotonic(), flush=True)
+        return super().execute_job(job, queue)
+
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+queue = Queue(sys.argv[2], connection=redis.Redis.from_url(sys.argv[1]))
+run(Busy, [queue], with_scheduler=False, logging_level="INFO", stop_seconds=3)
+print("run returned", flush=True)
+"""
+
+
+def test_a_worker_still_busy_at_the_end_of_its_stop_grace_exits_there():
+    queue = f"stop-test-grace-{os.getpid()}"
+    job = Queue(queue, connection=redis.Redis.from_url(REDIS_URL)).enqueue("time.sleep", 60, job_timeout=120)
+    try:
+        done = _script(BUSY_PAST_ITS_GRACE, REDIS_URL, queue, timeout=50, hung="a worker outlived its grace")
+    finally:
+        job.delete()
+    ended = time.monotonic()  # the same clock as the worker's, on Linux: the system's monotonic one
+    lines = done.stdout.splitlines()
+    started = float(next(x for x in lines if x.startswith("job started")).split()[-1])
+    # SIGTERM 0.2 s into the job, the grace 3 s, the exit half a second before its end.
+    assert 2.5 < ended - started < 6, (ended - started, done.stdout)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "still busy at the end of its 3 s stop grace: exiting now" in done.stdout, done.stdout
+    assert "run returned" not in done.stdout and sum("asked to stop" in x for x in lines) == 1, done.stdout
