@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 
+import pytest
 import redis
 from rq import Queue, Worker
 
@@ -257,22 +258,35 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq import Queue
 
+from commands.worker import wait_for_schema
 from jobs.worker import ClinicWorker, run
+from plumbing.database import bind_database
 
 logging.basicConfig(level=logging.WARNING)
-# A port nothing listens on: every PING fails at once, and the worker waits for Redis.
+# A port nothing listens on: every PING or connection fails at once, and the worker waits.
 probe = socket.socket()
 probe.bind(("127.0.0.1", 0))
 port = probe.getsockname()[1]
 probe.close()
-# No retries of its own: redis-py's backoff would spend seconds in each PING, not the stop.
-away = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
-WATCHED = ("threading.py", "signal_flag.py", os.path.join("jobs", "worker.py"))
+if sys.argv[1] == "redis":
+    # No retries of its own: redis-py's backoff would spend seconds in each PING, not the stop.
+    away = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+
+    def waits_then_stops():
+        return run(ClinicWorker, [Queue("never-reached", connection=away)], with_scheduler=False,
+                   logging_level="WARNING", stop_seconds=30) == 0
+else:  # the worker's wait for its database and schema, before it starts
+    bind_database(f"postgresql://postgres@127.0.0.1:{port}/nowhere", pooled=False)
+
+    def waits_then_stops():
+        return wait_for_schema(None, logging.getLogger("worker"), every=1.0) is False
+
+WATCHED = ("threading.py", "signal_flag.py", os.path.join("jobs", "worker.py"), os.path.join("commands", "worker.py"))
 
 
 class At:
     # Counts the steps the main thread takes in the stop's own code (the waiting, the
-    # handlers, the threads they start) once run() has put its handler in place, and
+    # handlers, the threads they start) once the wait has put its handler in place, and
     # sends SIGTERM to this process at step `k` (never, for k = 0).
     def __init__(self, k):
         self.k, self.steps = k, 0
@@ -289,12 +303,11 @@ def stop_at(tracer):
     faulthandler.dump_traceback_later(15, exit=True)  # a hang: every thread's stack, exit 1
     sys.settrace(tracer)
     try:
-        code = run(ClinicWorker, [Queue("never-reached", connection=away)], with_scheduler=False,
-                   logging_level="WARNING", stop_seconds=30)
+        stopped = waits_then_stops()
     finally:
         sys.settrace(None)
         faulthandler.cancel_dump_traceback_later()
-    assert code == 0, code
+    assert stopped
 
 
 def when_blocked(tracer, blocked):
@@ -303,7 +316,7 @@ def when_blocked(tracer, blocked):
     last, still = -1, 0
     for _ in range(200):
         time.sleep(0.05)
-        still = still + 1 if tracer.steps == last else 0
+        still = still + 1 if tracer.steps == last and last > 0 else 0  # started, then still
         last = tracer.steps
         if still == 4:
             break
@@ -311,7 +324,7 @@ def when_blocked(tracer, blocked):
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-signal.signal(signal.SIGTERM, signal.SIG_DFL)  # run() must put its own handler in place
+signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the wait must put its own handler in place
 calibration, blocked = At(0), []
 threading.Thread(target=when_blocked, args=(calibration, blocked), daemon=True).start()
 stop_at(calibration)
@@ -325,12 +338,14 @@ print("steps swept:", steps, flush=True)
 """
 
 
-def test_a_stop_signal_at_any_step_of_the_worker_waiting_for_redis_stops_it():
+@pytest.mark.parametrize("waiting_for", ["redis", "schema"])
+def test_a_stop_signal_at_any_step_of_the_worker_waiting_for_redis_or_its_schema_stops_it(waiting_for: str):
     """A signal runs its handler between two steps of whatever the main thread does. The
     handler set a `threading.Event` whose lock the main thread holds inside `Event.wait`:
     landing there, the stop waited for ever. Swept here step by step over the wait's own
-    code (threading's, the flag's, the worker's), each time in a fresh `run()`."""
-    done = _script(SIGNALLED_AT_EVERY_STEP_OF_THE_WAIT, timeout=120, hung="a stop signal not taken")
+    code (threading's, the flag's, the worker's), each time in a fresh wait: `run()`'s for
+    Redis, and the worker command's for its database and schema."""
+    done = _script(SIGNALLED_AT_EVERY_STEP_OF_THE_WAIT, waiting_for, timeout=120, hung="a stop signal not taken")
     assert done.returncode == 0, done.stdout[-1000:] + done.stderr[-4000:]
     swept = int(done.stdout.rsplit("steps swept:", 1)[1])
     assert swept >= 20, done.stdout[-500:]
