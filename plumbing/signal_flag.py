@@ -22,13 +22,16 @@ class Flag:
 
     def __init__(self) -> None:
         self._set = False
+        self._pid = os.getpid()
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
 
     def set(self) -> None:
         """Raise the flag: no lock taken, so a signal handler may call it at any instant."""
         self._set = True
-        if self._write < 0:  # closed: nobody waits any more
+        # Closed: nobody waits any more. In a forked child the pipe is still the parent's,
+        # whose waiters would wake to a flag not set there and select again at once, for ever.
+        if self._write < 0 or os.getpid() != self._pid:
             return
         with contextlib.suppress(BlockingIOError):  # a full pipe: the waiters are woken already
             os.write(self._write, b"\0")

@@ -11,6 +11,7 @@ worker registered waited out its 30 s stop timeout, then SIGKILLed it).
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -418,3 +419,17 @@ def test_a_worker_still_busy_at_the_end_of_its_stop_grace_exits_there():
     assert done.returncode == 1, done.stdout + done.stderr
     assert "still busy at the end of its 3 s stop grace: exiting now" in done.stdout, done.stdout
     assert "run returned" not in done.stdout and sum("asked to stop" in x for x in lines) == 1, done.stdout
+
+
+def test_a_flag_raised_in_a_forked_child_does_not_wake_the_parent():
+    """The child's copy is its own flag; a byte in the shared pipe would wake the parent's
+    waiter to a flag not set, and its `select` would return at once, again and again."""
+    with Flag() as flag:
+        child = os.fork()
+        if child == 0:  # the child: raise its copy, then go
+            flag.set()
+            os._exit(0 if flag.is_set() else 1)
+        assert os.waitpid(child, 0)[1] == 0
+        assert not flag.wait(0.2) and not flag.is_set()
+        readable, _, _ = select.select([flag], [], [], 0)
+        assert readable == []
