@@ -5,7 +5,7 @@ thread was doing. `threading.Event.set` takes the lock of the Event's condition,
 main thread itself holds for a few bytecodes inside `Event.wait`: a stop signal landing
 there waits for a lock only its own thread can release, and the process hangs for good.
 `Flag` takes no lock: `set` flips a boolean and writes one byte to a pipe (a system call,
-safe in a handler), and `wait` blocks in `select` on that pipe, which a signal interrupts
+safe in a handler), and `wait` blocks in `poll` on that pipe, which a signal interrupts
 and which returns as soon as the byte is there, in any thread.
 """
 
@@ -40,7 +40,7 @@ class Flag:
         return self._set
 
     def fileno(self) -> int:
-        """The descriptor that turns readable once the flag is set (for `select`)."""
+        """The descriptor that turns readable once the flag is set (for `poll`, `select`)."""
         return self._read
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -68,6 +68,11 @@ def wait_any(flags: list[Flag], timeout: float | None = None) -> Flag | None:
     None when none was set in time. A signal handler that runs meanwhile in this thread
     (the main thread's own stop signal) sets its flag and the wait sees it at once."""
     end = None if timeout is None else time.monotonic() + timeout
+    # poll, not select: a process with many files open may get a pipe numbered past
+    # select's 1024.
+    poller = select.poll()
+    for flag in flags:
+        poller.register(flag.fileno(), select.POLLIN)
     while True:
         for flag in flags:
             if flag.is_set():
@@ -75,6 +80,6 @@ def wait_any(flags: list[Flag], timeout: float | None = None) -> Flag | None:
         left = None if end is None else end - time.monotonic()
         if left is not None and left <= 0:
             return None
-        # select retries after a signal handler returns (PEP 475) with the time left; the
+        # poll resumes after a signal handler returns (PEP 475) with the time left; the
         # handler's byte makes the pipe readable, so it returns then.
-        select.select(flags, [], [], left)
+        poller.poll(None if left is None else max(1, round(left * 1000)))
