@@ -30,7 +30,7 @@ class Flag:
         """Raise the flag: no lock taken, so a signal handler may call it at any instant."""
         self._set = True
         # Closed: nobody waits any more. In a forked child the pipe is still the parent's,
-        # whose waiters would wake to a flag not set there and select again at once, for ever.
+        # whose waiters would wake to a flag not set there and poll again at once, for ever.
         if self._write < 0 or os.getpid() != self._pid:
             return
         with contextlib.suppress(BlockingIOError):  # a full pipe: the waiters are woken already
