@@ -424,7 +424,7 @@ def test_a_worker_still_busy_at_the_end_of_its_stop_grace_exits_there():
 
 def test_a_flag_raised_in_a_forked_child_does_not_wake_the_parent():
     """The child's copy is its own flag; a byte in the shared pipe would wake the parent's
-    waiter to a flag not set, and its `select` would return at once, again and again."""
+    waiter to a flag not set, and its `poll` would return at once, again and again."""
     with Flag() as flag:
         child = os.fork()
         if child == 0:  # the child: raise its copy, then go
