@@ -27,7 +27,6 @@ that finished a call is enough to keep the queue fed.
 from __future__ import annotations
 
 import logging
-import select
 import threading
 import time
 import uuid
@@ -47,6 +46,7 @@ from models import Call
 from plumbing.clock import utc_now
 from plumbing.database import db, is_postgresql
 from plumbing.pg_listen import Listener, connector
+from plumbing.readiness import readable
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class CallRelay:
                 backoff = RETRY_FIRST
                 self._wait(stop, min(self.poll_every, max(0.0, next_sweep - time.monotonic())))
             except (pw.DatabaseError, pw.InterfaceError, psycopg2.Error, redis.RedisError, OSError, ValueError) as exc:
-                # (ValueError: select() on the LISTEN connection's descriptor once it is gone.)
+                # (ValueError: the LISTEN connection's descriptor once it is gone, numbered -1.)
                 now = time.monotonic()
                 if failing_since is None or now - logged_at >= OUTAGE_LOG_EVERY:
                     since = "" if failing_since is None else f" (failing for {now - failing_since:.0f} s)"
@@ -233,7 +233,7 @@ class CallRelay:
             wake = wakeup.WAKE_UP
             watched: list[Any] = [wake] if self._listener is None else [wake, self._listener.conn]
             # Short slices so `stop` is honoured promptly; a wake-up returns at once.
-            ready = select.select(watched, [], [], min(left, 0.5))[0]
+            ready = readable(watched, min(left, 0.5))
             if wake in ready:
                 wake.clear()
                 return

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import select
 import threading
 import weakref
 from collections.abc import Iterator
@@ -20,6 +19,8 @@ import psycopg2
 import psycopg2.extensions
 from playhouse.db_url import parse as parse_db_url
 from playhouse.pool import PooledPostgresqlDatabase
+
+from plumbing.readiness import readable
 
 
 class DatabaseProxy(pw.DatabaseProxy):
@@ -129,10 +130,9 @@ class CheckedPostgresqlPool(HoldsConnections, AnnouncesChanges, PooledPostgresql
         if conn.closed or conn.info.transaction_status == psycopg2.extensions.TRANSACTION_STATUS_UNKNOWN:
             return True
         try:
-            readable, _, _ = select.select([conn], [], [], 0)
-        except (OSError, ValueError):
-            return True
-        if readable:
+            if readable([conn], 0):
+                return True
+        except (OSError, psycopg2.Error):
             return True
         if conn.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
             try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 from collections.abc import Callable
 from typing import Any
 
@@ -21,8 +20,10 @@ import psycopg2
 import psycopg2.extensions
 from psycopg2 import sql
 
-# What `wait` raises on a lost connection: psycopg2's errors, the socket's, and
-# select()'s ValueError on a descriptor that is gone.
+from plumbing.readiness import readable
+
+# What `wait` raises on a lost connection: psycopg2's errors (a connection closed here
+# too), the socket's, and ValueError (kept for callers that catch it).
 LOST = (psycopg2.Error, OSError, ValueError)
 
 Connect = Callable[[], psycopg2.extensions.connection]
@@ -81,9 +82,11 @@ class Listener:
         also notices a server that hung up at once: it sends its FATAL message first (read
         as a notice) and EOF after it, which the next poll() raises on. Without `drain`
         one read, and what else came stays for the next wait."""
-        notified = False
+        # Those read with the answer to an earlier query on this connection count too.
+        notified = bool(self.conn.notifies)
+        self.conn.notifies.clear()
         try:
-            while select.select([self.conn], [], [], timeout)[0]:
+            while readable([self.conn], timeout):
                 self.conn.poll()
                 if self.conn.notifies:
                     self.conn.notifies.clear()

@@ -22,7 +22,9 @@ A pooler in transaction mode (PgBouncer) accepts LISTEN and never delivers a
 notification. So the same triggers also count every change in `cache_generation`
 (migration 10), and at most every `poll_every` seconds (1 s) a lookup reads that counter
 on the listening connection: behind such a pooler a change is honoured within a second
-of its commit, at the cost of one small query a second per process. SQLite (the embedded
+of its commit, at the cost of one small query a second per process. A notification
+makes the next lookup read the counter at once, and the counter decides: a change
+reported both ways is acted on once (`_count_changes`). SQLite (the embedded
 default) has no NOTIFY and gets no cache: its lookups are local.
 
 Through a database outage (`read`): a lookup whose database read fails because the
@@ -310,10 +312,9 @@ class RowCache:
             self._start_listening()
             return False
         try:
-            if self._listener.wait(0):  # without blocking; notices a lost connection too
-                self._invalidate(changed=True)
-            if self._clock() >= self._poll_at:
-                self._poll_generation()
+            notified = self._listener.wait(0)  # without blocking; notices a lost connection too
+            if notified or self._clock() >= self._poll_at:
+                self._count_changes(notified=notified)
         except pg_listen.LOST as exc:
             log.warning(
                 "auth cache: listening connection lost (%s); reading tokens from the database", type(exc).__name__
@@ -325,22 +326,38 @@ class RowCache:
         self._confirmed[self._epoch] = self._clock()
         return True
 
-    def _poll_generation(self) -> None:
-        """Invalidate when the change counter moved since the last poll (the changes a
-        pooler's swallowed notifications would have announced). Holds the lock."""
+    def _count_changes(self, *, notified: bool) -> None:
+        """Invalidate when the change counter moved since the last count: on a
+        notification, and every `poll_every` seconds for the changes a pooler's swallowed
+        notifications would have announced. Holds the lock.
+
+        The counter decides, the notifications only say when to look: one change is
+        acted on once, whichever of the two reports it first. A notification is sent to
+        this connection only once its transaction is visible, and before the server reads
+        the next query (PostgreSQL sends pending notifications while it waits for a
+        command), so every notification read before or with the count's answer is counted
+        in it. Counting only on the poll, a change came twice: by its notification, and
+        again by the next poll's moved counter."""
         self._poll_at = self._clock() + self.poll_every
         assert self._listener is not None
         with self._listener.conn.cursor() as cur:
             cur.execute(GENERATION_SQL)
             row = cur.fetchone()
+        self._listener.conn.notifies.clear()  # those that came with the answer: counted in it
         counted = row[0] if row else None
-        if counted != self._counted:
-            self._invalidate(changed=self._counted is not None)
+        if counted != self._counted or (notified and counted is None):
+            self._invalidate(changed=notified or self._counted is not None)
         elif self._recount:
             # The first count on a new listening connection, the same as the last one seen:
             # nothing changed while nobody listened, so the last known rows are current again.
             self._known = {key: (known, self._epoch) for key, (known, _) in self._known.items()}
         self._counted, self._recount = counted, False
+
+    @property
+    def changes_counted(self) -> int | None:
+        """The change counter as this cache last read it (None: not yet, or no counter):
+        its lookups have acted on every change up to this count."""
+        return self._counted
 
     def _start_listening(self) -> None:
         # In the background: a request must not wait on a connect (or its timeout).

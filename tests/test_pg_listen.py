@@ -14,6 +14,7 @@ import pytest
 from config import Config
 from plumbing.database import open_database
 from plumbing.pg_listen import LOST, Listener, connector
+from tests.support.descriptors import SELECT_LIMIT, numbered_past_select_limit
 
 
 @pytest.fixture
@@ -84,3 +85,50 @@ def test_a_listener_knows_whether_this_process_opened_it(listener):
     assert not listener.inherited
     listener.pid += 1  # as in a child forked after it was opened
     assert listener.inherited
+
+
+def test_a_notification_read_with_a_query_answer_is_reported_by_the_next_wait(listener, other):
+    """The server sends what it has for a connection before it reads the next query, so
+    a query on the listening connection (the row cache counts changes on it) reads them
+    with its answer; the socket is then quiet, and the wait must still report them."""
+    other.execute("NOTIFY pg_listen_test")
+    with listener.conn.cursor() as cur:
+        cur.execute("SELECT 1")
+    assert listener.conn.notifies, "the notification came with the answer"
+    assert listener.wait(0) is True
+    assert listener.wait(0) is False  # consumed
+
+
+def test_a_listener_whose_socket_is_numbered_past_selects_limit_still_hears(database, name):
+    """`select` refuses descriptors from 1024 on (ValueError, taken for a lost connection:
+    the cache would stop listening for good); a busy web worker gets such numbers."""
+    with numbered_past_select_limit():
+        listening = Listener.open(connector(database, application_name=name), "pg_listen_test")
+        try:
+            assert listening.conn.fileno() > SELECT_LIMIT
+            notify = connector(database)()
+            notify.autocommit = True
+            with notify.cursor() as cur:
+                cur.execute("NOTIFY pg_listen_test")
+            notify.close()
+            assert listening.wait(5) is True
+            assert listening.wait(0.1) is False
+        finally:
+            listening.close()
+
+
+def test_a_pooled_connection_numbered_past_selects_limit_is_handed_out_again(config: Config):
+    """The pool's check-out test looks at the socket; with `select` a connection numbered
+    past 1023 was taken for a closed one, and every request opened a new connection."""
+    pooled = open_database(config.database_url)
+    try:
+        with numbered_past_select_limit():
+            with pooled.connection_context():
+                first = pooled.connection()
+                assert first.fileno() > SELECT_LIMIT
+                pooled.execute_sql("SELECT 1")
+            with pooled.connection_context():
+                assert pooled.connection() is first
+                pooled.execute_sql("SELECT 1")
+    finally:
+        pooled.close_all()

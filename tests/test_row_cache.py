@@ -18,10 +18,11 @@ import pytest
 
 from plumbing import row_cache
 from plumbing.database import db
+from plumbing.readiness import readable
 from plumbing.row_cache import RowCache
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.support.clocks import Clock
-from tests.support.row_caches import app_cache, other_connection, token_id
+from tests.support.row_caches import app_cache, counted_changes, other_connection, token_id
 
 ROUNDS = 25
 
@@ -77,13 +78,6 @@ def change_seen(app, arrivals: list[bool] | None = None):
         arrivals.append(arrived_at_once)
 
 
-def counted_changes() -> int:
-    """The change counter the triggers keep (migration 10), as the database has it now."""
-    with other_connection() as cur:
-        cur.execute(row_cache.GENERATION_SQL)
-        return cur.fetchone()[0]
-
-
 def wait_cached(app, token: str, reads: list[str], slug: str = "clinic-a") -> None:
     """Ask until a request is answered from the cache by a cache that has counted every
     change made so far; bounded. The listener connects in the background on first use, and
@@ -96,7 +90,7 @@ def wait_cached(app, token: str, reads: list[str], slug: str = "clinic-a") -> No
         counted = counted_changes()
         before = len(reads)
         check(app, token, slug)
-        if len(reads) == before and cache._counted == counted:
+        if len(reads) == before and cache.changes_counted == counted:
             return
         time.sleep(0.01)
     raise AssertionError("the token row was never served from the cache")
@@ -207,6 +201,11 @@ def test_without_the_listening_connection_nothing_is_cached_and_revocation_still
 # --- The cache alone -----------------------------------------------------------------
 
 
+#: A change as the triggers announce it (counted and notified); a statement-level trigger
+#: fires even when no row matches.
+CHANGE = "UPDATE clinic SET name = name"
+
+
 @pytest.fixture
 def fake_clock() -> Clock:
     return Clock(1000.0)  # monotonic seconds
@@ -227,12 +226,46 @@ def cache(app, fake_clock):
 def test_a_row_read_before_a_change_is_not_kept_after_it(cache):
     _, generation = cache.get("key")
     with other_connection() as cur:  # the change commits while the request reads the old row
-        cur.execute(f"NOTIFY {row_cache.CHANNEL}")
+        cur.execute(CHANGE)
     deadline = time.monotonic() + 5
     while cache.get("another key")[1] == generation:  # some other request drains the notification
         assert time.monotonic() < deadline
     cache.put("key", ("old row",), generation)
     assert cache.get("key")[0] is None
+
+
+def test_a_change_both_notified_and_counted_empties_the_cache_once(cache, fake_clock):
+    """The notification makes the cache count at once; the next poll finds the same count
+    and keeps what was read after the change (it used to forget it a second time)."""
+    cache.get("warm")
+    counted = cache.changes_counted
+    _, generation = cache.get("key")
+    with other_connection() as cur:
+        cur.execute(CHANGE)
+    deadline = time.monotonic() + 5
+    while cache.get("key")[1] == generation:
+        assert time.monotonic() < deadline, "the change was never notified"
+    assert cache.changes_counted == counted + 1
+    _, generation = cache.get("key")
+    cache.put("key", ("read after the change",), generation)
+    fake_clock.now += cache.poll_every  # the poll that counts the same change again
+    assert cache.get("key")[0] == ("read after the change",)
+    assert cache.changes_counted == counted + 1
+
+
+def test_a_notification_without_a_counted_change_keeps_the_rows(cache, fake_clock):
+    """The counter decides: a notification whose change it has already counted (or a bare
+    NOTIFY) forgets nothing."""
+    _, generation = cache.get("key")
+    cache.put("key", ("row",), generation)
+    with other_connection() as cur:
+        cur.execute(f"NOTIFY {row_cache.CHANNEL}")
+    listener = cache._listener
+    assert listener is not None
+    deadline = time.monotonic() + 5
+    while not readable([listener.conn], 0) and not listener.conn.notifies:
+        assert time.monotonic() < deadline, "the notification never arrived"
+    assert cache.get("key")[0] == ("row",)
 
 
 def test_rows_expire_after_the_ttl_even_without_a_notification(cache, fake_clock):

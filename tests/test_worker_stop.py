@@ -11,7 +11,6 @@ worker registered waited out its 30 s stop timeout, then SIGKILLed it).
 from __future__ import annotations
 
 import os
-import resource
 import select
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from jobs.worker import ClinicWorker, run
 from plumbing.signal_flag import Flag, wait_any
 from tests.conftest import REDIS_URL, ROOT
 from tests.support import leftovers
+from tests.support.descriptors import SELECT_LIMIT, numbered_past_select_limit
 
 
 class StoppedWhileStarting(ClinicWorker):
@@ -438,17 +438,7 @@ def test_a_flag_raised_in_a_forked_child_does_not_wake_the_parent():
 
 def test_a_flag_whose_pipe_is_numbered_past_selects_limit_still_wakes_its_waiter():
     """`select` refuses a descriptor from 1024 on; a worker with many files open gets one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
-    filler = []
-    try:
-        while len(filler) < 1100 and (not filler or filler[-1] < 1100):
-            filler.append(os.open(os.devnull, os.O_RDONLY))
-        with Flag() as flag:
-            assert flag.fileno() > 1024
-            threading.Timer(0.05, flag.set).start()
-            assert flag.wait(30) and wait_any([flag], 0) is flag
-    finally:
-        for fd in filler:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with numbered_past_select_limit(), Flag() as flag:
+        assert flag.fileno() > SELECT_LIMIT
+        threading.Timer(0.05, flag.set).start()
+        assert flag.wait(30) and wait_any([flag], 0) is flag

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import psycopg2
 
+from plumbing import row_cache
 from plumbing.database import db
 from plumbing.row_cache import RowCache
 
@@ -29,3 +30,16 @@ def token_id(token: str) -> str:
 
 def app_cache(app) -> RowCache:
     return next(m.cache for m in app.app._unprepared_middleware if isinstance(getattr(m, "cache", None), RowCache))
+
+
+def counted_changes() -> int:
+    """The change counter the triggers keep (migration 10), as the database has it now."""
+    with other_connection() as cur:
+        cur.execute(row_cache.GENERATION_SQL)
+        return cur.fetchone()[0]
+
+
+def caught_up(app) -> bool:
+    """Whether the app's cache has counted every change committed so far: no change made
+    before this call (a test's own setup) will empty it later."""
+    return app_cache(app).changes_counted == counted_changes()
