@@ -335,16 +335,27 @@ class RowCache:
         acted on once, whichever of the two reports it first. A notification is sent to
         this connection only once its transaction is visible, and before the server reads
         the next query (PostgreSQL sends pending notifications while it waits for a
-        command), so every notification read before or with the count's answer is counted
-        in it. Counting only on the poll, a change came twice: by its notification, and
-        again by the next poll's moved counter."""
+        command), so every notification read before the count is counted in it. Counting
+        only on the poll, a change came twice: by its notification, and again by the next
+        poll's moved counter."""
         self._poll_at = self._clock() + self.poll_every
         assert self._listener is not None
-        with self._listener.conn.cursor() as cur:
-            cur.execute(GENERATION_SQL)
-            row = cur.fetchone()
-        self._listener.conn.notifies.clear()  # those that came with the answer: counted in it
-        counted = row[0] if row else None
+        conn = self._listener.conn
+        try:
+            counted = self._count(conn)
+            # Notifications read with the answer were mostly sent before the query (counted),
+            # but one sent just after it may have come in the same read: count again, which
+            # covers both. Those that come with the last count stay for the next lookup.
+            for _ in range(3):
+                if not conn.notifies:
+                    break
+                conn.notifies.clear()
+                notified = True
+                counted = self._count(conn)
+        except pg_listen.LOST:
+            if notified:  # a change was announced and the connection lost before its count
+                self._invalidate(changed=True)
+            raise
         if counted != self._counted or (notified and counted is None):
             self._invalidate(changed=notified or self._counted is not None)
         elif self._recount:
@@ -352,6 +363,13 @@ class RowCache:
             # nothing changed while nobody listened, so the last known rows are current again.
             self._known = {key: (known, self._epoch) for key, (known, _) in self._known.items()}
         self._counted, self._recount = counted, False
+
+    @staticmethod
+    def _count(conn: Any) -> int | None:
+        with conn.cursor() as cur:
+            cur.execute(GENERATION_SQL)
+            row = cur.fetchone()
+        return row[0] if row else None
 
     @property
     def changes_counted(self) -> int | None:

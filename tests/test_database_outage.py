@@ -11,16 +11,19 @@ degraded. The real processes through a real outage: tests/test_recovery.py.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import replace
 from urllib.parse import urlparse
 
+import psycopg2
 import pytest
 import webtest
 
 from app import create_app
 from plumbing import row_cache
 from plumbing.database import UNREACHABLE, db, open_database
+from plumbing.readiness import readable
 from plumbing.row_cache import RowCache
 from tests.conftest import PG_URL
 from tests.support import assert_error, bearer, clinic, issue_token, load, organization, switchboard_url
@@ -157,5 +160,55 @@ def test_the_last_known_state_is_used_only_within_its_bound(proxy):
         with pytest.raises(UNREACHABLE):
             cache.read("unknown key", load, lookup="token")
     finally:
+        cache.close()
+        database.close()
+
+
+def test_a_change_notified_as_the_listening_connection_is_lost_is_never_answered_from_the_older_state(app, proxy):
+    """The notification came, and the listening connection was lost while the cache was
+    counting the change it announced: the change is known all the same, so the state from
+    before it is not answered from once the database is unreachable. (The count is held
+    on a lock, and its connection ended there, so the loss falls in that very moment.)"""
+    fake = Clock(1000.0)
+    database = open_database(proxy.url(PG_URL), pooled=False)
+    cache = RowCache.for_database(database, clock=fake)
+    locker = psycopg2.connect(PG_URL)
+    try:
+        assert wait_until(lambda: cache.get("warm-up")[1] >= 0, timeout=10), "the cache never started listening"
+
+        def load() -> tuple:
+            return tuple(database.execute_sql("SELECT 1").fetchone())
+
+        assert cache.read("key", load, lookup="token") == (1,)
+        listening = cache._listener
+        assert listening is not None
+        with other_connection() as cur:
+            cur.execute("UPDATE clinic SET name = name")  # a change, counted and notified
+        assert readable([listening.conn], 5), "the notification never arrived"
+        with locker.cursor() as cur:
+            cur.execute("LOCK TABLE cache_generation IN ACCESS EXCLUSIVE MODE")
+        counting = threading.Thread(target=cache.get, args=("key",))
+        counting.start()
+
+        def counting_pid() -> int | None:
+            with other_connection() as cur:
+                cur.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = 'auth-cache listener' "
+                    "AND wait_event_type = 'Lock'"
+                )
+                found = cur.fetchall()
+            return found[0][0] if found else None
+
+        assert wait_until(lambda: counting_pid() is not None, timeout=10), "the count never started"
+        with other_connection() as cur:
+            cur.execute("SELECT pg_terminate_backend(%s)", (counting_pid(),))
+        counting.join(10)
+        assert not counting.is_alive()
+        locker.rollback()
+        proxy.cut()
+        with pytest.raises(UNREACHABLE):
+            cache.read("key", load, lookup="token")
+    finally:
+        locker.close()
         cache.close()
         database.close()

@@ -60,6 +60,7 @@ pytestmark = [pytest.mark.gunicorn, pytest.mark.rq_worker, pytest.mark.engine]
 AUDIO = ROOT / "tests" / "audio"
 SLUG = "recovery-clinic"
 CHECKS = ("is-clinic-opened", "is-on-vacation")
+WEB_PROCESSES = 2
 STOP_SECONDS = 6  # the stopping worker's grace (WORKER_STOP_SECONDS), short for the test
 
 
@@ -167,7 +168,7 @@ def stack(tmp_path_factory, https_ca, ca_bundle, tls_ca) -> Iterator[Stack]:
     try:
         token = prepare_database(env, SLUG)
         log_audit.remember(token, "the recovery stack's API key")
-        web, base_url = gunicorn(env, workdir / "web.log")
+        web, base_url = gunicorn(env, workdir / "web.log", workers=WEB_PROCESSES)
         try:
             with HTTPSTestServer(ca=https_ca) as recordings:
                 recordings.route("/short.mp3", static((AUDIO / "msg_callback_short.mp3").read_bytes(), "audio/mpeg"))
@@ -181,11 +182,16 @@ def stack(tmp_path_factory, https_ca, ca_bundle, tls_ca) -> Iterator[Stack]:
 
 def warm(stack: Stack) -> None:
     """Both web processes have answered the routing checks from a listening cache: a round
-    first (each process's listening connection starts on its first lookup), then many on
-    fresh connections (each is accepted by either process)."""
-    for check in CHECKS * 3:
-        assert post_json(stack.path(check), stack.token, {})[0] == 200
-    time.sleep(0.5)  # the listening connections' background start: milliseconds
+    until both have their listening connection (each starts it in the background on its
+    first lookup), then many on fresh connections (each is accepted by either process)."""
+
+    def listening() -> bool:
+        for check in CHECKS:
+            assert post_json(stack.path(check), stack.token, {})[0] == 200
+        sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'auth-cache listener'"
+        return stack.rows(sql)[0][0] >= WEB_PROCESSES
+
+    assert wait_until(listening, timeout=30, interval=0.05), "a web process never started listening"
     for _ in range(40):
         for check in CHECKS:
             assert post_json(stack.path(check), stack.token, {})[0] == 200
