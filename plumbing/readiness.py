@@ -5,6 +5,8 @@ such numbers once it holds many files and sockets at once (a web worker serving 
 thousand slow clients, a worker with many files open), and then every caller of select
 would take the refusal for a lost connection: the row cache would stop listening, the
 pool would throw away every connection at check-out, the relay would wait on nothing.
+Under gevent (the web workers) `select.poll` is gevent's, which waits cooperatively and
+takes any descriptor number too (its `select` refuses them as well).
 """
 
 from __future__ import annotations
