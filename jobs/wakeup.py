@@ -1,7 +1,7 @@
 """What wakes this process's relay (jobs/relay.py) out of its wait: a job's end, and an
 ingest handed back on an infrastructure error.
 
-A pipe, so that the relay's one `select` watches it together with its LISTEN connection.
+A pipe, so that the relay's one `poll` watches it together with its LISTEN connection.
 It is opened on first use, not at import: importing the jobs starts nothing (the web
 process imports them to enqueue, and never waits on this).
 """
@@ -14,7 +14,7 @@ import threading
 
 
 class WakeUp:
-    """A wake-up a thread can `select` on (`fileno`): `set` from any thread, `clear` by the
+    """A wake-up a thread can `poll` on (`fileno`): `set` from any thread, `clear` by the
     waiter. One set while the waiter is busy stays pending, so none is lost."""
 
     def __init__(self) -> None:

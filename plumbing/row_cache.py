@@ -11,7 +11,7 @@ calendars and vacations), and the notification reaches this
 process's listening connection when that transaction commits.
 
 There is no listener thread to wait for: every lookup first drains that connection
-without blocking (a `select` with no timeout), so a revocation is honoured by the first
+without blocking (a `poll` with no timeout), so a revocation is honoured by the first
 request that starts after its notification arrived, well under a millisecond after the
 commit on one machine (tests/test_row_cache.py measures it). A row read before a change
 but stored after its notification was drained is refused by the generation check. While
