@@ -194,7 +194,7 @@ def test_a_change_notified_as_the_listening_connection_is_lost_is_never_answered
             with other_connection() as cur:
                 cur.execute(
                     "SELECT pid FROM pg_stat_activity WHERE application_name = 'auth-cache listener' "
-                    "AND wait_event_type = 'Lock'"
+                    "AND wait_event_type = 'Lock' AND datname = current_database()"
                 )
                 found = cur.fetchall()
             return found[0][0] if found else None
