@@ -132,7 +132,7 @@ class CheckedPostgresqlPool(HoldsConnections, AnnouncesChanges, PooledPostgresql
         try:
             if readable([conn], 0):
                 return True
-        except (OSError, psycopg2.Error):
+        except (OSError, ValueError, psycopg2.Error):
             return True
         if conn.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
             try:

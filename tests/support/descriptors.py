@@ -7,7 +7,9 @@ import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-SELECT_LIMIT = 1024
+from plumbing.readiness import SELECT_LIMIT
+
+__all__ = ["SELECT_LIMIT", "numbered_past_select_limit"]
 
 
 @contextmanager
