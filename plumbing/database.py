@@ -163,6 +163,23 @@ def _cooperative_psycopg2() -> None:
         patch_psycopg()
 
 
+#: Every PostgreSQL connection's guards (libpq's parameters), unless the URL sets its own.
+#: A network lost without a word (no reset: a partition, a host gone) otherwise leaves a
+#: query waiting for TCP's own retransmissions, about 15 minutes on Linux, and with it a
+#: request, a job or the row cache's lock: `tcp_user_timeout` gives a connection up once
+#: what it sent goes unacknowledged for 10 s, the keepalives notice an idle one within
+#: 25 s, and a connect gets 5 s. Slow queries are unaffected: the server's kernel
+#: acknowledges the query at once, however long the answer takes. Ignored on a Unix socket.
+CONNECTION_GUARDS: dict[str, int] = {
+    "connect_timeout": 5,
+    "tcp_user_timeout": 10_000,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+
 def open_database(url: str, *, pool_size: int = 10, pool_wait: float = 10, pooled: bool = True) -> pw.Database:
     """Build the database for `url`: PostgreSQL (pooled for the web process, a request
     waiting `pool_wait` seconds at most for a free connection; plain for the CLI and RQ
@@ -170,16 +187,15 @@ def open_database(url: str, *, pool_size: int = 10, pool_wait: float = 10, poole
     scheme = urlparse(url).scheme
     if scheme in ("postgres", "postgresql"):
         _cooperative_psycopg2()
-        params = parse_db_url(url)
+        params = {**CONNECTION_GUARDS, **parse_db_url(url)}  # the URL's own parameters win
         name = params.pop("database")
         if not pooled:
-            return PostgresqlDatabase(name, connect_timeout=5, **params)
+            return PostgresqlDatabase(name, **params)
         return CheckedPostgresqlPool(
             name,
             max_connections=pool_size,
             stale_timeout=300,
             timeout=pool_wait,  # wait for a free pooled connection, then MaxConnectionsExceeded: errors.py's 503
-            connect_timeout=5,
             **params,
         )
     if scheme == "sqlite":

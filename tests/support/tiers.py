@@ -92,8 +92,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "long: minutes in a test of its own (the labelled set through the engine, a "
-        "two-minute outage): in parallel, handed out before the other slow tests",
+        "long: a long time in a test of its own (minutes of the labelled set through the "
+        "engine, a two-minute outage, TCP's guards waited out): in parallel, handed out "
+        "before the other slow tests",
     )
     for name, what in PARTS.items():
         config.addinivalue_line("markers", f"{name}: needs {what}")

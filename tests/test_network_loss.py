@@ -1,0 +1,146 @@
+"""A network lost without a word (no reset, no refusal: a partition, a host gone): every
+PostgreSQL connection gives up within its guard (plumbing/database.py, CONNECTION_GUARDS)
+instead of waiting for TCP's retransmissions, about 15 minutes, and the routing checks
+answer from the last known state within seconds.
+
+The loss is real: iptables drops every packet to and from a TCP proxy's port on the
+loopback interface, so what the client sends is never acknowledged (the tests need root;
+.ci/run installs iptables). A closed proxy (tests/test_database_outage.py) resets its
+connections instead, which the client notices at once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import parse_qsl, urlencode, urlparse
+
+import pytest
+
+from plumbing.database import CONNECTION_GUARDS, UNREACHABLE, open_database
+from plumbing.row_cache import RowCache
+from tests.conftest import PG_URL
+from tests.support.clocks import Clock
+from tests.support.faults import TcpProxy
+from tests.support.servers import wait_until
+
+# Seconds of waiting, little work: handed out first, beside the other processes' CPU work,
+# rather than last, where they would be the run's tail.
+pytestmark = pytest.mark.long
+
+GUARD = CONNECTION_GUARDS["tcp_user_timeout"] / 1000  # seconds: the default, as deployed
+
+
+def with_query(url: str, **params: object) -> str:
+    parts = urlparse(url)
+    return parts._replace(query=urlencode([*parse_qsl(parts.query), *params.items()])).geturl()
+
+
+@contextmanager
+def packets_dropped(port: int) -> Iterator[None]:
+    """Every packet to or from 127.0.0.1:`port` dropped, as a lost network drops them."""
+    if os.geteuid() != 0:
+        pytest.skip("dropping packets takes root (iptables); CI runs as root")
+    assert shutil.which("iptables"), "install iptables (apt): .ci/run does"
+    rules = [["INPUT", "-i", "lo", "-p", "tcp", side, str(port), "-j", "DROP"] for side in ("--dport", "--sport")]
+    added = []
+    try:
+        for rule in rules:
+            subprocess.run(["iptables", "-I", *rule], check=True, capture_output=True)
+            added.append(rule)
+        yield
+    finally:
+        for rule in added:
+            subprocess.run(["iptables", "-D", *rule], check=True, capture_output=True)
+
+
+@pytest.fixture
+def proxy() -> Iterator[TcpProxy]:
+    with TcpProxy(urlparse(PG_URL).port or 5432) as through:
+        yield through
+
+
+def finished_within(seconds: float, work) -> tuple[bool, list]:
+    """Run `work` in a thread; whether it finished within `seconds`, and what it returned
+    or raised (a thread, so that the old behaviour, a wait of minutes, fails the test
+    instead of hanging it; the rules' removal then lets that thread finish)."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as exc:  # handed to the test as it is
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive(), outcome
+
+
+def test_a_database_url_sets_its_own_guards_over_the_defaults():
+    """Each guard is a default: the URL's own value wins (a `connect_timeout` in the URL
+    used to stop the service at its start: given twice)."""
+    database = open_database(with_query(PG_URL, connect_timeout=7))
+    try:
+        assert database.connect_params["connect_timeout"] == 7
+        assert database.connect_params["tcp_user_timeout"] == CONNECTION_GUARDS["tcp_user_timeout"] == 10_000
+        assert database.execute_sql("SELECT 1").fetchone() == (1,)
+        settings = database.connection().get_dsn_parameters()
+        assert (settings["connect_timeout"], settings["tcp_user_timeout"]) == ("7", "10000")
+    finally:
+        database.close_all()
+
+
+def test_a_query_over_a_lost_network_fails_within_its_guard(proxy):
+    database = open_database(proxy.url(PG_URL))  # pooled, as the web's
+    try:
+        assert database.execute_sql("SELECT 1").fetchone() == (1,)
+        database.close()  # back to the pool, for the next request (the thread below) to take
+        with packets_dropped(proxy.port):
+            started = time.monotonic()
+            finished, outcome = finished_within(GUARD + 20, lambda: database.execute_sql("SELECT 1").fetchone())
+            took = time.monotonic() - started
+        assert finished, f"the query waited on a lost network past {GUARD + 20:.0f} s"
+        assert isinstance(outcome[0], UNREACHABLE), outcome
+        assert GUARD - 0.5 < took < GUARD + 4, took
+    finally:
+        database.close_all()
+
+
+def test_over_a_lost_network_a_routing_lookup_answers_from_the_last_known_state_within_seconds(proxy):
+    """The cache's count of changes on its listening connection is lost first (held on
+    the lock every lookup takes), then the database read: each gives up within its guard,
+    and the lookup answers from what was confirmed a moment before; the next ones answer
+    at once."""
+    fake = Clock(1000.0)
+    database = open_database(proxy.url(PG_URL))  # pooled, as the web's
+    cache = RowCache.for_database(database, clock=fake)
+    try:
+        assert wait_until(lambda: cache.get("warm-up")[1] >= 0, timeout=10), "the cache never started listening"
+
+        def load() -> tuple:
+            return tuple(database.execute_sql("SELECT 1").fetchone())
+
+        assert cache.read("key", load, lookup="token") == (1,)
+        database.close()  # back to the pool, for the next request (the thread below) to take
+        with packets_dropped(proxy.port):
+            fake.now += cache.poll_every  # the next lookup counts the changes: over the lost network
+            started = time.monotonic()
+            finished, outcome = finished_within(2 * GUARD + 20, lambda: cache.read("key", load, lookup="token"))
+            took = time.monotonic() - started
+            assert finished, f"the lookup waited on a lost network past {2 * GUARD + 20:.0f} s"
+            assert outcome == [(1,)], outcome
+            assert took < 2 * GUARD + 4, took
+            assert cache.database_unreachable
+            started = time.monotonic()
+            assert cache.read("key", load, lookup="token") == (1,)
+            assert time.monotonic() - started < 0.5, "the next lookup did not wait on the database"
+    finally:
+        cache.close()
+        database.close_all()
