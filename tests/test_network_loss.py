@@ -4,9 +4,10 @@ instead of waiting for TCP's retransmissions, about 15 minutes, and the routing 
 answer from the last known state within seconds.
 
 The loss is real: iptables drops every packet to and from a TCP proxy's port on the
-loopback interface, so what the client sends is never acknowledged (the tests need root;
-.ci/run installs iptables). A closed proxy (tests/test_database_outage.py) resets its
-connections instead, which the client notices at once.
+loopback interface, so what the client sends is never acknowledged (`packet_loss`: the
+tests need root, and .ci/run installs iptables; `bin/test --fast` leaves them out). A
+closed proxy (tests/test_database_outage.py) resets its connections instead, which the
+client notices at once.
 """
 
 from __future__ import annotations
@@ -44,8 +45,7 @@ def with_query(url: str, **params: object) -> str:
 @contextmanager
 def packets_dropped(port: int) -> Iterator[None]:
     """Every packet to or from 127.0.0.1:`port` dropped, as a lost network drops them."""
-    if os.geteuid() != 0:
-        pytest.skip("dropping packets takes root (iptables); CI runs as root")
+    assert os.geteuid() == 0, "dropping packets takes root (iptables), as CI runs; bin/test --fast does without"
     assert shutil.which("iptables"), "install iptables (apt): .ci/run does"
     rules = [["INPUT", "-i", "lo", "-p", "tcp", side, str(port), "-j", "DROP"] for side in ("--dport", "--sport")]
     added = []
@@ -60,7 +60,8 @@ def packets_dropped(port: int) -> Iterator[None]:
 
 
 @pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
+def proxy(app) -> Iterator[TcpProxy]:
+    """A proxy to the suite's database, migrated (`app`): the cache counts changes in it."""
     with TcpProxy(urlparse(PG_URL).port or 5432) as through:
         yield through
 
@@ -83,7 +84,7 @@ def finished_within(seconds: float, work) -> tuple[bool, list]:
     return not thread.is_alive(), outcome
 
 
-def test_a_database_url_sets_its_own_guards_over_the_defaults():
+def test_a_database_url_sets_its_own_guards_over_the_defaults(app):
     """Each guard is a default: the URL's own value wins (a `connect_timeout` in the URL
     used to stop the service at its start: given twice)."""
     database = open_database(with_query(PG_URL, connect_timeout=7))
@@ -97,6 +98,7 @@ def test_a_database_url_sets_its_own_guards_over_the_defaults():
         database.close_all()
 
 
+@pytest.mark.packet_loss
 def test_a_query_over_a_lost_network_fails_within_its_guard(proxy):
     database = open_database(proxy.url(PG_URL))  # pooled, as the web's
     try:
@@ -113,6 +115,7 @@ def test_a_query_over_a_lost_network_fails_within_its_guard(proxy):
         database.close_all()
 
 
+@pytest.mark.packet_loss
 def test_over_a_lost_network_a_routing_lookup_answers_from_the_last_known_state_within_seconds(proxy):
     """The cache's count of changes on its listening connection is lost first (held on
     the lock every lookup takes), then the database read: each gives up within its guard,

@@ -14,7 +14,8 @@ import pytest
 from config import Config
 from plumbing.database import open_database
 from plumbing.pg_listen import LOST, Listener, connector
-from tests.support.descriptors import SELECT_LIMIT, numbered_past_select_limit
+from plumbing.readiness import SELECT_LIMIT
+from tests.support.descriptors import numbered_past_select_limit
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import sys
 import threading
 import time
 
-from plumbing.readiness import readable
+from plumbing.readiness import SELECT_LIMIT, readable
 from tests.conftest import ROOT
-from tests.support.descriptors import SELECT_LIMIT, numbered_past_select_limit
+from tests.support.descriptors import numbered_past_select_limit
 
 
 class End:
@@ -47,12 +47,12 @@ def test_a_descriptor_past_selects_limit_is_waited_on_like_any_other():
 GEVENT_SCRIPT = """
 from gevent import monkey; monkey.patch_all()  # as the Procfile's web workers run
 import os, select, socket, sys, time
-from plumbing.readiness import readable
+from plumbing.readiness import SELECT_LIMIT, readable
 from tests.support.descriptors import numbered_past_select_limit
 assert select.poll.__module__ == "gevent.select"
 with numbered_past_select_limit():
     a, b = socket.socketpair()
-    assert a.fileno() > 1024
+    assert a.fileno() > SELECT_LIMIT
     assert readable([a], 0) == []
     started = time.monotonic()
     assert readable([a], 0.2) == [] and time.monotonic() - started >= 0.19

@@ -23,10 +23,11 @@ import redis
 from rq import Queue, Worker
 
 from jobs.worker import ClinicWorker, run
+from plumbing.readiness import SELECT_LIMIT
 from plumbing.signal_flag import Flag, wait_any
 from tests.conftest import REDIS_URL, ROOT
 from tests.support import leftovers
-from tests.support.descriptors import SELECT_LIMIT, numbered_past_select_limit
+from tests.support.descriptors import numbered_past_select_limit
 
 
 class StoppedWhileStarting(ClinicWorker):

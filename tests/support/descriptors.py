@@ -7,10 +7,6 @@ import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from plumbing.readiness import SELECT_LIMIT
-
-__all__ = ["SELECT_LIMIT", "numbered_past_select_limit"]
-
 
 @contextmanager
 def numbered_past_select_limit() -> Iterator[None]:

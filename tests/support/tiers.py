@@ -3,7 +3,8 @@
 The slow parts, each a marker: `gunicorn` (the web process as the Procfile runs it, or
 bin/run), `rq_worker` (a worker process, `python manage.py worker`, or bin/run), `engine`
 (whisper.cpp with a model loaded), `browser` (headless Chromium driven by Playwright),
-`seaweedfs` (a SeaweedFS server, the S3 backend). A fixture that starts one says so where
+`seaweedfs` (a SeaweedFS server, the S3 backend), `packet_loss` (iptables dropping a
+port's packets, which takes root). A fixture that starts one says so where
 it is defined:
 
     @pytest.fixture(scope="module")
@@ -49,6 +50,7 @@ PARTS = {
     "engine": "the transcription engine (whisper.cpp) with a model loaded",
     "browser": "a headless Chromium driven by Playwright",
     "seaweedfs": "a SeaweedFS server (the S3 backend)",
+    "packet_loss": "packets dropped with iptables (root)",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -154,6 +156,7 @@ _COMMANDS: tuple[tuple[str, Callable[[list[str]], bool]], ...] = (
     ("rq_worker", lambda words: any(w.endswith("manage.py") for w in words) and "worker" in words),
     ("browser", lambda words: any("playwright" in w or w.endswith("chromium") for w in words)),
     ("seaweedfs", lambda words: any(w.endswith("/weed") or w == "weed" for w in words)),
+    ("packet_loss", lambda words: any(w.endswith("iptables") for w in words)),
 )
 
 
