@@ -28,14 +28,13 @@ from datetime import timedelta
 import redis
 
 from config import Config
-from console.middleware import lifetime_of
-from console.sessions import PENDING_LIFETIME
 from documents import patient_requests, uploads
 from models import IdempotencyKey
 from plumbing import metrics
 from plumbing.clock import utc_now
 from plumbing.database import db
 from privacy import retention
+from staff import sessions
 from storage import LocalStorage, Storage, make_storage
 from switchboard import refusals
 
@@ -64,11 +63,11 @@ def purge_storage(storage: Storage, config: Config) -> Purged:
 
 def lifetimes(config: Config) -> retention.Lifetimes:
     """The deployment's own periods the retention applies."""
-    session = lifetime_of(config.console_session_idle_hours, config.console_session_max_hours)
+    session = sessions.Lifetime.of(config.console_session_idle_hours, config.console_session_max_hours)
     return retention.Lifetimes(
         session_idle=session.idle,
         session_absolute=session.absolute,
-        session_pending=PENDING_LIFETIME,
+        session_pending=sessions.PENDING_LIFETIME,
         audit_details_without_clinic=timedelta(days=config.retention_audit_details_days),
     )
 

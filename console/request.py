@@ -11,12 +11,11 @@ from datetime import datetime
 import falcon
 
 from console import audit, audit_words, inbox, pages
-from console.inbox import OTHER_TYPE
+from console.inbox import OTHER_TYPE, own_request, rows_of
 from console.rendering import Renderer, html, see_other
 from documents import patient_requests
 from jobs.playback import RecordingPlayer
 from models import Actor, Call, Patient, PatientRequest, StaffUser
-from resources.console import own_request, rows_of
 from storage.links import LinkCache
 from triage import inbox as triage
 
