@@ -28,10 +28,9 @@ from datetime import timedelta
 import redis
 
 from config import Config
-from documents import patient_requests, uploads
+from documents import attachments, uploads
 from models import IdempotencyKey
 from plumbing import metrics
-from plumbing.clock import utc_now
 from plumbing.database import db
 from privacy import retention
 from staff import sessions
@@ -51,13 +50,14 @@ class Purged:
 
 def purge_storage(storage: Storage, config: Config) -> Purged:
     """One round; needs a database connection (the caller's)."""
-    lifetime = patient_requests.UPLOAD_URL_SECONDS
+    lifetime = attachments.UPLOAD_URL_SECONDS
     grace = config.upload_purge_grace_seconds
-    purged = uploads.purge_expired_uploads(storage, lifetime=lifetime, grace=grace)
+    now = config.clock()
+    purged = uploads.purge_expired_uploads(storage, now, lifetime=lifetime, grace=grace)
     # A `.part` file younger than that may belong to an upload still streaming.
     partial = storage.purge_stale_uploads(lifetime + grace) if isinstance(storage, LocalStorage) else 0
-    refused = refusals.purge(utc_now(), config.refused_handoff_retention_days)
-    keys = IdempotencyKey.purge(config.clock())
+    refused = refusals.purge(now, config.refused_handoff_retention_days)
+    keys = IdempotencyKey.purge(now)
     return Purged(uploads=purged, partial_files=partial, refused_handoffs=refused, idempotency_keys=keys)
 
 
