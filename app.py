@@ -125,7 +125,7 @@ def create_app(config: Config) -> falcon.App:
         (pages.LOGIN, login.ConsoleLogin(renderer, throttle, config.clock, trust)),
         (pages.LOGIN_CODE, login.ConsoleLoginCode(renderer, throttle, config.clock, config.secret_keys, trust, flash)),
         (pages.password_link("{token}"), login.SetPasswordPage(renderer, config.clock, trust)),
-        (pages.ACCOUNT, account.AccountPage(renderer, throttle)),
+        (pages.ACCOUNT, account.AccountPage(renderer, throttle, config.clock)),
         (pages.TWO_FACTOR, account.TwoFactorPage(renderer, config.clock, config.secret_keys, trust, flash)),
         (pages.LOGOUT, login.ConsoleLogout()),
         (pages.LANGUAGE, account.ConsoleLanguage()),

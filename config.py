@@ -10,9 +10,9 @@ import hashlib
 import os
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field, fields
-from datetime import datetime
 from pathlib import Path
 
+from plumbing.clock import Clock
 from plumbing.clock import wall as wall_clock
 from plumbing.crypto import MIN_SECRET_KEY_BYTES, KeyRing
 
@@ -304,7 +304,7 @@ class Config:
     # would lock every clinic's staff out.
     trusted_proxy_hops: int = 0
     # Not from the environment: the wall clock, replaceable in tests.
-    clock: Callable[[], datetime] = field(default=wall_clock, repr=False, compare=False)
+    clock: Clock = field(default=wall_clock, repr=False, compare=False)
     # Not from the environment: what `from_env` found worth a warning at start (a former
     # variable name still in use); every process logs them once it has its logging.
     notices: list[str] = field(default_factory=list, repr=False, compare=False)

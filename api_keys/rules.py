@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from models import Actor, ApiToken, ApiTokenClinic, AuditEvent, Clinic
-from plumbing.clock import as_utc, iso_utc, utc_now
+from plumbing.clock import as_utc, iso_utc
 from plumbing.database import db, is_postgresql
 
 DEFAULT_LIFETIME = timedelta(days=90)
@@ -90,6 +90,7 @@ def issue(
             name,
             clinics,
             scopes,
+            now,
             created_by=_created_by(actor),
             expires_at=expires_at,
             rotated_from=replacing.id if replacing else None,
@@ -106,6 +107,7 @@ def issue(
                     "scopes": token.scopes,
                     "expiresAt": iso_utc(expires_at) if expires_at else "never",
                 },
+                at=now,
             )
     return token, text
 
@@ -154,22 +156,22 @@ def rotate(
         ApiToken.update(expires_at=until).where(ApiToken.id == token.id).execute()
         for clinic in clinics:
             AuditEvent.record(
-                actor, clinic, "token.rotate", token, {"newKey": str(new.id), "oldValidUntil": iso_utc(until)}
+                actor, clinic, "token.rotate", token, {"newKey": str(new.id), "oldValidUntil": iso_utc(until)}, at=now
             )
     return new, text
 
 
-def revoke(actor: Actor, token: ApiToken, now: datetime | None = None) -> bool:
+def revoke(actor: Actor, token: ApiToken, now: datetime) -> bool:
     """Stop the key at once; False when it was revoked already (nothing written)."""
     with db.atomic():
         revoked = (
-            ApiToken.update(revoked_at=as_utc(now) if now else utc_now())
+            ApiToken.update(revoked_at=as_utc(now))
             .where((ApiToken.id == token.id) & ApiToken.revoked_at.is_null())
             .execute()
         )
         if revoked:
             for clinic in clinics_of(token):
-                AuditEvent.record(actor, clinic, "token.revoke", token, {"name": token.name})
+                AuditEvent.record(actor, clinic, "token.revoke", token, {"name": token.name}, at=now)
     return bool(revoked)
 
 

@@ -69,10 +69,14 @@ def setup(url: str) -> tuple[str, dict[str, uuid.UUID]]:
     bind_database(url, pooled=False)
     with db.connection_context():
         migrate(db.obj)
-        onboard(json.loads((ROOT / "examples" / "onboarding.json").read_text("utf-8")), secret_key="bench" * 8)
+        onboard(
+            json.loads((ROOT / "examples" / "onboarding.json").read_text("utf-8")),
+            secret_key="bench" * 8,
+            now=datetime.now(UTC),
+        )
         clinic = Clinic.get(Clinic.slug == CLINIC)
         sibling = Clinic.get(Clinic.slug == SIBLING)
-        _, token = ApiToken.issue("bench", [clinic], ["read", "write"])
+        _, token = ApiToken.issue("bench", [clinic], ["read", "write"], datetime.now(UTC))
         ids = {
             "clinic": clinic.id,
             "sibling": sibling.id,

@@ -176,6 +176,7 @@ def main() -> int:
                 "patients": [],
             },
             secret_key=SECRET,
+            now=datetime.now(UTC),
         )
         clinic = Clinic.by_slug(SLUGS[0])
         t0 = time.perf_counter()
@@ -183,7 +184,7 @@ def main() -> int:
             seed(Clinic.by_slug(slug), args.requests, rng)
         seeded = time.perf_counter() - t0
         db.execute_sql("ANALYZE")
-        _, token = ApiToken.issue("bench", [clinic], ["read"], expires_in=timedelta(days=1))
+        _, token = ApiToken.issue("bench", [clinic], ["read"], datetime.now(UTC), expires_in=timedelta(days=1))
         user = StaffUser.create(
             email="bench@example.cz", name="Bench", password_hash=hash_password("bench bench bench")
         )

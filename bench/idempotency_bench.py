@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +64,13 @@ def setup(url: str, redis_url: str) -> tuple[str, dict[str, str]]:
     bind_database(url, pooled=False)
     with db.connection_context():
         migrate(db.obj)
-        onboard(json.loads((ROOT / "examples" / "onboarding.json").read_text("utf-8")), secret_key=SECRET)
+        onboard(
+            json.loads((ROOT / "examples" / "onboarding.json").read_text("utf-8")),
+            secret_key=SECRET,
+            now=datetime.now(UTC),
+        )
         clinic = Clinic.get(Clinic.slug == CLINIC)
-        _, token = ApiToken.issue("bench", [clinic], ["read", "write"])
+        _, token = ApiToken.issue("bench", [clinic], ["read", "write"], datetime.now(UTC))
         type_id = RequestType.get((RequestType.clinic == clinic) & (RequestType.ecrf_id == "SIGNED_CONSENT")).id
     db.obj.close()
     return token, {"type": str(type_id)}

@@ -166,8 +166,9 @@ def main() -> int:
                     "patients": [],
                 },
                 secret_key=SECRET,
+                now=clock(),
             )
-            _, token = ApiToken.issue("bench", [Clinic.by_slug(slug)], ["read"])
+            _, token = ApiToken.issue("bench", [Clinic.by_slug(slug)], ["read"], clock())
             cached = seed(args.plays, slug)
             expired = seed(args.refetches, slug)
 

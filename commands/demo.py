@@ -25,7 +25,7 @@ def cmd_demo(config: Config, args: argparse.Namespace) -> int:
     from onboarding.writer import onboard
 
     migrate(db.obj)
-    onboard(json.loads(DEMO_FILE.read_text(encoding="utf-8")), secret_key=config.secret_keys)
+    onboard(json.loads(DEMO_FILE.read_text(encoding="utf-8")), secret_key=config.secret_keys, now=config.clock())
     clinic = Clinic.get(Clinic.slug == "demo-clinic")
     _, text = rules.issue(actor(), "demo-switchboard", [clinic], ["read", "write"], config.clock(), timedelta(days=7))
     logins = [(role, *_demo_login(clinic, role)) for role in ("admin", "staff")]

@@ -21,23 +21,11 @@ def cmd_migrate(config: Config, args: argparse.Namespace) -> int:
     # Release step: the document storage directory (local) or bucket (s3) exists from here on.
     make_storage(config).prepare()
     print(f"document storage ready ({config.storage_backend})", file=sys.stderr)
-    from voicemail.recordings import clinics_never_refetched
+    from voicemail.recordings import never_refetched_warnings
 
-    for warning in never_refetched_warnings(config, clinics_never_refetched(config)):
+    for warning in never_refetched_warnings(config):
         print(f"warning: {warning}", file=sys.stderr)
     return 0
-
-
-def never_refetched_warnings(config: Config, slugs: list[str]) -> list[str]:
-    """What the release step and the worker say at start about clinics whose expired
-    recording links can never be re-fetched (no marker word applies to them)."""
-    if not slugs:
-        return []
-    return [
-        f"clinic(s) {', '.join(slugs)} have switchboard platform credentials but no marker words: their "
-        "recordings become unavailable once the original link expires. Set PROVIDER_MARKER_WORDS (the "
-        "platform family's words in the calls' Source) or the clinic's switchboard sourceMarkers."
-    ]
 
 
 def cmd_onboard(config: Config, args: argparse.Namespace) -> int:
@@ -52,7 +40,11 @@ def cmd_onboard(config: Config, args: argparse.Namespace) -> int:
         return 2
     try:
         summary = apply_file(
-            document, secret_key=config.secret_keys, actor=actor(), overwrite=args.overwrite_console_changes
+            document,
+            secret_key=config.secret_keys,
+            actor=actor(),
+            now=config.clock(),
+            overwrite=args.overwrite_console_changes,
         )
     except OnboardingError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -138,7 +138,7 @@ def cmd_retention_set(config: Config, args: argparse.Namespace) -> int:
         print("error: name at least one period to set", file=sys.stderr)
         return 2
     try:
-        ClinicSettings(clinics[0], actor(), config.secret_key).set_retention(days)
+        ClinicSettings(clinics[0], actor(), config.secret_key, config.clock()).set_retention(days)
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -99,7 +99,7 @@ def cmd_token_revoke(config: Config, args: argparse.Namespace) -> int:
     token = _token(args.token_id)
     if token is None:
         return 2
-    rules.revoke(actor(), token)  # other processes drop it within a second (row_cache.py)
+    rules.revoke(actor(), token, config.clock())  # other processes drop it within a second (row_cache.py)
     print(f"token {token.id} revoked", file=sys.stderr)
     return 0
 

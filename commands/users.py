@@ -8,7 +8,7 @@ import sys
 from commands.cli import actor, named_clinics
 from config import Config
 from models import AuditEvent, Clinic, StaffMembership, StaffUser
-from plumbing.clock import utc_now
+from plumbing.clock import as_utc
 from plumbing.database import db
 
 
@@ -46,13 +46,18 @@ def cmd_user_create(config: Config, args: argparse.Namespace) -> int:
     password = _read_password(email, args.name, clinics=clinics)
     if password is None:
         return 2
+    now = config.clock()
     with db.atomic():
         user = StaffUser.create(
-            email=email, name=args.name, password_hash=hash_password(password), language=args.language
+            email=email,
+            name=args.name,
+            password_hash=hash_password(password),
+            language=args.language,
+            created_at=as_utc(now),
         )
         for clinic in clinics:
             StaffMembership.create(user=user, clinic=clinic, role=args.role)
-            AuditEvent.record(actor(), clinic, "staff_user.create", user, {"role": args.role})
+            AuditEvent.record(actor(), clinic, "staff_user.create", user, {"role": args.role}, at=now)
     print(f"user {user.id} created for {', '.join(slugs)} ({args.role})", file=sys.stderr)
     return 0
 
@@ -77,7 +82,7 @@ def cmd_user_reset_password(config: Config, args: argparse.Namespace) -> int:
     with db.atomic():
         StaffUser.update(password_hash=hash_password(password)).where(StaffUser.id == user.id).execute()
         ended = sessions.end_all(user)  # whoever knew the old password is logged out
-        AuditEvent.record(actor(), None, "staff_user.reset_password", user, {"sessionsEnded": ended})
+        AuditEvent.record(actor(), None, "staff_user.reset_password", user, {"sessionsEnded": ended}, at=config.clock())
     print(f"password of user {user.id} reset; {ended} session(s) ended", file=sys.stderr)
     return 0
 
@@ -98,10 +103,11 @@ def cmd_user_disable(config: Config, args: argparse.Namespace) -> int:
     user = _existing_user(args.email)
     if user is None:
         return 2
+    now = config.clock()
     with db.atomic():
         if user.disabled_at is None:
-            StaffUser.update(disabled_at=utc_now()).where(StaffUser.id == user.id).execute()
-            AuditEvent.record(actor(), None, "staff_user.disable", user)
+            StaffUser.update(disabled_at=as_utc(now)).where(StaffUser.id == user.id).execute()
+            AuditEvent.record(actor(), None, "staff_user.disable", user, at=now)
         ended = sessions.end_all(user)
     print(f"user {user.id} disabled; {ended} session(s) ended", file=sys.stderr)
     return 0
@@ -116,7 +122,7 @@ def cmd_user_reset_2fa(config: Config, args: argparse.Namespace) -> int:
     user = _existing_user(args.email)
     if user is None:
         return 2
-    was_on = two_factor.reset(user, actor())
+    was_on = two_factor.reset(user, actor(), config.clock())
     state = "cleared" if was_on else "was not on (any enrolment in progress cleared)"
     print(f"two-factor login of user {user.id} {state}; the user's sessions ended", file=sys.stderr)
     return 0

@@ -5,7 +5,6 @@ out: console/login.py."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import falcon
 import redis
@@ -18,6 +17,7 @@ from console.middleware import back_to
 from console.rendering import LANGUAGES, N_, Renderer, html, see_other
 from console.throttle import LoginThrottle
 from models import StaffSession, StaffUser
+from plumbing.clock import Clock
 from plumbing.crypto import Keys
 from plumbing.errors import DomainError
 from staff import accounts, sessions, two_factor
@@ -54,9 +54,10 @@ class AccountPage:
 
     login_required = True
 
-    def __init__(self, renderer: Renderer, throttle: LoginThrottle) -> None:
+    def __init__(self, renderer: Renderer, throttle: LoginThrottle, clock: Clock) -> None:
         self.renderer = renderer
         self.throttle = throttle
+        self.clock = clock
 
     def _render(
         self, req: falcon.Request, resp: falcon.Response, status: str = falcon.HTTP_200, error: str = ""
@@ -109,7 +110,12 @@ class AccountPage:
                     return
                 try:
                     ended = accounts.change_password(
-                        user, form.get("current", ""), form.get("new", ""), form.get("repeat", ""), session.id
+                        user,
+                        form.get("current", ""),
+                        form.get("new", ""),
+                        form.get("repeat", ""),
+                        session.id,
+                        self.clock(),
                     )
                 except DomainError as error:
                     if error.code == "WRONG_PASSWORD":
@@ -121,7 +127,7 @@ class AccountPage:
                 accounts.set_language(user, form.get("language", ""))
             elif action in ("end-session", "end-others"):
                 which = form.get("session") if action == "end-session" else None
-                ended = accounts.end_sessions(user, session.id, which)
+                ended = accounts.end_sessions(user, session.id, self.clock(), which)
                 flash_notice(req.context.flash, "account", N_("Sessions ended: %(count)d."), ended)
                 if which == session.id:  # this very session: logged out
                     resp.unset_cookie(sessions.COOKIE, path=pages.PREFIX)
@@ -144,7 +150,7 @@ class TwoFactorPage:
     login_required = True
     finishes = ("enrol",)
 
-    def __init__(self, renderer: Renderer, clock: Callable, secret_key: Keys, trust: bool, flash: Flash) -> None:
+    def __init__(self, renderer: Renderer, clock: Clock, secret_key: Keys, trust: bool, flash: Flash) -> None:
         self.renderer = renderer
         self.clock = clock
         self.secret_key = secret_key
@@ -205,7 +211,7 @@ class TwoFactorPage:
                     user, form.get("password", ""), form.get("code", "").strip()[:64], now, self.secret_key
                 )
             elif action == "codes":
-                _codes(flash, two_factor.new_recovery_codes(user, form.get("password", "")))
+                _codes(flash, two_factor.new_recovery_codes(user, form.get("password", ""), now))
             else:
                 raise falcon.HTTPBadRequest()
         except DomainError as error:

@@ -47,19 +47,21 @@ ANOMALIES: dict[str, str] = {
 }
 
 
-def logged_in(user: StaffUser) -> None:
+def logged_in(user: StaffUser, now: datetime) -> None:
     """Call inside the transaction that starts the session."""
     for clinic in user.clinics():
-        AuditEvent.record(Actor.staff(user), clinic, "staff.login", user)
+        AuditEvent.record(Actor.staff(user), clinic, "staff.login", user, at=now)
 
 
-def login_failed(user: StaffUser | None, second_factor: bool = False) -> None:
+def login_failed(user: StaffUser | None, now: datetime, second_factor: bool = False) -> None:
     """A failed login: for a known account, in each of its clinics; for an unknown e-mail,
     one event of no clinic naming nobody (what was typed may be a password: never stored).
     `second_factor`: the password was right, the code was not."""
     with db.atomic():
         if user is None:
-            AuditEvent.record(Actor("staff", "unknown"), None, "staff.login_failed", None, {"knownAccount": False})
+            AuditEvent.record(
+                Actor("staff", "unknown"), None, "staff.login_failed", None, {"knownAccount": False}, at=now
+            )
             return
         for clinic in user.clinics():
             AuditEvent.record(
@@ -69,6 +71,7 @@ def login_failed(user: StaffUser | None, second_factor: bool = False) -> None:
                 user,
                 {"knownAccount": True, "disabled": user.disabled_at is not None}
                 | ({"secondFactor": True} if second_factor else {}),
+                at=now,
             )
 
 

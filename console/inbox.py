@@ -9,7 +9,6 @@ import math
 import re
 import urllib.parse
 import uuid
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -25,7 +24,7 @@ from console.rendering import N_, Renderer, html
 from jobs.playback import RecordingPlayer
 from models import AuditEvent, Call, Clinic, Patient, PatientRequest, RequestType, StaffUser
 from models.requests import spans_of, words_at
-from plumbing.clock import as_utc
+from plumbing.clock import Clock, as_utc
 from plumbing.phones import for_display
 from voicemail.recordings import GONE_REASONS, PlayState
 
@@ -295,7 +294,7 @@ def rows_of(
 class Inbox:
     login_required = True
 
-    def __init__(self, renderer: Renderer, clock: Callable, player: RecordingPlayer) -> None:
+    def __init__(self, renderer: Renderer, clock: Clock, player: RecordingPlayer) -> None:
         self.renderer = renderer
         self.clock = clock
         self.player = player
@@ -342,7 +341,7 @@ class InboxRows:
 
     login_required = True
 
-    def __init__(self, renderer: Renderer, clock: Callable, player: RecordingPlayer) -> None:
+    def __init__(self, renderer: Renderer, clock: Clock, player: RecordingPlayer) -> None:
         self.renderer = renderer
         self.clock = clock
         self.player = player

@@ -24,7 +24,7 @@ from console import audit_kinds, audit_words, pages
 from console.inbox import local_time
 from console.rendering import Renderer, html, see_other
 from models import Actor, ApiToken, Clinic
-from plumbing.clock import as_utc
+from plumbing.clock import Clock, as_utc
 
 log = logging.getLogger(__name__)
 URL = pages.API_KEYS
@@ -54,7 +54,7 @@ def _days(text: str) -> int | None:
 class _KeysPage:
     admin_required = True
 
-    def __init__(self, renderer: Renderer, clock: Callable) -> None:
+    def __init__(self, renderer: Renderer, clock: Clock) -> None:
         self.renderer = renderer
         self.clock = clock
 

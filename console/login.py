@@ -5,7 +5,6 @@ session is whole. The own account's pages are console/account.py."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import datetime
 
 import falcon
@@ -27,6 +26,7 @@ from console.rendering import (
 )
 from console.throttle import LoginThrottle
 from models import StaffSession, StaffUser
+from plumbing.clock import Clock
 from plumbing.crypto import Keys
 from plumbing.database import db
 from plumbing.errors import DomainError, Gone
@@ -76,7 +76,7 @@ def finish_login(
     with db.atomic():
         sessions.end(cookie(req, sessions.COOKIE))
         token, session_id = sessions.start(user, now, req.context.client_address, req.user_agent)
-        audit.logged_in(user)
+        audit.logged_in(user, now)
     _set_session_cookie(resp, token, is_secure(req, trust))
     return token, session_id
 
@@ -90,9 +90,7 @@ def flash_notice(flash: object, page: str, text: str, count: int | None = None) 
 
 
 class ConsoleLogin:
-    def __init__(
-        self, renderer: Renderer, throttle: LoginThrottle, clock: Callable, trust_forwarded_proto: bool
-    ) -> None:
+    def __init__(self, renderer: Renderer, throttle: LoginThrottle, clock: Clock, trust_forwarded_proto: bool) -> None:
         self.renderer = renderer
         self.throttle = throttle
         self.clock = clock
@@ -154,7 +152,7 @@ class ConsoleLogin:
         ok = passwords.verify(user.password_hash if user else None, password)
         if not ok or user is None or user.disabled_at is not None:
             self.throttle.failed(email, address)
-            audit.login_failed(user)
+            audit.login_failed(user, self.clock())
             self._form(req, resp, language, falcon.HTTP_401, N_("Wrong e-mail or password."), email)
             return
         resp.unset_cookie(sessions.PRELOGIN_COOKIE, path=pages.PREFIX)  # a fresh one for the next login
@@ -178,7 +176,7 @@ class ConsoleLoginCode:
     finishes = ("code",)
 
     def __init__(
-        self, renderer: Renderer, throttle: LoginThrottle, clock: Callable, secret_key: Keys, trust: bool, flash: Flash
+        self, renderer: Renderer, throttle: LoginThrottle, clock: Clock, secret_key: Keys, trust: bool, flash: Flash
     ) -> None:
         self.renderer = renderer
         self.throttle = throttle
@@ -232,7 +230,7 @@ class ConsoleLoginCode:
                 ok = left is not None
         if not ok:
             self.throttle.failed(user.email, address)
-            audit.login_failed(user, second_factor=True)
+            audit.login_failed(user, now, second_factor=True)
             self._form(req, resp, falcon.HTTP_401, tr.gettext(two_factor.WRONG_CODE))
             return
         self.throttle.succeeded(user.email)
@@ -260,7 +258,7 @@ class SetPasswordPage:
     a password (the same rules as everywhere); then logs in with it (and enrols two-factor
     there if a clinic requires it). A used, expired or unknown link: 410."""
 
-    def __init__(self, renderer: Renderer, clock: Callable, trust_forwarded_proto: bool) -> None:
+    def __init__(self, renderer: Renderer, clock: Clock, trust_forwarded_proto: bool) -> None:
         self.renderer = renderer
         self.clock = clock
         self.trust = trust_forwarded_proto

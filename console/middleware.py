@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from collections.abc import Callable
 from typing import Any
 
 import falcon
@@ -23,6 +22,7 @@ from console import pages
 from console.flash import Flash
 from console.once import OnceOnly
 from console.rendering import DEFAULT_LANGUAGE, Renderer, cookie
+from plumbing.clock import Clock
 from staff import sessions
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def back_to(req: falcon.Request, default: str = pages.INBOX) -> str:
 class ConsoleSession:
     def __init__(
         self,
-        clock: Callable,
+        clock: Clock,
         lifetime: sessions.Lifetime,
         renderer: Renderer,
         once: OnceOnly,

@@ -9,8 +9,6 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import uuid
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import falcon
@@ -20,6 +18,7 @@ from console import pages
 from console.inbox import local_time
 from console.rendering import Renderer, html, see_other
 from models import Actor, Clinic
+from plumbing.clock import Clock
 from plumbing.errors import NotFound
 from privacy import erasure, patient_copy
 from storage import Storage
@@ -44,7 +43,7 @@ def _plan(clinic: Clinic, patient_id: uuid.UUID) -> erasure.Plan:
 class PatientPage:
     admin_required = True
 
-    def __init__(self, renderer: Renderer, clock: Callable[[], datetime]) -> None:
+    def __init__(self, renderer: Renderer, clock: Clock) -> None:
         self.renderer = renderer
         self.clock = clock
 
@@ -98,7 +97,7 @@ class PatientCopy:
 
     admin_required = True
 
-    def __init__(self, storage: Storage, clock: Callable[[], datetime]) -> None:
+    def __init__(self, storage: Storage, clock: Clock) -> None:
         self.storage = storage
         self.clock = clock
 
@@ -130,7 +129,7 @@ class PatientErasure:
 
     admin_required = True
 
-    def __init__(self, storage: Storage, clock: Callable[[], datetime]) -> None:
+    def __init__(self, storage: Storage, clock: Clock) -> None:
         self.storage = storage
         self.clock = clock
 

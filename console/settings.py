@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -17,6 +16,7 @@ from console import pages
 from console.rendering import N_, Renderer, html, see_other
 from models import Actor, Calendar, Clinic, OfficeHours, RequestType, Tag, Vacation
 from onboarding.clinic_settings import ClinicSettings, NotFound, SettingsError, local_moment
+from plumbing.clock import Clock
 from plumbing.crypto import Keys
 from plumbing.row_cache import RowCache
 from privacy.retention import settings_of as retention_settings
@@ -75,9 +75,7 @@ class _SettingsPage(ABC):
     template = ""
     path = ""
 
-    def __init__(
-        self, renderer: Renderer, secret_key: Keys, clock: Callable[[], datetime], cache: RowCache | None = None
-    ) -> None:
+    def __init__(self, renderer: Renderer, secret_key: Keys, clock: Clock, cache: RowCache | None = None) -> None:
         self.renderer = renderer
         self.secret_key = secret_key
         self.clock = clock
@@ -119,7 +117,7 @@ class _SettingsPage(ABC):
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         clinic = req.context.admin_clinic
-        settings = ClinicSettings(clinic, Actor.staff(req.context.console_session.user), self.secret_key)
+        settings = ClinicSettings(clinic, Actor.staff(req.context.console_session.user), self.secret_key, self.clock())
         try:
             self.change(settings, req.context.form.get("action", ""), req.context.form)
         except NotFound:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import falcon
@@ -20,6 +19,7 @@ from console.inbox import local_time
 from console.rendering import Renderer, html, see_other
 from models import Actor, Clinic
 from onboarding.clinic_settings import ClinicSettings, SettingsError
+from plumbing.clock import Clock
 from plumbing.crypto import Keys
 from plumbing.errors import DomainError
 from staff import accounts
@@ -33,7 +33,7 @@ class StaffPage:
     admin_required = True
 
     def __init__(
-        self, renderer: Renderer, clock: Callable, secret_key: Keys, link_hours: float, trust_forwarded_proto: bool
+        self, renderer: Renderer, clock: Clock, secret_key: Keys, link_hours: float, trust_forwarded_proto: bool
     ) -> None:
         self.renderer = renderer
         self.clock = clock
@@ -85,21 +85,21 @@ class StaffPage:
         try:
             if action == "add":
                 user, created = accounts.add(
-                    clinic, actor, form.get("email", ""), form.get("name", ""), form.get("role", "")
+                    clinic, actor, form.get("email", ""), form.get("name", ""), form.get("role", ""), now
                 )
                 if created:
                     issued = self._link(req, clinic, actor, user.id, user.name, now, first=True)
             elif action == "role":
-                accounts.change_role(clinic, actor, target, form.get("role", ""))
+                accounts.change_role(clinic, actor, target, form.get("role", ""), now)
             elif action == "disable":
                 accounts.disable(clinic, actor, target, me, now)
             elif action == "enable":
-                accounts.enable(clinic, actor, target)
+                accounts.enable(clinic, actor, target, now)
             elif action == "link":
                 user, _ = accounts.member(clinic, target)
                 issued = self._link(req, clinic, actor, user.id, user.name, now, first=not user.password_hash)
             elif action == "two-factor":
-                ClinicSettings(clinic, actor, self.secret_key).set_two_factor(form.get("required") == "1")
+                ClinicSettings(clinic, actor, self.secret_key, now).set_two_factor(form.get("required") == "1")
             else:
                 raise falcon.HTTPBadRequest()
         except DomainError as error:

@@ -48,7 +48,12 @@ def issue_upload_link(
         uploads.check_open_links(request.clinic_id, open_links_limit, UPLOAD_URL_SECONDS, now)
         UploadLink.create(request=request, file_hash=key, content_type=content_type, created_at=as_utc(now))
         AuditEvent.record(
-            token, request.clinic_id, "attachment.upload_link", request, {"fileHash": key, "contentType": content_type}
+            token,
+            request.clinic_id,
+            "attachment.upload_link",
+            request,
+            {"fileHash": key, "contentType": content_type},
+            at=now,
         )
         then(key)
     return storage.presign_put(key, content_type, UPLOAD_URL_SECONDS), key
@@ -123,6 +128,7 @@ def register_attachment(
                 "attachment.register",
                 record,
                 {"patientRequestId": str(request.id), "contentType": record.content_type, "sha256": record.sha256},
+                at=now,
             )
         answer = then(record)
     release_connection()

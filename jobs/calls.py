@@ -32,7 +32,8 @@ from typing import Any
 import redis
 from rq import Retry
 
-from jobs import leases, queueing, runtime, wakeup
+from jobs import leases, queueing, stopping
+from jobs.context import JobContext, takes_context
 from models import Call, Clinic, Triage
 from plumbing.database import UNREACHABLE as DATABASE_UNREACHABLE
 from plumbing.database import db
@@ -45,12 +46,13 @@ log = logging.getLogger(__name__)
 QUEUE = queueing.CALLS
 
 
-def ingest_call(call_id: str) -> str | Retry:
+@takes_context
+def ingest_call(call_id: str, *, context: JobContext) -> str | Retry:
     """Turn the stored call into its request (see the module's docstring), holding the
     call's lease throughout: another live job on the same call (a duplicate queued while
     Redis had forgotten this one) leaves it alone. Returns the outcome's word, or a
     `Retry` that hands the job back (the worker stopping)."""
-    job = runtime.context()
+    job = context
     try:
         with leases.hold(call_id) as mine:
             if not mine:
@@ -63,7 +65,7 @@ def ingest_call(call_id: str) -> str | Retry:
             call_id,
             type(exc).__name__,
         )
-        wakeup.ingest_deferred()
+        job.relay.ingest_deferred()
         return "deferred"
     except HandBack as stopped:
         log.info("call %s: the worker is stopping; job handed back %s", call_id, stopped)
@@ -91,7 +93,7 @@ def _hand_back(call: Call, when: str) -> None:
 UNREACHABLE: tuple[type[BaseException], ...] = (*DATABASE_UNREACHABLE, redis.ConnectionError, redis.TimeoutError)
 
 
-def _ingest(job: runtime.JobContext, call_id: str) -> str:
+def _ingest(job: JobContext, call_id: str) -> str:
     config = job.config
     # whisper.cpp is stopped from inside (its abort callback) this long before RQ's own
     # timeout, which cannot interrupt C code: the job always ends, and ends with a request.
@@ -104,14 +106,14 @@ def _ingest(job: runtime.JobContext, call_id: str) -> str:
         attempts = call.attempts + 1
         clinic = call.clinic
     if not call.recording_url:
-        return _finish(call, "no_recording")
-    if runtime.stopping():
+        return _finish(job, call, "no_recording")
+    if stopping.stopping():
         _hand_back(call, "before its download")
     if attempts > config.ingest_max_attempts:
         # Earlier attempts died mid-job (a worker killed or crashed while transcribing):
         # no more tries, but the caller's message still reaches the clinic, to be listened to.
         log.warning("call %s: %d attempts, giving up on the transcript", call.id, attempts - 1)
-        return _finish_voicemail(call, clinic, transcription.failed(0.0, None, "attempts_exhausted"))
+        return _finish_voicemail(job, call, clinic, transcription.failed(0.0, None, "attempts_exhausted"))
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="call-") as tmp:
@@ -130,10 +132,10 @@ def _ingest(job: runtime.JobContext, call_id: str) -> str:
             held = recordings.Fingerprint.of_file(audio)
             with db.connection_context():
                 Call.update(recording_sha256=held.sha256, recording_bytes=held.size).where(Call.id == call.id).execute()
-            if runtime.stopping():
+            if stopping.stopping():
                 _hand_back(call, "after its download")
             transcript = _transcribe(job, str(audio), clinic, deadline)
-            if transcript.aborted and runtime.stopping():
+            if transcript.aborted and stopping.stopping():
                 _hand_back(call, f"{time.perf_counter() - fetched:.1f} s into its transcription")
     except (UnsafeURL, FetchError) as exc:
         reason = str(exc)
@@ -143,13 +145,13 @@ def _ingest(job: runtime.JobContext, call_id: str) -> str:
             log.info("call %s: transient failure fetching %s, will retry", call.id, redact_url(call.recording_url))
             raise
         log.warning("call %s: recording not fetched: %s", call.id, reason)
-        return _finish(call, "recording_unavailable", fetch_error=reason)
+        return _finish(job, call, "recording_unavailable", fetch_error=reason)
     except transcription.TranscriptionError as exc:
         # Audio that sniffed as MP3/WAV but does not decode, or a model that cannot take
         # the clinic's language: in doubt, a voice message the clinic listens to.
         log.warning("call %s: recording not transcribable: %s", call.id, exc)
         issue = "undecodable" if isinstance(exc, transcription.AudioDecodeError) else "engine_error"
-        return _finish_voicemail(call, clinic, transcription.failed(0.0, None, issue))
+        return _finish_voicemail(job, call, clinic, transcription.failed(0.0, None, issue))
     job.recorder.transcription(transcript.model, transcript.duration, transcript.elapsed)
     log.info(
         "call %s: downloaded in %.2f s, transcribed %.1f s of audio in %.2f s (%s, %s, %s)",
@@ -161,13 +163,13 @@ def _ingest(job: runtime.JobContext, call_id: str) -> str:
         transcript.language,
         transcript.status or transcript.message_reason,
     )
-    return _finish_voicemail(call, clinic, transcript)
+    return _finish_voicemail(job, call, clinic, transcript)
 
 
 JOB_TIMEOUT_MARGIN = 20  # seconds (at most a fifth of the limit) left after whisper.cpp stops
 
 
-def _transcribe(job: runtime.JobContext, path: str, clinic: Clinic, deadline: float) -> transcription.Transcript:
+def _transcribe(job: JobContext, path: str, clinic: Clinic, deadline: float) -> transcription.Transcript:
     """The clinic's languages to detect among, its own language first (or its one
     language, or any when it has neither)."""
     languages = clinic.caller_languages
@@ -176,22 +178,23 @@ def _transcribe(job: runtime.JobContext, path: str, clinic: Clinic, deadline: fl
         path,
         languages,
         deadline=deadline,
-        stop=runtime.stopping,
+        stop=stopping.stopping,
         max_seconds=job.config.recording_max_seconds,
         country=clinic.country,
     )
 
 
-def _finish_voicemail(call: Call, clinic: Clinic, t: transcription.Transcript) -> str:
+def _finish_voicemail(job: JobContext, call: Call, clinic: Clinic, t: transcription.Transcript) -> str:
     signals = json.dumps(t.signals(), default=str)
     if not t.message:
         outcome = "missed_call" if clinic.missed_call_requests else "opted_out"
-        return _finish(call, outcome, signals=signals, intelligibility=t.message_reason)
+        return _finish(job, call, outcome, signals=signals, intelligibility=t.message_reason)
     heard = t.heard_number
     callback, unconfirmed = spoken_numbers.callback_numbers(
         heard and heard.number, bool(heard and heard.confirmed), call.call_from, clinic.country
     )
     return _finish(
+        job,
         call,
         "voice_message",
         triage=_triage(clinic, t),
@@ -220,8 +223,8 @@ def _triage(clinic: Clinic, t: transcription.Transcript) -> Triage | None:
         return None
 
 
-def _finish(call: Call, outcome: str, **results: Any) -> str:
+def _finish(job: JobContext, call: Call, outcome: str, **results: Any) -> str:
     """Record the outcome and create the request, once, in one transaction (`finished_calls.finish`)."""
     with db.connection_context():
-        finished_calls.finish(call, outcome, runtime.context().config.clock(), **results)
+        finished_calls.finish(call, outcome, job.now(), **results)
     return outcome

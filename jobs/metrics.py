@@ -55,9 +55,3 @@ class JobMetrics:
                 self.recorder.flush(self.connection)
             except Exception:  # metrics never break the job loop
                 log.exception("job metrics not recorded")
-
-
-def with_job_metrics(worker_class: type, recorder: Recorder) -> type:
-    """`worker_class` with `JobMetrics` mixed in, counting into `recorder` (the worker keeps
-    its own name)."""
-    return type(worker_class.__name__, (JobMetrics, worker_class), {"recorder": recorder})

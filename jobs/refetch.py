@@ -26,10 +26,11 @@ from rq import Queue
 from rq.job import Job
 
 from config import Config
-from jobs import queueing, runtime
+from jobs import queueing
+from jobs.context import JobContext, takes_context
 from models import Actor, ApiToken, AuditEvent, Call, Clinic
 from plumbing import metrics
-from plumbing.clock import as_utc, utc_now
+from plumbing.clock import as_utc
 from plumbing.database import db
 from safe_fetch import FetchError, UnsafeURL
 from voicemail import platform, recordings
@@ -43,12 +44,13 @@ def job_id(call_id: uuid.UUID | str) -> str:
     return f"refetch-recording-{call_id}"
 
 
-def refetch_recording(call_id: str, as_of: str | None = None) -> str:
+@takes_context
+def refetch_recording(call_id: str, as_of: str | None = None, *, context: JobContext) -> str:
     """Get a fresh link for the call's recording. `as_of` is the requester's time (ISO);
     the job never reasons with an earlier time than its own clock."""
-    job = runtime.context()
+    job = context
     config = job.config
-    now = utc_now()
+    now = as_utc(job.now())
     if as_of:
         now = max(now, as_utc(datetime.fromisoformat(as_of)))
     with db.connection_context():
@@ -128,6 +130,7 @@ def _mismatch(call: Call, got: recordings.Fingerprint, now: datetime) -> None:
                 "expectedSha256": call.recording_sha256,
                 "receivedSha256": got.sha256,
             },
+            at=now,
         )
     log.warning(
         "call %s: the platform's link for its RecordingSid is another recording (%d bytes, not %d): "

@@ -40,10 +40,11 @@ from rq import Queue
 from rq.job import Job
 
 from config import Config
-from jobs import leases, queueing, wakeup
+from jobs import leases, queueing
 from jobs.calls import ingest_call
+from jobs.context import RelayWakeUp
 from models import Call
-from plumbing.clock import utc_now
+from plumbing.clock import as_utc
 from plumbing.database import db, is_postgresql
 from plumbing.pg_listen import Listener, connector
 from plumbing.readiness import readable
@@ -115,7 +116,9 @@ def requeue_pending(queue: Queue, config: Config, *, queued_before: datetime | N
         ensure_queued(queue, call_id, config)
     if orphans:
         with db.connection_context():
-            Call.update(queued_at=utc_now()).where(Call.id.in_(list(orphans)) & (Call.state == "pending")).execute()
+            Call.update(queued_at=as_utc(config.clock())).where(
+                Call.id.in_(list(orphans)) & (Call.state == "pending")
+            ).execute()
     return len(orphans)
 
 
@@ -124,6 +127,7 @@ class CallRelay:
         self,
         queue: Queue,
         config: Config,
+        wake: RelayWakeUp,
         *,
         poll_every: float | None = None,
         sweep_every: float = 30.0,
@@ -131,6 +135,7 @@ class CallRelay:
     ) -> None:
         self.queue = queue
         self.config = config
+        self.wake = wake
         self.listening = is_postgresql()
         # With LISTEN the poll is only a safety net; SQLite has nothing else.
         self.poll_every = poll_every if poll_every is not None else (5.0 if self.listening else 0.5)
@@ -145,7 +150,7 @@ class CallRelay:
         queued = 0
         while True:
             with db.connection_context():
-                ids = Call.claim_unqueued(self.batch, self.config.relay_per_clinic)
+                ids = Call.claim_unqueued(self.config.clock(), self.batch, self.config.relay_per_clinic)
             for i, call_id in enumerate(ids):
                 try:
                     queued += ensure_queued(self.queue, call_id, self.config)
@@ -158,7 +163,7 @@ class CallRelay:
 
     def sweep(self, *, grace: timedelta = timedelta(minutes=1)) -> int:
         """Re-queue pending calls queued over `grace` ago whose job is no longer live."""
-        return requeue_pending(self.queue, self.config, queued_before=utc_now() - grace)
+        return requeue_pending(self.queue, self.config, queued_before=as_utc(self.config.clock()) - grace)
 
     def run(self, stop: threading.Event) -> None:
         """Relay until `stop` is set; survives database and Redis outages.
@@ -181,7 +186,7 @@ class CallRelay:
                 self.relay_new()
                 if self._redis_restarted():
                     next_sweep = 0.0  # its queue is gone: re-queue every pending call now
-                if wakeup.take_deferred() and time.monotonic() >= self._deferred_sweep_at:
+                if self.wake.take_deferred() and time.monotonic() >= self._deferred_sweep_at:
                     # An ingest gave its call back: queue it again now (bounded, in case
                     # the database answers the relay but keeps failing the job).
                     self._deferred_sweep_at = time.monotonic() + DEFERRED_SWEEP_EVERY
@@ -223,14 +228,14 @@ class CallRelay:
         self._listener = Listener.open(connector(db.obj), Call.NEW_CALL_CHANNEL)
 
     def _wait(self, stop: threading.Event, timeout: float) -> None:
-        """Until a new call is notified, a job of this process ends (`job_ended`),
+        """Until a new call is notified, a job of this process ends (`RelayWakeUp.job_ended`),
         `timeout` passes or `stop` is set."""
         deadline = time.monotonic() + timeout
         while not stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            wake = wakeup.WAKE_UP
+            wake = self.wake.pipe
             watched: list[Any] = [wake] if self._listener is None else [wake, self._listener.conn]
             # Short slices so `stop` is honoured promptly; a wake-up returns at once.
             ready = readable(watched, min(left, 0.5))
@@ -246,34 +251,25 @@ class CallRelay:
             self._listener = None
 
 
-def job_ended() -> None:
-    """Wake this process's relay: a call may have left flight, so its clinic's next one
-    can be queued (the fair share). Cheap, and harmless in a process without a relay."""
-    wakeup.job_ended()
-
-
 class WakesRelay:
-    """RQ worker mixin (`class W(WakesRelay, SimpleWorker)`): every job's end, finished or
-    failed, wakes the relay (`job_ended`). Without it a clinic's next call would wait for
-    the relay's poll, seconds on PostgreSQL, with the worker idle meanwhile."""
+    """RQ worker mixin (`class W(WakesRelay, SimpleWorker)`, with a `relay_wake_up`):
+    every job's end, finished or failed, wakes the relay. Without it a clinic's next call
+    would wait for the relay's poll, seconds on PostgreSQL, with the worker idle meanwhile."""
+
+    relay_wake_up: RelayWakeUp
 
     def perform_job(self, job: Any, queue: Queue) -> bool:
         try:
             return super().perform_job(job, queue)  # type: ignore[misc]
         finally:
-            job_ended()
+            self.relay_wake_up.job_ended()
 
 
-def waking_relay(worker_class: type) -> type:
-    """`worker_class` with `WakesRelay` mixed in (the worker keeps its own name)."""
-    return type(worker_class.__name__, (WakesRelay, worker_class), {})
-
-
-def start(queue: Queue, config: Config, **options: Any) -> tuple[threading.Thread, threading.Event]:
+def start(queue: Queue, config: Config, wake: RelayWakeUp, **options: Any) -> tuple[threading.Thread, threading.Event]:
     """Run a relay in a daemon thread of this process; set the event to stop it."""
     stop = threading.Event()
     thread = threading.Thread(
-        target=CallRelay(queue, config, **options).run, args=(stop,), name="call-relay", daemon=True
+        target=CallRelay(queue, config, wake, **options).run, args=(stop,), name="call-relay", daemon=True
     )
     thread.start()
     return thread, stop

@@ -110,8 +110,11 @@ class AuditEvent(BaseModel):
         action: str,
         target: pw.Model | tuple[str, object] | None = None,
         details: dict | None = None,
+        *,
+        at: datetime,
     ) -> None:
-        """Append the event of a write; call it inside that write's transaction."""
+        """Append the event of a write made `at` (the writer's clock); call it inside that
+        write's transaction."""
         if not db.in_transaction():
             # Outside the write's transaction the event could outlive a rolled-back write,
             # or be missing from a committed one.
@@ -120,7 +123,7 @@ class AuditEvent(BaseModel):
         if isinstance(target, pw.Model):
             target = (target._meta.table_name, target.get_id())
         cls.insert(
-            at=utc_now(),
+            at=as_utc(at),
             actor_kind=who.kind,
             token=who.token_id,
             actor_name=who.name,

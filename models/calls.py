@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from functools import lru_cache
 
 import peewee as pw
@@ -11,7 +12,7 @@ from models.audit import AuditEvent, Origin
 from models.base import BaseModel, as_uuid
 from models.clinics import Clinic
 from models.tokens import ApiToken
-from plumbing.clock import utc_now
+from plumbing.clock import as_utc, utc_now
 from plumbing.database import db, hot_sql, is_postgresql
 from plumbing.errors import Conflict
 
@@ -84,7 +85,7 @@ class Call(BaseModel):
     NEW_CALL_CHANNEL = "call_pending"
 
     @classmethod
-    def claim_unqueued(cls, limit: int = 200, per_clinic: int = 0) -> list[uuid.UUID]:
+    def claim_unqueued(cls, now: datetime, limit: int = 200, per_clinic: int = 0) -> list[uuid.UUID]:
         """Mark up to `limit` pending calls as being queued and return their ids, in the
         order to queue them. Atomic per row: two relays never claim the same call.
 
@@ -103,7 +104,7 @@ class Call(BaseModel):
                 .limit(limit)
             )
             claimed = (
-                cls.update(queued_at=utc_now()).where(cls.id.in_(oldest) & cls.queued_at.is_null()).returning(cls.id)
+                cls.update(queued_at=as_utc(now)).where(cls.id.in_(oldest) & cls.queued_at.is_null()).returning(cls.id)
             )
             return [row.id for row in claimed.execute()]
         waiting = [as_uuid(row[0]) for row in hot_sql(_FAIR_CLAIM_SQL, (per_clinic, limit)).fetchall()]
@@ -115,7 +116,7 @@ class Call(BaseModel):
         # received_at than one already claimed: one more in flight for a while).
         taken = {
             row.id
-            for row in cls.update(queued_at=utc_now())
+            for row in cls.update(queued_at=as_utc(now))
             .where(cls.id.in_(waiting) & cls.queued_at.is_null())
             .returning(cls.id)
             .execute()
@@ -128,13 +129,13 @@ class Call(BaseModel):
             cls.update(queued_at=None).where(cls.id.in_(ids)).execute()
 
     @classmethod
-    def row_for(cls, clinic: Clinic, fields: dict, token: ApiToken | None) -> dict:
+    def row_for(cls, clinic: Clinic, fields: dict, token: ApiToken | None, now: datetime) -> dict:
         """The row `recording-complete` stores (`switchboard.intake.GroupCommit` writes it)."""
         return {
             "id": uuid.uuid4(),
             "clinic": clinic.id,
             "received_by": token.id if token else None,
-            "received_at": utc_now(),
+            "received_at": as_utc(now),
             "state": "pending",
             "attempts": 0,
             **fields,

@@ -60,6 +60,7 @@ class ApiToken(BaseModel):
         name: str,
         clinics: list[Clinic],
         scopes: list[str],
+        now: datetime,
         expires_in: timedelta | None = None,
         created_by: str | None = None,
         expires_at: datetime | None = None,
@@ -73,7 +74,8 @@ class ApiToken(BaseModel):
                 name=name,
                 secret_hash=cls._hash(secret),
                 scopes=" ".join(sorted(set(scopes))),
-                expires_at=as_utc(expires_at) if expires_at else (utc_now() + expires_in if expires_in else None),
+                expires_at=as_utc(expires_at) if expires_at else (as_utc(now) + expires_in if expires_in else None),
+                created_at=as_utc(now),
                 created_by=created_by,
                 rotated_from=rotated_from,
             )

@@ -5,10 +5,12 @@ running the same file twice reports, and writes, nothing)."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import peewee as pw
 
+from plumbing.clock import as_utc
 from plumbing.crypto import Keys
 
 NAMESPACE = uuid.UUID("5b0f3c1e-7a0e-4f7e-9a51-6f3c2d1b8e40")
@@ -37,8 +39,12 @@ def unique(values: list[str], where: str, field: str) -> None:
 
 
 class RowWriter:
-    def __init__(self, secret_key: Keys) -> None:
+    """Writes one document's rows, at `now` (the writer's clock): a row it creates is
+    created then, and what the document marks deleted or disabled is so from then."""
+
+    def __init__(self, secret_key: Keys, now: datetime) -> None:
         self.secret_key = secret_key
+        self.now = as_utc(now)
         self.changes = 0
 
     def upsert(self, model: type[M], key: Any, values: dict[str, Any]) -> M:
@@ -46,7 +52,8 @@ class RowWriter:
         row = model.get_or_none(primary_key == key)
         if row is None:
             self.changes += 1
-            return model.create(**{primary_key.name: key}, **values)
+            created = {"created_at": self.now} if "created_at" in model._meta.fields else {}
+            return model.create(**{primary_key.name: key}, **created, **values)
         dirty = {k: v for k, v in values.items() if getattr(row, _FK_IDS.get(k, k)) != v}
         if dirty:
             self.changes += 1

@@ -141,12 +141,13 @@ def clinic_document(clinic: Clinic, secret_key: Keys) -> dict[str, Any]:
 
 
 class ClinicSettings:
-    """The settings of one clinic, changed by one console user."""
+    """The settings of one clinic, changed by one console user at `now`."""
 
-    def __init__(self, clinic: Clinic, actor: Actor, secret_key: Keys) -> None:
+    def __init__(self, clinic: Clinic, actor: Actor, secret_key: Keys, now: datetime) -> None:
         self.clinic = clinic
         self.actor = actor
         self.secret_key = secret_key
+        self.now = now
 
     def _change(
         self,
@@ -165,8 +166,8 @@ class ClinicSettings:
                     db.execute_sql("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"settings:{self.clinic.id}",))
                 document = clinic_document(self.clinic, self.secret_key)
                 edit(document["clinics"][0])
-                onboard(document, secret_key=self.secret_key)
-                AuditEvent.record(self.actor, self.clinic, action, target, details)
+                onboard(document, secret_key=self.secret_key, now=self.now)
+                AuditEvent.record(self.actor, self.clinic, action, target, details, at=self.now)
         except OnboardingError as exc:
             path = exc.path.removeprefix(_PREFIX) if exc.path.startswith(_PREFIX) else exc.path
             raise SettingsError(path, str(exc).split(": ", 1)[-1]) from None

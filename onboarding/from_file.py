@@ -11,6 +11,7 @@ the trail began counts as changed: the refusal is the safe side."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from models import Actor, AuditEvent, Clinic
@@ -39,7 +40,9 @@ def console_changes(slugs: list[str]) -> list[str]:
     return found
 
 
-def apply_file(document: dict[str, Any], *, secret_key: Keys, actor: Actor, overwrite: bool = False) -> str:
+def apply_file(
+    document: dict[str, Any], *, secret_key: Keys, actor: Actor, now: datetime, overwrite: bool = False
+) -> str:
     """`onboard` the document, refusing (OnboardingError, nothing written) when one of its
     clinics was changed in the console since the file was last applied, unless
     `overwrite`; records the application for each of its clinics. Returns the summary."""
@@ -54,7 +57,7 @@ def apply_file(document: dict[str, Any], *, secret_key: Keys, actor: Actor, over
                 "would undo what it lists: " + "; ".join(changed) + ". Put those changes into the file "
                 "(manage.py audit --clinic SLUG lists them) or run again with --overwrite-console-changes",
             )
-        summary = onboard(document, secret_key=secret_key)
+        summary = onboard(document, secret_key=secret_key, now=now)
         for clinic in Clinic.select().where(Clinic.slug.in_(slugs)):
-            AuditEvent.record(actor, clinic, FILE_ACTION, None, {"overwroteConsoleChanges": bool(changed)})
+            AuditEvent.record(actor, clinic, FILE_ACTION, None, {"overwroteConsoleChanges": bool(changed)}, at=now)
     return summary

@@ -8,7 +8,6 @@ from typing import Any
 
 from models import Clinic, StaffMembership, StaffSession, StaffUser
 from onboarding.base import OnboardingError, RowWriter, stable_id, unique
-from plumbing.clock import utc_now
 from staff import passwords
 
 
@@ -66,7 +65,7 @@ def write_user(w: RowWriter, u: dict[str, Any], clinic_ids: list[uuid.UUID]) -> 
     if u["password_hash"]:
         values["password_hash"] = u["password_hash"]
     if u["disabled"] is not None:
-        disabled = before.disabled_at if before and before.disabled_at else utc_now()
+        disabled = before.disabled_at if before and before.disabled_at else w.now
         values["disabled_at"] = disabled if u["disabled"] else None
     user = w.upsert(StaffUser, u["id"], values)
     if before is not None and (

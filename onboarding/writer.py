@@ -47,7 +47,7 @@ from onboarding.base import OnboardingError, RowWriter, stable_id, unique
 from onboarding.schema import SCHEMA
 from onboarding.users import plan_users, write_user
 from plumbing import crypto, json_schema
-from plumbing.clock import as_utc, utc_now
+from plumbing.clock import as_utc
 from plumbing.crypto import Keys
 from plumbing.database import db
 from plumbing.phones import to_e164
@@ -362,16 +362,16 @@ class _Plan:
         return out
 
 
-def onboard(document: dict[str, Any], *, secret_key: Keys) -> str:
-    """Validate `document`, then write it in one transaction. Returns a one-line summary.
-    (What the row caches hold is forgotten as the writes commit: plumbing/row_cache.py.)"""
-    return _onboard(document, secret_key)
+def onboard(document: dict[str, Any], *, secret_key: Keys, now: datetime) -> str:
+    """Validate `document`, then write it in one transaction, at `now`. Returns a one-line
+    summary. (What the row caches hold is forgotten as the writes commit: plumbing/row_cache.py.)"""
+    return _onboard(document, secret_key, now)
 
 
-def _onboard(document: dict[str, Any], secret_key: Keys) -> str:
+def _onboard(document: dict[str, Any], secret_key: Keys, now: datetime) -> str:
     with db.atomic():
         plan = _Plan(document)
-        w = RowWriter(secret_key)
+        w = RowWriter(secret_key, now)
         org = document["organization"]
         w.upsert(
             Organization,
@@ -500,7 +500,7 @@ def _write_clinic(w: RowWriter, org_id: uuid.UUID, c: dict[str, Any]) -> None:
         existing = Tag.get_or_none(Tag.id == t["id"])
         deleted_at = None
         if t["deleted"]:
-            deleted_at = existing.deleted_at if existing and existing.deleted_at else utc_now()
+            deleted_at = existing.deleted_at if existing and existing.deleted_at else w.now
         w.upsert(
             Tag,
             t["id"],

@@ -123,6 +123,7 @@ def create(
             "patient_request.create",
             request,
             {"patientId": str(patient.id), "requestTypeId": str(request_type.id)},
+            at=now,
         )
         return then(request)
 
@@ -211,7 +212,7 @@ def update(
             ).execute()
         elif changes.done is False:
             PatientRequest.update(done_at=None).where(PatientRequest.id == request.id).execute()
-        AuditEvent.record(actor, request.clinic_id, "patient_request.patch", request, changes.audited())
+        AuditEvent.record(actor, request.clinic_id, "patient_request.patch", request, changes.audited(), at=now)
         return then(PatientRequest.get_by_id(request.id))
 
 
@@ -241,7 +242,9 @@ def remove_tag(request: PatientRequest, tag_id: uuid.UUID, actor: Who, now: date
             .execute()
         )
         if removed:
-            AuditEvent.record(actor, request.clinic_id, "patient_request.patch", request, {"fields": ["removeTagIds"]})
+            AuditEvent.record(
+                actor, request.clinic_id, "patient_request.patch", request, {"fields": ["removeTagIds"]}, at=now
+            )
     return bool(removed)
 
 
@@ -266,7 +269,7 @@ def confirm_type(request: PatientRequest, type_id: uuid.UUID | None, actor: Who,
             "suggestedRequestTypeId": str(request.suggested_type_id) if request.suggested_type_id else None,
         }
         details["asSuggested"] = details["requestTypeId"] == details["suggestedRequestTypeId"]
-        AuditEvent.record(actor, request.clinic_id, "patient_request.confirm_type", request, details)
+        AuditEvent.record(actor, request.clinic_id, "patient_request.confirm_type", request, details, at=now)
 
 
 def clear_urgent(request: PatientRequest, actor: Who, now: datetime) -> bool:
@@ -279,5 +282,5 @@ def clear_urgent(request: PatientRequest, actor: Who, now: datetime) -> bool:
             .execute()
         )
         if cleared:
-            AuditEvent.record(actor, request.clinic_id, "patient_request.clear_urgent", request, {})
+            AuditEvent.record(actor, request.clinic_id, "patient_request.clear_urgent", request, {}, at=now)
     return bool(cleared)

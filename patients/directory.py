@@ -181,7 +181,7 @@ def import_patient(
                         source=item.get("externalIdSource", ""),
                         value=item["externalId"],
                     )
-                    AuditEvent.record(actor, clinic, "patient.import", patient, {"created": True})
+                    AuditEvent.record(actor, clinic, "patient.import", patient, {"created": True}, at=now)
                 return patient, True
             except pw.IntegrityError:
                 link = ExternalId.get(key)  # a concurrent import of the same id won
@@ -190,7 +190,7 @@ def import_patient(
             patient=link.patient_id, clinic=clinic, created_at=as_utc(now)
         ).on_conflict_ignore().execute()
         patient = Patient.get_by_id(link.patient_id)
-        AuditEvent.record(actor, clinic, "patient.import", patient, {"created": False})
+        AuditEvent.record(actor, clinic, "patient.import", patient, {"created": False}, at=now)
         return patient, False
 
 
@@ -290,7 +290,12 @@ def import_patients(
         _update(clinic, [(known[key], fields) for _, key, fields in wanted if key in known], now)
         statuses = [status for _, status, _ in results]
         AuditEvent.record(
-            actor, clinic, "patient.import_bulk", None, {s: statuses.count(s) for s in ("created", "updated", "failed")}
+            actor,
+            clinic,
+            "patient.import_bulk",
+            None,
+            {s: statuses.count(s) for s in ("created", "updated", "failed")},
+            at=now,
         )
         then(results)
     return results

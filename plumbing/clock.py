@@ -1,14 +1,15 @@
 """The service's one clock and its conventions: times are stored as naive UTC.
 
-`Config.clock` is the clock (the wall clock, `wall`, unless a test hands in another). The
-entry points install it here once they have built their configuration (`use`: `create_app`,
-the worker's start, `manage.py`), so that everything that asks for "now" without being
-handed the clock (a model's default, an audit event's time) reads the same one: a test
-that moves it moves the whole service. `now()` is that clock, aware; `utc_now()` the naive
-UTC value every DateTimeField stores; `as_utc` and `iso_utc` convert to them. Nothing else
-in the service reads the wall clock (tests/test_layers.py holds it), but for the expiry of
-presigned storage URLs (storage/), which the bucket checks by its own real clock, and RQ's
-schedule (jobs/playback.py), which is kept in real time.
+`Config.clock` is the clock (the wall clock, `wall`, unless a test hands in another), a
+`Clock`. Whatever needs the time is handed it by its caller: a resource or a job reads the
+clock it was given once and passes that `now` to the writes it makes, which store it.
+The entry points also install it here (`use`: `create_app`, `create_worker`, `manage.py`)
+for the one thing that has no caller to ask: a column's default, for a row written without
+its time (tests/test_layers.py names those defaults and refuses any other read of `now()`
+or `utc_now()`). `as_utc` and `iso_utc` convert to the storage and the API conventions.
+Nothing else in the service reads the wall clock (tests/test_layers.py holds it), but for
+the expiry of presigned storage URLs (storage/), which the bucket checks by its own real
+clock, and RQ's schedule (jobs/playback.py), which is kept in real time.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ def wall() -> datetime:
     return datetime.now(UTC)
 
 
-_clock: Callable[[], datetime] = wall
+_clock: Clock = wall
 
 
-def use(clock: Callable[[], datetime]) -> None:
+def use(clock: Clock) -> None:
     """Make `clock` the process's clock (an entry point, once its configuration is built)."""
     global _clock
     _clock = clock

@@ -239,7 +239,7 @@ def _erase(p: Plan, actor: Actor, now: datetime, include_documents: bool) -> Era
         stored_answers=answers,
     )
     for clinic_id in sorted(p.clinic_ids(), key=str):
-        AuditEvent.record(actor, clinic_id, "patient.erase", ("patient", p.patient.id), erased.counts())
+        AuditEvent.record(actor, clinic_id, "patient.erase", ("patient", p.patient.id), erased.counts(), at=now)
     return erased
 
 

@@ -159,7 +159,9 @@ def write_copy(
     )
     with db.atomic():
         for clinic_id in sorted(p.clinic_ids(), key=str):
-            AuditEvent.record(actor, clinic_id, "patient.copy", ("patient", p.patient.id), dataclasses.asdict(made))
+            AuditEvent.record(
+                actor, clinic_id, "patient.copy", ("patient", p.patient.id), dataclasses.asdict(made), at=now
+            )
     return made
 
 

@@ -114,7 +114,7 @@ def run(storage: Storage, now: datetime, lifetimes: Lifetimes, batch: int = BATC
         deleted = clinic_round(clinic, now, batch)
         if deleted.of_patients():
             with db.atomic():
-                AuditEvent.record(WORKER, clinic, "retention.delete", None, deleted.counts())
+                AuditEvent.record(WORKER, clinic, "retention.delete", None, deleted.counts(), at=now)
         if deleted.counts():
             done[clinic.id] = deleted
     deployment = deployment_round(now, lifetimes, batch)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -14,6 +13,7 @@ import falcon
 from config import Config
 from models import PatientRequest
 from plumbing import metrics, strict_json
+from plumbing.clock import Clock
 from plumbing.errors import Invalid
 from plumbing.phones import to_e164
 from plumbing.row_cache import RowCache
@@ -27,7 +27,7 @@ from web import schemas, validation
 class IsClinicOpened:
     scopes = {"POST": "read"}
 
-    def __init__(self, clock: Callable, cache: RowCache | None = None) -> None:
+    def __init__(self, clock: Clock, cache: RowCache | None = None) -> None:
         self.clock = clock
         self.cache = cache
 
@@ -44,7 +44,7 @@ class IsOnVacation:
 
     scopes = {"POST": "read"}
 
-    def __init__(self, clock: Callable, cache: RowCache | None = None) -> None:
+    def __init__(self, clock: Clock, cache: RowCache | None = None) -> None:
         self.clock = clock
         self.cache = cache
 
@@ -114,7 +114,9 @@ class RecordingComplete:
         for anomaly in handoff.anomalies:
             self.recorder.count(metrics.HANDOFF_ANOMALIES, (anomaly,))
         fields = {**handoff.columns, "anomalies": json.dumps(handoff.anomalies) if handoff.anomalies else None}
-        self.calls.receive(clinic, fields, req.context.token)  # CallSidConflict: 409 (web/errors.py)
+        self.calls.receive(
+            clinic, fields, req.context.token, self.config.clock()
+        )  # CallSidConflict: 409 (web/errors.py)
         resp.media = {"success": True}
 
 

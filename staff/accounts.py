@@ -117,7 +117,7 @@ def _other_admins(clinic: Clinic, user: StaffUser) -> int:
     )
 
 
-def add(clinic: Clinic, actor: Actor, email: str, name: str, role: str) -> tuple[StaffUser, bool]:
+def add(clinic: Clinic, actor: Actor, email: str, name: str, role: str, now: datetime) -> tuple[StaffUser, bool]:
     """Add a user to the clinic with `role`: a new account (without a password: make a link
     with `issue_link`), or an existing account of the clinic's organization. Returns the user
     and whether the account is new. Refuses an account that works for another organization,
@@ -146,13 +146,15 @@ def add(clinic: Clinic, actor: Actor, email: str, name: str, role: str) -> tuple
                 raise Conflict(ALREADY, code="ALREADY_MEMBER")
         created = user is None
         if user is None:
-            user = StaffUser.create(email=email, name=name, password_hash=passwords.NO_PASSWORD)
+            user = StaffUser.create(email=email, name=name, password_hash=passwords.NO_PASSWORD, created_at=as_utc(now))
         StaffMembership.create(user=user, clinic=clinic, role=role)
-        events.record(actor, user, "staff_user.create", {"role": role, "existingAccount": not created}, [clinic])
+        events.record(
+            actor, user, "staff_user.create", {"role": role, "existingAccount": not created}, [clinic], now=now
+        )
     return user, created
 
 
-def change_role(clinic: Clinic, actor: Actor, user_id: str, role: str) -> None:
+def change_role(clinic: Clinic, actor: Actor, user_id: str, role: str, now: datetime) -> None:
     if role not in StaffMembership.ROLES:
         raise Invalid(BAD_ROLE)
     with db.atomic():
@@ -163,7 +165,7 @@ def change_role(clinic: Clinic, actor: Actor, user_id: str, role: str) -> None:
         if membership.role == "admin" and not _other_admins(clinic, user):
             raise Conflict(LAST_ADMIN, code="LAST_ADMIN")
         StaffMembership.update(role=role).where(StaffMembership.id == membership.id).execute()
-        events.record(actor, user, "staff_user.role", {"from": membership.role, "to": role}, [clinic])
+        events.record(actor, user, "staff_user.role", {"from": membership.role, "to": role}, [clinic], now=now)
 
 
 def disable(clinic: Clinic, actor: Actor, user_id: str, by: StaffUser, now: datetime) -> int:
@@ -183,17 +185,17 @@ def disable(clinic: Clinic, actor: Actor, user_id: str, by: StaffUser, now: date
         StaffUser.update(disabled_at=as_utc(now)).where(StaffUser.id == user.id).execute()
         ended = StaffSession.delete().where(StaffSession.user == user).execute()
         _expire_links(user, now)
-        events.record(actor, user, "staff_user.disable", {"sessionsEnded": ended})
+        events.record(actor, user, "staff_user.disable", {"sessionsEnded": ended}, now=now)
     return ended
 
 
-def enable(clinic: Clinic, actor: Actor, user_id: str) -> None:
+def enable(clinic: Clinic, actor: Actor, user_id: str, now: datetime) -> None:
     with db.atomic():
         user, _ = member(clinic, user_id)
         if user.disabled_at is None:
             return
         StaffUser.update(disabled_at=None).where(StaffUser.id == user.id).execute()
-        events.record(actor, user, "staff_user.enable")
+        events.record(actor, user, "staff_user.enable", now=now)
 
 
 def _expire_links(user: StaffUser, now: datetime) -> None:
@@ -222,6 +224,7 @@ def issue_link(clinic: Clinic, actor: Actor, user_id: str | uuid.UUID, lifetime:
             user,
             "staff_user.password_link",
             {"validHours": _hours(lifetime), "firstPassword": not user.password_hash},
+            now=now,
         )
     return token
 
@@ -275,12 +278,16 @@ def use_link(token: str, password: str, repeated: str, now: datetime) -> StaffUs
         StaffUser.update(password_hash=hashed).where(StaffUser.id == user.id).execute()
         ended = StaffSession.delete().where(StaffSession.user == user).execute()
         events.record(
-            Actor.staff(user), user, "staff_user.password_set", {"firstPassword": first, "sessionsEnded": ended}
+            Actor.staff(user),
+            user,
+            "staff_user.password_set",
+            {"firstPassword": first, "sessionsEnded": ended},
+            now=now,
         )
     return user
 
 
-def change_password(user: StaffUser, current: str, new: str, repeated: str, keep_session: str) -> int:
+def change_password(user: StaffUser, current: str, new: str, repeated: str, keep_session: str, now: datetime) -> int:
     """The user's own new password: the current one confirms it; every other session of the
     user ends (this one stays). Returns the number ended."""
     if not passwords.verify(user.password_hash, current):
@@ -292,7 +299,7 @@ def change_password(user: StaffUser, current: str, new: str, repeated: str, keep
     with db.atomic():
         StaffUser.update(password_hash=hashed).where(StaffUser.id == user.id).execute()
         ended = StaffSession.delete().where((StaffSession.user == user) & (StaffSession.id != keep_session)).execute()
-        events.record(Actor.staff(user), user, "staff_user.password_change", {"sessionsEnded": ended})
+        events.record(Actor.staff(user), user, "staff_user.password_change", {"sessionsEnded": ended}, now=now)
     return ended
 
 
@@ -311,7 +318,7 @@ def own_sessions(user: StaffUser) -> list[StaffSession]:
     )
 
 
-def end_sessions(user: StaffUser, keep: str, which: str | None = None) -> int:
+def end_sessions(user: StaffUser, keep: str, now: datetime, which: str | None = None) -> int:
     """End one of the user's sessions (`which`, by id), or every one but `keep` (which=None).
     Returns the number ended; `NotFound` for a session that is not the user's."""
     query = StaffSession.delete().where(StaffSession.user == user)
@@ -321,6 +328,10 @@ def end_sessions(user: StaffUser, keep: str, which: str | None = None) -> int:
         if which and not ended:
             raise NotFound(NO_SUCH_SESSION)
         events.record(
-            Actor.staff(user), user, "staff_user.sessions_end", {"sessionsEnded": ended, "others": which is None}
+            Actor.staff(user),
+            user,
+            "staff_user.sessions_end",
+            {"sessionsEnded": ended, "others": which is None},
+            now=now,
         )
     return ended

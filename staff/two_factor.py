@@ -153,7 +153,7 @@ def use_recovery_code(user: StaffUser, code: str, now: datetime) -> int | None:
     if used != 1:
         return None
     left = recovery_codes_left(user)
-    events.record(Actor.staff(user), user, "staff_user.recovery_code_used", {"left": left})
+    events.record(Actor.staff(user), user, "staff_user.recovery_code_used", {"left": left}, now=now)
     return left
 
 
@@ -176,17 +176,17 @@ def enable(user: StaffUser, code: str, now: datetime, secret_key: Keys) -> list[
             raise Invalid(WRONG_CODE, code="WRONG_CODE")
         StaffUser.update(totp_enabled_at=as_utc(now)).where(StaffUser.id == user.id).execute()
         codes = _new_recovery_codes(user)
-        events.record(Actor.staff(user), user, "staff_user.two_factor_enable")
+        events.record(Actor.staff(user), user, "staff_user.two_factor_enable", now=now)
     return codes
 
 
-def new_recovery_codes(user: StaffUser, password: str) -> list[str]:
+def new_recovery_codes(user: StaffUser, password: str, now: datetime) -> list[str]:
     """Replace the user's recovery codes (the old ones stop working); the password confirms it."""
     if not passwords.verify(user.password_hash, password):
         raise Invalid(WRONG_PASSWORD, code="WRONG_PASSWORD")
     with db.atomic():
         codes = _new_recovery_codes(user)
-        events.record(Actor.staff(user), user, "staff_user.recovery_codes_new")
+        events.record(Actor.staff(user), user, "staff_user.recovery_codes_new", now=now)
     return codes
 
 
@@ -205,10 +205,10 @@ def disable(user: StaffUser, password: str, code: str, now: datetime, secret_key
         if not check_code(user, code, now, secret_key) and use_recovery_code(user, code, now) is None:
             raise Invalid(WRONG_CODE, code="WRONG_CODE")
         _clear(user)
-        events.record(Actor.staff(user), user, "staff_user.two_factor_disable")
+        events.record(Actor.staff(user), user, "staff_user.two_factor_disable", now=now)
 
 
-def reset(user: StaffUser, actor: Actor) -> bool:
+def reset(user: StaffUser, actor: Actor, now: datetime) -> bool:
     """The operator clears a user's two-factor (a lost phone and lost codes); the user
     enrols again at the next login if a clinic requires it. Ends the user's sessions.
     Returns whether it was on."""
@@ -216,5 +216,5 @@ def reset(user: StaffUser, actor: Actor) -> bool:
     with db.atomic():
         _clear(user)
         ended = StaffSession.delete().where(StaffSession.user == user).execute()
-        events.record(actor, user, "staff_user.two_factor_reset", {"wasOn": was_on, "sessionsEnded": ended})
+        events.record(actor, user, "staff_user.two_factor_reset", {"wasOn": was_on, "sessionsEnded": ended}, now=now)
     return was_on

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import peewee as pw
 
@@ -44,13 +45,13 @@ class GroupCommit:
         self._writing = False
         self.writes = 0  # INSERT statements issued (each one commit)
 
-    def receive(self, clinic: Clinic, fields: dict, token: ApiToken | None) -> tuple[Call, bool]:
+    def receive(self, clinic: Clinic, fields: dict, token: ApiToken | None, now: datetime) -> tuple[Call, bool]:
         """Store the call once per CallSid (a unique constraint, not check-then-insert).
 
         Returns the stored call, which may be an earlier copy, and whether this request
         created it. Raises `models.CallSidConflict` when the CallSid belongs to another
         clinic."""
-        me = _Waiting(Call.row_for(clinic, fields, token))
+        me = _Waiting(Call.row_for(clinic, fields, token, now))
         # Hand this request's pooled connection back before waiting on others: with
         # more requests in flight than pooled connections (gevent workers), waiting
         # requests holding them all would leave the writer none. Deadlock, until the

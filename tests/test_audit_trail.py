@@ -28,6 +28,7 @@ from models import (
     UploadLink,
 )
 from onboarding.writer import stable_id
+from plumbing import clock
 from plumbing.database import db
 from storage import LocalStorage
 from switchboard.intake import GroupCommit
@@ -185,10 +186,10 @@ def test_group_commit_records_each_stored_call_and_none_for_a_refused_row(token)
     fields = [{"call_sid": f"CA-batch-{i}", "call_from": "+420601123456", "call_to": "+420222333444"} for i in range(3)]
     commit = GroupCommit()
     try:
-        stored = [commit.receive(home, f, writer) for f in fields]
+        stored = [commit.receive(home, f, writer, clock.now()) for f in fields]
         with pytest.raises(pw.IntegrityError):
-            commit.receive(gone, {**fields[0], "call_sid": "CA-batch-gone"}, writer)
-        assert commit.receive(home, fields[0], writer)[1] is False
+            commit.receive(gone, {**fields[0], "call_sid": "CA-batch-gone"}, writer, clock.now())
+        assert commit.receive(home, fields[0], writer, clock.now())[1] is False
     finally:
         if not db.is_closed():
             db.close()
@@ -353,7 +354,7 @@ def test_the_model_has_no_way_to_change_or_delete_an_event(app, token):
 
 def test_record_outside_a_transaction_is_refused(app, token):
     with db.connection_context(), pytest.raises(RuntimeError, match="transaction"):
-        AuditEvent.record(Actor("operator", "x"), None, "noop")
+        AuditEvent.record(Actor("operator", "x"), None, "noop", at=clock.now())
 
 
 # --- the operator CLI -------------------------------------------------------------------------------

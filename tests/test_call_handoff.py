@@ -18,6 +18,7 @@ import webtest
 from app import create_app
 from config import Config
 from models import Call, Clinic, Patient, PatientRecord, PatientRequest
+from plumbing import clock
 from plumbing.database import db
 from switchboard.intake import GroupCommit
 from tests import voicemail_set
@@ -217,6 +218,7 @@ def test_requeue_cli_queues_a_pending_call_whose_job_is_gone(app, handoff_config
             "queued_at": claimed_now(),
         },
         None,
+        clock.now(),
     )
     db.close()
     env = worker_env(handoff_config.fetch_ca_bundle)

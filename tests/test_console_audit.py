@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from models import AuditEvent, Clinic, MedicalRecord, StaffMembership, StaffUser
+from plumbing import clock
 from plumbing.database import db
 from staff.passwords import hash_password
 from storage import LocalStorage
@@ -230,7 +231,7 @@ def test_the_audit_page_pages_by_keyset_without_gaps_or_repeats(clinics, app):
     with db.connection_context(), db.atomic():
         a = Clinic.by_slug("clinic-a")
         for i in range(120):
-            AuditEvent.record(Actor("operator", f"op-{i:03d}"), a, "patient.import", ("patient", i))
+            AuditEvent.record(Actor("operator", f"op-{i:03d}"), a, "patient.import", ("patient", i), at=clock.now())
     login(app, "anna@example.cz", PASSWORD, status=303)
     seen: list[str] = []
     url = "/console/audit?clinic=clinic-a&what=patient.import"

@@ -18,7 +18,7 @@ from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.support import clinic, load, organization
-from tests.support.clocks import claimed_now
+from tests.support.clocks import claimed_now, job_context
 from tests.support.console_browser import PASSWORD, WAIT_MS, log_in
 from voicemail.transcription import Transcript
 
@@ -83,6 +83,7 @@ def inbox(app):
                 queued_at=claimed_now(),
             )
         ingest._finish_voicemail(
+            job_context(),
             call,
             home,
             Transcript(

@@ -23,6 +23,7 @@ from console import audit_actions
 from console.inbox import WHY_GONE
 from jobs.refetch import job_id
 from models import Actor, AuditEvent, Call, Clinic, PatientRequest, StaffMembership, StaffUser
+from plumbing import clock
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.conftest import REDIS_URL, ROOT
@@ -354,7 +355,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
     with db.connection_context():
         key, _ = rules.issue(admin, "acc-provider-rw", [a], ["read", "write"], utc_now(), timedelta(days=90))
         new, _ = rules.rotate(admin, key, utc_now() + timedelta(days=1), utc_now())
-        rules.revoke(operator, new)
+        rules.revoke(operator, new, clock.now())
         calendar = Calendar.create(clinic=a, name="Ordinace MUDr. Nová")
         kind = RequestType.create(clinic=a, ecrf_id="CONSENT", name="Souhlas")
         patient = Patient.get_by_id(request.patient_id)
@@ -458,7 +459,12 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
                 ("patient.copy", patient, {"requests": 1, "calls": 1, "documents": 0, "transcripts": 1}),
             ]:
                 AuditEvent.record(
-                    operator if action.startswith(("staff_user", "onboarding")) else admin, a, action, target, details
+                    operator if action.startswith(("staff_user", "onboarding")) else admin,
+                    a,
+                    action,
+                    target,
+                    details,
+                    at=clock.now(),
                 )
     login(app, status=303)
     page = app.get("/console/audit?clinic=clinic-a")

@@ -176,7 +176,7 @@ def test_past_each_period_the_round_leaves_nothing_of_the_expired_data(app, toke
     from the database, the bucket and Redis; an open request stays."""
     start = clock()
     with db.connection_context():
-        ClinicSettings(Clinic.by_slug("clinic-a"), retention.WORKER, SECRET_KEY).set_retention(
+        ClinicSettings(Clinic.by_slug("clinic-a"), retention.WORKER, SECRET_KEY, clock()).set_retention(
             {"signedDocumentsDays": 365}
         )
     person = seed(app, token, new_person(), start)  # a named patient: stays, their calls go

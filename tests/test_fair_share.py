@@ -1,7 +1,7 @@
 """Fair share: one clinic's burst of calls does not make the other clinics wait.
 
 The relay keeps at most `RELAY_PER_CLINIC` calls of a clinic in flight and claims the
-clinics' calls in turn (`Call.claim_unqueued`); a job's end wakes it (`jobs.relay.job_ended`).
+clinics' calls in turn (`Call.claim_unqueued`); a job's end wakes it (`RelayWakeUp.job_ended`).
 The claim and the relay on PostgreSQL and SQLite (`bin/run`'s) with the outbox of
 tests/test_relay.py; then end to end: 20 calls of one clinic, then one of another, through
 the API, the session's real worker, Redis and PostgreSQL.
@@ -17,8 +17,10 @@ import pytest
 import webtest
 
 from config import Config
-from jobs.relay import CallRelay, job_ended, job_id, requeue_pending
+from jobs.context import RelayWakeUp
+from jobs.relay import CallRelay, job_id, requeue_pending
 from models import Call, Clinic, PatientRequest
+from plumbing import clock
 from plumbing.clock import utc_now
 from plumbing.database import db
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
@@ -48,6 +50,7 @@ def store(slug: str, count: int, **fields: object) -> list[uuid.UUID]:
                     **fields,
                 },
                 None,
+                start_at,
             )
             for _ in range(count)
         ]
@@ -64,7 +67,7 @@ def finish(*ids: uuid.UUID) -> None:
 
 def claim(per_clinic: int = PER_CLINIC) -> list[uuid.UUID]:
     with db.connection_context():
-        return Call.claim_unqueued(200, per_clinic)
+        return Call.claim_unqueued(clock.now(), 200, per_clinic)
 
 
 @pytest.fixture
@@ -118,7 +121,7 @@ def test_the_relay_queues_in_turns_and_nothing_is_lost(two_clinics, queue, relay
     config = Config(**{**relay_config.__dict__, "relay_per_clinic": PER_CLINIC})
     a = store("relay-clinic", 7)
     [b] = store("clinic-b", 1)
-    relay = CallRelay(queue, config, batch=2)  # turns hold across the claim's batches
+    relay = CallRelay(queue, config, RelayWakeUp(), batch=2)  # turns hold across the claim's batches
     assert relay.relay_new() == 3
     assert queued_job_ids(queue) == [job_id(a[0]), job_id(b), job_id(a[1])]
     seen = list(queued_job_ids(queue))
@@ -136,7 +139,7 @@ def test_two_relays_at_once_keep_every_clinic_within_its_share(two_clinics, queu
     config = Config(**{**relay_config.__dict__, "relay_per_clinic": PER_CLINIC})
     ids = {"relay-clinic": store("relay-clinic", 12), "clinic-b": store("clinic-b", 9)}
     clinic_of = {call_id: slug for slug, calls in ids.items() for call_id in calls}
-    relays = [CallRelay(queue, config, batch=3), CallRelay(queue, config, batch=3)]
+    relays = [CallRelay(queue, config, RelayWakeUp(), batch=3), CallRelay(queue, config, RelayWakeUp(), batch=3)]
     counts: list[int] = []
     ever: set[str] = set()
     for _ in range(60):
@@ -161,10 +164,11 @@ def test_a_job_that_ends_wakes_the_relay_long_before_its_poll(two_clinics, queue
     of this process ends (as `WakesRelay` signals it), not at the relay's poll."""
     config = Config(**{**relay_config.__dict__, "relay_per_clinic": 1})
     [first, second] = store("relay-clinic", 2)
-    with relay_thread(queue, config, poll_every=60.0, sweep_every=3600.0):
+    wake = RelayWakeUp()
+    with relay_thread(queue, config, wake, poll_every=60.0, sweep_every=3600.0):
         assert wait_until(lambda: queued_job_ids(queue) == [job_id(first)], timeout=10, interval=0.05)
         finish(first)
-        job_ended()
+        wake.job_ended()
         assert wait_until(lambda: job_id(second) in queued_job_ids(queue), timeout=5, interval=0.05), (
             "the next call was not queued within 5 s although the relay polls only every 60 s"
         )

@@ -89,7 +89,12 @@ def _request_from_call(base_url: str, token: str, slug: str, env: dict[str, str]
         with conn, conn.cursor() as cur:
             cur.execute("SELECT id FROM call WHERE call_sid = %s", (sid,))
             (call_id,) = cur.fetchone()
-        job = "import sys; from jobs.calls import ingest_call; print(ingest_call(sys.argv[1]))"
+        job = (
+            "import sys; from config import Config; from jobs.calls import ingest_call; "
+            "from worker import create_worker; "
+            "context = create_worker(Config.from_env(), warm_up=False).context; "
+            "print(ingest_call(sys.argv[1], context=context))"
+        )
         done = subprocess.run(
             [sys.executable, "-c", job, str(call_id)],
             cwd=ROOT,

@@ -16,6 +16,7 @@ import psycopg2
 import pytest
 
 from models import Call, Clinic
+from plumbing import clock
 from plumbing.database import db
 from switchboard.intake import GroupCommit
 from tests.conftest import PG_URL
@@ -44,7 +45,7 @@ def hand_off_all(
     def one(i: int) -> None:
         # Only a thread that writes or reads connects (the pool has 4 connections here).
         try:
-            results[i] = commit.receive(clinics[i], fields(sids[i]), None)
+            results[i] = commit.receive(clinics[i], fields(sids[i]), None, clock.now())
         except Exception as exc:
             results[i] = (None, exc)
         finally:
@@ -119,7 +120,7 @@ def test_waiting_hand_offs_give_back_their_connections_so_the_writer_gets_one(cl
                 db.connect(reuse_if_open=True)
                 holding.wait(timeout=30)  # every connection taken
                 holding.wait(timeout=30)  # released once the writer waits for one
-            results[sid] = commit.receive(clinic_row, fields(sid), None)[1]
+            results[sid] = commit.receive(clinic_row, fields(sid), None, clock.now())[1]
         except Exception as exc:
             results[sid] = exc
         finally:

@@ -18,12 +18,14 @@ from tests.support import SERVICE_PACKAGES
 
 #: The lint-imports script, run with this interpreter (whatever its first line names).
 LINT_IMPORTS = [sys.executable, str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
-TOP_MODULES = {"app", "wsgi", "manage", "migrations", "config"}
+TOP_MODULES = {"app", "wsgi", "worker", "manage", "migrations", "config"}
 #: What each top-level module may import of the service (its layer and those below).
 MAY_IMPORT = {
     "wsgi": {"app", "config"},
     # app: whether the schema has every migration (the web waits for a missing one).
     "app": SERVICE_PACKAGES - {"commands"} | {"config", "models", "migrations"},
+    # worker: the jobs and what they build on; never the HTTP layer or the console.
+    "worker": SERVICE_PACKAGES - {"commands", "resources", "console", "web"} | {"config", "migrations"},
     "manage": {"commands", "config", "plumbing", "tools"},
     "migrations": {"models", "plumbing"},
     "config": {"plumbing"},
@@ -109,6 +111,97 @@ def test_only_the_clock_reads_the_wall_clock():
             if wall.search(line.split("#")[0]):
                 offenders.append(f"{module}.py:{number}: {line.strip()}")
     assert offenders == [], offenders
+
+
+#: The only places that read the process's clock without being handed it: a column's
+#: default, for a row written without its time (a test's fixture, an old migration's row).
+#: Every write of the service hands its own `now` (the caller's `Config.clock`).
+DEFAULTS_WITHOUT_A_CALLER = {
+    ("models/audit.py", "AuditEvent.at"),
+    ("models/calls.py", "Call.received_at"),
+    ("models/calls.py", "RefusedHandoff.at"),
+    ("models/idempotency.py", "IdempotencyKey.created_at"),
+    ("models/objects.py", "PendingObjectDeletion.created_at"),
+    ("models/patients.py", "Patient.created_at"),
+    ("models/patients.py", "PatientRecord.created_at"),
+    ("models/requests.py", "PatientRequest.created_at"),
+    ("models/requests.py", "Reservation.created_at"),
+    ("models/requests.py", "UploadLink.created_at"),
+    ("models/requests.py", "MedicalRecord.created_at"),
+    ("models/schema.py", "SchemaMigration.applied_at"),
+    ("models/staff.py", "StaffUser.created_at"),
+    ("models/tokens.py", "ApiToken.created_at"),
+}
+
+
+def global_clock_reads(path: Path) -> list[tuple[int, str]]:
+    """Where `path` reads the process-wide clock (`plumbing.clock.now` or `utc_now`), each
+    as (line, what): a column default as "Class.field", anything else as the code."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {"utc_now", "now"}  # as plumbing.clock exports them
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "plumbing.clock"
+        for alias in node.names
+        if alias.name in names
+    }
+    defaults: dict[int, str] = {}
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for statement in cls.body:
+            if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
+                for keyword in statement.value.keywords:
+                    value = keyword.value
+                    if keyword.arg == "default" and isinstance(value, ast.Name) and value.id in imported:
+                        target = statement.targets[0]
+                        defaults[value.lineno] = f"{cls.name}.{getattr(target, 'id', '?')}"
+    reads = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in imported and isinstance(node.ctx, ast.Load):
+            reads.append((node.lineno, defaults.get(node.lineno, ast.unparse(node))))
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in names
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "clock"
+        ):
+            reads.append((node.lineno, ast.unparse(node)))
+    return reads
+
+
+def test_every_now_is_handed_in_but_the_named_column_defaults():
+    """One way to the clock: a write is handed `now` (or the clock) by its caller, from
+    `Config.clock`; only the column defaults named in DEFAULTS_WITHOUT_A_CALLER read the
+    process's clock themselves."""
+    offenders, seen = [], set()
+    files = [ROOT / f"{module}.py" for module in sorted(TOP_MODULES)]
+    files += [path for package in sorted(SERVICE_PACKAGES) for path in sorted((ROOT / package).rglob("*.py"))]
+    for path in files:
+        if path == ROOT / "plumbing" / "clock.py":
+            continue
+        where = str(path.relative_to(ROOT))
+        for line, what in global_clock_reads(path):
+            if (where, what) in DEFAULTS_WITHOUT_A_CALLER:
+                seen.add((where, what))
+            else:
+                offenders.append(f"{where}:{line}: {what}")
+    assert offenders == [], offenders
+    assert seen == DEFAULTS_WITHOUT_A_CALLER, f"named but gone: {sorted(DEFAULTS_WITHOUT_A_CALLER - seen)}"
+
+
+def test_the_clock_rule_finds_a_read_it_does_not_allow(tmp_path: Path) -> None:
+    """The rule is not empty words: a write that asks the global clock is found, a column
+    default is told apart."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from plumbing import clock\n"
+        "from plumbing.clock import utc_now\n"
+        "class Row:\n"
+        "    at = Field(default=utc_now)\n"
+        "def write():\n"
+        "    return utc_now(), clock.now()\n"
+    )
+    assert sorted(global_clock_reads(sample)) == [(4, "Row.at"), (6, "clock.now"), (6, "utc_now")]
 
 
 def test_only_config_reads_the_environment():

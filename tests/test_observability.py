@@ -461,11 +461,11 @@ def test_other_processes_metrics_are_aggregated_through_redis(app):
 def test_clinic_workers_counts_the_workers_alive_now_even_after_redis_restarted_empty(tmp_path):
     """RQ registers a worker only as it starts: after a Redis restart without persistence
     `rq:workers` was empty and `clinic_workers` read 0 while the workers were busy. Each
-    worker's beat (jobs/worker.py, `Presence`) puts it back: the count and RQ's own
+    worker's beat (jobs/rq_worker.py, `Presence`) puts it back: the count and RQ's own
     registration are right within a beat of Redis's return; a worker that stops leaves it."""
     from rq import Worker
 
-    from jobs.worker import ClinicWorker
+    from jobs.rq_worker import ClinicWorker
     from tests.support.faults import RedisServer
     from tests.support.servers import wait_until
 
@@ -554,7 +554,8 @@ def test_job_durations_and_outcomes_are_recorded_by_the_worker(app):
     before = scrape(app.get("/metrics").text)
     queue.enqueue(job_returning_word)
     queue.enqueue(job_failing, retry=Retry(max=1))  # fails, is retried at once, fails for good
-    job_metrics.with_job_metrics(SimpleWorker, metrics.Recorder())([queue], connection=connection).work(burst=True)
+    counted = type("Counted", (job_metrics.JobMetrics, SimpleWorker), {"recorder": metrics.Recorder()})
+    counted([queue], connection=connection).work(burst=True)
     after = scrape(app.get("/metrics").text)
 
     def delta(name: str, **labels: str) -> float:

@@ -28,7 +28,7 @@ from models import (
     Vacation,
 )
 from onboarding.writer import OnboardingError, stable_id
-from plumbing import crypto
+from plumbing import clock, crypto
 from plumbing.database import db
 from tests.support import SECRET_KEY, load
 
@@ -351,7 +351,9 @@ def test_a_file_does_not_undo_console_changes_unless_told_to(app, config, capsys
     with db.connection_context():
         clinic = Clinic.get(Clinic.slug == "demo-clinic")
         assert clinic.missed_call_requests
-        ClinicSettings(clinic, Actor("staff", "anna@example.cz"), SECRET_KEY).set_calls(False, clinic.language_list)
+        ClinicSettings(clinic, Actor("staff", "anna@example.cz"), SECRET_KEY, clock.now()).set_calls(
+            False, clinic.language_list
+        )
     capsys.readouterr()
     before = snapshot()
 
@@ -377,7 +379,7 @@ def test_a_clinic_changed_in_the_console_before_any_file_was_recorded_is_refused
     load(example)
     with db.connection_context():
         clinic = Clinic.get(Clinic.slug == example["clinics"][1]["slug"])
-        ClinicSettings(clinic, Actor("staff", "anna@example.cz"), SECRET_KEY).set_calls(
+        ClinicSettings(clinic, Actor("staff", "anna@example.cz"), SECRET_KEY, clock.now()).set_calls(
             not clinic.missed_call_requests, clinic.language_list
         )
     file = tmp_path / "org.json"

@@ -25,9 +25,11 @@ from rq.job import Job, JobStatus
 
 from jobs import leases
 from jobs.calls import QUEUE
+from jobs.context import RelayWakeUp
 from jobs.relay import CallRelay, job_id, requeue_pending, start
 from migrations import migrate
 from models import Call, Clinic
+from plumbing import clock
 from plumbing.database import db, open_database
 from switchboard.intake import GroupCommit
 from tests.support import clinic, load, organization
@@ -47,6 +49,7 @@ def store_calls(count: int) -> list[uuid.UUID]:
                 clinic_row,
                 {"call_sid": f"CA-relay-{uuid.uuid4().hex}", "call_from": "+12015550198", "call_to": "+12015550100"},
                 None,
+                clock.now(),
             )[0].id
             for _ in range(count)
         ]
@@ -61,7 +64,7 @@ def unqueued() -> int:
 
 def test_every_stored_call_is_queued_once_even_with_two_relays(outbox, queue, relay_config):
     ids = store_calls(60)
-    relays = [CallRelay(queue, relay_config, batch=7), CallRelay(queue, relay_config, batch=7)]
+    relays = [CallRelay(queue, relay_config, RelayWakeUp(), batch=7) for _ in range(2)]
     counts: list[int] = []
     threads = [threading.Thread(target=lambda r=r: counts.append(r.relay_new())) for r in relays]
     for t in threads:
@@ -78,15 +81,15 @@ def test_redis_down_leaves_calls_in_the_outbox_until_it_is_back(outbox, queue, r
     store_calls(5)
     down = Queue(QUEUE, connection=redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1))
     with pytest.raises(redis.RedisError):
-        CallRelay(down, relay_config).relay_new()
+        CallRelay(down, relay_config, RelayWakeUp()).relay_new()
     assert unqueued() == 5  # claims undone: nothing stranded as "queued"
-    assert CallRelay(queue, relay_config).relay_new() == 5
+    assert CallRelay(queue, relay_config, RelayWakeUp()).relay_new() == 5
     assert len(queued_job_ids(queue)) == 5 and unqueued() == 0
 
 
 def test_sweep_requeues_a_pending_call_whose_job_vanished(outbox, queue, relay_config):
     [lost, kept] = store_calls(2)
-    relay = CallRelay(queue, relay_config)
+    relay = CallRelay(queue, relay_config, RelayWakeUp())
     assert relay.relay_new() == 2
     queue.connection.delete(f"rq:job:{job_id(lost)}")  # as after a Redis restart without persistence
     queue.connection.lrem(queue.key, 0, job_id(lost))
@@ -99,7 +102,7 @@ def test_sweep_leaves_a_call_whose_job_finished_while_the_sweep_looked(outbox, q
     """The sweep reads the pending calls, then their jobs: a job that finished in between
     (its call done, its status FINISHED) is not a lost job."""
     [call_id] = store_calls(1)
-    assert CallRelay(queue, relay_config).relay_new() == 1
+    assert CallRelay(queue, relay_config, RelayWakeUp()).relay_new() == 1
     fetch_many = Job.fetch_many
 
     def finishing_meanwhile(ids, connection, serializer=None):
@@ -118,7 +121,7 @@ def test_sweep_leaves_a_call_a_live_job_holds_even_when_redis_forgot_the_job(out
     """After a Redis restart RQ knows nothing of a job still working on its call; the
     job's lease (jobs/leases.py) says it is alive, and released, the call is queued again."""
     [working, lost] = store_calls(2)
-    assert CallRelay(queue, relay_config).relay_new() == 2
+    assert CallRelay(queue, relay_config, RelayWakeUp()).relay_new() == 2
     queue.connection.flushdb()  # as a Redis restart without persistence
     with leases.hold(working) as mine:
         assert mine and leases.held([working, lost]) == {working}
@@ -156,7 +159,7 @@ def test_a_redis_restart_makes_the_relay_requeue_at_once(outbox, relay_config, t
 
     with RedisServer(tmp_path) as server:
         private = Queue(QUEUE, connection=server.client())
-        thread, stop = start(private, relay_config, poll_every=0.2, sweep_every=3600.0)
+        thread, stop = start(private, relay_config, RelayWakeUp(), poll_every=0.2, sweep_every=3600.0)
         try:
             [call_id] = store_calls(1)
             assert wait_until(lambda: job_id(call_id) in queued_job_ids(private), timeout=10, interval=0.05)
@@ -196,18 +199,21 @@ def test_an_ingest_failing_on_an_outage_gives_its_call_back_and_is_queued_again_
     """The ingest of a call fails because the database is unreachable: it does not wait out
     the download retries (scheduled, its clinic's fair-share place held meanwhile); it gives
     the call back, and the relay queues it again within seconds of the database's return."""
-    from rq import SimpleWorker
+    from worker import create_worker
 
-    from jobs import runtime
-
-    settings = replace(relay_config, relay_per_clinic=1, recording_retry_delays="60,600")
+    settings = replace(
+        relay_config,
+        database_url=proxied_outbox.url(RELAY_PG),
+        relay_per_clinic=1,
+        recording_retry_delays="60,600",
+    )
     first, second = store_calls(2)
-    runtime.start(runtime.JobContext.build(settings))  # the jobs below run in this process
-    thread, stop = start(queue, settings, poll_every=0.2, sweep_every=3600.0)
+    built = create_worker(settings, warm_up=False)  # the jobs below run in this process, handed its context
+    thread, stop = start(queue, settings, built.context.relay, poll_every=0.2, sweep_every=3600.0)
     try:
         assert wait_until(lambda: queued_job_ids(queue) == [job_id(first)], timeout=10, interval=0.05)
         proxied_outbox.cut()
-        SimpleWorker([queue], connection=queue.connection).work(burst=True)  # a worker takes it: it fails
+        built.worker_class([queue], connection=queue.connection).work(burst=True)  # a worker takes it: it fails
         job = Job.fetch(job_id(first), connection=queue.connection)
         assert job.get_status() == JobStatus.FINISHED and job.return_value() == "deferred"
         assert queued_job_ids(queue) == []
@@ -222,11 +228,12 @@ def test_an_ingest_failing_on_an_outage_gives_its_call_back_and_is_queued_again_
     finally:
         stop.set()
         thread.join(timeout=10)
-        runtime.forget()
+        built.context.relay.close()
 
 
 def test_importing_the_relay_opens_no_pipe():
-    """Nothing happens at import: the relay's wake-up pipe is opened by its first use."""
+    """Nothing happens at import: the relay's wake-up pipe is opened by the worker's start
+    (`create_worker` builds a `RelayWakeUp`), not by importing the jobs or the worker."""
     import subprocess
     import sys
 
@@ -239,9 +246,9 @@ def test_importing_the_relay_opens_no_pipe():
         "    except OSError: return ''  # the listing's own descriptor, closed meanwhile\n"
         "def pipes(): return {f for f in os.listdir('/proc/self/fd') if link(f).startswith('pipe:')}\n"
         "before = pipes()\n"
-        "import jobs.relay, jobs.wakeup, jobs.calls, jobs.worker\n"
+        "import jobs.relay, jobs.context, jobs.calls, jobs.rq_worker, worker\n"
         "print(len(pipes() - before))\n"
-        "jobs.wakeup.job_ended()\n"
+        "wake = jobs.context.RelayWakeUp()\n"
         "print(len(pipes() - before))\n"
     )
     opened = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -125,7 +125,7 @@ def test_a_revocation_by_another_process_refuses_the_first_request_after_its_not
     print(f"notification already there when the revoking commit returned: {sum(arrivals)}/{len(arrivals)}")
 
 
-def test_a_revocation_in_this_process_refuses_the_very_next_request(app, clinics, token_reads):
+def test_a_revocation_in_this_process_refuses_the_very_next_request(app, clinics, token_reads, config):
     import argparse
 
     from commands import tokens
@@ -133,7 +133,7 @@ def test_a_revocation_in_this_process_refuses_the_very_next_request(app, clinics
     for _ in range(ROUNDS):
         token = issue_token(["clinic-a"], ["read"])
         wait_cached(app, token, token_reads)
-        assert tokens.cmd_token_revoke(None, argparse.Namespace(token_id=token_id(token))) == 0
+        assert tokens.cmd_token_revoke(config, argparse.Namespace(token_id=token_id(token))) == 0
         check(app, token, status=401)
 
 

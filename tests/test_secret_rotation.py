@@ -26,7 +26,7 @@ from config import Config, InsecureConfiguration
 from console.flash import Flash
 from models import Clinic, StaffMembership, StaffUser
 from onboarding.writer import onboard
-from plumbing import crypto
+from plumbing import clock, crypto
 from plumbing.database import db
 from staff.passwords import hash_password
 from storage import make_storage
@@ -66,7 +66,7 @@ def deployments(app, config, tmp_path) -> Iterator[dict[str, Deployment]]:
     }
     try:
         with db.connection_context():
-            onboard(organization(clinic("clinic-a", switchboard=PLATFORM)), secret_key=K1)
+            onboard(organization(clinic("clinic-a", switchboard=PLATFORM)), secret_key=K1, now=clock.now())
             anna = StaffUser.create(email="anna@example.cz", name="Anna", password_hash=hash_password(PASSWORD))
             StaffMembership.create(user=anna, clinic=Clinic.get(Clinic.slug == "clinic-a"), role="admin")
         yield made

@@ -23,7 +23,7 @@ from onboarding.base import OnboardingError
 from plumbing.clock import as_utc
 from plumbing.database import db
 from tests.support import bearer, clinic, issue_token, load, organization
-from tests.support.clocks import WEDNESDAY, claimed_now
+from tests.support.clocks import WEDNESDAY, claimed_now, job_context
 from tests.support.console import PASSWORD, form_to, login
 from tests.support.documented import documented
 from tests.support.live_service import api
@@ -131,7 +131,7 @@ def voice_message(text: str, *, language: str = "cs", minutes: int = 0, slug: st
         message_reason="speech",
         status="check",
     )
-    assert ingest._finish_voicemail(call, home, t) == "voice_message"
+    assert ingest._finish_voicemail(job_context(), call, home, t) == "voice_message"
     with db.connection_context():
         request = PatientRequest.get(PatientRequest.call == call.id)
         PatientRequest.update(created_at=as_utc(WEDNESDAY + timedelta(minutes=minutes))).where(

@@ -1,6 +1,6 @@
 """The worker stops on SIGTERM whenever it comes, its start included.
 
-`jobs.worker.run` runs RQ's worker loop in this process, on the suite's Redis and a queue
+`jobs.rq_worker.run` runs RQ's worker loop in this process, on the suite's Redis and a queue
 of this test's own, as `python manage.py worker` runs it (without the scheduler, which
 would fork this process). RQ installs its SIGTERM handler only after its start
 (registering the worker, subscribing, starting the scheduler); a SIGTERM in between
@@ -22,9 +22,9 @@ import pytest
 import redis
 from rq import Queue, Worker
 
-from jobs.worker import ClinicWorker, run
+from jobs.rq_worker import ClinicWorker, run
 from plumbing.readiness import SELECT_LIMIT
-from plumbing.signal_flag import Flag, wait_any
+from plumbing.wakeup import Flag, wait_any
 from tests.conftest import REDIS_URL, ROOT
 from tests.support import leftovers
 from tests.support.descriptors import numbered_past_select_limit
@@ -163,8 +163,8 @@ SIGNALLED_WHILE_RECORDING_A_STOP = """
 import logging, os, signal, sys, time
 import redis
 from rq import Queue
-from jobs import runtime
-from jobs.worker import ClinicWorker, run
+from jobs import stopping
+from jobs.rq_worker import ClinicWorker, run
 
 class Clock:
     readings = 0
@@ -179,7 +179,7 @@ class Clock:
 class Stopped(ClinicWorker):
     def bootstrap(self, *args, **kwargs):
         super().bootstrap(*args, **kwargs)
-        runtime.time = Clock()
+        stopping.time = Clock()
         os.kill(os.getpid(), signal.SIGTERM)
 
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
@@ -261,8 +261,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq import Queue
 
-from commands.worker import wait_for_schema
-from jobs.worker import ClinicWorker, run
+from worker import wait_for_schema
+from jobs.rq_worker import ClinicWorker, run
 from plumbing.database import bind_database
 
 logging.basicConfig(level=logging.WARNING)
@@ -282,9 +282,9 @@ else:  # the worker's wait for its database and schema, before it starts
     bind_database(f"postgresql://postgres@127.0.0.1:{port}/nowhere", pooled=False)
 
     def waits_then_stops():
-        return wait_for_schema(None, logging.getLogger("worker"), every=1.0) is False
+        return wait_for_schema(logging.getLogger("worker"), every=1.0) is False
 
-WATCHED = ("threading.py", "signal_flag.py", os.path.join("jobs", "worker.py"), os.path.join("commands", "worker.py"))
+WATCHED = ("threading.py", os.path.join("plumbing", "wakeup.py"), os.path.join("jobs", "rq_worker.py"), "worker.py")
 
 
 class At:
@@ -391,7 +391,7 @@ BUSY_PAST_ITS_GRACE = """
 import logging, os, signal, sys, threading, time
 import redis
 from rq import Queue
-from jobs.worker import ClinicWorker, run
+from jobs.rq_worker import ClinicWorker, run
 
 class Busy(ClinicWorker):
     def execute_job(self, job, queue):

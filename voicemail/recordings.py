@@ -113,6 +113,19 @@ def clinics_never_refetched(config: Config) -> list[str]:
     return sorted(clinic.slug for clinic in query)
 
 
+def never_refetched_warnings(config: Config) -> list[str]:
+    """What the release step and the worker say at start about clinics whose expired
+    recording links can never be re-fetched (no marker word applies to them)."""
+    slugs = clinics_never_refetched(config)
+    if not slugs:
+        return []
+    return [
+        f"clinic(s) {', '.join(slugs)} have switchboard platform credentials but no marker words: their "
+        "recordings become unavailable once the original link expires. Set PROVIDER_MARKER_WORDS (the "
+        "platform family's words in the calls' Source) or the clinic's switchboard sourceMarkers."
+    ]
+
+
 def file_name(url: str) -> str:
     return PurePosixPath(unquote(urlsplit(url).path)).name
 

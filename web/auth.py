@@ -7,14 +7,13 @@ by declaring `scopes = {"POST": "read", ...}`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import falcon
 
 from models import ApiToken
-from plumbing.clock import as_utc
+from plumbing.clock import Clock, as_utc
 from plumbing.database import UNREACHABLE
 from plumbing.row_cache import RowCache
 from web.errors import APIError
@@ -27,7 +26,7 @@ def _unauthorized(message: str) -> APIError:
 
 
 class TokenAuth:
-    def __init__(self, clock: Callable, cache: RowCache | None = None) -> None:
+    def __init__(self, clock: Clock, cache: RowCache | None = None) -> None:
         self.clock = clock
         self.cache = cache
         # token id -> when this process last wrote its last_used_at; a cached token row

@@ -33,7 +33,7 @@ import logging
 import re
 import secrets
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, ParamSpec
 
 import falcon
@@ -41,6 +41,7 @@ import redis
 
 from models import IdempotencyKey
 from plumbing import strict_json
+from plumbing.clock import Clock
 from web.errors import APIError
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def answering(req: falcon.Request, shape: Callable[P, Any]) -> Callable[P, Any]:
 class IdempotencyKeys:
     """The middleware; installed after BodyLimit (the body is in memory by then)."""
 
-    def __init__(self, client: redis.Redis, hours: int, clock: Callable[[], datetime]) -> None:
+    def __init__(self, client: redis.Redis, hours: int, clock: Clock) -> None:
         self.client = client
         self.lifetime = timedelta(hours=hours)
         self.clock = clock

@@ -49,6 +49,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from plumbing import clock
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: The service's packages, as the import contracts list them (pyproject.toml's root_packages):
 #: one list, so a new package is in every test that walks the service's code.
@@ -67,7 +69,7 @@ def load(document: dict[str, Any]) -> str:
 
     remember_people(document)
     with db.connection_context():
-        return onboard(document, secret_key=SECRET_KEY)
+        return onboard(document, secret_key=SECRET_KEY, now=clock.now())
 
 
 def issue_token(slugs: list[str], scopes: list[str], expires_in: timedelta | None = None) -> str:
@@ -76,7 +78,7 @@ def issue_token(slugs: list[str], scopes: list[str], expires_in: timedelta | Non
 
     with db.connection_context():
         clinics = list(Clinic.select().where(Clinic.slug.in_(slugs)))
-        _, text = ApiToken.issue("test-service", clinics, scopes, expires_in)
+        _, text = ApiToken.issue("test-service", clinics, scopes, clock.now(), expires_in)
     return text
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jobs.context import JobContext
 
 #: Where the tests' wall clock starts: a Wednesday, 10:00 UTC.
 WEDNESDAY = datetime(2026, 11, 18, 10, 0, tzinfo=UTC)
@@ -35,3 +39,17 @@ def claimed_now() -> datetime:
     every pending call it sees unclaimed and re-queues claimed ones only a minute after
     their claim by the real clock it reads. Claimed now, the call is the test's."""
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+@functools.cache
+def job_context() -> JobContext:
+    """The context the ingest job is handed (`@takes_context`), for a test that finishes a
+    call by hand: the session's database and Redis, and the clock the service installed
+    (the session's `Config.clock`, which the test moves)."""
+    from config import Config
+    from jobs.context import JobContext
+    from plumbing import clock
+    from tests.conftest import PG_URL, REDIS_URL
+    from tests.support import SECRET_KEY
+
+    return JobContext.build(Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY, clock=clock.now))

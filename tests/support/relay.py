@@ -13,6 +13,7 @@ from rq import Queue
 
 from config import Config
 from jobs.calls import QUEUE
+from jobs.context import RelayWakeUp
 from jobs.relay import start
 from migrations import migrate
 from plumbing.database import db, open_database
@@ -73,9 +74,12 @@ def queued_job_ids(queue: Queue) -> list[str]:
 
 
 @contextlib.contextmanager
-def relay_thread(queue: Queue, config: Config, **options: float) -> Iterator[threading.Thread]:
-    """A relay running in a thread of this process for the block; stopped after it."""
-    thread, stop = start(queue, config, **options)
+def relay_thread(
+    queue: Queue, config: Config, wake: RelayWakeUp | None = None, **options: float
+) -> Iterator[threading.Thread]:
+    """A relay running in a thread of this process for the block, woken by `wake` (one of
+    its own by default); stopped after it."""
+    thread, stop = start(queue, config, wake or RelayWakeUp(), **options)
     try:
         yield thread
     finally:

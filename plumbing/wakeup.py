@@ -1,9 +1,14 @@
-"""A flag that a signal handler may raise, and that a thread may wait on.
+"""Wake-ups a thread can wait on with `poll`, each a pipe: a flag that a signal handler may
+raise (`Flag`), and a wake-up that any thread may set again and again and its one waiter
+clears (`WakeUp`).
 
-A Python signal handler runs in the main thread, between two bytecodes of whatever that
-thread was doing. `threading.Event.set` takes the lock of the Event's condition, which the
-main thread itself holds for a few bytecodes inside `Event.wait`: a stop signal landing
-there waits for a lock only its own thread can release, and the process hangs for good.
+A pipe, so that a waiter can watch it in one `poll` together with sockets (the relay
+watches its LISTEN connection beside its wake-up). And a pipe, not a `threading.Event`,
+for what a signal handler raises: a Python signal handler runs in the main thread,
+between two bytecodes of whatever that thread was doing. `threading.Event.set` takes the
+lock of the Event's condition, which the main thread itself holds for a few bytecodes
+inside `Event.wait`: a stop signal landing there waits for a lock only its own thread can
+release, and the process hangs for good.
 `Flag` takes no lock: `set` flips a boolean and writes one byte to a pipe (a system call,
 safe in a handler), and `wait` blocks in `poll` on that pipe, which a signal interrupts
 and which returns as soon as the byte is there, in any thread.
@@ -15,37 +20,30 @@ import contextlib
 import os
 import select
 import time
+from typing import Self
 
 
-class Flag:
-    """Set once, never cleared. Holds a pipe: `close` it when done (or use `with`)."""
+class _Pipe:
+    """A pipe opened by its creator's process: `_poke` writes a byte (no lock taken, a
+    no-op once closed or in a forked child, whose pipe is still the parent's: the parent's
+    waiters would wake to nothing and poll again at once, for ever), `fileno` is the end to
+    `poll`. Holds two descriptors: `close` it when done (or use `with`)."""
 
     def __init__(self) -> None:
-        self._set = False
         self._pid = os.getpid()
         self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
 
-    def set(self) -> None:
-        """Raise the flag: no lock taken, so a signal handler may call it at any instant."""
-        self._set = True
-        # Closed: nobody waits any more. In a forked child the pipe is still the parent's,
-        # whose waiters would wake to a flag not set there and poll again at once, for ever.
+    def _poke(self) -> None:
         if self._write < 0 or os.getpid() != self._pid:
             return
         with contextlib.suppress(BlockingIOError):  # a full pipe: the waiters are woken already
             os.write(self._write, b"\0")
 
-    def is_set(self) -> bool:
-        return self._set
-
     def fileno(self) -> int:
-        """The descriptor that turns readable once the flag is set (for `poll`, `select`)."""
+        """The descriptor that turns readable once set (for `poll`, `select`)."""
         return self._read
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Whether the flag is set, waiting up to `timeout` seconds (None: for ever)."""
-        return wait_any([self], timeout) is not None
 
     def close(self) -> None:
         # The write end is forgotten before it is closed: a handler that runs in between
@@ -56,11 +54,44 @@ class Flag:
             if fd >= 0:
                 os.close(fd)
 
-    def __enter__(self) -> Flag:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+class Flag(_Pipe):
+    """Set once, never cleared."""
+
+    def __init__(self) -> None:
+        self._set = False
+        super().__init__()
+
+    def set(self) -> None:
+        """Raise the flag: no lock taken, so a signal handler may call it at any instant."""
+        self._set = True
+        self._poke()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the flag is set, waiting up to `timeout` seconds (None: for ever)."""
+        return wait_any([self], timeout) is not None
+
+
+class WakeUp(_Pipe):
+    """Set from any thread, any number of times; the one waiter `poll`s its `fileno` and
+    `clear`s it once woken. A set while the waiter is busy stays pending: none is lost."""
+
+    def set(self) -> None:
+        self._poke()
+
+    def clear(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._read, 4096):
+                pass
 
 
 def wait_any(flags: list[Flag], timeout: float | None = None) -> Flag | None:

@@ -1,4 +1,4 @@
-"""The RQ worker of `python manage.py worker`: jobs in-process, with heartbeats during jobs.
+"""The RQ worker `worker.create_worker` runs: jobs in-process, with heartbeats during jobs.
 
 Jobs run in the worker's own process (`SimpleWorker`): whisper.cpp's OpenMP threads do not
 survive a fork. A stock `SimpleWorker` sends no heartbeat while a job runs, so it registers
@@ -59,10 +59,11 @@ from rq.scheduler import run as run_scheduler
 from rq.worker import WorkerStatus
 
 from config import Config
-from jobs import runtime
+from jobs import stopping as stop_state
 from jobs.companions import die_with_parent
+from jobs.context import ContextJob, JobContext
 from plumbing.metrics import BEAT_SCRIPT, WORKER_BEAT_SECONDS, WORKERS_ALIVE_KEY
-from plumbing.signal_flag import Flag, wait_any
+from plumbing.wakeup import Flag, wait_any
 
 HEARTBEAT_INTERVAL = 10
 HEARTBEAT_TTL = HEARTBEAT_INTERVAL + 60
@@ -173,7 +174,11 @@ class Presence:
 
 class ClinicWorker(SimpleWorker):
     """`SimpleWorker` with heartbeats during jobs, the short timings above and a beat that
-    keeps it counted whatever Redis lost (`Presence`)."""
+    keeps it counted whatever Redis lost (`Presence`); it hands its jobs its `job_context`
+    (jobs/context.py: `ContextJob`), which `worker.create_worker` gives it."""
+
+    job_class = ContextJob
+    job_context: JobContext | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("worker_ttl", WORKER_TTL)
@@ -303,6 +308,11 @@ class ClinicWorker(SimpleWorker):
         else:
             self.scheduler.start()
 
+    def perform_job(self, job: Job, queue: Queue) -> bool:
+        if isinstance(job, ContextJob):
+            job.context = self.job_context
+        return super().perform_job(job, queue)
+
     def get_heartbeat_ttl(self, job: Job) -> int:
         # Registry entry and execution record live this long past each beat (the stock
         # SimpleWorker: the whole job timeout, since it cannot beat during a job).
@@ -396,7 +406,7 @@ def run(
         # Called in a signal handler (ours, or RQ's through `on_stop`): it records the stop
         # and raises a flag, and nothing else. A lock, a log line or a thread started here
         # could wait for what the interrupted main thread holds; the keeper does the rest.
-        runtime.request_stop()
+        stop_state.request_stop()
         keeper.asked.set()
 
     def stop_waiting(*_: object) -> None:
@@ -431,7 +441,7 @@ def run(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         keeper.finish()  # stopped in time (or never asked to)
-        runtime.forget_stop()
+        stop_state.forget_stop()
 
 
 class StopKeeper:
@@ -459,7 +469,7 @@ class StopKeeper:
             self.on_stop()
         # A little before the grace's end, counted from the signal: the platform's SIGKILL
         # comes at its end.
-        asked_at = runtime.stop_asked_at()
+        asked_at = stop_state.stop_asked_at()
         spent = 0.0 if asked_at is None else time.monotonic() - asked_at
         if self._finished.wait(max(0.0, self.grace - 0.5 - spent)):
             return
