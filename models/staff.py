@@ -95,6 +95,9 @@ class StaffMembership(BaseModel):
     user = pw.ForeignKeyField(StaffUser, backref="memberships", on_delete="CASCADE")
     clinic = pw.ForeignKeyField(Clinic, backref="staff", on_delete="CASCADE")
     role = pw.CharField(max_length=8, default="staff")
+    # The user asked (account page) to be e-mailed of this clinic's messages flagged
+    # "may be urgent", when the clinic tells its staff (notices/urgent.py).
+    urgent_notices = pw.BooleanField(default=False)
 
     class Meta:
         indexes = ((("user", "clinic"), True),)
