@@ -194,7 +194,7 @@ def create_app(config: Config) -> falcon.App:
         SchemaGate(lambda: migrations.pending(database)),
         DatabaseConnection(),
         # recording-complete's 4xx after authentication are recorded
-        HandoffRefusals(recorder),
+        HandoffRefusals(recorder, config.clock),
         # /console only: the staff session (cookie) and CSRF; never the API's
         ConsoleSession(config.clock, session_lifetime, renderer, OnceOnly(queue_redis), flash),
         TokenAuth(config.clock, cache),

@@ -365,7 +365,9 @@ class Config:
             except ValueError as exc:
                 raise ValueError(f"SMTP_URL {exc}") from None
             if "@" not in self.mail_from:
-                raise ValueError("MAIL_FROM: the sender's address is required with SMTP_URL (such as ordinace@example.cz)")
+                raise ValueError(
+                    "MAIL_FROM: the sender's address is required with SMTP_URL (such as ordinace@example.cz)"
+                )
             if not self.public_base_url:
                 raise ValueError(
                     "PUBLIC_BASE_URL is required with SMTP_URL: the e-mails' links lead there (such as "

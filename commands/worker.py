@@ -25,12 +25,14 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     this process (a `SimpleWorker`): whisper.cpp's OpenMP threads do not survive a fork,
     so a forked work horse would hang on the parent's warmed model.
     The playback worker (a child process started first, without the model) serves the
-    `recordings` queue alone, so re-fetching a doctor's expired link never waits behind
-    a transcription; it and RQ's scheduler end with this process (jobs/companions.py).
+    `recordings` queue and the `outbox`'s e-mails, so neither a doctor's expired link nor an
+    urgent message's e-mail waits behind a transcription; it and RQ's scheduler end with
+    this process (jobs/companions.py). The outbox relay queues what the outbox holds
+    (jobs/outbox.py).
     """
     from rq import Queue
 
-    from jobs import companions, metrics, queueing, relay, runtime, storage_purge, worker
+    from jobs import companions, metrics, outbox, queueing, relay, runtime, storage_purge, worker
     from plumbing import logs
 
     logs.setup(config.log_level, config.log_format)
@@ -51,7 +53,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         exit_at_once(
             worker.run(
                 worker_class,
-                [Queue(queueing.RECORDINGS, connection=connection)],
+                [Queue(name, connection=connection) for name in (queueing.RECORDINGS, queueing.OUTBOX)],
                 with_scheduler=False,
                 logging_level=level,
                 who="playback worker",
@@ -87,6 +89,11 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         # Hands stored calls to the queue (the web only commits them); re-queues, at once
         # and then periodically, the pending calls left without a live job (jobs/relay.py).
         relay.start(Queue(queueing.CALLS, connection=connection), config)
+        # Queues what the outbox holds (e-mails, the events that make them), gives back what
+        # lost its job, writes the keys' expiry notices and the gauges (jobs/outbox.py).
+        if not config.mail_enabled:
+            log.warning("SMTP_URL is not set: no e-mail is sent (notices and set-password links)")
+        outbox.start(Queue(queueing.OUTBOX, connection=connection), config)
         # Deletes uploads never registered once their link expired (and a grace), at once
         # and then every UPLOAD_PURGE_EVERY_SECONDS; safe in every worker (jobs/storage_purge.py).
         # Each round also runs the retention: what the clinics keep only as long as they set.

@@ -38,6 +38,11 @@ def _compile(language: str) -> gettext.NullTranslations:
     return gettext.GNUTranslations(mo)
 
 
+def catalogues() -> dict[str, gettext.NullTranslations]:
+    """The console's catalogue compiled for each language (the e-mails speak it too)."""
+    return {language: _compile(language) for language in LANGUAGES}
+
+
 def N_(message: str) -> str:
     """Marks a message for the catalogue where it is defined; translated where it is shown
     (`tr.gettext(message)`). tests/test_console_catalog.py extracts these with gettext's."""
@@ -53,7 +58,7 @@ class Renderer:
             undefined=jinja2.StrictUndefined,  # a misspelt variable fails a test, not a page silently
         )
         self.env.install_null_translations(newstyle=True)  # type: ignore[attr-defined]  # the i18n extension's
-        self.translations = {language: _compile(language) for language in LANGUAGES}
+        self.translations = catalogues()
         # The stylesheet's and the script's addresses, with their content's hash: a changed
         # file reaches every browser at once, however long it kept the last one.
         self.assets = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import redis
@@ -22,6 +23,7 @@ from plumbing.database import bind_database, db
 from plumbing.metrics import Recorder
 
 if TYPE_CHECKING:
+    from notices.mail import Sender
     from voicemail import transcription
 
 
@@ -46,6 +48,13 @@ class JobContext:
 
         c = self.config
         return transcription.get_transcriber(c.transcriber, model, c.whisper_threads, c.whisper_vad)
+
+    @cached_property
+    def mail(self) -> Sender:
+        """The e-mails' templates and settings, loaded once per process, when first needed."""
+        from notices.mail import Sender
+
+        return Sender.build(self.config)
 
     @classmethod
     def build(cls, config: Config) -> JobContext:

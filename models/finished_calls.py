@@ -11,6 +11,7 @@ import uuid
 
 from models.calls import Call
 from models.clinics import Clinic
+from models.outbox import Outbox
 from models.patients import Patient, PatientRecord
 from models.requests import PatientRequest, Triage
 from plumbing.clock import utc_now
@@ -71,20 +72,27 @@ def finish(
 
 def _request_from_call(call: Call, outcome: str, triage: Triage | None) -> None:
     """The request `outcome` makes of the call, for the patient the caller is; nothing
-    when the call already has one (the unique `call_id`) or the outcome makes none."""
+    when the call already has one (the unique `call_id`) or the outcome makes none. A
+    request flagged "may be urgent" is told to whoever its clinic has asked (the outbox's
+    `request.urgent`, in this transaction: notices/urgent.py decides who and when)."""
     if outcome not in REQUEST_OF_OUTCOME:
         return
     kind, title = REQUEST_OF_OUTCOME[outcome]
     clinic = Clinic.get_by_id(call.clinic_id)
     patient = patient_for_caller(clinic, call.call_from)
+    request_id, now = uuid.uuid4(), utc_now()
     PatientRequest.insert(
+        id=request_id,
         clinic=clinic,
         patient=patient,
         kind=kind,
         call=call.id,
+        created_at=now,
         title=title.format(number=patient.phone or call.call_from.strip() or "a withheld number")[:300],
         **(triage.columns() if triage is not None else {}),
     ).on_conflict_ignore().execute()
+    if triage is not None and triage.urgent and PatientRequest.select().where(PatientRequest.id == request_id).exists():
+        Outbox.add("request.urgent", {"request": str(request_id)}, now, clinic_id=clinic.id)
 
 
 def patient_for_caller(clinic: Clinic, raw_number: str) -> Patient:

@@ -125,7 +125,7 @@ class StaffSession(BaseModel):
 
 class StaffPasswordLink(BaseModel):
     """A one-time link that lets a staff user choose a password (a new account, or a reset
-    an admin made): the service sends no e-mail, the admin hands the link over. Only the
+    an admin made, or "forgot password"): handed over by the admin, or e-mailed. Only the
     SHA-256 of its token is stored; it is good once, until `expires_at`."""
 
     user_id: uuid.UUID

@@ -141,6 +141,36 @@ class ApiToken(BaseModel):
             return None
         return token, clinic
 
+    @classmethod
+    def refused_reason(cls, text: str, slug: str, now: datetime) -> tuple[ApiToken, Clinic, str] | None:
+        """For a token `authorize` refused: the token, the clinic named `slug` that it is
+        bound to, and why (`revoked`, `expired`), when its secret is right; None for an
+        unknown or forged token, a live one, or a clinic it does not serve. Asked only on
+        that refusal (recording-complete's), so the hot path pays nothing."""
+        parts = text.split("_", 2)
+        if len(parts) != 3 or parts[0] != cls.PREFIX:
+            return None
+        try:
+            token_id = uuid.UUID(hex=parts[1])
+        except ValueError:
+            return None
+        token = cls.get_or_none(cls.id == token_id)
+        if token is None or not hmac.compare_digest(token.secret_hash, cls._hash(parts[2])):
+            return None
+        if token.revoked_at is not None:
+            reason = "revoked"
+        elif token.expires_at is not None and token.expires_at <= as_utc(now):
+            reason = "expired"
+        else:
+            return None
+        clinic = (
+            Clinic.select()
+            .join(ApiTokenClinic, on=(ApiTokenClinic.clinic == Clinic.id))
+            .where((Clinic.slug == slug) & (ApiTokenClinic.token == token.id))
+            .first()
+        )
+        return (token, clinic, reason) if clinic is not None else None
+
     @property
     def scope_set(self) -> set[str]:
         return set(self.scopes.split())

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ipaddress
 import smtplib
-import socket
 import ssl
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -154,6 +153,6 @@ def send(server: Server, mail: EmailMessage, *, ca_file: str = "", timeout: floa
         raise MailError(f"smtp_{exc.smtp_code}", transient=not 500 <= exc.smtp_code < 600) from None
     except ssl.SSLCertVerificationError:
         raise MailError("certificate_refused", transient=True) from None
-    except (smtplib.SMTPException, ssl.SSLError, socket.timeout, OSError) as exc:
+    except (TimeoutError, smtplib.SMTPException, ssl.SSLError, OSError) as exc:
         # Unreachable, closed, slow, TLS failed: the server may be back soon.
         raise MailError(type(exc).__name__.lower()[:40], transient=True) from None

@@ -1,6 +1,8 @@
 """A clinic's staff as its admins run them in the console: adding a user (or giving an
 existing account of the same organization a role), changing a role, disabling and enabling,
-and one-time set-password links (the service sends no e-mail: the admin hands the link over);
+and one-time set-password links (handed over by the admin, or e-mailed when the service
+sends e-mail: then the link is made as its e-mail is written, `issue_mailed_link`, and
+"forgot password" asks for one, `request_reset`);
 and what every user does with their own account: the password and their sessions.
 
 Each change is audited in its own transaction (staff/events.py). A clinic keeps at least one
@@ -15,7 +17,18 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from models import Actor, Calendar, Clinic, Organization, StaffMembership, StaffPasswordLink, StaffSession, StaffUser
+from models import (
+    Actor,
+    AuditEvent,
+    Calendar,
+    Clinic,
+    Organization,
+    Outbox,
+    StaffMembership,
+    StaffPasswordLink,
+    StaffSession,
+    StaffUser,
+)
 from plumbing.clock import as_utc
 from plumbing.database import db, is_postgresql
 from plumbing.errors import Conflict, Forbidden, Gone, Invalid, NotFound
@@ -222,6 +235,61 @@ def issue_link(clinic: Clinic, actor: Actor, user_id: str | uuid.UUID, lifetime:
             user,
             "staff_user.password_link",
             {"validHours": _hours(lifetime), "firstPassword": not user.password_hash},
+        )
+    return token
+
+
+def mail_link(clinic: Clinic, actor: Actor, user_id: str | uuid.UUID, now: datetime, *, first: bool) -> StaffUser:
+    """E-mail a user of the clinic a set-password link (`first`: a new account's welcome):
+    the outbox's e-mail, in the transaction of its audit event. The link is made as the
+    e-mail is written (`issue_mailed_link`), so nothing secret waits in the outbox; the
+    user's earlier links stop working then."""
+    with db.atomic():
+        user, _ = member(clinic, user_id)
+        if user.disabled_at is not None:
+            raise Conflict(LINK_GONE, code="USER_DISABLED")
+        Outbox.add(
+            "mail",
+            {
+                "template": "welcome" if first else "password_link",
+                "to": {"user": str(user.id)},
+                "clinic": str(clinic.id),
+            },
+            now,
+            clinic_id=clinic.id,
+        )
+        events.record(actor, user, "staff_user.password_link", {"byEmail": True, "firstPassword": first})
+    return user
+
+
+def request_reset(email: str, now: datetime) -> bool:
+    """ "Forgot password": an enabled account of `email` is e-mailed a link to set a new
+    password (the outbox's e-mail and the audit event commit together). An unknown or
+    disabled address leaves an event of no clinic naming nobody, and nothing else: the
+    caller answers the same either way. Whether an e-mail will go (for the caller's tests only)."""
+    user = StaffUser.by_email(email) if email.strip() else None
+    with db.atomic():
+        if user is None or user.disabled_at is not None:
+            AuditEvent.record(
+                Actor("staff", "unknown"), None, "staff.password_reset_asked", None, {"knownAccount": False}
+            )
+            return False
+        Outbox.add("mail", {"template": "password_reset", "to": {"user": str(user.id)}}, now)
+        events.record(Actor.staff(user), user, "staff.password_reset_asked", {"knownAccount": True})
+    return True
+
+
+def issue_mailed_link(user: StaffUser, lifetime: timedelta, now: datetime) -> str | None:
+    """A set-password link's token for the e-mail being written (None: the user is
+    disabled now); the user's earlier unused links stop working. Audited where it was asked for."""
+    with db.atomic():
+        current = StaffUser.get_or_none(StaffUser.id == user.id)
+        if current is None or current.disabled_at is not None:
+            return None
+        _expire_links(current, now)
+        token = secrets.token_urlsafe(32)
+        StaffPasswordLink.create(
+            user=current, token_hash=_digest(token), created_at=as_utc(now), expires_at=as_utc(now + lifetime)
         )
     return token
 
