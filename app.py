@@ -15,7 +15,7 @@ from console import pages, rendering
 from console.flash import Flash
 from console.middleware import ConsoleSession, lifetime_of
 from console.once import OnceOnly
-from console.throttle import LoginThrottle
+from console.throttle import LoginThrottle, ResetThrottle
 from jobs import queueing
 from jobs.playback import RecordingPlayer
 from models import MedicalRecord
@@ -122,10 +122,21 @@ def create_app(config: Config) -> falcon.App:
         (pages.request_type(_REQUEST), requests.RequestTypeChoice(config.clock)),
         (pages.request_urgent(_REQUEST), requests.RequestUrgentClear(config.clock)),
         (pages.recording(_REQUEST), recording := requests.ConsoleRecording(renderer, player, config.clock)),
-        (pages.LOGIN, login.ConsoleLogin(renderer, throttle, config.clock, trust)),
+        (pages.LOGIN, login.ConsoleLogin(renderer, throttle, config.clock, trust, config.mail_enabled)),
+        (
+            pages.FORGOT,
+            login.ForgotPassword(
+                renderer,
+                ResetThrottle(queue_redis),
+                config.clock,
+                trust,
+                config.mail_enabled,
+                config.console_reset_link_minutes,
+            ),
+        ),
         (pages.LOGIN_CODE, login.ConsoleLoginCode(renderer, throttle, config.clock, config.secret_keys, trust, flash)),
         (pages.password_link("{token}"), login.SetPasswordPage(renderer, config.clock, trust)),
-        (pages.ACCOUNT, account.AccountPage(renderer, throttle)),
+        (pages.ACCOUNT, account.AccountPage(renderer, throttle, config.mail_enabled)),
         (pages.TWO_FACTOR, account.TwoFactorPage(renderer, config.clock, config.secret_keys, trust, flash)),
         (pages.LOGOUT, login.ConsoleLogout()),
         (pages.LANGUAGE, account.ConsoleLanguage()),
@@ -148,7 +159,12 @@ def create_app(config: Config) -> falcon.App:
         (
             pages.STAFF,
             staff_pages.StaffPage(
-                renderer, config.clock, config.secret_keys, config.console_password_link_hours, trust
+                renderer,
+                config.clock,
+                config.secret_keys,
+                config.console_password_link_hours,
+                trust,
+                config.mail_enabled,
             ),
         ),
         (pages.AUDIT, audit.AuditList(renderer)),

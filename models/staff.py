@@ -37,6 +37,9 @@ class StaffUser(BaseModel):
     # Whether the user administers a clinic, once known: the console's header asks on every
     # page, so the session's own query reads it (`console.sessions.find`) and no render does.
     _admin: bool | None = None
+    # How many keys of the clinics the user administers expire within 14 days (the banner
+    # of every page): counted by the session's query (`console.sessions.find`).
+    expiring_keys: int = 0
 
     @property
     def two_factor(self) -> bool:

@@ -31,6 +31,8 @@ class ApiToken(BaseModel):
 
     PREFIX = "csk"
     SCOPES = ("read", "write")
+    #: A key expiring sooner is flagged in the lists, the administrators' banner and the metric.
+    EXPIRY_WARNING = timedelta(days=14)
 
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     name = pw.CharField(max_length=200)  # the service account every write is attributed to

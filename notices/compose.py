@@ -21,7 +21,7 @@ HERE = Path(__file__).parent
 SUBJECTS = {
     "urgent": N_("Messages that may be urgent: %(clinic)s"),
     "key_expiring": N_("An API key expires in %(days)s days: %(key)s"),
-    "key_refused": N_("Calls refused: the API key %(key)s has %(reason)s"),
+    "key_refused": N_("Calls refused: the API key %(key)s %(reason)s"),
     "password_reset": N_("Set a new password for the clinic console"),
     "welcome": N_("Your account in the clinic console"),
     "password_link": N_("A link to set your password in the clinic console"),

@@ -15,7 +15,6 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from api_keys.rules import EXPIRY_WARNING
 from config import Config
 from models import ApiToken, ApiTokenClinic, Outbox
 from notices import people
@@ -42,7 +41,7 @@ def expiring_count(now: datetime) -> int:
     """Keys (live, not replaced) that expire within `EXPIRY_WARNING` (the metric)."""
     return (
         ApiToken.select()
-        .where(_live_unreplaced(now) & (ApiToken.expires_at <= as_utc(now) + EXPIRY_WARNING))
+        .where(_live_unreplaced(now) & (ApiToken.expires_at <= as_utc(now) + ApiToken.EXPIRY_WARNING))
         .count()
     )
 

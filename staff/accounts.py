@@ -364,6 +364,32 @@ def change_password(user: StaffUser, current: str, new: str, repeated: str, keep
     return ended
 
 
+def notice_choices(user: StaffUser) -> list[tuple[Clinic, bool]]:
+    """The user's clinics, each with whether the user asked to be e-mailed of its messages
+    flagged "may be urgent"."""
+    rows = (
+        StaffMembership.select(StaffMembership, Clinic)
+        .join(Clinic)
+        .where(StaffMembership.user == user.id)
+        .order_by(Clinic.name, Clinic.slug)
+    )
+    return [(m.clinic, m.urgent_notices) for m in rows]
+
+
+def set_urgent_notices(user: StaffUser, wanted: set[str]) -> None:
+    """Be e-mailed of the messages flagged "may be urgent" of the clinics in `wanted` (ids),
+    and of no other of the user's clinics; audited in each clinic whose choice changed."""
+    with db.atomic():
+        for clinic, before in notice_choices(user):
+            after = str(clinic.id) in wanted
+            if after == before:
+                continue
+            StaffMembership.update(urgent_notices=after).where(
+                (StaffMembership.user == user.id) & (StaffMembership.clinic == clinic.id)
+            ).execute()
+            events.record(Actor.staff(user), user, "staff_user.urgent_notices", {"on": after}, [clinic])
+
+
 def set_language(user: StaffUser, language: str) -> None:
     if language not in StaffUser.LANGUAGES:
         raise Invalid(BAD_ROLE)

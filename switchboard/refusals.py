@@ -98,10 +98,12 @@ def record_key(clinic: Clinic, token_id: uuid.UUID, reason: str, now: datetime) 
     return told is not None
 
 
-def latest(limit: int = 20, clinic_slug: str | None = None) -> list[RefusedHandoff]:
+def latest(limit: int = 20, clinic_slug: str | None = None, clinic_id: uuid.UUID | None = None) -> list[RefusedHandoff]:
     query = RefusedHandoff.select()
     if clinic_slug:
         query = query.where(RefusedHandoff.clinic_slug == clinic_slug)
+    if clinic_id is not None:
+        query = query.where(RefusedHandoff.clinic_id == clinic_id)
     return list(query.order_by(RefusedHandoff.at.desc(), RefusedHandoff.id.desc()).limit(limit))
 
 

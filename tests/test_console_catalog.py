@@ -1,5 +1,5 @@
-"""Every string the console shows is in the Czech catalogue: extracted from the templates
-(Jinja2's i18n calls) and from the Python that renders them (`gettext`, `_`, `N_`), as
+"""Every string the console shows, and every e-mail's, is in the Czech catalogue: extracted
+from the templates (Jinja2's i18n calls) and from the Python that renders them (`gettext`, `_`, `N_`), as
 Babel's extractors read them. A string added in English only fails here, not in a
 receptionist's browser."""
 
@@ -22,10 +22,13 @@ def extracted() -> dict[str, set[str]]:
         (ROOT / "console" / "templates", [("**.html", "jinja2")]),
         (ROOT / "console", [("**.py", "python")]),
         (ROOT / "resources", [("**.py", "python")]),
+        (ROOT / "notices" / "templates", [("**.html", "jinja2"), ("**.txt", "jinja2")]),
+        (ROOT / "notices", [("**.py", "python")]),
     ]
     for directory, method_map in sources:
         for filename, _line, message, _comments, _context in extract_from_dir(
-            str(directory), method_map, keywords=KEYWORDS, options_map={"**.html": {"extensions": "jinja2.ext.i18n"}}
+            str(directory), method_map, keywords=KEYWORDS,
+            options_map={"**.html": {"extensions": "jinja2.ext.i18n"}, "**.txt": {"extensions": "jinja2.ext.i18n"}},
         ):
             for text in message if isinstance(message, tuple) else (message,):
                 if text:
