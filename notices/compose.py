@@ -54,7 +54,7 @@ class Composer:
     def tr(self, language: str) -> gettext.NullTranslations:
         return self.translations.get(language) or self.translations[DEFAULT_LANGUAGE]
 
-    def write(self, name: str, language: str, **values: Any) -> Written:
+    def write(self, template: str, language: str, **values: Any) -> Written:
         tr = self.tr(language)
         if language not in self.translations:
             language = DEFAULT_LANGUAGE
@@ -67,8 +67,8 @@ class Composer:
                     return text
                 return Markup(text) % given if _html else text % given
 
-            parts[kind] = self.env.get_template(f"{name}.{kind}").render(
+            parts[kind] = self.env.get_template(f"{template}.{kind}").render(
                 gettext=gettext_, _=gettext_, ngettext=tr.ngettext, language=language, **values
             )
-        subject = tr.gettext(SUBJECTS[name]) % values.get("subject", {})
+        subject = tr.gettext(SUBJECTS[template]) % values.get("subject", {})
         return Written(" ".join(subject.split()), parts["txt"].strip() + "\n", parts["html"], language)

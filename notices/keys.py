@@ -15,6 +15,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
+from peewee import fn
+
 from config import Config
 from models import ApiToken, ApiTokenClinic, Outbox
 from notices import people
@@ -33,7 +35,7 @@ def _live_unreplaced(now: datetime) -> object:
         ApiToken.revoked_at.is_null()
         & ApiToken.expires_at.is_null(False)
         & (ApiToken.expires_at > as_utc(now))
-        & ~successors.exists()
+        & ~fn.EXISTS(successors)
     )
 
 

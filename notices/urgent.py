@@ -93,7 +93,9 @@ def fan_out(event: Outbox, config: Config, now: datetime) -> str:
             .order_by(Outbox.done_at.desc())
             .first()
         )
-        due = now + gather
+        # Counted from the message, not from this fan-out: a worker late by a minute does
+        # not make the e-mail a minute later.
+        due = as_utc(request.created_at) + gather
         if last is not None and last.done_at is not None:
             due = max(due, as_utc(last.done_at) + every)
         Outbox.add(
