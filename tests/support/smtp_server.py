@@ -89,6 +89,17 @@ def parsed(raw: bytes) -> EmailMessage:
     return email.message_from_bytes(raw, policy=email.policy.default)  # type: ignore[return-value]
 
 
+def mail_env(server: SMTPTestServer, ca_bundle: str, public_base_url: str = "https://clinic.test") -> dict[str, str]:
+    """A service process's e-mail settings, to this server (short retries: a test waits them)."""
+    return {
+        "SMTP_URL": server.url,
+        "SMTP_CA_BUNDLE": ca_bundle,
+        "MAIL_FROM": SENDER,
+        "PUBLIC_BASE_URL": public_base_url,
+        "MAIL_RETRY_DELAYS": "1,2,4,8,15,30",
+    }
+
+
 @pytest.fixture(scope="session")
 def smtp_server(https_ca: trustme.CA) -> Iterator[SMTPTestServer]:
     server = SMTPTestServer(https_ca).start()
