@@ -3,7 +3,7 @@ errors sorted into "try again later" and "never".
 
 `smtps://host[:465]` speaks TLS from the first byte; `smtp://host[:587]` must offer
 STARTTLS, which is always used, except where the URL says `?starttls=off` for a server on
-this machine's loopback (a local relay, the embedded run's server): mail and password
+the loopback (a local relay, the embedded run's server): mail and password
 never cross a network in clear. The server's certificate is verified against the system's
 authorities or `ca_file`, its name included. `user:password@` logs in after TLS.
 

@@ -23,6 +23,7 @@ SERVICE_PACKAGES = {
     "jobs",
     "web",
     "onboarding",
+    "notices",
     "console",
     "documents",
     "switchboard",

@@ -125,8 +125,8 @@ def test_three_flagged_messages_in_a_minute_are_one_email_to_each_opted_in_recip
         assert links(message) == expected, "one e-mail with all three"
         assert message["From"] == SENDER
         no_patient_data(message)
-    assert "mohou být naléhavé" in text_of(got["anna@example.cz"]), "Czech for anna"
-    assert "3 messages to Clinic-A may be urgent" in text_of(got["ben@example.cz"]), "English for ben"
+    assert "Zprávy pro Clinic-A, které mohou být naléhavé: 3." in text_of(got["anna@example.cz"]), "Czech"
+    assert "Messages to Clinic-A that may be urgent: 3." in text_of(got["ben@example.cz"]), "English for ben"
     assert "Clinic-A" in got[ON_CALL]["Subject"]
     with db.connection_context():
         sent = AuditEvent.select().where(AuditEvent.action == "notice.urgent_sent")
@@ -218,7 +218,7 @@ def test_a_key_14_and_3_days_from_expiry_gives_one_email_each_the_banner_and_the
     form.submit(status=303)
     for page in ("/console/", "/console/settings", "/console/account"):
         banner = web.get(page).html.find(id="keys-expiring")
-        assert banner is not None and "1 klíč API vašich klinik vyprší do 14 dnů" in banner.text, page
+        assert banner is not None and "Klíče API vašich klinik, které vyprší do 14 dnů: 1." in banner.text, page
     staff = webtest.TestApp(console)
     form = staff.get("/console/login").forms[0]
     form["email"], form["password"] = "ben@example.cz", PASSWORD
