@@ -125,7 +125,7 @@ def test_three_flagged_messages_in_a_minute_are_one_email_to_each_opted_in_recip
         assert links(message) == expected, "one e-mail with all three"
         assert message["From"] == SENDER
         no_patient_data(message)
-    assert "Zprávy pro Clinic-A, které mohou být naléhavé: 3." in text_of(got["anna@example.cz"]), "Czech"
+    assert "Zprávy, které mohou být naléhavé: 3. Klinika: Clinic-A." in text_of(got["anna@example.cz"]), "Czech"
     assert "Messages to Clinic-A that may be urgent: 3." in text_of(got["ben@example.cz"]), "English for ben"
     assert "Clinic-A" in got[ON_CALL]["Subject"]
     with db.connection_context():
