@@ -10,10 +10,11 @@ from rq import Queue
 
 import migrations
 from config import Config, prepare_process_environment
+from console import account, assets, audit, inbox, keys, login, pages, patient, rendering, settings, team
 from console import help as guides
-from console import pages, rendering
+from console import request as request_page
 from console.flash import Flash
-from console.middleware import ConsoleSession, lifetime_of
+from console.middleware import ConsoleSession
 from console.once import OnceOnly
 from console.throttle import LoginThrottle, ResetThrottle
 from jobs import queueing
@@ -23,12 +24,8 @@ from plumbing import clock, logs, metrics, strict_json
 from plumbing.database import bind_database
 from plumbing.row_cache import RowCache
 from resources import api_reference, catalog, meta, patient_requests, patients, switchboard
-from resources.console import account, audit, inbox, keys, login, requests, settings, static
-from resources.console import help as console_help
-from resources.console import patients as patients_pages
-from resources.console import staff as staff_pages
 from resources.storage_objects import StoredObject
-from staff import passwords
+from staff import passwords, sessions
 from storage import LocalStorage, make_storage
 from storage.links import LinkCache
 from switchboard.intake import GroupCommit
@@ -83,14 +80,14 @@ def create_app(config: Config) -> falcon.App:
     renderer = rendering.Renderer()
     passwords.warm_up()  # the console's logins: an unknown e-mail costs a wrong password's time
     help_pages = guides.Guides()  # docs/staff/*.md, rendered once
-    session_lifetime = lifetime_of(config.console_session_idle_hours, config.console_session_max_hours)
+    session_lifetime = sessions.Lifetime.of(config.console_session_idle_hours, config.console_session_max_hours)
     throttle = LoginThrottle(queue_redis, config.console_login_max_failures, config.console_login_window_seconds)
     flash = Flash(queue_redis, config.secret_keys)
     trust = config.trust_forwarded_proto
     idempotency = IdempotencyKeys(queue_redis, config.idempotency_key_hours, config.clock)
 
     sb, clinic = openapi.SWITCHBOARD, openapi.CLINIC
-    request = f"{clinic}/patientRequests/{{request_id}}"
+    one_request = f"{clinic}/patientRequests/{{request_id}}"
     routes = [
         (f"{sb}/is-clinic-opened", switchboard.IsClinicOpened(config.clock, cache)),
         (f"{sb}/is-on-vacation", switchboard.IsOnVacation(config.clock, cache)),
@@ -99,14 +96,17 @@ def create_app(config: Config) -> falcon.App:
         (f"{clinic}/patientRequestTypes/search", catalog.RequestTypeSearch()),
         (f"{clinic}/tags", catalog.Tags()),
         (f"{clinic}/patients/search", patients.PatientSearch()),
-        (f"{clinic}/patients/import", patients.PatientImport()),
-        (f"{clinic}/patients/import-bulk", patients.PatientImportBulk()),
-        (f"{clinic}/patientRequests/create", patient_requests.RequestCreate()),
+        (f"{clinic}/patients/import", patients.PatientImport(config.clock)),
+        (f"{clinic}/patients/import-bulk", patients.PatientImportBulk(config.clock)),
+        (f"{clinic}/patientRequests/create", patient_requests.RequestCreate(config.clock)),
         (f"{clinic}/patientRequests/search", patient_requests.RequestSearch()),
-        (request, patient_requests.RequestDetail(LinkCache(storage), player, config.clock)),
-        (f"{request}/recording", patient_requests.RequestRecording(player, config.clock)),
-        (f"{request}/attachments/upload-link", patient_requests.UploadLink(storage, config.upload_links_per_clinic)),
-        (f"{request}/attachments", patient_requests.Attachments(storage)),
+        (one_request, patient_requests.RequestDetail(LinkCache(storage), player, config.clock)),
+        (f"{one_request}/recording", patient_requests.RequestRecording(player, config.clock)),
+        (
+            f"{one_request}/attachments/upload-link",
+            patient_requests.UploadLink(storage, config.upload_links_per_clinic, config.clock),
+        ),
+        (f"{one_request}/attachments", patient_requests.Attachments(storage, config.clock)),
         (
             "/openapi.json",
             meta.OpenAPIDocument(openapi.document, config.public_base_url, trust, config.trusted_proxy_hops),
@@ -115,13 +115,13 @@ def create_app(config: Config) -> falcon.App:
         (api_reference.PREFIX + "/assets/{name}", api_reference.ApiReferenceAsset()),
         (pages.PREFIX, inbox.Inbox(renderer, config.clock, player)),
         (pages.ROWS, inbox.InboxRows(renderer, config.clock, player)),
-        (pages.request(_REQUEST), requests.RequestPage(renderer, LinkCache(storage), player, config.clock)),
-        (pages.request_note(_REQUEST), requests.RequestNote()),
-        (pages.request_tags(_REQUEST), requests.RequestTags()),
-        (pages.request_resolution(_REQUEST), requests.RequestResolution()),
-        (pages.request_type(_REQUEST), requests.RequestTypeChoice(config.clock)),
-        (pages.request_urgent(_REQUEST), requests.RequestUrgentClear(config.clock)),
-        (pages.recording(_REQUEST), recording := requests.ConsoleRecording(renderer, player, config.clock)),
+        (pages.request(_REQUEST), request_page.RequestPage(renderer, LinkCache(storage), player, config.clock)),
+        (pages.request_note(_REQUEST), request_page.RequestNote(config.clock)),
+        (pages.request_tags(_REQUEST), request_page.RequestTags(config.clock)),
+        (pages.request_resolution(_REQUEST), request_page.RequestResolution(config.clock)),
+        (pages.request_type(_REQUEST), request_page.RequestTypeChoice(config.clock)),
+        (pages.request_urgent(_REQUEST), request_page.RequestUrgentClear(config.clock)),
+        (pages.recording(_REQUEST), recording := request_page.ConsoleRecording(renderer, player, config.clock)),
         (pages.LOGIN, login.ConsoleLogin(renderer, throttle, config.clock, trust, config.mail_enabled)),
         (
             pages.FORGOT,
@@ -140,7 +140,7 @@ def create_app(config: Config) -> falcon.App:
         (pages.TWO_FACTOR, account.TwoFactorPage(renderer, config.clock, config.secret_keys, trust, flash)),
         (pages.LOGOUT, login.ConsoleLogout()),
         (pages.LANGUAGE, account.ConsoleLanguage()),
-        (pages.static("{name}"), static.ConsoleStatic(rendering.HERE / "static")),
+        (pages.static("{name}"), assets.ConsoleStatic(rendering.HERE / "static")),
         (pages.SETTINGS, settings.SettingsIndex(renderer)),
         *[
             (page.path, page(renderer, config.secret_keys, config.clock, cache))
@@ -158,7 +158,7 @@ def create_app(config: Config) -> falcon.App:
         (pages.api_key_revocation("{token_id}"), keys.ApiKeyRevocation(renderer, config.clock)),
         (
             pages.STAFF,
-            staff_pages.StaffPage(
+            team.StaffPage(
                 renderer,
                 config.clock,
                 config.secret_keys,
@@ -168,11 +168,11 @@ def create_app(config: Config) -> falcon.App:
             ),
         ),
         (pages.AUDIT, audit.AuditList(renderer)),
-        (pages.patient("{patient_id}"), patients_pages.PatientPage(renderer, config.clock)),
-        (pages.patient_copy("{patient_id}"), patients_pages.PatientCopy(storage, config.clock)),
-        (pages.patient_erasure("{patient_id}"), patients_pages.PatientErasure(storage, config.clock)),
-        *[(path, console_help.HelpPage(renderer, help_pages)) for path in (pages.HELP, pages.guide("{name}"))],
-        (pages.guide_image("{name}"), console_help.HelpImage()),
+        (pages.patient("{patient_id}"), patient.PatientPage(renderer, config.clock)),
+        (pages.patient_copy("{patient_id}"), patient.PatientCopy(storage, config.clock)),
+        (pages.patient_erasure("{patient_id}"), patient.PatientErasure(storage, config.clock)),
+        *[(path, guides.HelpPage(renderer, help_pages)) for path in (pages.HELP, pages.guide("{name}"))],
+        (pages.guide_image("{name}"), guides.HelpImage()),
         ("/livez", meta.Liveness()),
         *[
             (path, meta.Readiness(database, queue_redis, lambda: migrations.pending(database), cache))
@@ -202,7 +202,7 @@ def create_app(config: Config) -> falcon.App:
         logs.RequestId(config.trusted_proxy_hops, logs.PathNames(router.find, LOGGED_PARAMETERS, prefixes)),
         web_metrics.RequestMetrics(flusher),
         # the security headers of every answer, errors included (web/security.py)
-        SecurityHeaders(trust),
+        SecurityHeaders(trust, pages.PREFIX),
         # Deprecation and Sunset on every answer of an operation going away (web/deprecations.py)
         deprecations.DeprecationHeaders(deprecations.DEPRECATED),
         NoNulInUrl(),

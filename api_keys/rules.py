@@ -1,5 +1,5 @@
 """The one place that holds the API key rules, used by the console's key pages
-(resources/console_keys.py) and by `manage.py token`:
+(console/keys.py) and by `manage.py token`:
 
 - a key belongs to a service account (its name) and grants clinics and scopes (read, write);
 - an expiry is required: 90 days unless chosen, at most a year; a key that never expires

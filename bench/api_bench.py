@@ -326,8 +326,8 @@ def bench_search(url: str, token: str, patients: int, repeat: int) -> bool:
         baseline = statistics.median(timed(lambda b=b: bare(b)) for b in batches[1:])
 
         # EXPLAIN the app's own query, as Peewee builds it.
-        from documents import patients
         from models import Clinic
+        from patients import directory as patients
         from plumbing.database import bind_database, db
 
         bind_database(url, pooled=False)
@@ -342,7 +342,7 @@ def bench_search(url: str, token: str, patients: int, repeat: int) -> bool:
 
             db.obj.execute_sql = capture  # type: ignore[method-assign]
             try:
-                patients.search(clinic, body(batches[0])["filter"], {"limit": 100})
+                patients.search(clinic, body(batches[0])["filter"], None, 100)
             finally:
                 db.obj.execute_sql = original  # type: ignore[method-assign]
         db.obj.close()

@@ -41,11 +41,11 @@ import redis  # noqa: E402
 
 from app import create_app  # noqa: E402
 from config import Config  # noqa: E402
-from console import sessions  # noqa: E402
 from migrations import migrate  # noqa: E402
 from models import ApiToken, Call, Clinic, Patient, PatientRequest, StaffMembership, StaffUser  # noqa: E402
 from onboarding.writer import onboard  # noqa: E402
 from plumbing.database import db  # noqa: E402
+from staff import sessions  # noqa: E402
 from staff.passwords import hash_password  # noqa: E402
 from tests.support.databases import recreate_database  # noqa: E402
 

@@ -65,7 +65,7 @@ def _existing_user(email: str) -> StaffUser | None:
 
 
 def cmd_user_reset_password(config: Config, args: argparse.Namespace) -> int:
-    from console import sessions
+    from staff import sessions
     from staff.passwords import hash_password
 
     user = _existing_user(args.email)
@@ -93,7 +93,7 @@ def cmd_user_hash_password(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_user_disable(config: Config, args: argparse.Namespace) -> int:
-    from console import sessions
+    from staff import sessions
 
     user = _existing_user(args.email)
     if user is None:

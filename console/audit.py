@@ -1,19 +1,26 @@
 """What the console writes to the audit trail about logins, and what its audit page
 reads from it. A login event goes to every clinic the user works for (each clinic's
-admins see who entered); the address is the request's (AuditEvent.record reads it)."""
+admins see who entered); the address is the request's (AuditEvent.record reads it).
+
+The audit page, /console/audit: the clinic's audit trail for its admins, in words
+(console/audit_words.py), newest first, filtered by who, what and when, a keyset page at a
+time."""
 
 from __future__ import annotations
 
+import urllib.parse
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+import falcon
 import peewee as pw
 
-from console import audit_actions
-from console.rendering import N_
+from console import audit_actions, audit_words, pages
+from console.rendering import N_, Renderer, html
 from models import Actor, AuditEvent, Clinic, StaffUser
 from plumbing.clock import as_utc
 from plumbing.database import db
+from plumbing.errors import Invalid
 from plumbing.keyset import Keyset
 
 PAGE_SIZE = 50
@@ -102,3 +109,49 @@ def events(
     if until is not None:
         query = query.where(AuditEvent.at < until)
     return ORDER.page(query, cursor, PAGE_SIZE)
+
+
+class AuditList:
+    admin_required = True
+
+    def __init__(self, renderer: Renderer) -> None:
+        self.renderer = renderer
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        session, clinic = req.context.console_session, req.context.admin_clinic
+        language = session.user.language
+        filters = {
+            "who": (req.get_param("who") or "")[:200],
+            "what": what if (what := req.get_param("what") or "") in ACTIONS else "",
+            "since": (req.get_param("since") or "")[:10],
+            "until": (req.get_param("until") or "")[:10],
+        }
+        try:
+            rows, cursor = events(
+                clinic,
+                filters["who"],
+                filters["what"],
+                day_start(filters["since"], clinic),
+                day_start(filters["until"], clinic, later_days=1),  # the whole day
+                req.get_param("after"),
+            )
+        except Invalid:  # a cursor that is not one of this list's
+            raise falcon.HTTPBadRequest() from None
+        described = audit_words.describe(rows, clinic, language, self.renderer.translations[language])
+        query = {"clinic": clinic.slug, **{k: v for k, v in filters.items() if v}}
+        more = pages.AUDIT + "?" + urllib.parse.urlencode({**query, "after": cursor}) if cursor else None
+        html(
+            resp,
+            self.renderer.render(
+                "console/audit.html",
+                language,
+                user=session.user,
+                csrf_token=session.csrf_token,
+                clinic=clinic,
+                clinics=req.context.admin_clinics,
+                events=described,
+                actions=ACTIONS,
+                more=more,
+                **filters,
+            ),
+        )

@@ -4,7 +4,11 @@ repository opens, rendered to HTML for the console's help page in the user's lan
 markdown-it-py (CommonMark with tables) with raw HTML off: whatever the Markdown holds is
 text, so a `<script>` in a guide shows as text like anything else the console displays.
 Links between the guides become console URLs, their images the console's image route;
-a link the console cannot serve (a file elsewhere in the repository) keeps its text only."""
+a link the console cannot serve (a file elsewhere in the repository) keeps its text only.
+
+The console's help: the staff guides (docs/staff/*.md) in the user's language. Open
+before login too (the login page's reader may need "who resets my password"): the guides
+hold no clinic's data. The language: the user's, else the login page's choice."""
 
 from __future__ import annotations
 
@@ -12,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import falcon
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from markupsafe import Markup
 
 from console import pages
-from console.rendering import DEFAULT_LANGUAGE, LANGUAGES
+from console.rendering import DEFAULT_LANGUAGE, LANGUAGE_COOKIE, LANGUAGES, Renderer, cookie, html
 
 GUIDES = Path(__file__).resolve().parent.parent / "docs" / "staff"
 IMAGES = GUIDES / "img"
@@ -115,3 +120,45 @@ def image(name: str) -> Path | None:
     if "/" in name or not name.endswith(".png") or not path.is_file():
         return None
     return path
+
+
+class HelpPage:
+    """GET /console/help (the receptionist's guide) and /console/help/{name}."""
+
+    def __init__(self, renderer: Renderer, guides: Guides) -> None:
+        self.renderer = renderer
+        self.guides = guides
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str = PAGES[0]) -> None:
+        session = req.context.console_session
+        if session is not None:
+            language = session.user.language
+        else:
+            chosen = req.get_param("lang") or cookie(req, LANGUAGE_COOKIE)
+            language = chosen if chosen in LANGUAGES else DEFAULT_LANGUAGE
+        guide = self.guides.get(name, language) if name in PAGES else None
+        if guide is None:
+            raise falcon.HTTPNotFound()
+        html(
+            resp,
+            self.renderer.render(
+                "console/help.html",
+                guide.language,
+                user=session.user if session else None,
+                csrf_token=session.csrf_token if session else "",
+                guide=guide,
+                guides=self.guides.listed(language),
+            ),
+        )
+
+
+class HelpImage:
+    """GET /console/help/img/{name}: a guide's screenshot (from the demo, no patient's data)."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        path = image(name)
+        if path is None:
+            raise falcon.HTTPNotFound()
+        resp.content_type = "image/png"
+        resp.cache_control = ["public", "max-age=86400"]
+        resp.data = path.read_bytes()

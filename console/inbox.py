@@ -1,23 +1,29 @@
-"""What the inbox shows: a clinic's requests, newest first, filtered, each with its
-patient and its call read in the same query (one round trip for a page of rows)."""
+"""The inbox and its live update: a clinic's requests, newest first, filtered, each with
+its patient and its call read in the same query (one round trip for a page of rows); and
+what the other pages show of a request the same way (its row, its local times, the
+request a staff member may open)."""
 
 from __future__ import annotations
 
 import math
 import re
+import urllib.parse
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
+import falcon
 import peewee as pw
 from babel import Locale, UnknownLocaleError
-from babel.dates import format_date, format_time
 from markupsafe import Markup, escape
 
-from console.rendering import N_
+from console import pages
+from console.rendering import N_, Renderer, html
+from jobs.playback import RecordingPlayer
 from models import AuditEvent, Call, Clinic, Patient, PatientRequest, RequestType, StaffUser
 from models.requests import spans_of, words_at
+from plumbing import catalogue
 from plumbing.clock import as_utc
 from plumbing.phones import for_display
 from voicemail.recordings import GONE_REASONS, PlayState
@@ -141,9 +147,7 @@ def request_for(user: StaffUser, request_id: str) -> PatientRequest | None:
 
 def local_time(value: datetime, clinic: Clinic, language: str) -> str:
     """A stored (naive UTC) time in the clinic's timezone, written the user's way."""
-    local = as_utc(value).replace(tzinfo=ZoneInfo("UTC")).astimezone(ZoneInfo(clinic.timezone))
-    # The date in full, the time to the minute (babel's "medium" time shows seconds).
-    return f"{format_date(local, 'medium', locale=language)} {format_time(local, 'short', locale=language)}"
+    return catalogue.local_time(value, clinic.timezone, language)
 
 
 def language_name(code: str | None, language: str) -> str | None:
@@ -239,3 +243,129 @@ def history(request: PatientRequest) -> list[AuditEvent]:
         .order_by(AuditEvent.at, AuditEvent.id)
         .limit(200)
     )
+
+
+def clinic_of(req: falcon.Request, user: StaffUser) -> tuple[Clinic | None, list[Clinic]]:
+    """?clinic=slug picks among the user's own clinics only; anything else: the first."""
+    clinics = user.clinics()
+    return next((c for c in clinics if c.slug == req.get_param("clinic")), clinics[0] if clinics else None), clinics
+
+
+def inbox_filters(req: falcon.Request) -> dict[str, str]:
+    return {
+        "state": state if (state := req.get_param("state") or "") in STATES else "open",
+        "kind": kind if (kind := req.get_param("kind") or "") in KINDS else "",
+        "type": _type_filter(req.get_param("type") or ""),
+        "q": (req.get_param("q") or "")[:100],
+    }
+
+
+def _type_filter(value: str) -> str:
+    """A request type's id, OTHER_TYPE or "" (all); anything else is "" too."""
+    if value == OTHER_TYPE:
+        return value
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return ""
+
+
+def own_request(req: falcon.Request, request_id: str) -> tuple[StaffUser, PatientRequest]:
+    """The session's user and the request they may see: one of their clinics', else 404."""
+    user: StaffUser = req.context.console_session.user
+    request = request_for(user, request_id)
+    if request is None:
+        raise falcon.HTTPNotFound()
+    return user, request
+
+
+def rows_of(
+    requests: list[PatientRequest], clinic: Clinic, language: str, player: RecordingPlayer, now: datetime
+) -> list[dict[str, object]]:
+    """The rows of requests, each with what its call's recording is now (from the stored
+    calls: the page asks nothing of the platform)."""
+    states = player.states([r.call for r in requests if r.call_id and r.call is not None], now)
+    types = clinic_types(clinic)
+    return [row(r, clinic, language, states.get(r.call_id) if r.call_id else None, types) for r in requests]
+
+
+class Inbox:
+    login_required = True
+
+    def __init__(self, renderer: Renderer, clock: Callable, player: RecordingPlayer) -> None:
+        self.renderer = renderer
+        self.clock = clock
+        self.player = player
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        session = req.context.console_session
+        user: StaffUser = session.user
+        clinic, clinics = clinic_of(req, user)
+        filters = inbox_filters(req)
+        rows = []
+        if clinic is not None:
+            found = requests(
+                clinic,
+                state=filters["state"],
+                kind=filters["kind"] or None,
+                request_type=filters["type"] or None,
+                search=filters["q"],
+            )
+            rows = rows_of(found, clinic, user.language, self.player, self.clock())
+        # The live update asks for rows newer than the newest shown (or than now); the newest
+        # is not the first when a flagged one is.
+        after = max(str(r["created"]) for r in rows) if rows else as_utc(self.clock()).isoformat()
+        rows_url = pages.ROWS + "?" + urllib.parse.urlencode({"clinic": clinic.slug if clinic else "", **filters})
+        html(
+            resp,
+            self.renderer.render(
+                "console/inbox.html",
+                user.language,
+                user=user,
+                csrf_token=session.csrf_token,
+                clinic=clinic,
+                clinics=clinics,
+                rows=rows,
+                types=clinic_types(clinic) if clinic else [],
+                after=after,
+                rows_url=rows_url,
+                **filters,
+            ),
+        )
+
+
+class InboxRows:
+    """The live update: the rows created after `after`, rendered by the row template."""
+
+    login_required = True
+
+    def __init__(self, renderer: Renderer, clock: Callable, player: RecordingPlayer) -> None:
+        self.renderer = renderer
+        self.clock = clock
+        self.player = player
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        session = req.context.console_session
+        user: StaffUser = session.user
+        clinic, _ = clinic_of(req, user)
+        try:
+            after = datetime.fromisoformat(req.get_param("after") or "")
+        except ValueError:
+            raise falcon.HTTPBadRequest() from None
+        filters = inbox_filters(req)
+        if clinic is None:
+            html(resp, "")
+            return
+        found = requests(
+            clinic,
+            state=filters["state"],
+            kind=filters["kind"] or None,
+            request_type=filters["type"] or None,
+            search=filters["q"],
+            after=after,
+        )
+        rows = "".join(
+            self.renderer.render("console/_row.html", user.language, row=row, csrf_token=session.csrf_token)
+            for row in (rows_of(found, clinic, user.language, self.player, self.clock()) if clinic else [])
+        )
+        html(resp, rows)

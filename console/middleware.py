@@ -14,16 +14,16 @@ from __future__ import annotations
 import logging
 import urllib.parse
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import falcon
 import redis
 
-from console import pages, sessions
+from console import pages
 from console.flash import Flash
 from console.once import OnceOnly
 from console.rendering import DEFAULT_LANGUAGE, Renderer, cookie
+from staff import sessions
 
 log = logging.getLogger(__name__)
 PREFIX = pages.PREFIX
@@ -178,7 +178,3 @@ def admin_clinic(req: falcon.Request) -> tuple[Any, list]:
     if wanted:
         return next((c for c in clinics if c.slug == wanted), None), clinics
     return (clinics[0] if clinics else None), clinics
-
-
-def lifetime_of(idle_hours: float, max_hours: float) -> sessions.Lifetime:
-    return sessions.Lifetime(idle=timedelta(hours=idle_hours), absolute=timedelta(hours=max_hours))

@@ -19,7 +19,7 @@ from typing import Any
 import peewee as pw
 
 from models import MedicalRecord, PatientRequest, UploadLink
-from plumbing.clock import utc_now
+from plumbing.clock import as_utc
 from plumbing.database import db, is_postgresql
 from plumbing.errors import Invalid, TooMany
 from storage import Storage
@@ -64,7 +64,7 @@ def check_size(storage: Storage, size: int, *keys: str) -> None:
 # --- open upload links per clinic ------------------------------------------------------------
 
 
-def check_open_links(clinic_id: uuid.UUID, limit: int, lifetime: int, now: datetime | None = None) -> None:
+def check_open_links(clinic_id: uuid.UUID, limit: int, lifetime: int, now: datetime) -> None:
     """Inside the transaction that issues a link: 429 TOO_MANY_UPLOAD_LINKS with Retry-After
     (seconds until the oldest open link expires) when the clinic already holds `limit` links
     issued within `lifetime` seconds and not registered.
@@ -74,7 +74,7 @@ def check_open_links(clinic_id: uuid.UUID, limit: int, lifetime: int, now: datet
     if is_postgresql():
         key = int.from_bytes(uuid.UUID(str(clinic_id)).bytes[:4], "big", signed=True)  # uuid4s are random
         db.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)", (_LINKS_LOCK_NAMESPACE, key))
-    now = now or utc_now()
+    now = as_utc(now)
     count, oldest = (
         UploadLink.select(pw.fn.COUNT(UploadLink.id), pw.fn.MIN(UploadLink.created_at))
         .join(PatientRequest)
@@ -101,7 +101,7 @@ def check_open_links(clinic_id: uuid.UUID, limit: int, lifetime: int, now: datet
 
 
 def purge_expired_uploads(
-    storage: Storage, *, lifetime: int, grace: int, batch: int = PURGE_BATCH, now: datetime | None = None
+    storage: Storage, now: datetime, *, lifetime: int, grace: int, batch: int = PURGE_BATCH
 ) -> int:
     """Delete every upload whose link expired over `grace` seconds ago without being
     registered: its stored object (a missing one is no error) and its `UploadLink` row,
@@ -114,7 +114,7 @@ def purge_expired_uploads(
     rows stay for the next run, and deleting an object again is harmless. Registered
     uploads keep their rows: registering the same fileHash again answers the first
     registration, however late."""
-    cutoff = (now or utc_now()) - timedelta(seconds=lifetime + grace)
+    cutoff = as_utc(now) - timedelta(seconds=lifetime + grace)
     purged = 0
     while True:
         with db.atomic():

@@ -33,10 +33,11 @@ import redis
 from rq import Retry
 
 from jobs import leases, queueing, runtime, wakeup
-from models import Call, Clinic, Triage, finished_calls
+from models import Call, Clinic, Triage
 from plumbing.database import UNREACHABLE as DATABASE_UNREACHABLE
 from plumbing.database import db
 from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
+from switchboard import finished_calls
 from triage import inbox as triage
 from voicemail import recordings, spoken_numbers, transcription
 
@@ -222,5 +223,5 @@ def _triage(clinic: Clinic, t: transcription.Transcript) -> Triage | None:
 def _finish(call: Call, outcome: str, **results: Any) -> str:
     """Record the outcome and create the request, once, in one transaction (`finished_calls.finish`)."""
     with db.connection_context():
-        finished_calls.finish(call, outcome, **results)
+        finished_calls.finish(call, outcome, runtime.context().config.clock(), **results)
     return outcome

@@ -29,14 +29,12 @@ from datetime import timedelta
 import redis
 
 from config import Config
-from console.middleware import lifetime_of
-from console.sessions import PENDING_LIFETIME
-from documents import patient_requests, uploads
+from documents import attachments, uploads
 from models import IdempotencyKey, Outbox
 from plumbing import metrics
-from plumbing.clock import utc_now
 from plumbing.database import db
 from privacy import retention
+from staff import sessions
 from storage import LocalStorage, Storage, make_storage
 from switchboard import refusals
 
@@ -54,14 +52,15 @@ class Purged:
 
 def purge_storage(storage: Storage, config: Config) -> Purged:
     """One round; needs a database connection (the caller's)."""
-    lifetime = patient_requests.UPLOAD_URL_SECONDS
+    lifetime = attachments.UPLOAD_URL_SECONDS
     grace = config.upload_purge_grace_seconds
-    purged = uploads.purge_expired_uploads(storage, lifetime=lifetime, grace=grace)
+    now = config.clock()
+    purged = uploads.purge_expired_uploads(storage, now, lifetime=lifetime, grace=grace)
     # A `.part` file younger than that may belong to an upload still streaming.
     partial = storage.purge_stale_uploads(lifetime + grace) if isinstance(storage, LocalStorage) else 0
-    refused = refusals.purge(utc_now(), config.refused_handoff_retention_days)
-    keys = IdempotencyKey.purge(config.clock())
-    delivered = Outbox.purge(config.clock())
+    refused = refusals.purge(now, config.refused_handoff_retention_days)
+    keys = IdempotencyKey.purge(now)
+    delivered = Outbox.purge(now)
     return Purged(
         uploads=purged, partial_files=partial, refused_handoffs=refused, idempotency_keys=keys, outbox=delivered
     )
@@ -69,11 +68,11 @@ def purge_storage(storage: Storage, config: Config) -> Purged:
 
 def lifetimes(config: Config) -> retention.Lifetimes:
     """The deployment's own periods the retention applies."""
-    session = lifetime_of(config.console_session_idle_hours, config.console_session_max_hours)
+    session = sessions.Lifetime.of(config.console_session_idle_hours, config.console_session_max_hours)
     return retention.Lifetimes(
         session_idle=session.idle,
         session_absolute=session.absolute,
-        session_pending=PENDING_LIFETIME,
+        session_pending=sessions.PENDING_LIFETIME,
         audit_details_without_clinic=timedelta(days=config.retention_audit_details_days),
     )
 

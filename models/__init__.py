@@ -2,7 +2,6 @@
 
 The modules import one way, each only the ones below it (pyproject.toml holds the order):
 
-    finished_calls                       a finished call becomes a request
     schema                               the migration log, MODELS
     requests                             patient requests, attachments, upload links
     calls | idempotency                  handed-off calls; stored write answers

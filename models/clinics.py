@@ -190,6 +190,32 @@ class RequestType(BaseModel):
     class Meta:
         indexes = ((("clinic", "ecrf_id"), True),)
 
+    #: The type's fields under the names the contract and the onboarding document give them
+    #: (`patientRequestTypes/search` answers them; an onboarding file writes them), each
+    #: with its column. One list, so the two cannot name a field differently.
+    PUBLIC_FIELDS = {
+        "ecrfId": "ecrf_id",
+        "name": "name",
+        "description": "description",
+        "requiresReservation": "requires_reservation",
+        "requiresPayment": "requires_payment",
+        "requiresSignature": "requires_signature",
+        "reservationLength": "reservation_length",
+        "remindDaysBefore": "remind_days_before",
+    }
+
+    def public_fields(self) -> dict[str, Any]:
+        return {name: getattr(self, column) for name, column in self.PUBLIC_FIELDS.items()}
+
+    @classmethod
+    def columns_of(cls, fields: dict[str, Any]) -> dict[str, Any]:
+        """The columns of `fields` given under their public names (an onboarding document's
+        type): those it leaves out take their column's default."""
+        return {
+            column: fields[name] if name in fields else getattr(cls, column).default
+            for name, column in cls.PUBLIC_FIELDS.items()
+        }
+
 
 class RequestTypeDefaultTag(BaseModel):
     id: Any  # the AutoField: a column in queries, an int on a row

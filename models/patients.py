@@ -33,6 +33,9 @@ class Patient(BaseModel):
     #: The patient a request kept for its signed documents belongs to once its own patient
     #: was erased (privacy/erasure.py): one per organization, holding no personal data.
     ERASED_NAME = "Erased patient"
+    #: The patient of a withheld number (one per clinic, patients/callers.py): the retention
+    #: knows such a patient by it (privacy/retention.py).
+    UNKNOWN_CALLER = "Unknown caller"
 
     @staticmethod
     def erased_id(organization_id: uuid.UUID) -> uuid.UUID:
@@ -92,6 +95,10 @@ class PatientRecord(BaseModel):
 
     class Meta:
         indexes = ((("patient", "clinic"), True), (("clinic",), False))
+
+    #: The note on a record a call made (patients/callers.py): the retention knows such a
+    #: record by it (privacy/retention.py).
+    FROM_A_CALL = "Created from a phone call."
 
 
 class PatientRecordTag(BaseModel):

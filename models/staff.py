@@ -35,7 +35,7 @@ class StaffUser(BaseModel):
     totp_last_step = pw.BigIntegerField(null=True)
 
     # Whether the user administers a clinic, once known: the console's header asks on every
-    # page, so the session's own query reads it (`console.sessions.find`) and no render does.
+    # page, so the session's own query reads it (`staff.sessions.find`) and no render does.
     _admin: bool | None = None
     # How many keys of the clinics the user administers expire within 14 days (the banner
     # of every page): counted by the session's query (`console.sessions.find`).

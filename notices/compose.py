@@ -1,7 +1,8 @@
 """Writing an e-mail: its subject, a plain text part and an HTML part, in Czech or English
-(the recipient's language), from the templates beside this module and the console's
-catalogue. Autoescaped HTML; the text part unescaped. Never patient data: what a template
-is given is ids, the clinic's name, times and console links."""
+(the recipient's language), from the templates beside this module and the e-mails' own
+catalogue (locale/cs/LC_MESSAGES/messages.po, English msgids). Autoescaped HTML; the text
+part unescaped. Never patient data: what a template is given is ids, the clinic's name,
+times and console links."""
 
 from __future__ import annotations
 
@@ -13,9 +14,17 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from console.rendering import DEFAULT_LANGUAGE, N_, catalogues
+from plumbing import catalogue
 
 HERE = Path(__file__).parent
+LANGUAGES = ("cs", "en")  # the first is the default: the clinics are Czech
+DEFAULT_LANGUAGE = LANGUAGES[0]
+
+
+def N_(message: str) -> str:
+    """Marks a message for the catalogue where it is defined; translated where it is written."""
+    return message
+
 
 #: Each template's subject, in the catalogue (`%(...)s` filled from its values).
 SUBJECTS = {
@@ -40,7 +49,7 @@ class Composer:
     """The e-mails' templates and catalogues, loaded once per worker."""
 
     def __init__(self) -> None:
-        self.translations = catalogues()
+        self.translations = {language: catalogue.compiled(HERE / "locale", language) for language in LANGUAGES}
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=jinja2.select_autoescape(["html"], default_for_string=False, default=False),

@@ -15,13 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from config import Config
-from console import pages
-from console.inbox import local_time
-from console.rendering import N_
 from models import Actor, ApiToken, ApiTokenClinic, AuditEvent, Clinic, Outbox, PatientRequest
-from notices import people
-from notices.compose import Composer, Written
-from plumbing import mail
+from notices import links, people
+from notices.compose import N_, Composer, Written
+from plumbing import catalogue, mail
 from plumbing.clock import as_utc
 from plumbing.database import db
 from staff import accounts
@@ -50,9 +47,7 @@ class Sender:
 
 def _when(moment: datetime | str, clinic: Clinic | None, language: str) -> str:
     value = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
-    if clinic is None:
-        return f"{as_utc(value):%Y-%m-%d %H:%M} UTC"
-    return local_time(as_utc(value), clinic, language)
+    return catalogue.local_time(value, clinic.timezone if clinic else "UTC", language)
 
 
 def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datetime) -> Written | None:
@@ -76,10 +71,10 @@ def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datet
         values = {
             "clinic": clinic.name,
             "requests": [
-                {"url": sender.url(pages.request(r.id)), "at": _when(r.created_at, clinic, language)} for r in requests
+                {"url": sender.url(links.request(r.id)), "at": _when(r.created_at, clinic, language)} for r in requests
             ],
-            "inbox_url": sender.url(pages.INBOX),
-            "account_url": sender.url(pages.ACCOUNT),
+            "inbox_url": sender.url(links.INBOX),
+            "account_url": sender.url(links.ACCOUNT),
             "to_staff": "user" in data["to"],
             "subject": {"clinic": clinic.name},
         }
@@ -91,7 +86,7 @@ def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datet
             Clinic.select().join(ApiTokenClinic).where(ApiTokenClinic.token == token.id).order_by(Clinic.name)
         )
         home = clinic or (served[0] if served else None)
-        keys_url = sender.url(pages.of_clinic(pages.API_KEYS, home.slug)) if home else sender.url(pages.API_KEYS)
+        keys_url = sender.url(links.api_keys(home.slug) if home else links.API_KEYS)
         if name == "key_expiring":
             if token.expires_at is None:
                 return None
@@ -126,7 +121,7 @@ def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datet
         if token_text is None:
             return None
         values = {
-            "url": sender.url(pages.with_query(pages.password_link(token_text), lang=language)),
+            "url": sender.url(links.password_link(token_text, language)),
             "email": user.email,
             "name": user.name,
             "clinic": clinic.name if clinic else "",
@@ -158,7 +153,8 @@ def deliver(row: Outbox, sender: Sender, now: datetime) -> str:
         written.text,
         written.html,
         language=written.language,
-        headers={"X-Clinic-Notice": data["template"]},
+        # The outbox row's id: a mailbox's copy found in the worker's log (never personal data).
+        headers={"X-Clinic-Notice": data["template"], "X-Clinic-Outbox-Id": str(row.id)},
     )
     mail.send(mail.Server.parse(config.smtp_url), message, ca_file=config.smtp_ca_bundle)
     if data["template"] == "urgent":

@@ -3,7 +3,7 @@ the onboarding file's `urgentNotices`): its staff who opted in on their account 
 an on-call address, always or only outside office hours (in them the inbox shows the
 message first, and someone is looking).
 
-The request's transaction wrote `request.urgent` (models/finished_calls.py); `fan_out`
+The request's transaction wrote `request.urgent` (patient_requests/changes.py); `fan_out`
 turns it into one e-mail per recipient, gathered: a recipient's e-mail waits
 `URGENT_NOTICE_GATHER_SECONDS` for more flagged messages of the clinic, and a recipient gets
 at most one every `URGENT_NOTICE_EVERY_MINUTES`; what is flagged meanwhile joins the e-mail

@@ -111,14 +111,7 @@ def clinic_document(clinic: Clinic, secret_key: Keys) -> dict[str, Any]:
         "requestTypes": [
             {
                 "id": str(t.id),
-                "ecrfId": t.ecrf_id,
-                "name": t.name,
-                "description": t.description,
-                "requiresReservation": t.requires_reservation,
-                "requiresPayment": t.requires_payment,
-                "requiresSignature": t.requires_signature,
-                "reservationLength": t.reservation_length,
-                "remindDaysBefore": t.remind_days_before,
+                **t.public_fields(),
                 "active": t.active,
                 "defaultPatientTags": sorted(defaults[t.id]),
                 **({"transcriptWords": json.loads(t.transcript_words)} if t.transcript_words else {}),

@@ -248,14 +248,7 @@ class _Plan:
                         if t.get("id")
                         else stable_id("request-type", c["slug"], t["ecrfId"])
                     ),
-                    "ecrf_id": t["ecrfId"],
-                    "name": t["name"],
-                    "description": t.get("description", ""),
-                    "requires_reservation": t.get("requiresReservation", False),
-                    "requires_payment": t.get("requiresPayment", False),
-                    "requires_signature": t.get("requiresSignature", False),
-                    "reservation_length": t.get("reservationLength", 0),
-                    "remind_days_before": t.get("remindDaysBefore", 0),
+                    **RequestType.columns_of(t),
                     "active": t.get("active", True),
                     "default_tags": default_tags,
                 }

@@ -16,6 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+#: A clock: called, it says what time it is now (aware, UTC). `Config.clock` is the
+#: service's; what needs the time is handed it (or the `now` it read) by its caller.
+Clock = Callable[[], datetime]
+
 
 def wall() -> datetime:
     """The wall clock, aware (UTC): `Config.clock`'s default."""

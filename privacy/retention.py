@@ -51,7 +51,6 @@ from models import (
     StaffSession,
     UploadLink,
 )
-from models.finished_calls import CALL_RECORD_NOTE, UNKNOWN_CALLER_NAME
 from plumbing.clock import as_utc
 from plumbing.database import db, is_postgresql
 from privacy import objects
@@ -240,7 +239,7 @@ def forget_patients_made_by_calls(patient_ids: set[uuid.UUID]) -> int:
         Patient.id.in_(ids)
         & Patient.merged_into.is_null()
         & (Patient.first_name == "")
-        & ((Patient.last_name == "") | ((Patient.last_name == UNKNOWN_CALLER_NAME) & Patient.phone.is_null()))
+        & ((Patient.last_name == "") | ((Patient.last_name == Patient.UNKNOWN_CALLER) & Patient.phone.is_null()))
         & Patient.email.is_null()
         & Patient.birth_date.is_null()
     )
@@ -255,7 +254,7 @@ def forget_patients_made_by_calls(patient_ids: set[uuid.UUID]) -> int:
     busy |= {
         r.patient_id
         for r in PatientRecord.select(PatientRecord.patient).where(
-            PatientRecord.patient.in_(ids) & (PatientRecord.note.not_in(["", CALL_RECORD_NOTE]))
+            PatientRecord.patient.in_(ids) & (PatientRecord.note.not_in(["", PatientRecord.FROM_A_CALL]))
         )
     }
     busy |= {

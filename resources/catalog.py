@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import falcon
 
-from documents import patient_requests
 from models import Tag
-from web import schemas, validation
+from patient_requests import queries
+from web import schemas, shapes, validation
 from web.errors import validation_failed
 
 
@@ -17,7 +17,7 @@ class RequestTypeSearch:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         validation.body(req, schemas.EMPTY_REQUEST, optional=True)
-        resp.media = {"data": patient_requests.active_types(req.context.clinic)}
+        resp.media = {"data": [shapes.request_type(t) for t in queries.active_types(req.context.clinic)]}
 
 
 class Tags:
@@ -29,4 +29,4 @@ class Tags:
         tag_type = req.get_param("type")
         if tag_type is not None and tag_type not in Tag.TYPES:
             raise validation_failed(f"type: one of {', '.join(Tag.TYPES)}")
-        resp.media = {"data": patient_requests.clinic_tags(req.context.clinic, tag_type)}
+        resp.media = {"data": [shapes.tag(t) for t in queries.clinic_tags(req.context.clinic, tag_type)]}

@@ -97,7 +97,7 @@ class Storage(Protocol):
 
     #: Largest upload accepted (`Config.upload_max_bytes`). The local backend refuses a
     #: larger PUT itself; a presigned S3 PUT cannot carry a size limit, so registration
-    #: checks the stored object against it (documents.patient_requests).
+    #: checks the stored object against it (documents.attachments).
     max_upload_bytes: int
 
     def presign_put(self, key: str, content_type: str, expires_in: int) -> str:

@@ -55,7 +55,7 @@ def test_the_settings_index_names_every_settings_page_in_one_declared_order(wsgi
         [
             sys.executable,
             "-c",
-            "import json; from resources.console import settings; print(json.dumps(settings.SECTIONS))",
+            "import json; from console import settings; print(json.dumps(settings.SECTIONS))",
         ],
         cwd=ROOT,
         capture_output=True,

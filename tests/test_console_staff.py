@@ -14,7 +14,7 @@ from datetime import timedelta
 import pyotp
 import pytest
 
-from console import accounts as console_words
+from console import account_words as console_words
 from console import audit as console_audit
 from models import (
     AuditEvent,

@@ -122,8 +122,8 @@ NEEDS_AN_OUTAGE = {("database", "last_known"), ("schema", "behind")}
 
 
 def test_the_documents_enumerations_are_the_services_definitions():
-    from documents.patients import IMPORT_RESULTS
     from models import Call, PatientRequest, Tag
+    from patients.directory import IMPORT_RESULTS
     from voicemail.recordings import GONE_REASONS
     from web.schemas import CATEGORY_TYPES
 

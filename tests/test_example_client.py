@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from documents import patient_requests
+from documents import attachments
 from models import MedicalRecord, PatientRequest
+from patient_requests import changes
 from plumbing.database import db
 from tests.support import issue_token, load
 from tests.support.live_service import serve, signing_organization
@@ -69,9 +70,9 @@ def test_client_retries_its_writes_with_their_keys_and_re_requests_a_refused_upl
     """Create and register succeed but answer 500 once (written, the answer lost); the
     first upload link is refused."""
     real_create, real_register, real_link = (
-        patient_requests.create_request,
-        patient_requests.register_attachment,
-        patient_requests.issue_upload_link,
+        changes.create,
+        attachments.register_attachment,
+        attachments.issue_upload_link,
     )
     calls = {"create": 0, "register": 0, "link": 0}
 
@@ -91,14 +92,14 @@ def test_client_retries_its_writes_with_their_keys_and_re_requests_a_refused_upl
 
     def spoiled_first_link(*args, **kwargs):
         calls["link"] += 1
-        link = real_link(*args, **kwargs)
+        url, key = real_link(*args, **kwargs)
         if calls["link"] == 1:
-            link["url"] = link["url"].replace("signature=", "signature=00")
-        return link
+            url = url.replace("signature=", "signature=00")
+        return url, key
 
-    monkeypatch.setattr(patient_requests, "create_request", create_then_fail)
-    monkeypatch.setattr(patient_requests, "register_attachment", register_then_fail)
-    monkeypatch.setattr(patient_requests, "issue_upload_link", spoiled_first_link)
+    monkeypatch.setattr(changes, "create", create_then_fail)
+    monkeypatch.setattr(attachments, "register_attachment", register_then_fail)
+    monkeypatch.setattr(attachments, "issue_upload_link", spoiled_first_link)
     done = run_client(service, issue_token(["clinic-a"], ["read", "write"]))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "identical" in done.stdout

@@ -59,7 +59,8 @@ class Run:
             "VAR_DIR": str(var_dir),
             **env,
         }
-        for name in ("DATABASE_URL", "REDIS_URL", "PUBLIC_BASE_URL", "STORAGE_DIR", "SECRET_KEY", "SMTP_URL", "MAIL_FROM"):
+        own = ("DATABASE_URL", "REDIS_URL", "PUBLIC_BASE_URL", "STORAGE_DIR", "SECRET_KEY", "SMTP_URL", "MAIL_FROM")
+        for name in own:
             environment.pop(name, None)  # bin/run's own defaults, under VAR_DIR
         command = [str(ROOT / "bin" / "run"), *args]
         if tee is not None:
@@ -230,8 +231,8 @@ def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
         # local SMTP server, which keeps it in var/mail/.
         assert "var/mail" in started.output or str(var_dir / "mail") in started.output, started.output
         assert wait_until(lambda: list((var_dir / "mail").glob("*.eml")), timeout=60, interval=0.2), (
-            (var_dir / "worker.log").read_text()[-3000:]
-        )
+            var_dir / "worker.log"
+        ).read_text()[-3000:]
         kept = (var_dir / "mail").glob("*.eml").__next__().read_text()
         assert "demo-switchboard" in kept and "To: admin@" in kept, kept[:2000]
 

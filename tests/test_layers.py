@@ -14,29 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.support import SERVICE_PACKAGES
 
 #: The lint-imports script, run with this interpreter (whatever its first line names).
 LINT_IMPORTS = [sys.executable, str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
-SERVICE_PACKAGES = {
-    "commands",
-    "resources",
-    "jobs",
-    "web",
-    "onboarding",
-    "notices",
-    "console",
-    "documents",
-    "switchboard",
-    "api_keys",
-    "privacy",
-    "triage",
-    "voicemail",
-    "storage",
-    "staff",
-    "models",
-    "plumbing",
-    "safe_fetch",
-}
 TOP_MODULES = {"app", "wsgi", "manage", "migrations", "config"}
 #: What each top-level module may import of the service (its layer and those below).
 MAY_IMPORT = {

@@ -31,13 +31,13 @@ from models import (
     StaffMembership,
     StaffUser,
 )
-from models.finished_calls import finish
 from models.requests import Triage
 from notices import keys
 from plumbing import mail, metrics
-from plumbing.clock import as_utc
+from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from staff.passwords import hash_password
+from switchboard.finished_calls import finish
 from tests.conftest import ROOT, app_beside
 from tests.support import bearer, clinic, load, organization, switchboard_url
 from tests.support.console import PASSWORD
@@ -87,7 +87,12 @@ def flagged(n: int = 1) -> list[uuid.UUID]:
                 clinic=a, call_sid=f"CA{uuid.uuid4().hex}", call_from=PHONE, call_to="+420222000111", state="pending"
             )
             finish(
-                call, "voice_message", transcript=TRANSCRIPT, language="cs", triage=Triage(None, [], True, [(47, 53)])
+                call,
+                "voice_message",
+                utc_now(),  # the test's clock
+                transcript=TRANSCRIPT,
+                language="cs",
+                triage=Triage(None, [], True, [(47, 53)]),
             )
             made.append(PatientRequest.get(PatientRequest.call == call.id).id)
     remember_personal(TRANSCRIPT, "a transcript")
@@ -474,6 +479,16 @@ def test_outbox_rows_are_deleted_a_week_after_delivery(mailing, clock):
     with db.connection_context():
         assert Outbox.purge(clock() + timedelta(days=6)) == 0
         assert Outbox.purge(clock() + timedelta(days=8)) == 1, "the delivered event; the pending e-mails stay"
+
+
+def test_the_emails_link_to_the_consoles_own_addresses():
+    from console import pages
+    from notices import links
+
+    assert (links.INBOX, links.ACCOUNT, links.API_KEYS) == (pages.INBOX, pages.ACCOUNT, pages.API_KEYS)
+    assert links.request("R") == pages.request("R")
+    assert links.password_link("T", "cs") == pages.with_query(pages.password_link("T"), lang="cs")
+    assert links.api_keys("clinic-a") == pages.of_clinic(pages.API_KEYS, "clinic-a")
 
 
 def test_a_job_for_a_row_done_already_does_nothing(mailing):

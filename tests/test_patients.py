@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
-from documents import patients
 from models import Actor, Clinic, ExternalId, Patient, PatientRecord
+from patients import directory as patients
+from plumbing import clock
 from plumbing import json_schema as validation
 from plumbing.database import db
 from plumbing.errors import DomainError
@@ -249,7 +250,7 @@ def _one_by_one(slug: str, items: list[dict]) -> list[str]:
         for item in items:
             try:
                 validation.check(item, schemas.PATIENT_IMPORT)
-                statuses.append("created" if patients.import_patient(home, item, TESTER)[1] else "updated")
+                statuses.append("created" if patients.import_patient(home, item, TESTER, clock.now())[1] else "updated")
             except DomainError:
                 statuses.append("failed")
     return statuses
@@ -294,7 +295,7 @@ def test_bulk_import_statements_do_not_grow_with_the_items(app, token, monkeypat
         items += [dict(item, lastName="again") for item in items[: size // 2]]  # updates too
         with db.connection_context():
             outcome = patients.import_patients(
-                Clinic.get(Clinic.slug == "clinic-a"), items, TESTER, schemas.PATIENT_IMPORT
+                Clinic.get(Clinic.slug == "clinic-a"), items, TESTER, schemas.PATIENT_IMPORT, clock.now()
             )
         assert [status for _, status, _ in outcome] == ["created"] * size + ["updated"] * (size // 2)
         counts.append(len(statements))
@@ -312,7 +313,7 @@ def test_two_overlapping_bulk_imports_at_once_give_one_patient_per_id(app, token
     def run(who: str, items: list[dict]) -> None:
         with db.connection_context():
             outcomes[who] = patients.import_patients(
-                Clinic.get(Clinic.slug == "clinic-a"), items, TESTER, schemas.PATIENT_IMPORT
+                Clinic.get(Clinic.slug == "clinic-a"), items, TESTER, schemas.PATIENT_IMPORT, clock.now()
             )
 
     threads = [threading.Thread(target=run, args=(who, items)) for who, items in zip("XY", batches)]

@@ -16,7 +16,7 @@ import peewee as pw
 import pytest
 import requests
 
-from documents import file_types, patient_requests
+from documents import attachments, file_types
 from models import (
     MedicalRecord,
     PatientRecord,
@@ -27,6 +27,7 @@ from models import (
     Tag,
 )
 from onboarding.writer import stable_id
+from patient_requests import changes, queries
 from plumbing.database import db
 from storage import LocalStorage
 from storage.links import LinkCache
@@ -34,6 +35,7 @@ from tests.support import assert_error, bearer, clinic, issue_token, load, organ
 from tests.support.durability import record_fsyncs
 from tests.support.live_service import api, patient_id, serve, signing_organization, tag_id, type_id
 from tests.support.seaweed import SeaweedFS
+from web import shapes
 
 PDF_BYTES = b"%PDF-1.7\n" + bytes(range(256)) * 400 + b"\n%%EOF\n"
 TIMEOUT = 30
@@ -127,14 +129,14 @@ def test_section_7_checklist_end_to_end(service: str, monkeypatch: pytest.Monkey
     rid = request["id"]
 
     # Steps 4-5: an expired upload URL is refused (nothing stored); a new one works.
-    monkeypatch.setattr(patient_requests, "UPLOAD_URL_SECONDS", 1)
+    monkeypatch.setattr(attachments, "UPLOAD_URL_SECONDS", 1)
     issued = time.time()
     stale = http.post(
         f"{base}/patientRequests/{rid}/attachments/upload-link",
         json={"contentType": "application/pdf"},
         timeout=TIMEOUT,
     ).json()["data"]
-    monkeypatch.setattr(patient_requests, "UPLOAD_URL_SECONDS", 600)
+    monkeypatch.setattr(attachments, "UPLOAD_URL_SECONDS", 600)
     time.sleep(max(0.0, int(issued) + 2.2 - time.time()))
     late = requests.put(stale["url"], data=PDF_BYTES, headers={"Content-Type": "application/pdf"}, timeout=TIMEOUT)
     assert 400 <= late.status_code < 500
@@ -357,7 +359,7 @@ def test_5xx_is_an_internal_error_without_details(app, org, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("database password is hunter2")
 
-    monkeypatch.setattr(patient_requests, "create_request", boom)
+    monkeypatch.setattr(changes, "create", boom)
     response = _create(app, org["write"], 500).json
     assert response["code"] == "INTERNAL_ERROR" and "hunter2" not in response["error"]
 
@@ -369,9 +371,9 @@ def test_5xx_on_create_says_check_first_and_on_a_lookup_safe_to_retry(app, org, 
         raise RuntimeError("boom")
 
     existing = _create(app, org["write"]).json["data"]["id"]
-    monkeypatch.setattr(patient_requests, "create_request", boom)
-    monkeypatch.setattr(patient_requests, "register_attachment", boom)
-    monkeypatch.setattr(patient_requests, "search_requests", boom)
+    monkeypatch.setattr(changes, "create", boom)
+    monkeypatch.setattr(attachments, "register_attachment", boom)
+    monkeypatch.setattr(queries, "search", boom)
     created = _create(app, org["write"], 500).json["error"]
     assert "check" in created and "safe to retry" not in created
     registered = app.post_json(
@@ -394,7 +396,7 @@ def test_a_create_whose_answer_fails_stores_nothing(app, org, monkeypatch):
 
     with db.connection_context():
         before = PatientRequest.select().count()
-    monkeypatch.setattr(patient_requests, "summaries", boom)
+    monkeypatch.setattr(shapes, "requests", boom)
     response = _create(app, org["write"], 503).json
     assert response["code"] == "SERVICE_UNAVAILABLE" and "check" in response["error"]
     with db.connection_context():
@@ -412,10 +414,10 @@ def test_default_tags_best_effort_deleted_skipped_other_failures_logged(app, org
         RequestTypeDefaultTag.create(
             request_type=type_id("SIGNED_CONSENT"), tag=tag_id("patient_request", "needs-callback")
         )
-    with caplog.at_level(logging.WARNING, logger="documents.patient_requests"):
+    with caplog.at_level(logging.WARNING, logger="patient_requests.changes"):
         created = _create(app, org["write"]).json
     assert created["data"]["id"]
-    assert len([r for r in caplog.records if r.name == patient_requests.__name__]) == 1
+    assert len([r for r in caplog.records if r.name == changes.__name__]) == 1
     with db.connection_context():
         record = PatientRecord.get(
             (PatientRecord.patient == patient_id("jana")) & (PatientRecord.clinic == stable_id("clinic", "clinic-a"))

@@ -32,9 +32,11 @@ from rq.job import Job
 
 from app import create_app
 from config import Config
-from documents.patient_requests import create_request, issue_upload_link, register_attachment
+from documents.attachments import issue_upload_link, register_attachment
 from jobs.refetch import job_id as refetch_job_id
-from models import MODELS, ApiToken, Clinic, PatientRequest, SchemaMigration
+from models import MODELS, ApiToken, Clinic, SchemaMigration
+from patient_requests import changes
+from plumbing import clock
 from plumbing.database import bind_database, db
 from storage import LocalStorage
 from tests.conftest import PG_URL, REDIS_URL
@@ -441,20 +443,28 @@ def test_registration_holds_no_connection_through_the_storage_copy_and_read_back
     storage.held = []
     with db.connection_context():
         token = ApiToken.select().get()
-        created = create_request(
+        request = changes.create(
             Clinic.by_slug("clinic-a"),
-            {"patientId": patient_id("jana"), "userECRFId": type_id("SIGNED_CONSENT")},
-            token,
+            uuid.UUID(patient_id("jana")),
+            uuid.UUID(type_id("SIGNED_CONSENT")),
+            note="",
+            slot=None,
+            actor=token,
+            now=clock.now(),
+            then=lambda created: created,
         )
-        request = PatientRequest.get_by_id(created["id"])
-        link = issue_upload_link(storage, request, "application/pdf", token, open_links_limit=500)
-    storage.write_stream(link["fileHash"], io.BytesIO(PDF), len(PDF), "application/pdf")
+        _, key = issue_upload_link(
+            storage, request, "application/pdf", token, clock.now(), open_links_limit=500, then=str
+        )
+    storage.write_stream(key, io.BytesIO(PDF), len(PDF), "application/pdf")
     try:  # as in a request: connections taken as queries need them, handed back at the end
         record = register_attachment(
             storage,
             request,
-            {"fileHash": link["fileHash"], "contentType": "application/pdf", "description": "consent.pdf"},
+            {"fileHash": key, "contentType": "application/pdf", "description": "consent.pdf"},
             token,
+            clock.now(),
+            lambda registered: registered,
         )
     finally:
         db.close()

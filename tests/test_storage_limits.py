@@ -19,10 +19,11 @@ import pytest
 import requests
 
 from config import Config
-from documents import patient_requests, uploads
+from documents import attachments, uploads
 from jobs import storage_purge
 from jobs.storage_purge import purge_storage
 from models import MedicalRecord, UploadLink
+from plumbing import clock
 from plumbing.clock import utc_now
 from plumbing.database import db
 from plumbing.metrics import Recorder
@@ -39,7 +40,7 @@ CAP = 16 * 1024
 TIMEOUT = 30
 GRACE = 3600
 #: Long enough ago that a link has expired and its grace has passed.
-EXPIRED = timedelta(seconds=patient_requests.UPLOAD_URL_SECONDS + GRACE + 60)
+EXPIRED = timedelta(seconds=attachments.UPLOAD_URL_SECONDS + GRACE + 60)
 
 
 def pdf(size: int) -> bytes:
@@ -276,7 +277,7 @@ def test_two_purges_at_once_delete_each_object_once(settings: dict[str, Any]) ->
             with db.connection_context():
                 results.append(
                     uploads.purge_expired_uploads(
-                        counting, lifetime=patient_requests.UPLOAD_URL_SECONDS, grace=GRACE, batch=5
+                        counting, clock.now(), lifetime=attachments.UPLOAD_URL_SECONDS, grace=GRACE, batch=5
                     )
                 )
         except Exception as exc:  # reported below, with the other purge's outcome

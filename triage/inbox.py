@@ -1,17 +1,13 @@
 """A clinic's words from the database, what a transcript suggests as its request stores it,
-the suggestions read again when the words change, and staff confirming or clearing them."""
+and the suggestions read again when the words change. (Staff confirming a suggested type or
+clearing a flag are changes of the request: patient_requests/changes.py.)"""
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime
-from typing import Any
 
-from models import Actor, AuditEvent, Call, Clinic, PatientRequest, RequestType, Triage
-from plumbing.clock import as_utc
-from plumbing.database import db
-from plumbing.errors import Invalid
+from models import Call, Clinic, PatientRequest, RequestType, Triage
 from triage import reading, vocabulary
 
 
@@ -72,38 +68,3 @@ def refresh(clinic_id: uuid.UUID) -> int:
             PatientRequest.update(**fresh).where(PatientRequest.id == request.id).execute()
             changed += 1
     return changed
-
-
-def confirm_type(request: PatientRequest, type_id: uuid.UUID | None, actor: Actor, now: datetime) -> None:
-    """Staff say which of the clinic's request types the message is (None: "other"), the
-    suggestion's or another: it becomes the request's type, audited with what was suggested."""
-    if type_id is not None and not (
-        RequestType.select()
-        .where((RequestType.id == type_id) & (RequestType.clinic == request.clinic_id) & RequestType.active)
-        .exists()
-    ):
-        raise Invalid("type: not an active request type of this clinic")
-    with db.atomic():
-        PatientRequest.update(request_type=type_id, type_confirmed_at=as_utc(now)).where(
-            PatientRequest.id == request.id
-        ).execute()
-        details: dict[str, Any] = {
-            "requestTypeId": str(type_id) if type_id else None,
-            "suggestedRequestTypeId": str(request.suggested_type_id) if request.suggested_type_id else None,
-        }
-        details["asSuggested"] = details["requestTypeId"] == details["suggestedRequestTypeId"]
-        AuditEvent.record(actor, request.clinic_id, "patient_request.confirm_type", request, details)
-
-
-def clear_urgent(request: PatientRequest, actor: Actor, now: datetime) -> bool:
-    """Staff take the "may be urgent" flag off; the words that raised it stay on the request.
-    False when it was not flagged (a second click, another user first)."""
-    with db.atomic():
-        cleared = (
-            PatientRequest.update(urgent=False, urgent_cleared_at=as_utc(now))
-            .where((PatientRequest.id == request.id) & PatientRequest.urgent)
-            .execute()
-        )
-        if cleared:
-            AuditEvent.record(actor, request.clinic_id, "patient_request.clear_urgent", request, {})
-    return bool(cleared)

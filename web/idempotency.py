@@ -7,7 +7,7 @@ A resource names its methods that take a key, with the operation's name, in
 With it, per token and operation:
 
 - the first request runs; the write hands its answer to `req.context.remember` inside
-  its own transaction (documents.Remember), which stores it with the key there: the
+  its own transaction (`answering`: the write's `then`), which stores it with the key there: the
   write and the stored answer commit together or not at all. A request that fails
   before writing (validation, any 4xx, a 5xx whose transaction rolled back) stores
   nothing, and its retry runs again;
@@ -34,17 +34,17 @@ import re
 import secrets
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ParamSpec
 
 import falcon
 import redis
 
-from documents import forget
 from models import IdempotencyKey
 from plumbing import strict_json
 from web.errors import APIError
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
@@ -106,6 +106,23 @@ def _body_of(req: falcon.Request) -> bytes:
     stream = req.env.get("wsgi.input")
     getvalue = getattr(stream, "getvalue", None)
     return getvalue() if callable(getvalue) else b""
+
+
+def forget(answer: Any) -> None:
+    """`req.context.remember` of a request without an Idempotency-Key: nothing to store."""
+
+
+def answering(req: falcon.Request, shape: Callable[P, Any]) -> Callable[P, Any]:
+    """The `then` a write is handed by its resource: the API's answer, shaped from what the
+    write wrote inside its transaction and stored there for the request's Idempotency-Key
+    (a retry replays it); the write returns it."""
+
+    def answer(*args: P.args, **kwargs: P.kwargs) -> Any:
+        shaped = shape(*args, **kwargs)
+        req.context.remember(shaped)
+        return shaped
+
+    return answer
 
 
 class IdempotencyKeys:

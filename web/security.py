@@ -21,7 +21,6 @@ from typing import Any
 
 import falcon
 
-from console.middleware import is_console
 from plumbing.forwarded import is_secure
 
 HSTS = "max-age=31536000"
@@ -44,8 +43,13 @@ DATA_POLICY = "default-src 'none'; frame-ancestors 'none'"
 
 
 class SecurityHeaders:
-    def __init__(self, trust_forwarded_proto: bool) -> None:
+    def __init__(self, trust_forwarded_proto: bool, console_prefix: str) -> None:
         self.trust = trust_forwarded_proto
+        #: The console's pages are documents, under this path (console/pages.py's PREFIX).
+        self.console_prefix = console_prefix
+
+    def _is_console(self, req: falcon.Request) -> bool:
+        return req.path == self.console_prefix or req.path.startswith(self.console_prefix + "/")
 
     def process_response(self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool) -> None:
         resp.set_header("X-Content-Type-Options", "nosniff")
@@ -56,7 +60,7 @@ class SecurityHeaders:
             resp.set_header("Cache-Control", "no-store")
         if resp.get_header("Content-Security-Policy") is not None:
             return
-        if is_console(req):
+        if self._is_console(req):
             resp.set_header("X-Frame-Options", "DENY")
             resp.set_header("Content-Security-Policy", CONSOLE_POLICY)
         elif (resp.content_type or falcon.MEDIA_JSON).startswith(falcon.MEDIA_JSON):  # None: the JSON default

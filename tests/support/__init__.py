@@ -44,11 +44,17 @@ and schemathesis import its modules in processes of their own.
 
 from __future__ import annotations
 
+import tomllib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+#: The service's packages, as the import contracts list them (pyproject.toml's root_packages):
+#: one list, so a new package is in every test that walks the service's code.
+SERVICE_PACKAGES = frozenset(
+    tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["importlinter"]["root_packages"]
+)
 # 32 bytes or more: the web, worker and release processes refuse a shorter SECRET_KEY.
 SECRET_KEY = "test-secret-key-of-at-least-32-bytes"
 

@@ -16,11 +16,13 @@ from typing import Any
 import redis
 import webtest
 
-from models import Call, Clinic, PatientRequest, finished_calls
+from models import Call, Clinic, PatientRequest
 from onboarding.writer import stable_id
+from plumbing import clock
 from plumbing.clock import as_utc
 from plumbing.database import db
 from storage import LocalStorage
+from switchboard import finished_calls
 from tests.support import bearer, clinic, load, organization
 from tests.support.live_service import api, type_id
 
@@ -256,7 +258,7 @@ def finish_call(slug: str, number: str, received_at: datetime, outcome: str, **r
             extra='{"flow": "voicemail"}',
             received_at=as_utc(received_at),
         )
-        finished_calls.finish(call, outcome, language="cs" if "transcript" in results else None, **results)
+        finished_calls.finish(call, outcome, clock.now(), language="cs" if "transcript" in results else None, **results)
     return str(call.id)
 
 

@@ -327,18 +327,18 @@ def every_answer(app: webtest.TestApp, config: Any, clock: Any, example: dict[st
     with pytest.MonkeyPatch.context() as patched:
         import peewee
 
-        from documents import patient_requests
+        from patient_requests import changes, queries
 
         def collide(*args: Any, **kwargs: Any) -> Any:  # a unique key another write took at the same moment
             raise peewee.IntegrityError("duplicate key value violates unique constraint")
 
-        patched.setattr(patient_requests, "patch_request", collide)
+        patched.setattr(changes, "update", collide)
         send(app, "PATCH", one, {"userNote": "x"}, token=rw, status=409)  # CONFLICT
 
         def fail(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("an unexpected fault")
 
-        patched.setattr(patient_requests, "search_requests", fail)
+        patched.setattr(queries, "search", fail)
         send(app, "POST", f"{BASE}/patientRequests/search", {}, token=read, status=500)  # INTERNAL_ERROR
 
     # --- requests made from calls: every transcript status, every state of the recording

@@ -127,7 +127,7 @@ PATIENT_IMPORT_BULK = component(
     },
 )
 # What the bulk import validates the body with: the documented shape but for the items,
-# which are checked one by one (documents.patients.import_patients) and answered per item.
+# which are checked one by one (patients.directory.import_patients) and answered per item.
 PATIENT_IMPORT_BULK_ENVELOPE = {
     **PATIENT_IMPORT_BULK,
     "properties": {"patients": {**_BULK_ITEMS, "items": {"type": "object"}}},

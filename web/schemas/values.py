@@ -3,8 +3,8 @@ Unknown fields are ignored everywhere (the contract leaves other fields "not sho
 
 from __future__ import annotations
 
-from documents.patients import IMPORT_RESULTS
 from models import Call, PatientRequest, Tag
+from patients.directory import IMPORT_RESULTS
 from web.schemas.common import component
 
 ALLOWED_CONTENT_TYPES = ("application/pdf", "image/jpeg", "image/png", "image/gif", "image/webp")

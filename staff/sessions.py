@@ -1,4 +1,4 @@
-"""Server-side console sessions: the cookie carries a random token; the database holds
+"""Server-side sessions of the staff console: the cookie carries a random token; the database holds
 its SHA-256 (the session id), the user, the CSRF token and the times that expire it."""
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ def same(a: str | None, b: str | None) -> bool:
 class Lifetime:
     idle: timedelta
     absolute: timedelta
+
+    @classmethod
+    def of(cls, idle_hours: float, max_hours: float) -> Lifetime:
+        """The lifetime the settings give (CONSOLE_SESSION_IDLE_HOURS, CONSOLE_SESSION_MAX_HOURS)."""
+        return cls(idle=timedelta(hours=idle_hours), absolute=timedelta(hours=max_hours))
 
 
 def start(

@@ -5,20 +5,17 @@ from __future__ import annotations
 import json
 import urllib.parse
 import uuid
-from collections.abc import Callable
-from datetime import datetime
 
 import falcon
 
 from console import audit, audit_words, inbox, pages
-from console.inbox import OTHER_TYPE
+from console.inbox import OTHER_TYPE, own_request, rows_of
 from console.rendering import Renderer, html, see_other
-from documents import patient_requests
 from jobs.playback import RecordingPlayer
 from models import Actor, Call, Patient, PatientRequest, StaffUser
-from resources.console import own_request, rows_of
+from patient_requests import changes, queries
+from plumbing.clock import Clock
 from storage.links import LinkCache
-from triage import inbox as triage
 
 
 class RequestPage:
@@ -28,7 +25,7 @@ class RequestPage:
 
     login_required = True
 
-    def __init__(self, renderer: Renderer, links: LinkCache, player: RecordingPlayer, clock: Callable) -> None:
+    def __init__(self, renderer: Renderer, links: LinkCache, player: RecordingPlayer, clock: Clock) -> None:
         self.renderer = renderer
         self.links = links
         self.player = player
@@ -39,20 +36,18 @@ class RequestPage:
         user, request = own_request(req, request_id)
         clinic, language = request.clinic, user.language
         tr = self.renderer.translations[language]
-        data = patient_requests.detail(request, self.links)
         documents = [
             {
-                "description": d["description"],
-                "category": d["categoryType"],
-                "sha256": d["sha256"],
-                "visible": d["visibleToPatient"],
-                "url": d["downloadUrl"],
-                "registered": inbox.local_time(
-                    datetime.fromisoformat(d["createdAt"].replace("Z", "+00:00")), clinic, language
-                ),
+                "description": d.description,
+                "category": d.category_type,
+                "sha256": d.sha256,
+                "visible": d.visible_to_patient,
+                "url": self.links.url(d, "attachment"),
+                "registered": inbox.local_time(d.created_at, clinic, language),
             }
-            for d in data["medicalRecords"]
+            for d in queries.attachments_of(request)
         ]
+        tags = queries.tags_of([request]).get(request.id, [])
         # What was odd about the call's hand-off, said beside its "Call received".
         call = request.call if request.call_id else None
         odd = (
@@ -65,7 +60,7 @@ class RequestPage:
             for entry in audit_words.describe(inbox.history(request), clinic, language, tr)
         ]
         (row,) = rows_of([request], clinic, language, self.player, self.clock())
-        held = {tag["id"] for tag in data["tags"]}
+        held = {tag.id for tag in tags}
         html(
             resp,
             self.renderer.render(
@@ -80,8 +75,8 @@ class RequestPage:
                 type_name=request.request_type.name if request.request_type is not None else None,
                 clinic_note=request.clinic_note,
                 user_note=request.user_note,
-                tags=data["tags"],
-                other_tags=[t for t in patient_requests.clinic_tags(clinic, "patient_request") if t["id"] not in held],
+                tags=tags,
+                other_tags=[t for t in queries.clinic_tags(clinic, "patient_request") if t.id not in held],
                 documents=documents,
                 events=events,
                 # The patient's page (a copy of their data, their erasure): the clinic's admins.
@@ -100,13 +95,15 @@ class RequestResolution:
 
     login_required = True
 
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
     def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
         user, request = own_request(req, request_id)
         done = req.context.form.get("done")
         if done not in ("0", "1"):
             raise falcon.HTTPBadRequest()
-        # The API's PATCH `done` path, recorded in the audit trail as this staff user.
-        patient_requests.patch_request(request.clinic, request, {"done": done == "1"}, Actor.staff(user))
+        (changes.resolve if done == "1" else changes.reopen)(request, Actor.staff(user), self.clock())
         raise see_other(pages.INBOX + "?" + urllib.parse.urlencode({"clinic": request.clinic.slug}))
 
 
@@ -123,7 +120,7 @@ class RequestTypeChoice:
 
     login_required = True
 
-    def __init__(self, clock: Callable[[], datetime]) -> None:
+    def __init__(self, clock: Clock) -> None:
         self.clock = clock
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
@@ -134,7 +131,7 @@ class RequestTypeChoice:
         except ValueError:
             raise falcon.HTTPBadRequest() from None
         # Another clinic's type, or an inactive one: refused by confirm_type's own check (400).
-        triage.confirm_type(request, type_id, Actor.staff(user), self.clock())
+        changes.confirm_type(request, type_id, Actor.staff(user), self.clock())
         raise see_other(_back(req, request))
 
 
@@ -143,12 +140,12 @@ class RequestUrgentClear:
 
     login_required = True
 
-    def __init__(self, clock: Callable[[], datetime]) -> None:
+    def __init__(self, clock: Clock) -> None:
         self.clock = clock
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
         user, request = own_request(req, request_id)
-        triage.clear_urgent(request, Actor.staff(user), self.clock())
+        changes.clear_urgent(request, Actor.staff(user), self.clock())
         raise see_other(_back(req, request))
 
 
@@ -158,10 +155,13 @@ class RequestNote:
     login_required = True
     MAX_LENGTH = 5000
 
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
     def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
         user, request = own_request(req, request_id)
         note = req.context.form.get("note", "").replace("\r\n", "\n")[: self.MAX_LENGTH]
-        patient_requests.patch_request(request.clinic, request, {"userNote": note}, Actor.staff(user))
+        changes.set_note(request, note, Actor.staff(user), self.clock())
         raise see_other(pages.request(request.id))
 
 
@@ -171,6 +171,9 @@ class RequestTags:
 
     login_required = True
 
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
     def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
         user, request = own_request(req, request_id)
         form = req.context.form
@@ -178,10 +181,10 @@ class RequestTags:
             added, removed = (uuid.UUID(form[k]) if form.get(k) else None for k in ("add", "remove"))
         except ValueError:
             raise falcon.HTTPBadRequest() from None
-        if added is not None:  # another clinic's tag: refused by patch_request's own check (400)
-            patient_requests.patch_request(request.clinic, request, {"addTagIds": [str(added)]}, Actor.staff(user))
+        if added is not None:  # another clinic's tag: refused by add_tag's own check (400)
+            changes.add_tag(request, added, Actor.staff(user), self.clock())
         if removed is not None:
-            patient_requests.remove_tag(request, removed, Actor.staff(user))
+            changes.remove_tag(request, removed, Actor.staff(user), self.clock())
         raise see_other(pages.request(request.id))
 
 
@@ -194,7 +197,7 @@ class ConsoleRecording:
 
     login_required = True
 
-    def __init__(self, renderer: Renderer, player: RecordingPlayer, clock: Callable) -> None:
+    def __init__(self, renderer: Renderer, player: RecordingPlayer, clock: Clock) -> None:
         self.renderer = renderer
         self.player = player
         self.clock = clock

@@ -1,6 +1,6 @@
 """Logging in (the password, then the second factor where the user has one or a clinic
 requires it) and out, and the set-password link's page: the console's pages before a
-session is whole. The own account's pages are resources/console/account.py."""
+session is whole. The own account's pages are console/account.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from datetime import datetime
 import falcon
 import redis
 
-from console import accounts as words
-from console import audit, pages, sessions
+from console import account_words as words
+from console import audit, pages
 from console.flash import Flash
 from console.middleware import PENDING_PAGES
 from console.rendering import (
@@ -31,7 +31,7 @@ from plumbing.crypto import Keys
 from plumbing.database import db
 from plumbing.errors import DomainError, Gone
 from plumbing.forwarded import is_secure
-from staff import accounts, passwords, two_factor
+from staff import accounts, passwords, sessions, two_factor
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The user's own account: language, password, sessions (/console/account) and two-factor
 login (/console/account/two-factor, also where a half-done login enrols). Logging in and
-out: resources/console/login.py."""
+out: console/login.py."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from collections.abc import Callable
 import falcon
 import redis
 
-from console import accounts as words
-from console import pages, sessions
+from console import account_words as words
+from console import pages
 from console.flash import Flash
+from console.login import finish_login, flash_notice
 from console.middleware import back_to
 from console.rendering import LANGUAGES, N_, Renderer, html, see_other
 from console.throttle import LoginThrottle
 from models import StaffSession, StaffUser
 from plumbing.crypto import Keys
 from plumbing.errors import DomainError
-from resources.console.login import finish_login, flash_notice
-from staff import accounts, two_factor
+from staff import accounts, sessions, two_factor
 
 log = logging.getLogger(__name__)
 

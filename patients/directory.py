@@ -1,4 +1,5 @@
-"""Patients as the public API sees them: organization-scoped search and import.
+"""The patient directory the API searches and imports into: organization-scoped search,
+one patient's import and a bulk import.
 
 Search is scoped to the clinic's organization when patient sharing is on, else to the
 clinic; a patient without a record in the addressed clinic reads `isInClinic` false,
@@ -8,35 +9,33 @@ matching and listing only see the addressed clinic's. Merged patients are not li
 
 from __future__ import annotations
 
-import contextlib
 import re
 import uuid
-from datetime import date
-from typing import Any
+from collections.abc import Callable
+from datetime import date, datetime
+from typing import Any, TypeVar
 
 import peewee as pw
 
-from documents import Remember, forget
 from models import Actor, ApiToken, AuditEvent, Clinic, ExternalId, Patient, PatientRecord, PatientRecordTag, Tag
 from plumbing import json_schema
-from plumbing.clock import utc_now
+from plumbing.clock import as_utc
 from plumbing.database import db, is_postgresql
 from plumbing.errors import DomainError, Forbidden, Gone, Invalid, NotFound
 from plumbing.keyset import Keyset
 from plumbing.phones import to_e164
 
+T = TypeVar("T")
+
 DEFAULT_LIMIT = 50
-SHARED_STATUS = "WAITING"
 #: What a bulk import answers for each item, in the order of the API's enumeration.
 IMPORT_RESULTS = ("created", "updated", "failed")
 PATIENT_ORDER = Keyset(Patient.id)  # a cursor is the id of the last patient shown
 
 
-def patient_for_create(clinic: Clinic, patient_id: str) -> tuple[Patient, PatientRecord]:
+def patient_for_create(clinic: Clinic, patient_id: uuid.UUID) -> tuple[Patient, PatientRecord]:
     """The patient and its record here, or the API error the spec names (404, 410, 403)."""
-    patient = Patient.get_or_none(
-        (Patient.id == uuid.UUID(patient_id)) & (Patient.organization == clinic.organization_id)
-    )
+    patient = Patient.get_or_none((Patient.id == patient_id) & (Patient.organization == clinic.organization_id))
     if patient is None:
         raise NotFound("Unknown patient.", code="PATIENT_NOT_FOUND")
     if patient.merged_into_id is not None:
@@ -51,10 +50,11 @@ def patient_for_create(clinic: Clinic, patient_id: str) -> tuple[Patient, Patien
     return patient, record
 
 
-def search(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of patients (keyset on id) and the next page's cursor."""
-    # JSON Schema counts 9.0 as an integer (found by the fuzzer: a float slice index was a 500).
-    limit = int(pagination.get("limit", DEFAULT_LIMIT))
+def search(
+    clinic: Clinic, flt: dict[str, Any], cursor: str | None = None, limit: int = DEFAULT_LIMIT
+) -> tuple[list[Patient], str | None]:
+    """One page of patients (keyset on id) and the next page's cursor. `flt`: the API's
+    filter (`inClinic`, `externalId`, `externalIds`, `externalIdSource`, `query`)."""
     query = Patient.select().where(
         (Patient.organization == clinic.organization_id)
         & Patient.merged_into.is_null()
@@ -75,8 +75,47 @@ def search(clinic: Clinic, flt: dict[str, Any], pagination: dict[str, Any]) -> t
         query = query.where(Patient.id.in_(matches))
     if flt.get("query", "").strip():
         query = query.where(_text_match(clinic, flt["query"].strip()))
-    rows, next_cursor = PATIENT_ORDER.page(query, pagination.get("cursor"), limit)
-    return represent(clinic, rows), next_cursor
+    return PATIENT_ORDER.page(query, cursor, limit)
+
+
+def records_here(clinic: Clinic, patients: list[Patient]) -> dict[uuid.UUID, PatientRecord]:
+    """The patients' records in `clinic`, by patient (a shared patient may have none here)."""
+    ids = [p.id for p in patients]
+    if not ids:
+        return {}
+    query = PatientRecord.select().where((PatientRecord.clinic == clinic) & PatientRecord.patient.in_(ids))
+    return {r.patient_id: r for r in query}
+
+
+def record_tags(records: dict[uuid.UUID, PatientRecord]) -> dict[uuid.UUID, list[Tag]]:
+    """The tags of each record that are not deleted, by name, by patient (one query)."""
+    tags: dict[uuid.UUID, list[Tag]] = {}
+    if records:
+        owner = {r.id: r.patient_id for r in records.values()}
+        rows = (
+            PatientRecordTag.select(PatientRecordTag.record, Tag)
+            .join(Tag)
+            .where(PatientRecordTag.record.in_(list(owner)) & Tag.deleted_at.is_null())
+            .order_by(Tag.name)
+        )
+        for row in rows:
+            tags.setdefault(owner[row.record_id], []).append(row.tag)
+    return tags
+
+
+def external_ids(clinic: Clinic, patient_ids: list[uuid.UUID]) -> dict[uuid.UUID, list[ExternalId]]:
+    """The patients' external ids in `clinic` (per clinic: another clinic's are never
+    shown), by patient (one query)."""
+    found: dict[uuid.UUID, list[ExternalId]] = {}
+    if patient_ids:
+        query = (
+            ExternalId.select()
+            .where((ExternalId.clinic == clinic) & ExternalId.patient.in_(patient_ids))
+            .order_by(ExternalId.id)
+        )
+        for e in query:
+            found.setdefault(e.patient_id, []).append(e)
+    return found
 
 
 def _text_match(clinic: Clinic, text: str) -> pw.Expression:
@@ -94,61 +133,6 @@ def _text_match(clinic: Clinic, text: str) -> pw.Expression:
             condition |= Patient.phone == phone
     ext = ExternalId.select(ExternalId.patient).where((ExternalId.clinic == clinic) & ExternalId.value.contains(text))
     return condition | Patient.id.in_(ext)
-
-
-def represent(clinic: Clinic, patients: list[Patient]) -> list[dict[str, Any]]:
-    """Patients as in `data[]` of patient search; three queries whatever their number."""
-    ids = [p.id for p in patients]
-    records = (
-        {
-            r.patient_id: r
-            for r in PatientRecord.select().where((PatientRecord.clinic == clinic) & PatientRecord.patient.in_(ids))
-        }
-        if ids
-        else {}
-    )
-    tags: dict[uuid.UUID, list[dict[str, Any]]] = {}
-    if records:
-        record_owner = {r.id: r.patient_id for r in records.values()}
-        rows = (
-            PatientRecordTag.select(PatientRecordTag.record, Tag)
-            .join(Tag)
-            .where(PatientRecordTag.record.in_(list(record_owner)) & Tag.deleted_at.is_null())
-            .order_by(Tag.name)
-        )
-        for row in rows:
-            tags.setdefault(record_owner[row.record_id], []).append(tag_json(row.tag))
-    external: dict[uuid.UUID, list[dict[str, str]]] = {}
-    if records:
-        for e in (
-            ExternalId.select()
-            .where((ExternalId.clinic == clinic) & ExternalId.patient.in_(list(records)))
-            .order_by(ExternalId.id)
-        ):
-            external.setdefault(e.patient_id, []).append({"source": e.source, "id": e.value})
-    out = []
-    for p in patients:
-        record = records.get(p.id)
-        out.append(
-            {
-                "id": str(p.id),
-                "firstName": p.first_name,
-                "lastName": p.last_name,
-                "phone": p.phone,
-                "email": p.email,
-                "birthDate": p.birth_date.isoformat() if p.birth_date else None,
-                "tags": tags.get(p.id, []),
-                "note": record.note if record else "",
-                "externalIds": external.get(p.id, []),
-                "status": record.status if record else SHARED_STATUS,
-                "isInClinic": record is not None,
-            }
-        )
-    return out
-
-
-def tag_json(tag: Tag) -> dict[str, Any]:
-    return {"id": str(tag.id), "name": tag.name, "type": tag.type, "color": tag.color}
 
 
 # --- import ---------------------------------------------------------------------------
@@ -169,7 +153,9 @@ def _fields(clinic: Clinic, item: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def import_patient(clinic: Clinic, item: dict[str, Any], actor: ApiToken | Actor) -> tuple[Patient, bool]:
+def import_patient(
+    clinic: Clinic, item: dict[str, Any], actor: ApiToken | Actor, now: datetime
+) -> tuple[Patient, bool]:
     """Create the patient with a record and the external id here, or update the patient
     that already carries that external id in this clinic. Returns (patient, created).
 
@@ -187,8 +173,8 @@ def import_patient(clinic: Clinic, item: dict[str, Any], actor: ApiToken | Actor
         if link is None:
             try:
                 with db.atomic():
-                    patient = Patient.create(organization=clinic.organization_id, **fields)
-                    PatientRecord.create(patient=patient, clinic=clinic)
+                    patient = Patient.create(organization=clinic.organization_id, created_at=as_utc(now), **fields)
+                    PatientRecord.create(patient=patient, clinic=clinic, created_at=as_utc(now))
                     ExternalId.create(
                         clinic=clinic,
                         patient=patient,
@@ -200,21 +186,22 @@ def import_patient(clinic: Clinic, item: dict[str, Any], actor: ApiToken | Actor
             except pw.IntegrityError:
                 link = ExternalId.get(key)  # a concurrent import of the same id won
         Patient.update(**fields).where(Patient.id == link.patient_id).execute()
-        PatientRecord.insert(patient=link.patient_id, clinic=clinic).on_conflict_ignore().execute()
+        PatientRecord.insert(
+            patient=link.patient_id, clinic=clinic, created_at=as_utc(now)
+        ).on_conflict_ignore().execute()
         patient = Patient.get_by_id(link.patient_id)
         AuditEvent.record(actor, clinic, "patient.import", patient, {"created": False})
         return patient, False
 
 
-def import_one(clinic: Clinic, item: dict[str, Any], actor: ApiToken, remember: Remember = forget) -> dict[str, Any]:
-    """`import_patient` answered as the API answers it (the patient and whether it was
-    created), read inside the import's transaction and given to `remember` there."""
-    # Without an answer to store, no transaction around the import's own.
-    with db.atomic() if remember is not forget else contextlib.nullcontext():
-        patient, created = import_patient(clinic, item, actor)
-        answer = {"patient": represent(clinic, [patient])[0], "created": created}
-        remember(answer)
-    return answer
+def import_one(
+    clinic: Clinic, item: dict[str, Any], actor: ApiToken | Actor, now: datetime, then: Callable[[Patient, bool], T]
+) -> T:
+    """`import_patient`, with `then` given the patient and whether it was created inside
+    the import's transaction (the API's answer is read there)."""
+    with db.atomic():
+        patient, created = import_patient(clinic, item, actor, now)
+        return then(patient, created)
 
 
 # --- bulk import ----------------------------------------------------------------------
@@ -238,17 +225,8 @@ _BULK_UPDATE_ROW = "(%s::uuid, %s::text, %s::text, %s::boolean, %s::text, %s::bo
 Outcome = tuple[uuid.UUID | None, str, DomainError | None]
 
 
-def bulk_answer(outcomes: list[Outcome]) -> list[dict[str, Any]]:
-    """import-bulk's answer: per item, in order, its status, patient id and error."""
-    return [
-        {
-            "index": index,
-            "status": status,
-            "patientId": str(patient_id) if patient_id else None,
-            "error": error.to_dict() if error else None,
-        }
-        for index, (patient_id, status, error) in enumerate(outcomes)
-    ]
+def _answered_by_caller(outcomes: list[Outcome]) -> None:
+    """The `then` of a bulk import whose caller answers nothing from inside it."""
 
 
 def import_patients(
@@ -256,7 +234,8 @@ def import_patients(
     items: list[dict[str, Any]],
     actor: ApiToken | Actor,
     item_schema: dict[str, Any],
-    remember: Remember = forget,
+    now: datetime,
+    then: Callable[[list[Outcome]], object] = _answered_by_caller,
 ) -> list[Outcome]:
     """`import_patient` for many items at once, with the same outcome per item, in order:
     (patient id, "created" | "updated" | "failed", the error of a failed one). Each item is
@@ -269,8 +248,8 @@ def import_patients(
     our patient for it is dropped and the item updates theirs.
 
     One audit event for the whole import, with its counts (no event when every item
-    failed validation: nothing was written, and nothing is given to `remember`: a retry
-    would answer the same)."""
+    failed validation: nothing was written, and `then` is not called: a retry would
+    answer the same). `then` is given the outcomes inside the import's transaction."""
     results: list[Outcome] = []
     wanted: list[tuple[int, tuple[str, str], dict[str, Any]]] = []  # (index, key, fields)
     for index, item in enumerate(items):
@@ -284,7 +263,6 @@ def import_patients(
         wanted.append((index, (item.get("externalIdSource", ""), item["externalId"]), fields))
     if not wanted:
         return results
-    now = utc_now()
     with db.atomic():
         known = _patients_by_key(clinic, {key for _, key, _ in wanted})
         new: dict[tuple[str, str], dict[str, Any]] = {}  # key -> the row to insert
@@ -298,7 +276,7 @@ def import_patients(
                 new[key] = {
                     "id": uuid.uuid4(),
                     "organization": clinic.organization_id,
-                    "created_at": now,
+                    "created_at": as_utc(now),
                     **dict.fromkeys(_OPTIONAL),
                     **fields,
                 }
@@ -309,12 +287,12 @@ def import_patients(
             for index, key, _ in wanted:
                 if key in lost:
                     results[index] = (lost[key], "updated", None)
-        _update(clinic, [(known[key], fields) for _, key, fields in wanted if key in known])
+        _update(clinic, [(known[key], fields) for _, key, fields in wanted if key in known], now)
         statuses = [status for _, status, _ in results]
         AuditEvent.record(
             actor, clinic, "patient.import_bulk", None, {s: statuses.count(s) for s in ("created", "updated", "failed")}
         )
-        remember(bulk_answer(results))
+        then(results)
     return results
 
 
@@ -360,7 +338,7 @@ def _create(clinic: Clinic, new: dict[tuple[str, str], dict[str, Any]]) -> dict[
     return _patients_by_key(clinic, lost_keys)
 
 
-def _update(clinic: Clinic, updates: list[tuple[uuid.UUID, dict[str, Any]]]) -> None:
+def _update(clinic: Clinic, updates: list[tuple[uuid.UUID, dict[str, Any]]], now: datetime) -> None:
     """Apply each item's fields to its patient, in item order (a later item wins), and
     give every one a record here."""
     merged: dict[uuid.UUID, dict[str, Any]] = {}
@@ -384,5 +362,5 @@ def _update(clinic: Clinic, updates: list[tuple[uuid.UUID, dict[str, Any]]]) -> 
             Patient.update(**fields).where(Patient.id == patient_id).execute()
     for start in range(0, len(ids), _CHUNK):
         PatientRecord.insert_many(
-            [{"patient": i, "clinic": clinic} for i in ids[start : start + _CHUNK]]
+            [{"patient": i, "clinic": clinic, "created_at": as_utc(now)} for i in ids[start : start + _CHUNK]]
         ).on_conflict_ignore().execute()

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import falcon
 import redis
 
-from console import accounts as words
+from console import account_words as words
 from console import pages
 from console.inbox import local_time
 from console.rendering import Renderer, html, see_other
