@@ -72,8 +72,9 @@ class Writer(threading.Thread):
 
 
 def received(box: mail_server.Mailbox) -> set[str]:
-    """The outbox rows an e-mail arrived for."""
-    return {m["X-Clinic-Outbox-Id"] for m in list(box.messages)}
+    """The outbox rows the bench wrote that an e-mail arrived for (not the demo key's expiry
+    notice: the demo's key expires in 7 days)."""
+    return {m["X-Clinic-Outbox-Id"] for m in list(box.messages) if m["X-Clinic-Notice"] == "password_reset"}
 
 
 def main() -> int:
@@ -172,7 +173,7 @@ def main() -> int:
                 "p99_outage_over_baseline": round(ratio, 2),
                 "emails_written": writer.written,
                 "emails_received": len(distinct),
-                "received_twice": len(box.messages) - len(distinct),
+                "received_twice": sum(m["X-Clinic-Notice"] == "password_reset" for m in box.messages) - len(distinct),
                 "lost": lost,
                 "all_received_after_s": round(drained, 1),
             }
