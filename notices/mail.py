@@ -165,6 +165,6 @@ def deliver(row: Outbox, sender: Sender, now: datetime) -> str:
                 uuid.UUID(data["clinic"]),
                 "notice.urgent_sent",
                 ("patient_request", data["requests"][0]),
-                {"requests": len(data["requests"]), "recipient": "staff" if "user" in data["to"] else "on_call"},
+                {"requests": len(data["requests"]), "toStaff": "user" in data["to"]},
             )
     return "sent"

@@ -288,7 +288,7 @@ class ClinicSettings:
         """Who is e-mailed of a message flagged "may be urgent" (its opted-in staff, an
         on-call address) and when ("outsideOfficeHours", "always")."""
         fields = {"staff": staff, "onCallEmail": on_call_email.strip() or None, "when": when}
-        details = {"staff": staff, "onCallAddress": bool(fields["onCallEmail"]), "when": when}
+        details = {"staff": staff, "onCallAddress": bool(fields["onCallEmail"]), "always": when == "always"}
         self._change("settings.urgent_notices.update", lambda c: c["urgentNotices"].update(fields), details=details)
 
     # Staff
