@@ -90,13 +90,16 @@ def parsed(raw: bytes) -> EmailMessage:
 
 
 def mail_env(server: SMTPTestServer, ca_bundle: str, public_base_url: str = "https://clinic.test") -> dict[str, str]:
-    """A service process's e-mail settings, to this server (short retries: a test waits them)."""
+    """A service process's e-mail settings, to this server: short retries and a short
+    gathering of urgent messages (a test waits them; the default's gathering is
+    tests/test_notices.py's, by the test's clock)."""
     return {
         "SMTP_URL": server.url,
         "SMTP_CA_BUNDLE": ca_bundle,
         "MAIL_FROM": SENDER,
         "PUBLIC_BASE_URL": public_base_url,
         "MAIL_RETRY_DELAYS": "1,2,4,8,15,30",
+        "URGENT_NOTICE_GATHER_SECONDS": "5",
     }
 
 
