@@ -16,7 +16,7 @@ from console import request as request_page
 from console.flash import Flash
 from console.middleware import ConsoleSession
 from console.once import OnceOnly
-from console.throttle import LoginThrottle
+from console.throttle import LoginThrottle, ResetThrottle
 from jobs import queueing
 from jobs.playback import RecordingPlayer
 from models import MedicalRecord
@@ -122,10 +122,21 @@ def create_app(config: Config) -> falcon.App:
         (pages.request_type(_REQUEST), request_page.RequestTypeChoice(config.clock)),
         (pages.request_urgent(_REQUEST), request_page.RequestUrgentClear(config.clock)),
         (pages.recording(_REQUEST), recording := request_page.ConsoleRecording(renderer, player, config.clock)),
-        (pages.LOGIN, login.ConsoleLogin(renderer, throttle, config.clock, trust)),
+        (pages.LOGIN, login.ConsoleLogin(renderer, throttle, config.clock, trust, config.mail_enabled)),
+        (
+            pages.FORGOT,
+            login.ForgotPassword(
+                renderer,
+                ResetThrottle(queue_redis),
+                config.clock,
+                trust,
+                config.mail_enabled,
+                config.console_reset_link_minutes,
+            ),
+        ),
         (pages.LOGIN_CODE, login.ConsoleLoginCode(renderer, throttle, config.clock, config.secret_keys, trust, flash)),
         (pages.password_link("{token}"), login.SetPasswordPage(renderer, config.clock, trust)),
-        (pages.ACCOUNT, account.AccountPage(renderer, throttle, config.clock)),
+        (pages.ACCOUNT, account.AccountPage(renderer, throttle, config.clock, config.mail_enabled)),
         (pages.TWO_FACTOR, account.TwoFactorPage(renderer, config.clock, config.secret_keys, trust, flash)),
         (pages.LOGOUT, login.ConsoleLogout()),
         (pages.LANGUAGE, account.ConsoleLanguage()),
@@ -147,7 +158,14 @@ def create_app(config: Config) -> falcon.App:
         (pages.api_key_revocation("{token_id}"), keys.ApiKeyRevocation(renderer, config.clock)),
         (
             pages.STAFF,
-            team.StaffPage(renderer, config.clock, config.secret_keys, config.console_password_link_hours, trust),
+            team.StaffPage(
+                renderer,
+                config.clock,
+                config.secret_keys,
+                config.console_password_link_hours,
+                trust,
+                config.mail_enabled,
+            ),
         ),
         (pages.AUDIT, audit.AuditList(renderer)),
         (pages.patient("{patient_id}"), patient.PatientPage(renderer, config.clock)),
@@ -192,7 +210,7 @@ def create_app(config: Config) -> falcon.App:
         SchemaGate(lambda: migrations.pending(database)),
         DatabaseConnection(),
         # recording-complete's 4xx after authentication are recorded
-        HandoffRefusals(recorder),
+        HandoffRefusals(recorder, config.clock),
         # /console only: the staff session (cookie) and CSRF; never the API's
         ConsoleSession(config.clock, session_lifetime, renderer, OnceOnly(queue_redis), flash),
         TokenAuth(config.clock, cache),

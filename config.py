@@ -12,6 +12,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from plumbing import mail
 from plumbing.clock import Clock
 from plumbing.clock import wall as wall_clock
 from plumbing.crypto import MIN_SECRET_KEY_BYTES, KeyRing
@@ -90,6 +91,14 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "CONSOLE_PASSWORD_LINK_HOURS": ("console_password_link_hours", float),
     "TRUST_FORWARDED_PROTO": ("trust_forwarded_proto", _bool),
     "TRUSTED_PROXY_HOPS": ("trusted_proxy_hops", int),
+    "SMTP_URL": ("smtp_url", str),
+    "SMTP_CA_BUNDLE": ("smtp_ca_bundle", str),
+    "MAIL_FROM": ("mail_from", str),
+    "MAIL_RETRY_DELAYS": ("mail_retry_delays", str),
+    "OPERATOR_EMAIL": ("operator_email", str),
+    "URGENT_NOTICE_GATHER_SECONDS": ("urgent_notice_gather_seconds", float),
+    "URGENT_NOTICE_EVERY_MINUTES": ("urgent_notice_every_minutes", float),
+    "CONSOLE_RESET_LINK_MINUTES": ("console_reset_link_minutes", float),
 }
 # Current name -> the name it had before; the former is still read when the current one is
 # unset, so a deployment's environment keeps working across the rename (with a warning at
@@ -303,6 +312,26 @@ class Config:
     # router left at 0, every client has the router's address: one office's failed logins
     # would lock every clinic's staff out.
     trusted_proxy_hops: int = 0
+    # E-mail (notices, staff password links), sent by the workers: empty, no e-mail at all
+    # (the console hands set-password links over as before). smtp:// uses STARTTLS (required;
+    # `?starttls=off` only for a loopback server), smtps:// TLS; the certificate is verified
+    # (against SMTP_CA_BUNDLE when set). user:password@ logs in. Needs MAIL_FROM and
+    # PUBLIC_BASE_URL (the links in the e-mails).
+    smtp_url: str = ""
+    smtp_ca_bundle: str = ""
+    mail_from: str = ""
+    # Seconds between the tries of one e-mail while the server is down or says "later";
+    # after the last, a try every ten minutes until two days have passed (jobs/outbox.py).
+    mail_retry_delays: str = "10,30,60,120,300"
+    # The operator's own address: told of keys about to expire, as the clinics' admins are.
+    operator_email: str = ""
+    # A message flagged "may be urgent" waits this long for others of its clinic before its
+    # e-mail goes, so that a burst is one e-mail; and one recipient gets at most one such
+    # e-mail this often (what is flagged meanwhile goes in the next one).
+    urgent_notice_gather_seconds: float = 30.0
+    urgent_notice_every_minutes: float = 5.0
+    # The "forgot password" link by e-mail works once, for this long.
+    console_reset_link_minutes: float = 60.0
     # Not from the environment: the wall clock, replaceable in tests.
     clock: Clock = field(default=wall_clock, repr=False, compare=False)
     # Not from the environment: what `from_env` found worth a warning at start (a former
@@ -317,9 +346,38 @@ class Config:
             "refused_handoff_retention_days",
             "retention_audit_details_days",
             "console_password_link_hours",
+            "console_reset_link_minutes",
+            "urgent_notice_every_minutes",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.upper()} must be positive")
+        if self.urgent_notice_gather_seconds < 0:
+            raise ValueError("URGENT_NOTICE_GATHER_SECONDS must not be negative")
+        try:
+            delays = self.mail_retry_intervals
+        except ValueError:
+            raise ValueError("MAIL_RETRY_DELAYS: seconds separated by commas, such as 10,30,60") from None
+        if not delays or any(d <= 0 for d in delays):
+            raise ValueError("MAIL_RETRY_DELAYS: at least one delay, each positive")
+        if self.smtp_url:
+            try:
+                mail.Server.parse(self.smtp_url)
+            except ValueError as exc:
+                raise ValueError(f"SMTP_URL {exc}") from None
+            if "@" not in self.mail_from:
+                raise ValueError(
+                    "MAIL_FROM: the sender's address is required with SMTP_URL (such as ordinace@example.cz)"
+                )
+            if not self.public_base_url:
+                raise ValueError(
+                    "PUBLIC_BASE_URL is required with SMTP_URL: the e-mails' links lead there (such as "
+                    "https://clinic.example.cz); a link built from a request's Host header could be steered"
+                )
+        elif self.mail_from or self.operator_email:
+            raise ValueError(
+                ("MAIL_FROM" if self.mail_from else "OPERATOR_EMAIL")
+                + " is set, but SMTP_URL is not: no e-mail would be sent. Set SMTP_URL, or remove it."
+            )
         if self.idempotency_key_hours < MIN_IDEMPOTENCY_KEY_HOURS:
             raise ValueError(
                 f"IDEMPOTENCY_KEY_HOURS must be at least {MIN_IDEMPOTENCY_KEY_HOURS}: integrators are "
@@ -394,6 +452,15 @@ class Config:
         return KeyRing(self.secret_key, self.fallback_keys)
 
     @property
+    def mail_enabled(self) -> bool:
+        """Whether the service sends e-mail (SMTP_URL is set)."""
+        return bool(self.smtp_url)
+
+    @property
+    def mail_retry_intervals(self) -> list[int]:
+        return [int(x) for x in self.mail_retry_delays.split(",") if x.strip()]
+
+    @property
     def retry_delays(self) -> list[int]:
         return [int(x) for x in self.recording_retry_delays.split(",") if x.strip()]
 
@@ -448,7 +515,14 @@ class Config:
 
     def describe(self) -> dict[str, object]:
         """Settings safe to print (secrets masked)."""
-        secret = {"secret_key", "secret_key_fallbacks", "storage_signing_key", "s3_secret_access_key", "metrics_token"}
+        secret = {
+            "secret_key",
+            "secret_key_fallbacks",
+            "storage_signing_key",
+            "s3_secret_access_key",
+            "metrics_token",
+            "smtp_url",  # it may carry the server's password
+        }
         return {
             f.name: ("***" if f.name in secret and getattr(self, f.name) else getattr(self, f.name))
             for f in fields(self)

@@ -433,6 +433,24 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("request_type", "transcript_words", pw.TextField(null=True)),
         ),
     ),
+    # Nothing that matters waits for someone to look: the outbox the workers deliver (e-mail
+    # first), who a clinic tells of a message that may be urgent and when, the staff who
+    # asked to be told, the last expiry notice of a key, and why a known key was refused.
+    # A clinic tells its opted-in staff outside office hours, as a new one does; nobody has
+    # opted in yet, so nothing is sent until someone asks for it.
+    (
+        51,
+        "notices",
+        _steps(
+            _frozen("0051_notices"),
+            _add_column("clinic", "urgent_notice_staff", pw.BooleanField(default=True)),
+            _add_column("clinic", "urgent_notice_email", pw.CharField(max_length=254, null=True)),
+            _add_column("clinic", "urgent_notice_when", pw.CharField(max_length=8, default="closed")),
+            _add_column("staff_membership", "urgent_notices", pw.BooleanField(default=False)),
+            _add_column("api_token", "expiry_notice_days", pw.SmallIntegerField(null=True)),
+            _add_column("refused_handoff", "reason", pw.CharField(max_length=20, null=True)),
+        ),
+    ),
 ]
 
 

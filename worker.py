@@ -26,7 +26,7 @@ from pathlib import Path
 from rq import Queue
 
 from config import Config
-from jobs import companions, queueing, relay, rq_worker, stopping, storage_purge
+from jobs import companions, outbox, queueing, relay, rq_worker, stopping, storage_purge
 from jobs.context import JobContext
 from jobs.metrics import JobMetrics
 from migrations import pending
@@ -46,7 +46,7 @@ class Worker:
     context: JobContext
     worker_class: type[rq_worker.ClinicWorker]
     queues: list[Queue]
-    #: The playback worker: a child serving `recordings` alone, with no model and no
+    #: The playback worker: a child serving `recordings` and `outbox`, with no model and no
     #: relay (`manage.py worker --playback`, which its parent starts).
     playback: bool
     warm_up: bool
@@ -89,6 +89,11 @@ class Worker:
             # Hands stored calls to the queue (the web only commits them); re-queues, at once
             # and then periodically, the pending calls left without a live job (jobs/relay.py).
             relay.start(Queue(queueing.CALLS, connection=connection), config, self.context.relay)
+            # Queues what the outbox holds (e-mails, the events that make them), gives back what
+            # lost its job, writes the keys' expiry notices and the gauges (jobs/outbox.py).
+            if not config.mail_enabled:
+                log.warning("SMTP_URL is not set: no e-mail is sent (notices and set-password links)")
+            outbox.start(Queue(queueing.OUTBOX, connection=connection), config)
             # Deletes uploads never registered once their link expired (and a grace), at once
             # and then every UPLOAD_PURGE_EVERY_SECONDS; safe in every worker. Each round also
             # runs the retention: what the clinics keep only as long as they set.
@@ -143,7 +148,9 @@ def create_worker(
         {"recorder": context.recorder, "relay_wake_up": context.relay, "job_context": context},
     )
     connection = queueing.redis_client(config.redis_url, "worker")
-    names = [queueing.RECORDINGS] if playback else list(queues)
+    # The playback worker serves the plays and the outbox's e-mails: neither a doctor's
+    # expired link nor an urgent message's e-mail waits behind a transcription.
+    names = [queueing.RECORDINGS, queueing.OUTBOX] if playback else list(queues)
     return Worker(
         config,
         context,

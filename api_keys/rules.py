@@ -24,7 +24,7 @@ from plumbing.database import db, is_postgresql
 DEFAULT_LIFETIME = timedelta(days=90)
 MAX_LIFETIME = timedelta(days=365)
 MAX_OVERLAP = timedelta(days=7)  # how long a rotated key may keep working
-EXPIRY_WARNING = timedelta(days=14)  # a key expiring sooner is flagged in the list
+EXPIRY_WARNING = ApiToken.EXPIRY_WARNING  # a key expiring sooner is flagged in the list
 NAME_MAX = 200
 
 

@@ -46,12 +46,14 @@ def cmd_calls(config: Config, args: argparse.Namespace) -> int:
 
 
 def _refused(args: argparse.Namespace) -> int:
-    """The latest refused hand-offs (4xx after the token was authenticated), newest first."""
+    """The latest refused hand-offs (4xx after the token was authenticated, and 401 for a
+    key that expired or was revoked: "key expired", "key revoked"), newest first."""
     from switchboard import refusals
 
     for refused in refusals.latest(args.last, args.clinic):
         print(
-            f"{iso_utc(refused.at)}  {visible(refused.clinic_slug)}  {refused.status} {refused.code}  "
+            f"{iso_utc(refused.at)}  {visible(refused.clinic_slug)}  {refused.status} {refused.code}"
+            f"{'  key ' + refused.reason if refused.reason else ''}  "
             f"CallSid={visible(refused.call_sid) if refused.call_sid else '-'}  token={refused.token_id or '-'}  "
             f"{visible(refused.message)}"
         )

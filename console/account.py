@@ -54,10 +54,11 @@ class AccountPage:
 
     login_required = True
 
-    def __init__(self, renderer: Renderer, throttle: LoginThrottle, clock: Clock) -> None:
+    def __init__(self, renderer: Renderer, throttle: LoginThrottle, clock: Clock, mail: bool = False) -> None:
         self.renderer = renderer
         self.throttle = throttle
         self.clock = clock
+        self.mail = mail  # e-mail on: the user may ask for the urgent messages' notices
 
     def _render(
         self, req: falcon.Request, resp: falcon.Response, status: str = falcon.HTTP_200, error: str = ""
@@ -88,6 +89,8 @@ class AccountPage:
                     for s in accounts.own_sessions(user)
                 ],
                 codes_left=two_factor.recovery_codes_left(user) if user.two_factor else 0,
+                mail=self.mail,
+                notices=accounts.notice_choices(user) if self.mail else [],
             ),
             status,
         )
@@ -125,6 +128,10 @@ class AccountPage:
                 flash_notice(req.context.flash, "account", notice, ended)
             elif action == "language":
                 accounts.set_language(user, form.get("language", ""))
+            elif action == "notices":
+                wanted = {key[len("urgent-") :] for key in form if key.startswith("urgent-")}
+                accounts.set_urgent_notices(user, wanted, self.clock())
+                flash_notice(req.context.flash, "account", N_("Your e-mail notices are saved."))
             elif action in ("end-session", "end-others"):
                 which = form.get("session") if action == "end-session" else None
                 ended = accounts.end_sessions(user, session.id, self.clock(), which)

@@ -188,7 +188,17 @@ ACTIONS: dict[str, Action] = {
     "staff_user.enable": Action(N_("Staff user enabled")),
     "staff_user.password_link": Action(
         N_("Set-password link made"),
-        (Field("validHours", N_("Valid for (hours)"), COUNT), Field("firstPassword", N_("First password"), YES_NO)),
+        (
+            Field("validHours", N_("Valid for (hours)"), COUNT),
+            Field("firstPassword", N_("First password"), YES_NO),
+            Field("byEmail", N_("Sent by e-mail"), YES_NO),
+        ),
+    ),
+    "staff.password_reset_asked": Action(
+        N_("New password asked for (forgot password)"), (Field("knownAccount", N_("Known account"), YES_NO),)
+    ),
+    "staff_user.urgent_notices": Action(
+        N_("E-mail notices of urgent messages changed"), (Field("on", N_("E-mail notices"), ON_OFF),)
     ),
     "staff_user.password_set": Action(
         N_("Password set through a link"),
@@ -237,6 +247,22 @@ ACTIONS: dict[str, Action] = {
             Field("counts", N_("Words per language"), WORD_COUNTS),
         ),
         (N_("Calls"), pages.CALLS),
+    ),
+    "settings.urgent_notices.update": Action(
+        N_("Who is told of urgent messages changed"),
+        (
+            Field("staff", N_("Staff who asked for it on their account page"), YES_NO),
+            Field("onCallAddress", N_("On-call address"), YES_NO),
+            Field("always", N_("Always, not only outside office hours"), YES_NO),
+        ),
+        (N_("Calls"), pages.CALLS),
+    ),
+    "notice.urgent_sent": Action(
+        N_("Urgent messages e-mailed"),
+        (
+            Field("requests", N_("Messages"), COUNT),
+            Field("toStaff", N_("To a staff member (not the on-call address)"), YES_NO),
+        ),
     ),
     "settings.two_factor.update": Action(
         N_("Two-factor requirement changed"),

@@ -11,12 +11,10 @@ import urllib.parse
 import uuid
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import falcon
 import peewee as pw
 from babel import Locale, UnknownLocaleError
-from babel.dates import format_date, format_time
 from markupsafe import Markup, escape
 
 from console import pages
@@ -24,6 +22,7 @@ from console.rendering import N_, Renderer, html
 from jobs.playback import RecordingPlayer
 from models import AuditEvent, Call, Clinic, Patient, PatientRequest, RequestType, StaffUser
 from models.requests import spans_of, words_at
+from plumbing import catalogue
 from plumbing.clock import Clock, as_utc
 from plumbing.phones import for_display
 from voicemail.recordings import GONE_REASONS, PlayState
@@ -147,9 +146,7 @@ def request_for(user: StaffUser, request_id: str) -> PatientRequest | None:
 
 def local_time(value: datetime, clinic: Clinic, language: str) -> str:
     """A stored (naive UTC) time in the clinic's timezone, written the user's way."""
-    local = as_utc(value).replace(tzinfo=ZoneInfo("UTC")).astimezone(ZoneInfo(clinic.timezone))
-    # The date in full, the time to the minute (babel's "medium" time shows seconds).
-    return f"{format_date(local, 'medium', locale=language)} {format_time(local, 'short', locale=language)}"
+    return catalogue.local_time(value, clinic.timezone, language)
 
 
 def language_name(code: str | None, language: str) -> str | None:

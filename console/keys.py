@@ -22,13 +22,16 @@ import redis
 from api_keys import rules
 from console import audit_kinds, audit_words, pages
 from console.inbox import local_time
-from console.rendering import Renderer, html, see_other
+from console.rendering import N_, Renderer, html, see_other
 from models import Actor, ApiToken, Clinic
 from plumbing.clock import Clock, as_utc
+from switchboard import refusals
 
 log = logging.getLogger(__name__)
 URL = pages.API_KEYS
 FLASH = "api-keys"  # the page's one-time messages (console/flash.py)
+#: Why a hand-off was refused for its key (`RefusedHandoff.reason`), as the page says it.
+REFUSAL_REASONS = {"expired": N_("the key had expired"), "revoked": N_("the key was revoked")}
 
 
 def _local_input(value: datetime, clinic: Clinic) -> str:
@@ -103,6 +106,13 @@ class _KeysPage:
             }
             for key in views
         ]
+        refused = refusals.latest(20, clinic_id=clinic.id)
+        names = {
+            t.id: t.name
+            for t in ApiToken.select(ApiToken.id, ApiToken.name).where(
+                ApiToken.id.in_([r.token_id for r in refused if r.token_id] or [uuid.UUID(int=0)])
+            )
+        }
         html(
             resp,
             self.renderer.render(
@@ -113,6 +123,16 @@ class _KeysPage:
                 clinic=clinic,
                 clinics=req.context.admin_clinics,
                 keys=keys,
+                refused=[
+                    {
+                        "at": when(r.at),
+                        "key": names.get(r.token_id, "–") if r.token_id else "–",
+                        "why": tr.gettext(REFUSAL_REASONS[r.reason]) if r.reason in REFUSAL_REASONS else None,
+                        "code": f"{r.status} {r.code}",
+                        "call_sid": r.call_sid,
+                    }
+                    for r in refused
+                ],
                 error=tr.gettext(error) if error else "",
                 created=created,
                 default_days=rules.DEFAULT_LIFETIME.days,

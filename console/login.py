@@ -24,7 +24,7 @@ from console.rendering import (
     html,
     see_other,
 )
-from console.throttle import LoginThrottle
+from console.throttle import LoginThrottle, ResetThrottle
 from models import StaffSession, StaffUser
 from plumbing.clock import Clock
 from plumbing.crypto import Keys
@@ -90,11 +90,14 @@ def flash_notice(flash: object, page: str, text: str, count: int | None = None) 
 
 
 class ConsoleLogin:
-    def __init__(self, renderer: Renderer, throttle: LoginThrottle, clock: Clock, trust_forwarded_proto: bool) -> None:
+    def __init__(
+        self, renderer: Renderer, throttle: LoginThrottle, clock: Clock, trust_forwarded_proto: bool, mail: bool
+    ) -> None:
         self.renderer = renderer
         self.throttle = throttle
         self.clock = clock
         self.trust = trust_forwarded_proto
+        self.mail = mail  # e-mail on: the page offers "forgot password"
 
     def _form(
         self,
@@ -119,6 +122,7 @@ class ConsoleLogin:
                 message=tr.gettext(message) % values if message else "",
                 notice=tr.gettext(notice) if notice else "",
                 email=email,
+                forgot=self.mail,
             ),
             status,
         )
@@ -312,3 +316,80 @@ class SetPasswordPage:
             )
             return
         raise see_other(pages.with_query(pages.LOGIN, password="set"))
+
+
+class ForgotPassword:
+    """/console/login/forgot: "forgot password". With e-mail on, the form sends a link to
+    set a new password to the account of the address typed, if there is one; the answer is
+    the same either way (never whether the address exists), and the requests are limited
+    per address and per client (console/throttle.py). Without e-mail: who to ask instead."""
+
+    def __init__(
+        self, renderer: Renderer, throttle: ResetThrottle, clock: Clock, trust: bool, mail: bool, minutes: float
+    ) -> None:
+        self.renderer = renderer
+        self.throttle = throttle
+        self.clock = clock
+        self.trust = trust
+        self.mail = mail
+        self.minutes = minutes
+
+    def _page(
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        language: str,
+        status: str = falcon.HTTP_200,
+        notice: str = "",
+        message: str = "",
+    ) -> None:
+        token = _prelogin_token(req, resp, is_secure(req, self.trust), language)
+        html(
+            resp,
+            self.renderer.render(
+                "console/forgot.html",
+                language,
+                user=None,
+                csrf_token=token,
+                mail=self.mail,
+                notice=notice,
+                message=message,
+            ),
+            status,
+        )
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if req.context.console_session is not None:
+            raise see_other(pages.ACCOUNT)
+        self._page(req, resp, _language(req))
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if not self.mail:
+            raise falcon.HTTPNotFound()
+        form = req.context.form
+        email = form.get("email", "").strip()[:254]
+        language = _language(req, form.get("lang"))
+        tr = self.renderer.translations[language]
+        try:
+            wait = self.throttle.take(email, req.context.client_address or "unknown")
+        except redis.RedisError as exc:
+            log.warning("password reset not throttled: refused (Redis: %s)", type(exc).__name__)
+            resp.set_header("Retry-After", "60")
+            self._page(req, resp, language, falcon.HTTP_503, message=tr.gettext(N_("Try again in a minute.")))
+            return
+        if wait:
+            resp.set_header("Retry-After", str(wait))
+            minutes = -(-wait // 60)
+            text = tr.gettext(N_("Too many requests. Try again in %(minutes)d min.")) % {"minutes": minutes}
+            self._page(req, resp, language, falcon.HTTP_429, message=text)
+            return
+        if email:
+            accounts.request_reset(email, self.clock())
+        notice = tr.gettext(
+            N_(
+                "If an account has this address, a link to set a new password is on its way to it. "
+                "It works once, for %(minutes)s minutes. Nothing came? Check the spam folder, or ask "
+                "an administrator of your clinic."
+            )
+        ) % {"minutes": f"{self.minutes:g}"}
+        self._page(req, resp, language, notice=notice)

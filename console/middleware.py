@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 PREFIX = pages.PREFIX
 _FORM = "application/x-www-form-urlencoded"
 # Forms sent before there is a session: checked against the pre-login cookie (double submit).
-PRELOGIN_FORMS = (pages.LOGIN, pages.PASSWORD + "/")
+PRELOGIN_FORMS = (pages.LOGIN, pages.PASSWORD + "/", pages.FORGOT)
 # Where a half-done login (StaffSession.pending) is finished; it opens nothing else.
 PENDING_PAGES = {"code": pages.LOGIN_CODE, "enrol": pages.TWO_FACTOR}
 
@@ -81,7 +81,7 @@ class ConsoleSession:
             req.context.form = {k: v[0] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True).items()}
         # The login form is checked against the pre-login cookie (there is no session yet);
         # every other form against the session's own token.
-        if req.path == PRELOGIN_FORMS[0] or req.path.startswith(PRELOGIN_FORMS[1]):
+        if req.path in (PRELOGIN_FORMS[0], PRELOGIN_FORMS[2]) or req.path.startswith(PRELOGIN_FORMS[1]):
             expected = cookie(req, sessions.PRELOGIN_COOKIE)
         else:
             expected = session.csrf_token if session else None

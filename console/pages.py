@@ -14,6 +14,7 @@ ROWS = PREFIX + "/rows"  # the inbox's new rows, for its script
 REQUESTS = PREFIX + "/requests"
 LOGIN = PREFIX + "/login"
 LOGIN_CODE = LOGIN + "/code"  # the second step of a login
+FORGOT = LOGIN + "/forgot"  # "forgot password": a link by e-mail
 LOGOUT = PREFIX + "/logout"
 LANGUAGE = PREFIX + "/language"
 PASSWORD = PREFIX + "/password"  # + /{token}: a set-password link

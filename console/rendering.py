@@ -8,34 +8,25 @@ from __future__ import annotations
 
 import gettext
 import hashlib
-import io
 import secrets
 from pathlib import Path
 from typing import Any
 
 import falcon
 import jinja2
-from babel.messages.mofile import write_mo
-from babel.messages.pofile import read_po
 from markupsafe import Markup
 
 from console import pages
+from plumbing import catalogue
 
 HERE = Path(__file__).parent
 LANGUAGES = ("cs", "en")  # the first is the default
 DEFAULT_LANGUAGE = LANGUAGES[0]
 
 
-def _compile(language: str) -> gettext.NullTranslations:
-    po = HERE / "locale" / language / "LC_MESSAGES" / "messages.po"
-    if not po.exists():  # English: the msgids themselves
-        return gettext.NullTranslations()
-    with po.open("rb") as f:
-        catalog = read_po(f, locale=language)
-    mo = io.BytesIO()
-    write_mo(mo, catalog)
-    mo.seek(0)
-    return gettext.GNUTranslations(mo)
+def catalogues() -> dict[str, gettext.NullTranslations]:
+    """The console's catalogue compiled for each language."""
+    return {language: catalogue.compiled(HERE / "locale", language) for language in LANGUAGES}
 
 
 def N_(message: str) -> str:
@@ -53,7 +44,7 @@ class Renderer:
             undefined=jinja2.StrictUndefined,  # a misspelt variable fails a test, not a page silently
         )
         self.env.install_null_translations(newstyle=True)  # type: ignore[attr-defined]  # the i18n extension's
-        self.translations = {language: _compile(language) for language in LANGUAGES}
+        self.translations = catalogues()
         # The stylesheet's and the script's addresses, with their content's hash: a changed
         # file reaches every browser at once, however long it kept the last one.
         self.assets = {

@@ -210,7 +210,8 @@ def _span(vacation: Vacation, tz: ZoneInfo) -> tuple[str, str]:
 
 class CallsPage(_SettingsPage):
     """Missed-call requests on or off; the languages the transcription chooses among; the
-    words that may mean a voice message is urgent (the clinic's, or the shipped ones)."""
+    words that may mean a voice message is urgent (the clinic's, or the shipped ones), and
+    who is e-mailed of such a message, and when."""
 
     template = "console/settings/calls.html"
     path = pages.CALLS
@@ -224,7 +225,10 @@ class CallsPage(_SettingsPage):
         }
 
     def change(self, settings: ClinicSettings, action: str, form: dict[str, str]) -> None:
-        if action == "urgency-shipped":
+        if action == "urgent-notices":
+            when = "always" if form.get("when") == "always" else "outsideOfficeHours"
+            settings.set_urgent_notices(_checked(form, "staff"), form.get("on_call", ""), when)
+        elif action == "urgency-shipped":
             settings.set_urgency_words(None)
         elif action == "urgency":
             settings.set_urgency_words(

@@ -2,7 +2,8 @@
 account of the organization a role), change roles, disable and enable accounts, make
 set-password links, and require two-factor login. Admins only (`admin_required`). A write
 answers 303 back to the page (post/redirect/get); a new link is shown once, on the page the
-redirect leads to, through the session's one-time message (console/flash.py)."""
+redirect leads to, through the session's one-time message (console/flash.py), or, when the
+service sends e-mail, e-mailed to the user (and the page says so)."""
 
 from __future__ import annotations
 
@@ -33,13 +34,20 @@ class StaffPage:
     admin_required = True
 
     def __init__(
-        self, renderer: Renderer, clock: Clock, secret_key: Keys, link_hours: float, trust_forwarded_proto: bool
+        self,
+        renderer: Renderer,
+        clock: Clock,
+        secret_key: Keys,
+        link_hours: float,
+        trust_forwarded_proto: bool,
+        mail: bool = False,
     ) -> None:
         self.renderer = renderer
         self.clock = clock
         self.secret_key = secret_key
         self.lifetime = timedelta(hours=link_hours)
         self.trust = trust_forwarded_proto
+        self.mail = mail  # set-password links go by e-mail
 
     def _render(
         self,
@@ -67,6 +75,7 @@ class StaffPage:
                 form=req.context.form if error else {},
                 issued=issued or (flash.take(_FLASH) if flash and status == falcon.HTTP_200 else None),
                 link_hours=f"{self.lifetime.total_seconds() / 3600:g}",
+                mail=self.mail,
             ),
             status,
         )
@@ -125,5 +134,8 @@ class StaffPage:
     def _link(
         self, req: falcon.Request, clinic: Clinic, actor: Actor, user_id: object, name: str, now: datetime, first: bool
     ) -> dict[str, object]:
+        if self.mail:
+            accounts.mail_link(clinic, actor, str(user_id), now, first=first)
+            return {"name": name, "mailed": True, "first": first}
         token = accounts.issue_link(clinic, actor, str(user_id), self.lifetime, now)
         return {"name": name, "url": words.link_url(req, self.trust, token), "first": first}

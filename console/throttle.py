@@ -48,3 +48,38 @@ class LoginThrottle:
         """A good login clears its account's count (not the address's: one office's
         shared address must not reset an attacker's count by logging in)."""
         self.client.delete(self._keys(email, "")[0])
+
+
+class ResetThrottle:
+    """ "Forgot password" requests counted in Redis per address typed (hashed, known or
+    not: the limit tells nothing about which exist) and per client address, each over an
+    hour: a few links for one address, a few more for one client, then a wait. It keeps
+    one address's mailbox from being flooded and a client from walking a list."""
+
+    WINDOW = 3600
+    PER_ADDRESS = 3
+    PER_CLIENT = 10
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    @staticmethod
+    def _keys(email: str, address: str) -> tuple[str, str]:
+        account = hashlib.sha256(email.strip().lower().encode()).hexdigest()[:32]
+        return f"console:reset:account:{account}", f"console:reset:addr:{address}"
+
+    def take(self, email: str, address: str) -> int:
+        """Count one request; the seconds to wait when it is over a limit (0: go on)."""
+        pipe = self.client.pipeline()
+        for key in self._keys(email, address):
+            pipe.incr(key)
+            pipe.expire(key, self.WINDOW, nx=True)
+            pipe.ttl(key)
+        answers = pipe.execute()
+        counts, ttls = answers[0::3], answers[2::3]
+        waits = [
+            max(int(ttl), 1)
+            for count, ttl, limit in zip(counts, ttls, (self.PER_ADDRESS, self.PER_CLIENT))
+            if int(count) > limit
+        ]
+        return max(waits, default=0)

@@ -2,8 +2,8 @@
 
 `python manage.py worker` is one Procfile process, but it runs three: itself (the
 transcription worker, holding the warmed whisper model), RQ's scheduler (forked by RQ)
-and the playback worker (`PlaybackWorker`: a second RQ worker on the `recordings` queue
-only, so a doctor's play never waits behind a transcription). A parent killed with
+and the playback worker (`PlaybackWorker`: a second RQ worker on the `recordings` and
+`outbox` queues only, so neither a doctor's play nor an e-mail waits behind a transcription). A parent killed with
 SIGKILL cannot stop its children, so each child asks the kernel to send it SIGTERM when
 its parent dies (Linux `PR_SET_PDEATHSIG`), and watches for that death itself should the
 signal not come; on SIGTERM an RQ worker or scheduler finishes what it is doing, releases

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
@@ -25,6 +26,7 @@ from plumbing.metrics import Recorder
 from plumbing.wakeup import WakeUp
 
 if TYPE_CHECKING:
+    from notices.mail import Sender
     from voicemail import transcription
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -85,6 +87,13 @@ class JobContext:
 
         c = self.config
         return transcription.get_transcriber(c.transcriber, model, c.whisper_threads, c.whisper_vad)
+
+    @cached_property
+    def mail(self) -> Sender:
+        """The e-mails' templates and settings, loaded once per process, when first needed."""
+        from notices.mail import Sender
+
+        return Sender.build(self.config)
 
     @classmethod
     def build(cls, config: Config) -> JobContext:

@@ -18,8 +18,10 @@ from rq.worker import Worker
 
 CALLS = "calls"  # ingest a stored call: download, transcribe, make its request
 RECORDINGS = "recordings"  # re-fetch an expired recording link from the platform
-# A worker takes jobs in this order: a doctor waiting on a play comes before a voicemail.
-QUEUES = (RECORDINGS, CALLS)
+OUTBOX = "outbox"  # deliver what the outbox holds: e-mails, and the events that make them
+# A worker takes jobs in this order: a doctor waiting on a play comes before an e-mail, and
+# an e-mail (seconds) before a voicemail (minutes of transcription).
+QUEUES = (RECORDINGS, OUTBOX, CALLS)
 
 # A job in one of these states will still run (or is running): do not queue another.
 # (`CREATED` is the instant between a job's creation and its enqueue.)

@@ -4,8 +4,9 @@ Each round deletes the uploads never registered whose link expired over
 `UPLOAD_PURGE_GRACE_SECONDS` ago (`documents.uploads.purge_expired_uploads`, both
 backends) and, on the local backend, the temporary `.upload-*.part` files a killed
 process left behind, as old (`LocalStorage.purge_stale_uploads`); and the other stale
-rows: refused hand-offs past `REFUSED_HANDOFF_RETENTION_DAYS`, and the answers stored for
-an Idempotency-Key past `IDEMPOTENCY_KEY_HOURS`.
+rows: refused hand-offs past `REFUSED_HANDOFF_RETENTION_DAYS`, the answers stored for
+an Idempotency-Key past `IDEMPOTENCY_KEY_HOURS`, and the outbox's rows a week after they
+were delivered.
 
 Each round also runs the retention (privacy/retention.py): what every clinic keeps only
 for as long as it set, the deployment's expired console sessions and links, and the
@@ -29,7 +30,7 @@ import redis
 
 from config import Config
 from documents import attachments, uploads
-from models import IdempotencyKey
+from models import IdempotencyKey, Outbox
 from plumbing import metrics
 from plumbing.database import db
 from privacy import retention
@@ -46,6 +47,7 @@ class Purged:
     partial_files: int  # temporary files of interrupted local uploads removed
     refused_handoffs: int = 0  # records of refused hand-offs past their retention
     idempotency_keys: int = 0  # stored answers of Idempotency-Keys past their time
+    outbox: int = 0  # outbox rows delivered (or failed) over `Outbox.KEEP_DAYS` ago
 
 
 def purge_storage(storage: Storage, config: Config) -> Purged:
@@ -58,7 +60,10 @@ def purge_storage(storage: Storage, config: Config) -> Purged:
     partial = storage.purge_stale_uploads(lifetime + grace) if isinstance(storage, LocalStorage) else 0
     refused = refusals.purge(now, config.refused_handoff_retention_days)
     keys = IdempotencyKey.purge(now)
-    return Purged(uploads=purged, partial_files=partial, refused_handoffs=refused, idempotency_keys=keys)
+    delivered = Outbox.purge(now)
+    return Purged(
+        uploads=purged, partial_files=partial, refused_handoffs=refused, idempotency_keys=keys, outbox=delivered
+    )
 
 
 def lifetimes(config: Config) -> retention.Lifetimes:
@@ -109,6 +114,8 @@ def run(
                 log.info("purge removed %d refused hand-off record(s) past their retention", purged.refused_handoffs)
             if purged.idempotency_keys:
                 log.info("purge removed %d idempotency key(s) past their time", purged.idempotency_keys)
+            if purged.outbox:
+                log.info("purge removed %d delivered outbox row(s)", purged.outbox)
             with db.connection_context():
                 deleted = retain(storage, config, recorder)
             if deleted.counts():

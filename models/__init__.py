@@ -8,7 +8,8 @@ The modules import one way, each only the ones below it (pyproject.toml holds th
     audit                                the append-only trail
     staff | tokens                       console users; API keys
     patients                             patients and their records per clinic
-    clinics | objects                    organizations, clinics and their set-up; objects to delete
+    clinics | objects | outbox           organizations, clinics and their set-up; objects to delete;
+                                         what the workers must tell someone
     base                                 the database proxy, storage conventions
 
 `from models import X` names every public model and type, whichever module holds it.
@@ -29,6 +30,7 @@ from models.clinics import (
 )
 from models.idempotency import IdempotencyKey
 from models.objects import PendingObjectDeletion
+from models.outbox import Outbox
 from models.patients import ExternalId, Patient, PatientRecord, PatientRecordTag
 from models.requests import MedicalRecord, PatientRequest, PatientRequestTag, Reservation, Triage, UploadLink
 from models.schema import MODELS, SchemaMigration
@@ -53,6 +55,7 @@ __all__ = [
     "OfficeHours",
     "Organization",
     "Origin",
+    "Outbox",
     "Patient",
     "PatientRecord",
     "PatientRecordTag",

@@ -183,7 +183,8 @@ class CallSidConflict(Conflict):
 
 
 class RefusedHandoff(BaseModel):
-    """A `recording-complete` answered 4xx after its token was authenticated: a switchboard
+    """A `recording-complete` answered 4xx after its token was authenticated, or 401 for a
+    key of the clinic that had expired or was revoked (`reason`): a switchboard
     does not retry those, so each is a voicemail that did not arrive. Kept
     `REFUSED_HANDOFF_RETENTION_DAYS` (the worker purges older rows) for the operator's
     `manage.py calls --refused`, and counted in /metrics. Never the body, and never a URL's
@@ -198,6 +199,8 @@ class RefusedHandoff(BaseModel):
     status = pw.SmallIntegerField()
     code = pw.CharField(max_length=40)
     message = pw.CharField(max_length=500)
+    # Why its key was refused when the key is known (its secret right): expired, revoked.
+    reason = pw.CharField(max_length=20, null=True)
 
 
 # share, by place (clinics take turns), then by age. Plain SQL with window functions:

@@ -79,6 +79,14 @@ class Clinic(BaseModel):
     # The words that may mean a voice message is urgent, per language (JSON {"cs": [...], ...},
     # onboarding's `urgencyWords`); null: the shipped ones (triage/vocabulary.py).
     urgency_words = pw.TextField(null=True)
+    # Who is told by e-mail of a voice message flagged "may be urgent" (notices/urgent.py):
+    # the staff who opted in on their account page, and/or an on-call address; and when:
+    # "closed" (outside office hours: in them the inbox shows it first) or "always".
+    urgent_notice_staff = pw.BooleanField(default=True)
+    urgent_notice_email = pw.CharField(max_length=254, null=True)
+    urgent_notice_when = pw.CharField(max_length=8, default="closed")
+
+    URGENT_NOTICE_WHEN = ("closed", "always")
 
     class Meta:
         row_cache = Watched()  # cached with the tokens and schedules (plumbing/row_cache.py)

@@ -19,6 +19,7 @@ from models.clinics import (
 )
 from models.idempotency import IdempotencyKey
 from models.objects import PendingObjectDeletion
+from models.outbox import Outbox
 from models.patients import ExternalId, Patient, PatientRecord, PatientRecordTag
 from models.requests import MedicalRecord, PatientRequest, PatientRequestTag, Reservation, UploadLink
 from models.staff import StaffMembership, StaffPasswordLink, StaffRecoveryCode, StaffSession, StaffUser
@@ -62,4 +63,5 @@ MODELS: list[type[BaseModel]] = [
     StaffPasswordLink,
     StaffRecoveryCode,
     PendingObjectDeletion,
+    Outbox,
 ]

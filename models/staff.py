@@ -37,6 +37,9 @@ class StaffUser(BaseModel):
     # Whether the user administers a clinic, once known: the console's header asks on every
     # page, so the session's own query reads it (`staff.sessions.find`) and no render does.
     _admin: bool | None = None
+    # How many keys of the clinics the user administers expire within 14 days (the banner
+    # of every page): counted by the session's query (`console.sessions.find`).
+    expiring_keys: int = 0
 
     @property
     def two_factor(self) -> bool:
@@ -95,6 +98,9 @@ class StaffMembership(BaseModel):
     user = pw.ForeignKeyField(StaffUser, backref="memberships", on_delete="CASCADE")
     clinic = pw.ForeignKeyField(Clinic, backref="staff", on_delete="CASCADE")
     role = pw.CharField(max_length=8, default="staff")
+    # The user asked (account page) to be e-mailed of this clinic's messages flagged
+    # "may be urgent", when the clinic tells its staff (notices/urgent.py).
+    urgent_notices = pw.BooleanField(default=False)
 
     class Meta:
         indexes = ((("user", "clinic"), True),)
@@ -122,7 +128,7 @@ class StaffSession(BaseModel):
 
 class StaffPasswordLink(BaseModel):
     """A one-time link that lets a staff user choose a password (a new account, or a reset
-    an admin made): the service sends no e-mail, the admin hands the link over. Only the
+    an admin made, or "forgot password"): handed over by the admin, or e-mailed. Only the
     SHA-256 of its token is stored; it is good once, until `expires_at`."""
 
     user_id: uuid.UUID

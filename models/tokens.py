@@ -31,6 +31,8 @@ class ApiToken(BaseModel):
 
     PREFIX = "csk"
     SCOPES = ("read", "write")
+    #: A key expiring sooner is flagged in the lists, the administrators' banner and the metric.
+    EXPIRY_WARNING = timedelta(days=14)
 
     id = pw.UUIDField(primary_key=True, default=uuid.uuid4)
     name = pw.CharField(max_length=200)  # the service account every write is attributed to
@@ -44,6 +46,8 @@ class ApiToken(BaseModel):
     # and the key it replaced when issued by a rotation (migration 50; None before).
     created_by = pw.CharField(max_length=220, null=True)
     rotated_from = pw.UUIDField(null=True)
+    # The last expiry notice given for it (notices/keys.py): 14, then 3 days ahead; None: none.
+    expiry_notice_days = pw.SmallIntegerField(null=True)
 
     class Meta:
         # The columns its trigger announces: a last use written does not change a cached
@@ -140,6 +144,36 @@ class ApiToken(BaseModel):
         if token.expires_at is not None and token.expires_at <= as_utc(now):
             return None
         return token, clinic
+
+    @classmethod
+    def refused_reason(cls, text: str, slug: str, now: datetime) -> tuple[ApiToken, Clinic, str] | None:
+        """For a token `authorize` refused: the token, the clinic named `slug` that it is
+        bound to, and why (`revoked`, `expired`), when its secret is right; None for an
+        unknown or forged token, a live one, or a clinic it does not serve. Asked only on
+        that refusal (recording-complete's), so the hot path pays nothing."""
+        parts = text.split("_", 2)
+        if len(parts) != 3 or parts[0] != cls.PREFIX:
+            return None
+        try:
+            token_id = uuid.UUID(hex=parts[1])
+        except ValueError:
+            return None
+        token = cls.get_or_none(cls.id == token_id)
+        if token is None or not hmac.compare_digest(token.secret_hash, cls._hash(parts[2])):
+            return None
+        if token.revoked_at is not None:
+            reason = "revoked"
+        elif token.expires_at is not None and token.expires_at <= as_utc(now):
+            reason = "expired"
+        else:
+            return None
+        clinic = (
+            Clinic.select()
+            .join(ApiTokenClinic, on=(ApiTokenClinic.clinic == Clinic.id))
+            .where((Clinic.slug == slug) & (ApiTokenClinic.token == token.id))
+            .first()
+        )
+        return (token, clinic, reason) if clinic is not None else None
 
     @property
     def scope_set(self) -> set[str]:

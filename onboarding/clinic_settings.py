@@ -32,7 +32,7 @@ from models import (
     Tag,
     Vacation,
 )
-from onboarding.writer import RETENTION_COLUMNS, OnboardingError, onboard
+from onboarding.writer import RETENTION_COLUMNS, URGENT_NOTICE_WHEN, OnboardingError, onboard
 from plumbing import crypto
 from plumbing.crypto import Keys
 from plumbing.database import db, is_postgresql
@@ -121,6 +121,11 @@ def clinic_document(clinic: Clinic, secret_key: Keys) -> dict[str, Any]:
     }
     if clinic.urgency_words is not None:
         c["urgencyWords"] = json.loads(clinic.urgency_words)
+    c["urgentNotices"] = {
+        "staff": clinic.urgent_notice_staff,
+        "onCallEmail": clinic.urgent_notice_email,
+        "when": next(k for k, v in URGENT_NOTICE_WHEN.items() if v == clinic.urgent_notice_when),
+    }
     if clinic.platform_api_url:
         try:
             password = crypto.decrypt(clinic.platform_password_encrypted or "", secret_key)
@@ -279,6 +284,13 @@ class ClinicSettings:
             {"shipped": True} if words is None else {"shipped": False, "counts": {k: len(v) for k, v in words.items()}}
         )
         self._change("settings.urgency_words.update", lambda c: c.update({"urgencyWords": words}), details=details)
+
+    def set_urgent_notices(self, staff: bool, on_call_email: str, when: str) -> None:
+        """Who is e-mailed of a message flagged "may be urgent" (its opted-in staff, an
+        on-call address) and when ("outsideOfficeHours", "always")."""
+        fields = {"staff": staff, "onCallEmail": on_call_email.strip() or None, "when": when}
+        details = {"staff": staff, "onCallAddress": bool(fields["onCallEmail"]), "always": when == "always"}
+        self._change("settings.urgent_notices.update", lambda c: c["urgentNotices"].update(fields), details=details)
 
     # Staff
 

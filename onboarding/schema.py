@@ -148,6 +148,17 @@ RETENTION = _closed(
     }
 )
 
+#: Who is e-mailed of a voice message flagged "may be urgent", and when (notices/urgent.py):
+#: the staff who opted in on their account page (`staff`), an on-call address; "always" or
+#: only "outsideOfficeHours". Absent: left as it is (a new clinic: staff, outside office hours).
+URGENT_NOTICES = _closed(
+    {
+        "staff": {"type": "boolean"},
+        "onCallEmail": {"type": ["string", "null"], "format": "email", "maxLength": 254},
+        "when": {"enum": ["outsideOfficeHours", "always"]},
+    }
+)
+
 CLINIC = _closed(
     {
         "slug": SLUG,
@@ -173,6 +184,7 @@ CLINIC = _closed(
         # The words that may mean a voice message is urgent, per language; null: the shipped
         # ones; absent: left as they are.
         "urgencyWords": {**WORDS, "type": ["object", "null"]},
+        "urgentNotices": URGENT_NOTICES,
         "switchboard": SWITCHBOARD,
         "retention": RETENTION,
     },

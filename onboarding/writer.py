@@ -273,6 +273,7 @@ class _Plan:
                 else None
             ),
             "urgency_words_given": "urgencyWords" in c,
+            "urgent_notices": _urgent_notices(c.get("urgentNotices"), at),
             "hours": hours,
             "tags": tags,
             "calendars": calendars,
@@ -430,6 +431,28 @@ def _onboard(document: dict[str, Any], secret_key: Keys, now: datetime) -> str:
         )
 
 
+#: The file's `urgentNotices.when` and the clinic's column.
+URGENT_NOTICE_WHEN = {"outsideOfficeHours": "closed", "always": "always"}
+
+
+def _urgent_notices(given: dict[str, Any] | None, at: str) -> dict[str, Any]:
+    """The urgent notices' columns the file sets (those it leaves out stay as they are)."""
+    values: dict[str, Any] = {}
+    if not given:
+        return values
+    if "staff" in given:
+        values["urgent_notice_staff"] = given["staff"]
+    if "onCallEmail" in given:
+        email = (given["onCallEmail"] or "").strip().lower()
+        local, _, domain = email.partition("@")
+        if email and (not local or "." not in domain or any(ch.isspace() for ch in email)):
+            raise OnboardingError(f"{at}.urgentNotices.onCallEmail", f"not an e-mail address: {email!r}")
+        values["urgent_notice_email"] = email or None
+    if "when" in given:
+        values["urgent_notice_when"] = URGENT_NOTICE_WHEN[given["when"]]
+    return values
+
+
 #: The file's retention keys and the clinic's columns.
 RETENTION_COLUMNS = {
     "resolvedCallRequestsDays": "retention_call_requests_days",
@@ -462,6 +485,7 @@ def _write_clinic(w: RowWriter, org_id: uuid.UUID, c: dict[str, Any]) -> None:
         values["two_factor_required"] = c["two_factor_required"]
     if c["urgency_words_given"]:
         values["urgency_words"] = c["urgency_words"]
+    values |= c["urgent_notices"]
     values["organization"] = org_id
     current = Clinic.get_or_none(Clinic.id == c["id"])
     values |= _retention(c["retention"], current)

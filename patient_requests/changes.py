@@ -24,6 +24,7 @@ from models import (
     Calendar,
     Call,
     Clinic,
+    Outbox,
     Patient,
     PatientRecord,
     PatientRecordTag,
@@ -164,16 +165,28 @@ def _apply_default_tags(request_type: RequestType, record: PatientRecord) -> Non
 def create_from_call(call: Call, patient: Patient, kind: str, title: str, triage: Triage | None, now: datetime) -> None:
     """The request a finished call makes (a voice message, a missed call) for the patient
     the caller is; nothing when the call has one already (the unique `call_id`). Call
-    inside the transaction that finishes the call: its `call.receive` is the audit trail's."""
-    PatientRequest.insert(
-        clinic=call.clinic_id,
-        patient=patient,
-        kind=kind,
-        call=call.id,
-        title=title[:300],
-        created_at=as_utc(now),
-        **(triage.columns() if triage is not None else {}),
-    ).on_conflict_ignore().execute()
+    inside the transaction that finishes the call: its `call.receive` is the audit trail's.
+    A request flagged "may be urgent" is told to whoever its clinic asked: the outbox's
+    `request.urgent`, in this transaction (notices/urgent.py decides who and when)."""
+    request_id = uuid.uuid4()
+    made = (
+        PatientRequest.insert(
+            id=request_id,
+            clinic=call.clinic_id,
+            patient=patient,
+            kind=kind,
+            call=call.id,
+            title=title[:300],
+            created_at=as_utc(now),
+            **(triage.columns() if triage is not None else {}),
+        )
+        .on_conflict_ignore()
+        .execute()
+    )
+    urgent = triage is not None and triage.urgent and made is not None
+    # (Not when the call had its request already: SQLite's answer to an ignored insert is no proof.)
+    if urgent and PatientRequest.select().where(PatientRequest.id == request_id).exists():
+        Outbox.add("request.urgent", {"request": str(request_id)}, now, clinic_id=call.clinic_id)
 
 
 # --- update: tags, note, done ----------------------------------------------------------

@@ -94,7 +94,7 @@ TRANSCRIPTION_AUDIO = Family("transcription_audio_seconds_total", "Seconds of ca
 TRANSCRIPTION_TIME = Family("transcription_seconds_total", "Seconds spent transcribing call audio.", ("model",))
 HANDOFFS_REFUSED = Family(
     "handoffs_refused_total",
-    "recording-complete hand-offs answered 4xx after the token was authenticated (each one a "
+    "recording-complete hand-offs answered 4xx after the token was authenticated, or 401 for their key (each one a "
     "voicemail that did not arrive: switchboards do not retry a 4xx), by status and code.",
     ("status", "code"),
 )
@@ -122,6 +122,19 @@ LAST_KNOWN_ANSWERS = Family(
     "state because the database was unreachable, by lookup.",
     ("lookup",),
 )
+MAIL = Family(
+    "mail_total",
+    "E-mails the workers handled, by template (urgent, key_expiring, key_refused, password_reset, welcome, "
+    "password_link) and outcome (sent; retried: the server was down or said later; failed: refused for good "
+    "or two days of tries; nobody: no address any more; gone: what it was about is gone).",
+    ("template", "outcome"),
+)
+HANDOFF_KEYS_REFUSED = Family(
+    "handoff_keys_refused_total",
+    "recording-complete hand-offs answered 401 for their key, by reason (expired, revoked: a key of the "
+    "service, recorded and its clinic's administrators told; unknown: an unknown or forged key, only counted).",
+    ("reason",),
+)
 FAMILIES = (
     HTTP_REQUESTS,
     HTTP_DURATION,
@@ -135,7 +148,27 @@ FAMILIES = (
     RECORDING_CHECKS,
     RETENTION_DELETED,
     LAST_KNOWN_ANSWERS,
+    MAIL,
+    HANDOFF_KEYS_REFUSED,
 )
+
+#: Gauges the workers set (not counted by the processes: read from the database by a
+#: worker's periodic round and written whole), by name: their help.
+GAUGES_KEY = "clinic:gauges"
+GAUGES = {
+    "api_keys_expiring_soon": "API keys (live, not replaced by a rotation) that expire within 14 days.",
+    "outbox_pending": "What the workers still have to deliver (e-mails and the events that make them).",
+    "outbox_oldest_pending_seconds": "Age of the oldest e-mail or event still to deliver (0: none).",
+}
+
+
+def set_gauges(connection: redis.Redis, values: dict[str, float]) -> None:
+    """Write gauges (`GAUGES`' names) as they are now; raises `redis.RedisError`."""
+    unknown = set(values) - set(GAUGES)
+    if unknown:
+        raise ValueError(f"unknown gauges {sorted(unknown)}")
+    connection.hset(GAUGES_KEY, mapping={name: repr(float(value)) for name, value in values.items()})
+
 
 #: Workers alive now: a sorted set of worker names, each scored with the Redis server's time
 #: of its last beat (`jobs.worker.ClinicWorker` beats every `WORKER_BEAT_SECONDS`). A beat
@@ -317,6 +350,7 @@ class RedisCollector:
                     pipe.hgetall(family.key)
                 for _, _, kind, key in queue_keys:
                     (pipe.llen if kind == "list" else pipe.zcard)(key)
+                pipe.hgetall(GAUGES_KEY)
                 pipe.eval(ALIVE_SCRIPT, 1, WORKERS_ALIVE_KEY, WORKER_ALIVE_SECONDS)
                 answers = pipe.execute()
         except redis.RedisError as exc:
@@ -328,7 +362,12 @@ class RedisCollector:
         yield up
         for family, stored in zip(FAMILIES, answers):
             yield self._family(family, stored)
-        depths = answers[len(FAMILIES) : -1]
+        depths = answers[len(FAMILIES) : -2]
+        gauges = {key.decode(): float(value) for key, value in answers[-2].items()}
+        for name, text in GAUGES.items():
+            gauge = GaugeMetricFamily(f"{PREFIX}_{name}", text)
+            gauge.add_metric([], gauges.get(name, 0.0))
+            yield gauge
         jobs = GaugeMetricFamily(
             f"{PREFIX}_queue_jobs",
             "RQ jobs per queue and state (queued, started, scheduled, deferred, failed).",

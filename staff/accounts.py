@@ -1,6 +1,8 @@
 """A clinic's staff as its admins run them in the console: adding a user (or giving an
 existing account of the same organization a role), changing a role, disabling and enabling,
-and one-time set-password links (the service sends no e-mail: the admin hands the link over);
+and one-time set-password links (handed over by the admin, or e-mailed when the service
+sends e-mail: then the link is made as its e-mail is written, `issue_mailed_link`, and
+"forgot password" asks for one, `request_reset`);
 and what every user does with their own account: the password and their sessions.
 
 Each change is audited in its own transaction (staff/events.py). A clinic keeps at least one
@@ -15,7 +17,18 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from models import Actor, Calendar, Clinic, Organization, StaffMembership, StaffPasswordLink, StaffSession, StaffUser
+from models import (
+    Actor,
+    AuditEvent,
+    Calendar,
+    Clinic,
+    Organization,
+    Outbox,
+    StaffMembership,
+    StaffPasswordLink,
+    StaffSession,
+    StaffUser,
+)
 from plumbing.clock import as_utc
 from plumbing.database import db, is_postgresql
 from plumbing.errors import Conflict, Forbidden, Gone, Invalid, NotFound
@@ -229,6 +242,61 @@ def issue_link(clinic: Clinic, actor: Actor, user_id: str | uuid.UUID, lifetime:
     return token
 
 
+def mail_link(clinic: Clinic, actor: Actor, user_id: str | uuid.UUID, now: datetime, *, first: bool) -> StaffUser:
+    """E-mail a user of the clinic a set-password link (`first`: a new account's welcome):
+    the outbox's e-mail, in the transaction of its audit event. The link is made as the
+    e-mail is written (`issue_mailed_link`), so nothing secret waits in the outbox; the
+    user's earlier links stop working then."""
+    with db.atomic():
+        user, _ = member(clinic, user_id)
+        if user.disabled_at is not None:
+            raise Conflict(LINK_GONE, code="USER_DISABLED")
+        Outbox.add(
+            "mail",
+            {
+                "template": "welcome" if first else "password_link",
+                "to": {"user": str(user.id)},
+                "clinic": str(clinic.id),
+            },
+            now,
+            clinic_id=clinic.id,
+        )
+        events.record(actor, user, "staff_user.password_link", {"byEmail": True, "firstPassword": first}, now=now)
+    return user
+
+
+def request_reset(email: str, now: datetime) -> bool:
+    """ "Forgot password": an enabled account of `email` is e-mailed a link to set a new
+    password (the outbox's e-mail and the audit event commit together). An unknown or
+    disabled address leaves an event of no clinic naming nobody, and nothing else: the
+    caller answers the same either way. Whether an e-mail will go (for the caller's tests only)."""
+    user = StaffUser.by_email(email) if email.strip() else None
+    with db.atomic():
+        if user is None or user.disabled_at is not None:
+            AuditEvent.record(
+                Actor("staff", "unknown"), None, "staff.password_reset_asked", None, {"knownAccount": False}, at=now
+            )
+            return False
+        Outbox.add("mail", {"template": "password_reset", "to": {"user": str(user.id)}}, now)
+        events.record(Actor.staff(user), user, "staff.password_reset_asked", {"knownAccount": True}, now=now)
+    return True
+
+
+def issue_mailed_link(user: StaffUser, lifetime: timedelta, now: datetime) -> str | None:
+    """A set-password link's token for the e-mail being written (None: the user is
+    disabled now); the user's earlier unused links stop working. Audited where it was asked for."""
+    with db.atomic():
+        current = StaffUser.get_or_none(StaffUser.id == user.id)
+        if current is None or current.disabled_at is not None:
+            return None
+        _expire_links(current, now)
+        token = secrets.token_urlsafe(32)
+        StaffPasswordLink.create(
+            user=current, token_hash=_digest(token), created_at=as_utc(now), expires_at=as_utc(now + lifetime)
+        )
+    return token
+
+
 def _hours(lifetime: timedelta) -> float | int:
     hours = round(lifetime.total_seconds() / 3600, 2)
     return int(hours) if hours.is_integer() else hours
@@ -301,6 +369,32 @@ def change_password(user: StaffUser, current: str, new: str, repeated: str, keep
         ended = StaffSession.delete().where((StaffSession.user == user) & (StaffSession.id != keep_session)).execute()
         events.record(Actor.staff(user), user, "staff_user.password_change", {"sessionsEnded": ended}, now=now)
     return ended
+
+
+def notice_choices(user: StaffUser) -> list[tuple[Clinic, bool]]:
+    """The user's clinics, each with whether the user asked to be e-mailed of its messages
+    flagged "may be urgent"."""
+    rows = (
+        StaffMembership.select(StaffMembership, Clinic)
+        .join(Clinic)
+        .where(StaffMembership.user == user.id)
+        .order_by(Clinic.name, Clinic.slug)
+    )
+    return [(m.clinic, m.urgent_notices) for m in rows]
+
+
+def set_urgent_notices(user: StaffUser, wanted: set[str], now: datetime) -> None:
+    """Be e-mailed of the messages flagged "may be urgent" of the clinics in `wanted` (ids),
+    and of no other of the user's clinics; audited in each clinic whose choice changed."""
+    with db.atomic():
+        for clinic, before in notice_choices(user):
+            after = str(clinic.id) in wanted
+            if after == before:
+                continue
+            StaffMembership.update(urgent_notices=after).where(
+                (StaffMembership.user == user.id) & (StaffMembership.clinic == clinic.id)
+            ).execute()
+            events.record(Actor.staff(user), user, "staff_user.urgent_notices", {"on": after}, [clinic], now=now)
 
 
 def set_language(user: StaffUser, language: str) -> None:

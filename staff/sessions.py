@@ -8,10 +8,11 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from peewee import fn
 
-from models import StaffMembership, StaffSession, StaffUser
+from models import ApiToken, ApiTokenClinic, StaffMembership, StaffSession, StaffUser
 from plumbing.clock import as_utc
 
 COOKIE = "console_session"
@@ -70,6 +71,26 @@ def start(
     return token, _digest(token)
 
 
+def _expiring_keys(now: datetime) -> Any:
+    """How many live keys of the clinics the session's user administers expire within 14
+    days (not those a rotation replaced): every page's banner, in the session's one query."""
+    successor = ApiToken.alias("successor")
+    at = as_utc(now)
+    return (
+        ApiToken.select(fn.COUNT(ApiToken.id.distinct()))
+        .join(ApiTokenClinic, on=(ApiTokenClinic.token == ApiToken.id))
+        .join(StaffMembership, on=(StaffMembership.clinic == ApiTokenClinic.clinic))
+        .where(
+            (StaffMembership.user == StaffUser.id)
+            & (StaffMembership.role == "admin")
+            & ApiToken.revoked_at.is_null()
+            & (ApiToken.expires_at > at)
+            & (ApiToken.expires_at <= at + ApiToken.EXPIRY_WARNING)
+            & ~fn.EXISTS(successor.select(successor.id).where(successor.rotated_from == ApiToken.id))
+        )
+    )
+
+
 def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession | None:
     """The live session of a cookie's token, its user loaded; None when unknown, expired
     (idle or absolute; the row is deleted then) or its user is disabled."""
@@ -82,7 +103,9 @@ def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession |
         )
     )
     session = (
-        StaffSession.select(StaffSession, StaffUser, admin.alias("user_is_admin"))
+        StaffSession.select(
+            StaffSession, StaffUser, admin.alias("user_is_admin"), _expiring_keys(now).alias("user_expiring_keys")
+        )
         .join(StaffUser)
         .where(StaffSession.id == _digest(token))
         .get_or_none()
@@ -90,6 +113,7 @@ def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession |
     if session is None:
         return None
     session.user._admin = bool(session.user_is_admin)  # type: ignore[attr-defined]  # the query's extra column
+    session.user.expiring_keys = int(session.user_expiring_keys or 0)  # type: ignore[attr-defined]  # the same
     now = as_utc(now)
     if (
         session.user.disabled_at is not None

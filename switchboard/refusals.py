@@ -1,6 +1,8 @@
 """Refused hand-offs: every `recording-complete` answered 4xx after its token was
-authenticated is recorded, so that an operator sees a failing switchboard before a clinic
-notices missing voicemails (a switchboard does not retry a 4xx).
+authenticated is recorded, and so is a 401 for a key of the clinic that expired or was
+revoked (`record_key`, with the reason: its administrators are told, once per key per day),
+so that an operator and the clinic see a failing switchboard before anyone notices missing
+voicemails (a switchboard does not retry a 4xx).
 
 Recorded: when, the clinic (as the URL named it), the token, the `CallSid` when the body was
 read and had one, the status, the code and the message. Never the body, and never a URL's
@@ -15,9 +17,11 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
-from models import RefusedHandoff
+from models import Clinic, Outbox, RefusedHandoff
 from plumbing.clock import as_utc
+from plumbing.database import db
 
 #: A rate-limited token is recorded at most once per this many seconds per process (its
 #: every 429 is still counted in /metrics): a flood must not become a flood of inserts.
@@ -63,10 +67,43 @@ def record(
     return True
 
 
-def latest(limit: int = 20, clinic_slug: str | None = None) -> list[RefusedHandoff]:
+#: What a refused key's hand-off says, as its answer did.
+KEY_MESSAGE = "Invalid, expired or revoked token."
+
+
+def record_key(clinic: Clinic, token_id: uuid.UUID, reason: str, now: datetime) -> bool:
+    """A hand-off refused (401) for a key of `clinic` that expired or was revoked
+    (`reason`): recorded, and its notice written in the same transaction, once per key per
+    day of the clinic (the outbox's dedup key: however many calls are refused, one e-mail).
+    Whether the notice was new today."""
+    day = as_utc(now).replace(tzinfo=ZoneInfo("UTC")).astimezone(ZoneInfo(clinic.timezone)).date().isoformat()
+    with db.atomic():
+        RefusedHandoff.insert(
+            at=as_utc(now),
+            clinic_slug=clinic.slug,
+            clinic_id=clinic.id,
+            token_id=token_id,
+            status=401,
+            code="UNAUTHORIZED",
+            message=KEY_MESSAGE,
+            reason=reason,
+        ).execute()
+        told = Outbox.add(
+            "key.refused",
+            {"token": str(token_id), "reason": reason, "clinic": str(clinic.id)},
+            now,
+            clinic_id=clinic.id,
+            dedup_key=f"key.refused:{token_id}:{day}",
+        )
+    return told is not None
+
+
+def latest(limit: int = 20, clinic_slug: str | None = None, clinic_id: uuid.UUID | None = None) -> list[RefusedHandoff]:
     query = RefusedHandoff.select()
     if clinic_slug:
         query = query.where(RefusedHandoff.clinic_slug == clinic_slug)
+    if clinic_id is not None:
+        query = query.where(RefusedHandoff.clinic_id == clinic_id)
     return list(query.order_by(RefusedHandoff.at.desc(), RefusedHandoff.id.desc()).limit(limit))
 
 

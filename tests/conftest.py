@@ -56,6 +56,7 @@ pytest_plugins = [
     "tests.support.log_audit",
     "tests.support.leftovers",
     "tests.support.https_server",
+    "tests.support.smtp_server",
     "tests.support.contract",
     "tests.support.worker",
     "tests.support.browser",
@@ -64,6 +65,7 @@ pytest_plugins = [
     "tests.support.recordings",
     "tests.support.handoffs",
     "tests.support.relay",
+    "tests.support.outbox",
     "tests.support.organizations",
     "tests.support.seaweed",
 ]

@@ -1,12 +1,13 @@
-"""Every string the console shows is in the Czech catalogue: extracted from the templates
-(Jinja2's i18n calls) and from the Python that renders them (`gettext`, `_`, `N_`), as
-Babel's extractors read them. A string added in English only fails here, not in a
-receptionist's browser."""
+"""Every string the console shows, and every e-mail's, is in its Czech catalogue: extracted
+from the templates (Jinja2's i18n calls) and from the Python that renders them (`gettext`,
+`_`, `N_`), as Babel's extractors read them. A string added in English only fails here, not
+in a receptionist's browser or mailbox."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 
@@ -14,18 +15,32 @@ from tests.conftest import ROOT
 from tests.support.console import PO
 
 KEYWORDS = {"gettext": None, "_": None, "N_": None, "ngettext": (1, 2)}
+JINJA = {"extensions": "jinja2.ext.i18n"}
+#: Each catalogue and where its strings are.
+CATALOGUES = {
+    "console": (
+        PO,
+        [
+            (ROOT / "console" / "templates", [("**.html", "jinja2")]),
+            (ROOT / "console", [("**.py", "python")]),
+            (ROOT / "resources", [("**.py", "python")]),
+        ],
+    ),
+    "e-mails": (
+        ROOT / "notices" / "locale" / "cs" / "LC_MESSAGES" / "messages.po",
+        [
+            (ROOT / "notices" / "templates", [("**.html", "jinja2"), ("**.txt", "jinja2")]),
+            (ROOT / "notices", [("**.py", "python")]),
+        ],
+    ),
+}
 
 
-def extracted() -> dict[str, set[str]]:
+def extracted(sources: list) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    sources = [
-        (ROOT / "console" / "templates", [("**.html", "jinja2")]),
-        (ROOT / "console", [("**.py", "python")]),
-        (ROOT / "resources", [("**.py", "python")]),
-    ]
     for directory, method_map in sources:
         for filename, _line, message, _comments, _context in extract_from_dir(
-            str(directory), method_map, keywords=KEYWORDS, options_map={"**.html": {"extensions": "jinja2.ext.i18n"}}
+            str(directory), method_map, keywords=KEYWORDS, options_map={"**.html": JINJA, "**.txt": JINJA}
         ):
             for text in message if isinstance(message, tuple) else (message,):
                 if text:
@@ -33,21 +48,25 @@ def extracted() -> dict[str, set[str]]:
     return found
 
 
-def test_every_console_string_has_a_czech_translation():
-    with PO.open("rb") as f:
+@pytest.mark.parametrize("name", CATALOGUES)
+def test_every_string_has_a_czech_translation(name):
+    po, sources = CATALOGUES[name]
+    with po.open("rb") as f:
         catalog = read_po(f, locale="cs")
     translated = {m.id if isinstance(m.id, str) else m.id[0]: m.string for m in catalog if m.id}
-    strings = extracted()
-    assert len(strings) > 50, "the extractor found the console's strings"
+    strings = extracted(sources)
+    assert len(strings) > 20, f"the extractor found the {name}' strings"
     missing = {
         text: sorted(where)
         for text, where in strings.items()
         if not (translated.get(text) if isinstance(translated.get(text), str) else any(translated.get(text) or ()))
     }
-    assert not missing, f"no Czech translation in {PO.relative_to(ROOT)}: {missing}"
+    assert not missing, f"no Czech translation in {po.relative_to(ROOT)}: {missing}"
 
 
-def test_the_catalogue_has_no_duplicate_entries():
-    ids = [line for line in PO.read_text(encoding="utf-8").splitlines() if line.startswith("msgid ")]
+@pytest.mark.parametrize("name", CATALOGUES)
+def test_the_catalogue_has_no_duplicate_entries(name):
+    po, _ = CATALOGUES[name]
+    ids = [line for line in po.read_text(encoding="utf-8").splitlines() if line.startswith("msgid ")]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     assert not duplicates, duplicates

@@ -87,6 +87,7 @@ def test_every_console_route_is_an_address_of_console_pages(wsgi_app):
         pages.ROWS,
         pages.LOGIN,
         pages.LOGIN_CODE,
+        pages.FORGOT,
         pages.LOGOUT,
         pages.LANGUAGE,
         pages.ACCOUNT,

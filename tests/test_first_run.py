@@ -33,7 +33,7 @@ from tests.support.servers import wait_until
 pytestmark = pytest.mark.gunicorn
 
 BANNER = "Ctrl-C stops it."
-LOGS = ("web.log", "worker.log", "redis.log", "sample.log")
+LOGS = ("web.log", "worker.log", "redis.log", "sample.log", "mail.log")
 
 
 def with_default_sigint(command: list[str]) -> list[str]:
@@ -59,7 +59,8 @@ class Run:
             "VAR_DIR": str(var_dir),
             **env,
         }
-        for name in ("DATABASE_URL", "REDIS_URL", "PUBLIC_BASE_URL", "STORAGE_DIR", "SECRET_KEY"):
+        own = ("DATABASE_URL", "REDIS_URL", "PUBLIC_BASE_URL", "STORAGE_DIR", "SECRET_KEY", "SMTP_URL", "MAIL_FROM")
+        for name in own:
             environment.pop(name, None)  # bin/run's own defaults, under VAR_DIR
         command = [str(ROOT / "bin" / "run"), *args]
         if tee is not None:
@@ -129,7 +130,7 @@ def started_with(variable: str) -> list[int]:
 @pytest.fixture
 def ports() -> dict[str, int]:
     chosen: dict[str, int] = {}
-    for name in ("PORT", "REDIS_PORT", "SAMPLE_PORT"):
+    for name in ("PORT", "REDIS_PORT", "SAMPLE_PORT", "SMTP_PORT"):
         port = free_port()
         while port in chosen.values():
             port = free_port()
@@ -166,7 +167,9 @@ def serving(started: Run) -> None:
     assert all(listening(port) for port in started.ports.values())
 
 
-@pytest.mark.parametrize("taken, args", [("PORT", ()), ("REDIS_PORT", ()), ("SAMPLE_PORT", ("--try-handoff",))])
+@pytest.mark.parametrize(
+    "taken, args", [("PORT", ()), ("REDIS_PORT", ()), ("SMTP_PORT", ()), ("SAMPLE_PORT", ("--try-handoff",))]
+)
 def test_a_taken_port_is_named_with_its_variable_before_anything_starts(tmp_path, ports, taken, args):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", ports[taken]))
@@ -224,6 +227,14 @@ def test_ctrl_c_stops_every_process_and_leaves_clean_logs(tmp_path, ports):
     with run(tmp_path, ports, "--try-handoff") as started:
         serving(started)
         assert started_with(f"SECRET_KEY={key}"), "the web process and the worker run on the kept key"
+        # The demo key expires in 7 days: its notice goes to the demo admin, through the
+        # local SMTP server, which keeps it in var/mail/.
+        assert "var/mail" in started.output or str(var_dir / "mail") in started.output, started.output
+        assert wait_until(lambda: list((var_dir / "mail").glob("*.eml")), timeout=60, interval=0.2), (
+            var_dir / "worker.log"
+        ).read_text()[-3000:]
+        kept = (var_dir / "mail").glob("*.eml").__next__().read_text()
+        assert "demo-switchboard" in kept and "To: admin@" in kept, kept[:2000]
 
         os.killpg(started.proc.pid, signal.SIGINT)  # the terminal's Ctrl-C
         code = started.finish(timeout=45)

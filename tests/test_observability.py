@@ -404,10 +404,11 @@ def test_metrics_count_and_time_requests_by_route_template(app):
 def test_metrics_show_queue_depths_and_redis_state(app):
     samples = scrape(app.get("/metrics").text)
     assert value(samples, "clinic_metrics_redis_up") == 1
-    for queue in ("calls", "recordings"):  # the worker's queues, and only those
+    for queue in ("calls", "outbox", "recordings"):  # the worker's queues, and only those
         for state in ("queued", "started", "scheduled", "deferred", "failed"):
             assert ("clinic_queue_jobs", frozenset({"queue": queue, "state": state}.items())) in samples, (queue, state)
-    assert {dict(labels)["queue"] for name, labels in samples if name == "clinic_queue_jobs"} == {"calls", "recordings"}
+    queues = {dict(labels)["queue"] for name, labels in samples if name == "clinic_queue_jobs"}
+    assert queues == {"calls", "outbox", "recordings"}
 
 
 def test_queue_depths_are_read_from_rq_at_scrape_time():

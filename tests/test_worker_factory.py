@@ -86,16 +86,17 @@ def test_the_worker_is_built_in_a_process_with_an_empty_environment():
         timeout=60,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[0] == "2031-02-03T00:00:00+00:00 ['recordings', 'calls'] JobMetrics"
+    assert done.stdout.split("\n")[0] == "2031-02-03T00:00:00+00:00 ['recordings', 'outbox', 'calls'] JobMetrics"
 
 
 @pytest.mark.parametrize("playback", [False, True])
-def test_the_playback_worker_serves_plays_alone_and_loads_no_model(playback):
+def test_the_playback_worker_serves_plays_and_emails_alone_and_loads_no_model(playback):
     from worker import create_worker
 
     built = create_worker(Config(database_url=PG_URL, redis_url=REDIS_URL, secret_key=SECRET_KEY), playback=playback)
     try:
-        assert [q.name for q in built.queues] == (["recordings"] if playback else ["recordings", "calls"])
+        expected = ["recordings", "outbox"] + ([] if playback else ["calls"])
+        assert [q.name for q in built.queues] == expected
         assert built.warm_up is not playback
     finally:
         built.context.relay.close()

@@ -25,6 +25,13 @@ def _unauthorized(message: str) -> APIError:
     return APIError(401, "UNAUTHORIZED", message, headers={"WWW-Authenticate": 'Bearer realm="clinic-api"'})
 
 
+def _known_refusal(text: str, slug: str, now: Any) -> tuple[ApiToken, Any, str] | None:
+    try:
+        return ApiToken.refused_reason(text, slug, now)
+    except UNREACHABLE:
+        return None  # the database away: the answer stands, the count has it
+
+
 class TokenAuth:
     def __init__(self, clock: Clock, cache: RowCache | None = None) -> None:
         self.clock = clock
@@ -44,6 +51,10 @@ class TokenAuth:
         now = self.clock()
         found = ApiToken.authorize(text.strip(), params.get("clinic_slug", ""), now, self.cache)
         if found is None:
+            if getattr(resource, "records_refusals", False):
+                # A known key that expired or was revoked is a refusal of its clinic, to
+                # record and tell (web/refusals.py); an unknown or forged one is only counted.
+                req.context.key_refusal = _known_refusal(text.strip(), params.get("clinic_slug", ""), now)
             raise _unauthorized("Invalid, expired or revoked token.")
         token, clinic = found
         # Authenticated from here on: the access log names the token even when the

@@ -22,6 +22,7 @@ from tests.conftest import PG_URL, REDIS_URL, ROOT
 from tests.support import SECRET_KEY, log_audit
 from tests.support.processes import start_worker, stop_process
 from tests.support.servers import wait_until
+from tests.support.smtp_server import mail_env
 from tests.support.tiers import needs
 
 MODEL_EN = ROOT / "var" / "models" / "ggml-tiny.en.bin"
@@ -74,9 +75,10 @@ def worker_log(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 @needs("rq_worker", "engine")
-def worker(wsgi_app, ca_bundle, worker_log) -> Iterator[subprocess.Popen]:
-    """One real RQ worker for the session, started like the Procfile starts it."""
-    proc = start_worker(worker_env(ca_bundle), worker_log, interval=0.2)
+def worker(wsgi_app, ca_bundle, worker_log, smtp_server) -> Iterator[subprocess.Popen]:
+    """One real RQ worker for the session, started like the Procfile starts it; it sends
+    its e-mails to the session's SMTP server (tests/support/smtp_server.py)."""
+    proc = start_worker(worker_env(ca_bundle, **mail_env(smtp_server, ca_bundle)), worker_log, interval=0.2)
     try:
         yield proc
     finally:
