@@ -1,16 +1,52 @@
 """Versioned schema migrations for PostgreSQL and SQLite.
 
-Each migration is a numbered function that is itself idempotent ("create table if
-missing", "add column if missing"), so a fresh database and an old one converge on
-the same schema. Applied versions are recorded in `schema_migration`; `migrate()`
-runs only the pending ones, each in its own transaction, and on PostgreSQL under an
-advisory lock so two release steps cannot race.
+Each migration is a numbered step that is itself idempotent ("create table if missing",
+"add column if missing"), so a fresh database and an old one converge on the same schema.
+Applied steps are recorded by name in `schema_migration`; `migrate()` runs only the pending
+ones, each in its own transaction, and on PostgreSQL under an advisory lock so two release
+steps cannot race.
 
-Every migration carries the schema it needs and never reads the live models: the tables
-a migration creates are frozen SQL (`frozen_schema/`, one file per migration and database),
-a column it adds is defined where it adds it, and a foreign key names a frozen copy of the
-table it points at. So an old migration means today what it meant when it was written, and
-a model changed without a migration is a drift that tests/test_schema_drift.py finds.
+Every migration carries the schema it needs and never reads the live models: what a step
+creates is frozen SQL (`frozen_schema/<number>_<name>.<database>.sql`: tables and indexes,
+and on PostgreSQL the functions and triggers), a column it adds is defined where it adds
+it, and a foreign key names a frozen copy of the table it points at. So an old migration
+means today what it meant when it was written, and a model changed without a migration is
+a drift that tests/test_schema_drift.py finds (a database built by every step in order is
+the one each earlier release, upgraded, has).
+
+The steps, by number (a new one gets the next number after the last):
+
+| # | name | what it did |
+|---|---|---|
+| 1 | foundation | organizations, clinics, office hours, calendars, vacations, patients, API keys |
+| 2 | calls | the handed-off calls, and a request's call |
+| 3 | documents | request types, tags, requests, reservations, upload links, attachments |
+| 4 | recordings | a call's recording link, its expiry, and why it is gone |
+| 5 | call_relay | calls claimed for the queue; the NOTIFY of a new call (the relay's wake-up) |
+| 6 | auth_cache | NOTIFY of token and clinic changes (the web's row cache) |
+| 7 | voicemail_detail | a clinic's caller languages; a call's callback number and transcript status; search by kind |
+| 8 | schedule_cache | NOTIFY of office hours, calendars and vacations (the routing checks' cache) |
+| 9 | sealed_attachments | an attachment's sealed copy and its SHA-256 |
+| 10 | cache_generation | the change counter the caches poll behind a pooler that drops NOTIFY |
+| 11 | audit_trail | the append-only audit trail (a trigger refuses UPDATE and DELETE) |
+| 12 | upload_link_created_at_index | open upload links counted and purged by issue time |
+| 13 | platform_names | `pbx_*` columns renamed `platform_*` (the switchboard platform's API) |
+| 14 | staff_console | staff users, their clinics, their server-side sessions |
+| 15 | platform_source_markers | a clinic's own marker words for its platform |
+| 16 | api_key_rules | who issued a key, the key a rotation replaced; the audit trail's client address |
+| 17 | heard_callback_number | a callback number not confirmed as heard, kept apart, and where it was said |
+| 18 | handoff_anomalies | what was odd about a hand-off; the recording bound to its bytes; refused hand-offs |
+| 20 | staff_accounts | set-password links, two-factor login, recovery codes, half-done logins |
+| 21 | idempotency_keys | the stored answers of writes sent with an Idempotency-Key |
+| 22 | data_lifecycle | each clinic's retention, objects waiting to be deleted, an old event's address removable |
+| 50 | triage | a voice message's suggested type and urgency on its request, a clinic's words |
+| 51 | notices | the outbox the workers deliver (e-mail first), who is told of urgent messages, refused keys |
+
+The gaps: 19 was never used. 23 to 49 were never used either: the API keys' rules were first
+numbered 50, clear of the numbers the branches beside them were taking, and were renumbered 16
+before the steps between were written; triage then took 50. A number is only a place in the
+order: the log is matched by name (`_renumber_log`), so a database that logged a step under an
+older number runs it neither twice nor never.
 """
 
 from __future__ import annotations
@@ -28,10 +64,9 @@ from plumbing.database import db, is_postgresql
 Migration = Callable[[pw.Database, SchemaMigrator], None]
 _ADVISORY_LOCK_KEY = 7_341_002  # arbitrary, constant for this application
 FROZEN = Path(__file__).resolve().parent / "frozen_schema"
-# The NOTIFY channels the triggers announce on (plumbing/row_cache.py, jobs/relay.py read
-# them under the same names).
-_CACHE_CHANNEL = "auth_changed"
-_NEW_CALL_CHANNEL = "call_pending"
+# The NOTIFY channels the frozen triggers announce on (migrations 5, 6, 8 and 10): the row
+# cache and the call relay listen under the same names (tests/test_schema_drift.py).
+CHANNELS = ("auth_changed", "call_pending")
 
 
 class _FrozenRequestType(pw.Model):
@@ -52,26 +87,10 @@ class _FrozenCall(pw.Model):
         table_name = "call"
 
 
-def _sql(*statements: str) -> Migration:
-    def run(database: pw.Database, migrator: SchemaMigrator) -> None:
-        for statement in statements:
-            database.execute_sql(statement)
-
-    return run
-
-
-def _postgresql(*statements: str) -> Migration:
-    """Statements only PostgreSQL has (triggers with NOTIFY); SQLite skips them."""
-
-    def run(database: pw.Database, migrator: SchemaMigrator) -> None:
-        if is_postgresql(database):
-            _sql(*statements)(database, migrator)
-
-    return run
-
-
 def _frozen(name: str) -> Migration:
-    """The tables of `frozen_schema/<name>.<database>.sql`, each created if missing."""
+    """The statements of `frozen_schema/<name>.<database>.sql`, each idempotent: tables and
+    indexes created if missing; on PostgreSQL also functions and triggers, replaced. One
+    statement per line or more, each ending with ";" at a line's end."""
 
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
         dialect = "postgresql" if is_postgresql(database) else "sqlite"
@@ -96,22 +115,14 @@ def _add_column(table: str, column: str, field: pw.Field) -> Migration:
 
 
 def _rename_column(table: str, old: str, new: str) -> Migration:
-    """Rename a column the table still has under its old name (a table created from the
-    current models has the new one already). Both databases rename in place."""
+    """Rename a column the table still has under its old name (a table migration 1's frozen
+    SQL creates has the new one already: it was frozen after the rename). Both databases
+    rename in place."""
 
     def run(database: pw.Database, migrator: SchemaMigrator) -> None:
         names = {c.name for c in database.get_columns(table)}
         if old in names and new not in names:
             apply_operations(migrator.rename_column(table, old, new))
-
-    return run
-
-
-def _per_database(postgresql: Migration, sqlite: Migration) -> Migration:
-    """One step written for each database (a table whose DDL differs between them)."""
-
-    def run(database: pw.Database, migrator: SchemaMigrator) -> None:
-        (postgresql if is_postgresql(database) else sqlite)(database, migrator)
 
     return run
 
@@ -124,14 +135,10 @@ def _steps(*steps: Migration) -> Migration:
     return run
 
 
-# Append only. A migration may run on a database created by any earlier version, or on a
-# fresh one where earlier migrations created tables from the current models.
+# Append only: a new step gets the next number and its frozen SQL; a step already released
+# is never changed. The table at the top of this module says what each one did.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
-    (
-        1,
-        "foundation",
-        _frozen("0001_foundation"),
-    ),
+    (1, "foundation", _frozen("0001_foundation")),
     (
         2,
         "calls",
@@ -158,49 +165,9 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (
         5,
         "call_relay",
-        _steps(
-            _add_column("call", "queued_at", pw.DateTimeField(null=True)),
-            _sql(
-                'CREATE INDEX IF NOT EXISTS "call_unqueued" ON "call" ("received_at") '
-                'WHERE "state" = \'pending\' AND "queued_at" IS NULL'
-            ),
-            _postgresql(
-                "CREATE OR REPLACE FUNCTION call_notify_new() RETURNS trigger LANGUAGE plpgsql AS $$ "
-                f"BEGIN PERFORM pg_notify('{_NEW_CALL_CHANNEL}', ''); RETURN NULL; END $$",
-                'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
-                'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH ROW EXECUTE FUNCTION call_notify_new()',  # noqa: E501
-            ),
-        ),
+        _steps(_add_column("call", "queued_at", pw.DateTimeField(null=True)), _frozen("0005_call_relay")),
     ),
-    # The web processes cache token rows (row_cache.py); these NOTIFY them of changes.
-    # Statement-level: one notification per change, however many rows it touched. And the
-    # call trigger becomes statement-level too: a group commit's INSERT wakes the relay once.
-    (
-        6,
-        "auth_cache",
-        _postgresql(
-            "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            f"BEGIN PERFORM pg_notify('{_CACHE_CHANNEL}', ''); RETURN NULL; END $$",
-            *(
-                statement
-                for table, events in (
-                    ("api_token", "UPDATE OF secret_hash, scopes, expires_at, revoked_at OR DELETE OR TRUNCATE"),
-                    ("api_token_clinic", "INSERT OR UPDATE OR DELETE OR TRUNCATE"),
-                    ("clinic", "INSERT OR UPDATE OR DELETE OR TRUNCATE"),
-                )
-                for statement in (
-                    f'DROP TRIGGER IF EXISTS "auth_changed" ON "{table}"',
-                    f'CREATE TRIGGER "auth_changed" AFTER {events} ON "{table}" '
-                    "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
-                )
-            ),
-            'DROP TRIGGER IF EXISTS "call_notify_new" ON "call"',
-            'CREATE TRIGGER "call_notify_new" AFTER INSERT ON "call" FOR EACH STATEMENT EXECUTE FUNCTION call_notify_new()',  # noqa: E501
-        ),
-    ),
-    # What the request detail shows about a voicemail, the clinic's caller languages, and
-    # the search by request kind. The index is named as Peewee names the model's, so a
-    # fresh database (tables made from the current models) gets no second copy.
+    (6, "auth_cache", _frozen("0006_auth_cache")),
     (
         7,
         "voicemail_detail",
@@ -209,30 +176,10 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("call", "callback_number", pw.CharField(max_length=20, null=True)),
             _add_column("call", "transcript_status", pw.CharField(max_length=12, null=True)),
             _add_column("call", "transcript_issue", pw.CharField(max_length=40, null=True)),
-            _sql(
-                'CREATE INDEX IF NOT EXISTS "patient_request_clinic_id_kind_created_at" '
-                'ON "patient_request" ("clinic_id", "kind", "created_at")'
-            ),
+            _frozen("0007_voicemail_detail"),
         ),
     ),
-    # The web processes also cache each clinic's routing schedule (schedules.py): its
-    # office hours, calendars and vacations announce their changes like tokens do.
-    (
-        8,
-        "schedule_cache",
-        _postgresql(
-            *(
-                statement
-                for table in ("office_hours", "calendar", "vacation")
-                for statement in (
-                    f'DROP TRIGGER IF EXISTS "auth_changed" ON "{table}"',
-                    f'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "{table}" '
-                    "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
-                )
-            )
-        ),
-    ),
-    # Registered attachments are evidence: an immutable copy and the SHA-256 of its bytes.
+    (8, "schedule_cache", _frozen("0008_schedule_cache")),
     (
         9,
         "sealed_attachments",
@@ -241,53 +188,9 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("medical_record", "sha256", pw.CharField(max_length=64, null=True)),
         ),
     ),
-    # Behind a pooler in transaction mode NOTIFY never arrives: the same triggers count
-    # every change, and the caches poll the count (plumbing/row_cache.py). The
-    # organization announces its changes too (patient sharing rides the cached clinic).
-    (
-        10,
-        "cache_generation",
-        _postgresql(
-            'CREATE TABLE IF NOT EXISTS "cache_generation" ("id" smallint PRIMARY KEY, "n" bigint NOT NULL)',
-            'INSERT INTO "cache_generation" ("id", "n") VALUES (1, 0) ON CONFLICT DO NOTHING',
-            "CREATE OR REPLACE FUNCTION auth_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            'UPDATE "cache_generation" SET "n" = "n" + 1 WHERE "id" = 1; '
-            f"PERFORM pg_notify('{_CACHE_CHANNEL}', ''); RETURN NULL; END $$",
-            'DROP TRIGGER IF EXISTS "auth_changed" ON "organization"',
-            'CREATE TRIGGER "auth_changed" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "organization" '
-            "FOR EACH STATEMENT EXECUTE FUNCTION auth_notify_changed()",
-        ),
-    ),
-    # Who made every write. The trail is append-only for every client, not only
-    # for this code: a statement-level trigger refuses any UPDATE or DELETE (even of no
-    # rows). TRUNCATE is not refused: the tests empty every table between cases.
-    (
-        11,
-        "audit_trail",
-        _steps(
-            _frozen("0011_audit_trail"),
-            _postgresql(
-                "CREATE OR REPLACE FUNCTION audit_event_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                # No % placeholder: the statement runs through a driver that formats parameters.
-                "RAISE EXCEPTION USING MESSAGE = 'audit_event is append-only: ' || TG_OP || ' refused', "
-                "ERRCODE = 'insufficient_privilege'; "
-                "END $$",
-                'DROP TRIGGER IF EXISTS "append_only" ON "audit_event"',
-                'CREATE TRIGGER "append_only" BEFORE UPDATE OR DELETE ON "audit_event" '
-                "FOR EACH STATEMENT EXECUTE FUNCTION audit_event_append_only()",
-            ),
-        ),
-    ),
-    # Storage limits: the open upload links of a clinic are counted, and expired unregistered
-    # uploads purged, by issue time. Named as Peewee names the model's index (no second copy).
-    (
-        12,
-        "upload_link_created_at_index",
-        _sql(
-            'CREATE INDEX IF NOT EXISTS "upload_link_created_at" ON "upload_link" ("created_at")',
-        ),
-    ),
-    # One name for the switchboard vendor's API that re-fetches recordings: the platform.
+    (10, "cache_generation", _frozen("0010_cache_generation")),
+    (11, "audit_trail", _frozen("0011_audit_trail")),
+    (12, "upload_link_created_at_index", _frozen("0012_upload_link_created_at_index")),
     (
         13,
         "platform_names",
@@ -298,9 +201,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             )
         ),
     ),
-    # The staff console's users, their clinics and their server-side sessions.
     (14, "staff_console", _frozen("0014_staff_console")),
-    # A clinic's own marker words for its platform (were one setting for every clinic).
     (
         15,
         "platform_source_markers",
@@ -308,8 +209,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("clinic", "platform_source_markers", pw.TextField(null=True)),
         ),
     ),
-    # Who issued each API key and which key a rotation replaced; and the audit
-    # trail's "from where" (the client's address).
     (
         16,
         "api_key_rules",
@@ -319,8 +218,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("audit_event", "address", pw.CharField(max_length=64, null=True)),
         ),
     ),
-    # A callback number whose digits were not confirmed as heard is kept apart
-    # from callback_number, and where in the recording the number was said.
     (
         17,
         "heard_callback_number",
@@ -329,8 +226,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("call", "callback_number_at", pw.FloatField(null=True)),
         ),
     ),
-    # What was odd about a hand-off, kept on the call instead of refused; the recording bound
-    # to the bytes the hand-off delivered; and the hand-offs refused all the same.
     (
         18,
         "handoff_anomalies",
@@ -341,8 +236,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _frozen("0018_handoff_anomalies"),
         ),
     ),
-    # The clinic runs its own staff: set-password links, two-factor login (TOTP secret,
-    # recovery codes, the clinic's requirement), half-done logins, the last login.
     (
         20,
         "staff_accounts",
@@ -356,12 +249,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _frozen("0020_staff_accounts"),
         ),
     ),
-    # Safe retries: the answer of a document write sent with an Idempotency-Key.
     (21, "idempotency_keys", _frozen("0021_idempotency_keys")),
-    # Personal data has a lifecycle (docs/data-protection.md): each clinic's retention
-    # (None on the clinics that exist: nothing of theirs is deleted until they choose), the
-    # objects waiting to be deleted, what the retention's queries walk, and the one change
-    # the audit trail allows: an old event's client address removed.
     (
         22,
         "data_lifecycle",
@@ -376,45 +264,9 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
                 )
             ),
             _add_column("audit_event", "redacted_at", pw.DateTimeField(null=True)),
-            _per_database(
-                _sql(
-                    'CREATE TABLE IF NOT EXISTS "pending_object_deletion" ("id" BIGSERIAL NOT NULL PRIMARY KEY, '
-                    '"key" VARCHAR(512) NOT NULL, "created_at" TIMESTAMP NOT NULL)'
-                ),
-                _sql(
-                    'CREATE TABLE IF NOT EXISTS "pending_object_deletion" ("id" INTEGER NOT NULL PRIMARY KEY, '
-                    '"key" VARCHAR(512) NOT NULL, "created_at" DATETIME NOT NULL)'
-                ),
-            ),
-            _sql(
-                'CREATE INDEX IF NOT EXISTS "patient_request_resolved_from_call" ON "patient_request" '
-                '("clinic_id", "done_at") WHERE "call_id" IS NOT NULL AND "done_at" IS NOT NULL',
-                'CREATE INDEX IF NOT EXISTS "call_clinic_id_received_at" ON "call" ("clinic_id", "received_at")',
-                'CREATE INDEX IF NOT EXISTS "audit_event_with_address" ON "audit_event" ("clinic_id", "at") '
-                'WHERE "address" IS NOT NULL',
-            ),
-            _postgresql(
-                'DROP TRIGGER IF EXISTS "append_only" ON "audit_event"',
-                'CREATE TRIGGER "append_only" BEFORE DELETE ON "audit_event" '
-                "FOR EACH STATEMENT EXECUTE FUNCTION audit_event_append_only()",
-                "CREATE OR REPLACE FUNCTION audit_event_redact_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                "IF OLD.address IS NOT NULL AND NEW.address IS NULL AND NEW.redacted_at IS NOT NULL AND "
-                "ROW(NEW.id, NEW.at, NEW.actor_kind, NEW.token_id, NEW.actor_name, NEW.clinic_id, NEW.action, "
-                "NEW.target_type, NEW.target_id, NEW.details, NEW.request_id) IS NOT DISTINCT FROM "
-                "ROW(OLD.id, OLD.at, OLD.actor_kind, OLD.token_id, OLD.actor_name, OLD.clinic_id, OLD.action, "
-                "OLD.target_type, OLD.target_id, OLD.details, OLD.request_id) THEN RETURN NEW; END IF; "
-                "RAISE EXCEPTION USING MESSAGE = 'audit_event is append-only: ' || TG_OP || ' refused "
-                "(only an old event''s client address may be removed)', ERRCODE = 'insufficient_privilege'; "
-                "END $$",
-                'DROP TRIGGER IF EXISTS "redact_only" ON "audit_event"',
-                'CREATE TRIGGER "redact_only" BEFORE UPDATE ON "audit_event" '
-                "FOR EACH ROW EXECUTE FUNCTION audit_event_redact_only()",
-            ),
+            _frozen("0022_data_lifecycle"),
         ),
     ),
-    # The inbox sorts itself: what a voice message's transcript suggests (a request type,
-    # urgency) on its request, staff confirming or clearing it, and the words a clinic reads
-    # transcripts for. Old requests and clinics read as "never read" and "the shipped words".
     (
         50,
         "triage",
@@ -433,11 +285,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("request_type", "transcript_words", pw.TextField(null=True)),
         ),
     ),
-    # Nothing that matters waits for someone to look: the outbox the workers deliver (e-mail
-    # first), who a clinic tells of a message that may be urgent and when, the staff who
-    # asked to be told, the last expiry notice of a key, and why a known key was refused.
-    # A clinic tells its opted-in staff outside office hours, as a new one does; nobody has
-    # opted in yet, so nothing is sent until someone asks for it.
     (
         51,
         "notices",

@@ -1,4 +1,4 @@
--- Migration 1 (foundation) on sqlite: the tables it creates, as they were when it was frozen.
+-- Migration 1 (foundation) on sqlite: what it creates, as it was when it was frozen.
 -- Frozen: never edit; a later migration changes the schema.
 
 CREATE TABLE IF NOT EXISTS "organization" ("id" TEXT NOT NULL PRIMARY KEY, "slug" VARCHAR(64) NOT NULL, "name" VARCHAR(200) NOT NULL, "patient_sharing" INTEGER NOT NULL);

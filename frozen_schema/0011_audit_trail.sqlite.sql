@@ -1,4 +1,4 @@
--- Migration 11 (audit_trail) on sqlite: the tables it creates, as they were when it was frozen.
+-- Migration 11 (audit_trail) on sqlite: what it creates, as it was when it was frozen.
 -- Frozen: never edit; a later migration changes the schema.
 
 CREATE TABLE IF NOT EXISTS "api_token" ("id" TEXT NOT NULL PRIMARY KEY, "name" VARCHAR(200) NOT NULL, "secret_hash" VARCHAR(64) NOT NULL, "scopes" VARCHAR(50) NOT NULL, "created_at" DATETIME NOT NULL, "expires_at" DATETIME, "revoked_at" DATETIME, "last_used_at" DATETIME, "created_by" VARCHAR(220), "rotated_from" TEXT);

@@ -1,4 +1,4 @@
--- Migration 20 (staff_accounts) on postgresql: the tables it creates, as they were when it was frozen.
+-- Migration 20 (staff_accounts) on postgresql: what it creates, as it was when it was frozen.
 -- Frozen: never edit; a later migration changes the schema.
 
 CREATE TABLE IF NOT EXISTS "staff_user" ("id" UUID NOT NULL PRIMARY KEY, "email" VARCHAR(254) NOT NULL, "name" VARCHAR(200) NOT NULL, "password_hash" TEXT NOT NULL, "language" VARCHAR(2) NOT NULL, "created_at" TIMESTAMP NOT NULL, "disabled_at" TIMESTAMP, "last_login_at" TIMESTAMP, "totp_secret_encrypted" TEXT, "totp_enabled_at" TIMESTAMP, "totp_last_step" BIGINT);

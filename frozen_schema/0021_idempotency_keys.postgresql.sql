@@ -1,4 +1,4 @@
--- Migration 21 (idempotency_keys) on postgresql: the tables it creates, as they were when it was frozen.
+-- Migration 21 (idempotency_keys) on postgresql: what it creates, as it was when it was frozen.
 -- Frozen: never edit; a later migration changes the schema.
 
 CREATE TABLE IF NOT EXISTS "api_token" ("id" UUID NOT NULL PRIMARY KEY, "name" VARCHAR(200) NOT NULL, "secret_hash" VARCHAR(64) NOT NULL, "scopes" VARCHAR(50) NOT NULL, "created_at" TIMESTAMP NOT NULL, "expires_at" TIMESTAMP, "revoked_at" TIMESTAMP, "last_used_at" TIMESTAMP, "created_by" VARCHAR(220), "rotated_from" UUID);

@@ -1,4 +1,4 @@
--- Migration 51 (notices) on postgresql: the tables it creates, as they were when it was frozen.
+-- Migration 51 (notices) on postgresql: what it creates, as it was when it was frozen.
 -- Frozen: never edit; a later migration changes the schema.
 
 CREATE TABLE IF NOT EXISTS "outbox" ("id" BIGSERIAL NOT NULL PRIMARY KEY, "topic" VARCHAR(40) NOT NULL, "clinic_id" UUID, "payload" TEXT NOT NULL, "dedup_key" VARCHAR(200), "group_key" VARCHAR(120), "created_at" TIMESTAMP NOT NULL, "due_at" TIMESTAMP NOT NULL, "state" VARCHAR(8) NOT NULL, "attempts" INTEGER NOT NULL, "queued_at" TIMESTAMP, "done_at" TIMESTAMP, "outcome" VARCHAR(40));

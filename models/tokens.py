@@ -43,7 +43,7 @@ class ApiToken(BaseModel):
     revoked_at = pw.DateTimeField(null=True)
     last_used_at = pw.DateTimeField(null=True)
     # Who issued it, as the audit trail names them ("staff:anna@example.cz", "operator:deploy")
-    # and the key it replaced when issued by a rotation (migration 50; None before).
+    # and the key it replaced when issued by a rotation (migration 16; None before).
     created_by = pw.CharField(max_length=220, null=True)
     rotated_from = pw.UUIDField(null=True)
     # The last expiry notice given for it (notices/keys.py): 14, then 3 days ahead; None: none.

@@ -139,11 +139,23 @@ def sqlite_schema(path: Path) -> list[tuple]:
 
 
 def test_the_migrations_name_the_channels_the_service_listens_on():
+    """The frozen triggers NOTIFY on the channels the row cache and the call relay listen on."""
     import migrations
     from models import Call
     from plumbing import row_cache
 
-    assert (migrations._CACHE_CHANNEL, migrations._NEW_CALL_CHANNEL) == (row_cache.CHANNEL, Call.NEW_CALL_CHANNEL)
+    assert migrations.CHANNELS == (row_cache.CHANNEL, Call.NEW_CALL_CHANNEL)
+    frozen = "".join(path.read_text("utf-8") for path in migrations.FROZEN.glob("*.postgresql.sql"))
+    for channel in migrations.CHANNELS:
+        assert f"pg_notify('{channel}', '')" in frozen, channel
+
+
+def test_every_step_is_in_the_table_at_the_top_of_migrations_py():
+    """The table a newcomer reads names every step, by its number and name, in order."""
+    import migrations
+
+    rows = re.findall(r"^\| (\d+) \| ([a-z0-9_]+) \| .+ \|$", migrations.__doc__ or "", re.M)
+    assert [(int(v), n) for v, n in rows] == [(v, n) for v, n, _ in MIGRATIONS]
 
 
 def test_every_release_upgraded_on_postgresql_is_a_fresh_database(config, tmp_path):
