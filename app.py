@@ -32,10 +32,10 @@ from switchboard.intake import GroupCommit
 from web import deprecations, errors, openapi
 from web import metrics as web_metrics
 from web.auth import TokenAuth
+from web.handoff_refusals import HandoffRefusals
 from web.idempotency import IdempotencyKeys, KeyTaken
 from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, SchemaGate, TakeTurns
 from web.rate_limit import RateLimit, RateLimiter
-from web.refusals import HandoffRefusals
 from web.security import SecurityHeaders
 
 log = logging.getLogger(__name__)

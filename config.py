@@ -12,7 +12,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from plumbing import mail
+from plumbing import smtp
 from plumbing.clock import Clock
 from plumbing.clock import wall as wall_clock
 from plumbing.crypto import MIN_SECRET_KEY_BYTES, KeyRing
@@ -361,7 +361,7 @@ class Config:
             raise ValueError("MAIL_RETRY_DELAYS: at least one delay, each positive")
         if self.smtp_url:
             try:
-                mail.Server.parse(self.smtp_url)
+                smtp.Server.parse(self.smtp_url)
             except ValueError as exc:
                 raise ValueError(f"SMTP_URL {exc}") from None
             if "@" not in self.mail_from:

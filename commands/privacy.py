@@ -46,9 +46,9 @@ def cmd_patient_erase(config: Config, args: argparse.Namespace) -> int:
     except NotFound:
         # Erased already (or never was): nothing to do, but objects an interrupted erasure
         # listed are deleted all the same.
-        from privacy import objects
+        from privacy import object_deletion
 
-        objects.drain(storage)
+        object_deletion.drain(storage)
         print(f"no patient {wanted}: nothing to erase", file=sys.stderr)
         return 0
     kept = 0 if args.include_documents else len(plan.requests_with_documents())

@@ -135,7 +135,7 @@ ACTIONS: dict[str, Action] = {
         (Field("patientId", N_("Patient"), PATIENT), Field("requestTypeId", N_("Request type"), REQUEST_TYPE)),
     ),
     "patient_request.patch": Action(N_("Request changed"), refine=_patch),
-    # The inbox's reading of voice messages (triage/inbox.py): staff confirm or clear it.
+    # The inbox's reading of voice messages (triage/clinic_words.py): staff confirm or clear it.
     "patient_request.confirm_type": Action(
         N_("Request type confirmed"),
         (

@@ -259,6 +259,19 @@ def inbox_filters(req: falcon.Request) -> dict[str, str]:
     }
 
 
+def filtered(clinic: Clinic, filters: dict[str, str], after: datetime | None = None) -> list[PatientRequest]:
+    """The clinic's requests the inbox's filters (`inbox_filters`) show: the page's, or
+    those created after `after` (the live update's)."""
+    return requests(
+        clinic,
+        state=filters["state"],
+        kind=filters["kind"] or None,
+        request_type=filters["type"] or None,
+        search=filters["q"],
+        after=after,
+    )
+
+
 def _type_filter(value: str) -> str:
     """A request type's id, OTHER_TYPE or "" (all); anything else is "" too."""
     if value == OTHER_TYPE:
@@ -303,14 +316,7 @@ class Inbox:
         filters = inbox_filters(req)
         rows = []
         if clinic is not None:
-            found = requests(
-                clinic,
-                state=filters["state"],
-                kind=filters["kind"] or None,
-                request_type=filters["type"] or None,
-                search=filters["q"],
-            )
-            rows = rows_of(found, clinic, user.language, self.player, self.clock())
+            rows = rows_of(filtered(clinic, filters), clinic, user.language, self.player, self.clock())
         # The live update asks for rows newer than the newest shown (or than now); the newest
         # is not the first when a flagged one is.
         after = max(str(r["created"]) for r in rows) if rows else as_utc(self.clock()).isoformat()
@@ -355,16 +361,9 @@ class InboxRows:
         if clinic is None:
             html(resp, "")
             return
-        found = requests(
-            clinic,
-            state=filters["state"],
-            kind=filters["kind"] or None,
-            request_type=filters["type"] or None,
-            search=filters["q"],
-            after=after,
-        )
+        found = filtered(clinic, filters, after)
         rows = "".join(
             self.renderer.render("console/_row.html", user.language, row=row, csrf_token=session.csrf_token)
-            for row in (rows_of(found, clinic, user.language, self.player, self.clock()) if clinic else [])
+            for row in rows_of(found, clinic, user.language, self.player, self.clock())
         )
         html(resp, rows)

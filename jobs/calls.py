@@ -39,7 +39,7 @@ from plumbing.database import UNREACHABLE as DATABASE_UNREACHABLE
 from plumbing.database import db
 from safe_fetch import FetchError, UnsafeURL, download_audio, redact_url
 from switchboard import finished_calls
-from triage import inbox as triage
+from triage import clinic_words as triage
 from voicemail import recordings, spoken_numbers, transcription
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ transaction of its cause, handed to RQ by every worker's relay thread and delive
   longer live (`jobs.queueing.is_live`): at once when the job vanished (a worker killed, a
   Redis restart), `LATER` from now when its retries were spent (the server is down for
   long); a row still failing `GIVE_UP` after it was written is failed for good, counted and
-  logged. It also writes the keys' expiry notices due (notices/keys.py) and the gauges.
+  logged. It also writes the keys' expiry notices due (notices/key_notices.py) and the gauges.
 - `deliver` hands a row to its topic's handler: an event (`EVENTS`: a flagged request, a
   key expiring or refused) becomes its e-mails in the transaction that marks it done; an
   e-mail (`mail`) is written and sent (notices/mail.py), then marked done. A transient
@@ -40,12 +40,12 @@ from config import Config
 from jobs import queueing
 from jobs.context import JobContext, takes_context
 from models import Outbox
-from notices import keys, urgent
+from notices import key_notices, urgent
 from notices import mail as notices_mail
 from plumbing import metrics
 from plumbing.clock import as_utc
 from plumbing.database import db
-from plumbing.mail import MailError
+from plumbing.smtp import MailError
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ OUTAGE_LOG_EVERY = 30.0
 #: Event topics: what each becomes, in the transaction that marks it done.
 EVENTS: dict[str, Callable[[Outbox, Config, datetime], str]] = {
     "request.urgent": urgent.fan_out,
-    "key.expiring": keys.fan_out,
-    "key.refused": keys.fan_out,
+    "key.expiring": key_notices.fan_out,
+    "key.refused": key_notices.fan_out,
 }
 
 
@@ -156,7 +156,7 @@ def gauges(now: datetime) -> dict[str, float]:
     """The gauges the sweep writes (plumbing/metrics.py `GAUGES`)."""
     oldest = Outbox.select(pw.fn.MIN(Outbox.created_at)).where(Outbox.state == "pending").scalar()
     return {
-        "api_keys_expiring_soon": keys.expiring_count(now),
+        "api_keys_expiring_soon": key_notices.expiring_count(now),
         "outbox_pending": Outbox.pending_count(),
         "outbox_oldest_pending_seconds": max(0.0, (as_utc(now) - as_utc(oldest)).total_seconds()) if oldest else 0.0,
     }
@@ -189,7 +189,7 @@ class OutboxRelay:
         now = self.config.clock()
         sweep(self.queue, now)
         with db.connection_context():
-            given = keys.expiring(now)
+            given = key_notices.expiring(now)
             values = gauges(now)
         if given:
             log.info("outbox: %d key expiry notice(s) written", given)

@@ -46,8 +46,8 @@ from jobs.context import RelayWakeUp
 from models import Call
 from plumbing.clock import as_utc
 from plumbing.database import db, is_postgresql
+from plumbing.descriptors import readable
 from plumbing.pg_listen import Listener, connector
-from plumbing.readiness import readable
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ class Call(BaseModel):
     received_by_id: uuid.UUID | None
 
     OUTCOMES = ("no_recording", "voice_message", "missed_call", "opted_out", "recording_unavailable")
-    # reliable / check / unreliable: the reliability label (transcription/reliability.py);
+    # reliable / check / unreliable: the reliability label (voicemail/transcription/reliability.py);
     # failed: no usable text.
     TRANSCRIPT_STATUSES = ("reliable", "check", "unreliable", "failed")
 

@@ -14,7 +14,7 @@ class PendingObjectDeletion(BaseModel):
     Written in the transaction that deletes the rows naming the object (an erasure, the
     retention), so that a crash between that commit and the storage call leaves a row
     here instead of bytes nobody can find: the workers' retention round deletes every
-    object listed, then the row (`privacy.objects.drain`). Deleting an object twice is
+    object listed, then the row (`privacy.object_deletion.drain`). Deleting an object twice is
     harmless (both backends answer a missing object as deleted)."""
 
     id = pw.BigAutoField()

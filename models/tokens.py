@@ -46,7 +46,7 @@ class ApiToken(BaseModel):
     # and the key it replaced when issued by a rotation (migration 16; None before).
     created_by = pw.CharField(max_length=220, null=True)
     rotated_from = pw.UUIDField(null=True)
-    # The last expiry notice given for it (notices/keys.py): 14, then 3 days ahead; None: none.
+    # The last expiry notice given for it (notices/key_notices.py): 14, then 3 days ahead; None: none.
     expiry_notice_days = pw.SmallIntegerField(null=True)
 
     class Meta:

@@ -3,7 +3,7 @@ now, its words in the recipient's language, its links to the console at PUBLIC_B
 A set-password link is made here, as the e-mail is written (only its hash is stored, and
 nothing secret waits in the outbox): a retry makes a new one, and the last sent works.
 
-`deliver` raises `plumbing.mail.MailError` when the server did not take the e-mail (the
+`deliver` raises `plumbing.smtp.MailError` when the server did not take the e-mail (the
 worker's job retries a transient one); it returns a short word otherwise."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 from config import Config
 from models import Actor, ApiToken, ApiTokenClinic, AuditEvent, Clinic, Outbox, PatientRequest
-from notices import links, people
+from notices import console_links, people
 from notices.compose import N_, Composer, Written
-from plumbing import catalogue, mail
+from plumbing import catalogue, smtp
 from plumbing.clock import as_utc
 from plumbing.database import db
 from staff import accounts
@@ -71,10 +71,11 @@ def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datet
         values = {
             "clinic": clinic.name,
             "requests": [
-                {"url": sender.url(links.request(r.id)), "at": _when(r.created_at, clinic, language)} for r in requests
+                {"url": sender.url(console_links.request(r.id)), "at": _when(r.created_at, clinic, language)}
+                for r in requests
             ],
-            "inbox_url": sender.url(links.INBOX),
-            "account_url": sender.url(links.ACCOUNT),
+            "inbox_url": sender.url(console_links.INBOX),
+            "account_url": sender.url(console_links.ACCOUNT),
             "to_staff": "user" in data["to"],
             "subject": {"clinic": clinic.name},
         }
@@ -86,7 +87,7 @@ def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datet
             Clinic.select().join(ApiTokenClinic).where(ApiTokenClinic.token == token.id).order_by(Clinic.name)
         )
         home = clinic or (served[0] if served else None)
-        keys_url = sender.url(links.api_keys(home.slug) if home else links.API_KEYS)
+        keys_url = sender.url(console_links.api_keys(home.slug) if home else console_links.API_KEYS)
         if name == "key_expiring":
             if token.expires_at is None:
                 return None
@@ -121,7 +122,7 @@ def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datet
         if token_text is None:
             return None
         values = {
-            "url": sender.url(links.password_link(token_text, language)),
+            "url": sender.url(console_links.password_link(token_text, language)),
             "email": user.email,
             "name": user.name,
             "clinic": clinic.name if clinic else "",
@@ -146,7 +147,7 @@ def deliver(row: Outbox, sender: Sender, now: datetime) -> str:
     written = compose(row, sender, recipient, now)
     if written is None:
         return "gone"
-    message = mail.message(
+    message = smtp.message(
         config.mail_from,
         recipient.address,
         written.subject,
@@ -156,7 +157,7 @@ def deliver(row: Outbox, sender: Sender, now: datetime) -> str:
         # The outbox row's id: a mailbox's copy found in the worker's log (never personal data).
         headers={"X-Clinic-Notice": data["template"], "X-Clinic-Outbox-Id": str(row.id)},
     )
-    mail.send(mail.Server.parse(config.smtp_url), message, ca_file=config.smtp_ca_bundle)
+    smtp.send(smtp.Server.parse(config.smtp_url), message, ca_file=config.smtp_ca_bundle)
     if data["template"] == "urgent":
         # Audited that it went (to whom: staff or the on-call address, never the address).
         with db.atomic():

@@ -1,6 +1,6 @@
 """Onboarding: create or update an organization from one JSON document, atomically.
 
-The whole document is validated first (structure by its JSON Schema, `onboarding/schema.py`,
+The whole document is validated first (structure by its JSON Schema, `onboarding/document_schema.py`,
 checked by `plumbing/json_schema.py`; then meaning: time zones, countries, phones, languages,
 references); the first problem is reported with the path of the bad field and nothing is
 written. Writing happens in one transaction and only touches rows whose values differ, so
@@ -44,7 +44,7 @@ from models import (
 
 # OnboardingError and stable_id are this module's too: callers import them from here.
 from onboarding.base import OnboardingError, RowWriter, stable_id, unique
-from onboarding.schema import SCHEMA
+from onboarding.document_schema import SCHEMA
 from onboarding.users import plan_users, write_user
 from plumbing import crypto, json_schema
 from plumbing.clock import as_utc
@@ -52,7 +52,7 @@ from plumbing.crypto import Keys
 from plumbing.database import db
 from plumbing.phones import to_e164
 from switchboard.office_hours import WEEKDAYS
-from triage import inbox as triage
+from triage import clinic_words as triage
 from triage import vocabulary
 from voicemail.transcription import whisper_languages
 

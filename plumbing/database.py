@@ -20,7 +20,7 @@ import psycopg2.extensions
 from playhouse.db_url import parse as parse_db_url
 from playhouse.pool import PooledPostgresqlDatabase
 
-from plumbing.readiness import readable
+from plumbing.descriptors import readable
 
 
 class DatabaseProxy(pw.DatabaseProxy):

@@ -1,7 +1,7 @@
 """Validating JSON against a JSON Schema: the one validator set-up of the service.
 
-Request bodies (the catalogue in `web/schemas.py`, read by `web/validation.py`) and
-onboarding documents (`onboarding/schema.py`) both go through `first_error`: a fast path
+Request bodies (the catalogue in `web/schemas/`, read by `web/validation.py`) and
+onboarding documents (`onboarding/document_schema.py`) both go through `first_error`: a fast path
 that may only accept, then the Python `jsonschema` validator, the sole authority for
 refusals and their messages. `check` turns a refusal into `errors.Invalid` naming the
 field (the API answers it 400 VALIDATION_FAILED).

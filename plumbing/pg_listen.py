@@ -20,7 +20,7 @@ import psycopg2
 import psycopg2.extensions
 from psycopg2 import sql
 
-from plumbing.readiness import readable
+from plumbing.descriptors import readable
 
 # What `wait` raises on a lost connection: psycopg2's errors (a connection closed here
 # too), the socket's, and ValueError (kept for callers that catch it).

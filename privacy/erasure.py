@@ -14,7 +14,7 @@ documents and their descriptions stay as registered. Included, they go with thei
 
 All rows go in one transaction (nothing is half visible: a crash rolls it back whole and
 the patient is still there to erase again); the objects in storage are listed in that
-transaction and deleted after it (`privacy.objects`). What remains is one `patient.erase`
+transaction and deleted after it (`privacy.object_deletion`). What remains is one `patient.erase`
 audit event per clinic involved, with counts and the erased row's id, no personal data.
 Erasing again finds nothing and changes nothing.
 """
@@ -48,7 +48,7 @@ from plumbing.clock import as_utc
 from plumbing.database import db, hot_sql, is_postgresql
 from plumbing.errors import NotFound
 from plumbing.phones import to_e164
-from privacy import objects
+from privacy import object_deletion
 from privacy.retention import delete_requests, drain
 from storage import Storage
 
@@ -217,7 +217,7 @@ def _erase(p: Plan, actor: Actor, now: datetime, include_documents: bool) -> Era
     calls = Call.delete().where(Call.id.in_([c.id for c in p.calls])).execute() if p.calls else 0
     documents = 0
     if include_documents and p.documents:
-        objects.queue([key for d in p.documents for key in (d.object_key, d.file_hash)], now)
+        object_deletion.queue([key for d in p.documents for key in (d.object_key, d.file_hash)], now)
         documents = MedicalRecord.delete().where(MedicalRecord.id.in_([d.id for d in p.documents])).execute()
     requests = delete_requests(gone, now).call_requests if gone else 0
     if kept:
@@ -254,7 +254,7 @@ def _keep_for_documents(organization: Organization, kept: list[PatientRequest], 
     uploads = UploadLink.select(UploadLink.file_hash).where(
         UploadLink.request.in_(ids) & UploadLink.file_hash.not_in(MedicalRecord.select(MedicalRecord.file_hash))
     )
-    objects.queue([u.file_hash for u in uploads], now)
+    object_deletion.queue([u.file_hash for u in uploads], now)
     UploadLink.delete().where(UploadLink.request.in_(ids)).execute()
     PatientRequestTag.delete().where(PatientRequestTag.request.in_(ids)).execute()
     Reservation.delete().where(Reservation.request.in_(ids)).execute()

@@ -20,7 +20,7 @@ Every deletion runs in bounded batches, one transaction each, taking rows with F
 SKIP LOCKED on PostgreSQL: rounds in several workers at once take disjoint rows, a crash
 loses at most the batch it was in (rolled back whole, done again next round), and no batch
 holds locks long enough to slow the requests the routing checks read. Objects in storage
-go through `privacy.objects` (listed in the batch's transaction, deleted after it).
+go through `privacy.object_deletion` (listed in the batch's transaction, deleted after it).
 Nothing here logs personal data: counts only.
 """
 
@@ -53,7 +53,7 @@ from models import (
 )
 from plumbing.clock import as_utc
 from plumbing.database import db, is_postgresql
-from privacy import objects
+from privacy import object_deletion
 from storage import Storage
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ def drain(storage: Storage) -> int:
     """The listed objects deleted; with the storage failing, they stay listed for the next
     round, and the rows' deletions go on meanwhile (their objects queue up)."""
     try:
-        return objects.drain(storage)
+        return object_deletion.drain(storage)
     except Exception as exc:
         log.warning("retention: stored files not deleted this round (%s); they stay listed", type(exc).__name__)
         return 0
@@ -223,7 +223,7 @@ def delete_requests(request_ids: list[uuid.UUID], now: datetime) -> Deleted:
     foreign keys' cascade) and list their uploads' objects for deletion. Inside the caller's
     transaction; their calls and signed documents are the caller's to handle first."""
     uploads = UploadLink.select(UploadLink.file_hash).where(UploadLink.request.in_(request_ids))
-    objects.queue([u.file_hash for u in uploads], now)
+    object_deletion.queue([u.file_hash for u in uploads], now)
     return Deleted(call_requests=PatientRequest.delete().where(PatientRequest.id.in_(request_ids)).execute())
 
 
@@ -302,7 +302,7 @@ def _documents(clinic: Clinic, cutoff: datetime, now: datetime, batch: int) -> t
         )
         if not rows:
             return Deleted(), 0
-        objects.queue([key for r in rows for key in (r.object_key, r.file_hash)], now)
+        object_deletion.queue([key for r in rows for key in (r.object_key, r.file_hash)], now)
         gone = MedicalRecord.delete().where(MedicalRecord.id.in_([r.id for r in rows])).execute()
         return Deleted(documents=gone), len(rows)
 

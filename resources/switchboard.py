@@ -98,7 +98,7 @@ class RecordingComplete:
 
     scopes = {"POST": "write"}
     rate_limit = "handoffs"  # its own budget per token, apart from document writes (web/rate_limit.py)
-    records_refusals = True  # its 4xx answers are recorded (web.refusals.HandoffRefusals)
+    records_refusals = True  # its 4xx answers are recorded (web.handoff_refusals.HandoffRefusals)
 
     def __init__(self, config: Config, calls: GroupCommit, recorder: metrics.Recorder) -> None:
         self.config = config

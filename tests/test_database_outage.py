@@ -23,7 +23,7 @@ import webtest
 from app import create_app
 from plumbing import row_cache
 from plumbing.database import UNREACHABLE, db, open_database
-from plumbing.readiness import readable
+from plumbing.descriptors import readable
 from plumbing.row_cache import RowCache
 from tests.conftest import PG_URL
 from tests.support import assert_error, bearer, clinic, issue_token, load, organization, switchboard_url

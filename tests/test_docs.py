@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import io
 import json
 import os
 import re
+import subprocess
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -455,3 +458,50 @@ def test_docs_openapi_json_is_what_the_service_serves(app, config):
         "docs/openapi.json differs from /openapi.json: after an API change run "
         "DOCS_UPDATE=1 bin/test tests/test_docs.py"
     )
+
+
+# --- the code's own prose ----------------------------------------------------------------------
+
+_NAMED_PATH = re.compile(
+    r"(?<![\w./-])((?:[A-Za-z_][\w-]*/)+[\w.-]+\.(?:py|md|json|sql|txt|html|css|js|po|in|toml|sh)"
+    r"|(?:[A-Za-z_][\w-]*/)+(?=[\s`),:;.]|$))"
+)
+#: Paths the prose names that are not this repository's, each with why.
+_NOT_OURS = {
+    "models/convert-pt-to-ggml.py": "whisper.cpp's converter, in its repository",
+    "locale/": "the folder beside the console and the e-mails that holds each one's catalogue",
+    "locale/cs/LC_MESSAGES/messages.po": "the catalogue in that folder, beside the console and the e-mails",
+    "root/": "a LocalStorage's root directory, wherever the deployment puts it",
+    "requests/": "a folder under the local storage's root",
+    "voicemails/": "the labelled set's folder under tests/audio/",
+}
+
+
+def _prose(path: Path) -> Iterator[tuple[int, str]]:
+    """The docstrings and comments of a Python file, each with its first line's number."""
+    text = path.read_text("utf-8")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                yield node.body[0].lineno, doc
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+
+
+def test_no_docstring_or_comment_names_a_file_that_is_gone():
+    """A docstring or comment that names a path of the repository names one that exists
+    (from the root or the file's own folder): a module moved without its mentions fails."""
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    missing = []
+    for name in files.stdout.split():
+        path = ROOT / name
+        for line, text in _prose(path):
+            for match in _NAMED_PATH.finditer(text):
+                named = match.group(1)
+                if named in _NOT_OURS or named.startswith(("var/", ".venv")):
+                    continue
+                if not ((ROOT / named).exists() or (path.parent / named).exists()):
+                    missing.append(f"{name}:{line}: {named}")
+    assert missing == [], missing

@@ -9,6 +9,7 @@ import ast
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -318,3 +319,19 @@ def test_comments_name_no_issue_numbers_readme_sections_or_dated_measurements():
                 if pattern.search(line):
                     offenders.append(f"{path.relative_to(ROOT)}:{number}: {what}: {line.strip()[:100]}")
     assert offenders == [], offenders
+
+
+def test_a_module_name_two_packages_hold_has_its_reason_in_the_contract_file() -> None:
+    """One name, one thing: where two packages (or a package and the top level) hold a
+    module of the same name, pyproject.toml's [tool.layout.repeated-module-names] says why;
+    and every name it lists is still repeated."""
+    reasons = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["layout"]["repeated-module-names"]
+    where: dict[str, list[str]] = {}
+    for module in TOP_MODULES:
+        where.setdefault(module, []).append(f"{module}.py")
+    for package in SERVICE_PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            where.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    repeated = {name: sorted(paths) for name, paths in where.items() if len(paths) > 1}
+    assert {name: paths for name, paths in repeated.items() if name not in reasons} == {}
+    assert sorted(set(reasons) - set(repeated)) == [], "listed, but no longer repeated"

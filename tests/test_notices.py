@@ -33,8 +33,8 @@ from models import (
     StaffUser,
 )
 from models.requests import Triage
-from notices import keys
-from plumbing import mail, metrics
+from notices import key_notices
+from plumbing import metrics, smtp
 from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from staff.passwords import hash_password
@@ -208,7 +208,7 @@ def test_a_key_14_and_3_days_from_expiry_gives_one_email_each_the_banner_and_the
     for day, expected in ((7, 1), (8, 0), (16, 0), (17, 1), (18, 0)):
         clock.set(FUTURE + timedelta(days=day))
         with db.connection_context():
-            assert keys.expiring(clock()) == expected, f"day {day}"
+            assert key_notices.expiring(clock()) == expected, f"day {day}"
         deliver_due(mailing)
     messages = mailbox.wait_for(4, timeout=5)
     assert sorted((m["To"], m["Subject"]) for m in messages) == [
@@ -251,7 +251,7 @@ def test_a_rotated_or_revoked_key_gets_no_expiry_notice(mailing, clock):
             rotated_from=rotated.id,
         )
         ApiToken.update(revoked_at=as_utc(FUTURE)).where(ApiToken.id == revoked.id).execute()
-        assert keys.expiring(clock()) == 0
+        assert key_notices.expiring(clock()) == 0
 
 
 def test_a_handoff_with_an_expired_key_is_listed_and_its_admins_get_one_email_a_day(mailing, mailbox, clock):
@@ -447,18 +447,18 @@ def test_the_smtp_server_down_loses_no_email(mailing, mailbox, clock):
 
 
 def test_the_certificate_is_verified_and_starttls_required(mailbox):
-    sent = mail.message(SENDER, "x@clinic.test", "hi", "text")
-    with pytest.raises(mail.MailError) as untrusted:
-        mail.send(mail.Server.parse(mailbox.url), sent)  # the system's authorities do not know the suite's CA
+    sent = smtp.message(SENDER, "x@clinic.test", "hi", "text")
+    with pytest.raises(smtp.MailError) as untrusted:
+        smtp.send(smtp.Server.parse(mailbox.url), sent)  # the system's authorities do not know the suite's CA
     assert (untrusted.value.word, untrusted.value.transient) == ("certificate_refused", True)
     box = mail_server.Mailbox()
     server = mail_server.controller(box, free_port())  # bin/run's: no STARTTLS
     server.start()
     try:
-        with pytest.raises(mail.MailError) as no_tls:
-            mail.send(mail.Server.parse(f"smtp://127.0.0.1:{server.port}"), sent)
+        with pytest.raises(smtp.MailError) as no_tls:
+            smtp.send(smtp.Server.parse(f"smtp://127.0.0.1:{server.port}"), sent)
         assert no_tls.value.word == "no_starttls" and not no_tls.value.transient
-        mail.send(mail.Server.parse(f"smtp://127.0.0.1:{server.port}?starttls=off"), sent)
+        smtp.send(smtp.Server.parse(f"smtp://127.0.0.1:{server.port}?starttls=off"), sent)
         assert box.wait_for(1, timeout=5)
     finally:
         server.stop()
@@ -467,10 +467,10 @@ def test_the_certificate_is_verified_and_starttls_required(mailbox):
 @pytest.mark.parametrize(
     ("settings", "refused"),
     [
-        ({"smtp_url": "smtp://mail.example.cz?starttls=off"}, "loopback"),
-        ({"smtp_url": "http://mail.example.cz"}, "smtp://"),
-        ({"smtp_url": "smtp://mail.example.cz", "mail_from": ""}, "MAIL_FROM"),
-        ({"smtp_url": "smtp://mail.example.cz", "public_base_url": ""}, "PUBLIC_BASE_URL"),
+        ({"smtp_url": "smtp://smtp.example.cz?starttls=off"}, "loopback"),
+        ({"smtp_url": "http://smtp.example.cz"}, "smtp://"),
+        ({"smtp_url": "smtp://smtp.example.cz", "mail_from": ""}, "MAIL_FROM"),
+        ({"smtp_url": "smtp://smtp.example.cz", "public_base_url": ""}, "PUBLIC_BASE_URL"),
         ({"smtp_url": "", "mail_from": "a@b.cz", "public_base_url": ""}, "SMTP_URL is not"),
         ({"mail_retry_delays": "10,x"}, "MAIL_RETRY_DELAYS"),
     ],
@@ -496,12 +496,16 @@ def test_outbox_rows_are_deleted_a_week_after_delivery(mailing, clock):
 
 def test_the_emails_link_to_the_consoles_own_addresses():
     from console import pages
-    from notices import links
+    from notices import console_links
 
-    assert (links.INBOX, links.ACCOUNT, links.API_KEYS) == (pages.INBOX, pages.ACCOUNT, pages.API_KEYS)
-    assert links.request("R") == pages.request("R")
-    assert links.password_link("T", "cs") == pages.with_query(pages.password_link("T"), lang="cs")
-    assert links.api_keys("clinic-a") == pages.of_clinic(pages.API_KEYS, "clinic-a")
+    assert (console_links.INBOX, console_links.ACCOUNT, console_links.API_KEYS) == (
+        pages.INBOX,
+        pages.ACCOUNT,
+        pages.API_KEYS,
+    )
+    assert console_links.request("R") == pages.request("R")
+    assert console_links.password_link("T", "cs") == pages.with_query(pages.password_link("T"), lang="cs")
+    assert console_links.api_keys("clinic-a") == pages.of_clinic(pages.API_KEYS, "clinic-a")
 
 
 def test_a_job_for_a_row_done_already_does_nothing(mailing):

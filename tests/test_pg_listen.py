@@ -13,8 +13,8 @@ import pytest
 
 from config import Config
 from plumbing.database import open_database
+from plumbing.descriptors import SELECT_LIMIT
 from plumbing.pg_listen import LOST, Listener, connector
-from plumbing.readiness import SELECT_LIMIT
 from tests.support.descriptors import numbered_past_select_limit
 
 

@@ -1,4 +1,4 @@
-"""`readable` (plumbing/readiness.py): what select answered, for any descriptor number."""
+"""`readable` (plumbing/descriptors.py): what select answered, for any descriptor number."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from plumbing.readiness import SELECT_LIMIT, readable
+from plumbing.descriptors import SELECT_LIMIT, readable
 from tests.conftest import ROOT
 from tests.support.descriptors import numbered_past_select_limit
 
@@ -47,7 +47,7 @@ def test_a_descriptor_past_selects_limit_is_waited_on_like_any_other():
 GEVENT_SCRIPT = """
 from gevent import monkey; monkey.patch_all()  # as the Procfile's web workers run
 import os, select, socket, sys, time
-from plumbing.readiness import SELECT_LIMIT, readable
+from plumbing.descriptors import SELECT_LIMIT, readable
 from tests.support.descriptors import numbered_past_select_limit
 assert select.poll.__module__ == "gevent.select"
 with numbered_past_select_limit():

@@ -18,7 +18,7 @@ import pytest
 
 from plumbing import row_cache
 from plumbing.database import db
-from plumbing.readiness import readable
+from plumbing.descriptors import readable
 from plumbing.row_cache import RowCache
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
 from tests.support.clocks import Clock

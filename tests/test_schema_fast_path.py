@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from onboarding import schema as onboarding_schema
+from onboarding import document_schema as onboarding_schema
 from plumbing import json_schema as validation
 from plumbing.errors import DomainError
 from tests.conftest import EXAMPLE
@@ -31,7 +31,7 @@ def _compiles(schema: dict[str, Any]) -> bool:
 
 
 # Every module-level schema of schemas.py (request bodies and the rest), plus a boolean answer
-# and the onboarding document's (onboarding/schema.py: the same engine checks it).
+# and the onboarding document's (onboarding/document_schema.py: the same engine checks it).
 SCHEMAS = {
     name: value
     for name, value in [

@@ -27,7 +27,7 @@ from tests.support.clocks import WEDNESDAY, claimed_now, job_context
 from tests.support.console import PASSWORD, form_to, login
 from tests.support.documented import documented
 from tests.support.live_service import api
-from triage import inbox as triage
+from triage import clinic_words as triage
 from triage.reading import Vocabulary, read
 from triage.vocabulary import PRESETS, URGENCY
 from voicemail.transcription import Transcript

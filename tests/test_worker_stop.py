@@ -23,7 +23,7 @@ import redis
 from rq import Queue, Worker
 
 from jobs.rq_worker import ClinicWorker, run
-from plumbing.readiness import SELECT_LIMIT
+from plumbing.descriptors import SELECT_LIMIT
 from plumbing.wakeup import Flag, wait_any
 from tests.conftest import REDIS_URL, ROOT
 from tests.support import leftovers

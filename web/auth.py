@@ -53,7 +53,7 @@ class TokenAuth:
         if found is None:
             if getattr(resource, "records_refusals", False):
                 # A known key that expired or was revoked is a refusal of its clinic, to
-                # record and tell (web/refusals.py); an unknown or forged one is only counted.
+                # record and tell (web/handoff_refusals.py); an unknown or forged one is only counted.
                 req.context.key_refusal = _known_refusal(text.strip(), params.get("clinic_slug", ""), now)
             raise _unauthorized("Invalid, expired or revoked token.")
         token, clinic = found

@@ -1,4 +1,4 @@
-"""Request bodies: read the JSON body and check it against its schema (`web/schemas.py`)
+"""Request bodies: read the JSON body and check it against its schema (`web/schemas/`)
 with the service's one validator (`plumbing/json_schema.py`); a refusal is
 `errors.Invalid`, answered 400 VALIDATION_FAILED naming the field."""
 

@@ -17,7 +17,7 @@ from jobs import outbox
 from jobs.context import JobContext
 from models import Outbox
 from plumbing.database import db
-from plumbing.mail import MailError
+from plumbing.smtp import MailError
 from tests.support import SECRET_KEY
 from tests.support.smtp_server import SENDER, SMTPTestServer
 

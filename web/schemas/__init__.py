@@ -55,7 +55,7 @@ from web.schemas.values import (
     TAG_TYPE,
     TRANSCRIPT_STATUS,
 )
-from web.schemas.pages import (
+from web.schemas.envelopes import (
     PAGE_INFO,
     PAGINATION,
     data,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from web.schemas.common import ERROR, NULLABLE_STRING, UUID, answer, component, nullable
-from web.schemas.pages import PAGINATION
+from web.schemas.envelopes import PAGINATION
 from web.schemas.values import IMPORT_STATUS, MAX_BULK_IMPORT, MAX_EXTERNAL_IDS, TAG_TYPE
 
 PATIENT_SEARCH_REQUEST = component(

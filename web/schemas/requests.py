@@ -7,7 +7,7 @@ from typing import Any
 
 from voicemail.recordings import GONE_REASONS
 from web.schemas.common import DATE_TIME, NULLABLE_DATE_TIME, NULLABLE_STRING, TEXT, UUID, answer, component, nullable
-from web.schemas.pages import PAGINATION
+from web.schemas.envelopes import PAGINATION
 from web.schemas.patients import TAG
 from web.schemas.values import ALLOWED_CONTENT_TYPES, CATEGORY_TYPE, REQUEST_KIND, TRANSCRIPT_STATUS
 
