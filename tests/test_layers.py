@@ -252,7 +252,7 @@ os.putenv = watch("environment write", os.putenv)
 threading.Thread.start = watch("thread", threading.Thread.start)
 import argon2
 argon2.PasswordHasher.hash = watch("password hash", argon2.PasswordHasher.hash)  # CPU every command would pay
-modules = ["app", "models", "config", "migrations"]
+modules = ["app", "worker", "manage", "models", "config", "migrations"]
 for package in json.loads(sys.argv[2]):
     found = importlib.import_module(package)
     modules += [info.name for info in pkgutil.walk_packages(found.__path__, package + ".")]
@@ -269,7 +269,7 @@ print("BUILT " + json.dumps(sorted({type(o).__name__ for o in gc.get_objects() i
 
 
 def test_importing_the_service_starts_no_thread_opens_no_pipe_and_writes_no_environment():
-    """Nothing happens at import: `app`, `models`, `jobs` and every feature package (not
+    """Nothing happens at import: `app`, `worker`, `manage`, `models`, `jobs` and every feature package (not
     `wsgi`, which builds the app) start no thread, open no pipe, register no exit handler,
     write no environment variable and compute no password hash; and build no state: no metrics recorder, Redis
     client, row cache or database. The entry points build what a process needs and hand
