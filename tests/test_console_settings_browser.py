@@ -164,7 +164,7 @@ def test_an_admin_sets_the_clinics_settings_and_the_service_follows(
     # 3. Missed-call requests off: an empty voicemail then creates nothing.
     page.goto(service + "/console/settings/calls?clinic=clinic-cz")
     page.get_by_label("Vytvořit požadavek o zmeškaném hovoru").uncheck()
-    page.get_by_role("button", name="Uložit").click()
+    page.get_by_role("button", name="Uložit – nastavení hovorů").click()
     page.wait_for_load_state()
     assert not page.get_by_label("Vytvořit požadavek o zmeškaném hovoru").is_checked()
     https_server.route("/rec/CA-silent.mp3", static(audio("silence_line.mp3"), "audio/mpeg"))
