@@ -97,6 +97,11 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "MAIL_RETRY_DELAYS": ("mail_retry_delays", str),
     "OPERATOR_EMAIL": ("operator_email", str),
     "URGENT_NOTICE_GATHER_SECONDS": ("urgent_notice_gather_seconds", float),
+    "WEBHOOK_WORKERS": ("webhook_workers", int),
+    "WEBHOOK_TIMEOUT_SECONDS": ("webhook_timeout_seconds", float),
+    "WEBHOOK_RETRY_DELAYS": ("webhook_retry_delays", str),
+    "WEBHOOK_POLL_SECONDS": ("webhook_poll_seconds", float),
+    "WEBHOOK_DISABLE_AFTER_DAYS": ("webhook_disable_after_days", float),
     "URGENT_NOTICE_EVERY_MINUTES": ("urgent_notice_every_minutes", float),
     "CONSOLE_RESET_LINK_MINUTES": ("console_reset_link_minutes", float),
 }
@@ -332,6 +337,17 @@ class Config:
     urgent_notice_every_minutes: float = 5.0
     # The "forgot password" link by e-mail works once, for this long.
     console_reset_link_minutes: float = 60.0
+    # Webhooks (jobs/webhooks.py): the processes each worker starts to deliver them (one
+    # endpoint's delivery at a time each: an endpoint that never answers holds one of them at
+    # most), the time a receiver has to answer, the pauses between the tries of an endpoint
+    # that fails (seconds; about a day and a half in all, the last repeated until then), how
+    # often the relay looks for due deliveries, and after how long failing an endpoint is
+    # disabled (its administrators told).
+    webhook_workers: int = 2
+    webhook_timeout_seconds: float = 10.0
+    webhook_retry_delays: str = "5,300,1800,7200,18000,36000,36000,36000"
+    webhook_poll_seconds: float = 0.2
+    webhook_disable_after_days: float = 5.0
     # Not from the environment: the wall clock, replaceable in tests.
     clock: Clock = field(default=wall_clock, repr=False, compare=False)
     # Not from the environment: what `from_env` found worth a warning at start (a former
@@ -348,9 +364,20 @@ class Config:
             "console_password_link_hours",
             "console_reset_link_minutes",
             "urgent_notice_every_minutes",
+            "webhook_timeout_seconds",
+            "webhook_poll_seconds",
+            "webhook_disable_after_days",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.upper()} must be positive")
+        if self.webhook_workers < 1:
+            raise ValueError("WEBHOOK_WORKERS must be at least 1")
+        try:
+            hooks = self.webhook_retry_intervals
+        except ValueError:
+            raise ValueError("WEBHOOK_RETRY_DELAYS: seconds separated by commas, such as 5,300,1800") from None
+        if not hooks or any(d <= 0 for d in hooks):
+            raise ValueError("WEBHOOK_RETRY_DELAYS: at least one delay, each positive")
         if self.urgent_notice_gather_seconds < 0:
             raise ValueError("URGENT_NOTICE_GATHER_SECONDS must not be negative")
         try:
@@ -455,6 +482,10 @@ class Config:
     def mail_enabled(self) -> bool:
         """Whether the service sends e-mail (SMTP_URL is set)."""
         return bool(self.smtp_url)
+
+    @property
+    def webhook_retry_intervals(self) -> list[int]:
+        return [int(x) for x in self.webhook_retry_delays.split(",") if x.strip()]
 
     @property
     def mail_retry_intervals(self) -> list[int]:

@@ -10,6 +10,8 @@ python manage.py user create --clinic SLUG [--clinic SLUG ...] --email E --name 
 python manage.py user reset-password --email E --password-stdin
 python manage.py user hash-password --password-stdin   (for an onboarding file's users)
 python manage.py user disable --email E
+python manage.py webhook add --clinic SLUG --url URL [--event TYPE ...]   (prints the signing secret once)
+python manage.py webhook list|rotate ID|disable ID|enable ID|remove ID --clinic SLUG
 python manage.py audit [--clinic SLUG] [--since ISO] [--action ACTION] [--limit N]
 python manage.py demo [--base-url URL]
 python manage.py worker [QUEUE ...]
@@ -30,14 +32,40 @@ from __future__ import annotations
 import argparse
 import sys
 
-from commands import audit, calls, demo, deployment, privacy, secrets, storage, tokens, users, wait_ready, worker
+from commands import (
+    audit,
+    calls,
+    demo,
+    deployment,
+    privacy,
+    secrets,
+    storage,
+    tokens,
+    users,
+    wait_ready,
+    webhook_endpoints,
+    worker,
+)
 from config import Config, InsecureConfiguration, RetiredSetting, prepare_process_environment
 from plumbing import clock
 from plumbing.database import bound, db, open_database
 
 # In the order `--help` lists them: migrate, model, onboard, token, user, audit, demo,
 # calls, worker, requeue, storage, patient, retention, reencrypt, wait-ready.
-COMMANDS = (deployment, tokens, users, audit, demo, calls, worker, storage, privacy, secrets, wait_ready)
+COMMANDS = (
+    deployment,
+    tokens,
+    users,
+    audit,
+    demo,
+    calls,
+    worker,
+    storage,
+    privacy,
+    secrets,
+    wait_ready,
+    webhook_endpoints,
+)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -26,7 +26,7 @@ from pathlib import Path
 from rq import Queue
 
 from config import Config
-from jobs import companions, outbox, queueing, relay, rq_worker, stopping, storage_purge
+from jobs import companions, outbox, queueing, relay, rq_worker, stopping, storage_purge, webhooks
 from jobs.context import JobContext
 from jobs.metrics import JobMetrics
 from migrations import pending
@@ -64,18 +64,22 @@ class Worker:
                 self.queues,
                 with_scheduler=False,
                 logging_level=config.log_level.upper(),
-                who="playback worker",
+                who="webhook worker" if self.queues[0].name == queueing.WEBHOOKS else "playback worker",
                 stop_seconds=config.worker_stop_seconds,
             )
         if not wait_for_schema(log):
             return 0  # asked to stop while waiting
         names = [q.name for q in self.queues]
-        child = companions.PlaybackWorker().start() if queueing.RECORDINGS in names else None
+        children = [companions.PlaybackWorker().start()] if queueing.RECORDINGS in names else []
+        # The webhooks' own workers: an endpoint that never answers holds one of them at most.
+        children += [
+            companions.PlaybackWorker(companions.webhook_worker_argv()).start() for _ in range(config.webhook_workers)
+        ]
         stop_by: list[float] = []  # when the grace of a stop request ends (time.monotonic())
 
         def on_stop() -> None:
             stop_by.append(time.monotonic() + config.worker_stop_seconds)
-            if child is not None:
+            for child in children:
                 child.stop_soon()
 
         with db.connection_context():
@@ -94,6 +98,8 @@ class Worker:
             if not config.mail_enabled:
                 log.warning("SMTP_URL is not set: no e-mail is sent (notices and set-password links)")
             outbox.start(Queue(queueing.OUTBOX, connection=connection), config)
+            # Queues each endpoint's due webhooks, one job per endpoint (jobs/webhooks.py).
+            webhooks.start(Queue(queueing.WEBHOOKS, connection=connection), config)
             # Deletes uploads never registered once their link expired (and a grace), at once
             # and then every UPLOAD_PURGE_EVERY_SECONDS; safe in every worker. Each round also
             # runs the retention: what the clinics keep only as long as they set.
@@ -110,7 +116,7 @@ class Worker:
                 on_stop=on_stop,
             )
         finally:
-            if child is not None:
+            for child in children:
                 # Within what is left of the grace (a second kept for this process's own exit).
                 child.stop(max(1.0, stop_by[0] - time.monotonic() - 1) if stop_by else 130.0)
 
@@ -151,6 +157,8 @@ def create_worker(
     # The playback worker serves the plays and the outbox's e-mails: neither a doctor's
     # expired link nor an urgent message's e-mail waits behind a transcription.
     names = [queueing.RECORDINGS, queueing.OUTBOX] if playback else list(queues)
+    if playback and list(queues) == [queueing.WEBHOOKS]:
+        names = [queueing.WEBHOOKS]  # a webhook worker (jobs/companions.py)
     return Worker(
         config,
         context,

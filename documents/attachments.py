@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from documents import file_types, uploads
-from models import ApiToken, AuditEvent, MedicalRecord, PatientRequest, UploadLink
+from models import ApiToken, AuditEvent, ChangeEvent, MedicalRecord, PatientRequest, UploadLink
 from plumbing.clock import as_utc
 from plumbing.database import db, release_connection
 from plumbing.errors import Invalid
@@ -129,6 +129,12 @@ def register_attachment(
                 record,
                 {"patientRequestId": str(request.id), "contentType": record.content_type, "sha256": record.sha256},
                 at=now,
+            )
+            ChangeEvent.record(
+                request.clinic_id,
+                "attachment.added",
+                {"requestId": str(request.id), "patientId": str(request.patient_id), "attachmentId": str(record.id)},
+                now,
             )
         answer = then(record)
     release_connection()

@@ -75,6 +75,20 @@ def terminate(proc: subprocess.Popen, timeout: float) -> None:
             proc.wait(timeout=10)
 
 
+def webhook_worker_argv() -> list[str]:
+    """A webhook worker: a child RQ worker on the `webhooks` queue alone (jobs/webhooks.py),
+    tied to this process as the playback worker is."""
+    return [
+        sys.executable,
+        str(ROOT / "manage.py"),
+        "worker",
+        "webhooks",
+        "--playback",
+        "--parent-pid",
+        str(os.getpid()),
+    ]
+
+
 class PlaybackWorker:
     """Keeps one child `manage.py worker --playback` running while this process runs.
 

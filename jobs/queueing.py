@@ -19,6 +19,7 @@ from rq.worker import Worker
 CALLS = "calls"  # ingest a stored call: download, transcribe, make its request
 RECORDINGS = "recordings"  # re-fetch an expired recording link from the platform
 OUTBOX = "outbox"  # deliver what the outbox holds: e-mails, and the events that make them
+WEBHOOKS = "webhooks"  # deliver an endpoint's due webhooks (its own worker processes: jobs/webhooks.py)
 # A worker takes jobs in this order: a doctor waiting on a play comes before an e-mail, and
 # an e-mail (seconds) before a voicemail (minutes of transcription).
 QUEUES = (RECORDINGS, OUTBOX, CALLS)

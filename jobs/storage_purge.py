@@ -30,7 +30,7 @@ import redis
 
 from config import Config
 from documents import attachments, uploads
-from models import IdempotencyKey, Outbox
+from models import ChangeEvent, IdempotencyKey, Outbox
 from plumbing import metrics
 from plumbing.database import db
 from privacy import retention
@@ -60,7 +60,7 @@ def purge_storage(storage: Storage, config: Config) -> Purged:
     partial = storage.purge_stale_uploads(lifetime + grace) if isinstance(storage, LocalStorage) else 0
     refused = refusals.purge(now, config.refused_handoff_retention_days)
     keys = IdempotencyKey.purge(now)
-    delivered = Outbox.purge(now)
+    delivered = Outbox.purge(now) + ChangeEvent.purge(now)
     return Purged(
         uploads=purged, partial_files=partial, refused_handoffs=refused, idempotency_keys=keys, outbox=delivered
     )

@@ -8,6 +8,7 @@ The modules import one way, each only the ones below it (pyproject.toml holds th
     audit                                the append-only trail
     staff | tokens                       console users; API keys
     patients                             patients and their records per clinic
+    change_events                        the event log for integrators, the clinics' webhook endpoints
     clinics | objects | outbox           organizations, clinics and their set-up; objects to delete;
                                          what the workers must tell someone
     base                                 the database proxy, storage conventions
@@ -18,6 +19,7 @@ The modules import one way, each only the ones below it (pyproject.toml holds th
 from models.audit import Actor, AppendOnly, AuditEvent, Origin
 from models.base import BaseModel
 from models.calls import Call, CallSidConflict, RefusedHandoff
+from models.change_events import ChangeEvent, WebhookEndpoint
 from models.clinics import (
     Calendar,
     Clinic,
@@ -48,6 +50,7 @@ __all__ = [
     "Calendar",
     "Call",
     "CallSidConflict",
+    "ChangeEvent",
     "Clinic",
     "ExternalId",
     "IdempotencyKey",
@@ -76,4 +79,5 @@ __all__ = [
     "Triage",
     "UploadLink",
     "Vacation",
+    "WebhookEndpoint",
 ]

@@ -86,11 +86,12 @@ class Outbox(BaseModel):
     @classmethod
     def claim_due(cls, now: datetime, limit: int = 100) -> list[int]:
         """Mark up to `limit` due pending rows as queued and return their ids, oldest due
-        first. Atomic per row: two relays never claim one row."""
+        first. Atomic per row: two relays never claim one row. Not the webhooks: their own
+        relay hands each endpoint's to one job at a time (jobs/webhooks.py)."""
         now = as_utc(now)
         due = (
             cls.select(cls.id)
-            .where((cls.state == "pending") & cls.queued_at.is_null() & (cls.due_at <= now))
+            .where((cls.state == "pending") & cls.queued_at.is_null() & (cls.due_at <= now) & (cls.topic != "webhook"))
             .order_by(cls.due_at, cls.id)
             .limit(limit)
         )

@@ -7,6 +7,7 @@ import peewee as pw
 from models.audit import AuditEvent
 from models.base import BaseModel
 from models.calls import Call, RefusedHandoff
+from models.change_events import ChangeEvent, WebhookEndpoint
 from models.clinics import (
     Calendar,
     Clinic,
@@ -64,4 +65,6 @@ MODELS: list[type[BaseModel]] = [
     StaffRecoveryCode,
     PendingObjectDeletion,
     Outbox,
+    ChangeEvent,
+    WebhookEndpoint,
 ]

@@ -23,6 +23,7 @@ from models import (
     AuditEvent,
     Calendar,
     Call,
+    ChangeEvent,
     Clinic,
     Outbox,
     Patient,
@@ -126,7 +127,20 @@ def create(
             {"patientId": str(patient.id), "requestTypeId": str(request_type.id)},
             at=now,
         )
+        ChangeEvent.record(clinic.id, "request.created", _created(request.id, patient.id, "standard", "api"), now)
         return then(request)
+
+
+def _created(request_id: uuid.UUID, patient_id: Any, kind: str, source: str) -> dict[str, Any]:
+    return {"requestId": str(request_id), "patientId": str(patient_id), "kind": kind, "source": source}
+
+
+def _updated(request: PatientRequest, changed: list[str], **more: Any) -> None:
+    """The `request.updated` event of a change, in its transaction: which fields changed
+    (names, never values)."""
+    now = more.pop("at")
+    data = {"requestId": str(request.id), "patientId": str(request.patient_id), "changed": changed, **more}
+    ChangeEvent.record(request.clinic_id, "request.updated", data, now)
 
 
 def _calendar_of(clinic: Clinic, slot: TimeSlot | None) -> Calendar | None:
@@ -183,9 +197,12 @@ def create_from_call(call: Call, patient: Patient, kind: str, title: str, triage
         .on_conflict_ignore()
         .execute()
     )
-    urgent = triage is not None and triage.urgent and made is not None
     # (Not when the call had its request already: SQLite's answer to an ignored insert is no proof.)
-    if urgent and PatientRequest.select().where(PatientRequest.id == request_id).exists():
+    if made is None or not PatientRequest.select().where(PatientRequest.id == request_id).exists():
+        return
+    source = "voicemail" if kind == "voice_message" else kind
+    ChangeEvent.record(call.clinic_id, "request.created", _created(request_id, patient.id, kind, source), now)
+    if triage is not None and triage.urgent:
         Outbox.add("request.urgent", {"request": str(request_id)}, now, clinic_id=call.clinic_id)
 
 
@@ -215,17 +232,38 @@ def update(
     if unknown:
         raise Invalid(f"addTagIds: not request tags of this clinic: {', '.join(sorted(map(str, unknown)))}")
     with db.atomic():
+        changed: list[str] = []
+        had = {
+            row.tag_id
+            for row in PatientRequestTag.select(PatientRequestTag.tag).where(PatientRequestTag.request == request)
+        }
         for tag in tags:
             PatientRequestTag.insert(request=request, tag=tag).on_conflict_ignore().execute()
-        if changes.note is not None:
-            PatientRequest.update(user_note=changes.note).where(PatientRequest.id == request.id).execute()
+        if {tag.id for tag in tags} - had:
+            changed.append("tags")
+        if changes.note is not None and (
+            PatientRequest.update(user_note=changes.note)
+            .where((PatientRequest.id == request.id) & (PatientRequest.user_note != changes.note))
+            .execute()
+        ):
+            changed.append("note")
         if changes.done is True:
-            PatientRequest.update(done_at=as_utc(now)).where(
-                (PatientRequest.id == request.id) & PatientRequest.done_at.is_null()
-            ).execute()
-        elif changes.done is False:
-            PatientRequest.update(done_at=None).where(PatientRequest.id == request.id).execute()
+            if (
+                PatientRequest.update(done_at=as_utc(now))
+                .where((PatientRequest.id == request.id) & PatientRequest.done_at.is_null())
+                .execute()
+            ):
+                changed.append("done")
+        elif changes.done is False and (
+            PatientRequest.update(done_at=None)
+            .where((PatientRequest.id == request.id) & PatientRequest.done_at.is_null(False))
+            .execute()
+        ):
+            changed.append("done")
         AuditEvent.record(actor, request.clinic_id, "patient_request.patch", request, changes.audited(), at=now)
+        if changed:
+            extra = {"done": changes.done} if "done" in changed else {}
+            _updated(request, changed, at=now, **extra)
         return then(PatientRequest.get_by_id(request.id))
 
 
@@ -258,6 +296,7 @@ def remove_tag(request: PatientRequest, tag_id: uuid.UUID, actor: Who, now: date
             AuditEvent.record(
                 actor, request.clinic_id, "patient_request.patch", request, {"fields": ["removeTagIds"]}, at=now
             )
+            _updated(request, ["tags"], at=now)
     return bool(removed)
 
 
@@ -283,6 +322,7 @@ def confirm_type(request: PatientRequest, type_id: uuid.UUID | None, actor: Who,
         }
         details["asSuggested"] = details["requestTypeId"] == details["suggestedRequestTypeId"]
         AuditEvent.record(actor, request.clinic_id, "patient_request.confirm_type", request, details, at=now)
+        _updated(request, ["type"], at=now)
 
 
 def clear_urgent(request: PatientRequest, actor: Who, now: datetime) -> bool:
@@ -296,4 +336,5 @@ def clear_urgent(request: PatientRequest, actor: Who, now: datetime) -> bool:
         )
         if cleared:
             AuditEvent.record(actor, request.clinic_id, "patient_request.clear_urgent", request, {}, at=now)
+            _updated(request, ["urgent"], at=now)
     return bool(cleared)

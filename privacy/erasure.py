@@ -31,6 +31,7 @@ from models import (
     Actor,
     AuditEvent,
     Call,
+    ChangeEvent,
     Clinic,
     ExternalId,
     IdempotencyKey,
@@ -240,6 +241,7 @@ def _erase(p: Plan, actor: Actor, now: datetime, include_documents: bool) -> Era
     )
     for clinic_id in sorted(p.clinic_ids(), key=str):
         AuditEvent.record(actor, clinic_id, "patient.erase", ("patient", p.patient.id), erased.counts(), at=now)
+        ChangeEvent.record(clinic_id, "patient.erased", {"patientId": str(p.patient.id)}, now)
     return erased
 
 

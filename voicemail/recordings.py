@@ -36,8 +36,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from config import Config
-from models import Call, Clinic
+from models import Call, ChangeEvent, Clinic, PatientRequest
 from plumbing.clock import as_utc, iso_utc
+from plumbing.database import db
 from safe_fetch import download_audio
 
 #: A link is handed out only with at least this much time left.
@@ -213,10 +214,23 @@ def play_state(state: LinkState, has_credentials: bool, refetch_failing: bool) -
 
 
 def remember_gone(call_id: Any, reason: str, now: datetime) -> None:
-    """Record once that the recording is gone: later plays answer 410 without asking."""
-    Call.update(recording_gone_reason=reason, recording_checked_at=as_utc(now)).where(
-        (Call.id == call_id) & Call.recording_gone_reason.is_null()
-    ).execute()
+    """Record once that the recording is gone: later plays answer 410 without asking. The
+    first time, its request's integrators are told (`recording.unavailable`, in the same
+    transaction)."""
+    with db.atomic():
+        marked = (
+            Call.update(recording_gone_reason=reason, recording_checked_at=as_utc(now))
+            .where((Call.id == call_id) & Call.recording_gone_reason.is_null())
+            .execute()
+        )
+        if not marked:
+            return
+        request = PatientRequest.get_or_none(PatientRequest.call == call_id)
+        clinic_id = Call.select(Call.clinic_id).where(Call.id == call_id).scalar()
+        data = {"callId": str(call_id), "reason": reason}
+        if request is not None:
+            data |= {"requestId": str(request.id), "patientId": str(request.patient_id)}
+        ChangeEvent.record(clinic_id, "recording.unavailable", data, now)
 
 
 @dataclass(frozen=True)
