@@ -382,7 +382,7 @@ def test_a_real_worker_delivers_and_the_receiver_verifies_with_standardwebhooks(
     receiver = Receiver()
     https_server.route("/hooks", receiver, methods=("POST",))
     _, secret = add_endpoint("clinic-a", https_server.url("/hooks"), settings)
-    patient = str(app.post_json(api() + "/patients/import", IMPORT, headers=bearer(token)).json["data"]["id"])
+    patient = str(app.post_json(api() + "/patients/import", IMPORT, headers=bearer(token)).json["data"]["patient"]["id"])
     created = app.post_json(
         api() + "/patientRequests/create",
         {"patientId": patient, "userECRFId": type_id("PRESCRIPTION"), "userNote": "x"},
