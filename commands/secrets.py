@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import peewee as pw
 
 from config import Config
-from models import Clinic, StaffUser
+from models import Clinic, StaffUser, WebhookEndpoint
 from plumbing.crypto import InvalidToken, KeyRing
 from plumbing.database import db
 
@@ -18,6 +18,13 @@ from plumbing.database import db
 ENCRYPTED = (
     ("platform password(s)", Clinic, Clinic.id, Clinic.platform_password_encrypted),
     ("two-factor secret(s)", StaffUser, StaffUser.id, StaffUser.totp_secret_encrypted),
+    ("webhook signing secret(s)", WebhookEndpoint, WebhookEndpoint.id, WebhookEndpoint.secret_encrypted),
+    (
+        "webhook signing secret(s) in a rotation's overlap",
+        WebhookEndpoint,
+        WebhookEndpoint.id,
+        WebhookEndpoint.previous_secret_encrypted,
+    ),
 )
 
 

@@ -40,7 +40,7 @@ from config import Config
 from jobs import queueing
 from jobs.context import JobContext, takes_context
 from models import Outbox
-from notices import key_notices, urgent
+from notices import key_notices, urgent, webhook_notices
 from notices import mail as notices_mail
 from plumbing import metrics
 from plumbing.clock import as_utc
@@ -67,6 +67,7 @@ EVENTS: dict[str, Callable[[Outbox, Config, datetime], str]] = {
     "request.urgent": urgent.fan_out,
     "key.expiring": key_notices.fan_out,
     "key.refused": key_notices.fan_out,
+    "webhook.disabled": webhook_notices.fan_out,
 }
 
 

@@ -31,6 +31,7 @@ SUBJECTS = {
     "urgent": N_("Messages that may be urgent: %(clinic)s"),
     "key_expiring": N_("An API key expires in %(days)s days: %(key)s"),
     "key_refused": N_("Calls refused: the API key %(key)s %(reason)s"),
+    "webhook_disabled": N_("Webhooks stopped: %(clinic)s"),
     "password_reset": N_("Set a new password for the clinic console"),
     "welcome": N_("Your account in the clinic console"),
     "password_link": N_("A link to set your password in the clinic console"),

@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 INBOX = "/console/"
 ACCOUNT = "/console/account"
 API_KEYS = "/console/settings/api-keys"
+WEBHOOKS = "/console/settings/webhooks"
 
 
 def request(request_id: object) -> str:
@@ -22,3 +23,8 @@ def password_link(token: str, language: str) -> str:
 def api_keys(slug: str) -> str:
     """The API keys page of one clinic."""
     return f"{API_KEYS}?{urlencode({'clinic': slug})}"
+
+
+def webhooks(slug: str) -> str:
+    """The webhooks page of one clinic."""
+    return f"{WEBHOOKS}?{urlencode({'clinic': slug})}"

@@ -50,6 +50,13 @@ def _when(moment: datetime | str, clinic: Clinic | None, language: str) -> str:
     return catalogue.local_time(value, clinic.timezone if clinic else "UTC", language)
 
 
+#: Why an endpoint was disabled, as the e-mail says it.
+WEBHOOK_REASONS = {
+    "gone": N_("its receiver answered that it is gone (410)"),
+    "failing": N_("every delivery to it failed for days"),
+}
+
+
 def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datetime) -> Written | None:
     """The e-mail of `row` for `recipient`; None when what it is about is gone."""
     data: dict[str, Any] = row.data
@@ -110,6 +117,17 @@ def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datet
                 "keys_url": keys_url,
                 "subject": {"key": token.name, "reason": reason},
             }
+    elif name == "webhook_disabled":
+        if clinic is None:
+            return None
+        reason = WEBHOOK_REASONS.get(data.get("reason", ""), WEBHOOK_REASONS["failing"])
+        values = {
+            "clinic": clinic.name,
+            "reason": tr.gettext(reason),
+            "at": _when(data.get("at") or row.created_at, clinic, language),
+            "webhooks_url": sender.url(console_links.webhooks(clinic.slug)),
+            "subject": {"clinic": clinic.name},
+        }
     elif name in ("password_reset", "welcome", "password_link"):
         user = recipient.user
         if user is None:

@@ -33,8 +33,10 @@ from rq import Worker
 from standardwebhooks import Webhook
 
 from config import Config
+from jobs import outbox
 from jobs import webhooks as webhook_jobs
-from models import Actor, ChangeEvent, Clinic, Outbox, PatientRequest, WebhookEndpoint
+from jobs.context import JobContext
+from models import Actor, ChangeEvent, Clinic, Outbox, PatientRequest, StaffMembership, StaffUser, WebhookEndpoint
 from models.change_events import TOPIC
 from patient_requests import changes
 from plumbing.database import db
@@ -292,6 +294,8 @@ def test_410_disables_the_endpoint_and_a_rotation_signs_with_both_secrets(app, c
     https_server.route("/hooks", receiver, methods=("POST",))
     endpoint_id, old = add_endpoint("clinic-a", https_server.url("/hooks"), settings)
     with db.connection_context():
+        admin = StaffUser.create(email="anna@example.cz", name="Anna", password_hash="x")
+        StaffMembership.create(user=admin, clinic=Clinic.by_slug("clinic-a"), role="admin")
         endpoint = WebhookEndpoint.get_by_id(endpoint_id)
         new = endpoints.rotate(endpoint, settings, OPERATOR, clock())
         remember(new, "a webhook signing secret")
@@ -315,6 +319,16 @@ def test_410_disables_the_endpoint_and_a_rotation_signs_with_both_secrets(app, c
     assert endpoint.disabled_reason == "gone"
     assert states == ["done", "failed", "failed"]
     assert told == 1, "its administrators are told"
+    with db.connection_context():
+        (notice,) = Outbox.select().where(Outbox.topic == "webhook.disabled")
+    context = JobContext.build(settings)
+    try:
+        assert outbox.deliver(notice.id, context=context) == "told"
+    finally:
+        context.relay.close()
+    with db.connection_context():
+        mails = [r.data for r in Outbox.select().where(Outbox.topic == "mail")]
+    assert [(m["template"], m["reason"]) for m in mails] == [("webhook_disabled", "gone")]
     assert https_server.request_count("/hooks") == 2, "nothing sent after the 410"
 
 
@@ -382,7 +396,9 @@ def test_a_real_worker_delivers_and_the_receiver_verifies_with_standardwebhooks(
     receiver = Receiver()
     https_server.route("/hooks", receiver, methods=("POST",))
     _, secret = add_endpoint("clinic-a", https_server.url("/hooks"), settings)
-    patient = str(app.post_json(api() + "/patients/import", IMPORT, headers=bearer(token)).json["data"]["patient"]["id"])
+    patient = str(
+        app.post_json(api() + "/patients/import", IMPORT, headers=bearer(token)).json["data"]["patient"]["id"]
+    )
     created = app.post_json(
         api() + "/patientRequests/create",
         {"patientId": patient, "userECRFId": type_id("PRESCRIPTION"), "userNote": "x"},
