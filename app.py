@@ -23,7 +23,7 @@ from models import MedicalRecord
 from plumbing import clock, logs, metrics, strict_json
 from plumbing.database import bind_database
 from plumbing.row_cache import RowCache
-from resources import api_reference, catalog, meta, patient_requests, patients, switchboard
+from resources import api_reference, catalog, change_events, meta, patient_requests, patients, switchboard
 from resources.storage_objects import StoredObject
 from staff import passwords, sessions
 from storage import LocalStorage, make_storage
@@ -95,6 +95,7 @@ def create_app(config: Config) -> falcon.App:
         (f"{sb}/recording-complete", switchboard.RecordingComplete(config, GroupCommit(), recorder)),
         (f"{clinic}/patientRequestTypes/search", catalog.RequestTypeSearch()),
         (f"{clinic}/tags", catalog.Tags()),
+        (f"{clinic}/events", change_events.Events()),
         (f"{clinic}/patients/search", patients.PatientSearch()),
         (f"{clinic}/patients/import", patients.PatientImport(config.clock)),
         (f"{clinic}/patients/import-bulk", patients.PatientImportBulk(config.clock)),

@@ -25,7 +25,8 @@ import peewee as pw
 from models.base import BaseModel
 from models.clinics import Clinic
 from models.outbox import Outbox
-from plumbing.clock import as_utc
+from plumbing.clock import as_utc, iso_utc
+from plumbing.database import db, is_postgresql
 
 #: The event types, each with what it tells (docs/integrators/webhooks.md).
 TYPES = (
@@ -46,6 +47,10 @@ def group_key(endpoint_id: uuid.UUID | str) -> str:
 
 class ChangeEvent(BaseModel):
     seq = pw.BigAutoField()
+    # The writing transaction's id (PostgreSQL's txid_current(); 0 on SQLite, one writer at a
+    # time): the log is read in (tx, seq) order and only below the oldest transaction still
+    # running, so an event committed late is never passed over by a reader (`page`).
+    tx = pw.BigIntegerField(default=0)
     id = pw.UUIDField(unique=True, default=uuid.uuid4)
     clinic_id = pw.UUIDField()  # not a foreign key: the log outlives nothing it names
     type = pw.CharField(max_length=40)
@@ -54,11 +59,21 @@ class ChangeEvent(BaseModel):
 
     class Meta:
         table_name = "change_event"
-        indexes = ((("clinic_id", "seq"), False), (("occurred_at",), False))
+        indexes = ((("clinic_id", "tx", "seq"), False), (("occurred_at",), False))
 
     @property
     def payload(self) -> dict[str, Any]:
         return json.loads(self.data or "{}")
+
+    def shape(self, clinic_slug: str | None) -> dict[str, Any]:
+        """The event as the events API answers it and a webhook's body carries it."""
+        return {
+            "id": str(self.id),
+            "type": self.type,
+            "occurredAt": iso_utc(self.occurred_at),
+            "clinicSlug": clinic_slug,
+            "data": self.payload,
+        }
 
     @classmethod
     def record(cls, clinic_id: uuid.UUID | str, type: str, data: dict[str, Any], now: datetime) -> uuid.UUID:
@@ -69,6 +84,7 @@ class ChangeEvent(BaseModel):
         clinic = clinic_id if isinstance(clinic_id, uuid.UUID) else uuid.UUID(str(clinic_id))
         event_id = uuid.uuid4()
         cls.insert(
+            tx=pw.fn.txid_current() if is_postgresql() else 0,
             id=event_id,
             clinic_id=clinic,
             type=type,
@@ -86,12 +102,24 @@ class ChangeEvent(BaseModel):
         return event_id
 
     @classmethod
-    def page(cls, clinic_id: uuid.UUID, after: int | None, limit: int) -> list[ChangeEvent]:
-        """The clinic's events after the one at `after` (its `seq`), oldest first."""
+    def page(
+        cls, clinic_id: uuid.UUID, after: tuple[int, int] | None, limit: int, types: list[str] | None = None
+    ) -> tuple[list[ChangeEvent], bool]:
+        """Up to `limit` of the clinic's events after the position `after` ((tx, seq) of the
+        last one read), in (tx, seq) order, and whether more follow. Only events of
+        transactions older than every transaction still running are answered: their
+        order can no longer gain a row before the position a reader has reached, so paging
+        skips nothing and repeats nothing however the writes interleave."""
         query = cls.select().where(cls.clinic_id == clinic_id)
+        if is_postgresql():
+            horizon = db.execute_sql("SELECT txid_snapshot_xmin(txid_current_snapshot())").fetchone()[0]
+            query = query.where(cls.tx < horizon)
         if after is not None:
-            query = query.where(cls.seq > after)
-        return list(query.order_by(cls.seq).limit(limit))
+            query = query.where(pw.Tuple(cls.tx, cls.seq) > pw.Tuple(*after))
+        if types:
+            query = query.where(cls.type.in_(types))
+        rows = list(query.order_by(cls.tx, cls.seq).limit(limit + 1))
+        return rows[:limit], len(rows) > limit
 
     @classmethod
     def purge(cls, now: datetime, keep_days: int = KEEP_DAYS) -> int:

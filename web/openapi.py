@@ -231,6 +231,68 @@ def _tags_operation() -> dict[str, Any]:
     return op
 
 
+def _events_operation() -> dict[str, Any]:
+    op = operation(
+        "listEvents",
+        "The clinic's event log, oldest first: every change integrators are told of, with the ids the webhooks "
+        "carry (`id` is their `webhook-id`), kept 30 days. Start without `after`, then pass `nextCursor` as "
+        "`after`: no event is skipped or repeated, however the writes interleave (an event shows once the "
+        "transactions before it have ended). `type` (repeatable) narrows the types.",
+        scope="read",
+        request=None,
+        response=schemas.EVENT_PAGE,
+        codes={400: ("VALIDATION_FAILED",)},
+        tag=_DOCS,
+    )
+    op["parameters"] = [
+        {"name": "after", "in": "query", "required": False, "schema": {"type": "string", "maxLength": 300}},
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+        },
+        {
+            "name": "type",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "array", "items": schemas.EVENT_TYPE},
+            "style": "form",
+            "explode": True,
+        },
+    ]
+    return op
+
+
+def _webhooks() -> dict[str, Any]:
+    """OpenAPI 3.1's `webhooks`: what a receiver is sent, one entry per event type."""
+    from models.change_events import TYPES
+
+    signed = [
+        {"name": name, "in": "header", "required": True, "schema": {"type": "string"}, "description": text}
+        for name, text in (
+            ("webhook-id", "The event's id: the same on every try. Deduplicate by it."),
+            ("webhook-timestamp", "This try's time, seconds since the epoch."),
+            ("webhook-signature", "`v1,<base64 HMAC-SHA256>` (Standard Webhooks), two during a secret's rotation."),
+        )
+    ]
+    return {
+        kind: {
+            "post": {
+                "operationId": "on" + "".join(part.capitalize() for part in kind.split(".")),
+                "summary": f"{kind}: sent to the clinic's endpoints that want it (Standard Webhooks).",
+                "tags": [_DOCS],
+                "parameters": signed,
+                "requestBody": {"required": True, "content": json_content(schemas.EVENT)},
+                "responses": {
+                    "200": {"description": "Any 2xx: delivered. 410 disables the endpoint; anything else is retried."}
+                },
+            }
+        }
+        for kind in TYPES
+    }
+
+
 def _recording_operation() -> dict[str, Any]:
     # Tagged with the switchboard: its spec describes the recording's lifetime and re-fetch.
     op = operation(
@@ -395,6 +457,7 @@ OPERATIONS.update(
             )
         },
         f"{CLINIC}/tags": {"get": _tags_operation()},
+        f"{CLINIC}/events": {"get": _events_operation()},
     }
 )
 
@@ -503,6 +566,7 @@ def document(base_url: str = "/") -> dict[str, Any]:
         "servers": [{"url": base_url}],
         "tags": _TAGS,
         "paths": paths,
+        "webhooks": {name: _referenced(hook, names) for name, hook in _webhooks().items()},
         "components": {
             "schemas": {name: _referenced(schema, names, id(schema)) for name, schema in schemas.COMPONENTS.items()},
             "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},

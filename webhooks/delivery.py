@@ -17,7 +17,6 @@ from standardwebhooks import Webhook
 
 from config import Config
 from models import ChangeEvent, Clinic, WebhookEndpoint
-from plumbing.clock import iso_utc
 from safe_fetch import FetchError, UnsafeURL, fetch
 
 #: What a receiver's answer may hold that is read (its body is not kept).
@@ -43,17 +42,7 @@ class Attempt:
 
 def body_of(event: ChangeEvent) -> str:
     clinic = Clinic.get_or_none(Clinic.id == event.clinic_id)
-    return json.dumps(
-        {
-            "id": str(event.id),
-            "type": event.type,
-            "occurredAt": iso_utc(event.occurred_at),
-            "clinicSlug": clinic.slug if clinic is not None else None,
-            "data": event.payload,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+    return json.dumps(event.shape(clinic.slug if clinic else None), sort_keys=True, separators=(",", ":"))
 
 
 def headers_of(

@@ -13,7 +13,8 @@ null says so (`nullable`); the others are never null.
 
 One module per part of the contract; they are imported here in the order the document
 lists its components: `common` (registry, scalars, errors), `switchboard`, `values` (the
-enumerations and limits), `pages`, `patients`, `requests`.
+enumerations and limits), `pages`, `patients`, `requests`, `change_events` (the events API's
+and the webhooks').
 """
 
 # The import order is the document's order of components (each module registers its own
@@ -94,6 +95,7 @@ from web.schemas.requests import (
     UPLOAD_LINK,
     UPLOAD_LINK_REQUEST,
 )
+from web.schemas.change_events import EVENT, EVENT_DATA, EVENT_PAGE, EVENT_TYPE
 # isort: on
 
 __all__ = [
@@ -111,6 +113,10 @@ __all__ = [
     "DATE_TIME",
     "EMPTY_REQUEST",
     "ERROR",
+    "EVENT",
+    "EVENT_DATA",
+    "EVENT_PAGE",
+    "EVENT_TYPE",
     "EXTERNAL_ID",
     "HEALTH_UNAVAILABLE",
     "IMPORT_STATUS",
