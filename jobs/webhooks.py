@@ -237,6 +237,7 @@ class WebhookRelay:
 
     def relay_due(self) -> int:
         with db.connection_context():
+            ChangeEvent.place()  # the event log's order (models/change_events.py)
             due = due_endpoints(self.config.clock())
         return sum(enqueue(self.queue, endpoint) for endpoint in due)
 

@@ -39,6 +39,8 @@ TYPES = (
 #: The log keeps an event this long (the events API's promise).
 KEEP_DAYS = 30
 TOPIC = "webhook"
+#: The advisory lock of the one placer (`ChangeEvent.place`).
+PLACE_LOCK = 7_341_052
 
 
 def group_key(endpoint_id: uuid.UUID | str) -> str:
@@ -47,10 +49,10 @@ def group_key(endpoint_id: uuid.UUID | str) -> str:
 
 class ChangeEvent(BaseModel):
     seq = pw.BigAutoField()
-    # The writing transaction's id (PostgreSQL's txid_current(); 0 on SQLite, one writer at a
-    # time): the log is read in (tx, seq) order and only below the oldest transaction still
-    # running, so an event committed late is never passed over by a reader (`page`).
-    tx = pw.BigIntegerField(default=0)
+    # The event's place in the log, given after its transaction committed (`place`: one
+    # placer at a time, in commit order as it finds them): a reader pages by it, and an event
+    # committed late is placed after what a reader has already passed, never before it.
+    position = pw.BigIntegerField(null=True, unique=True)
     id = pw.UUIDField(unique=True, default=uuid.uuid4)
     clinic_id = pw.UUIDField()  # not a foreign key: the log outlives nothing it names
     type = pw.CharField(max_length=40)
@@ -59,7 +61,7 @@ class ChangeEvent(BaseModel):
 
     class Meta:
         table_name = "change_event"
-        indexes = ((("clinic_id", "tx", "seq"), False), (("occurred_at",), False))
+        indexes = ((("clinic_id", "position"), False), (("occurred_at",), False))
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -84,7 +86,6 @@ class ChangeEvent(BaseModel):
         clinic = clinic_id if isinstance(clinic_id, uuid.UUID) else uuid.UUID(str(clinic_id))
         event_id = uuid.uuid4()
         cls.insert(
-            tx=pw.fn.txid_current() if is_postgresql() else 0,
             id=event_id,
             clinic_id=clinic,
             type=type,
@@ -102,23 +103,41 @@ class ChangeEvent(BaseModel):
         return event_id
 
     @classmethod
+    def place(cls, limit: int = 1000) -> int:
+        """Give the committed events without a place theirs, in the order they were written,
+        after every place given; how many. One placer at a time (a transaction-scoped
+        advisory lock; another caller meanwhile places nothing and returns 0), so places
+        become visible in increasing order."""
+        with db.atomic():
+            if (
+                is_postgresql()
+                and not db.execute_sql("SELECT pg_try_advisory_xact_lock(%s)", (PLACE_LOCK,)).fetchone()[0]
+            ):
+                return 0
+            waiting = [
+                row.seq for row in cls.select(cls.seq).where(cls.position.is_null()).order_by(cls.seq).limit(limit)
+            ]
+            if not waiting:
+                return 0
+            last = cls.select(pw.fn.MAX(cls.position)).scalar() or 0
+            for offset, seq in enumerate(waiting, start=1):
+                cls.update(position=last + offset).where(cls.seq == seq).execute()
+            return len(waiting)
+
+    @classmethod
     def page(
-        cls, clinic_id: uuid.UUID, after: tuple[int, int] | None, limit: int, types: list[str] | None = None
+        cls, clinic_id: uuid.UUID, after: int | None, limit: int, types: list[str] | None = None
     ) -> tuple[list[ChangeEvent], bool]:
-        """Up to `limit` of the clinic's events after the position `after` ((tx, seq) of the
-        last one read), in (tx, seq) order, and whether more follow. Only events of
-        transactions older than every transaction still running are answered: their
-        order can no longer gain a row before the position a reader has reached, so paging
-        skips nothing and repeats nothing however the writes interleave."""
-        query = cls.select().where(cls.clinic_id == clinic_id)
-        if is_postgresql():
-            horizon = db.execute_sql("SELECT txid_snapshot_xmin(txid_current_snapshot())").fetchone()[0]
-            query = query.where(cls.tx < horizon)
+        """Up to `limit` of the clinic's placed events after the place `after`, in the log's
+        order, and whether more follow. Places are given in increasing order and never
+        before one already visible, so paging skips and repeats nothing however the
+        writes interleave."""
+        query = cls.select().where((cls.clinic_id == clinic_id) & cls.position.is_null(False))
         if after is not None:
-            query = query.where(pw.Tuple(cls.tx, cls.seq) > pw.Tuple(*after))
+            query = query.where(cls.position > after)
         if types:
             query = query.where(cls.type.in_(types))
-        rows = list(query.order_by(cls.tx, cls.seq).limit(limit + 1))
+        rows = list(query.order_by(cls.position).limit(limit + 1))
         return rows[:limit], len(rows) > limit
 
     @classmethod

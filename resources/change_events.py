@@ -11,8 +11,8 @@ from plumbing.keyset import Keyset
 from web.errors import validation_failed
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 500
-#: A cursor is the opaque position (transaction, sequence) of the last event read.
-EVENT_ORDER = Keyset(ChangeEvent.tx, ChangeEvent.seq)
+#: A cursor is the place in the log of the last event read.
+EVENT_ORDER = Keyset(ChangeEvent.position)
 
 
 class Events:
@@ -32,7 +32,8 @@ class Events:
         unknown = sorted(set(types) - set(TYPES))
         if unknown:
             raise validation_failed(f"type: one of {', '.join(TYPES)}")
-        position = EVENT_ORDER.key(after) if after else None
+        position = EVENT_ORDER.key(after)[0] if after else None
+        ChangeEvent.place()  # what committed since the workers last placed (they do, every moment)
         found, more = ChangeEvent.page(clinic.id, position, limit, types)
         cursor = EVENT_ORDER.cursor(found[-1]) if found else (after or "")
         resp.media = {

@@ -236,8 +236,8 @@ def _events_operation() -> dict[str, Any]:
         "listEvents",
         "The clinic's event log, oldest first: every change integrators are told of, with the ids the webhooks "
         "carry (`id` is their `webhook-id`), kept 30 days. Start without `after`, then pass `nextCursor` as "
-        "`after`: no event is skipped or repeated, however the writes interleave (an event shows once the "
-        "transactions before it have ended). `type` (repeatable) narrows the types.",
+        "`after`: no event is skipped or repeated, however the writes interleave (an event committed late is "
+        "listed after the ones already read). `type` (repeatable) narrows the types.",
         scope="read",
         request=None,
         response=schemas.EVENT_PAGE,
