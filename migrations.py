@@ -41,7 +41,7 @@ The steps, by number (a new one gets the next number after the last):
 | 22 | data_lifecycle | each clinic's retention, objects waiting to be deleted, an old event's address removable |
 | 50 | triage | a voice message's suggested type and urgency on its request, a clinic's words |
 | 51 | notices | the outbox the workers deliver (e-mail first), who is told of urgent messages, refused keys |
-| 52 | webhooks | the event log integrators catch up from, the clinics' webhook endpoints |
+| 52 | webhooks | the event log, webhook endpoints, a request's and a patient's last change and its place |
 
 The gaps: 19 was never used. 23 to 49 were never used either: the API keys' rules were first
 numbered 50, clear of the numbers the branches beside them were taking, and were renumbered 16
@@ -299,7 +299,18 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("refused_handoff", "reason", pw.CharField(max_length=20, null=True)),
         ),
     ),
-    (52, "webhooks", _frozen("0052_webhooks")),
+    (
+        52,
+        "webhooks",
+        _steps(
+            _frozen("0052_webhooks"),
+            _add_column("patient_request", "updated_at", pw.DateTimeField(null=True)),
+            _add_column("patient_request", "change_position", pw.BigIntegerField(null=True, unique=True)),
+            _add_column("patient", "updated_at", pw.DateTimeField(null=True)),
+            _add_column("patient", "change_position", pw.BigIntegerField(null=True, unique=True)),
+            _frozen("0052_change_positions"),
+        ),
+    ),
 ]
 
 

@@ -22,11 +22,10 @@ from typing import Any
 
 import peewee as pw
 
-from models.base import BaseModel
+from models.base import BaseModel, place_changes
 from models.clinics import Clinic
 from models.outbox import Outbox
 from plumbing.clock import as_utc, iso_utc
-from plumbing.database import db, is_postgresql
 
 #: The event types, each with what it tells (docs/integrators/webhooks.md).
 TYPES = (
@@ -105,24 +104,9 @@ class ChangeEvent(BaseModel):
     @classmethod
     def place(cls, limit: int = 1000) -> int:
         """Give the committed events without a place theirs, in the order they were written,
-        after every place given; how many. One placer at a time (a transaction-scoped
-        advisory lock; another caller meanwhile places nothing and returns 0), so places
-        become visible in increasing order."""
-        with db.atomic():
-            if (
-                is_postgresql()
-                and not db.execute_sql("SELECT pg_try_advisory_xact_lock(%s)", (PLACE_LOCK,)).fetchone()[0]
-            ):
-                return 0
-            waiting = [
-                row.seq for row in cls.select(cls.seq).where(cls.position.is_null()).order_by(cls.seq).limit(limit)
-            ]
-            if not waiting:
-                return 0
-            last = cls.select(pw.fn.MAX(cls.position)).scalar() or 0
-            for offset, seq in enumerate(waiting, start=1):
-                cls.update(position=last + offset).where(cls.seq == seq).execute()
-            return len(waiting)
+        after every place given (models/base.py `place_changes`: one placer at a time, so
+        places become visible in increasing order); how many."""
+        return place_changes(cls, PLACE_LOCK, limit, column="position", order="seq")
 
     @classmethod
     def page(

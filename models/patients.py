@@ -26,6 +26,9 @@ class Patient(BaseModel):
     birth_date = pw.DateField(null=True)
     merged_into = pw.ForeignKeyField("self", null=True, backref="merged", on_delete="SET NULL")
     created_at = pw.DateTimeField(default=utc_now)
+    # Every change's time and its place among the changes (models/base.py `place_changes`).
+    updated_at = pw.DateTimeField(null=True)
+    change_position = pw.BigIntegerField(null=True, unique=True)
 
     class Meta:
         indexes = ((("organization", "phone"), False),)

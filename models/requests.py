@@ -53,6 +53,10 @@ class PatientRequest(BaseModel):
     urgent = pw.BooleanField(default=False)
     urgent_spans = pw.TextField(null=True)
     urgent_cleared_at = pw.DateTimeField(null=True)
+    # Every change's time (of the request, its tags, reservations or attachments) and its
+    # place among the changes (models/base.py `place_changes`).
+    updated_at = pw.DateTimeField(null=True)
+    change_position = pw.BigIntegerField(null=True, unique=True)
 
     class Meta:
         indexes = (

@@ -139,6 +139,7 @@ def _updated(request: PatientRequest, changed: list[str], **more: Any) -> None:
     """The `request.updated` event of a change, in its transaction: which fields changed
     (names, never values)."""
     now = more.pop("at")
+    PatientRequest.update(updated_at=as_utc(now)).where(PatientRequest.id == request.id).execute()
     data = {"requestId": str(request.id), "patientId": str(request.patient_id), "changed": changed, **more}
     ChangeEvent.record(request.clinic_id, "request.updated", data, now)
 

@@ -5,8 +5,11 @@ requests are made from (active request types, tags)."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from models import Call, Clinic, MedicalRecord, PatientRequest, PatientRequestTag, RequestType, Reservation, Tag
+from models.base import place_changes
+from plumbing.clock import as_utc
 from plumbing.errors import Invalid, NotFound
 from plumbing.keyset import Keyset
 
@@ -16,6 +19,9 @@ MAX_ATTACHMENTS = 1000
 
 # Newest first; a cursor is the opaque (createdAt, id) of the last row shown.
 REQUEST_ORDER = Keyset(PatientRequest.created_at, PatientRequest.id, descending=True)
+# With `updatedSince`: in the order of their changes; a cursor is the last row's place.
+CHANGE_ORDER = Keyset(PatientRequest.change_position)
+PLACE_LOCK = 7_341_053
 
 
 def request_of(clinic: Clinic, request_id: str) -> PatientRequest:
@@ -39,11 +45,27 @@ def search(
     kind: str | None = None,
     cursor: str | None = None,
     limit: int = DEFAULT_LIMIT,
+    updated_since: datetime | None = None,
 ) -> tuple[list[PatientRequest], str | None]:
     """A page of the clinic's requests, newest first, keyset-paginated on (createdAt, id),
     and the next page's cursor; the filters only narrow the rows, so a cursor stays a
-    position in the same order."""
+    position in the same order. With `updated_since`: the requests changed since then, in
+    the order of their changes (their places: models/base.py `place_changes`), so a row
+    changed while a reader pages comes again after the reader's position with what changed,
+    and none is passed over."""
     query = PatientRequest.select().where(PatientRequest.clinic == clinic)
+    if updated_since is not None:
+        place_changes(PatientRequest, PLACE_LOCK)
+        query = query.where(
+            (PatientRequest.updated_at >= as_utc(updated_since)) & PatientRequest.change_position.is_null(False)
+        )
+        if patient_id is not None:
+            query = query.where(PatientRequest.patient == patient_id)
+        if kind is not None:
+            query = query.where(PatientRequest.kind == kind)
+        rows, _ = CHANGE_ORDER.page(query, cursor, limit)
+        # The cursor of the last row even on the last page: a poller keeps its place.
+        return rows, CHANGE_ORDER.cursor(rows[-1]) if rows else cursor
     if patient_id is not None:
         query = query.where(PatientRequest.patient == patient_id)
     if kind is not None:

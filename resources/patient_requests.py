@@ -62,6 +62,7 @@ class RequestSearch:
             req.context.clinic,
             patient_id=uuid.UUID(flt["patientId"]) if "patientId" in flt else None,
             kind=flt.get("kind"),
+            updated_since=datetime.fromisoformat(flt["updatedSince"]) if "updatedSince" in flt else None,
             cursor=pagination.get("cursor"),
             # JSON Schema counts 9.0 as an integer (found by the fuzzer: a float slice index was a 500).
             limit=int(pagination.get("limit", queries.DEFAULT_LIMIT)),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from web.schemas.common import ERROR, NULLABLE_STRING, UUID, answer, component, nullable
+from web.schemas.common import DATE_TIME, ERROR, NULLABLE_STRING, UUID, answer, component, nullable
 from web.schemas.envelopes import PAGINATION
 from web.schemas.values import IMPORT_STATUS, MAX_BULK_IMPORT, MAX_EXTERNAL_IDS, TAG_TYPE
 
@@ -33,6 +33,13 @@ PATIENT_SEARCH_REQUEST = component(
                         "description": "Free text over name, phone, e-mail and this clinic's external ids.",
                     },
                     "inClinic": {"type": "boolean"},
+                    "updatedSince": {
+                        **DATE_TIME,
+                        "description": "Only the patients changed (their data or their record here) at or after this "
+                        "time, in the order of their changes; `nextCursor` is then given on the last page too (keep "
+                        "it and page from it later). A patient changed while you page comes again after your place; "
+                        "none is passed over.",
+                    },
                 },
             },
             "pagination": PAGINATION,
@@ -72,6 +79,7 @@ PATIENT = component(
             "phone": {**NULLABLE_STRING, "description": "E.164."},
             "email": NULLABLE_STRING,
             "birthDate": {"type": ["string", "null"], "format": "date"},
+            "updatedAt": {**DATE_TIME, "description": "Its last change (the patient or its record here)."},
             "tags": {"type": "array", "items": TAG, "description": "Patient tags in this clinic."},
             "note": {"type": "string"},
             "externalIds": {"type": "array", "items": EXTERNAL_ID, "description": "This clinic's external ids."},

@@ -244,6 +244,10 @@ _REQUEST_FIELDS: dict[str, Any] = {
     "kind": REQUEST_KIND,
     "title": {"type": "string"},
     "createdAt": DATE_TIME,
+    "updatedAt": {
+        **DATE_TIME,
+        "description": "Its last change (of the request, its tags, reservations or attachments).",
+    },
     "doneAt": {**NULLABLE_DATE_TIME, "description": "null while the request is open."},
     "patientId": UUID,
     "requestTypeId": nullable(
@@ -287,8 +291,16 @@ REQUEST_SEARCH_REQUEST = component(
                 "properties": {
                     "patientId": UUID,
                     "kind": REQUEST_KIND,
+                    "updatedSince": {
+                        **DATE_TIME,
+                        "description": "Only the requests changed (created, resolved, tagged, noted, a document "
+                        "added, ...) at or after this time, in the order of their changes rather than newest first; "
+                        "`nextCursor` is then given on the last page too (the place after its last row: keep it "
+                        "and page from it later). A request changed while you page comes again, after your place, "
+                        "with what changed; none is passed over.",
+                    },
                 },
-                "description": "`kind` and `patientId` narrow the requests, together or alone.",
+                "description": "`kind`, `patientId` and `updatedSince` narrow the requests, together or alone.",
             },
             "pagination": PAGINATION,
         },

@@ -1,0 +1,3 @@
+-- Migration 52 (webhooks) on sqlite: what it creates, as it was when it was frozen.
+-- Frozen: never edit; a later migration changes the schema.
+-- Nothing: SQLite has no such triggers here; a row's change is placed when it is inserted.
