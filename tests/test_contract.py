@@ -57,6 +57,7 @@ def _detail_with(recording: dict[str, Any], **fields: Any) -> bytes:
         "kind": "voice_message",
         "title": "x",
         "createdAt": "2026-11-28T10:00:00Z",
+        "updatedAt": "2026-11-28T10:00:00Z",
         "doneAt": None,
         "patientId": "0b0f8f5e-5d37-4a4e-9a4c-8cc0b7a8a3a1",
         "requestTypeId": None,

@@ -397,6 +397,20 @@ def every_answer(app: webtest.TestApp, config: Any, clock: Any, example: dict[st
         answer = send(app, "GET", f"{BASE}/patientRequests/{request}/recording", token=read)
         assert answer.status_int in (302, 410, 503), answer.status_int
     send(app, "POST", f"{BASE}/patientRequests/search", {"pagination": {"limit": 500}}, token=read, status=200)
+    send(
+        app,
+        "POST",
+        f"{BASE}/patientRequests/search",
+        {"filter": {"updatedSince": "2000-01-01T00:00:00Z"}, "pagination": {"limit": 500}},
+        token=read,
+        status=200,
+    )
+    send(app, "POST", f"{BASE}/patients/search", {"filter": {"updatedSince": "2000-01-01T00:00:00Z"}}, token=read)
+
+    # --- the event log: every type, every source, every change
+    _every_change(made_from_calls, ids, clock)
+    send(app, "GET", f"{BASE}/events?limit=500", token=read, status=200)
+    send(app, "GET", f"{BASE}/events?after=nonsense", token=read, status=400)
 
     # --- what needs settings of its own
     previous = db.obj
@@ -428,6 +442,44 @@ def every_answer(app: webtest.TestApp, config: Any, clock: Any, example: dict[st
     finally:
         db.initialize(previous)
     return r.answers
+
+
+def _every_change(requests: list[str], ids: dict[str, str], clock: Any) -> None:
+    """The changes the API cannot make, made as the console and the workers make them."""
+    from models import Actor, ChangeEvent, Patient, PatientRequest
+    from patient_requests import changes
+    from plumbing.database import db
+    from privacy import erasure
+    from storage import LocalStorage
+    from voicemail import recordings
+
+    who = Actor("operator", "contract")
+    now = clock()
+    with db.connection_context():
+        for request_id in requests[:2]:  # a voice message's and a missed call's
+            request = PatientRequest.get_by_id(request_id)
+            with db.atomic():  # as switchboard/finished_calls.py records it (this helper stores the call's request)
+                source = "voicemail" if request.kind == "voice_message" else "missed_call"
+                ChangeEvent.record(
+                    request.clinic_id,
+                    "request.created",
+                    {
+                        "requestId": str(request.id),
+                        "patientId": str(request.patient_id),
+                        "kind": request.kind,
+                        "source": source,
+                    },
+                    now,
+                )
+        first = PatientRequest.get_by_id(requests[0])
+        changes.set_note(first, "contract", who, now)
+        changes.confirm_type(first, None, who, now)
+        PatientRequest.update(urgent=True).where(PatientRequest.id == first.id).execute()
+        changes.clear_urgent(PatientRequest.get_by_id(first.id), who, now)
+        recordings.remember_gone(first.call_id, "deleted", now)
+        storage = LocalStorage("var/storage", signing_key=b"x" * 16, public_base_url="http://x")
+        imported = Patient.select().where(Patient.last_name == "Dvořáková").order_by(Patient.created_at).first()
+        erasure.erase(imported.id, who, now, storage)
 
 
 class Trickle:
