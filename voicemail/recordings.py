@@ -227,7 +227,7 @@ def remember_gone(call_id: Any, reason: str, now: datetime) -> None:
             return
         request = PatientRequest.get_or_none(PatientRequest.call == call_id)
         clinic_id = Call.select(Call.clinic_id).where(Call.id == call_id).scalar()
-        data = {"callId": str(call_id), "reason": reason}
+        data: dict[str, Any] = {"callId": str(call_id), "reason": reason, "patientId": None}
         if request is not None:
             data |= {"requestId": str(request.id), "patientId": str(request.patient_id)}
         ChangeEvent.record(clinic_id, "recording.unavailable", data, now)

@@ -21,7 +21,9 @@ EVENT_DATA = component(
     answer(
         {
             "requestId": UUID,
-            "patientId": UUID,
+            "patientId": nullable(
+                UUID, description="The patient concerned; null for a recording whose call made no request."
+            ),
             "attachmentId": UUID,
             "callId": UUID,
             "kind": {"enum": ["standard", "voice_message", "missed_call"]},
@@ -34,7 +36,7 @@ EVENT_DATA = component(
             "done": {"type": "boolean", "description": "With `changed` done: resolved (true) or reopened (false)."},
             "reason": {"type": "string", "description": "Why a recording is unavailable (as the request's detail)."},
         },
-        optional=("requestId", "patientId", "attachmentId", "callId", "kind", "source", "changed", "done", "reason"),
+        optional=("requestId", "attachmentId", "callId", "kind", "source", "changed", "done", "reason"),
         description="The ids an event concerns and what changed; never patient data (fetch with your API key).",
     ),
 )
