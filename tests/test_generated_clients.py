@@ -221,6 +221,8 @@ def test_the_python_client_runs_the_whole_flow_typed_and_reads_every_answer(
     # which take a plain HTTP client anyway.
     warned = [line for line in generated.splitlines() if line.startswith("WARNING parsing")]
     assert warned and all(" /storage/{key} " in line for line in warned), generated
+    # The webhooks' body is a type of its own (the events API answers the same object).
+    assert (package / "models" / "event.py").is_file() and (package / "models" / "event_data.py").is_file()
     token = issue_token(["clinic-a"], ["read", "write"])
     output = run(
         [
@@ -254,6 +256,8 @@ def test_the_typescript_client_runs_the_whole_flow_typed_under_strict_and_types_
     (work / "package.json").write_text('{"type": "module"}\n')
     shutil.copy(CLIENTS / "drive.ts", work / "drive.ts")
     run(["openapi-typescript", f"{service}/openapi.json", "-o", "schema.d.ts"], work)
+    schema = (work / "schema.d.ts").read_text("utf-8")
+    assert "export interface webhooks" in schema and '"request.created"' in schema, "the webhooks' bodies typed"
     compiler = [
         "tsc",
         "--strict",
