@@ -10,7 +10,7 @@ from rq import Queue
 
 import migrations
 from config import Config, prepare_process_environment
-from console import account, assets, audit, inbox, keys, login, pages, patient, rendering, settings, team
+from console import account, assets, audit, inbox, keys, login, pages, patient, rendering, settings, team, webhooks
 from console import help as guides
 from console import request as request_page
 from console.flash import Flash
@@ -157,6 +157,9 @@ def create_app(config: Config) -> falcon.App:
         (pages.API_KEYS, keys.ApiKeys(renderer, config.clock)),
         (pages.api_key_rotation("{token_id}"), keys.ApiKeyRotation(renderer, config.clock)),
         (pages.api_key_revocation("{token_id}"), keys.ApiKeyRevocation(renderer, config.clock)),
+        (pages.WEBHOOKS, webhooks.Webhooks(renderer, config, config.clock)),
+        (pages.webhook_action("{endpoint_id}"), webhooks.WebhookAction(renderer, config, config.clock)),
+        (pages.webhook_send_again("{delivery_id}"), webhooks.WebhookSendAgain(renderer, config, config.clock)),
         (
             pages.STAFF,
             team.StaffPage(

@@ -26,6 +26,7 @@ CALENDARS = SETTINGS + "/calendars"
 CALLS = SETTINGS + "/calls"
 REQUEST_TYPES = SETTINGS + "/request-types"
 API_KEYS = SETTINGS + "/api-keys"
+WEBHOOKS = SETTINGS + "/webhooks"
 STAFF = SETTINGS + "/staff"
 RETENTION = SETTINGS + "/retention"
 PATIENTS = PREFIX + "/patients"
@@ -91,6 +92,15 @@ def api_key_rotation(token_id: object) -> str:
 
 def api_key_revocation(token_id: object) -> str:
     return f"{API_KEYS}/{token_id}/revoke"
+
+
+def webhook_action(endpoint_id: object) -> str:
+    """Rotate, disable, enable or remove one endpoint (the form's `do`)."""
+    return f"{WEBHOOKS}/{endpoint_id}/action"
+
+
+def webhook_send_again(delivery_id: object) -> str:
+    return f"{WEBHOOKS}/deliveries/{delivery_id}/again"
 
 
 def guide(name: str) -> str:

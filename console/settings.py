@@ -39,6 +39,7 @@ SECTIONS: tuple[dict[str, str], ...] = tuple(
         (N_("Request types"), pages.REQUEST_TYPES),
         (N_("Data retention"), pages.RETENTION),
         (N_("API keys"), pages.API_KEYS),
+        (N_("Webhooks"), pages.WEBHOOKS),
         (N_("Staff"), pages.STAFF),
     )
 )

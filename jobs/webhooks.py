@@ -217,19 +217,6 @@ def _fail_pending(group: str, now: datetime, word: str) -> int:
     )
 
 
-def send_again(row_id: int, now: datetime) -> bool:
-    """A delivery (delivered or failed) written again as a new row of the same event and
-    endpoint, due now: "send again" in the console. False when the endpoint is gone."""
-    row = Outbox.get_or_none((Outbox.id == row_id) & (Outbox.topic == TOPIC))
-    if row is None:
-        return False
-    endpoint = WebhookEndpoint.get_or_none(WebhookEndpoint.id == row.data.get("endpoint"))
-    if endpoint is None:
-        return False
-    Outbox.add(TOPIC, row.data, now, clinic_id=row.clinic_id, group_key=row.group_key)
-    return True
-
-
 class WebhookRelay:
     def __init__(self, queue: Queue, config: Config) -> None:
         self.queue = queue

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from config import Config
-from models import Actor, AuditEvent, Clinic, WebhookEndpoint
-from models.change_events import TYPES
+from models import Actor, AuditEvent, Clinic, Outbox, WebhookEndpoint
+from models.change_events import TOPIC, TYPES
 from plumbing.clock import as_utc
 from plumbing.database import db
 from plumbing.errors import Invalid, NotFound
@@ -126,3 +126,23 @@ def remove(endpoint: WebhookEndpoint, actor: Actor, now: datetime) -> None:
     with db.atomic():
         WebhookEndpoint.delete().where(WebhookEndpoint.id == endpoint.id).execute()
         AuditEvent.record(actor, endpoint.clinic_id, "webhook.remove", ("webhook_endpoint", endpoint.id), {}, at=now)
+
+
+def send_again(clinic: Clinic, delivery_id: int, actor: Actor, now: datetime) -> bool:
+    """A delivery of the clinic's (delivered or failed) written again as a new one of the
+    same event to the same endpoint, due now ("Send again"); False when it or its endpoint
+    is gone."""
+    row = Outbox.get_or_none((Outbox.id == delivery_id) & (Outbox.topic == TOPIC) & (Outbox.clinic_id == clinic.id))
+    if row is None or WebhookEndpoint.get_or_none(WebhookEndpoint.id == row.data.get("endpoint")) is None:
+        return False
+    with db.atomic():
+        Outbox.add(TOPIC, row.data, now, clinic_id=row.clinic_id, group_key=row.group_key)
+        AuditEvent.record(
+            actor,
+            clinic,
+            "webhook.send_again",
+            ("webhook_endpoint", row.data.get("endpoint")),
+            {"event": row.data.get("event")},
+            at=now,
+        )
+    return True
