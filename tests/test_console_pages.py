@@ -71,6 +71,7 @@ def test_the_settings_index_names_every_settings_page_in_one_declared_order(wsgi
         pages.REQUEST_TYPES,
         pages.RETENTION,
         pages.API_KEYS,
+        pages.WEBHOOKS,
         pages.STAFF,
     ]
     assert {s["url"] for s in sections} == served
@@ -112,6 +113,9 @@ def test_every_console_route_is_an_address_of_console_pages(wsgi_app):
         pages.password_link("{token}"),
         pages.api_key_rotation("{token_id}"),
         pages.api_key_revocation("{token_id}"),
+        pages.WEBHOOKS,
+        pages.webhook_action("{endpoint_id}"),
+        pages.webhook_send_again("{delivery_id}"),
         pages.guide("{name}"),
         pages.guide_image("{name}"),
         pages.static("{name}"),
