@@ -52,6 +52,7 @@ from tests.support.outbox import FUTURE
 from tests.support.people import lifecycle_organization, new_person, seed
 from tests.support.processes import stop_process
 from tests.support.servers import wait_until
+from tests.support.tiers import needs
 from voicemail import recordings
 from webhooks import endpoints
 
@@ -336,6 +337,7 @@ def test_410_disables_the_endpoint_and_a_rotation_signs_with_both_secrets(app, c
 
 
 @pytest.fixture
+@needs("rq_worker")
 def webhook_worker(app, https_server, tmp_path) -> Iterator[subprocess.Popen]:
     """`python manage.py worker webhooks` as a Procfile would start one (its relays and its
     webhook workers), on the wall clock, allowed to call the receiver on 127.0.0.1."""
