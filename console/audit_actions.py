@@ -130,6 +130,12 @@ ACTIONS: dict[str, Action] = {
         (Field("newKey", N_("New key"), KEY), Field("oldValidUntil", N_("Old key works until"), MOMENT)),
     ),
     "token.revoke": Action(N_("API key revoked")),
+    "webhook.add": Action(N_("Webhook endpoint added"), (Field("eventTypes", N_("Events")),)),
+    "webhook.rotate": Action(N_("Webhook signing secret replaced")),
+    "webhook.disable": Action(N_("Webhook endpoint disabled")),
+    "webhook.enable": Action(N_("Webhook endpoint enabled")),
+    "webhook.remove": Action(N_("Webhook endpoint removed")),
+    "webhook.send_again": Action(N_("Webhook delivery sent again"), (Field("event", N_("Event")),)),
     "patient_request.create": Action(
         N_("Request created"),
         (Field("patientId", N_("Patient"), PATIENT), Field("requestTypeId", N_("Request type"), REQUEST_TYPE)),
