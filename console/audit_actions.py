@@ -135,7 +135,7 @@ ACTIONS: dict[str, Action] = {
     "webhook.disable": Action(N_("Webhook endpoint disabled")),
     "webhook.enable": Action(N_("Webhook endpoint enabled")),
     "webhook.remove": Action(N_("Webhook endpoint removed")),
-    "webhook.send_again": Action(N_("Webhook delivery sent again"), (Field("event", N_("Event")),)),
+    "webhook.send_again": Action(N_("Webhook delivery sent again")),
     "patient_request.create": Action(
         N_("Request created"),
         (Field("patientId", N_("Patient"), PATIENT), Field("requestTypeId", N_("Request type"), REQUEST_TYPE)),

@@ -37,6 +37,7 @@ from models import (
     PatientRequest,
     RequestType,
     StaffUser,
+    WebhookEndpoint,
 )
 
 # --- names of rows, read a page at a time, within the page's clinic --------------------------
@@ -69,6 +70,13 @@ def _api_tokens(keys: set[str], w: Words) -> dict[str, Named]:
         .where(ApiToken.id.in_(_uuids(keys)) & (ApiTokenClinic.clinic == w.clinic))
     )
     return {str(t.id): Named(t.name, pages.of_clinic(pages.API_KEYS, w.clinic.slug, f"key-{t.id}")) for t in rows}
+
+
+def _webhook_endpoints(keys: set[str], w: Words) -> dict[str, Named]:
+    rows = WebhookEndpoint.select(WebhookEndpoint.id, WebhookEndpoint.url).where(
+        WebhookEndpoint.id.in_(_uuids(keys)) & (WebhookEndpoint.clinic == w.clinic)
+    )
+    return {str(e.id): Named(e.url, pages.of_clinic(pages.WEBHOOKS, w.clinic.slug, f"endpoint-{e.id}")) for e in rows}
 
 
 def _clinics(keys: set[str], w: Words) -> dict[str, Named]:
@@ -154,6 +162,7 @@ LOADERS: dict[str, Callable[[set[str], Words], dict[str, Named]]] = {
     "staff_user": _staff_users,
     "staff_email": _staff_emails,
     "medical_record": _documents,
+    "webhook_endpoint": _webhook_endpoints,
 }
 #: What an event's target (AuditEvent.target_type, a table) is called on the page; its name
 #: is read by the loader of the same name.
@@ -166,6 +175,7 @@ OBJECTS: dict[str, str] = {
     "patient": N_("Patient"),
     "staff_user": N_("User"),
     "medical_record": N_("Document"),
+    "webhook_endpoint": N_("Webhook endpoint"),
 }
 assert set(OBJECTS) <= set(LOADERS)
 

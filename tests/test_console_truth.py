@@ -14,6 +14,7 @@ test_recordings.py):
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import timedelta
 
 import redis
@@ -361,6 +362,12 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
             ("staff_user.urgent_notices", staff, {"on": True}),
             ("settings.urgent_notices.update", None, {"staff": True, "onCallAddress": False, "always": False}),
             ("notice.urgent_sent", ("patient_request", request.id), {"requests": 3, "toStaff": True}),
+            ("webhook.add", ("webhook_endpoint", uuid.uuid4()), {"eventTypes": ["request.created"]}),
+            ("webhook.rotate", ("webhook_endpoint", uuid.uuid4()), {}),
+            ("webhook.disable", ("webhook_endpoint", uuid.uuid4()), {}),
+            ("webhook.enable", ("webhook_endpoint", uuid.uuid4()), {}),
+            ("webhook.remove", ("webhook_endpoint", uuid.uuid4()), {}),
+            ("webhook.send_again", ("webhook_endpoint", uuid.uuid4()), {"event": str(uuid.uuid4())}),
         ]:
             who = Actor("operator", "worker") if target is None else admin
             AuditEvent.record(who, a, action, target, details, at=clock.now())
