@@ -41,6 +41,7 @@ The steps, by number (a new one gets the next number after the last):
 | 22 | data_lifecycle | each clinic's retention, objects waiting to be deleted, an old event's address removable |
 | 50 | triage | a voice message's suggested type and urgency on its request, a clinic's words |
 | 51 | notices | the outbox the workers deliver (e-mail first), who is told of urgent messages, refused keys |
+| 52 | read_trail | the append-only read trail (no UPDATE), its period per clinic, corrected transcripts |
 
 The gaps: 19 was never used. 23 to 49 were never used either: the API keys' rules were first
 numbered 50, clear of the numbers the branches beside them were taking, and were renumbered 16
@@ -296,6 +297,17 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("staff_membership", "urgent_notices", pw.BooleanField(default=False)),
             _add_column("api_token", "expiry_notice_days", pw.SmallIntegerField(null=True)),
             _add_column("refused_handoff", "reason", pw.CharField(max_length=20, null=True)),
+        ),
+    ),
+    (
+        52,
+        "read_trail",
+        _steps(
+            _frozen("0052_read_trail"),
+            _add_column("clinic", "retention_reads_days", pw.IntegerField(null=True)),
+            _add_column("call", "corrected_transcript", pw.TextField(null=True)),
+            _add_column("call", "corrected_at", pw.DateTimeField(null=True)),
+            _add_column("call", "corrected_by", pw.CharField(max_length=254, null=True)),
         ),
     ),
 ]

@@ -214,3 +214,114 @@ class AuditEvent(BaseModel):
         if self.id is not None and not force_insert:  # saving a loaded row would UPDATE it
             raise AppendOnly("audit events are never changed")
         return super().save(force_insert=force_insert, only=only)
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Who read a patient's data: a staff user in the console (`staff`) or an API key
+    (`token`), by id, with the name they had then (a staff user's e-mail, a key's service
+    account): the read trail outlives both."""
+
+    kind: str
+    id: uuid.UUID
+    name: str
+
+    @classmethod
+    def of(cls, who: StaffUser | ApiToken) -> Reader:
+        if isinstance(who, StaffUser):
+            return cls("staff", who.id, who.email)
+        return cls("token", who.id, who.name)
+
+
+class ReadEvent(BaseModel):
+    """One read of a patient's data in the append-only read trail: when (the reader's
+    clock), who (a staff user or an API key, `Reader`), in which clinic, what kind of read
+    (`KINDS`), of which patient and which request, from where.
+
+    A read is one INSERT (`record`, however many patients a search listed), committed before
+    the answer leaves: a process stopped after answering has its read recorded already.
+    Append-only: nothing here changes a row, and on PostgreSQL a trigger refuses UPDATE;
+    DELETE is the retention's and the clinic's offboarding's only (`expire`).
+    """
+
+    # What was read: a request's detail or page (its transcript, notes, numbers and its
+    # documents' links with it); its recording played; a signed document opened from the
+    # console; a patient's page; a patient's copy made; a search's results (one row per
+    # patient or request listed).
+    KINDS = ("request", "recording", "document", "patient", "copy", "request_search", "patient_search")
+    READER_KINDS = ("staff", "token")
+
+    id = pw.BigAutoField()
+    at = pw.DateTimeField()  # UTC, the reader's clock
+    # Not foreign keys: the trail outlives the clinic's rows it names (erasure, retention).
+    clinic_id = pw.UUIDField()
+    reader_kind = pw.CharField(max_length=8)
+    reader_id = pw.UUIDField()  # the staff user's or the key's id
+    reader_name = pw.CharField(max_length=254)  # the staff user's e-mail, the key's name, then
+    kind = pw.CharField(max_length=16)
+    patient_id = pw.UUIDField(null=True)
+    patient_request_id = pw.UUIDField(null=True)
+    request_id = pw.CharField(max_length=128, null=True)  # the X-Request-Id of the access log line
+    address = pw.CharField(max_length=64, null=True)  # the client's, as the web process saw it
+
+    class Meta:
+        table_name = "read_event"
+        indexes = (
+            (("clinic_id", "at"), False),  # the retention, a clinic's trail
+            (("reader_id", "at"), False),  # the breach question: what X read between two times
+            (("patient_id", "at"), False),  # the patient's page: who read this
+        )
+
+    @classmethod
+    def record(
+        cls,
+        reader: Reader,
+        clinic_id: uuid.UUID,
+        kind: str,
+        reads: list[tuple[uuid.UUID | None, uuid.UUID | None]],
+        *,
+        at: datetime,
+    ) -> int:
+        """Append one row per (patient id, request id) read, in one INSERT; returns how many."""
+        if not reads:
+            return 0
+        origin = Origin.current()
+        rows = [
+            {
+                "at": as_utc(at),
+                "clinic_id": clinic_id,
+                "reader_kind": reader.kind,
+                "reader_id": reader.id,
+                "reader_name": reader.name,
+                "kind": kind,
+                "patient_id": patient_id,
+                "patient_request_id": request_id,
+                "request_id": origin.request_id,
+                "address": origin.address,
+            }
+            for patient_id, request_id in reads
+        ]
+        cls.insert_many(rows).execute()
+        return len(rows)
+
+    @classmethod
+    def expire(cls, clinic_id: uuid.UUID, before: datetime, batch: int) -> int:
+        """Delete up to `batch` of the clinic's rows older than `before`; returns how many."""
+        due = cls.select(cls.id).where((cls.clinic_id == clinic_id) & (cls.at < as_utc(before))).limit(batch)
+        return super().delete().where(cls.id.in_(due)).execute()
+
+    @classmethod
+    def update(cls, *args: object, **kwargs: object) -> NoReturn:
+        raise AppendOnly("read events are never changed")
+
+    @classmethod
+    def delete(cls) -> NoReturn:
+        raise AppendOnly("read events are deleted only by their retention (ReadEvent.expire)")
+
+    def delete_instance(self, *args: object, **kwargs: object) -> NoReturn:
+        raise AppendOnly("read events are deleted only by their retention (ReadEvent.expire)")
+
+    def save(self, force_insert: bool = False, only: object = None) -> int | bool:
+        if self.id is not None and not force_insert:
+            raise AppendOnly("read events are never changed")
+        return super().save(force_insert=force_insert, only=only)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import peewee as pw
 
-from models.audit import AuditEvent
+from models.audit import AuditEvent, ReadEvent
 from models.base import BaseModel
 from models.calls import Call, RefusedHandoff
 from models.clinics import (
@@ -64,4 +64,5 @@ MODELS: list[type[BaseModel]] = [
     StaffRecoveryCode,
     PendingObjectDeletion,
     Outbox,
+    ReadEvent,
 ]
