@@ -11,6 +11,7 @@ python manage.py user reset-password --email E --password-stdin
 python manage.py user hash-password --password-stdin   (for an onboarding file's users)
 python manage.py user disable --email E
 python manage.py audit [--clinic SLUG] [--since ISO] [--action ACTION] [--limit N]
+python manage.py reads --who EMAIL|KEY [--clinic SLUG ...] [--since ISO] [--until ISO]   (the read trail, CSV)
 python manage.py demo [--base-url URL]
 python manage.py worker [QUEUE ...]
 python manage.py requeue
@@ -30,14 +31,27 @@ from __future__ import annotations
 import argparse
 import sys
 
-from commands import audit, calls, demo, deployment, privacy, secrets, storage, tokens, users, wait_ready, worker
+from commands import (
+    audit,
+    calls,
+    demo,
+    deployment,
+    privacy,
+    reads,
+    secrets,
+    storage,
+    tokens,
+    users,
+    wait_ready,
+    worker,
+)
 from config import Config, InsecureConfiguration, RetiredSetting, prepare_process_environment
 from plumbing import clock
 from plumbing.database import bound, db, open_database
 
-# In the order `--help` lists them: migrate, model, onboard, token, user, audit, demo,
+# In the order `--help` lists them: migrate, model, onboard, token, user, audit, reads, demo,
 # calls, worker, requeue, storage, patient, retention, reencrypt, wait-ready.
-COMMANDS = (deployment, tokens, users, audit, demo, calls, worker, storage, privacy, secrets, wait_ready)
+COMMANDS = (deployment, tokens, users, audit, reads, demo, calls, worker, storage, privacy, secrets, wait_ready)
 
 
 def parser() -> argparse.ArgumentParser:
