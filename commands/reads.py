@@ -43,7 +43,7 @@ def cmd_reads(config: Config, args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     reads = sub.add_parser("reads", help="what a staff member or an API key read of patients' data (CSV)")
-    reads.add_argument("--who", required=True, metavar="WHO", help="a staff member's e-mail, or an API key's id or name")
+    reads.add_argument("--who", required=True, metavar="WHO", help="a staff member's e-mail, or a key's id or name")
     reads.add_argument("--clinic", action="append", metavar="SLUG", help="only this clinic (repeatable; default: all)")
     reads.add_argument("--since", metavar="ISO", help="at or after this time (UTC unless it says)")
     reads.add_argument("--until", metavar="ISO", help="before this time (UTC unless it says)")

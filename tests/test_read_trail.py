@@ -104,7 +104,8 @@ def test_the_api_recording_played_is_one_row(seeded, app):
     before = len(rows())
     app.get(f"{api()}/patientRequests/{person.requests['message']}/recording", headers=bearer(token), status=302)
     (row,) = new_rows(before)
-    assert (row.kind, row.reader_kind, str(row.patient_request_id)) == ("recording", "token", person.requests["message"])
+    assert (row.kind, row.reader_kind) == ("recording", "token")
+    assert str(row.patient_request_id) == person.requests["message"]
 
 
 def test_a_detail_carrying_document_links_is_one_row_of_its_request(seeded, app):
@@ -129,7 +130,7 @@ def test_a_request_search_is_one_row_per_request_listed(seeded, app):
 
 
 def test_a_patient_search_is_one_row_per_patient_listed_and_none_for_an_empty_answer(seeded, app):
-    token, person, *_ = seeded
+    token, *_ = seeded
     before = len(rows())
     found = app.post_json(f"{api()}/patients/search", {}, headers=bearer(token)).json["data"]
     written = new_rows(before)
@@ -175,7 +176,7 @@ def test_the_console_recording_and_a_signed_document_opened_are_one_row_each(see
 
 
 def test_the_patient_page_and_copy_are_one_row_each_and_the_page_says_who_read(seeded, wsgi_app):
-    _, person, bob, anna = seeded
+    _, person, _bob, anna = seeded
     browser_of(wsgi_app, "bob@example.cz").get(f"/console/requests/{person.requests['message']}")
     admin = browser_of(wsgi_app, "anna@example.cz")
     before = len(rows())
@@ -231,20 +232,20 @@ def test_a_staff_member_disabled_after_reading_three_patients_is_answered_with_t
     wanted = sorted(str(r.id) for r in read_by_bob)
 
     officer = browser_of(wsgi_app, "olga@example.cz")
-    page = officer.get("/console/reads?clinic=clinic-a&who=bob@example.cz&since=2026-11-19&until=2026-11-19")
+    asked = "/console/reads?clinic=clinic-a&who=bob@example.cz&since=2026-11-19&until=2026-11-19"
+    page = officer.get(asked)
     shown = page.html.select("table.reads tbody tr")
     assert sorted(tr["data-request"] for tr in shown) == wanted
     assert "Pacientka0" in page.text and "Pacientka3" not in page.text
 
-    exported = officer.get("/console/reads?clinic=clinic-a&who=bob@example.cz&since=2026-11-19&until=2026-11-19&format=csv")
+    exported = officer.get(asked + "&format=csv")
     assert exported.content_type == "text/csv"
     table = list(csv.DictReader(io.StringIO(exported.text)))
     assert sorted(r["request_id"] for r in table) == wanted
     assert {r["reader"] for r in table} == {"bob@example.cz"} and {r["kind"] for r in table} == {"request"}
 
-    done = run_manage(
-        "reads", "--who", "bob@example.cz", "--since", "2026-11-19T00:00:00+01:00", "--until", "2026-11-20T00:00:00+01:00"
-    )
+    since, until = "2026-11-19T00:00:00+01:00", "2026-11-20T00:00:00+01:00"
+    done = run_manage("reads", "--who", "bob@example.cz", "--since", since, "--until", until)
     assert done.returncode == 0, done.stderr
     assert sorted(r["request_id"] for r in csv.DictReader(io.StringIO(done.stdout))) == wanted
 
@@ -279,8 +280,8 @@ def test_the_officer_reads_the_trails_and_has_no_inbox_no_request_and_no_setting
     officer.get(f"/console/requests/{person.requests['message']}", status=404)
     officer.get(f"/console/requests/{person.requests['message']}/recording", status=404)
     assert new_rows(before) == []
-    for page in ("/console/settings", "/console/settings/retention", "/console/settings/staff", "/console/settings/api-keys"):
-        officer.get(page + "?clinic=clinic-a", status=403)
+    for settings in ("", "/retention", "/staff", "/api-keys", "/calls"):
+        officer.get(f"/console/settings{settings}?clinic=clinic-a", status=403)
     page = officer.get(f"/console/patients/{person.patient_id}?clinic=clinic-a", status=200)
     assert not page.html.select("table.documents a[href^='/console/requests/']")  # no way into a request
     # A write to the settings, CSRF token and all: refused.
