@@ -119,6 +119,7 @@ def create_app(config: Config) -> falcon.App:
         (pages.request(_REQUEST), request_page.RequestPage(renderer, LinkCache(storage), player, config.clock)),
         (pages.request_note(_REQUEST), request_page.RequestNote(config.clock)),
         (pages.request_tags(_REQUEST), request_page.RequestTags(config.clock)),
+        (pages.request_transcript(_REQUEST), request_page.RequestTranscript(config.clock)),
         (pages.request_resolution(_REQUEST), request_page.RequestResolution(config.clock)),
         (pages.request_type(_REQUEST), request_page.RequestTypeChoice(config.clock)),
         (pages.request_urgent(_REQUEST), request_page.RequestUrgentClear(config.clock)),

@@ -145,6 +145,10 @@ ACTIONS: dict[str, Action] = {
         refine=_confirmed,
     ),
     "patient_request.clear_urgent": Action(N_("“May be urgent” flag cleared")),
+    "patient_request.correct_transcript": Action(
+        N_("Transcript corrected"),
+        (Field("characters", N_("Characters")), Field("withdrawn", N_("Correction taken back"), YES_NO)),
+    ),
     "attachment.upload_link": Action(N_("Upload link issued"), (Field("contentType", N_("File type")),)),
     "attachment.register": Action(
         N_("Document stored"),

@@ -184,7 +184,8 @@ def row(
     name = f"{patient.first_name} {patient.last_name}".strip()
     if call is not None and recording is None:
         recording = PlayState("none")
-    transcript = call.transcript if call else None
+    # What staff wrote down as really said comes first; the machine's text stays beside it.
+    transcript = (call.corrected_transcript or call.transcript) if call else None
     urgent_spans = spans_of(request.urgent_spans)
     type_spans = spans_of(request.suggested_type_spans)
     names = {t.id: t.name for t in types or []}
@@ -206,6 +207,9 @@ def row(
             max(0, math.floor(call.callback_number_at) - 1) if call and call.callback_number_at is not None else 0
         ),
         "transcript": transcript,
+        "machine_transcript": call.transcript if call and call.corrected_transcript else None,
+        "corrected_by": call.corrected_by if call and call.corrected_transcript else None,
+        "corrected": local_time(call.corrected_at, clinic, language) if call and call.corrected_at else None,
         # The words that may mean urgency, marked; flagged until staff clear it.
         "transcript_marked": (
             marked(transcript, urgent_spans, "urgent" if request.urgent else "was-urgent") if transcript else None

@@ -63,6 +63,11 @@ def request_resolution(request_id: object) -> str:
     return request(request_id) + "/resolution"
 
 
+def request_transcript(request_id: object) -> str:
+    """Correct the transcript (what was really said)."""
+    return request(request_id) + "/transcript"
+
+
 def request_type(request_id: object) -> str:
     """Confirm or change the request type the transcript suggested."""
     return request(request_id) + "/type"

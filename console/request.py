@@ -169,6 +169,22 @@ class RequestNote:
         raise see_other(pages.request(request.id))
 
 
+class RequestTranscript:
+    """Staff's correction of the transcript (what was really said), audited as the staff
+    user; the machine's text is kept beside it. Back to the request page (PRG)."""
+
+    login_required = True
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        user, request = own_request(req, request_id)
+        text = req.context.form.get("transcript", "")
+        changes.correct_transcript(request, text, Actor.staff(user), self.clock())  # none: 400 (Invalid)
+        raise see_other(pages.request(request.id))
+
+
 class RequestTags:
     """Add one of the clinic's request tags (the API's PATCH `addTagIds`) or remove one,
     audited as the staff user; back to the request page (PRG)."""

@@ -107,6 +107,7 @@ def test_every_console_route_is_an_address_of_console_pages(wsgi_app):
         pages.request_tags("{request_id}"),
         pages.request_resolution("{request_id}"),
         pages.request_type("{request_id}"),
+        pages.request_transcript("{request_id}"),
         pages.request_urgent("{request_id}"),
         pages.recording("{request_id}"),
         pages.recording_state("{request_id}"),
