@@ -305,6 +305,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _steps(
             _frozen("0052_read_trail"),
             _add_column("clinic", "retention_reads_days", pw.IntegerField(null=True)),
+            _add_column("clinic", "retention_api_requests_days", pw.IntegerField(null=True)),
             _add_column("call", "corrected_transcript", pw.TextField(null=True)),
             _add_column("call", "corrected_at", pw.DateTimeField(null=True)),
             _add_column("call", "corrected_by", pw.CharField(max_length=254, null=True)),

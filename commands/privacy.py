@@ -21,6 +21,8 @@ _RETENTION_OPTIONS = (
     ("--calls-without-request-days", "callsWithoutRequestDays"),
     ("--audit-details-days", "auditDetailsDays"),
     ("--signed-documents-days", "signedDocumentsDays"),
+    ("--resolved-api-requests-days", "resolvedApiRequestsDays"),
+    ("--read-trail-days", "readTrailDays"),
 )
 
 
