@@ -21,6 +21,7 @@ python manage.py patient copy PATIENT_ID --out FILE.zip
 python manage.py retention show [--clinic SLUG]
 python manage.py retention set --clinic SLUG [--resolved-call-requests-days N|keep] [--calls-without-request-days N|keep] [--audit-details-days N|keep] [--signed-documents-days N|keep]
 python manage.py retention run
+python manage.py offboard (--clinic SLUG | --organization SLUG) --archive FILE.zip [--yes]
 python manage.py reencrypt [--check]   (stored secrets under SECRET_KEY; SECRET_KEY_FALLBACKS retirable)
 python manage.py model build [--name tiny.en|base] [--quantize q8_0|q5_0|...] [--out var/models]
 python manage.py model verify PATH

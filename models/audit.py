@@ -15,7 +15,7 @@ from models.clinics import Clinic
 from models.staff import StaffUser
 from models.tokens import ApiToken
 from plumbing.clock import as_utc, utc_now
-from plumbing.database import db
+from plumbing.database import db, is_postgresql
 from plumbing.logs import client_address as current_client_address
 from plumbing.logs import request_id as current_request_id
 
@@ -182,6 +182,21 @@ class AuditEvent(BaseModel):
         return super().update(address=None, redacted_at=as_utc(now)).where(cls.id.in_(due)).execute()
 
     @classmethod
+    def forget_clinic(cls, clinic_id: uuid.UUID, token_ids: list[uuid.UUID]) -> int:
+        """Delete the clinic's events (and any of the keys that served only it) when the clinic
+        is offboarded (privacy/offboarding.py): the one DELETE the trail allows, inside the
+        offboarding's transaction (on PostgreSQL the trigger lets it through only there)."""
+        if is_postgresql():
+            db.execute_sql("SET LOCAL clinic_service.offboarding = 'on'")
+        owned = cls.clinic_id == clinic_id
+        if token_ids:
+            owned |= cls.token.in_(token_ids)
+        gone = super().delete().where(owned).execute()
+        if is_postgresql():
+            db.execute_sql("SET LOCAL clinic_service.offboarding = 'off'")
+        return gone
+
+    @classmethod
     def trail(
         cls,
         clinic_id: uuid.UUID | None = None,
@@ -303,6 +318,11 @@ class ReadEvent(BaseModel):
         ]
         cls.insert_many(rows).execute()
         return len(rows)
+
+    @classmethod
+    def forget_clinic(cls, clinic_id: uuid.UUID) -> int:
+        """Delete the clinic's whole read trail (the clinic offboarded)."""
+        return super().delete().where(cls.clinic_id == clinic_id).execute()
 
     @classmethod
     def expire(cls, clinic_id: uuid.UUID, before: datetime, batch: int) -> int:
