@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 
-from models import Clinic, ReadEvent, Reader, StaffMembership, StaffUser
+from models import Clinic, Reader, ReadEvent, StaffMembership, StaffUser
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.support import clinic, load, organization
