@@ -5,9 +5,10 @@ each timed with its read-trail row written and without it, in the same run on th
 
 Target: the read trail adds at most 25 % to either read's p99 (one INSERT statement,
 committed on its own before the answer, without waiting for the WAL's flush; p99 on a
-shared two-core machine moves by a tenth from run to run, hence the margin). "Without" is the same service with `privacy.read_trail.record`
-replaced by a function that writes nothing; the two are measured in alternation, one sample
-of each in turn, over the same requests, so a slower stretch of the machine falls on both.
+shared two-core machine moves by a tenth from run to run, hence the margin). "Without" is
+the same service with `privacy.read_trail.record` replaced by a function that writes
+nothing; the two are measured in alternation, one sample of each in turn, over the same
+requests, so a slower stretch of the machine falls on both.
 
 Real parts, as bench/console_bench.py: the WSGI app (`create_app`) called in this process
 (falcon.testing: the server's own time, no network); PostgreSQL and Redis of their own
