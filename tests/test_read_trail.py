@@ -227,8 +227,16 @@ def test_a_staff_member_disabled_after_reading_three_patients_is_answered_with_t
         bob.get(f"/console/requests/{request.id}", status=200)
         clock.set(clock() + timedelta(minutes=3))
     browser_of(wsgi_app, "anna@example.cz").get(f"/console/requests/{read_by_anna[0].id}", status=200)
+    # Anna, the clinic's admin, disables bob (his password was stolen): his sessions end at once.
+    from models import Actor
+    from staff import accounts
+
     with db.connection_context():
-        StaffUser.update(disabled_at=as_utc(clock())).where(StaffUser.email == "bob@example.cz").execute()
+        admin, bob_user = StaffUser.by_email("anna@example.cz"), StaffUser.by_email("bob@example.cz")
+        assert admin is not None and bob_user is not None
+        accounts.disable(Clinic.by_slug("clinic-a"), Actor.staff(admin), str(bob_user.id), admin, clock())
+        assert StaffUser.get_by_id(bob_user.id).disabled_at is not None
+    bob.get(f"/console/requests/{requests[0].id}", status=303)  # his session is gone: nothing more read
     wanted = sorted(str(r.id) for r in read_by_bob)
 
     officer = browser_of(wsgi_app, "olga@example.cz")
