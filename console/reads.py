@@ -19,7 +19,7 @@ from privacy import read_trail
 #: Each kind of read (models.audit.ReadEvent.KINDS) in words.
 KINDS: dict[str, str] = {
     "request": N_("request opened (transcript, notes, documents' links)"),
-    "recording": N_("recording played"),
+    "recording": N_("recording played or loaded by the player"),
     "document": N_("signed document opened"),
     "patient": N_("patient's page opened"),
     "copy": N_("patient's copy made"),

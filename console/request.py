@@ -238,7 +238,7 @@ class ConsoleRecording:
         now = self.clock()
         answer = self.player.play(call, now)
         if answer.kind == "link":
-            read_trail.record(user, request.clinic_id, "recording", [(request.patient_id, request.id)], now)
+            read_trail.record_recording(user, request.clinic_id, request.patient_id, request.id, now)
             resp.status = falcon.HTTP_302
             resp.location = answer.url
             resp.cache_control = ["no-store"]

@@ -39,6 +39,29 @@ def record(
     return ReadEvent.record(Reader.of(who), clinic_id, kind, list(reads), at=now)
 
 
+#: The console's player loads a message's recording as soon as its row is shown (to show its
+#: length, and to play from a heard number at once): a recording delivered to a staff member's
+#: browser is a read, recorded once per staff member and request within this window, so an
+#: inbox shown again and again does not write a row per message each time.
+RECORDING_WINDOW = timedelta(hours=1)
+
+
+def record_recording(
+    who: StaffUser, clinic_id: uuid.UUID, patient_id: uuid.UUID, request_id: uuid.UUID, now: datetime
+) -> int:
+    """A recording delivered to a staff member's browser: recorded unless the same member
+    had the same request's recording within `RECORDING_WINDOW` (one indexed query)."""
+    recent = ReadEvent.select(ReadEvent.id).where(
+        (ReadEvent.reader_id == who.id)
+        & (ReadEvent.at >= as_utc(now) - RECORDING_WINDOW)
+        & (ReadEvent.patient_request_id == request_id)
+        & (ReadEvent.kind == "recording")
+    )
+    if recent.exists():
+        return 0
+    return record(who, clinic_id, "recording", [(patient_id, request_id)], now)
+
+
 def reader_ids(who: str) -> set[uuid.UUID]:
     """The ids a breach question's `who` names: a staff user by e-mail (disabled ones too),
     an API key by its id or its service account's name (every key of that name)."""

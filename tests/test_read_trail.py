@@ -17,6 +17,7 @@ import webtest
 
 from models import (
     AppendOnly,
+    Call,
     Clinic,
     MedicalRecord,
     PatientRequest,
@@ -152,7 +153,7 @@ def test_the_console_request_page_is_one_row_naming_the_staff_member(seeded, clo
     assert str(row.patient_request_id) == person.requests["message"] and as_utc(row.at) == as_utc(clock())
 
 
-def test_the_console_recording_and_a_signed_document_opened_are_one_row_each(seeded, wsgi_app):
+def test_the_console_recording_and_a_signed_document_opened_are_one_row_each(seeded, clock, wsgi_app):
     _, person, bob, _ = seeded
     browser = browser_of(wsgi_app, "bob@example.cz")
     page = browser.get(f"/console/requests/{person.requests['signed']}")
@@ -167,6 +168,17 @@ def test_the_console_recording_and_a_signed_document_opened_are_one_row_each(see
     browser.get(f"/console/requests/{person.requests['message']}/recording", status=302)
     (row,) = new_rows(before)
     assert (row.kind, str(row.patient_request_id)) == ("recording", person.requests["message"])
+    # The player loads it again whenever its row is shown: once an hour per staff member and request.
+    browser.get(f"/console/requests/{person.requests['message']}/recording", status=302)
+    assert len(new_rows(before)) == 1
+    with db.connection_context():  # a link re-fetched earlier, still good in an hour
+        Call.update(
+            recording_link="https://platform.example/rec/fresh.mp3",
+            recording_link_expires_at=as_utc(clock()) + timedelta(days=1),
+        ).where(Call.id == person.calls["message"]).execute()
+    clock.set(clock() + timedelta(minutes=61))
+    browser_of(wsgi_app, "bob@example.cz").get(f"/console/requests/{person.requests['message']}/recording", status=302)
+    assert [r.kind for r in new_rows(before)] == ["recording", "recording"]
     # Another request's document id: 404, and nothing read.
     with db.connection_context():
         document = MedicalRecord.select().get()
