@@ -10,7 +10,7 @@ from rq import Queue
 
 import migrations
 from config import Config, prepare_process_environment
-from console import account, assets, audit, inbox, keys, login, pages, patient, rendering, settings, team, webhooks
+from console import account, assets, audit, inbox, keys, login, pages, patient, reads, rendering, settings, team, webhooks
 from console import help as guides
 from console import request as request_page
 from console.flash import Flash
@@ -49,6 +49,7 @@ LOGGED_PARAMETERS = {
     "clinic_slug": logs.SLUG,
     "request_id": logs.UUID,
     "patient_id": logs.UUID,
+    "document_id": logs.UUID,
     "token_id": logs.UUID,
     "name": logs.FILE_NAME,
 }
@@ -96,11 +97,11 @@ def create_app(config: Config) -> falcon.App:
         (f"{clinic}/patientRequestTypes/search", catalog.RequestTypeSearch()),
         (f"{clinic}/tags", catalog.Tags()),
         (f"{clinic}/events", change_events.Events()),
-        (f"{clinic}/patients/search", patients.PatientSearch()),
+        (f"{clinic}/patients/search", patients.PatientSearch(config.clock)),
         (f"{clinic}/patients/import", patients.PatientImport(config.clock)),
         (f"{clinic}/patients/import-bulk", patients.PatientImportBulk(config.clock)),
         (f"{clinic}/patientRequests/create", patient_requests.RequestCreate(config.clock)),
-        (f"{clinic}/patientRequests/search", patient_requests.RequestSearch()),
+        (f"{clinic}/patientRequests/search", patient_requests.RequestSearch(config.clock)),
         (one_request, patient_requests.RequestDetail(LinkCache(storage), player, config.clock)),
         (f"{one_request}/recording", patient_requests.RequestRecording(player, config.clock)),
         (
@@ -119,10 +120,12 @@ def create_app(config: Config) -> falcon.App:
         (pages.request(_REQUEST), request_page.RequestPage(renderer, LinkCache(storage), player, config.clock)),
         (pages.request_note(_REQUEST), request_page.RequestNote(config.clock)),
         (pages.request_tags(_REQUEST), request_page.RequestTags(config.clock)),
+        (pages.request_transcript(_REQUEST), request_page.RequestTranscript(config.clock)),
         (pages.request_resolution(_REQUEST), request_page.RequestResolution(config.clock)),
         (pages.request_type(_REQUEST), request_page.RequestTypeChoice(config.clock)),
         (pages.request_urgent(_REQUEST), request_page.RequestUrgentClear(config.clock)),
         (pages.recording(_REQUEST), recording := request_page.ConsoleRecording(renderer, player, config.clock)),
+        (pages.document(_REQUEST, "{document_id}"), request_page.ConsoleDocument(LinkCache(storage), config.clock)),
         (pages.LOGIN, login.ConsoleLogin(renderer, throttle, config.clock, trust, config.mail_enabled)),
         (
             pages.FORGOT,
@@ -173,6 +176,7 @@ def create_app(config: Config) -> falcon.App:
         ),
         (pages.AUDIT, audit.AuditList(renderer)),
         (pages.patient("{patient_id}"), patient.PatientPage(renderer, config.clock)),
+        (pages.READS, reads.ReadsPage(renderer, config.clock)),
         (pages.patient_copy("{patient_id}"), patient.PatientCopy(storage, config.clock)),
         (pages.patient_erasure("{patient_id}"), patient.PatientErasure(storage, config.clock)),
         *[(path, guides.HelpPage(renderer, help_pages)) for path in (pages.HELP, pages.guide("{name}"))],

@@ -13,6 +13,7 @@ python manage.py user disable --email E
 python manage.py webhook add --clinic SLUG --url URL [--event TYPE ...]   (prints the signing secret once)
 python manage.py webhook list|rotate ID|disable ID|enable ID|remove ID --clinic SLUG
 python manage.py audit [--clinic SLUG] [--since ISO] [--action ACTION] [--limit N]
+python manage.py reads --who EMAIL|KEY [--clinic SLUG ...] [--since ISO] [--until ISO]   (the read trail, CSV)
 python manage.py demo [--base-url URL]
 python manage.py worker [QUEUE ...]
 python manage.py requeue
@@ -22,6 +23,7 @@ python manage.py patient copy PATIENT_ID --out FILE.zip
 python manage.py retention show [--clinic SLUG]
 python manage.py retention set --clinic SLUG [--resolved-call-requests-days N|keep] [--calls-without-request-days N|keep] [--audit-details-days N|keep] [--signed-documents-days N|keep]
 python manage.py retention run
+python manage.py offboard (--clinic SLUG | --organization SLUG) --archive FILE.zip [--yes]
 python manage.py reencrypt [--check]   (stored secrets under SECRET_KEY; SECRET_KEY_FALLBACKS retirable)
 python manage.py model build [--name tiny.en|base] [--quantize q8_0|q5_0|...] [--out var/models]
 python manage.py model verify PATH
@@ -38,6 +40,7 @@ from commands import (
     demo,
     deployment,
     privacy,
+    reads,
     secrets,
     storage,
     tokens,
@@ -50,13 +53,14 @@ from config import Config, InsecureConfiguration, RetiredSetting, prepare_proces
 from plumbing import clock
 from plumbing.database import bound, db, open_database
 
-# In the order `--help` lists them: migrate, model, onboard, token, user, audit, demo,
+# In the order `--help` lists them: migrate, model, onboard, token, user, audit, reads, demo,
 # calls, worker, requeue, storage, patient, retention, reencrypt, wait-ready.
 COMMANDS = (
     deployment,
     tokens,
     users,
     audit,
+    reads,
     demo,
     calls,
     worker,

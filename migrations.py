@@ -42,6 +42,7 @@ The steps, by number (a new one gets the next number after the last):
 | 50 | triage | a voice message's suggested type and urgency on its request, a clinic's words |
 | 51 | notices | the outbox the workers deliver (e-mail first), who is told of urgent messages, refused keys |
 | 52 | webhooks | the event log, webhook endpoints, a request's and a patient's last change and its place |
+| 53 | read_trail | the append-only read trail (no UPDATE), its period per clinic, corrected transcripts |
 
 The gaps: 19 was never used. 23 to 49 were never used either: the API keys' rules were first
 numbered 50, clear of the numbers the branches beside them were taking, and were renumbered 16
@@ -309,6 +310,18 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("patient", "updated_at", pw.DateTimeField(null=True)),
             _add_column("patient", "change_position", pw.BigIntegerField(null=True, unique=True)),
             _frozen("0052_change_positions"),
+        ),
+    ),
+    (
+        53,
+        "read_trail",
+        _steps(
+            _frozen("0053_read_trail"),
+            _add_column("clinic", "retention_reads_days", pw.IntegerField(null=True)),
+            _add_column("clinic", "retention_api_requests_days", pw.IntegerField(null=True)),
+            _add_column("call", "corrected_transcript", pw.TextField(null=True)),
+            _add_column("call", "corrected_at", pw.DateTimeField(null=True)),
+            _add_column("call", "corrected_by", pw.CharField(max_length=254, null=True)),
         ),
     ),
 ]

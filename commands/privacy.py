@@ -21,6 +21,8 @@ _RETENTION_OPTIONS = (
     ("--calls-without-request-days", "callsWithoutRequestDays"),
     ("--audit-details-days", "auditDetailsDays"),
     ("--signed-documents-days", "signedDocumentsDays"),
+    ("--resolved-api-requests-days", "resolvedApiRequestsDays"),
+    ("--read-trail-days", "readTrailDays"),
 )
 
 
@@ -160,6 +162,47 @@ def cmd_retention_run(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_offboard(config: Config, args: argparse.Namespace) -> int:
+    """A clinic's (or an organization's) data as one archive, then erased everywhere."""
+    from models import Organization
+    from privacy import offboarding
+    from storage import make_storage
+
+    organization = None
+    if args.organization:
+        organization = Organization.get_or_none(Organization.slug == args.organization)
+        if organization is None:
+            print(f"error: unknown organization: {visible(args.organization)}", file=sys.stderr)
+            return 2
+        clinics = list(Clinic.select().where(Clinic.organization == organization.id).order_by(Clinic.slug))
+    else:
+        clinic = Clinic.get_or_none(Clinic.slug == args.clinic)
+        if clinic is None:
+            print(f"error: unknown clinic: {visible(args.clinic)}", file=sys.stderr)
+            return 2
+        clinics = [clinic]
+    storage, now = make_storage(config), config.clock()
+    out = Path(args.archive)
+    partial = out.with_name(out.name + ".part")
+    with open(partial, "wb") as target:
+        documents = offboarding.write_archive(clinics, target, storage, now)
+    partial.replace(out)
+    print(f"wrote {out}: {len(clinics)} clinic(s), {documents} signed document(s)", file=sys.stderr)
+    if not args.yes:
+        print("type 'erase' to erase everything archived: ", end="", file=sys.stderr, flush=True)
+        if sys.stdin.readline().strip() != "erase":
+            print("archived, not erased", file=sys.stderr)
+            return 1
+    if args.organization:
+        assert organization is not None
+        done = offboarding.erase_organization(organization, actor(), now, storage)
+    else:
+        done = offboarding.erase_clinic(clinics[0], actor(), now, storage)
+    print("erased: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(done.counts.items())), file=sys.stderr)
+    print("left: the backups until they age out, the operator's logs (ids only)", file=sys.stderr)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     patient = sub.add_parser("patient", help="a patient's data: erase it, or copy it for them").add_subparsers(
         dest="patient_command", required=True
@@ -189,3 +232,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     change.set_defaults(func=cmd_retention_set, needs_secret=True)
     run = retention.add_parser("run", help="one retention round now (every worker runs one each purge round)")
     run.set_defaults(func=cmd_retention_run, needs_secret=True)
+
+    offboard = sub.add_parser("offboard", help="a clinic's or organization's data as one archive, then erased")
+    which = offboard.add_mutually_exclusive_group(required=True)
+    which.add_argument("--clinic", metavar="SLUG")
+    which.add_argument("--organization", metavar="SLUG")
+    offboard.add_argument("--archive", required=True, metavar="FILE.zip", help="where the archive is written first")
+    offboard.add_argument("--yes", action="store_true", help="do not ask before erasing")
+    offboard.set_defaults(func=cmd_offboard, needs_secret=True)

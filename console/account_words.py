@@ -49,7 +49,7 @@ REFUSALS = (
     N_("It contains a year or a date."),
     N_("It contains a keyboard row, a repetition or a sequence such as qwerty, aaaa or 1234."),
 )
-ROLES = {"staff": N_("staff member"), "admin": N_("administrator")}
+ROLES = {"staff": N_("staff member"), "admin": N_("administrator"), "officer": N_("data-protection officer")}
 ISSUER = "Clinic console"  # the name the authenticator app shows beside the account
 
 

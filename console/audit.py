@@ -116,6 +116,7 @@ def events(
 
 class AuditList:
     admin_required = True
+    officer_allowed = True  # the clinic's data-protection officer reads the trail too
 
     def __init__(self, renderer: Renderer) -> None:
         self.renderer = renderer

@@ -151,6 +151,10 @@ ACTIONS: dict[str, Action] = {
         refine=_confirmed,
     ),
     "patient_request.clear_urgent": Action(N_("“May be urgent” flag cleared")),
+    "patient_request.correct_transcript": Action(
+        N_("Transcript corrected"),
+        (Field("characters", N_("Characters")), Field("withdrawn", N_("Correction taken back"), YES_NO)),
+    ),
     "attachment.upload_link": Action(N_("Upload link issued"), (Field("contentType", N_("File type")),)),
     "attachment.register": Action(
         N_("Document stored"),
@@ -285,6 +289,8 @@ ACTIONS: dict[str, Action] = {
             Field("callsWithoutRequestDays", N_("Calls without a request (days)"), DAYS),
             Field("auditDetailsDays", N_("Addresses in the audit trail (days)"), DAYS),
             Field("signedDocumentsDays", N_("Signed documents (days)"), DAYS),
+            Field("resolvedApiRequestsDays", N_("Resolved requests made through the API (days)"), DAYS),
+            Field("readTrailDays", N_("Read trail (days)"), DAYS),
         ),
         (N_("Data retention"), pages.RETENTION),
     ),
@@ -296,6 +302,8 @@ ACTIONS: dict[str, Action] = {
             Field("calls", N_("Calls"), COUNT),
             Field("patients", N_("Patients"), COUNT),
             Field("documents", N_("Signed documents"), COUNT),
+            Field("api_requests", N_("Requests made through the API"), COUNT),
+            Field("reads", N_("Read trail rows"), COUNT),
         ),
         (N_("Data retention"), pages.RETENTION),
     ),

@@ -18,9 +18,9 @@ from babel import Locale, UnknownLocaleError
 from markupsafe import Markup, escape
 
 from console import pages
-from console.rendering import N_, Renderer, html
+from console.rendering import N_, Renderer, html, see_other
 from jobs.playback import RecordingPlayer
-from models import AuditEvent, Call, Clinic, Patient, PatientRequest, RequestType, StaffUser
+from models import AuditEvent, Call, Clinic, Patient, PatientRequest, RequestType, StaffMembership, StaffUser
 from models.requests import spans_of, words_at
 from plumbing import catalogue
 from plumbing.clock import Clock, as_utc
@@ -131,7 +131,8 @@ def request_for(user: StaffUser, request_id: str) -> PatientRequest | None:
         rid = uuid.UUID(request_id)
     except ValueError:
         return None
-    clinic_ids = [c.id for c in user.clinics()]
+    # The clinics whose inbox the user works: a data-protection officer opens no request.
+    clinic_ids = [c.id for c in user.clinics(role=StaffMembership.WORKING_ROLES)]
     return (
         PatientRequest.select(PatientRequest, Patient, Call, Clinic)
         .join(Patient)
@@ -183,7 +184,8 @@ def row(
     name = f"{patient.first_name} {patient.last_name}".strip()
     if call is not None and recording is None:
         recording = PlayState("none")
-    transcript = call.transcript if call else None
+    # What staff wrote down as really said comes first; the machine's text stays beside it.
+    transcript = (call.corrected_transcript or call.transcript) if call else None
     urgent_spans = spans_of(request.urgent_spans)
     type_spans = spans_of(request.suggested_type_spans)
     names = {t.id: t.name for t in types or []}
@@ -205,6 +207,9 @@ def row(
             max(0, math.floor(call.callback_number_at) - 1) if call and call.callback_number_at is not None else 0
         ),
         "transcript": transcript,
+        "machine_transcript": call.transcript if call and call.corrected_transcript else None,
+        "corrected_by": call.corrected_by if call and call.corrected_transcript else None,
+        "corrected": local_time(call.corrected_at, clinic, language) if call and call.corrected_at else None,
         # The words that may mean urgency, marked; flagged until staff clear it.
         "transcript_marked": (
             marked(transcript, urgent_spans, "urgent" if request.urgent else "was-urgent") if transcript else None
@@ -246,7 +251,7 @@ def history(request: PatientRequest) -> list[AuditEvent]:
 
 def clinic_of(req: falcon.Request, user: StaffUser) -> tuple[Clinic | None, list[Clinic]]:
     """?clinic=slug picks among the user's own clinics only; anything else: the first."""
-    clinics = user.clinics()
+    clinics = user.clinics(role=StaffMembership.WORKING_ROLES)  # an officer has no inbox
     return next((c for c in clinics if c.slug == req.get_param("clinic")), clinics[0] if clinics else None), clinics
 
 
@@ -312,6 +317,9 @@ class Inbox:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         session = req.context.console_session
         user: StaffUser = session.user
+        if not user.works and user.is_officer:
+            # The data-protection officer has no inbox: their page is the read trail.
+            raise see_other(pages.READS)
         clinic, clinics = clinic_of(req, user)
         filters = inbox_filters(req)
         rows = []

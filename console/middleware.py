@@ -151,7 +151,9 @@ class ConsoleSession:
         if admin_only:
             # The clinic an admin page acts on: ?clinic=slug among the user's admin clinics,
             # or the first of them. A staff member (or an admin of another clinic) gets 403.
-            req.context.admin_clinic, req.context.admin_clinics = admin_clinic(req)
+            req.context.admin_clinic, req.context.admin_clinics = admin_clinic(
+                req, ("admin", "officer") if getattr(resource, "officer_allowed", False) else ("admin",)
+            )
             if req.context.admin_clinic is None:
                 session = req.context.console_session
                 language = session.user.language
@@ -170,10 +172,11 @@ class ConsoleSession:
                 resp.complete = True
 
 
-def admin_clinic(req: falcon.Request) -> tuple[Any, list]:
-    """(the clinic an admin page acts on or None, the user's admin clinics)."""
+def admin_clinic(req: falcon.Request, roles: tuple[str, ...] = ("admin",)) -> tuple[Any, list]:
+    """(the clinic an admin page acts on or None, the user's clinics of those roles: an
+    admin page the data-protection officer opens too names `officer` beside `admin`)."""
     user = req.context.console_session.user
-    clinics = user.clinics(role="admin")
+    clinics = user.clinics(role=roles)
     wanted = req.get_param("clinic") or req.context.form.get("clinic")
     if wanted:
         return next((c for c in clinics if c.slug == wanted), None), clinics

@@ -31,6 +31,7 @@ STAFF = SETTINGS + "/staff"
 RETENTION = SETTINGS + "/retention"
 PATIENTS = PREFIX + "/patients"
 AUDIT = PREFIX + "/audit"
+READS = PREFIX + "/reads"  # the read trail: who read what (admins, the data-protection officer)
 HELP = PREFIX + "/help"
 STATIC = PREFIX + "/static"
 
@@ -63,6 +64,11 @@ def request_resolution(request_id: object) -> str:
     return request(request_id) + "/resolution"
 
 
+def request_transcript(request_id: object) -> str:
+    """Correct the transcript (what was really said)."""
+    return request(request_id) + "/transcript"
+
+
 def request_type(request_id: object) -> str:
     """Confirm or change the request type the transcript suggested."""
     return request(request_id) + "/type"
@@ -75,6 +81,11 @@ def request_urgent(request_id: object) -> str:
 
 def recording(request_id: object) -> str:
     return request(request_id) + "/recording"
+
+
+def document(request_id: object, document_id: object) -> str:
+    """A signed document of the request (recorded in the read trail, then its link)."""
+    return request(request_id) + f"/documents/{document_id}"
 
 
 def recording_state(request_id: object) -> str:

@@ -15,12 +15,13 @@ import falcon
 import redis
 
 from console import pages
+from console import reads as reads_page
 from console.inbox import local_time
 from console.rendering import Renderer, html, see_other
 from models import Actor, Clinic
 from plumbing.clock import Clock
 from plumbing.errors import NotFound
-from privacy import erasure, patient_copy
+from privacy import erasure, patient_copy, read_trail
 from storage import Storage
 
 FLASH = "patient-erased"  # the one-time counts shown after an erasure (console/flash.py)
@@ -42,6 +43,7 @@ def _plan(clinic: Clinic, patient_id: uuid.UUID) -> erasure.Plan:
 
 class PatientPage:
     admin_required = True
+    officer_allowed = True  # the clinic's data-protection officer too (console/middleware.py)
 
     def __init__(self, renderer: Renderer, clock: Clock) -> None:
         self.renderer = renderer
@@ -58,10 +60,13 @@ class PatientPage:
                 raise falcon.HTTPNotFound() from None
             self._render(resp, user, session.csrf_token, clinic, erased=erased["counts"])
             return
-        self._render(resp, user, session.csrf_token, clinic, plan=plan)
+        # Who read this patient before (this read not yet among them), then this read.
+        reads = read_trail.reads_of_patient([clinic.id], plan.patient.id)
+        read_trail.record(user, clinic.id, "patient", [(plan.patient.id, None)], self.clock())
+        self._render(resp, user, session.csrf_token, clinic, plan=plan, reads=reads, read_kinds=reads_page.KINDS)
 
     def _render(self, resp: falcon.Response, user: Any, csrf_token: str, clinic: Clinic, **facts: Any) -> None:
-        facts = {"plan": None, "erased": None, **facts}
+        facts = {"plan": None, "erased": None, "reads": [], **facts}
         plan: erasure.Plan | None = facts["plan"]
         language = user.language
         clinics = {c.id: c.name for c in Clinic.select(Clinic.id, Clinic.name)}
@@ -69,7 +74,8 @@ class PatientPage:
             documents = plan.requests_with_documents()
             facts["requests"] = [
                 {
-                    "url": pages.request(r.id) if r.clinic_id == clinic.id else None,
+                    # The request's page: for those who work the clinic's inbox (not its officer).
+                    "url": pages.request(r.id) if r.clinic_id == clinic.id and user.works else None,
                     "title": r.title,
                     "clinic": clinics.get(r.clinic_id, ""),
                     "created": local_time(r.created_at, clinic, language),
@@ -79,6 +85,15 @@ class PatientPage:
                 for r in plan.requests
             ]
             facts["records"] = [clinics.get(r.clinic_id, "") for r in plan.records]
+            facts["reads"] = [
+                {
+                    "at": local_time(r.at, clinic, language),
+                    "who": r.reader_name,
+                    "kind": r.kind,
+                    "reader": r.reader_kind,
+                }
+                for r in facts["reads"]
+            ]
         html(
             resp,
             self.renderer.render(
@@ -96,6 +111,7 @@ class PatientCopy:
     """POST: the patient's copy, a ZIP archive (audit-logged), as a download."""
 
     admin_required = True
+    officer_allowed = True  # the clinic's data-protection officer too (console/middleware.py)
 
     def __init__(self, storage: Storage, clock: Clock) -> None:
         self.storage = storage
@@ -115,6 +131,7 @@ class PatientCopy:
         except BaseException:
             archive.close()
             raise
+        read_trail.record(user, clinic.id, "copy", [(wanted, None)], self.clock())
         size = archive.tell()
         archive.seek(0)
         resp.content_type = "application/zip"
@@ -128,6 +145,7 @@ class PatientErasure:
     then says what went (once)."""
 
     admin_required = True
+    officer_allowed = True  # the clinic's data-protection officer too (console/middleware.py)
 
     def __init__(self, storage: Storage, clock: Clock) -> None:
         self.storage = storage

@@ -15,6 +15,7 @@ from jobs.playback import RecordingPlayer
 from models import Actor, Call, Patient, PatientRequest, StaffUser
 from patient_requests import changes, queries
 from plumbing.clock import Clock
+from privacy import read_trail
 from storage.links import LinkCache
 
 
@@ -42,7 +43,8 @@ class RequestPage:
                 "category": d.category_type,
                 "sha256": d.sha256,
                 "visible": d.visible_to_patient,
-                "url": self.links.url(d, "attachment"),
+                # Through the console, so that opening one is in the read trail.
+                "url": pages.document(request.id, d.id),
                 "registered": inbox.local_time(d.created_at, clinic, language),
             }
             for d in queries.attachments_of(request)
@@ -59,8 +61,10 @@ class RequestPage:
             (entry, odd if entry.action == "call.receive" else [])
             for entry in audit_words.describe(inbox.history(request), clinic, language, tr)
         ]
-        (row,) = rows_of([request], clinic, language, self.player, self.clock())
+        now = self.clock()
+        (row,) = rows_of([request], clinic, language, self.player, now)
         held = {tag.id for tag in tags}
+        read_trail.record(user, clinic.id, "request", [(request.patient_id, request.id)], now)
         html(
             resp,
             self.renderer.render(
@@ -165,6 +169,22 @@ class RequestNote:
         raise see_other(pages.request(request.id))
 
 
+class RequestTranscript:
+    """Staff's correction of the transcript (what was really said), audited as the staff
+    user; the machine's text is kept beside it. Back to the request page (PRG)."""
+
+    login_required = True
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
+        user, request = own_request(req, request_id)
+        text = req.context.form.get("transcript", "")
+        changes.correct_transcript(request, text, Actor.staff(user), self.clock())  # none: 400 (Invalid)
+        raise see_other(pages.request(request.id))
+
+
 class RequestTags:
     """Add one of the clinic's request tags (the API's PATCH `addTagIds`) or remove one,
     audited as the staff user; back to the request page (PRG)."""
@@ -211,9 +231,14 @@ class ConsoleRecording:
         return user, call
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, request_id: str) -> None:
-        user, call = self._call_of(req, request_id)
-        answer = self.player.play(call, self.clock())
+        user, request = own_request(req, request_id)
+        call = request.call if request.call_id else None
+        if call is None:
+            raise falcon.HTTPNotFound()
+        now = self.clock()
+        answer = self.player.play(call, now)
         if answer.kind == "link":
+            read_trail.record_recording(user, request.clinic_id, request.patient_id, request.id, now)
             resp.status = falcon.HTTP_302
             resp.location = answer.url
             resp.cache_control = ["no-store"]
@@ -248,4 +273,29 @@ class ConsoleRecording:
         else:  # it may play again later: the failed play was the platform's or the network's
             text = tr.gettext(inbox.TRY_AGAIN)
         resp.media = {"state": state.state, "text": text}
+        resp.cache_control = ["no-store"]
+
+
+class ConsoleDocument:
+    """A signed document of a request, opened from its page: recorded in the read trail,
+    then 302 to a short-lived presigned link (the storage's, never shown on the page)."""
+
+    login_required = True
+
+    def __init__(self, links: LinkCache, clock: Clock) -> None:
+        self.links = links
+        self.clock = clock
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, request_id: str, document_id: str) -> None:
+        user, request = own_request(req, request_id)
+        try:
+            wanted = uuid.UUID(document_id)
+        except ValueError:
+            raise falcon.HTTPNotFound() from None
+        document = next((d for d in queries.attachments_of(request) if d.id == wanted), None)
+        if document is None:
+            raise falcon.HTTPNotFound()
+        read_trail.record(user, request.clinic_id, "document", [(request.patient_id, request.id)], self.clock())
+        resp.status = falcon.HTTP_302
+        resp.location = self.links.url(document, "attachment")
         resp.cache_control = ["no-store"]

@@ -320,6 +320,16 @@ class RetentionPage(_SettingsPage):
             N_("Signed documents"),
             N_("Medical documentation: empty keeps it. Set it only as the law on medical records allows."),
         ),
+        (
+            "resolvedApiRequestsDays",
+            N_("Resolved requests made through the API"),
+            N_("Requests the clinic's systems made, this long after resolving; one holding a signed document stays."),
+        ),
+        (
+            "readTrailDays",
+            N_("Read trail"),
+            N_("Who read which patient's data, kept this long; empty: 730 days (never for ever)."),
+        ),
     )
 
     def facts(self, req: falcon.Request, clinic: Clinic) -> dict[str, Any]:

@@ -120,6 +120,8 @@ class RecordingPlayer:
             "status": call.status,
             "receivedAt": iso_utc(call.received_at),
             "transcript": call.transcript,
+            "correctedTranscript": call.corrected_transcript,
+            "transcriptCorrectedAt": iso_utc(call.corrected_at),
             "transcriptStatus": call.transcript_status,
             "transcriptIssue": call.transcript_issue,
             "language": call.transcript_language,

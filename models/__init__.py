@@ -5,7 +5,7 @@ The modules import one way, each only the ones below it (pyproject.toml holds th
     schema                               the migration log, MODELS
     requests                             patient requests, attachments, upload links
     calls | idempotency                  handed-off calls; stored write answers
-    audit                                the append-only trail
+    audit                                the append-only trails (writes, reads)
     staff | tokens                       console users; API keys
     patients                             patients and their records per clinic
     change_events                        the event log for integrators, the clinics' webhook endpoints
@@ -16,7 +16,7 @@ The modules import one way, each only the ones below it (pyproject.toml holds th
 `from models import X` names every public model and type, whichever module holds it.
 """
 
-from models.audit import Actor, AppendOnly, AuditEvent, Origin
+from models.audit import Actor, AppendOnly, AuditEvent, Origin, Reader, ReadEvent
 from models.base import BaseModel
 from models.calls import Call, CallSidConflict, RefusedHandoff
 from models.change_events import ChangeEvent, WebhookEndpoint
@@ -65,6 +65,8 @@ __all__ = [
     "PatientRequest",
     "PatientRequestTag",
     "PendingObjectDeletion",
+    "ReadEvent",
+    "Reader",
     "RefusedHandoff",
     "RequestType",
     "RequestTypeDefaultTag",

@@ -15,7 +15,7 @@ from models.clinics import Clinic
 from models.staff import StaffUser
 from models.tokens import ApiToken
 from plumbing.clock import as_utc, utc_now
-from plumbing.database import db
+from plumbing.database import db, is_postgresql
 from plumbing.logs import client_address as current_client_address
 from plumbing.logs import request_id as current_request_id
 
@@ -182,6 +182,21 @@ class AuditEvent(BaseModel):
         return super().update(address=None, redacted_at=as_utc(now)).where(cls.id.in_(due)).execute()
 
     @classmethod
+    def forget_clinic(cls, clinic_id: uuid.UUID, token_ids: list[uuid.UUID]) -> int:
+        """Delete the clinic's events (and any of the keys that served only it) when the clinic
+        is offboarded (privacy/offboarding.py): the one DELETE the trail allows, inside the
+        offboarding's transaction (on PostgreSQL the trigger lets it through only there)."""
+        if is_postgresql():
+            db.execute_sql("SET LOCAL clinic_service.offboarding = 'on'")
+        owned = cls.clinic_id == clinic_id
+        if token_ids:
+            owned |= cls.token.in_(token_ids)
+        gone = super().delete().where(owned).execute()
+        if is_postgresql():
+            db.execute_sql("SET LOCAL clinic_service.offboarding = 'off'")
+        return gone
+
+    @classmethod
     def trail(
         cls,
         clinic_id: uuid.UUID | None = None,
@@ -213,4 +228,151 @@ class AuditEvent(BaseModel):
     def save(self, force_insert: bool = False, only: object = None) -> int | bool:
         if self.id is not None and not force_insert:  # saving a loaded row would UPDATE it
             raise AppendOnly("audit events are never changed")
+        return super().save(force_insert=force_insert, only=only)
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Who read a patient's data: a staff user in the console (`staff`) or an API key
+    (`token`), by id, with the name they had then (a staff user's e-mail, a key's service
+    account): the read trail outlives both."""
+
+    kind: str
+    id: uuid.UUID
+    name: str
+
+    @classmethod
+    def of(cls, who: StaffUser | ApiToken) -> Reader:
+        if isinstance(who, StaffUser):
+            return cls("staff", who.id, who.email)
+        return cls("token", who.id, who.name)
+
+
+_READ_ROW = "(%s::timestamp, %s::uuid, %s, %s::uuid, %s, %s, %s::uuid, %s::uuid, %s, %s)"
+_READ_INSERT = (
+    'INSERT INTO "read_event" ("at", "clinic_id", "reader_kind", "reader_id", "reader_name", "kind", '
+    '"patient_id", "patient_request_id", "request_id", "address") '
+    "SELECT v.* FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed, (VALUES {values}) AS v"
+)
+
+
+class ReadEvent(BaseModel):
+    """One read of a patient's data in the append-only read trail: when (the reader's
+    clock), who (a staff user or an API key, `Reader`), in which clinic, what kind of read
+    (`KINDS`), of which patient and which request, from where.
+
+    A read is one INSERT (`record`, however many patients a search listed), committed before
+    the answer leaves: a process stopped after answering has its read recorded already.
+    Append-only: nothing here changes a row, and on PostgreSQL a trigger refuses UPDATE;
+    DELETE is the retention's and the clinic's offboarding's only (`expire`).
+    """
+
+    # What was read: a request's detail or page (its transcript, notes, numbers and its
+    # documents' links with it); its recording played; a signed document opened from the
+    # console; a patient's page; a patient's copy made; a search's results (one row per
+    # patient or request listed).
+    KINDS = ("request", "recording", "document", "patient", "copy", "request_search", "patient_search")
+    READER_KINDS = ("staff", "token")
+
+    id = pw.BigAutoField()
+    at = pw.DateTimeField()  # UTC, the reader's clock
+    # Not foreign keys: the trail outlives the clinic's rows it names (erasure, retention).
+    clinic_id = pw.UUIDField()
+    reader_kind = pw.CharField(max_length=8)
+    reader_id = pw.UUIDField()  # the staff user's or the key's id
+    reader_name = pw.CharField(max_length=254)  # the staff user's e-mail, the key's name, then
+    kind = pw.CharField(max_length=16)
+    patient_id = pw.UUIDField(null=True)
+    patient_request_id = pw.UUIDField(null=True)
+    request_id = pw.CharField(max_length=128, null=True)  # the X-Request-Id of the access log line
+    address = pw.CharField(max_length=64, null=True)  # the client's, as the web process saw it
+
+    class Meta:
+        table_name = "read_event"
+        indexes = (
+            (("clinic_id", "at"), False),  # the retention, a clinic's trail
+            (("reader_id", "at"), False),  # the breach question: what X read between two times
+            (("patient_id", "at"), False),  # the patient's page: who read this
+        )
+
+    @classmethod
+    def record(
+        cls,
+        reader: Reader,
+        clinic_id: uuid.UUID,
+        kind: str,
+        reads: list[tuple[uuid.UUID | None, uuid.UUID | None]],
+        *,
+        at: datetime,
+    ) -> int:
+        """Append one row per (patient id, request id) read, in one INSERT; returns how many."""
+        if not reads:
+            return 0
+        origin = Origin.current()
+        rows = [
+            {
+                "at": as_utc(at),
+                "clinic_id": clinic_id,
+                "reader_kind": reader.kind,
+                "reader_id": reader.id,
+                "reader_name": reader.name,
+                "kind": kind,
+                "patient_id": patient_id,
+                "patient_request_id": request_id,
+                "request_id": origin.request_id,
+                "address": origin.address,
+            }
+            for patient_id, request_id in reads
+        ]
+        if is_postgresql() and not db.in_transaction():
+            # One statement, committed on its own before the answer leaves (a stopped process
+            # loses nothing), whose commit does not wait for the WAL's flush to disk: that wait
+            # was most of a read's added time (bench/read_trail_bench.py). Only a crash of the
+            # database server itself could lose the last fraction of a second of reads.
+            values = ", ".join([_READ_ROW] * len(rows))
+            params = [
+                (
+                    r["at"],
+                    str(r["clinic_id"]),
+                    r["reader_kind"],
+                    str(r["reader_id"]),
+                    r["reader_name"],
+                    r["kind"],
+                    str(r["patient_id"]) if r["patient_id"] else None,
+                    str(r["patient_request_id"]) if r["patient_request_id"] else None,
+                    r["request_id"],
+                    r["address"],
+                )
+                for r in rows
+            ]
+            db.execute_sql(_READ_INSERT.format(values=values), [v for row in params for v in row])
+        else:
+            cls.insert_many(rows).execute()
+        return len(rows)
+
+    @classmethod
+    def forget_clinic(cls, clinic_id: uuid.UUID) -> int:
+        """Delete the clinic's whole read trail (the clinic offboarded)."""
+        return super().delete().where(cls.clinic_id == clinic_id).execute()
+
+    @classmethod
+    def expire(cls, clinic_id: uuid.UUID, before: datetime, batch: int) -> int:
+        """Delete up to `batch` of the clinic's rows older than `before`; returns how many."""
+        due = cls.select(cls.id).where((cls.clinic_id == clinic_id) & (cls.at < as_utc(before))).limit(batch)
+        return super().delete().where(cls.id.in_(due)).execute()
+
+    @classmethod
+    def update(cls, *args: object, **kwargs: object) -> NoReturn:
+        raise AppendOnly("read events are never changed")
+
+    @classmethod
+    def delete(cls) -> NoReturn:
+        raise AppendOnly("read events are deleted only by their retention (ReadEvent.expire)")
+
+    def delete_instance(self, *args: object, **kwargs: object) -> NoReturn:
+        raise AppendOnly("read events are deleted only by their retention (ReadEvent.expire)")
+
+    def save(self, force_insert: bool = False, only: object = None) -> int | bool:
+        if self.id is not None and not force_insert:
+            raise AppendOnly("read events are never changed")
         return super().save(force_insert=force_insert, only=only)

@@ -79,6 +79,12 @@ class Call(BaseModel):
     # link is served only when it yields these bytes (voicemail/recordings.py).
     recording_sha256 = pw.CharField(max_length=64, null=True)
     recording_bytes = pw.BigIntegerField(null=True)
+    # What staff who listened wrote down as really said (patient_requests/changes.py
+    # `correct_transcript`): shown first and returned beside `transcript`, the machine's
+    # text, which is kept; who corrected it (a staff user's e-mail) and when. None: never.
+    corrected_transcript = pw.TextField(null=True)
+    corrected_at = pw.DateTimeField(null=True)
+    corrected_by = pw.CharField(max_length=254, null=True)
 
     #: PostgreSQL NOTIFY channel of a trigger on every new call (migration 5): the relay
     #: LISTENs to queue calls at once, rather than on its next poll.

@@ -67,6 +67,17 @@ class Clinic(BaseModel):
     retention_audit_details_days = pw.IntegerField(null=True)
     # Signed documents (medical documentation) after they were registered; None: kept.
     retention_documents_days = pw.IntegerField(null=True)
+    # The read trail's rows (models.audit.ReadEvent) after they were written; None: the
+    # default, READS_DEFAULT_DAYS (never kept for ever: docs/data-protection.md says why).
+    retention_reads_days = pw.IntegerField(null=True)
+    # Resolved requests made through the API (not from a call), after they were resolved;
+    # one holding a signed document stays while the document does. None: kept.
+    retention_api_requests_days = pw.IntegerField(null=True)
+
+    #: Two years: long enough to answer a breach found late (most are found months after
+    #: they began) and a patient who asks who saw their record; short enough that the trail
+    #: is not a second, longer-lived record of who was treated when.
+    READS_DEFAULT_DAYS = 730
 
     #: What a clinic onboarded without a `retention` section gets (the reasons are in
     #: docs/data-protection.md); signed documents are kept unless the clinic says otherwise.
@@ -75,6 +86,8 @@ class Clinic(BaseModel):
         "retention_calls_days": 30,
         "retention_audit_details_days": 180,
         "retention_documents_days": None,
+        "retention_api_requests_days": 365,
+        "retention_reads_days": 730,
     }
     # The words that may mean a voice message is urgent, per language (JSON {"cs": [...], ...},
     # onboarding's `urgencyWords`); null: the shipped ones (triage/vocabulary.py).

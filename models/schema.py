@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import peewee as pw
 
-from models.audit import AuditEvent
+from models.audit import AuditEvent, ReadEvent
 from models.base import BaseModel
 from models.calls import Call, RefusedHandoff
 from models.change_events import ChangeEvent, WebhookEndpoint
@@ -67,4 +67,5 @@ MODELS: list[type[BaseModel]] = [
     Outbox,
     ChangeEvent,
     WebhookEndpoint,
+    ReadEvent,
 ]

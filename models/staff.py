@@ -37,6 +37,10 @@ class StaffUser(BaseModel):
     # Whether the user administers a clinic, once known: the console's header asks on every
     # page, so the session's own query reads it (`staff.sessions.find`) and no render does.
     _admin: bool | None = None
+    # Whether the user is a clinic's data-protection officer, and whether they work a clinic's
+    # inbox (staff or admin), once known: read by the session's query like `_admin`.
+    _officer: bool | None = None
+    _works: bool | None = None
     # How many keys of the clinics the user administers expire within 14 days (the banner
     # of every page): counted by the session's query (`console.sessions.find`).
     expiring_keys: int = 0
@@ -52,6 +56,29 @@ class StaffUser(BaseModel):
             self._admin = self.administers().exists()
         return self._admin
 
+    @property
+    def is_officer(self) -> bool:
+        """Whether the user is the data-protection officer of at least one clinic."""
+        if self._officer is None:
+            self._officer = (
+                StaffMembership.select()
+                .where((StaffMembership.user == self.id) & (StaffMembership.role == "officer"))
+                .exists()
+            )
+        return self._officer
+
+    @property
+    def works(self) -> bool:
+        """Whether the user works a clinic's inbox (staff or admin somewhere): an officer
+        only has no inbox."""
+        if self._works is None:
+            self._works = (
+                StaffMembership.select()
+                .where((StaffMembership.user == self.id) & StaffMembership.role.in_(StaffMembership.WORKING_ROLES))
+                .exists()
+            )
+        return self._works
+
     def administers(self) -> pw.ModelSelect[StaffMembership]:
         """The user's admin memberships (a query: `exists()` it, or select from it)."""
         return StaffMembership.select().where((StaffMembership.user == self.id) & (StaffMembership.role == "admin"))
@@ -64,15 +91,18 @@ class StaffUser(BaseModel):
     def by_email(cls, email: str) -> StaffUser | None:
         return cls.get_or_none(cls.email == cls.normal_email(email))
 
-    def clinics(self, role: str | None = None) -> list[Clinic]:
-        """The clinics of the user's memberships (only those with `role` when given), by name."""
+    def clinics(self, role: str | tuple[str, ...] | None = None) -> list[Clinic]:
+        """The clinics of the user's memberships (only those with `role`, or one of the
+        roles, when given), by name."""
         query = Clinic.select().join(StaffMembership).where(StaffMembership.user == self)
-        if role is not None:
+        if isinstance(role, str):
             query = query.where(StaffMembership.role == role)
+        elif role is not None:
+            query = query.where(StaffMembership.role.in_(role))
         return list(query.order_by(Clinic.name, Clinic.slug))
 
     def role_in(self, clinic: Clinic) -> str | None:
-        """`staff`, `admin`, or None when the user does not work for the clinic."""
+        """`staff`, `admin`, `officer`, or None when the user does not work for the clinic."""
         membership = StaffMembership.get_or_none(StaffMembership.user == self, StaffMembership.clinic == clinic)
         return membership.role if membership else None
 
@@ -87,13 +117,19 @@ class StaffUser(BaseModel):
 
 
 class StaffMembership(BaseModel):
-    """Which clinics a staff user works for, and as what."""
+    """Which clinics a staff user works for, and as what: `staff` (the inbox), `admin`
+    (the inbox and the clinic's settings, team, keys, audit and read trails, patients'
+    copies and erasures) or `officer`, the data-protection officer (pověřenec): the audit
+    and read trails, patients' pages, copies and erasures, and no inbox, request, recording
+    or setting."""
 
     id: Any  # the AutoField: a column in queries, an int on a row
     user_id: uuid.UUID
     clinic_id: uuid.UUID
 
-    ROLES = ("staff", "admin")
+    ROLES = ("staff", "admin", "officer")
+    #: The roles that open the clinic's inbox and its requests.
+    WORKING_ROLES = ("staff", "admin")
 
     user = pw.ForeignKeyField(StaffUser, backref="memberships", on_delete="CASCADE")
     clinic = pw.ForeignKeyField(Clinic, backref="staff", on_delete="CASCADE")

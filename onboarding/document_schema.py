@@ -145,6 +145,12 @@ RETENTION = _closed(
         "callsWithoutRequestDays": _DAYS,
         "auditDetailsDays": _DAYS,
         "signedDocumentsDays": _DAYS,
+        # Resolved requests made through the API (no call); a request holding a signed
+        # document stays while the document does.
+        "resolvedApiRequestsDays": _DAYS,
+        # The read trail (who read which patient's data); null: the default, 730 days: the
+        # trail is never kept for ever.
+        "readTrailDays": _DAYS,
     }
 )
 

@@ -459,6 +459,8 @@ RETENTION_COLUMNS = {
     "callsWithoutRequestDays": "retention_calls_days",
     "auditDetailsDays": "retention_audit_details_days",
     "signedDocumentsDays": "retention_documents_days",
+    "resolvedApiRequestsDays": "retention_api_requests_days",
+    "readTrailDays": "retention_reads_days",
 }
 
 

@@ -41,6 +41,7 @@ from patients.directory import patient_for_create
 from plumbing.clock import as_utc
 from plumbing.database import db
 from plumbing.errors import Invalid, NotFound
+from triage import clinic_words
 
 log = logging.getLogger(__name__)
 
@@ -339,3 +340,51 @@ def clear_urgent(request: PatientRequest, actor: Who, now: datetime) -> bool:
             AuditEvent.record(actor, request.clinic_id, "patient_request.clear_urgent", request, {}, at=now)
             _updated(request, ["urgent"], at=now)
     return bool(cleared)
+
+
+# --- what was really said: a corrected transcript ----------------------------------------
+
+#: The longest correction kept (a voicemail's transcript is a few hundred characters).
+MAX_CORRECTION = 5000
+
+
+def correct_transcript(request: PatientRequest, text: str, actor: Who, now: datetime) -> bool:
+    """Staff who listened write down what was really said: kept beside the machine's
+    transcript (never over it), shown first and returned by the API; empty text takes the
+    correction back. The suggested type and the "may be urgent" flag are read again in the
+    clinic's words from the text now shown, but for a type staff confirmed or a flag they
+    cleared. Audited with the correction's length only (never the text). False when nothing
+    changed."""
+    call = Call.get_or_none(Call.id == request.call_id) if request.call_id else None
+    if call is None or call.transcript is None:
+        raise Invalid("transcript: this request has no transcript to correct")
+    corrected = text.replace("\r\n", "\n").strip()[:MAX_CORRECTION] or None
+    if corrected == call.corrected_transcript:
+        return False
+    who = Actor.of(actor)
+    with db.atomic():
+        Call.update(
+            corrected_transcript=corrected,
+            corrected_at=as_utc(now) if corrected else None,
+            corrected_by=who.name if corrected else None,
+        ).where(Call.id == call.id).execute()
+        fresh: dict[str, Any] = {}
+        if request.suggested_type_spans is not None:  # a message the triage read: read again
+            fresh = clinic_words.read_transcript(
+                request.clinic_id, corrected or call.transcript, call.transcript_language
+            ).columns()
+            if request.type_confirmed_at is not None:
+                fresh = {k: v for k, v in fresh.items() if not k.startswith("suggested_")}
+            if request.urgent_cleared_at is not None:
+                fresh = {k: v for k, v in fresh.items() if not k.startswith("urgent")}
+            if fresh:
+                PatientRequest.update(**fresh).where(PatientRequest.id == request.id).execute()
+        AuditEvent.record(
+            actor,
+            request.clinic_id,
+            "patient_request.correct_transcript",
+            request,
+            {"characters": len(corrected or ""), "withdrawn": corrected is None},
+            at=now,
+        )
+    return True

@@ -122,7 +122,11 @@ def transcripts_of(requests: list[PatientRequest]) -> dict[uuid.UUID, str]:
     read = [r.call_id for r in requests if r.call_id and r.suggested_type_spans is not None]
     if not read:
         return {}
-    return {c.id: c.transcript or "" for c in Call.select(Call.id, Call.transcript).where(Call.id.in_(read))}
+    # The text the suggestion was read in: staff's correction when there is one.
+    return {
+        c.id: c.corrected_transcript or c.transcript or ""
+        for c in Call.select(Call.id, Call.transcript, Call.corrected_transcript).where(Call.id.in_(read))
+    }
 
 
 def attachments_of(request: PatientRequest) -> list[MedicalRecord]:

@@ -12,6 +12,10 @@ gives the defaults and their reasons):
 - signed documents, `retention_documents_days` after they were registered (None: kept);
 - the client address of audit events, `retention_audit_details_days` after them (what
   happened, to what and by whom stay);
+- resolved requests made through the API, `retention_api_requests_days` after they were
+  resolved (a request holding a signed document stays while the document does);
+- the read trail's rows, `retention_reads_days` after they were written (None: the default,
+  `Clinic.READS_DEFAULT_DAYS`: every clinic's trail goes in time, set or not);
 
 and for the whole deployment: console sessions past their lifetime, set-password links
 used or expired, recovery codes used, and the audit addresses of events of no clinic.
@@ -53,7 +57,7 @@ from models import (
 )
 from plumbing.clock import as_utc
 from plumbing.database import db, is_postgresql
-from privacy import object_deletion
+from privacy import object_deletion, read_trail
 from storage import Storage
 
 log = logging.getLogger(__name__)
@@ -72,6 +76,8 @@ class Deleted:
     patients: int = 0
     documents: int = 0
     audit_addresses: int = 0
+    api_requests: int = 0
+    reads: int = 0
     staff_sessions: int = 0
     password_links: int = 0
     recovery_codes: int = 0
@@ -84,7 +90,7 @@ class Deleted:
     def of_patients(self) -> bool:
         """Whether anything of patients went (the clinic's audit trail says so; an old
         event's address removed, which happens every round, is only counted)."""
-        return bool(self.call_requests or self.calls or self.patients or self.documents)
+        return bool(self.call_requests or self.calls or self.patients or self.documents or self.api_requests)
 
     def add(self, other: Deleted) -> None:
         for field in dataclasses.fields(self):
@@ -148,6 +154,10 @@ def clinic_round(clinic: Clinic, now: datetime, batch: int = BATCH) -> Deleted:
     if clinic.retention_audit_details_days is not None:
         cutoff = now - timedelta(days=clinic.retention_audit_details_days)
         deleted.add(_in_batches(lambda: _audit_addresses(clinic.id, cutoff, now, batch), batch))
+    if clinic.retention_api_requests_days is not None:
+        cutoff = now - timedelta(days=clinic.retention_api_requests_days)
+        deleted.add(_in_batches(lambda: _api_requests(clinic, cutoff, now, batch), batch))
+    deleted.add(_in_batches(lambda: _reads(clinic, now, batch), batch))
     return deleted
 
 
@@ -307,6 +317,35 @@ def _documents(clinic: Clinic, cutoff: datetime, now: datetime, batch: int) -> t
         return Deleted(documents=gone), len(rows)
 
 
+def _api_requests(clinic: Clinic, cutoff: datetime, now: datetime, batch: int) -> tuple[Deleted, int]:
+    documents = MedicalRecord.select(MedicalRecord.id).where(MedicalRecord.request == PatientRequest.id)
+    with db.atomic():
+        rows = list(
+            _locked(
+                PatientRequest.select(PatientRequest.id)
+                .where(
+                    (PatientRequest.clinic == clinic.id)
+                    & PatientRequest.call.is_null()
+                    & PatientRequest.done_at.is_null(False)
+                    & (PatientRequest.done_at < cutoff)
+                    & ~pw.fn.EXISTS(documents)
+                )
+                .order_by(PatientRequest.done_at)
+                .limit(batch)
+            )
+        )
+        if not rows:
+            return Deleted(), 0
+        gone = delete_requests([r.id for r in rows], now)
+        return Deleted(api_requests=gone.call_requests), len(rows)
+
+
+def _reads(clinic: Clinic, now: datetime, batch: int) -> tuple[Deleted, int]:
+    with db.atomic():
+        gone = read_trail.expire(clinic, now, batch)
+    return Deleted(reads=gone), gone
+
+
 def _audit_addresses(clinic_id: uuid.UUID | None, cutoff: datetime, now: datetime, batch: int) -> tuple[Deleted, int]:
     with db.atomic():
         redacted = AuditEvent.forget_addresses(clinic_id, cutoff, now, batch)
@@ -320,4 +359,6 @@ def settings_of(clinic: Clinic) -> dict[str, Any]:
         "callsWithoutRequestDays": clinic.retention_calls_days,
         "auditDetailsDays": clinic.retention_audit_details_days,
         "signedDocumentsDays": clinic.retention_documents_days,
+        "resolvedApiRequestsDays": clinic.retention_api_requests_days,
+        "readTrailDays": clinic.retention_reads_days,
     }

@@ -13,6 +13,7 @@ from jobs.playback import RecordingPlayer
 from models import Call
 from patient_requests import changes, queries
 from plumbing.clock import Clock
+from privacy import read_trail
 from storage import Storage
 from storage.links import LinkCache
 from voicemail.recordings import gone_message
@@ -55,6 +56,9 @@ def _time_slot(slot: dict[str, Any] | None) -> changes.TimeSlot | None:
 class RequestSearch:
     scopes = {"POST": "read"}
 
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         body = validation.body(req, schemas.REQUEST_SEARCH_REQUEST, optional=True)
         flt, pagination = body.get("filter", {}), body.get("pagination", {})
@@ -67,7 +71,11 @@ class RequestSearch:
             # JSON Schema counts 9.0 as an integer (found by the fuzzer: a float slice index was a 500).
             limit=int(pagination.get("limit", queries.DEFAULT_LIMIT)),
         )
-        resp.media = {"data": shapes.requests(found), "pagination": {"nextCursor": cursor}}
+        data = shapes.requests(found)
+        # The read trail: one row per request listed, in one INSERT.
+        listed = [(r.patient_id, r.id) for r in found]
+        read_trail.record(req.context.token, req.context.clinic.id, "request_search", listed, self.clock())
+        resp.media = {"data": data, "pagination": {"nextCursor": cursor}}
 
 
 class RequestDetail:
@@ -81,9 +89,12 @@ class RequestDetail:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
         request = queries.request_of(req.context.clinic, request_id)
+        now = self.clock()
         data = shapes.detail(request, self.links)
         if request.call_id is not None and self.player is not None:
-            data["call"] = self.player.describe(Call.get_by_id(request.call_id), self.clock())
+            data["call"] = self.player.describe(Call.get_by_id(request.call_id), now)
+        # The read trail: its transcript, notes, numbers and documents' links were read.
+        read_trail.record(req.context.token, request.clinic_id, "request", [(request.patient_id, request.id)], now)
         resp.media = {"data": data}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str, request_id: str) -> None:
@@ -163,7 +174,8 @@ class RequestRecording:
         request = queries.request_of(req.context.clinic, request_id)
         if request.call_id is None:
             raise APIError(404, "NOT_FOUND", "This request was not made from a call: it has no recording.")
-        answer = self.player.play(Call.get_by_id(request.call_id), self.clock())
+        now = self.clock()
+        answer = self.player.play(Call.get_by_id(request.call_id), now)
         if answer.kind == "gone":
             raise APIError(410, "RECORDING_UNAVAILABLE", gone_message(answer.reason or "deleted"))
         if answer.kind == "later":
@@ -173,6 +185,7 @@ class RequestRecording:
                 "The switchboard platform has not handed out the recording yet; try again shortly.",
                 headers={"Retry-After": str(answer.retry_after)},
             )
+        read_trail.record(req.context.token, request.clinic_id, "recording", [(request.patient_id, request.id)], now)
         resp.status = falcon.HTTP_302
         resp.location = answer.url
         resp.cache_control = ["no-store"]

@@ -102,9 +102,24 @@ def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession |
             (StaffMembership.user == StaffUser.id) & (StaffMembership.role == "admin")
         )
     )
+    officer = fn.EXISTS(
+        StaffMembership.select(StaffMembership.id).where(
+            (StaffMembership.user == StaffUser.id) & (StaffMembership.role == "officer")
+        )
+    )
+    works = fn.EXISTS(
+        StaffMembership.select(StaffMembership.id).where(
+            (StaffMembership.user == StaffUser.id) & StaffMembership.role.in_(StaffMembership.WORKING_ROLES)
+        )
+    )
     session = (
         StaffSession.select(
-            StaffSession, StaffUser, admin.alias("user_is_admin"), _expiring_keys(now).alias("user_expiring_keys")
+            StaffSession,
+            StaffUser,
+            admin.alias("user_is_admin"),
+            officer.alias("user_is_officer"),
+            works.alias("user_works"),
+            _expiring_keys(now).alias("user_expiring_keys"),
         )
         .join(StaffUser)
         .where(StaffSession.id == _digest(token))
@@ -113,6 +128,8 @@ def find(token: str | None, now: datetime, lifetime: Lifetime) -> StaffSession |
     if session is None:
         return None
     session.user._admin = bool(session.user_is_admin)  # type: ignore[attr-defined]  # the query's extra column
+    session.user._officer = bool(session.user_is_officer)  # type: ignore[attr-defined]  # the same
+    session.user._works = bool(session.user_works)  # type: ignore[attr-defined]  # the same
     session.user.expiring_keys = int(session.user_expiring_keys or 0)  # type: ignore[attr-defined]  # the same
     now = as_utc(now)
     if (

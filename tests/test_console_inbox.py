@@ -154,7 +154,7 @@ def test_the_request_page_shows_notes_and_history_and_hides_other_clinics(staff,
     note["note"] = "<i>rang twice</i>"
     note.submit(status=303)
     page = app.get(f"/console/requests/{request.id}")
-    assert page.html.textarea.text == "<i>rang twice</i>" and "&lt;i&gt;rang twice" in page.text
+    assert page.html.select_one("textarea#note").text == "<i>rang twice</i>" and "&lt;i&gt;rang twice" in page.text
     with db.connection_context():
         assert PatientRequest.get_by_id(request.id).user_note == "<i>rang twice</i>"
     history = page.html.select_one("ol.history").text

@@ -468,6 +468,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
                     {"requestTypeId": str(kind.id), "suggestedRequestTypeId": None, "asSuggested": False},
                 ),
                 ("patient_request.clear_urgent", request, {}),
+                ("patient_request.correct_transcript", request, {"characters": 48, "withdrawn": False}),
                 ("settings.urgency_words.update", None, {"shipped": False, "counts": {"cs": 40, "en": 31}}),
                 ("retention.delete", None, {"call_requests": 3, "calls": 5, "patients": 1}),
                 (

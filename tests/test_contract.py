@@ -81,6 +81,8 @@ def _detail_with(recording: dict[str, Any], **fields: Any) -> bytes:
             "transcriptIssue": None,
             "language": None,
             "transcriptLanguage": None,
+            "correctedTranscript": None,
+            "transcriptCorrectedAt": None,
             "extra": None,
             "recording": recording,
         },

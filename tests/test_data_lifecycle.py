@@ -144,11 +144,17 @@ def test_a_new_clinic_gets_the_default_retention_and_an_existing_one_keeps_its_o
             "callsWithoutRequestDays": 30,
             "auditDetailsDays": 180,
             "signedDocumentsDays": None,
+            "resolvedApiRequestsDays": 365,
+            "readTrailDays": 730,
         }
         # A clinic from before the settings (the migration leaves them empty): a file without
         # `retention` never starts deleting its data.
         Clinic.update(
-            retention_call_requests_days=None, retention_calls_days=None, retention_audit_details_days=None
+            retention_call_requests_days=None,
+            retention_calls_days=None,
+            retention_audit_details_days=None,
+            retention_api_requests_days=None,
+            retention_reads_days=None,
         ).where(Clinic.id == a.id).execute()
     load(organization(clinic("clinic-a")))
     with db.connection_context():
@@ -160,6 +166,8 @@ def test_a_new_clinic_gets_the_default_retention_and_an_existing_one_keeps_its_o
             "callsWithoutRequestDays": None,
             "auditDetailsDays": None,
             "signedDocumentsDays": 3650,
+            "resolvedApiRequestsDays": None,
+            "readTrailDays": None,
         }
 
 
@@ -232,7 +240,12 @@ def test_past_each_period_the_round_leaves_nothing_of_the_expired_data(app, toke
     assert person.document_text.encode() in bucket_bytes()
     clock.set(start + timedelta(days=366))
     counts = run_round(clock).counts()
-    assert {kind: n for kind, n in counts.items() if kind != "audit_addresses"} == {"documents": 1, "objects": 2}
+    # The booked request (resolved when it was made, a year ago) goes with its period too.
+    assert {kind: n for kind, n in counts.items() if kind != "audit_addresses"} == {
+        "documents": 1,
+        "objects": 2,
+        "api_requests": 1,
+    }
     assert person.document_text.encode() not in bucket_bytes()
     with db.connection_context():
         assert MedicalRecord.select().count() == 0 and PendingObjectDeletion.select().count() == 0
@@ -319,7 +332,11 @@ def test_a_clinic_without_retention_keeps_everything_however_old(app, token, clo
     with db.connection_context():
         PatientRequest.update(done_at=as_utc(start)).execute()
         Clinic.update(
-            retention_call_requests_days=None, retention_calls_days=None, retention_audit_details_days=None
+            retention_call_requests_days=None,
+            retention_calls_days=None,
+            retention_audit_details_days=None,
+            retention_api_requests_days=None,
+            retention_reads_days=None,
         ).execute()
     clock.set(start + timedelta(days=3650))
     assert run_round(clock).counts() == {}
@@ -395,7 +412,11 @@ def log_in(app, email: str) -> None:
 def test_an_admin_sets_the_retention_in_the_console(app, admin):
     with db.connection_context():
         Clinic.update(
-            retention_call_requests_days=None, retention_calls_days=None, retention_audit_details_days=None
+            retention_call_requests_days=None,
+            retention_calls_days=None,
+            retention_audit_details_days=None,
+            retention_api_requests_days=None,
+            retention_reads_days=None,
         ).execute()
     log_in(app, "anna@example.cz")
     page = app.get("/console/settings/retention?clinic=clinic-a")
@@ -411,6 +432,8 @@ def test_an_admin_sets_the_retention_in_the_console(app, admin):
             "callsWithoutRequestDays": 14,
             "auditDetailsDays": 365,
             "signedDocumentsDays": None,
+            "resolvedApiRequestsDays": None,
+            "readTrailDays": None,
         }
         event = AuditEvent.get(AuditEvent.action == "settings.retention.update")
         assert event.actor_name == "anna@example.cz" and json.loads(event.details)["callsWithoutRequestDays"] == 14
@@ -474,6 +497,8 @@ def test_an_upgraded_database_leaves_its_clinics_without_retention(config):
                 "retention_calls_days",
                 "retention_audit_details_days",
                 "retention_documents_days",
+                "retention_api_requests_days",
+                "retention_reads_days",
             ):
                 database.execute_sql(f'ALTER TABLE "clinic" DROP COLUMN "{column}"')
             database.execute_sql('ALTER TABLE "audit_event" DROP COLUMN "redacted_at"')

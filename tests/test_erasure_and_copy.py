@@ -363,6 +363,9 @@ def test_an_admin_copies_and_erases_a_patient_from_the_console(app, token, perso
     form["confirm"] = "1"
     done = form.submit(status=303).follow()
     assert "Pacient byl vymazán" in done.text
+    # Art. 19: the confirmation reminds whom else to tell.
+    reminder = done.html.select_one("#tell-others").text
+    assert "platformě telefonní ústředny" in reminder and "podepisovacímu systému" in reminder
     assert found(person.traces(), database_dump(PG_URL)) == []
     with db.connection_context():
         assert (

@@ -236,6 +236,8 @@ def test_detail_shows_callback_number_language_transcript_status_issue_and_extra
         "language": "cs",
         "transcriptLanguage": "cs",
         "extra": EXTRA,
+        "correctedTranscript": None,  # nobody corrected it
+        "transcriptCorrectedAt": None,
     }
     assert call["recording"]["state"] == "available"
     Draft202012Validator(documented(app, "get", "/patientRequests/{request_id}")).validate(answer)

@@ -52,7 +52,8 @@ def refresh(clinic_id: uuid.UUID) -> int:
     for request in rows:
         call = request.call  # joined: every row has one
         assert call is not None
-        r = reading.read(call.transcript or "", call.transcript_language, words)
+        # Staff's correction, when there is one, is the text read (and the spans' text).
+        r = reading.read(call.corrected_transcript or call.transcript or "", call.transcript_language, words)
         fresh = Triage(uuid.UUID(r.type_id) if r.type_id else None, r.type_spans, r.urgent, r.urgent_spans).columns()
         if request.type_confirmed_at is not None:
             fresh = {k: v for k, v in fresh.items() if not k.startswith("suggested_")}

@@ -236,6 +236,12 @@ def seed(app: webtest.TestApp, token: str, person: Person, now: datetime, *, doc
             urgent_spans=f"[[{at}, {at + 7}]]",
             urgent_cleared_at=as_utc(now),
         ).where(PatientRequest.id == request.id).execute()
+        # What staff who listened wrote down as really said, beside the machine's text.
+        Call.update(
+            corrected_transcript=f"{person.transcript} (opraveno: {person.last})",
+            corrected_at=as_utc(now),
+            corrected_by="anna@example.cz",
+        ).where(Call.id == person.calls["message"]).execute()
     return person
 
 

@@ -171,7 +171,20 @@ CALL = component(
             "callTo": {"type": "string"},
             "status": NULLABLE_STRING,
             "receivedAt": DATE_TIME,
-            "transcript": {**NULLABLE_STRING, "description": "Kept whatever happens to the recording."},
+            "transcript": {
+                **NULLABLE_STRING,
+                "description": "The machine's transcript, kept whatever happens to the recording and "
+                "when staff correct it.",
+            },
+            "correctedTranscript": {
+                **NULLABLE_STRING,
+                "description": "What staff who listened wrote down as really said (show it first); null: "
+                "not corrected. The machine's text stays in transcript.",
+            },
+            "transcriptCorrectedAt": {
+                **NULLABLE_DATE_TIME,
+                "description": "When staff last corrected the transcript; null: not corrected.",
+            },
             "transcriptStatus": nullable(
                 TRANSCRIPT_STATUS,
                 description=(
