@@ -10,7 +10,21 @@ from rq import Queue
 
 import migrations
 from config import Config, prepare_process_environment
-from console import account, assets, audit, inbox, keys, login, pages, patient, reads, rendering, settings, team, webhooks
+from console import (
+    account,
+    assets,
+    audit,
+    inbox,
+    keys,
+    login,
+    pages,
+    patient,
+    reads,
+    rendering,
+    settings,
+    team,
+    webhooks,
+)
 from console import help as guides
 from console import request as request_page
 from console.flash import Flash
