@@ -42,7 +42,16 @@ def place_changes(
     table = model._meta.table_name
     key = model._meta.primary_key.column_name  # type: ignore[union-attr]
     with db.atomic():
-        if is_postgresql() and not db.execute_sql("SELECT pg_try_advisory_xact_lock(%s)", (lock,)).fetchone()[0]:
+        # Advisory locks are the cluster's: the second key is this database's, so a placer of
+        # another database on the same server never holds this one's back.
+        if (
+            is_postgresql()
+            and not db.execute_sql(
+                "SELECT pg_try_advisory_xact_lock(%s, "
+                "(SELECT oid::int FROM pg_database WHERE datname = current_database()))",
+                (lock,),
+            ).fetchone()[0]
+        ):
             return 0
         # A sequence, not the table's highest place: that one goes down when the row that
         # holds it changes, and a place given again would fall behind a reader's cursor.

@@ -82,6 +82,7 @@ class ChangeEvent(BaseModel):
         the caller's transaction (the change's); the event's id."""
         if type not in TYPES:
             raise ValueError(f"unknown event type {type!r}")
+        data = {"patientId": None, **data}  # every event names its patient (None: no patient concerned)
         clinic = clinic_id if isinstance(clinic_id, uuid.UUID) else uuid.UUID(str(clinic_id))
         event_id = uuid.uuid4()
         cls.insert(
