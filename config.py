@@ -53,6 +53,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "REFUSED_HANDOFF_RETENTION_DAYS": ("refused_handoff_retention_days", int),
     "IDEMPOTENCY_KEY_HOURS": ("idempotency_key_hours", int),
     "RETENTION_AUDIT_DETAILS_DAYS": ("retention_audit_details_days", int),
+    "RETENTION_DISABLED_STAFF_DAYS": ("retention_disabled_staff_days", int),
     "S3_ENDPOINT_URL": ("s3_endpoint_url", str),
     "S3_PUBLIC_ENDPOINT_URL": ("s3_public_endpoint_url", str),
     "S3_BUCKET": ("s3_bucket", str),
@@ -237,6 +238,9 @@ class Config:
     # lose their client address after this many days; a clinic's own events follow that
     # clinic's retention (docs/data-protection.md). The workers' purge rounds apply both.
     retention_audit_details_days: int = 180
+    # A staff account disabled this many days ago is deleted, with its memberships (the audit
+    # and read trails keep the e-mail it acted under): a year covers a leaver's questions.
+    retention_disabled_staff_days: int = 365
     s3_endpoint_url: str = ""
     # Endpoint written into presigned S3 URLs when clients reach the bucket under another
     # address than the service does; empty: s3_endpoint_url.
@@ -361,6 +365,7 @@ class Config:
             "upload_purge_every_seconds",
             "refused_handoff_retention_days",
             "retention_audit_details_days",
+            "retention_disabled_staff_days",
             "console_password_link_hours",
             "console_reset_link_minutes",
             "urgent_notice_every_minutes",

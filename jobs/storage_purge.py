@@ -74,6 +74,7 @@ def lifetimes(config: Config) -> retention.Lifetimes:
         session_absolute=session.absolute,
         session_pending=sessions.PENDING_LIFETIME,
         audit_details_without_clinic=timedelta(days=config.retention_audit_details_days),
+        disabled_staff=timedelta(days=config.retention_disabled_staff_days),
     )
 
 

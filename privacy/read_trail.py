@@ -100,9 +100,13 @@ def reads_by(
     """Everything `who` (`reader_ids`) read in these clinics, `since` inclusive, `until`
     exclusive, oldest first: the rows of the read trail with the patients' names."""
     ids = reader_ids(who)
-    if not ids or not clinic_ids:
+    if not who.strip() or not clinic_ids:
         return []
-    query = ReadEvent.select().where(ReadEvent.reader_id.in_(list(ids)) & ReadEvent.clinic_id.in_(clinic_ids))
+    # By id, or by the name the reader had then (a staff account deleted since: its e-mail).
+    named = ReadEvent.reader_name == who.strip()
+    query = ReadEvent.select().where(
+        (ReadEvent.reader_id.in_(list(ids)) | named if ids else named) & ReadEvent.clinic_id.in_(clinic_ids)
+    )
     if since is not None:
         query = query.where(ReadEvent.at >= as_utc(since))
     if until is not None:

@@ -18,7 +18,8 @@ gives the defaults and their reasons):
   `Clinic.READS_DEFAULT_DAYS`: every clinic's trail goes in time, set or not);
 
 and for the whole deployment: console sessions past their lifetime, set-password links
-used or expired, recovery codes used, and the audit addresses of events of no clinic.
+used or expired, recovery codes used, staff accounts disabled longer than
+`RETENTION_DISABLED_STAFF_DAYS`, and the audit addresses of events of no clinic.
 
 Every deletion runs in bounded batches, one transaction each, taking rows with FOR UPDATE
 SKIP LOCKED on PostgreSQL: rounds in several workers at once take disjoint rows, a crash
@@ -53,6 +54,7 @@ from models import (
     StaffPasswordLink,
     StaffRecoveryCode,
     StaffSession,
+    StaffUser,
     UploadLink,
 )
 from plumbing.clock import as_utc
@@ -81,6 +83,7 @@ class Deleted:
     staff_sessions: int = 0
     password_links: int = 0
     recovery_codes: int = 0
+    staff_users: int = 0
     objects: int = 0
 
     def counts(self) -> dict[str, int]:
@@ -106,6 +109,8 @@ class Lifetimes:
     session_absolute: timedelta
     session_pending: timedelta
     audit_details_without_clinic: timedelta
+    # A staff account this long disabled is deleted (None: kept).
+    disabled_staff: timedelta | None = None
 
 
 def run(storage: Storage, now: datetime, lifetimes: Lifetimes, batch: int = BATCH) -> dict[uuid.UUID | None, Deleted]:
@@ -179,6 +184,13 @@ def deployment_round(now: datetime, lifetimes: Lifetimes, batch: int = BATCH) ->
             .execute()
         )
         deleted.recovery_codes = StaffRecoveryCode.delete().where(StaffRecoveryCode.used_at.is_null(False)).execute()
+        if lifetimes.disabled_staff is not None:
+            # Memberships, sessions, links and codes go with the account (foreign keys' cascade).
+            deleted.staff_users = (
+                StaffUser.delete()
+                .where(StaffUser.disabled_at.is_null(False) & (StaffUser.disabled_at < now - lifetimes.disabled_staff))
+                .execute()
+            )
     cutoff = now - lifetimes.audit_details_without_clinic
     deleted.add(_in_batches(lambda: _audit_addresses(None, cutoff, now, batch), batch))
     return deleted

@@ -129,3 +129,27 @@ def test_offboarding_a_clinic_leaves_nothing_of_it_and_the_other_clinic_whole(ap
     assert clinic_b_state() == before_b
     app.get(f"{api('clinic-b')}/patientRequests/{b_request}", headers=bearer(token_b), status=200)
     app.get(f"{api('clinic-a')}/patientRequests/{a_requests[0]}", headers=bearer(token_a), status=401)
+
+
+@pytest.mark.slow
+def test_offboarding_an_organization_leaves_nothing_of_it_and_another_organization_whole(app, clock, tmp_path):
+    from tests.support import clinic, load, organization
+    from tests.support.people import lifecycle_organization
+
+    load(lifecycle_organization())
+    load(organization(clinic("other-clinic"), slug="other-org"))
+    token = issue_token(["clinic-a"], ["read", "write"])
+    person = seed(app, token, new_person(), clock())
+    other = issue_token(["other-clinic"], ["read"])
+    with db.connection_context():
+        org_id = str(Clinic.by_slug("clinic-a").organization_id)
+    done = manage("offboard", "--organization", "test-org", "--archive", str(tmp_path / "org.zip"), "--yes")
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(tmp_path / "org.zip") as z:
+        assert {"clinic-a/data.json", "clinic-b/data.json"} <= set(z.namelist())
+    dump = database_dump(PG_URL)
+    assert [t for t in [org_id, person.patient_id, person.transcript, *person.traces()] if t in dump] == []
+    assert person.document_text.encode() not in bucket_bytes()
+    with db.connection_context():
+        assert [c.slug for c in Clinic.select()] == ["other-clinic"]
+    app.post_json(api("other-clinic") + "/patients/search", {}, headers=bearer(other), status=200)

@@ -64,3 +64,31 @@ def test_resolved_api_requests_go_after_their_period_but_for_documents_and_open_
     assert left == {made["open"], made["other"]}
     assert done[a.id].api_requests == 1
     assert event.clinic_id == a.id and json.loads(event.details)["api_requests"] == 1
+
+
+def test_a_staff_account_disabled_past_its_period_goes_and_its_reads_stay_answerable(app, clock):
+    from dataclasses import replace
+
+    from models import StaffMembership, StaffUser
+    from privacy import read_trail
+    from staff.passwords import hash_password
+
+    load(signing_organization())
+    now = clock()
+    with db.connection_context():
+        a = Clinic.by_slug("clinic-a")
+        for email, disabled_days in (("gone@example.cz", 366), ("recent@example.cz", 364), ("active@example.cz", None)):
+            user = StaffUser.create(
+                email=email,
+                name=email,
+                password_hash=hash_password("a long password"),
+                disabled_at=None if disabled_days is None else as_utc(now - timedelta(days=disabled_days)),
+            )
+            StaffMembership.create(user=user, clinic=a, role="staff")
+            ReadEvent.record(Reader.of(user), a.id, "request", [(uuid.uuid4(), uuid.uuid4())], at=now)
+        done = retention.run(storage(), now, replace(LIFETIMES, disabled_staff=timedelta(days=365)))
+        assert sorted(u.email for u in StaffUser.select()) == ["active@example.cz", "recent@example.cz"]
+        assert done[None].staff_users == 1
+        assert StaffMembership.select().count() == 2
+        # The breach question still answers for the deleted account, by the e-mail it read under.
+        assert len(read_trail.reads_by([a.id], "gone@example.cz", None, None)) == 1
