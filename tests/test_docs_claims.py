@@ -105,7 +105,18 @@ def documented_order() -> list[set[int]]:
 
 def test_the_documented_order_of_the_checks_is_the_services(app, config, example):
     """Requests that fail two neighbouring steps at once are answered by the earlier one."""
-    assert documented_order() == [{413}, {401}, {404}, {403}, {429}, {408, 411, 413}, {400, 409, 422}, {415, 400}]
+    assert documented_order() == [
+        {400},
+        {503},
+        {413},
+        {401},
+        {404},
+        {403},
+        {429},
+        {408, 411, 413},
+        {400, 409, 422},
+        {415, 400},
+    ]
     load(example)
     write = issue_token(["demo-clinic"], ["read", "write"])
     read = issue_token(["demo-clinic"], ["read"])
@@ -120,9 +131,10 @@ def test_the_documented_order_of_the_checks_is_the_services(app, config, example
             req.environ["CONTENT_LENGTH"] = headers["Content-Length"]
         return web.do_request(req, status="*", expect_errors=True).status_int
 
-    assert post(app, create, huge) == 413, "1 before 2: the declared length before the token"
-    assert post(app, nowhere, {}) == 401, "2 before 3"
-    assert post(app, nowhere, bearer(other)) == 404, "3 before 4"
+    assert post(app, create + "?x=%00", huge) == 400, "1 before 3: a NUL in the URL before the declared length"
+    assert post(app, create, huge) == 413, "3 before 4: the declared length before the token"
+    assert post(app, nowhere, {}) == 401, "4 before 5"
+    assert post(app, nowhere, bearer(other)) == 404, "5 before 6"
     previous = app.app
     from plumbing.database import db
 
@@ -133,14 +145,14 @@ def test_the_documented_order_of_the_checks_is_the_services(app, config, example
         tight = webtest.TestApp(create_app(replace(config, rate_limit_writes_per_minute=1)))
         form = {"Content-Type": "application/x-www-form-urlencoded"}
         assert post(tight, create, {**bearer(write), **form}, b"a=b") == 415, "the one write of the minute"
-        assert post(tight, create, {**bearer(read), **form}, b"a=b") == 403, "4 before 5"
-        assert post(tight, create, {**bearer(write), "Idempotency-Key": ""}) == 429, "5 before 7"
+        assert post(tight, create, {**bearer(read), **form}, b"a=b") == 403, "6 before 7"
+        assert post(tight, create, {**bearer(write), "Idempotency-Key": ""}) == 429, "7 before 9"
     finally:
         db.initialize(before)
     assert previous is app.app
     fresh = issue_token(["demo-clinic"], ["read", "write"])  # a budget the tight app did not spend
     assert post(app, create, {**bearer(fresh), "Idempotency-Key": "", "Content-Type": "text/csv"}, b"a") == 400, (
-        "7 before 8: the key before the body's type"
+        "9 before 10: the key before the body's type"
     )
     assert (
         post(app, create, {**bearer(fresh), "Idempotency-Key": str(uuid.uuid4()), "Content-Type": "text/csv"}, b"a")
