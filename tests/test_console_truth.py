@@ -27,14 +27,14 @@ from plumbing import clock
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.conftest import REDIS_URL, ROOT
-from tests.support.console import PASSWORD, csrf_of, form_to, login, make
+from tests.support.console import PASSWORD, cs, csrf_of, form_to, login, make
 from tests.support.https_server import static
 from tests.support.recordings import onboard, received_at, stored_call
 from tests.support.servers import wait_until
 from voicemail.recordings import GONE_REASONS
 
-GONE_CS = "Nahrávka už není k dispozici — přepis zůstává."
-TRY_AGAIN_CS = "Nahrávku se teď nepodařilo načíst z ústředny — přehrajte ji znovu za chvíli."
+GONE_CS = cs("Nahrávka už není k dispozici — přepis zůstává.")
+TRY_AGAIN_CS = cs("Nahrávku se teď nepodařilo načíst z ústředny — přehrajte ji znovu za chvíli.")
 
 
 def receptionist(web):
@@ -89,7 +89,7 @@ def test_each_recording_state_is_said_on_the_row_and_the_page_without_asking_the
     # Gone: the words and why, the transcript, no player, no "Listen to the number".
     for request, why in (
         (deleted, "Platforma ústředny ji smazala."),
-        (foreign, "Odkaz na ni vypršel a tato ústředna nový vydat neumí."),
+        (foreign, cs("Odkaz na ni vypršel a tato ústředna nový vydat neumí.")),
     ):
         for page in (inbox, reader.get(f"/console/requests/{request.id}")):
             row = row_of(page, request)
@@ -120,7 +120,9 @@ def test_without_credentials_an_expired_recording_is_gone_on_the_page(web, clock
     clock.set(received_at(request) + timedelta(minutes=26))
     reader = receptionist(web)
     said = row_of(reader.get("/console/"), request).select_one("p.recording-state.gone")
-    assert said.select_one(".why").text == "Odkaz na ni vypršel a klinika nemá nastavený přístup k platformě ústředny."
+    assert said.select_one(".why").text == cs(
+        "Odkaz na ni vypršel a klinika nemá nastavený přístup k platformě ústředny."
+    )
     assert gone_reason(request) is None, "a page does not write; the play route remembers it"
 
 
@@ -538,7 +540,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
         "Hovory bez požadavku (dní)": "14",
         "Podepsané dokumenty (dní)": "uchovává se trvale",
     }
-    assert fields(row("retention.delete")) == {"Požadavky z hovorů": "3", "Hovory": "5", "Pacienti": "1"}
+    assert fields(row("retention.delete")) == {cs("Požadavky z hovorů"): "3", "Hovory": "5", "Pacienti": "1"}
     assert fields(row("patient_request.confirm_type"))["Navrženo podle přepisu"] == "jiné"
     assert fields(row("settings.urgency_words.update"))["Počet slov podle jazyka"] == "čeština 40, angličtina 31"
     assert fields(row("patient.erase"))["Ponechané podepsané dokumenty"] == "1"
