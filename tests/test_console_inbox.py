@@ -132,7 +132,7 @@ def test_the_play_route_redirects_or_says_the_recording_is_gone(staff, app, cloc
     played = app.get(f"/console/requests/{live.id}/recording", status=302)
     assert played.headers["Location"] == "https://example.test/r.wav"
     page = app.get(f"/console/requests/{gone.id}/recording", status=410)
-    assert cs("Nahrávka už není k dispozici — přepis zůstává.") in page.text
+    assert cs("Nahrávka už není k dispozici – přepis zůstává.") in page.text
     app.reset()
     app.get(f"/console/requests/{live.id}/recording", status=303), "no session: the login page"
 

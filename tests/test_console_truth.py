@@ -33,8 +33,8 @@ from tests.support.recordings import onboard, received_at, stored_call
 from tests.support.servers import wait_until
 from voicemail.recordings import GONE_REASONS
 
-GONE_CS = cs("Nahrávka už není k dispozici — přepis zůstává.")
-TRY_AGAIN_CS = cs("Nahrávku se teď nepodařilo načíst z ústředny — přehrajte ji znovu za chvíli.")
+GONE_CS = cs("Nahrávka už není k dispozici – přepis zůstává.")
+TRY_AGAIN_CS = cs("Nahrávku se teď nepodařilo načíst z ústředny – přehrajte ji znovu za chvíli.")
 
 
 def receptionist(web):
@@ -187,7 +187,7 @@ def test_a_live_update_row_says_the_recording_state_too(web, clock, platform, wo
         ).execute()
     fresh = reader.get(f"/console/rows?clinic=clinic-rec&state=open&kind=&q=&after={after}")
     assert f'id="r-{later.id}"' in fresh.text and f'id="r-{first.id}"' not in fresh.text
-    assert "Platforma ústředny vydala jinou nahrávku, než jakou hovor předal." in fresh.text
+    assert cs("Platforma ústředny vydala jinou nahrávku než tu, kterou s hovorem předala ústředna.") in fresh.text
     assert "<audio" not in fresh.text
 
 
@@ -541,7 +541,7 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
         "Podepsané dokumenty (dní)": "uchovává se trvale",
     }
     assert fields(row("retention.delete")) == {cs("Požadavky z hovorů"): "3", "Hovory": "5", "Pacienti": "1"}
-    assert fields(row("patient_request.confirm_type"))["Navrženo podle přepisu"] == "jiné"
+    assert fields(row("patient_request.confirm_type"))["Navrženo podle přepisu"] == "jiný"
     assert fields(row("settings.urgency_words.update"))["Počet slov podle jazyka"] == "čeština 40, angličtina 31"
     assert fields(row("patient.erase"))["Ponechané podepsané dokumenty"] == "1"
     assert "(už neexistuje)" in row("patient.erase").select_one("td.subject").text
