@@ -15,7 +15,7 @@ import falcon
 import redis
 
 from console import pages
-from console.inbox import local_time
+from console.inbox import local_time, shown_name
 from console.rendering import Renderer, html, see_other
 from models import Actor, Clinic
 from plumbing.clock import Clock
@@ -61,7 +61,7 @@ class PatientPage:
         self._render(resp, user, session.csrf_token, clinic, plan=plan)
 
     def _render(self, resp: falcon.Response, user: Any, csrf_token: str, clinic: Clinic, **facts: Any) -> None:
-        facts = {"plan": None, "erased": None, **facts}
+        facts = {"plan": None, "erased": None, "person_name": "", **facts}
         plan: erasure.Plan | None = facts["plan"]
         language = user.language
         clinics = {c.id: c.name for c in Clinic.select(Clinic.id, Clinic.name)}
@@ -79,6 +79,7 @@ class PatientPage:
                 for r in plan.requests
             ]
             facts["records"] = [clinics.get(r.clinic_id, "") for r in plan.records]
+            facts["person_name"] = shown_name(plan.patient)
         html(
             resp,
             self.renderer.render(
