@@ -236,3 +236,28 @@ def test_the_design_card_says_the_operator_may_make_a_key_that_never_expires():
     assert "--never-expires" in (ROOT / "commands" / "tokens.py").read_text("utf-8")
     design = (DOCS / "design.md").read_text("utf-8")
     assert "--never-expires" in design and "an expiry (at most a year)" not in design
+
+
+def test_the_key_format_the_integrators_page_gives_matches_every_key_the_service_makes(app):
+    """The documented pattern is what a secret scanner will use: it must match every key."""
+    text = (DOCS / "integrators" / "README.md").read_text("utf-8")
+    pattern = re.search(r"`(\\bcsk_[^`]+)`", text)
+    assert pattern is not None, "the page gives the pattern"
+    keys = [issue_token([], ["read"]) for _ in range(50)]
+    assert all(re.fullmatch(pattern.group(1), key) for key in keys), keys
+    assert all(re.search(pattern.group(1), f"leaked: {key}.") for key in keys), "found inside text too"
+
+
+def test_the_user_agent_the_switchboard_page_names_is_the_services():
+    from safe_fetch import USER_AGENT
+
+    text = (DOCS / "integrators" / "switchboard.md").read_text("utf-8")
+    assert f"`User-Agent: {USER_AGENT}`" in text
+
+
+def test_the_switchboard_page_says_how_long_has_active_request_may_wait_as_configured():
+    from config import Config
+
+    text = (DOCS / "integrators" / "switchboard.md").read_text("utf-8")
+    waited = re.search(r"`DB_POOL_WAIT_SECONDS` \((\d+) by default\)", text)
+    assert waited is not None and float(waited.group(1)) == Config.db_pool_wait_seconds
