@@ -89,7 +89,7 @@ def test_each_recording_state_is_said_on_the_row_and_the_page_without_asking_the
     # Gone: the words and why, the transcript, no player, no "Listen to the number".
     for request, why in (
         (deleted, "Platforma ústředny ji smazala."),
-        (foreign, cs("Odkaz na ni vypršel a tato ústředna nový vydat neumí.")),
+        (foreign, cs("Platnost odkazu na ni vypršela a tato ústředna nový odkaz vydat neumí.")),
     ):
         for page in (inbox, reader.get(f"/console/requests/{request.id}")):
             row = row_of(page, request)
@@ -121,7 +121,7 @@ def test_without_credentials_an_expired_recording_is_gone_on_the_page(web, clock
     reader = receptionist(web)
     said = row_of(reader.get("/console/"), request).select_one("p.recording-state.gone")
     assert said.select_one(".why").text == cs(
-        "Odkaz na ni vypršel a klinika nemá nastavený přístup k platformě ústředny."
+        "Platnost odkazu na ni vypršela a klinika nemá nastavený přístup k platformě ústředny."
     )
     assert gone_reason(request) is None, "a page does not write; the play route remembers it"
 

@@ -278,7 +278,7 @@ def test_a_handoff_with_an_expired_key_is_listed_and_its_admins_get_one_email_a_
     messages = mailbox.wait_for(2, timeout=5)
     assert sorted(m["To"] for m in messages) == ["anna@example.cz", "provoz@clinic.test"]
     czech = next(m for m in messages if m["To"] == "anna@example.cz")
-    assert czech["Subject"] == "Hovory odmítnuty: klíč API switchboard-2099 vypršel"
+    assert czech["Subject"] == "Hovory odmítnuty: klíč API switchboard-2099 už neplatí (vypršela mu platnost)"
     assert cs("Vydejte nový klíč v Nastavení › Klíče API") in text_of(czech)
     # The next day's first refusal tells them again, once.
     clock.set(FUTURE + timedelta(days=1))
@@ -292,7 +292,7 @@ def test_a_handoff_with_an_expired_key_is_listed_and_its_admins_get_one_email_a_
     form.submit(status=303)
     page = service.get("/console/settings/api-keys?clinic=clinic-a")
     rows = page.html.find(id="refused").find_all("tr")[1:]
-    assert len(rows) == 5 and all("klíč vypršel" in row.text and "switchboard-2099" in row.text for row in rows)
+    assert len(rows) == 5 and all("klíči vypršela platnost" in row.text and "switchboard-2099" in row.text for row in rows)
     listed = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "calls", "--refused", "--clinic", "clinic-a"],
         env={"DATABASE_URL": mailing.database_url, "PATH": "/usr/bin:/bin", "SECRET_KEY": mailing.secret_key},
