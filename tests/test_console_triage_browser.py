@@ -18,8 +18,8 @@ from plumbing.clock import as_utc, utc_now
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.support import clinic, load, organization
-from tests.support.console import cs
 from tests.support.clocks import claimed_now, job_context
+from tests.support.console import cs
 from tests.support.console_browser import PASSWORD, WAIT_MS, log_in
 from voicemail.transcription import Transcript
 
