@@ -1,4 +1,5 @@
-"""Operator CLI: migrate, onboard, tokens, demo, model, worker helpers.
+"""Operator CLI: migrate, onboard, tokens, users, the audit trail, the demo, calls, the worker,
+storage, patients' data, retention, secrets, readiness, models.
 
 python manage.py migrate
 python manage.py onboard FILE.json [--overwrite-console-changes]
@@ -6,26 +7,29 @@ python manage.py token create --name NAME --clinic SLUG [--clinic SLUG ...] --sc
 python manage.py token list
 python manage.py token rotate TOKEN_ID --old-valid-hours H [--expires-in-days N]
 python manage.py token revoke TOKEN_ID
-python manage.py user create --clinic SLUG [--clinic SLUG ...] --email E --name N --role staff|admin [--language cs|en] --password-stdin
+python manage.py user create --clinic SLUG [--clinic SLUG ...] --email E --name N --role staff|admin|officer [--language cs|en] --password-stdin
 python manage.py user reset-password --email E --password-stdin
-python manage.py user hash-password --password-stdin   (for an onboarding file's users)
+python manage.py user hash-password --password-stdin
 python manage.py user disable --email E
-python manage.py webhook add --clinic SLUG --url URL [--event TYPE ...]   (prints the signing secret once)
+python manage.py user reset-2fa --email E
+python manage.py webhook add --clinic SLUG --url URL [--event TYPE ...]
 python manage.py webhook list|rotate ID|disable ID|enable ID|remove ID --clinic SLUG
 python manage.py audit [--clinic SLUG] [--since ISO] [--action ACTION] [--limit N]
-python manage.py reads --who EMAIL|KEY [--clinic SLUG ...] [--since ISO] [--until ISO]   (the read trail, CSV)
-python manage.py demo [--base-url URL]
-python manage.py worker [QUEUE ...]
+python manage.py reads --who EMAIL|KEY [--clinic SLUG ...] [--since ISO] [--until ISO]
+python manage.py demo [--base-url URL] [--sample-recording URL]
+python manage.py calls [--last N] [--clinic SLUG] [--refused]
+python manage.py worker [QUEUE ...] [--no-warm-up]
 python manage.py requeue
 python manage.py storage purge [--grace-seconds N]
 python manage.py patient erase PATIENT_ID [--include-documents] [--yes]
 python manage.py patient copy PATIENT_ID --out FILE.zip
-python manage.py retention show [--clinic SLUG]
+python manage.py retention show [--clinic SLUG ...]
 python manage.py retention set --clinic SLUG [--resolved-call-requests-days N|keep] [--calls-without-request-days N|keep] [--audit-details-days N|keep] [--signed-documents-days N|keep]
 python manage.py retention run
 python manage.py offboard (--clinic SLUG | --organization SLUG) --archive FILE.zip [--yes]
-python manage.py reencrypt [--check]   (stored secrets under SECRET_KEY; SECRET_KEY_FALLBACKS retirable)
-python manage.py model build [--name tiny.en|base] [--quantize q8_0|q5_0|...] [--out var/models]
+python manage.py reencrypt [--check]
+python manage.py wait-ready --url URL [--timeout SECONDS]
+python manage.py model build [--name tiny.en|base] [--quantize TYPE] [--out DIR]
 python manage.py model verify PATH
 """
 

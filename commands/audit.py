@@ -29,7 +29,10 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
         except ValueError:
             print(f"error: --since: not an ISO 8601 date or date-time: {args.since}", file=sys.stderr)
             return 2
-    events = AuditEvent.trail(clinic_id, since, args.limit, args.action)
+    # One more than asked: whether older events were left out, said on stderr after the list.
+    events = list(AuditEvent.trail(clinic_id, since, args.limit + 1, args.action))
+    left_out = len(events) > args.limit
+    events = events[: args.limit]
     slugs = {
         c.id: c.slug
         for c in Clinic.select(Clinic.id, Clinic.slug).where(
@@ -44,6 +47,8 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
             f"{iso_utc(event.at)}  {where}  {who}  {event.action}  {target}  {visible(event.details)}"
             f"  request={visible(event.request_id or '-')}  from={visible(event.address or '-')}"
         )
+    if left_out:
+        print(f"note: older events match too; only the newest {args.limit} are listed (raise --limit)", file=sys.stderr)
     return 0
 
 

@@ -108,8 +108,7 @@ class AccountPage:
             if action == "password":
                 if wait := self.throttle.blocked(user.email, address):
                     resp.set_header("Retry-After", str(wait))
-                    message = tr.gettext("Too many failed logins. Try again in %(minutes)d min.")
-                    self._render(req, resp, falcon.HTTP_429, message % {"minutes": -(-wait // 60)})
+                    self._render(req, resp, falcon.HTTP_429, words.too_many_logins(tr, wait, user.language))
                     return
                 try:
                     ended = accounts.change_password(

@@ -13,6 +13,7 @@ from console import pages
 from console.inbox import local_time
 from console.rendering import N_
 from models import StaffUser
+from plumbing import catalogue
 from plumbing.clock import as_utc
 from plumbing.errors import DomainError
 from plumbing.forwarded import is_secure
@@ -94,3 +95,27 @@ def link_url(req: falcon.Request, trust_forwarded_proto: bool, token: str) -> st
     """The set-password link as the browser reaches this service (the admin copies it)."""
     scheme = "https" if is_secure(req, trust_forwarded_proto) else "http"
     return f"{scheme}://{req.netloc}{pages.password_link(token)}"
+
+
+def too_many_logins(tr: NullTranslations, seconds: int, language: str) -> str:
+    """A login refused for failed attempts: when to try again, in whole minutes."""
+    text, minutes = catalogue.plural(
+        tr,
+        "Too many failed logins. Try again in %(num)s minute.",
+        "Too many failed logins. Try again in %(num)s minutes.",
+        -(-seconds // 60),
+        language,
+    )
+    return text % {"num": minutes}
+
+
+def too_many_requests(tr: NullTranslations, seconds: int, language: str) -> str:
+    """Password resets asked too often: when to try again, in whole minutes."""
+    text, minutes = catalogue.plural(
+        tr,
+        "Too many requests. Try again in %(num)s minute.",
+        "Too many requests. Try again in %(num)s minutes.",
+        -(-seconds // 60),
+        language,
+    )
+    return text % {"num": minutes}

@@ -17,6 +17,7 @@ from babel.numbers import format_decimal
 from console.inbox import language_name, local_time
 from console.rendering import N_
 from models import Clinic
+from plumbing import catalogue
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,11 @@ class Words:
     def _(self, message: str, **values: Any) -> str:
         text = self.tr.gettext(message)
         return text % values if values else text
+
+    def n_(self, singular: str, plural: str, num: float) -> str:
+        """A number in words: the form it takes (Czech has three), `num` filled in."""
+        text, shown = catalogue.plural(self.tr, singular, plural, num, self.language)
+        return text % {"num": shown}
 
     def name(self, kind: str, key: Any) -> Named | None:
         return self.names.get((kind, str(key)))
@@ -91,7 +97,9 @@ def _days(value: Any, w: Words) -> Named:
 
 
 def _bytes(value: Any, w: Words) -> Named:
-    return Named(w._("%(count)s bytes", count=_count(value, w).text))
+    if not isinstance(value, int):
+        return Named(str(value))
+    return Named(w.n_("%(num)s byte", "%(num)s bytes", value))
 
 
 def _one_of(words: dict[str, str]) -> Kind:

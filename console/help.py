@@ -23,6 +23,7 @@ from markupsafe import Markup
 
 from console import pages
 from console.rendering import DEFAULT_LANGUAGE, LANGUAGE_COOKIE, LANGUAGES, Renderer, cookie, html
+from plumbing import catalogue
 
 GUIDES = Path(__file__).resolve().parent.parent / "docs" / "staff"
 IMAGES = GUIDES / "img"
@@ -60,12 +61,24 @@ def _console_href(href: str) -> str | None:
     return None
 
 
-def _rewrite(tokens: list[Token]) -> None:
-    for token in tokens:
-        if token.type == "image":
+def _rewrite(tokens: list[Token], language: str) -> None:
+    for previous, token in zip([None, *tokens], tokens, strict=False):
+        if token.type == "text":
+            token.content = catalogue.typeset(token.content, language)
+        elif (
+            token.type == "softbreak"
+            and language == "cs"
+            and previous is not None
+            and previous.type == "text"
+            and catalogue.ENDS_IN_ONE_LETTER_WORD.search(previous.content)
+        ):
+            # A line of the Markdown that ends in a one-letter word: the break is a
+            # non-breaking space, so the word stays with the next one.
+            token.type, token.content = "text", catalogue.NBSP
+        elif token.type == "image":
             token.attrSet("src", _console_href(str(token.attrGet("src") or "")) or "")
         elif token.children:
-            _rewrite(token.children)
+            _rewrite(token.children, language)
             # A link whose target the console cannot serve: its text stays, the link goes.
             kept, dropping = [], 0
             for child in token.children:
@@ -82,11 +95,12 @@ def _rewrite(tokens: list[Token]) -> None:
             token.children = kept
 
 
-def render(text: str) -> Markup:
-    """HTML of a guide's Markdown, raw HTML escaped, links made console links."""
+def render(text: str, language: str = DEFAULT_LANGUAGE) -> Markup:
+    """HTML of a guide's Markdown, raw HTML escaped, links made console links, the text
+    typeset as the language sets it (Czech: no one-letter word at a line's end)."""
     md = _markdown()
     tokens = md.parse(text)
-    _rewrite(tokens)
+    _rewrite(tokens, language)
     return Markup(md.renderer.render(tokens, md.options, {}))
 
 
@@ -104,7 +118,7 @@ class Guides:
                 path = directory / f"{name}.{language}.md"
                 if path.is_file():
                     text = path.read_text("utf-8")
-                    self.guides[(name, language)] = Guide(name, language, _title(text), render(text))
+                    self.guides[(name, language)] = Guide(name, language, _title(text), render(text, language))
 
     def get(self, name: str, language: str) -> Guide | None:
         """The guide in `language`, else in the default language (Czech), else None."""

@@ -26,6 +26,7 @@ from console.rendering import (
 )
 from console.throttle import LoginThrottle, ResetThrottle
 from models import StaffSession, StaffUser
+from plumbing import catalogue
 from plumbing.clock import Clock
 from plumbing.crypto import Keys
 from plumbing.database import db
@@ -108,8 +109,10 @@ class ConsoleLogin:
         message: str = "",
         email: str = "",
         notice: str = "",
+        said: str = "",
         **values: object,
     ) -> None:
+        """`message` a msgid (translated here, `values` filled in); `said` already in words."""
         token = _prelogin_token(req, resp, is_secure(req, self.trust), language)
         tr = self.renderer.translations[language]
         html(
@@ -119,7 +122,7 @@ class ConsoleLogin:
                 language,
                 user=None,
                 csrf_token=token,
-                message=tr.gettext(message) % values if message else "",
+                message=said or (tr.gettext(message) % values if message else ""),
                 notice=tr.gettext(notice) if notice else "",
                 email=email,
                 forgot=self.mail,
@@ -146,9 +149,8 @@ class ConsoleLogin:
                 resp,
                 language,
                 falcon.HTTP_429,
-                N_("Too many failed logins. Try again in %(minutes)d min."),
-                email,
-                minutes=-(-wait // 60),
+                email=email,
+                said=words.too_many_logins(self.renderer.translations[language], wait, language),
             )
             return
         user = StaffUser.by_email(email) if email else None
@@ -217,13 +219,7 @@ class ConsoleLoginCode:
         wait = self.throttle.blocked(user.email, address)
         if wait:
             resp.set_header("Retry-After", str(wait))
-            minutes = -(-wait // 60)
-            self._form(
-                req,
-                resp,
-                falcon.HTTP_429,
-                tr.gettext("Too many failed logins. Try again in %(minutes)d min.") % {"minutes": minutes},
-            )
+            self._form(req, resp, falcon.HTTP_429, words.too_many_logins(tr, wait, user.language))
             return
         code, now = req.context.form.get("code", "").strip()[:64], self.clock()
         left = None
@@ -379,17 +375,21 @@ class ForgotPassword:
             return
         if wait:
             resp.set_header("Retry-After", str(wait))
-            minutes = -(-wait // 60)
-            text = tr.gettext(N_("Too many requests. Try again in %(minutes)d min.")) % {"minutes": minutes}
+            text = words.too_many_requests(tr, wait, language)
             self._page(req, resp, language, falcon.HTTP_429, message=text)
             return
         if email:
             accounts.request_reset(email, self.clock())
-        notice = tr.gettext(
-            N_(
-                "If an account has this address, a link to set a new password is on its way to it. "
-                "It works once, for %(minutes)s minutes. Nothing came? Check the spam folder, or ask "
-                "an administrator of your clinic."
-            )
-        ) % {"minutes": f"{self.minutes:g}"}
+        text, minutes = catalogue.plural(
+            tr,
+            "If an account has this address, a link to set a new password is on its way to it. "
+            "It works once, for %(num)s minute. Nothing came? Check the spam folder, or ask "
+            "an administrator of your clinic.",
+            "If an account has this address, a link to set a new password is on its way to it. "
+            "It works once, for %(num)s minutes. Nothing came? Check the spam folder, or ask "
+            "an administrator of your clinic.",
+            self.minutes,
+            language,
+        )
+        notice = text % {"num": minutes}
         self._page(req, resp, language, notice=notice)

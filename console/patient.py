@@ -16,7 +16,7 @@ import redis
 
 from console import pages
 from console import reads as reads_page
-from console.inbox import local_time
+from console.inbox import local_time, shown_name
 from console.rendering import Renderer, html, see_other
 from models import Actor, Clinic
 from plumbing.clock import Clock
@@ -66,7 +66,7 @@ class PatientPage:
         self._render(resp, user, session.csrf_token, clinic, plan=plan, reads=reads, read_kinds=reads_page.KINDS)
 
     def _render(self, resp: falcon.Response, user: Any, csrf_token: str, clinic: Clinic, **facts: Any) -> None:
-        facts = {"plan": None, "erased": None, "reads": [], **facts}
+        facts = {"plan": None, "erased": None, "reads": [], "person_name": "", **facts}
         plan: erasure.Plan | None = facts["plan"]
         language = user.language
         clinics = {c.id: c.name for c in Clinic.select(Clinic.id, Clinic.name)}
@@ -94,6 +94,7 @@ class PatientPage:
                 }
                 for r in facts["reads"]
             ]
+            facts["person_name"] = shown_name(plan.patient)
         html(
             resp,
             self.renderer.render(

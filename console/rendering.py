@@ -65,8 +65,13 @@ class Renderer:
             # own text is trusted.
             return Markup(tr.gettext(message)) % values if values else tr.gettext(message)
 
+        def ngettext_(singular: str, plural: str, num: float, **values: Any) -> str:
+            # A number in a sentence: the form its count takes (Czech has three), `num` filled in.
+            text, shown = catalogue.plural(tr, singular, plural, num, language)
+            return Markup(text) % {"num": shown, **values}
+
         return self.env.get_template(name).render(
-            gettext=gettext_, _=gettext_, ngettext=tr.ngettext, language=language, once=_once, **context
+            gettext=gettext_, _=gettext_, ngettext=ngettext_, language=language, once=_once, **context
         )
 
 

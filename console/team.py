@@ -74,7 +74,7 @@ class StaffPage:
                 error=error,
                 form=req.context.form if error else {},
                 issued=issued or (flash.take(_FLASH) if flash and status == falcon.HTTP_200 else None),
-                link_hours=f"{self.lifetime.total_seconds() / 3600:g}",
+                link_hours=self.lifetime.total_seconds() / 3600,
                 mail=self.mail,
             ),
             status,

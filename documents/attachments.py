@@ -83,7 +83,7 @@ def register_attachment(
     deleted once registered."""
     link = UploadLink.get_or_none((UploadLink.request == request) & (UploadLink.file_hash == body["fileHash"]))
     if link is None:
-        raise Invalid("fileHash: not issued by an upload link of this request")
+        raise Invalid("fileHash: not issued by an upload link of this request", param="/fileHash")
     registered = MedicalRecord.get_or_none(MedicalRecord.file_hash == link.file_hash)
     if registered is not None:
         with db.atomic():
@@ -100,11 +100,11 @@ def register_attachment(
     try:
         sealed = storage.seal(link.file_hash, target)
     except ObjectNotFound:
-        raise Invalid("fileHash: no file was uploaded for it") from None
+        raise Invalid("fileHash: no file was uploaded for it", param="/fileHash") from None
     uploads.check_size(storage, sealed.size, link.file_hash, target)
     if not file_types.matches(body["contentType"], storage.read_prefix(target, file_types.PREFIX_BYTES)):
         storage.delete(target)
-        raise Invalid(f"contentType: the uploaded file is not {body['contentType']}")
+        raise Invalid(f"contentType: the uploaded file is not {body['contentType']}", param="/contentType")
     with db.atomic():
         MedicalRecord.insert(
             id=(ours := uuid.uuid4()),

@@ -57,7 +57,8 @@ def check_size(storage: Storage, size: int, *keys: str) -> None:
         storage.delete(key)
     raise Invalid(
         f"fileHash: the uploaded file has {size} bytes; at most {limit} bytes "
-        f"({limit / 2**20:g} MiB) are accepted. Upload a smaller file."
+        f"({limit / 2**20:g} MiB) are accepted. Upload a smaller file.",
+        param="/fileHash",
     )
 
 

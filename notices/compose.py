@@ -26,10 +26,16 @@ def N_(message: str) -> str:
     return message
 
 
-#: Each template's subject, in the catalogue (`%(...)s` filled from its values).
-SUBJECTS = {
+def Nn_(singular: str, plural: str) -> tuple[str, str]:
+    """Marks a message with a number for the catalogue, with its plural (`ngettext`'s)."""
+    return singular, plural
+
+
+#: Each template's subject, in the catalogue (`%(...)s` filled from its values); one with a
+#: number is its singular and plural, the number being the values' `num`.
+SUBJECTS: dict[str, str | tuple[str, str]] = {
     "urgent": N_("Messages that may be urgent: %(clinic)s"),
-    "key_expiring": N_("An API key expires in %(days)s days: %(key)s"),
+    "key_expiring": Nn_("An API key expires in %(num)s day: %(key)s", "An API key expires in %(num)s days: %(key)s"),
     "key_refused": N_("Calls refused: the API key %(key)s %(reason)s"),
     "webhook_disabled": N_("Webhooks stopped: %(clinic)s"),
     "password_reset": N_("Set a new password for the clinic console"),
@@ -77,8 +83,19 @@ class Composer:
                     return text
                 return Markup(text) % given if _html else text % given
 
+            def ngettext_(singular: str, plural: str, num: float, _html: bool = kind == "html", **given: Any) -> str:
+                # A number in a sentence: the form its count takes (Czech has three).
+                text, shown = catalogue.plural(tr, singular, plural, num, language)
+                return Markup(text) % {"num": shown, **given} if _html else text % {"num": shown, **given}
+
             parts[kind] = self.env.get_template(f"{template}.{kind}").render(
-                gettext=gettext_, _=gettext_, ngettext=tr.ngettext, language=language, **values
+                gettext=gettext_, _=gettext_, ngettext=ngettext_, language=language, **values
             )
-        subject = tr.gettext(SUBJECTS[template]) % values.get("subject", {})
+        wording = SUBJECTS[template]
+        given = values.get("subject", {})
+        if isinstance(wording, tuple):  # a subject with a number: its plural forms
+            text, shown = catalogue.plural(tr, wording[0], wording[1], given["num"], language)
+            subject = text % {**given, "num": shown}
+        else:
+            subject = tr.gettext(wording) % given
         return Written(" ".join(subject.split()), parts["txt"].strip() + "\n", parts["html"], language)

@@ -105,7 +105,7 @@ def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datet
                 "expires": _when(token.expires_at, home, language),
                 "clinics": ", ".join(c.name for c in served) or "–",
                 "keys_url": keys_url,
-                "subject": {"key": token.name, "days": left},
+                "subject": {"key": token.name, "num": left},
             }
         else:
             reason = tr.gettext(REASONS.get(data.get("reason", ""), REASONS["expired"]))
@@ -144,8 +144,8 @@ def compose(row: Outbox, sender: Sender, recipient: people.Recipient, now: datet
             "email": user.email,
             "name": user.name,
             "clinic": clinic.name if clinic else "",
-            "minutes": f"{lifetime.total_seconds() / 60:g}",
-            "hours": f"{lifetime.total_seconds() / 3600:g}",
+            "minutes": lifetime.total_seconds() / 60,
+            "hours": lifetime.total_seconds() / 3600,
             "subject": {},
         }
     else:

@@ -14,6 +14,7 @@ Errors are `SettingsError`: the onboarding error's path, relative to the clinic
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -335,11 +336,28 @@ def _update_entry(collection: str, entry_id: str, fields: dict[str, Any]) -> Cal
     return edit
 
 
+#: A date as Czech pages write it ("24. 12. 2026", "24.12.2026"), with a time or without.
+_CZECH_DATE = re.compile(r"^(\d{1,2})\.\s*(\d{1,2})\.\s*(\d{4})(?:\s+(\d{1,2}):(\d{2}))?$")
+
+
+def as_iso(text: str) -> str:
+    """A form's date or date and time as ISO 8601: typed the way the pages show it
+    ("24. 12. 2026", "24. 12. 2026 8:00") or as ISO already (then as it is)."""
+    text = " ".join(text.replace("\u00a0", " ").split())
+    czech = _CZECH_DATE.match(text)
+    if czech is None:
+        return text
+    day, month, year, hour, minute = czech.groups()
+    date_part = f"{year}-{int(month):02d}-{int(day):02d}"
+    return date_part if hour is None else f"{date_part} {int(hour):02d}:{minute}"
+
+
 def local_instant(text: str, tz: ZoneInfo) -> str:
-    """A form's date ("2026-12-24") as is, or its local date and time ("2026-12-24T08:00",
-    "2026-12-24 08:00") with the clinic's UTC offset, as the onboarding document takes it.
-    Anything else is passed on for the onboarding validator to refuse."""
-    text = text.strip()
+    """A form's date ("24. 12. 2026" or "2026-12-24") as an ISO date, or its local date and
+    time ("24. 12. 2026 8:00", "2026-12-24T08:00", "2026-12-24 08:00") with the clinic's UTC
+    offset, as the onboarding document takes it. Anything else is passed on for the
+    onboarding validator to refuse."""
+    text = as_iso(text)
     if len(text) <= 10:
         return text
     try:
@@ -354,7 +372,7 @@ def local_instant(text: str, tz: ZoneInfo) -> str:
 def local_moment(text: str, tz: ZoneInfo) -> datetime | None:
     """A form's local date and time in the clinic's timezone, aware; None if unreadable."""
     try:
-        moment = datetime.fromisoformat(text.strip())
+        moment = datetime.fromisoformat(as_iso(text))
     except ValueError:
         return None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=tz)

@@ -150,9 +150,9 @@ def _calendar_of(clinic: Clinic, slot: TimeSlot | None) -> Calendar | None:
         return None
     calendar = Calendar.get_or_none((Calendar.id == slot.calendar_id) & (Calendar.clinic == clinic))
     if calendar is None:
-        raise Invalid("timeSlotInput.calendarId: not a calendar of this clinic")
+        raise Invalid("timeSlotInput.calendarId: not a calendar of this clinic", param="/timeSlotInput/calendarId")
     if as_utc(slot.end) <= as_utc(slot.start):
-        raise Invalid("timeSlotInput.end: must be after start")
+        raise Invalid("timeSlotInput.end: must be after start", param="/timeSlotInput/end")
     return calendar
 
 
@@ -232,7 +232,9 @@ def update(
     )
     unknown = wanted - {t.id for t in tags}
     if unknown:
-        raise Invalid(f"addTagIds: not request tags of this clinic: {', '.join(sorted(map(str, unknown)))}")
+        raise Invalid(
+            f"addTagIds: not request tags of this clinic: {', '.join(sorted(map(str, unknown)))}", param="/addTagIds"
+        )
     with db.atomic():
         changed: list[str] = []
         had = {
@@ -313,7 +315,7 @@ def confirm_type(request: PatientRequest, type_id: uuid.UUID | None, actor: Who,
         .where((RequestType.id == type_id) & (RequestType.clinic == request.clinic_id) & RequestType.active)
         .exists()
     ):
-        raise Invalid("type: not an active request type of this clinic")
+        raise Invalid("type: not an active request type of this clinic", param="/type")
     with db.atomic():
         PatientRequest.update(request_type=type_id, type_confirmed_at=as_utc(now)).where(
             PatientRequest.id == request.id

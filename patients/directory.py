@@ -156,7 +156,7 @@ def _fields(clinic: Clinic, item: dict[str, Any]) -> dict[str, Any]:
         if item["phone"]:
             fields["phone"] = to_e164(item["phone"], clinic.country)
             if fields["phone"] is None:
-                raise Invalid("phone: not a phone number")
+                raise Invalid("phone: not a phone number", param="/phone")
     if "email" in item:
         fields["email"] = item["email"] or None
     if "birthDate" in item:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gettext
 import io
+import re
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -14,22 +15,55 @@ from zoneinfo import ZoneInfo
 from babel.dates import format_date, format_time
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
+from babel.numbers import format_decimal
 
 from plumbing.clock import as_utc
 
+#: Czech typography: a one-letter preposition or conjunction (v, k, s, z, o, u, a, i) does
+#: not end a line; the space after it is a non-breaking one. Not inside an HTML tag (`<a href`)
+#: nor a placeholder (`%(name)s`).
+_ONE_LETTER_WORD = re.compile(r"(?<![\w<)%])([vkszouaiVKSZOUAI]) ")
+#: A text that ends in a one-letter word (the space after it is the next text's, or a line break).
+ENDS_IN_ONE_LETTER_WORD = re.compile(r"(?<![\w<)%])[vkszouaiVKSZOUAI]$")
+NBSP = "\u00a0"
+
+
+def typeset(text: str, language: str) -> str:
+    """`text` as the language sets it: in Czech, a non-breaking space after each one-letter
+    word (the catalogues' translations and the Czech guides go through here)."""
+    if language != "cs":
+        return text
+    return _ONE_LETTER_WORD.sub(lambda m: m.group(1) + NBSP, text)
+
 
 def compiled(directory: Path, language: str) -> gettext.NullTranslations:
-    """The catalogue of `language` under `directory` (`locale/`); none for English: the
-    msgids themselves."""
+    """The catalogue of `language` under `directory` (`locale/`), each translation typeset
+    (`typeset`); none for English: the msgids themselves."""
     po = directory / language / "LC_MESSAGES" / "messages.po"
     if not po.exists():
         return gettext.NullTranslations()
     with po.open("rb") as f:
         catalog = read_po(f, locale=language)
+    for message in catalog:
+        if message.id and isinstance(message.string, str):
+            message.string = typeset(message.string, language)
+        elif message.id and message.string:
+            message.string = tuple(typeset(form, language) for form in message.string)
     mo = io.BytesIO()
     write_mo(mo, catalog)
     mo.seek(0)
     return gettext.GNUTranslations(mo)
+
+
+def plural(tr: gettext.NullTranslations, singular: str, plural_form: str, num: float, language: str) -> tuple[str, str]:
+    """The form of a message a number takes (`ngettext`: Czech has three, by the rule in the
+    catalogue's header) and the number as the language writes it ("1,5" in Czech). A number
+    with a fraction takes the form of 2 (Czech: "1,5 hodiny", "0,5 minuty"; English: "1.5
+    hours"): gettext's forms know only whole numbers."""
+    whole = float(num).is_integer()
+    count = int(num) if whole else 2
+    shown = format_decimal(int(num) if whole else num, locale=language)
+    return tr.ngettext(singular, plural_form, count), shown
 
 
 def local_time(value: datetime, timezone: str, language: str) -> str:

@@ -31,9 +31,16 @@ class DomainError(Exception):
 
 
 class Invalid(DomainError):
-    """The input cannot be accepted as it is (the message names the field)."""
+    """The input cannot be accepted as it is (the message names the field; `param=`, the
+    field's JSON Pointer in the request body, e.g. `/timeSlotInput/end`, goes in the data:
+    the API answers it as `param`)."""
 
     default_code = "VALIDATION_FAILED"
+
+    def __init__(self, message: str, *, param: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        if param:
+            self.data["param"] = param
 
 
 class Forbidden(DomainError):

@@ -103,8 +103,14 @@ def field_path(parts: Iterable[Any], root: str = "body") -> str:
     return out or root
 
 
+def pointer(parts: Iterable[Any]) -> str:
+    """The JSON Pointer (RFC 6901) of a path: `/clinics/0/slug`; "" for the whole instance."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
+
+
 def check(instance: Any, schema: dict[str, Any]) -> None:
-    """Raise `Invalid` naming the first offending field."""
+    """Raise `Invalid` naming the first offending field, in its message and as `param`
+    (the field's JSON Pointer; absent when the refusal is about the whole instance)."""
     error = first_error(instance, schema)
     if error is None:
         return
@@ -115,8 +121,11 @@ def check(instance: Any, schema: dict[str, Any]) -> None:
         for part in path[:-2]:
             parent = parent[part]
         fields = [*parent["if"]["not"]["required"], *error.validator_value]
-        raise Invalid(f"{field_path(error.absolute_path)}: {' or '.join(fields)} is required")
+        # The first of the fields that would do is the one named.
+        where = [*error.absolute_path, fields[0]]
+        raise Invalid(f"{field_path(error.absolute_path)}: {' or '.join(fields)} is required", param=pointer(where))
     if error.validator == "required" and isinstance(error.instance, dict):
         missing = next(p for p in error.validator_value if p not in error.instance)
-        raise Invalid(f"{field_path([*error.absolute_path, missing])}: is required")
-    raise Invalid(f"{field_path(error.absolute_path)}: {error.message}")
+        where = [*error.absolute_path, missing]
+        raise Invalid(f"{field_path(where)}: is required", param=pointer(where))
+    raise Invalid(f"{field_path(error.absolute_path)}: {error.message}", param=pointer(error.absolute_path))

@@ -67,7 +67,7 @@ class Keyset:
                     raise ValueError("not one value per key column")
             return tuple(read(text) for (_, read), text in zip(self._forms, texts))
         except (ValueError, TypeError, AttributeError):  # AttributeError: uuid.UUID(1)
-            raise Invalid(INVALID_CURSOR) from None
+            raise Invalid(INVALID_CURSOR, param="/pagination/cursor") from None
 
     def after(self, key: tuple[Any, ...]) -> pw.Expression:
         """The rows after `key` in this order."""

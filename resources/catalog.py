@@ -28,5 +28,5 @@ class Tags:
     def on_get(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         tag_type = req.get_param("type")
         if tag_type is not None and tag_type not in Tag.TYPES:
-            raise validation_failed(f"type: one of {', '.join(Tag.TYPES)}")
+            raise validation_failed(f"type: one of {', '.join(Tag.TYPES)}", param="?type")
         resp.media = {"data": [shapes.tag(t) for t in queries.clinic_tags(req.context.clinic, tag_type)]}

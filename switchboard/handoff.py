@@ -129,10 +129,10 @@ def parse(body: Any, country: str, *, allow_loopback: bool = False) -> Handoff:
     if isinstance(sid, float) and math.isfinite(sid) and sid.is_integer():
         sid = int(sid)  # JSON Schema's integer: 12.0 is one
     if isinstance(sid, bool) or not isinstance(sid, (str, int)):
-        raise HandoffRefused("CallSid: is required (a non-empty string)")
+        raise HandoffRefused("CallSid: is required (a non-empty string)", param="/CallSid")
     sid = _storable(str(sid), found)
     if not sid.strip():
-        raise HandoffRefused("CallSid: must not be empty")
+        raise HandoffRefused("CallSid: must not be empty", param="/CallSid")
     if len(sid) > LIMITS["CallSid"]:
         sid = "sha256:" + hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()
         found.flag("callSidHashed")
@@ -140,7 +140,7 @@ def parse(body: Any, country: str, *, allow_loopback: bool = False) -> Handoff:
 
     url = values.get("RecordingUrl")
     if url is not None and not isinstance(url, str):
-        raise HandoffRefused("RecordingUrl: must be a string (an https URL)")
+        raise HandoffRefused("RecordingUrl: must be a string (an https URL)", param="/RecordingUrl")
     url = (url or "").strip() or None
     if url is not None:
         check_recording_url(url, allow_loopback=allow_loopback)
@@ -248,6 +248,6 @@ def check_recording_url(url: str, *, allow_loopback: bool) -> None:
         host = urlsplit(validate_url(url, allow_loopback=allow_loopback)).hostname or ""
         _resolutions.check(host, allow_loopback=allow_loopback, deadline=time.monotonic() + 2)
     except UnsafeURL as exc:
-        raise HandoffRefused(f"RecordingUrl: {exc}") from None
+        raise HandoffRefused(f"RecordingUrl: {exc}", param="/RecordingUrl") from None
     except FetchError:
         pass

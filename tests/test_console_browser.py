@@ -63,7 +63,7 @@ def test_a_voicemail_arrives_live_plays_and_is_resolved(
         ).json["hasActiveRequest"]
 
     assert active()
-    row.get_by_role("button", name="Vyřízeno").click()
+    row.get_by_role("button", name="Vyřídit").click()
     page.wait_for_url(service + "/console/?clinic=clinic-en")
     assert page.locator("li.row").count() == 0 and not active()
     page.goto(service + "/console/?state=resolved")

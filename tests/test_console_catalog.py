@@ -14,7 +14,7 @@ from babel.messages.pofile import read_po
 from tests.conftest import ROOT
 from tests.support.console import PO
 
-KEYWORDS = {"gettext": None, "_": None, "N_": None, "ngettext": (1, 2)}
+KEYWORDS = {"gettext": None, "_": None, "N_": None, "ngettext": (1, 2), "Nn_": (1, 2), "n_": (1, 2), "plural": (2, 3)}
 JINJA = {"extensions": "jinja2.ext.i18n"}
 #: Each catalogue and where its strings are.
 CATALOGUES = {
@@ -53,7 +53,7 @@ def test_every_string_has_a_czech_translation(name):
     po, sources = CATALOGUES[name]
     with po.open("rb") as f:
         catalog = read_po(f, locale="cs")
-    translated = {m.id if isinstance(m.id, str) else m.id[0]: m.string for m in catalog if m.id}
+    translated = {text: m.string for m in catalog if m.id for text in ((m.id,) if isinstance(m.id, str) else m.id)}
     strings = extracted(sources)
     assert len(strings) > 20, f"the extractor found the {name}' strings"
     missing = {

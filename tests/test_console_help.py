@@ -111,6 +111,13 @@ def _catalogue(language: str) -> list[tuple[str, re.Pattern[str]]]:
     with PO.open("rb") as f:
         catalogue = read_po(f, locale="cs")
     texts = [m.string if language == "cs" else m.id for m in catalogue if m.id and isinstance(m.id, str)]
+    # A number's plural forms: each of them (Czech) or both ids (English).
+    texts += [
+        text
+        for m in catalogue
+        if m.id and not isinstance(m.id, str)
+        for text in (m.string if language == "cs" else m.id)
+    ]
     # (An entry that is little but a value, "%(when)s:", would match anything.)
     return [
         (_plain(text), re.compile(re.sub(r"%\\\(\w+\\\)[sd]", ".+", re.escape(_plain(text))), re.I))

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from models import AuditEvent, Clinic, PatientRequest, StaffUser
+from models import AuditEvent, Clinic, Patient, PatientRequest, StaffUser
 from plumbing.database import db
 from tests.support import bearer, issue_token, switchboard_url
 from tests.support.clocks import WEDNESDAY
-from tests.support.console import csrf_of, form_to, login, make
+from tests.support.console import cs, csrf_of, form_to, login, make
 
 
 def test_rows_show_voice_messages_and_missed_calls_in_czech(staff, app):
@@ -38,6 +38,16 @@ def test_rows_show_voice_messages_and_missed_calls_in_czech(staff, app):
     assert voice.select_one("time").text == "18. 11. 2026 11:00", "Prague time, the Czech way"
     missed = rows[0]
     assert "neznámý volající" in missed.text and "Zavolat zpět" in missed.text
+
+
+def test_the_unknown_caller_is_said_in_the_readers_language_not_as_stored(staff, app):
+    """A withheld number's patient is stored under the service's marker (English); the
+    console says who it is in the reader's words."""
+    withheld = make("clinic-a", "missed_call", name=("", Patient.UNKNOWN_CALLER), phone="")
+    login(app, status=303)
+    row = app.get("/console/").html.select_one("li.row")
+    assert Patient.UNKNOWN_CALLER not in row.text and "neznámý volající" in row.text
+    assert Patient.UNKNOWN_CALLER not in app.get(f"/console/requests/{withheld.id}").text
 
 
 def test_filters_and_search(staff, app):
@@ -132,7 +142,7 @@ def test_the_play_route_redirects_or_says_the_recording_is_gone(staff, app, cloc
     played = app.get(f"/console/requests/{live.id}/recording", status=302)
     assert played.headers["Location"] == "https://example.test/r.wav"
     page = app.get(f"/console/requests/{gone.id}/recording", status=410)
-    assert "Nahrávka už není k dispozici — přepis zůstává." in page.text
+    assert cs("Nahrávka už není k dispozici – přepis zůstává.") in page.text
     app.reset()
     app.get(f"/console/requests/{live.id}/recording", status=303), "no session: the login page"
 

@@ -52,7 +52,7 @@ def test_an_admin_creates_a_key_shown_once_that_works_and_is_listed_without_its_
     facts = {dt.text: dd for dt, dd in zip(row.find_all("dt"), row.find_all("dd"))}
     assert row.find("h3").find(class_="name").text == "pbx"
     assert facts["Kliniky"].text == "Clinic-A" and facts["Oprávnění"].text == "čtení, zápis"
-    author = facts["Vytvořil"].find("span")
+    author = facts["Kdo vytvořil"].find("span")
     assert (author.text, author["title"]) == ("Anna Nováková", "anna@example.cz"), "by name, the e-mail in a tooltip"
     assert "nikdy" not in row, "used once: its last use is shown (the page's clock)"
     assert as_utc(token.expires_at) == as_utc(WEDNESDAY) + timedelta(days=90), "90 days unless chosen"

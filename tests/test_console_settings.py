@@ -251,6 +251,20 @@ def test_a_switchboard_vacation_in_local_time_turns_is_on_vacation_true(people, 
     assert not on_vacation()
 
 
+def test_a_vacation_is_typed_the_way_the_pages_write_dates(people, app):
+    """„24. 12. 2026“ (or „24.12.2026“), with a time or without, as well as ISO 8601."""
+    log_in(app)
+    post(app, PAGES[1], {"action": "save-calendar", "name": "Ordinace"})
+    (calendar,) = one_of(Calendar, Calendar.clinic == a_id())
+    for start, end in (("24. 12. 2026", "26.12.2026"), ("20. 11. 2026 8:00", "20. 11. 2026 14:30")):
+        post(app, PAGES[1], {"action": "add-vacation", "calendar": str(calendar.id), "start": start, "end": end})
+    spans = sorted((v.starts_at, v.ends_at) for v in one_of(Vacation, Vacation.calendar == calendar.id))
+    assert spans == [
+        (datetime(2026, 11, 20, 7, 0), datetime(2026, 11, 20, 13, 30)),  # Prague is UTC+1 in November
+        (datetime(2026, 12, 23, 23, 0), datetime(2026, 12, 26, 23, 0)),  # whole local days, the last included
+    ]
+
+
 def test_vacations_and_calendars_are_validated_by_the_onboarding_rules(people, app):
     log_in(app)
     post(app, PAGES[1], {"action": "save-calendar", "name": "Ordinace"})

@@ -199,7 +199,7 @@ def test_an_admin_onboards_and_offboards_a_receptionist_with_two_factor(service,
     admin.goto(service + "/console/settings/staff?clinic=clinic-a")
     admin.get_by_role("button", name="Zablokovat: Rita Recepční").click()
     admin.wait_for_load_state()
-    assert "zablokován" in admin.locator("table.staff tbody.disabled").inner_text()
+    assert "přihlášení zablokováno" in admin.locator("table.staff tbody.disabled").inner_text()
     rita.get_by_role("link", name="Příchozí").click()
     rita.wait_for_url(service + "/console/login")
 

@@ -19,6 +19,7 @@ from plumbing.database import db
 from staff.passwords import hash_password
 from tests.support import clinic, load, organization
 from tests.support.clocks import claimed_now, job_context
+from tests.support.console import cs
 from tests.support.console_browser import PASSWORD, WAIT_MS, log_in
 from voicemail.transcription import Transcript
 
@@ -39,12 +40,12 @@ MESSAGES = [
 WORDS = {
     "cs": {
         "flag": "možná naléhavé",
-        "hint": "nejde o diagnózu",
+        "hint": cs("nejde o diagnózu"),
         "suggested": "Typ podle přepisu: Recept",
         "confirm": "Potvrdit typ",
         "confirmed": "Typ: Recept",
         "clear": "Zrušit označení",
-        "cleared": "Označení „možná naléhavé“ zrušil personál.",
+        "cleared": "Označení „možná naléhavé“ zrušil uživatel.",
     },
     "en": {
         "flag": "may be urgent",

@@ -19,6 +19,7 @@ from plumbing.database import db
 from staff.passwords import hash_password
 from tests.conftest import ROOT
 from tests.support import clinic, load, organization
+from tests.support.console import cs
 from tests.support.console_browser import PASSWORD, WAIT_MS, log_in, wait_true
 from tests.support.https_server import static
 
@@ -31,7 +32,7 @@ HEARD_AT = 13.3  # where "sedm sedm sedm" starts in CLIP (whisper's token times)
 LABELS = {
     "cs": {
         "reliable": "Přepis je spolehlivý",
-        "check": "Přepis může místy obsahovat chyby – ověřte si ho v nahrávce",
+        "check": cs("Přepis může místy obsahovat chyby – ověřte si ho v nahrávce"),
         "unreliable": "Přepis je nespolehlivý – poslechněte si nahrávku",
         "heard": "slyšeno jako +420 700 123 456 (nepotvrzeno)",
         "listen": "Poslechnout číslo",

@@ -28,14 +28,14 @@ from plumbing import clock
 from plumbing.database import db
 from staff.passwords import hash_password
 from tests.conftest import REDIS_URL, ROOT
-from tests.support.console import PASSWORD, csrf_of, form_to, login, make
+from tests.support.console import PASSWORD, cs, csrf_of, form_to, login, make
 from tests.support.https_server import static
 from tests.support.recordings import onboard, received_at, stored_call
 from tests.support.servers import wait_until
 from voicemail.recordings import GONE_REASONS
 
-GONE_CS = "Nahrávka už není k dispozici — přepis zůstává."
-TRY_AGAIN_CS = "Nahrávku se teď nepodařilo načíst z ústředny — přehrajte ji znovu za chvíli."
+GONE_CS = cs("Nahrávka už není k dispozici – přepis zůstává.")
+TRY_AGAIN_CS = cs("Nahrávku se teď nepodařilo načíst z ústředny – přehrajte ji znovu za chvíli.")
 
 
 def receptionist(web):
@@ -90,7 +90,7 @@ def test_each_recording_state_is_said_on_the_row_and_the_page_without_asking_the
     # Gone: the words and why, the transcript, no player, no "Listen to the number".
     for request, why in (
         (deleted, "Platforma ústředny ji smazala."),
-        (foreign, "Odkaz na ni vypršel a tato ústředna nový vydat neumí."),
+        (foreign, cs("Platnost odkazu na ni vypršela a tato ústředna nový odkaz vydat neumí.")),
     ):
         for page in (inbox, reader.get(f"/console/requests/{request.id}")):
             row = row_of(page, request)
@@ -121,7 +121,9 @@ def test_without_credentials_an_expired_recording_is_gone_on_the_page(web, clock
     clock.set(received_at(request) + timedelta(minutes=26))
     reader = receptionist(web)
     said = row_of(reader.get("/console/"), request).select_one("p.recording-state.gone")
-    assert said.select_one(".why").text == "Odkaz na ni vypršel a klinika nemá nastavený přístup k platformě ústředny."
+    assert said.select_one(".why").text == cs(
+        "Platnost odkazu na ni vypršela a klinika nemá nastavený přístup k platformě ústředny."
+    )
     assert gone_reason(request) is None, "a page does not write; the play route remembers it"
 
 
@@ -186,7 +188,7 @@ def test_a_live_update_row_says_the_recording_state_too(web, clock, platform, wo
         ).execute()
     fresh = reader.get(f"/console/rows?clinic=clinic-rec&state=open&kind=&q=&after={after}")
     assert f'id="r-{later.id}"' in fresh.text and f'id="r-{first.id}"' not in fresh.text
-    assert "Platforma ústředny vydala jinou nahrávku, než jakou hovor předal." in fresh.text
+    assert cs("Platforma ústředny vydala jinou nahrávku než tu, kterou s hovorem předala ústředna.") in fresh.text
     assert "<audio" not in fresh.text
 
 
@@ -548,8 +550,8 @@ def test_every_action_reads_in_words_with_its_object_named_and_linked(staff, app
         "Hovory bez požadavku (dní)": "14",
         "Podepsané dokumenty (dní)": "uchovává se trvale",
     }
-    assert fields(row("retention.delete")) == {"Požadavky z hovorů": "3", "Hovory": "5", "Pacienti": "1"}
-    assert fields(row("patient_request.confirm_type"))["Navrženo podle přepisu"] == "jiné"
+    assert fields(row("retention.delete")) == {cs("Požadavky z hovorů"): "3", "Hovory": "5", "Pacienti": "1"}
+    assert fields(row("patient_request.confirm_type"))["Navrženo podle přepisu"] == "jiný"
     assert fields(row("settings.urgency_words.update"))["Počet slov podle jazyka"] == "čeština 40, angličtina 31"
     assert fields(row("patient.erase"))["Ponechané podepsané dokumenty"] == "1"
     assert "(už neexistuje)" in row("patient.erase").select_one("td.subject").text

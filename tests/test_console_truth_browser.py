@@ -4,7 +4,7 @@ session's real RQ worker, a fake switchboard platform over real HTTPS (test_reco
 PostgreSQL and Redis.
 
 - A recording the platform has deleted: the player that tried it is replaced by "Nahrávka
-  už není k dispozici — přepis zůstává" and why (the page's script, console.js), the
+  už není k dispozici – přepis zůstává" and why (the page's script, console.js), the
   number's "Poslechnout číslo" goes with it, the transcript stays; on a reload and without
   JavaScript the page says it itself, with no player.
 - A player whose source starts answering 410 after the page was drawn says the same words;
@@ -35,6 +35,7 @@ from plumbing.database import db
 from staff.passwords import hash_password
 from tests.conftest import ROOT
 from tests.support import clinic, load, organization
+from tests.support.console import cs
 from tests.support.console_browser import PASSWORD, WAIT_MS, WIDTHS, log_in, shoot, wait_true
 from tests.support.https_server import static
 from tests.support.recordings import PASSWORD as PLATFORM_PASSWORD
@@ -46,11 +47,11 @@ pytestmark = pytest.mark.usefixtures("wall_clock")  # the gunicorn service reads
 CLIP = ROOT / "tests" / "audio" / "voicemails" / "cs_objednani_czech_dita_mp3_8k.mp3"
 ADMIN, RECEPTION = "adela@example.cz", "rita@example.cz"
 GONE = {
-    "cs": "Nahrávka už není k dispozici — přepis zůstává.",
+    "cs": cs("Nahrávka už není k dispozici – přepis zůstává."),
     "en": "The recording is no longer available — the transcript stays.",
 }
 TRY_AGAIN = {
-    "cs": "Nahrávku se teď nepodařilo načíst z ústředny — přehrajte ji znovu za chvíli.",
+    "cs": cs("Nahrávku se teď nepodařilo načíst z ústředny – přehrajte ji znovu za chvíli."),
     "en": "The recording could not be loaded from the switchboard just now — play it again in a moment.",
 }
 TRANSCRIPT = "Dobrý den, tady Marie Svobodová, chtěla bych se objednat na kontrolu. Zavolejte mi prosím zpátky."

@@ -111,7 +111,18 @@ def documented_order() -> list[set[int]]:
 
 def test_the_documented_order_of_the_checks_is_the_services(app, config, example):
     """Requests that fail two neighbouring steps at once are answered by the earlier one."""
-    assert documented_order() == [{413}, {401}, {404}, {403}, {429}, {408, 411, 413}, {400, 409, 422}, {415, 400}]
+    assert documented_order() == [
+        {400},
+        {503},
+        {413},
+        {401},
+        {404},
+        {403},
+        {429},
+        {408, 411, 413},
+        {400, 409, 422},
+        {415, 400},
+    ]
     load(example)
     write = issue_token(["demo-clinic"], ["read", "write"])
     read = issue_token(["demo-clinic"], ["read"])
@@ -126,9 +137,10 @@ def test_the_documented_order_of_the_checks_is_the_services(app, config, example
             req.environ["CONTENT_LENGTH"] = headers["Content-Length"]
         return web.do_request(req, status="*", expect_errors=True).status_int
 
-    assert post(app, create, huge) == 413, "1 before 2: the declared length before the token"
-    assert post(app, nowhere, {}) == 401, "2 before 3"
-    assert post(app, nowhere, bearer(other)) == 404, "3 before 4"
+    assert post(app, create + "?x=%00", huge) == 400, "1 before 3: a NUL in the URL before the declared length"
+    assert post(app, create, huge) == 413, "3 before 4: the declared length before the token"
+    assert post(app, nowhere, {}) == 401, "4 before 5"
+    assert post(app, nowhere, bearer(other)) == 404, "5 before 6"
     previous = app.app
     from plumbing.database import db
 
@@ -139,14 +151,14 @@ def test_the_documented_order_of_the_checks_is_the_services(app, config, example
         tight = webtest.TestApp(create_app(replace(config, rate_limit_writes_per_minute=1)))
         form = {"Content-Type": "application/x-www-form-urlencoded"}
         assert post(tight, create, {**bearer(write), **form}, b"a=b") == 415, "the one write of the minute"
-        assert post(tight, create, {**bearer(read), **form}, b"a=b") == 403, "4 before 5"
-        assert post(tight, create, {**bearer(write), "Idempotency-Key": ""}) == 429, "5 before 7"
+        assert post(tight, create, {**bearer(read), **form}, b"a=b") == 403, "6 before 7"
+        assert post(tight, create, {**bearer(write), "Idempotency-Key": ""}) == 429, "7 before 9"
     finally:
         db.initialize(before)
     assert previous is app.app
     fresh = issue_token(["demo-clinic"], ["read", "write"])  # a budget the tight app did not spend
     assert post(app, create, {**bearer(fresh), "Idempotency-Key": "", "Content-Type": "text/csv"}, b"a") == 400, (
-        "7 before 8: the key before the body's type"
+        "9 before 10: the key before the body's type"
     )
     assert (
         post(app, create, {**bearer(fresh), "Idempotency-Key": str(uuid.uuid4()), "Content-Type": "text/csv"}, b"a")
@@ -230,3 +242,28 @@ def test_the_design_card_says_the_operator_may_make_a_key_that_never_expires():
     assert "--never-expires" in (ROOT / "commands" / "tokens.py").read_text("utf-8")
     design = (DOCS / "design.md").read_text("utf-8")
     assert "--never-expires" in design and "an expiry (at most a year)" not in design
+
+
+def test_the_key_format_the_integrators_page_gives_matches_every_key_the_service_makes(app):
+    """The documented pattern is what a secret scanner will use: it must match every key."""
+    text = (DOCS / "integrators" / "README.md").read_text("utf-8")
+    pattern = re.search(r"`(\\bcsk_[^`]+)`", text)
+    assert pattern is not None, "the page gives the pattern"
+    keys = [issue_token([], ["read"]) for _ in range(50)]
+    assert all(re.fullmatch(pattern.group(1), key) for key in keys), keys
+    assert all(re.search(pattern.group(1), f"leaked: {key}.") for key in keys), "found inside text too"
+
+
+def test_the_user_agent_the_switchboard_page_names_is_the_services():
+    from safe_fetch import USER_AGENT
+
+    text = (DOCS / "integrators" / "switchboard.md").read_text("utf-8")
+    assert f"`User-Agent: {USER_AGENT}`" in text
+
+
+def test_the_switchboard_page_says_how_long_has_active_request_may_wait_as_configured():
+    from config import Config
+
+    text = (DOCS / "integrators" / "switchboard.md").read_text("utf-8")
+    waited = re.search(r"`DB_POOL_WAIT_SECONDS` \((\d+) by default\)", text)
+    assert waited is not None and float(waited.group(1)) == Config.db_pool_wait_seconds

@@ -5,8 +5,10 @@ For each generator: the web process as the Procfile runs it (gunicorn) with the 
 RQ worker, the client generated from the document it serves, then the integrator's code
 (tests/clients/drive_python.py, tests/clients/drive.ts) run against it: the three routing
 checks, the hand-off of a call, the signed-document flow (steps 1-7, the PDF's bytes
-compared after download), the imports, tags and a PATCH, and the request the hand-off
-made, with its call and the recording's redirect. The TypeScript code must pass
+compared after download), the imports (a failed item's field read from its error's
+`param`), the RateLimit-Policy and RateLimit fields of the counted writes (the requests
+left counting down), tags and a PATCH, and the request the hand-off made, with its call
+and the recording's redirect. The TypeScript code must pass
 `tsc --noEmit --strict`. Both print the same lines, checked here against the database.
 
 Then each client reads every answer the service can give (tests/support/provoke.py: every
@@ -111,7 +113,8 @@ def expected_lines(recording_sid: str, sha256: str) -> list[str]:
         "hand-off: success=true",
         "1. type: Signed consent requiresSignature=false",
         "2. patient: Jana Nováková tags= externalIds=signing-system:EXT-1 next=null",
-        "import: created=true bulk=created,failed failed=1:VALIDATION_FAILED",
+        "import: created=true bulk=created,failed failed=1:VALIDATION_FAILED:/phone",
+        'rate limits: "handoffs";q=1200;w=60 "writes";q=600;w=60 counting down=true',
         "3. request: Signed consent kind=standard doneAt=null",
         "3. retried with its Idempotency-Key: same request=true",
         "4. upload link issued",

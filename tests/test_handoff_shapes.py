@@ -29,6 +29,7 @@ from staff.passwords import hash_password
 from switchboard import handoff as handoff_rules
 from tests.conftest import ROOT
 from tests.support import bearer, clinic, issue_token, load, organization, switchboard_url
+from tests.support.console import cs
 from tests.support.https_server import HTTPSTestServer, static
 from tests.support.worker import processed_call, worker_env
 
@@ -333,7 +334,7 @@ def test_the_anomalies_are_shown_to_the_operator_and_on_the_request_page(
     login.submit(status=303)
     text = web.get(f"/console/requests/{request.id}").text
     assert "Odchylky při předání hovoru" in text and "volající skryl své číslo" in text
-    assert "označení nahrávky se liší od názvu souboru v odkazu" in text
+    assert cs("označení nahrávky se liší od názvu souboru v odkazu") in text
 
 
 # --- what is still refused, and recorded ------------------------------------------------------

@@ -65,14 +65,22 @@ def test_a_patient_cursor_is_the_id_itself():
 def test_anything_else_is_refused_as_before(cursor):
     with pytest.raises(Invalid) as refused:
         REQUESTS.key(cursor)
-    assert refused.value.to_dict() == {"error": INVALID_CURSOR, "code": "VALIDATION_FAILED"}
+    assert refused.value.to_dict() == {
+        "error": INVALID_CURSOR,
+        "code": "VALIDATION_FAILED",
+        "param": "/pagination/cursor",
+    }
     assert from_domain(refused.value).status == "400 Bad Request"  # as the API answers it
 
 
 def test_a_patient_cursor_that_is_no_id_is_refused():
     with pytest.raises(Invalid) as refused:
         PATIENTS.key("nope")
-    assert refused.value.to_dict() == {"error": INVALID_CURSOR, "code": "VALIDATION_FAILED"}
+    assert refused.value.to_dict() == {
+        "error": INVALID_CURSOR,
+        "code": "VALIDATION_FAILED",
+        "param": "/pagination/cursor",
+    }
 
 
 def test_the_rows_after_a_key_are_selected_as_before():

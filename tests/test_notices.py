@@ -41,7 +41,7 @@ from staff.passwords import hash_password
 from switchboard.finished_calls import finish
 from tests.conftest import ROOT, app_beside
 from tests.support import bearer, clinic, load, organization, switchboard_url
-from tests.support.console import PASSWORD
+from tests.support.console import PASSWORD, cs
 from tests.support.log_audit import remember, remember_personal
 from tests.support.outbox import FUTURE, PUBLIC, deliver_due
 from tests.support.ports import free_port
@@ -213,7 +213,7 @@ def test_a_key_14_and_3_days_from_expiry_gives_one_email_each_the_banner_and_the
     messages = mailbox.wait_for(4, timeout=5)
     assert sorted((m["To"], m["Subject"]) for m in messages) == [
         ("anna@example.cz", f"Klíč API vyprší za 13 dní: {token.name}"),
-        ("anna@example.cz", f"Klíč API vyprší za 3 dní: {token.name}"),
+        ("anna@example.cz", f"Klíč API vyprší za 3 dny: {token.name}"),  # 1 den, 2-4 dny, 5 dní
         ("provoz@clinic.test", f"An API key expires in 13 days: {token.name}"),
         ("provoz@clinic.test", f"An API key expires in 3 days: {token.name}"),
     ], "the clinic's admin (not its staff) and the operator, each notice once"
@@ -278,8 +278,8 @@ def test_a_handoff_with_an_expired_key_is_listed_and_its_admins_get_one_email_a_
     messages = mailbox.wait_for(2, timeout=5)
     assert sorted(m["To"] for m in messages) == ["anna@example.cz", "provoz@clinic.test"]
     czech = next(m for m in messages if m["To"] == "anna@example.cz")
-    assert czech["Subject"] == "Hovory odmítnuty: klíč API switchboard-2099 vypršel"
-    assert "Vydejte nový klíč v Nastavení › Klíče API" in text_of(czech)
+    assert czech["Subject"] == "Hovory odmítnuty: klíč API switchboard-2099 už neplatí (vypršela mu platnost)"
+    assert cs("Vydejte nový klíč v Nastavení › Klíče API") in text_of(czech)
     # The next day's first refusal tells them again, once.
     clock.set(FUTURE + timedelta(days=1))
     for n in range(2):
@@ -292,7 +292,8 @@ def test_a_handoff_with_an_expired_key_is_listed_and_its_admins_get_one_email_a_
     form.submit(status=303)
     page = service.get("/console/settings/api-keys?clinic=clinic-a")
     rows = page.html.find(id="refused").find_all("tr")[1:]
-    assert len(rows) == 5 and all("klíč vypršel" in row.text and "switchboard-2099" in row.text for row in rows)
+    said = "klíči vypršela platnost"
+    assert len(rows) == 5 and all(said in row.text and "switchboard-2099" in row.text for row in rows)
     listed = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "calls", "--refused", "--clinic", "clinic-a"],
         env={"DATABASE_URL": mailing.database_url, "PATH": "/usr/bin:/bin", "SECRET_KEY": mailing.secret_key},

@@ -3,7 +3,9 @@
 Over its budget a token gets 429 `RATE_LIMITED` with `Retry-After`, after the token,
 clinic and scope checks and before the body's; the count is in Redis, shared by every
 web process (here: two app instances); other tokens, reads and traffic below the limit
-are untouched; with Redis down every request passes.
+are untouched; with Redis down every request passes. Every answer to a counted request
+carries `RateLimit-Policy` and `RateLimit` (the IETF httpapi draft): the requests left
+count down, are 0 on the 429, and are whole again once the window has passed.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from app import create_app
 from config import Config
 from models import Call
 from plumbing.database import db
+from tests.conftest import REDIS_URL
 from tests.support import bearer, bodies, clinic, issue_token, load, organization, switchboard_url
+from tests.support.servers import wait_until
 from web import openapi
-from web.rate_limit import PAUSE_SECONDS, RateLimiter
+from web.rate_limit import PAUSE_SECONDS, RateLimiter, Standing
 
 HANDOFF = switchboard_url("clinic-a", "recording-complete")
 IMPORT = "/external/v1/clinics/clinic-a/patients/import"
@@ -181,3 +185,58 @@ def test_the_openapi_document_lists_429_on_every_write_and_only_there():
             assert ("429" in op["responses"]) == writes, (method, path)
             if writes:
                 assert "Retry-After" in op["responses"]["429"]["headers"]
+                for status, answer in op["responses"].items():
+                    if status not in ("401", "403", "404"):  # refused before the count
+                        assert {"RateLimit", "RateLimit-Policy"} <= set(answer.get("headers", {})), (path, status)
+
+
+def standing(answer: webtest.TestResponse) -> tuple[str, str]:
+    return answer.headers["RateLimit-Policy"], answer.headers["RateLimit"]
+
+
+def test_every_counted_answer_says_the_policy_and_the_requests_left_counting_down(web, token):
+    first = hand_off(web, token, "CA-count-0")
+    assert standing(first) == ('"handoffs";q=3;w=60', '"handoffs";r=2;t=20')
+    # A refused body was counted before it was read: its 400 says so too.
+    refused = hand_off(web, token, "CA-count-1", status=400, CallSid=None)
+    assert refused.headers["RateLimit"].startswith('"handoffs";r=1;t=')
+    third = hand_off(web, token, "CA-count-2")
+    assert third.headers["RateLimit"] == '"handoffs";r=0;t=60'
+    limited = hand_off(web, token, "CA-count-3", status=429)
+    assert_limited(limited)
+    assert standing(limited) == ('"handoffs";q=3;w=60', '"handoffs";r=0;t=60')
+    # The document writes are their own budget, with their own policy.
+    assert standing(import_patient(web, token, "EXT-1")) == ('"writes";q=2;w=60', '"writes";r=1;t=30')
+    # Reads are not counted, and say nothing of a budget.
+    read = web.post_json(SEARCH, {}, headers=bearer(token), status=200)
+    assert "RateLimit" not in read.headers and "RateLimit-Policy" not in read.headers
+
+
+def test_the_requests_left_are_whole_again_once_the_window_has_passed():
+    """A budget of 3 in a 2-second window: counted down to 0, refused, then whole again."""
+    connection = redis.Redis.from_url(REDIS_URL)
+    connection.delete("clinic:rate:handoffs:window-token")
+    limiter = RateLimiter(connection, {"handoffs": 3}, period_ms=2000)
+    counted = [limiter.count("handoffs", "window-token") for _ in range(4)]
+    assert [(s.wait, s.remaining) for s in counted if s] == [(None, 2), (None, 1), (None, 0), (1, 0)]
+    last = counted[-1]
+    assert (
+        isinstance(last, Standing)
+        and last.reset == 2
+        and last.headers()
+        == {
+            "RateLimit-Policy": '"handoffs";q=3;w=2',
+            "RateLimit": '"handoffs";r=0;t=2',
+        }
+    )
+    # The bucket's key expires when it is full again: then the whole quota is back.
+    assert wait_until(lambda: not connection.exists("clinic:rate:handoffs:window-token"), timeout=10)
+    again = limiter.count("handoffs", "window-token")
+    assert again is not None and (again.wait, again.remaining) == (None, 2)
+
+
+def test_with_redis_down_no_budget_is_claimed(app, limited_config):
+    down = replace(limited_config, redis_url="redis://127.0.0.1:1/0")
+    load(organization(clinic("clinic-a", tz="America/New_York", country="US")))
+    client, token = webtest.TestApp(create_app(down)), issue_token(["clinic-a"], ["write"])
+    assert "RateLimit" not in hand_off(client, token, "CA-uncounted").headers

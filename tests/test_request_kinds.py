@@ -170,8 +170,8 @@ def test_filter_kind_narrows_paginates_and_combines_with_patient(app, org, clock
 @pytest.mark.parametrize("kind", ["unknown", "VOICE_MESSAGE", "", "voice message", 5, None, ["voice_message"]])
 def test_unknown_kind_is_400_validation_failed(app, org, kind):
     answer = search(app, org["write"], {"filter": {"kind": kind}}, status=400)
-    assert set(answer) == {"error", "code"} and answer["code"] == "VALIDATION_FAILED"
-    assert answer["error"].startswith("filter.kind: ")
+    assert set(answer) == {"error", "code", "param"} and answer["code"] == "VALIDATION_FAILED"
+    assert answer["error"].startswith("filter.kind: ") and answer["param"] == "/filter/kind"
 
 
 def test_openapi_documents_kind_and_the_filter(app):

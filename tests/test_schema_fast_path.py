@@ -421,7 +421,11 @@ def test_over_the_wire(app):
     answer = app.post_json(
         imports, {**IMPORT, "externalId": 3}, headers=bearer(issue_token(["clinic-en"], ["write"])), status=400
     ).json
-    assert answer == {"error": "externalId: 3 is not of type 'string'", "code": "VALIDATION_FAILED"}
+    assert answer == {
+        "error": "externalId: 3 is not of type 'string'",
+        "code": "VALIDATION_FAILED",
+        "param": "/externalId",
+    }
     url, headers = switchboard_url("clinic-en", "recording-complete"), bearer(issue_token(["clinic-en"], ["write"]))
     answer = app.post_json(
         url, {**BODY, "CallSid": f"x-{uuid.uuid4()}", "RecordingUrl": None, "Unknown": "a\x00b"}, headers=headers

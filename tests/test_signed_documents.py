@@ -179,6 +179,7 @@ def test_section_7_checklist_end_to_end(service: str, monkeypatch: pytest.Monkey
     assert forged.status_code == 400 and forged.json() == {
         "error": "contentType: the uploaded file is not application/pdf",
         "code": "VALIDATION_FAILED",
+        "param": "/contentType",
     }
 
     # Step 6: an unsupported contentType is 400; the right one registers.
@@ -281,11 +282,11 @@ def _create(app, token: str, status: int = 200, **body):
 
 
 def test_400_validation_names_the_field(app, org):
-    assert_error(_create(app, org["write"], 400, patientId="not-a-uuid"), 400, "VALIDATION_FAILED")
+    assert_error(_create(app, org["write"], 400, patientId="not-a-uuid"), 400, "VALIDATION_FAILED", param="/patientId")
     response = app.post_json(
         CREATE, {"userECRFId": type_id("SIGNED_CONSENT")}, headers=bearer(org["write"]), status=400
     )
-    assert "patientId" in response.json["error"]
+    assert "patientId" in response.json["error"] and response.json["param"] == "/patientId"
 
 
 def test_401_without_or_with_a_bad_token(app, org):
@@ -447,7 +448,9 @@ def test_time_slot_creates_a_reservation_and_closes_the_request(app, org):
     bad = dict(slot, calendarId=str(uuid.uuid4()))
     assert "calendarId" in _create(app, org["write"], 400, timeSlotInput=bad).json["error"]
     backwards = dict(slot, end="2026-11-20T08:00:00+01:00")
-    assert_error(_create(app, org["write"], 400, timeSlotInput=backwards), 400, "VALIDATION_FAILED")
+    assert_error(
+        _create(app, org["write"], 400, timeSlotInput=backwards), 400, "VALIDATION_FAILED", param="/timeSlotInput/end"
+    )
 
 
 # --- attachments, detail, search, tags, patch ---------------------------------------------------
@@ -563,7 +566,10 @@ def test_request_search_by_patient_with_pagination(app, org):
     assert all(r["medicalRecords"] == [] for r in page["data"])
     assert app.post_json(url, {"filter": {"patientId": patient_id("petr")}}, headers=h).json["data"] == []
     assert_error(
-        app.post_json(url, {"pagination": {"cursor": "garbage"}}, headers=h, status=400), 400, "VALIDATION_FAILED"
+        app.post_json(url, {"pagination": {"cursor": "garbage"}}, headers=h, status=400),
+        400,
+        "VALIDATION_FAILED",
+        param="/pagination/cursor",
     )
 
 
@@ -572,7 +578,7 @@ def test_tags_and_patch_add_request_tags_and_its_own_user_note(app, org):
     tags = app.get(api() + "/tags?type=patient_request", headers=h).json["data"]
     assert [t["name"] for t in tags] == ["needs-callback"]
     assert {t["name"] for t in app.get(api() + "/tags?type=patient", headers=h).json["data"]} == {"signed-consent"}
-    assert_error(app.get(api() + "/tags?type=other", headers=h, status=400), 400, "VALIDATION_FAILED")
+    assert_error(app.get(api() + "/tags?type=other", headers=h, status=400), 400, "VALIDATION_FAILED", param="?type")
     rid = _create(app, org["write"], userNote="clinic note").json["data"]["id"]
     patched = app.patch_json(
         f"{api()}/patientRequests/{rid}", {"addTagIds": [tags[0]["id"]], "userNote": "mine"}, headers=h
@@ -584,6 +590,7 @@ def test_tags_and_patch_add_request_tags_and_its_own_user_note(app, org):
             app.patch_json(f"{api()}/patientRequests/{rid}", {"addTagIds": [foreign]}, headers=h, status=400),
             400,
             "VALIDATION_FAILED",
+            param="/addTagIds",
         )
     with db.connection_context():
         request = PatientRequest.get_by_id(rid)

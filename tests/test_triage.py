@@ -24,7 +24,7 @@ from plumbing.clock import as_utc
 from plumbing.database import db
 from tests.support import bearer, clinic, issue_token, load, organization
 from tests.support.clocks import WEDNESDAY, claimed_now, job_context
-from tests.support.console import PASSWORD, form_to, login
+from tests.support.console import PASSWORD, cs, form_to, login
 from tests.support.documented import documented
 from tests.support.live_service import api
 from triage import clinic_words as triage
@@ -190,7 +190,7 @@ def test_the_flagged_come_first_with_their_words_marked_in_the_escaped_transcrip
     quote = flagged.select_one("blockquote.transcript")
     assert [m.text for m in quote.select("mark.urgent")] == ["bolesti", "těhotná", "co nejdřív"]
     assert quote.select("b") == [] and "<b>Haló</b>" in quote.text, "the transcript's own markup is text"
-    assert "nejde o diagnózu" in flagged.text
+    assert cs("nejde o diagnózu") in flagged.text
     assert "Typ podle přepisu: Recept" in rows[2].text and "(recept, léky)" in rows[2].text
     assert "Typ podle přepisu: Zrušení" in rows[1].text
     with db.connection_context():
@@ -220,7 +220,7 @@ def test_confirm_change_and_clear_in_one_click_audited_and_shown_by_the_api(app,
     assert data["urgent"]["flagged"] is False and data["urgent"]["words"] == ["naléhavé"]
     assert data["urgent"]["clearedAt"] is not None
     row = app.get("/console/").html.select_one("li.row")
-    assert "urgent" not in row["class"] and "Označení „možná naléhavé“ zrušil personál." in row.text
+    assert "urgent" not in row["class"] and "Označení „možná naléhavé“ zrušil uživatel." in row.text
     with db.connection_context():
         events = sorted((e for e in AuditEvent.trail() if e.action.startswith("patient_request.")), key=lambda e: e.id)
         assert [(e.action, json.loads(e.details)) for e in events] == [
@@ -264,7 +264,7 @@ def test_confirm_change_and_clear_in_one_click_audited_and_shown_by_the_api(app,
             assert said[1].details == [
                 (
                     "Typ požadavku" if language == "cs" else "Request type",
-                    audit_words.Named("jiné" if language == "cs" else "other"),
+                    audit_words.Named("jiný" if language == "cs" else "other"),
                 ),
                 (
                     "Navrženo podle přepisu" if language == "cs" else "Suggested from the transcript",

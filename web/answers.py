@@ -33,6 +33,21 @@ ERROR_TEXT = {
     "Retry-After seconds.",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}}
+#: Every answer to a counted write (web/rate_limit.py): the IETF httpapi draft's fields.
+RATE_LIMIT_HEADERS = {
+    "RateLimit-Policy": {
+        "description": "The token's budget for this kind of write: its name, its quota `q` and its window `w` in "
+        'seconds (`"writes";q=600;w=60`). Absent when the budget is not counted (no limit set, or the '
+        "limits' store unavailable).",
+        "schema": {"type": "string", "example": '"writes";q=600;w=60'},
+    },
+    "RateLimit": {
+        "description": "Where the token stands after this request: the requests `r` left now and the seconds `t` "
+        'until the whole quota is back (`"writes";r=599;t=1`). `r` counts down with each write and is 0 on '
+        "the 429.",
+        "schema": {"type": "string", "example": '"writes";r=599;t=1'},
+    },
+}
 # The document writes that take an Idempotency-Key (web/idempotency.py).
 _IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
@@ -159,6 +174,10 @@ def operation(
             }
         }
     op["responses"].update(error_responses(_merge(*tables, codes or {}, _ALWAYS), texts, error_schemas))
+    if scope == "write":  # counted after the token and scope checks: on every answer but theirs
+        for status, answer in op["responses"].items():
+            if status not in ("401", "403"):
+                answer["headers"] = {**answer.get("headers", {}), **RATE_LIMIT_HEADERS}
     return op
 
 

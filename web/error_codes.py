@@ -32,8 +32,9 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode(
         400,
         "VALIDATION_FAILED",
-        "The body or a parameter breaks the contract; the message names the field (`RecordingUrl: …`, "
-        "`pagination.limit: …`). Also an unsupported attachment type, a file over the size limit at registration, "
+        "The body or a parameter breaks the contract; `param` names the field as a JSON Pointer "
+        "(`/RecordingUrl`, `/pagination/limit`, `?type` for a query parameter; absent when the whole body is "
+        "refused). Also an unsupported attachment type, a file over the size limit at registration, "
         "a detail with more than 1000 attachments.",
         "Fix the request. Do not retry it unchanged.",
     ),

@@ -75,8 +75,10 @@ def from_domain(exc: DomainError) -> APIError:
     return APIError(status, exc.code, exc.message, headers=headers, **exc.data)
 
 
-def validation_failed(message: str) -> APIError:
-    return APIError(400, "VALIDATION_FAILED", message)
+def validation_failed(message: str, *, param: str | None = None) -> APIError:
+    """400 VALIDATION_FAILED; `param` names the field (web/schemas/common.py's `Error`)."""
+    extra: dict[str, Any] = {"param": param} if param is not None else {}
+    return APIError(400, "VALIDATION_FAILED", message, **extra)
 
 
 def body_too_slow(seconds: float) -> APIError:

@@ -358,8 +358,9 @@ OPERATIONS.update(
         f"{CLINIC}/patients/import-bulk": {
             "post": operation(
                 "importPatientsBulk",
-                "Import up to 1000 patients; each item is validated and written on its own, answered per item "
-                "(an invalid item is answered `failed` with its error; the others are imported).",
+                "Import up to 1000 patients, answered per item: each item is validated on its own (an invalid item "
+                "is answered `failed` with its error, naming its field in `param`), then every valid item is "
+                "written in one transaction (all of them or, on a 5xx, none).",
                 scope="write",
                 request=schemas.PATIENT_IMPORT_BULK,
                 response=schemas.data(schemas.PATIENT_IMPORT_BULK_RESULT),

@@ -24,6 +24,13 @@ function must<T>(step: string, answer: { data?: T; error?: unknown }): T {
   return answer.data;
 }
 
+// The requests left, `r`, of a RateLimit field (`"writes";r=597;t=1`).
+function remaining(headers: Headers): number {
+  const part = (headers.get("RateLimit") ?? "").split(";").find((p) => p.startsWith("r="));
+  if (part === undefined) throw new Error("no RateLimit field");
+  return Number(part.slice(2));
+}
+
 function recordingLink(recording: RecordingState): string | null {
   return recording.state === "available" ? recording.url : null; // narrowed by the `state` discriminator
 }
@@ -36,13 +43,14 @@ async function main(): Promise<void> {
   const active = must("has-active-request", await api.POST(`${CLINIC}/switchboard/has-active-request`,
     { params: inClinic, body: { callFrom: "+420 601 123 456" } }));
   console.log(`checks: open=${opened.isOpen} vacation=${vacation.isOnVacation} active=${active.hasActiveRequest}`);
-  const handed = must("recording-complete", await api.POST(`${CLINIC}/switchboard/recording-complete`, {
+  const handedAnswer = await api.POST(`${CLINIC}/switchboard/recording-complete`, {
     params: inClinic,
     body: {
       CallSid: callSid, CallFrom: "+420 601 123 456", CallTo: "+420 200 000 000", HasRecording: true,
       RecordingUrl: recordingUrl, RecordingSid: recordingUrl.split("/").pop() ?? null, Source: "generated-client",
     },
-  }));
+  });
+  const handed = must("recording-complete", handedAnswer);
   console.log(`hand-off: success=${handed.success}`);
 
   // --- signed documents, steps 1-7 -------------------------------------------------
@@ -61,14 +69,22 @@ async function main(): Promise<void> {
 
   const one: PatientImport = { externalId: "GEN-TS-1", externalIdSource: "signing-system", firstName: "Eva",
     lastName: "Dvořáková" };
-  const imported = must("import", await api.POST(`${CLINIC}/patients/import`, { params: inClinic, body: one }));
-  const bulk = must("import-bulk", await api.POST(`${CLINIC}/patients/import-bulk`, {
+  const importedAnswer = await api.POST(`${CLINIC}/patients/import`, { params: inClinic, body: one });
+  const imported = must("import", importedAnswer);
+  const bulkAnswer = await api.POST(`${CLINIC}/patients/import-bulk`, {
     params: inClinic,
     body: { patients: [{ externalId: "GEN-TS-2", firstName: "Adam", lastName: "Beneš", phone: "+420 603 111 222" },
       { externalId: "GEN-TS-3", firstName: "Běla", lastName: "Černá", phone: "not a phone" }] },
-  }));
-  const failed = bulk.data.filter((item) => item.error !== null).map((item) => `${item.index}:${item.error?.code}`);
+  });
+  const bulk = must("import-bulk", bulkAnswer);
+  // The failed item's field, read from `param` (never from the message).
+  const failed = bulk.data.filter((item) => item.error !== null)
+    .map((item) => `${item.index}:${item.error?.code}:${item.error?.param}`);
   console.log(`import: created=${imported.data.created} bulk=${bulk.data.map((item) => item.status)} failed=${failed}`);
+  // Where the token stands on its budgets: the RateLimit fields of each counted write.
+  const left = [importedAnswer, bulkAnswer].map((a) => remaining(a.response.headers));
+  console.log(`rate limits: ${handedAnswer.response.headers.get("RateLimit-Policy")} ` +
+    `${importedAnswer.response.headers.get("RateLimit-Policy")} counting down=${left[1] < left[0]}`);
 
   // Every write sent with an Idempotency-Key: a retry with the same key (after a timeout,
   // say) is answered the first answer and writes nothing again.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from typing import NoReturn
 
 import httpx
@@ -77,6 +78,11 @@ from clinic_client.models import (
 )
 
 
+def remaining(headers: Mapping[str, str]) -> int:
+    """The requests left, `r`, of a RateLimit field (`"writes";r=597;t=1`)."""
+    return int(next(part[2:] for part in headers["RateLimit"].split(";") if part.startswith("r=")))
+
+
 def fail(step: str, answer: object) -> NoReturn:
     sys.exit(f"{step}: unexpected answer {answer!r}")
 
@@ -110,7 +116,7 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
         f"checks: open={js(opened.is_open)} vacation={js(vacation.is_on_vacation)} "
         f"active={js(active.has_active_request)}"
     )
-    handed = recording_complete.sync(
+    handed_answer = recording_complete.sync_detailed(
         clinic,
         client=api,
         body=RecordingComplete(
@@ -123,6 +129,7 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
             source="generated-client",
         ),
     )
+    handed = handed_answer.parsed
     if not isinstance(handed, Success):
         fail("recording-complete", handed)
     print(f"hand-off: success={js(handed.success)}")
@@ -148,16 +155,17 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
         f"next={js(found.pagination.next_cursor)}"
     )
 
-    imported = import_patient.sync(
+    imported_answer = import_patient.sync_detailed(
         clinic,
         client=api,
         body=PatientImport(
             external_id="GEN-PY-1", external_id_source="signing-system", first_name="Eva", last_name="Dvořáková"
         ),
     )
+    imported = imported_answer.parsed
     if not isinstance(imported, ImportPatientResponse200):
         fail("import", imported)
-    bulk = import_patients_bulk.sync(
+    bulk_answer = import_patients_bulk.sync_detailed(
         clinic,
         client=api,
         body=PatientImportBulk(
@@ -167,12 +175,20 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
             ]
         ),
     )
+    bulk = bulk_answer.parsed
     if not isinstance(bulk, ImportPatientsBulkResponse200):
         fail("import-bulk", bulk)
-    failed = [f"{item.index}:{item.error.code}" for item in bulk.data if item.error is not None]
+    # The failed item's field, read from `param` (never from the message).
+    failed = [f"{item.index}:{item.error.code}:{item.error.param}" for item in bulk.data if item.error is not None]
     print(
         f"import: created={js(imported.data.created)} bulk={js([item.status.value for item in bulk.data])} "
         f"failed={js(failed)}"
+    )
+    # Where the token stands on its budgets: the RateLimit fields of each counted write.
+    left = [remaining(a.headers) for a in (imported_answer, bulk_answer)]
+    print(
+        f"rate limits: {handed_answer.headers['RateLimit-Policy']} {imported_answer.headers['RateLimit-Policy']} "
+        f"counting down={js(left[1] < left[0])}"
     )
 
     # Every write sent with an Idempotency-Key: a retry with the same key (after a timeout,

@@ -85,3 +85,11 @@ def make(
 
 
 PO = ROOT / "console" / "locale" / "cs" / "LC_MESSAGES" / "messages.po"
+
+
+def cs(text: str) -> str:
+    """Czech text as the console and the e-mails show it: a non-breaking space after each
+    one-letter word (plumbing.catalogue.typeset), for comparing with what they say."""
+    from plumbing.catalogue import typeset
+
+    return typeset(text, "cs")

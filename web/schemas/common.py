@@ -44,7 +44,16 @@ ERROR = component(
         {
             "error": {"type": "string", "description": "A message for people; may change."},
             "code": {"type": "string", "description": "Stable, machine-readable (VALIDATION_FAILED, NOT_FOUND, ...)."},
+            "param": {
+                "type": "string",
+                "description": "On a 400 about one field: the field, as a JSON Pointer (RFC 6901) into the "
+                "request body (`/timeSlotInput/end`, `/patients/3/phone`); in a bulk import's item, into the "
+                "item (`/phone`); for a query parameter, `?` and its name (`?type`). Absent when the refusal "
+                "is not about one field. Stable: read it instead of the message.",
+                "examples": ["/timeSlotInput/end"],
+            },
         },
+        optional=("param",),
         description="Every non-2xx answer.",
     ),
 )
@@ -56,6 +65,7 @@ PATIENT_MERGED_ERROR = component(
             **ERROR["properties"],
             "mergedInto": {**UUID, "description": "The patient to use instead."},
         },
+        optional=("param",),
         description="410 PATIENT_MERGED: the patient was merged into another one.",
     ),
 )
@@ -72,7 +82,7 @@ HEALTH_UNAVAILABLE = component(
             "redis": {"type": "string", "enum": ["ok", "down"]},
             "lastKnownSeconds": {"type": "number"},
         },
-        optional=("schema", "lastKnownSeconds"),
+        optional=("param", "schema", "lastKnownSeconds"),
         description="503 of the readiness check: the database unreachable with nothing recent known, or its "
         "schema not migrated; each part's state (`schema` is missing while the database does not answer).",
     ),

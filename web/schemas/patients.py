@@ -124,7 +124,8 @@ _BULK_ITEMS = {
     "type": "array",
     "minItems": 1,
     "maxItems": MAX_BULK_IMPORT,
-    "description": "Each item is validated and written on its own: an invalid one fails alone.",
+    "description": "Each item is validated on its own: an invalid one fails alone; the valid ones are written "
+    "together, in one transaction.",
 }
 PATIENT_IMPORT_BULK = component(
     "PatientImportBulk",
