@@ -12,8 +12,12 @@ python manage.py user reset-password --email E --password-stdin
 python manage.py user hash-password --password-stdin
 python manage.py user disable --email E
 python manage.py user reset-2fa --email E
-python manage.py webhook add --clinic SLUG --url URL [--event TYPE ...]
-python manage.py webhook list|rotate ID|disable ID|enable ID|remove ID --clinic SLUG
+python manage.py webhook add --clinic SLUG --url URL [--event TYPE ...] [--description TEXT]
+python manage.py webhook list --clinic SLUG
+python manage.py webhook rotate ENDPOINT_ID --clinic SLUG
+python manage.py webhook disable ENDPOINT_ID --clinic SLUG
+python manage.py webhook enable ENDPOINT_ID --clinic SLUG
+python manage.py webhook remove ENDPOINT_ID --clinic SLUG
 python manage.py audit [--clinic SLUG] [--since ISO] [--action ACTION] [--limit N]
 python manage.py reads --who EMAIL|KEY [--clinic SLUG ...] [--since ISO] [--until ISO]
 python manage.py demo [--base-url URL] [--sample-recording URL]
@@ -24,7 +28,7 @@ python manage.py storage purge [--grace-seconds N]
 python manage.py patient erase PATIENT_ID [--include-documents] [--yes]
 python manage.py patient copy PATIENT_ID --out FILE.zip
 python manage.py retention show [--clinic SLUG ...]
-python manage.py retention set --clinic SLUG [--resolved-call-requests-days N|keep] [--calls-without-request-days N|keep] [--audit-details-days N|keep] [--signed-documents-days N|keep]
+python manage.py retention set --clinic SLUG [--resolved-call-requests-days N|keep] [--calls-without-request-days N|keep] [--audit-details-days N|keep] [--signed-documents-days N|keep] [--resolved-api-requests-days N|keep] [--read-trail-days N|keep]
 python manage.py retention run
 python manage.py offboard (--clinic SLUG | --organization SLUG) --archive FILE.zip [--yes]
 python manage.py reencrypt [--check]

@@ -7,6 +7,7 @@ import falcon
 
 from models import ChangeEvent
 from models.change_events import TYPES
+from plumbing.errors import Invalid
 from plumbing.keyset import Keyset
 from web.errors import validation_failed
 
@@ -26,13 +27,16 @@ class Events:
         try:
             limit = int(raw_limit) if raw_limit is not None else DEFAULT_LIMIT
         except ValueError:
-            raise validation_failed("limit: an integer from 1 to 500") from None
+            raise validation_failed("limit: an integer from 1 to 500", param="?limit") from None
         if not 1 <= limit <= MAX_LIMIT:
-            raise validation_failed("limit: an integer from 1 to 500")
+            raise validation_failed("limit: an integer from 1 to 500", param="?limit")
         unknown = sorted(set(types) - set(TYPES))
         if unknown:
-            raise validation_failed(f"type: one of {', '.join(TYPES)}")
-        position = EVENT_ORDER.key(after)[0] if after else None
+            raise validation_failed(f"type: one of {', '.join(TYPES)}", param="?type")
+        try:
+            position = EVENT_ORDER.key(after)[0] if after else None
+        except Invalid:
+            raise validation_failed("after: not a cursor of this log", param="?after") from None
         ChangeEvent.place()  # what committed since the workers last placed (they do, every moment)
         found, more = ChangeEvent.page(clinic.id, position, limit, types)
         cursor = EVENT_ORDER.cursor(found[-1]) if found else (after or "")

@@ -77,7 +77,9 @@ def test_a_bad_cursor_limit_or_type_is_400(app):
     load(lifecycle_organization())
     token = issue_token(["clinic-a"], ["read"])
     for params in ({"after": "not-a-cursor"}, {"limit": "0"}, {"limit": "501"}, {"limit": "x"}, {"type": "nope"}):
-        assert_error(app.get(api() + "/events", params, headers=bearer(token), status=400), 400, "VALIDATION_FAILED")
+        (name,) = params
+        answer = app.get(api() + "/events", params, headers=bearer(token), status=400)
+        assert_error(answer, 400, "VALIDATION_FAILED", param=f"?{name}")
 
 
 def test_an_event_committed_late_is_not_passed_over_by_a_reader(app):
