@@ -70,7 +70,13 @@ def create_app(config: Config) -> falcon.App:
     )
     # Token rows and routing schedules, kept current by NOTIFY; through a database outage the
     # routing checks answer from the last known state, up to ROUTING_LAST_KNOWN_SECONDS old.
-    cache = RowCache.for_database(database, max_stale=config.routing_last_known_seconds, recorder=recorder)
+    # Every database use on a check's path waits at most ROUTING_DEADLINE_SECONDS.
+    cache = RowCache.for_database(
+        database,
+        max_stale=config.routing_last_known_seconds,
+        deadline=config.routing_deadline_seconds,
+        recorder=recorder,
+    )
     storage = make_storage(config)
     player = RecordingPlayer(config, Queue(queueing.RECORDINGS, connection=queue_redis))
     limiter = RateLimiter(
@@ -87,12 +93,13 @@ def create_app(config: Config) -> falcon.App:
     idempotency = IdempotencyKeys(queue_redis, config.idempotency_key_hours, config.clock)
 
     sb, clinic = openapi.SWITCHBOARD, openapi.CLINIC
+    calls = GroupCommit(deadline=config.handoff_deadline_seconds)  # a hand-off waits at most this for its row
     one_request = f"{clinic}/patientRequests/{{request_id}}"
     routes = [
         (f"{sb}/is-clinic-opened", switchboard.IsClinicOpened(config.clock, cache)),
         (f"{sb}/is-on-vacation", switchboard.IsOnVacation(config.clock, cache)),
-        (f"{sb}/has-active-request", switchboard.HasActiveRequest()),
-        (f"{sb}/recording-complete", switchboard.RecordingComplete(config, GroupCommit(), recorder)),
+        (f"{sb}/has-active-request", switchboard.HasActiveRequest(cache)),
+        (f"{sb}/recording-complete", switchboard.RecordingComplete(config, calls, recorder)),
         (f"{clinic}/patientRequestTypes/search", catalog.RequestTypeSearch()),
         (f"{clinic}/tags", catalog.Tags()),
         (f"{clinic}/patients/search", patients.PatientSearch()),

@@ -10,7 +10,7 @@ import logging
 import re
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 from urllib.parse import urlparse
 
@@ -57,6 +57,12 @@ UNREACHABLE: tuple[type[Exception], ...] = (
     psycopg2.OperationalError,
     psycopg2.InterfaceError,
 )
+
+
+class DeadlinePassed(pw.OperationalError):
+    """A database use did not finish within its deadline (`within`): the database is as
+    good as unreachable for the one waiting (a lost network, a lock held, a pool without a
+    free connection). An `UNREACHABLE` error, answered 503 with Retry-After like them."""
 
 
 class _Held(pw.ConnectionContext):
@@ -143,6 +149,7 @@ class CheckedPostgresqlPool(HoldsConnections, AnnouncesChanges, PooledPostgresql
 
 
 M = TypeVar("M", bound=pw.Model)
+T = TypeVar("T")
 
 
 def _cooperative_psycopg2() -> None:
@@ -227,6 +234,75 @@ def bound(database: pw.Database) -> Iterator[pw.Database]:
         yield database
     finally:
         db.initialize(previous)
+
+
+def _spawner() -> Callable[[Callable[[], None]], object]:
+    """How to run a function beside the caller: a greenlet under gevent (the web
+    workers), else a thread."""
+    try:
+        from gevent import monkey
+    except ImportError:
+        monkey = None
+    if monkey is not None and monkey.is_module_patched("socket"):
+        import gevent
+
+        return gevent.spawn
+
+    def thread(run: Callable[[], None]) -> object:
+        started = threading.Thread(target=run, name="database-deadline", daemon=True)
+        started.start()
+        return started
+
+    return thread
+
+
+def within(seconds: float, work: Callable[[], T], database: pw.Database | None = None) -> T:
+    """`work()` (database reads or writes), or `DeadlinePassed` once `seconds` have passed
+    without its answer: for what a caller waits for on the phone (the routing checks, a
+    hand-off), which must answer within a bound whatever the database's network or locks do.
+
+    `work` runs beside the caller (a greenlet under gevent, else a thread), on a connection
+    of its own from `database` (default: the bound one) that it gives back once done, and
+    the caller waits for it at most `seconds`. Past them `work` goes on until its own
+    guards end it (CONNECTION_GUARDS, a lock released): what it writes may still commit,
+    so the caller's answer says "safe to retry". Nothing is interrupted half-way, so no
+    connection is left in an unknown state. Inside a transaction or a held connection,
+    whose rows only this one sees, `work` runs here without a deadline."""
+    database = database if database is not None else db.obj
+    if database is None or database.in_transaction():
+        return work()
+    if isinstance(database, HoldsConnections) and database.holds_connection():
+        return work()
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as exc:  # handed to the caller as it is
+            outcome.append((False, exc))
+        finally:
+            with contextlib.suppress(Exception):
+                if not database.is_closed() and not database.in_transaction():
+                    database.close()
+            done.set()
+
+    _spawn(run)
+    if not done.wait(seconds):
+        raise DeadlinePassed(f"no answer within {seconds:g} s")
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return cast(T, value)
+
+
+_spawn_with: list[Callable[[Callable[[], None]], object]] = []
+
+
+def _spawn(run: Callable[[], None]) -> None:
+    if not _spawn_with:  # chosen at the first use: gevent patches the process before that
+        _spawn_with.append(_spawner())
+    _spawn_with[0](run)
 
 
 def release_connection() -> bool:
