@@ -10,21 +10,27 @@ that changes a token, a token's clinics or a clinic (migration 8: also office ho
 calendars and vacations), and the notification reaches this
 process's listening connection when that transaction commits.
 
-There is no listener thread to wait for: every lookup first drains that connection
-without blocking (a `poll` with no timeout), so a revocation is honoured by the first
-request that starts after its notification arrived, well under a millisecond after the
-commit on one machine (tests/test_row_cache.py measures it). A row read before a change
-but stored after its notification was drained is refused by the generation check. While
-the listening connection is down nothing is cached and every request asks the database;
-`ttl` bounds how long a row lives even if the connection died without a word.
+The listening connection is its counter thread's alone (`_serve`): it waits on the
+connection, and when a notification arrives it counts the changes (below) and empties the
+cache. A lookup never touches the database's network: it looks whether something arrived
+on that connection (a `select` with no timeout) or a count is due, and if so asks the
+counter thread and waits for its round at most `count_wait` (0.15 s). So a revocation is
+honoured by the first request that starts after its notification arrived, well under a
+millisecond after the commit on one machine (tests/test_row_cache.py measures it), and a
+count that does not come in time (a network lost without a word, the counter locked)
+makes the lookups answer from the last known state (below) at once until it comes, a
+change announced meanwhile emptying that state. A row read before a change but stored
+after its count is refused by the generation check. While the listening connection is
+down nothing is cached and every request asks the database; `ttl` bounds how long a row
+lives even if the connection died without a word.
 
 A pooler in transaction mode (PgBouncer) accepts LISTEN and never delivers a
 notification. So the same triggers also count every change in `cache_generation`
-(migration 10), and at most every `poll_every` seconds (1 s) a lookup reads that counter
+(migration 10), and every `poll_every` seconds (1 s) the counter thread reads that counter
 on the listening connection: behind such a pooler a change is honoured within a second
 of its commit, at the cost of one small query a second per process. A notification
-makes the next lookup read the counter at once, and the counter decides: a change
-reported both ways is acted on once (`_count_changes`). SQLite (the embedded
+makes the counter thread read the counter at once, and the counter decides: a change
+reported both ways is acted on once (`_count_changes`, `_apply_count`). SQLite (the embedded
 default) has no NOTIFY and gets no cache: its lookups are local.
 
 Through a database outage (`read`): a lookup whose database read fails because the
@@ -33,9 +39,12 @@ was confirmed current (listening, nothing announced since) at most `max_stale` s
 ago. So the routing checks and their token check go on answering while the database is
 down, as their rows cannot change then anyway; each such answer is counted
 (`clinic_last_known_answers_total`) and the outage is logged when it starts, while it
-lasts and when it ends. After a failed read the next reads skip the database for
-`PROBE_EVERY` seconds, so that a database that does not even refuse connections (a lost
-network) costs one request a second a connect timeout, not every request.
+lasts and when it ends. Every database read of a lookup waits at most `deadline`
+(ROUTING_DEADLINE_SECONDS; plumbing/database.py, `within`), and so does `guarded`, for a
+routing read no memory answers (`has-active-request`): past it, the database counts as
+unreachable. After a failed read the next reads skip the database for `PROBE_EVERY`
+seconds, so that a database that does not answer costs one request a second a deadline,
+not every request.
 """
 
 from __future__ import annotations
