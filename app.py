@@ -34,7 +34,15 @@ from web import metrics as web_metrics
 from web.auth import TokenAuth
 from web.handoff_refusals import HandoffRefusals
 from web.idempotency import IdempotencyKeys, KeyTaken
-from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, SchemaGate, TakeTurns
+from web.middleware import (
+    AnswerBy,
+    BodyLimit,
+    DatabaseConnection,
+    NoNulInUrl,
+    RetryAdvice,
+    SchemaGate,
+    TakeTurns,
+)
 from web.rate_limit import RateLimit, RateLimiter
 from web.security import SecurityHeaders
 
@@ -70,7 +78,7 @@ def create_app(config: Config) -> falcon.App:
     )
     # Token rows and routing schedules, kept current by NOTIFY; through a database outage the
     # routing checks answer from the last known state, up to ROUTING_LAST_KNOWN_SECONDS old.
-    # Every database use on a check's path waits at most ROUTING_DEADLINE_SECONDS.
+    # A lookup's database read waits at most ROUTING_DEADLINE_SECONDS (AnswerBy: all of a check's).
     cache = RowCache.for_database(
         database,
         max_stale=config.routing_last_known_seconds,
@@ -220,6 +228,8 @@ def create_app(config: Config) -> falcon.App:
         HandoffRefusals(recorder, config.clock),
         # /console only: the staff session (cookie) and CSRF; never the API's
         ConsoleSession(config.clock, session_lifetime, renderer, OnceOnly(queue_redis), flash),
+        # The routing checks' database uses all end within ROUTING_DEADLINE_SECONDS of here
+        AnswerBy(config.routing_deadline_seconds),
         TokenAuth(config.clock, cache),
         RateLimit(limiter),
         RetryAdvice(),

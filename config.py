@@ -290,11 +290,11 @@ class Config:
     # from the last state each web process knew, if it was current at most this long ago
     # (plumbing/row_cache.py); older, they answer 503. 0: never from memory.
     routing_last_known_seconds: float = 600.0
-    # How long one database use on a routing check's path may take (a token or schedule
-    # read, has-active-request's query, a key's last use): past it the check answers from
+    # How long a routing check may wait on the database in all (its key and schedule
+    # reads, has-active-request's query, a key's last use): past it the check answers from
     # the last known state, or has-active-request 503. Each check then answers within 1 s
-    # through a lost network or a stalled database (plumbing/row_cache.py).
-    routing_deadline_seconds: float = 0.4
+    # through a lost network or a stalled database (plumbing/row_cache.py, web.middleware.AnswerBy).
+    routing_deadline_seconds: float = 0.6
     # How long a hand-off waits for its call to be stored: past it, 503 "safe to retry"
     # (the CallSid keeps a retry one call), never a hang (switchboard/intake.py).
     handoff_deadline_seconds: float = 3.0
@@ -401,8 +401,8 @@ class Config:
             raise ValueError("WORKER_STOP_SECONDS must be positive")
         if self.routing_last_known_seconds < 0:
             raise ValueError("ROUTING_LAST_KNOWN_SECONDS must not be negative")
-        if not 0 < self.routing_deadline_seconds <= 0.8:
-            raise ValueError("ROUTING_DEADLINE_SECONDS must be over 0 and at most 0.8 (a check answers within 1 s)")
+        if not 0 < self.routing_deadline_seconds <= 0.9:
+            raise ValueError("ROUTING_DEADLINE_SECONDS must be over 0 and at most 0.9 (a check answers within 1 s)")
         if self.handoff_deadline_seconds <= 0:
             raise ValueError("HANDOFF_DEADLINE_SECONDS must be positive")
         if not self.storage_signing_key:

@@ -6,9 +6,11 @@ hot path (every authenticated request, every call hand-off).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
@@ -256,6 +258,30 @@ def _spawner() -> Callable[[Callable[[], None]], object]:
     return thread
 
 
+#: When the answer being made must be out (time.monotonic()), for the database uses on its
+#: way (`within`, `time_left`); None: no such bound. Per request: a context variable is
+#: its thread's or greenlet's own.
+_answer_by: contextvars.ContextVar[float | None] = contextvars.ContextVar("answer_by", default=None)
+
+
+def answer_by(moment: float | None) -> contextvars.Token:
+    """Bound every database use of this request (thread, greenlet) to end by `moment`
+    (monotonic seconds); hand the token to `answered` when the answer is out."""
+    return _answer_by.set(moment)
+
+
+def answered(token: contextvars.Token) -> None:
+    _answer_by.reset(token)
+
+
+def time_left(seconds: float) -> float:
+    """`seconds`, or less when this request's answer must be out sooner (`answer_by`)."""
+    moment = _answer_by.get()
+    if moment is None:
+        return seconds
+    return max(0.0, min(seconds, moment - time.monotonic()))
+
+
 def within(seconds: float, work: Callable[[], T], database: pw.Database | None = None) -> T:
     """`work()` (database reads or writes), or `DeadlinePassed` once `seconds` have passed
     without its answer: for what a caller waits for on the phone (the routing checks, a
@@ -263,7 +289,8 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
 
     `work` runs beside the caller (a greenlet under gevent, else a thread), on a connection
     of its own from `database` (default: the bound one) that it gives back once done, and
-    the caller waits for it at most `seconds`. Past them `work` goes on until its own
+    the caller waits for it at most `seconds` (less when the request's answer is due
+    sooner: `answer_by`). Past them `work` goes on until its own
     guards end it (CONNECTION_GUARDS, a lock released): what it writes may still commit,
     so the caller's answer says "safe to retry". Nothing is interrupted half-way, so no
     connection is left in an unknown state. Inside a transaction or a held connection,
@@ -287,6 +314,9 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
                     database.close()
             done.set()
 
+    seconds = time_left(seconds)
+    if seconds <= 0:
+        raise DeadlinePassed("no time left for the database before the answer is due")
     _spawn(run)
     if not done.wait(seconds):
         raise DeadlinePassed(f"no answer within {seconds:g} s")

@@ -14,7 +14,7 @@ The listening connection is its counter thread's alone (`_serve`): it waits on t
 connection, and when a notification arrives it counts the changes (below) and empties the
 cache. A lookup never touches the database's network: it looks whether something arrived
 on that connection (a `select` with no timeout) or a count is due, and if so asks the
-counter thread and waits for its round at most `count_wait` (0.15 s). So a revocation is
+counter thread and waits for its round at most `count_wait` (0.2 s). So a revocation is
 honoured by the first request that starts after its notification arrived, well under a
 millisecond after the commit on one machine (tests/test_row_cache.py measures it), and a
 count that does not come in time (a network lost without a word, the counter locked)
@@ -61,7 +61,7 @@ import peewee as pw
 import psycopg2
 
 from plumbing import metrics, pg_listen
-from plumbing.database import UNREACHABLE, DeadlinePassed, is_postgresql, within
+from plumbing.database import UNREACHABLE, DeadlinePassed, is_postgresql, time_left, within
 from plumbing.descriptors import readable
 from plumbing.pg_listen import Listener
 from plumbing.wakeup import WakeUp
@@ -78,9 +78,9 @@ OUTAGE_LOG_EVERY = 60.0  # seconds between the log lines of a lasting outage
 MAX_STALE = 600.0
 #: Seconds a lookup's database read may take before the lookup answers from the last known
 #: state (the default; create_app passes ROUTING_DEADLINE_SECONDS).
-DEADLINE = 0.4
+DEADLINE = 0.6
 #: Seconds a lookup waits for the change count it asked the counter thread for.
-COUNT_WAIT = 0.15
+COUNT_WAIT = 0.2
 
 _caches: weakref.WeakSet[RowCache] = weakref.WeakSet()
 Row = TypeVar("Row", bound=tuple)
@@ -378,7 +378,7 @@ class RowCache:
             # The counter thread counts; a lookup waits for a round that began after it asked.
             wanted = self._rounds + (2 if self._counting else 1)
             self._ask.set()
-            ends = time.monotonic() + self.count_wait
+            ends = time.monotonic() + time_left(self.count_wait)
             while self._rounds < wanted and self._listener is listener:
                 left = ends - time.monotonic()
                 if left <= 0:
@@ -394,10 +394,12 @@ class RowCache:
         """The count asked for did not come within `count_wait`: the database does not
         answer its listening connection. Lookups answer from the last known state until a
         count comes, and a change announced meanwhile empties that state. Holds the lock."""
-        self._stalled = True
-        self._stalled_since = time.monotonic()
         if self._announced or readable([listener.conn], 0):
             self._invalidate(changed=True)
+        if self._stalled:
+            return  # said by the lookup that found it late first
+        self._stalled = True
+        self._stalled_since = time.monotonic()
         log.warning(
             "auth cache: the change count did not come within %.2f s; answering from the last known state",
             self.count_wait,

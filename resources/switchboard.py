@@ -26,6 +26,7 @@ from web import schemas, validation
 
 class IsClinicOpened:
     scopes = {"POST": "read"}
+    answer_within = True  # its database uses end within ROUTING_DEADLINE_SECONDS (web.middleware.AnswerBy)
 
     def __init__(self, clock: Clock, cache: RowCache | None = None) -> None:
         self.clock = clock
@@ -43,6 +44,7 @@ class IsOnVacation:
     is not a UUID at all is still 400."""
 
     scopes = {"POST": "read"}
+    answer_within = True
 
     def __init__(self, clock: Clock, cache: RowCache | None = None) -> None:
         self.clock = clock
@@ -64,6 +66,7 @@ class HasActiveRequest:
     deadline, and 503 (`Retry-After`) past it or while the database is unreachable."""
 
     scopes = {"POST": "read"}
+    answer_within = True
 
     def __init__(self, cache: RowCache | None = None) -> None:
         self.cache = cache
