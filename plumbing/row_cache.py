@@ -369,7 +369,11 @@ class RowCache:
                 self._invalidate()
             self._start_listening()
             return False
-        arrived = self._announced or bool(readable([listener.conn], 0))
+        # Something on the connection: a notification (or the server's goodbye), unless the
+        # counter thread is counting, whose answer it then is (asking for another count on
+        # each answer would keep it counting for ever under load); a notification that
+        # comes with that answer is counted in the same round (`_count_changes`).
+        arrived = self._announced or (not self._counting and bool(readable([listener.conn], 0)))
         if self._stalled:
             if arrived:  # a change (or the server's goodbye) waits behind the late count
                 self._invalidate(changed=True)
