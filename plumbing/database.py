@@ -238,24 +238,40 @@ def bound(database: pw.Database) -> Iterator[pw.Database]:
         db.initialize(previous)
 
 
-def _spawner() -> Callable[[Callable[[], None]], object]:
-    """How to run a function beside the caller: a greenlet under gevent (the web
-    workers), else a thread."""
+_gevent_spawn: list[Any] = []  # [gevent.spawn, or None outside gevent], chosen at the first use
+
+
+def _spawner() -> Any:
+    """gevent's spawn under gevent (the web workers), else None (threads). Chosen at the
+    first use: gevent patches the process before that."""
+    if not _gevent_spawn:
+        spawn = None
+        try:
+            from gevent import monkey
+        except ImportError:
+            monkey = None
+        if monkey is not None and monkey.is_module_patched("socket"):
+            import gevent
+
+            spawn = gevent.spawn
+        _gevent_spawn.append(spawn)
+    return _gevent_spawn[0]
+
+
+def _run_beside(work: Callable[[], T], database: pw.Database) -> tuple[bool, Any]:
+    """`work()` as (True, its value) or (False, what it raised), its connection given back
+    (nothing escapes: gevent would print an escaping error with its traceback)."""
     try:
-        from gevent import monkey
-    except ImportError:
-        monkey = None
-    if monkey is not None and monkey.is_module_patched("socket"):
-        import gevent
-
-        return gevent.spawn
-
-    def thread(run: Callable[[], None]) -> object:
-        started = threading.Thread(target=run, name="database-deadline", daemon=True)
-        started.start()
-        return started
-
-    return thread
+        return True, work()
+    except BaseException as exc:  # handed to the caller as it is
+        return False, exc
+    finally:
+        # `database`, and the bound one, which the models' queries use (in a test, another
+        # app's pool may be bound meanwhile): this thread's connections go back to their pools.
+        for used in {id(d): d for d in (database, db.obj) if d is not None}.values():
+            with contextlib.suppress(Exception):
+                if not used.is_closed() and not used.in_transaction():
+                    used.close()
 
 
 #: When the answer being made must be out (time.monotonic()), for the database uses on its
@@ -282,7 +298,7 @@ def time_left(seconds: float) -> float:
     return max(0.0, min(seconds, moment - time.monotonic()))
 
 
-def within(seconds: float, work: Callable[[], T], database: pw.Database | None = None) -> T:
+def within(seconds: float, work: Callable[[], T], database: pw.Database | None = None, *, interrupt: bool = False) -> T:
     """`work()` (database reads or writes), or `DeadlinePassed` once `seconds` have passed
     without its answer: for what a caller waits for on the phone (the routing checks, a
     hand-off), which must answer within a bound whatever the database's network or locks do.
@@ -294,45 +310,68 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
     guards end it (CONNECTION_GUARDS, a lock released): what it writes may still commit,
     so the caller's answer says "safe to retry". Nothing is interrupted half-way, so no
     connection is left in an unknown state. Inside a transaction or a held connection,
-    whose rows only this one sees, `work` runs here without a deadline."""
+    whose rows only this one sees, `work` runs here without a deadline.
+
+    `interrupt`, for one read outside a transaction on the request's hot path
+    (`has-active-request`'s query): under gevent `work` runs here, without the greenlet
+    (a tenth of the request's CPU), and is interrupted at the deadline; the connection it
+    was waiting on is closed, never handed out again (give such a query a
+    `statement_timeout` too, so that the server ends it as well: `hot_prepared`)."""
     database = database if database is not None else db.obj
     if database is None or database.in_transaction():
         return work()
     if isinstance(database, HoldsConnections) and database.holds_connection():
         return work()
-    outcome: list[tuple[bool, Any]] = []
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome.append((True, work()))
-        except BaseException as exc:  # handed to the caller as it is
-            outcome.append((False, exc))
-        finally:
-            with contextlib.suppress(Exception):
-                if not database.is_closed() and not database.in_transaction():
-                    database.close()
-            done.set()
-
     seconds = time_left(seconds)
     if seconds <= 0:
         raise DeadlinePassed("no time left for the database before the answer is due")
-    _spawn(run)
-    if not done.wait(seconds):
-        raise DeadlinePassed(f"no answer within {seconds:g} s")
-    succeeded, value = outcome[0]
+    spawn = _spawner()
+    if spawn is not None and interrupt:
+        from gevent import Timeout
+
+        try:
+            with Timeout(seconds, DeadlinePassed(f"no answer within {seconds:g} s")):
+                return work()
+        except DeadlinePassed:
+            for used in {id(d): d for d in (database, db.obj) if d is not None}.values():
+                discard_connection(used)
+            raise
+    if spawn is not None:
+        beside = spawn(_run_beside, work, database)
+        beside.join(seconds)
+        if not beside.ready():
+            raise DeadlinePassed(f"no answer within {seconds:g} s")
+        succeeded, value = beside.value
+    else:
+        outcome: list[tuple[bool, Any]] = []
+
+        def run() -> None:
+            outcome.append(_run_beside(work, database))
+
+        thread = threading.Thread(target=run, name="database-deadline", daemon=True)
+        thread.start()
+        thread.join(seconds)
+        if not outcome:
+            raise DeadlinePassed(f"no answer within {seconds:g} s")
+        succeeded, value = outcome[0]
     if not succeeded:
         raise value
     return cast(T, value)
 
 
-_spawn_with: list[Callable[[Callable[[], None]], object]] = []
-
-
-def _spawn(run: Callable[[], None]) -> None:
-    if not _spawn_with:  # chosen at the first use: gevent patches the process before that
-        _spawn_with.append(_spawner())
-    _spawn_with[0](run)
+def discard_connection(database: pw.Database) -> None:
+    """Close this thread's (greenlet's) connection without handing it back to the pool:
+    a query interrupted in it left it in no known state."""
+    state = cast(Any, database)._state
+    conn = state.conn
+    state.reset()
+    if conn is None:
+        return
+    in_use = getattr(database, "_in_use", None)
+    if in_use is not None:
+        in_use.pop(cast(Any, database).conn_key(conn), None)
+    with contextlib.suppress(Exception):
+        conn.close()
 
 
 def release_connection() -> bool:
@@ -396,18 +435,25 @@ def is_postgresql(database: pw.Database | None = None) -> bool:
     return isinstance(database if database is not None else db.obj, pw.PostgresqlDatabase)
 
 
-def hot_prepared(name: str, sql: str, params: list | tuple) -> Any:
+def hot_prepared(name: str, sql: str, params: list | tuple, *, statement_timeout: float | None = None) -> Any:
     """`hot_sql`, planned once per connection on PostgreSQL (PREPARE, then EXECUTE).
 
     For a statement whose planning costs more than running it (a recursive CTE: 0.18 ms
     of planning for 0.05 ms of work, per request). Inside a transaction, on SQLite, and
     behind a pooler that does not keep a session's statements (PgBouncer in transaction
     mode: EXECUTE then fails), it runs as plain `hot_sql`; after a few such failures
-    this process stops trying."""
+    this process stops trying.
+
+    `statement_timeout` (seconds): the server ends the statement past it (a lock waited
+    on), set for that statement alone in the same round trip (outside a transaction, a
+    query of several statements is one transaction, whose SET LOCAL ends with it)."""
     global _prepare_failures
     database = db.obj
-    if not is_postgresql(database) or database.in_transaction() or _prepare_failures >= _PREPARE_GIVE_UP:
+    if not is_postgresql(database) or database.in_transaction():
         return hot_sql(sql, params)
+    bounded = f"SET LOCAL statement_timeout = {max(1, round(statement_timeout * 1000))}; " if statement_timeout else ""
+    if _prepare_failures >= _PREPARE_GIVE_UP:
+        return hot_sql(bounded + sql, params)
     conn = database.connection()
     names = _prepared.setdefault(conn, set())
     try:
@@ -415,7 +461,7 @@ def hot_prepared(name: str, sql: str, params: list | tuple) -> Any:
             numbered = iter(range(1, sql.count("%s") + 1))
             database.execute_sql(f"PREPARE {name} AS " + re.sub("%s", lambda _: f"${next(numbered)}", sql))
             names.add(name)
-        return database.execute_sql(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
+        return database.execute_sql(f"{bounded}EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
     except pw.DatabaseError as exc:
         if _pgcode(exc) not in _PREPARED_STATEMENT_ERRORS:
             raise  # a lost connection and the like: the caller's usual error path
@@ -426,4 +472,4 @@ def hot_prepared(name: str, sql: str, params: list | tuple) -> Any:
                 "prepared statements do not work on this connection (%s); not using them",
                 type(exc.__cause__ or exc).__name__,
             )
-        return hot_sql(sql, params)
+        return hot_sql(bounded + sql, params)

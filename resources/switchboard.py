@@ -81,10 +81,15 @@ class HasActiveRequest:
             resp.media = {"hasActiveRequest": False}
             return
 
-        def ask() -> bool:
-            return PatientRequest.open_for_caller(clinic, phone, patient_id)
+        if self.cache is None:
+            resp.media = {"hasActiveRequest": PatientRequest.open_for_caller(clinic, phone, patient_id)}
+            return
+        deadline = self.cache.deadline  # the server ends the query then too: no backend left waiting on a lock
 
-        resp.media = {"hasActiveRequest": self.cache.guarded(ask) if self.cache is not None else ask()}
+        def ask() -> bool:
+            return PatientRequest.open_for_caller(clinic, phone, patient_id, timeout=deadline)
+
+        resp.media = {"hasActiveRequest": self.cache.guarded(ask, interrupt=True)}
 
 
 def caller_phone(value: Any, country: str) -> str | None:
