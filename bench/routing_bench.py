@@ -136,7 +136,7 @@ def warm_up(url: str, token: str, script: Path, connections: int) -> None:
     """wrk for 2 s until a run answers every request within wrk's 2 s: a process just
     started answers its first burst late (imports and first connections, seconds on a
     busy machine), which is not what is measured."""
-    for _ in range(5):
+    for _ in range(30):
         if wrk(url, token, script, 2, connections)["socket_errors"] == "none":
             return
 

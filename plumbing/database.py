@@ -298,7 +298,7 @@ def time_left(seconds: float) -> float:
     return max(0.0, min(seconds, moment - time.monotonic()))
 
 
-def within(seconds: float, work: Callable[[], T], database: pw.Database | None = None, *, interrupt: bool = False) -> T:
+def within(seconds: float, work: Callable[[], T], database: pw.Database | None = None) -> T:
     """`work()` (database reads or writes), or `DeadlinePassed` once `seconds` have passed
     without its answer: for what a caller waits for on the phone (the routing checks, a
     hand-off), which must answer within a bound whatever the database's network or locks do.
@@ -310,13 +310,9 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
     guards end it (CONNECTION_GUARDS, a lock released): what it writes may still commit,
     so the caller's answer says "safe to retry". Nothing is interrupted half-way, so no
     connection is left in an unknown state. Inside a transaction or a held connection,
-    whose rows only this one sees, `work` runs here without a deadline.
-
-    `interrupt`, for one read outside a transaction on the request's hot path
-    (`has-active-request`'s query): under gevent `work` runs here, without the greenlet
-    (a tenth of the request's CPU), and is interrupted at the deadline; the connection it
-    was waiting on is closed, never handed out again (give such a query a
-    `statement_timeout` too, so that the server ends it as well: `hot_prepared`)."""
+    whose rows only this one sees, `work` runs here without a deadline. (Interrupting the
+    caller's own greenlet instead, with gevent's Timeout, costs less, but breaks whatever
+    it waits in: the pool's condition when every connection is in use, a 500.)"""
     database = database if database is not None else db.obj
     if database is None or database.in_transaction():
         return work()
@@ -326,16 +322,6 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
     if seconds <= 0:
         raise DeadlinePassed("no time left for the database before the answer is due")
     spawn = _spawner()
-    if spawn is not None and interrupt:
-        from gevent import Timeout
-
-        try:
-            with Timeout(seconds, DeadlinePassed(f"no answer within {seconds:g} s")):
-                return work()
-        except DeadlinePassed:
-            for used in {id(d): d for d in (database, db.obj) if d is not None}.values():
-                discard_connection(used)
-            raise
     if spawn is not None:
         beside = spawn(_run_beside, work, database)
         beside.join(seconds)
@@ -357,21 +343,6 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
     if not succeeded:
         raise value
     return cast(T, value)
-
-
-def discard_connection(database: pw.Database) -> None:
-    """Close this thread's (greenlet's) connection without handing it back to the pool:
-    a query interrupted in it left it in no known state."""
-    state = cast(Any, database)._state
-    conn = state.conn
-    state.reset()
-    if conn is None:
-        return
-    in_use = getattr(database, "_in_use", None)
-    if in_use is not None:
-        in_use.pop(cast(Any, database).conn_key(conn), None)
-    with contextlib.suppress(Exception):
-        conn.close()
 
 
 def release_connection() -> bool:

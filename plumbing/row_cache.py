@@ -260,22 +260,21 @@ class RowCache:
             self.put(key, row, generation)
         return row
 
-    def guarded(self, work: Callable[[], T], *, interrupt: bool = False) -> T:
+    def guarded(self, work: Callable[[], T]) -> T:
         """`work()`, a database read on the routing path that no memory can answer
         (`has-active-request`), within `deadline` seconds: `DeadlinePassed` past it, and
         at once while the database is found unreachable (one read per `PROBE_EVERY` tries
-        it). Its failures and successes tell the lookups' reachability too. `interrupt`:
-        one read, interrupted at the deadline (plumbing/database.py, `within`)."""
+        it). Its failures and successes tell the lookups' reachability too."""
         if self._connect is None:
             return work()
         if self._skipping_database():
             raise DeadlinePassed("the database was unreachable a moment ago")
-        return self._bounded(work, interrupt=interrupt)
+        return self._bounded(work)
 
-    def _bounded(self, work: Callable[[], T], *, interrupt: bool = False) -> T:
+    def _bounded(self, work: Callable[[], T]) -> T:
         """`work()` within `deadline`; an unreachable database (or one past the deadline) noted."""
         try:
-            done = within(self.deadline, work, self._database, interrupt=interrupt)
+            done = within(self.deadline, work, self._database)
         except UNREACHABLE as exc:
             self._unreachable(exc)
             raise

@@ -89,7 +89,7 @@ class HasActiveRequest:
         def ask() -> bool:
             return PatientRequest.open_for_caller(clinic, phone, patient_id, timeout=deadline)
 
-        resp.media = {"hasActiveRequest": self.cache.guarded(ask, interrupt=True)}
+        resp.media = {"hasActiveRequest": self.cache.guarded(ask)}
 
 
 def caller_phone(value: Any, country: str) -> str | None:
