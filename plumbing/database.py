@@ -322,8 +322,10 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
     if seconds <= 0:
         raise DeadlinePassed("no time left for the database before the answer is due")
     spawn = _spawner()
+    # In the caller's context: its log lines carry the request's id (plumbing/logs.py).
+    context = contextvars.copy_context()
     if spawn is not None:
-        beside = spawn(_run_beside, work, database)
+        beside = spawn(context.run, _run_beside, work, database)
         beside.join(seconds)
         if not beside.ready():
             raise DeadlinePassed(f"no answer within {seconds:g} s")
@@ -332,7 +334,7 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
         outcome: list[tuple[bool, Any]] = []
 
         def run() -> None:
-            outcome.append(_run_beside(work, database))
+            outcome.append(context.run(_run_beside, work, database))
 
         thread = threading.Thread(target=run, name="database-deadline", daemon=True)
         thread.start()

@@ -409,48 +409,43 @@ class RowCache:
             self.count_wait,
         )
 
-    def _serve(self, listener: Listener, ask: WakeUp) -> None:
-        """The counter thread's loop: count the changes when a notification arrives, when a
-        lookup asks, and every `poll_every` seconds; apply them; until the connection is
-        lost or the cache closed. The only user of the listening connection: a lookup
-        never waits on the database's network, only (at most `count_wait`) on this."""
-        while True:
-            with self._lock:
-                if self._listener is not listener:
-                    break
-            readable([listener.conn, ask], self.poll_every)
-            ask.clear()
-            with self._lock:
-                if self._listener is not listener:
-                    break
-                self._counting = True
-            try:
-                notified = listener.wait(0)  # notices a lost connection too
-                if notified:
-                    with self._lock:
-                        self._announced = True
-                counted, notified = self._count_changes(listener, notified=notified)
-            except pg_listen.LOST as exc:
+    def _listening_on(self, listener: Listener) -> bool:
+        with self._lock:
+            return self._listener is listener
+
+    def _count_round(self, listener: Listener) -> bool:
+        """One round of the counter thread (`_serve`): count and apply; False once the
+        connection is lost or the cache stopped listening on it."""
+        with self._lock:
+            if self._listener is not listener:
+                return False
+            self._counting = True
+        try:
+            notified = listener.wait(0)  # notices a lost connection too
+            if notified:
                 with self._lock:
-                    if self._listener is listener:
-                        log.warning(
-                            "auth cache: listening connection lost (%s); reading tokens from the database",
-                            type(exc).__name__,
-                        )
-                        if self._announced or listener.notified_before_loss:
-                            self._invalidate(changed=True)  # a change announced in the very read that failed
-                        self._drop()
-                    self._counting = False
-                    self._counted_cv.notify_all()
-                break
+                    self._announced = True
+            counted, notified = self._count_changes(listener, notified=notified)
+        except pg_listen.LOST as exc:
             with self._lock:
+                if self._listener is listener:
+                    log.warning(
+                        "auth cache: listening connection lost (%s); reading tokens from the database",
+                        type(exc).__name__,
+                    )
+                    if self._announced or listener.notified_before_loss:
+                        self._invalidate(changed=True)  # a change announced in the very read that failed
+                    self._drop()
                 self._counting = False
-                if self._listener is not listener:
-                    break
-                self._apply_count(counted, notified)
                 self._counted_cv.notify_all()
-        listener.close()
-        ask.close()
+            return False
+        with self._lock:
+            self._counting = False
+            if self._listener is not listener:
+                return False
+            self._apply_count(counted, notified)
+            self._counted_cv.notify_all()
+        return True
 
     def _count_changes(self, listener: Listener, *, notified: bool) -> tuple[int | None, bool]:
         """The change counter (and whether a notification came with it): read on the
@@ -515,25 +510,20 @@ class RowCache:
         if self._connecting or self._clock() < self._retry_at:
             return
         self._connecting = True
-        threading.Thread(target=self._listen, name="auth-cache-listen", daemon=True).start()
+        threading.Thread(target=_listen, args=(weakref.ref(self),), name="auth-cache-listen", daemon=True).start()
 
-    def _listen(self) -> None:
-        """The counter thread: connect and LISTEN, then count (`_serve`) until the
-        connection is lost; a lost one is opened again by the next lookup after
-        `RECONNECT_EVERY` seconds."""
-        assert self._connect is not None  # _listen runs only when there is one
-        try:
-            listener = Listener.open(self._connect, CHANNEL)
-        except (psycopg2.Error, OSError) as exc:
-            log.warning(
-                "auth cache: cannot listen for token changes (%s); retrying in %.0f s",
-                type(exc).__name__,
-                RECONNECT_EVERY,
-            )
-            with self._lock:
-                self._connecting = False
-                self._retry_at = self._clock() + RECONNECT_EVERY
-            return
+    def _listen_failed(self, exc: BaseException) -> None:
+        log.warning(
+            "auth cache: cannot listen for token changes (%s); retrying in %.0f s",
+            type(exc).__name__,
+            RECONNECT_EVERY,
+        )
+        with self._lock:
+            self._connecting = False
+            self._retry_at = self._clock() + RECONNECT_EVERY
+
+    def _listening(self, listener: Listener) -> WakeUp:
+        """Listen on `listener` from now on; the wake-up lookups ask the counter with."""
         ask = WakeUp()
         with self._lock:
             self._listener, self._connecting = listener, False
@@ -545,7 +535,7 @@ class RowCache:
             self._stalled = self._announced = False
             self._poll_at = 0.0  # count at once: whether anything changed while nobody listened
             self._invalidate()  # changes made while nobody listened may have been missed
-        self._serve(listener, ask)
+        return ask
 
     def invalidate(self) -> None:
         """Forget every row: they changed (this process wrote them)."""
@@ -576,3 +566,53 @@ class RowCache:
         with self._lock:
             if self._listener is not None and not self._listener.inherited:
                 self._drop()
+
+
+def _listen(ref: weakref.ReferenceType[RowCache]) -> None:
+    """The counter thread: connect and LISTEN, then count (`_serve`) until the connection
+    is lost; a lost one is opened again by the next lookup after `RECONNECT_EVERY`
+    seconds. It holds its cache weakly, between rounds: a cache nobody uses any more (an
+    app a test built) is collected, and its thread then closes the connection and ends."""
+    cache = ref()
+    if cache is None or cache._connect is None:
+        return
+    connect = cache._connect
+    del cache
+    try:
+        listener = Listener.open(connect, CHANNEL)
+    except (psycopg2.Error, OSError) as exc:
+        cache = ref()
+        if cache is not None:
+            cache._listen_failed(exc)
+        return
+    cache = ref()
+    if cache is None:
+        listener.close()
+        return
+    ask = cache._listening(listener)
+    del cache
+    _serve(ref, listener, ask)
+
+
+def _serve(ref: weakref.ReferenceType[RowCache], listener: Listener, ask: WakeUp) -> None:
+    """The counter thread's loop: count the changes when a notification arrives, when a
+    lookup asks, and every `poll_every` seconds, and apply them (`_count_round`), until
+    the connection is lost or the cache stops listening on it or is gone. The only user
+    of the listening connection: a lookup never waits on the database's network, only
+    (at most `count_wait`) on this."""
+    try:
+        while True:
+            cache = ref()
+            if cache is None or not cache._listening_on(listener):
+                break
+            poll_every = cache.poll_every
+            del cache
+            readable([listener.conn, ask], poll_every)
+            ask.clear()
+            cache = ref()
+            if cache is None or not cache._count_round(listener):
+                break
+            del cache
+    finally:
+        listener.close()
+        ask.close()
