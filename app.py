@@ -48,7 +48,15 @@ from web import metrics as web_metrics
 from web.auth import TokenAuth
 from web.handoff_refusals import HandoffRefusals
 from web.idempotency import IdempotencyKeys, KeyTaken
-from web.middleware import BodyLimit, DatabaseConnection, NoNulInUrl, RetryAdvice, SchemaGate, TakeTurns
+from web.middleware import (
+    AnswerBy,
+    BodyLimit,
+    DatabaseConnection,
+    NoNulInUrl,
+    RetryAdvice,
+    SchemaGate,
+    TakeTurns,
+)
 from web.rate_limit import RateLimit, RateLimiter
 from web.security import SecurityHeaders
 
@@ -85,7 +93,13 @@ def create_app(config: Config) -> falcon.App:
     )
     # Token rows and routing schedules, kept current by NOTIFY; through a database outage the
     # routing checks answer from the last known state, up to ROUTING_LAST_KNOWN_SECONDS old.
-    cache = RowCache.for_database(database, max_stale=config.routing_last_known_seconds, recorder=recorder)
+    # A lookup's database read waits at most ROUTING_DEADLINE_SECONDS (AnswerBy: all of a check's).
+    cache = RowCache.for_database(
+        database,
+        max_stale=config.routing_last_known_seconds,
+        deadline=config.routing_deadline_seconds,
+        recorder=recorder,
+    )
     storage = make_storage(config)
     player = RecordingPlayer(config, Queue(queueing.RECORDINGS, connection=queue_redis))
     limiter = RateLimiter(
@@ -102,12 +116,13 @@ def create_app(config: Config) -> falcon.App:
     idempotency = IdempotencyKeys(queue_redis, config.idempotency_key_hours, config.clock)
 
     sb, clinic = openapi.SWITCHBOARD, openapi.CLINIC
+    calls = GroupCommit(deadline=config.handoff_deadline_seconds)  # a hand-off waits at most this for its row
     one_request = f"{clinic}/patientRequests/{{request_id}}"
     routes = [
         (f"{sb}/is-clinic-opened", switchboard.IsClinicOpened(config.clock, cache)),
         (f"{sb}/is-on-vacation", switchboard.IsOnVacation(config.clock, cache)),
-        (f"{sb}/has-active-request", switchboard.HasActiveRequest()),
-        (f"{sb}/recording-complete", switchboard.RecordingComplete(config, GroupCommit(), recorder)),
+        (f"{sb}/has-active-request", switchboard.HasActiveRequest(cache)),
+        (f"{sb}/recording-complete", switchboard.RecordingComplete(config, calls, recorder)),
         (f"{clinic}/patientRequestTypes/search", catalog.RequestTypeSearch()),
         (f"{clinic}/tags", catalog.Tags()),
         (f"{clinic}/events", change_events.Events()),
@@ -235,6 +250,8 @@ def create_app(config: Config) -> falcon.App:
         HandoffRefusals(recorder, config.clock),
         # /console only: the staff session (cookie) and CSRF; never the API's
         ConsoleSession(config.clock, session_lifetime, renderer, OnceOnly(queue_redis), flash),
+        # The routing checks' database uses all end within ROUTING_DEADLINE_SECONDS of here
+        AnswerBy(config.routing_deadline_seconds),
         TokenAuth(config.clock, cache),
         RateLimit(limiter),
         RetryAdvice(),

@@ -83,6 +83,8 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "RELAY_PER_CLINIC": ("relay_per_clinic", int),
     "WORKER_STOP_SECONDS": ("worker_stop_seconds", float),
     "ROUTING_LAST_KNOWN_SECONDS": ("routing_last_known_seconds", float),
+    "ROUTING_DEADLINE_SECONDS": ("routing_deadline_seconds", float),
+    "HANDOFF_DEADLINE_SECONDS": ("handoff_deadline_seconds", float),
     "RATE_LIMIT_HANDOFFS_PER_MINUTE": ("rate_limit_handoffs_per_minute", int),
     "RATE_LIMIT_WRITES_PER_MINUTE": ("rate_limit_writes_per_minute", int),
     "CONSOLE_SESSION_IDLE_HOURS": ("console_session_idle_hours", float),
@@ -297,6 +299,14 @@ class Config:
     # from the last state each web process knew, if it was current at most this long ago
     # (plumbing/row_cache.py); older, they answer 503. 0: never from memory.
     routing_last_known_seconds: float = 600.0
+    # How long a routing check may wait on the database in all (its key and schedule
+    # reads, has-active-request's query, a key's last use): past it the check answers from
+    # the last known state, or has-active-request 503. Each check then answers within 1 s
+    # through a lost network or a stalled database (plumbing/row_cache.py, web.middleware.AnswerBy).
+    routing_deadline_seconds: float = 0.6
+    # How long a hand-off waits for its call to be stored: past it, 503 "safe to retry"
+    # (the CallSid keeps a retry one call), never a hang (switchboard/intake.py).
+    handoff_deadline_seconds: float = 3.0
     # Per-token request rates (web/rate_limit.py; 0: no limit), counted in Redis for every
     # web process. Far above a switchboard's normal traffic with its retries: one token may
     # serve a whole clinic group, hundreds of calls a minute.
@@ -423,6 +433,10 @@ class Config:
             raise ValueError("WORKER_STOP_SECONDS must be positive")
         if self.routing_last_known_seconds < 0:
             raise ValueError("ROUTING_LAST_KNOWN_SECONDS must not be negative")
+        if not 0 < self.routing_deadline_seconds <= 0.9:
+            raise ValueError("ROUTING_DEADLINE_SECONDS must be over 0 and at most 0.9 (a check answers within 1 s)")
+        if self.handoff_deadline_seconds <= 0:
+            raise ValueError("HANDOFF_DEADLINE_SECONDS must be positive")
         if not self.storage_signing_key:
             # Derived, so one SECRET_KEY is enough; set it apart to rotate it alone.
             self.storage_signing_key = _signing_key(self.secret_key)

@@ -153,12 +153,15 @@ def wrk(
         value, unit = re.search(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
         return float(value) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
 
+    # The thread statistics' Latency line: avg, stdev, max, +/- stdev.
+    slowest = re.search(r"^\s+Latency\s+\S+\s+\S+\s+([\d.]+)(us|ms|s)\s", out, re.M)
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
     return {
         "p50": ms("50%"),
         "p99": ms("99%"),
+        "max": float(slowest.group(1)) * {"us": 0.001, "ms": 1, "s": 1000}[slowest.group(2)] if slowest else 0.0,
         "requests": requests,
         "rps": requests / seconds,
         "non2xx": int(non2xx.group(1)) if non2xx else 0,

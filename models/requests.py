@@ -68,11 +68,14 @@ class PatientRequest(BaseModel):
         )
 
     @classmethod
-    def open_for_caller(cls, clinic: Clinic, phone: str | None, patient_id: uuid.UUID | None) -> bool:
+    def open_for_caller(
+        cls, clinic: Clinic, phone: str | None, patient_id: uuid.UUID | None, *, timeout: float | None = None
+    ) -> bool:
         """Whether the clinic has an open request of the patients with `phone` in its
         organization or of `patient_id`, or of a patient either was merged into (along
         the whole chain), in one round trip, for
-        `has-active-request`, which a switchboard asks on every call."""
+        `has-active-request`, which a switchboard asks on every call; ended by the server
+        past `timeout` seconds when given."""
         return bool(
             hot_prepared(
                 "open_for_caller",
@@ -83,6 +86,7 @@ class PatientRequest(BaseModel):
                     Patient.id.db_value(patient_id) if patient_id else None,
                     cls.clinic.db_value(clinic.id),
                 ),
+                statement_timeout=timeout,
             ).fetchone()[0]
         )
 

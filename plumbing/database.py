@@ -6,11 +6,13 @@ hot path (every authenticated request, every call hand-off).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import re
 import threading
+import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 from urllib.parse import urlparse
 
@@ -57,6 +59,12 @@ UNREACHABLE: tuple[type[Exception], ...] = (
     psycopg2.OperationalError,
     psycopg2.InterfaceError,
 )
+
+
+class DeadlinePassed(pw.OperationalError):
+    """A database use did not finish within its deadline (`within`): the database is as
+    good as unreachable for the one waiting (a lost network, a lock held, a pool without a
+    free connection). An `UNREACHABLE` error, answered 503 with Retry-After like them."""
 
 
 class _Held(pw.ConnectionContext):
@@ -143,6 +151,7 @@ class CheckedPostgresqlPool(HoldsConnections, AnnouncesChanges, PooledPostgresql
 
 
 M = TypeVar("M", bound=pw.Model)
+T = TypeVar("T")
 
 
 def _cooperative_psycopg2() -> None:
@@ -229,6 +238,115 @@ def bound(database: pw.Database) -> Iterator[pw.Database]:
         db.initialize(previous)
 
 
+_gevent_spawn: list[Any] = []  # [gevent.spawn, or None outside gevent], chosen at the first use
+
+
+def _spawner() -> Any:
+    """gevent's spawn under gevent (the web workers), else None (threads). Chosen at the
+    first use: gevent patches the process before that."""
+    if not _gevent_spawn:
+        spawn = None
+        try:
+            from gevent import monkey
+        except ImportError:
+            monkey = None
+        if monkey is not None and monkey.is_module_patched("socket"):
+            import gevent
+
+            spawn = gevent.spawn
+        _gevent_spawn.append(spawn)
+    return _gevent_spawn[0]
+
+
+def _run_beside(work: Callable[[], T], database: pw.Database) -> tuple[bool, Any]:
+    """`work()` as (True, its value) or (False, what it raised), its connection given back
+    (nothing escapes: gevent would print an escaping error with its traceback)."""
+    try:
+        return True, work()
+    except BaseException as exc:  # handed to the caller as it is
+        return False, exc
+    finally:
+        # `database`, and the bound one, which the models' queries use (in a test, another
+        # app's pool may be bound meanwhile): this thread's connections go back to their pools.
+        for used in {id(d): d for d in (database, db.obj) if d is not None}.values():
+            with contextlib.suppress(Exception):
+                if not used.is_closed() and not used.in_transaction():
+                    used.close()
+
+
+#: When the answer being made must be out (time.monotonic()), for the database uses on its
+#: way (`within`, `time_left`); None: no such bound. Per request: a context variable is
+#: its thread's or greenlet's own.
+_answer_by: contextvars.ContextVar[float | None] = contextvars.ContextVar("answer_by", default=None)
+
+
+def answer_by(moment: float | None) -> contextvars.Token:
+    """Bound every database use of this request (thread, greenlet) to end by `moment`
+    (monotonic seconds); hand the token to `answered` when the answer is out."""
+    return _answer_by.set(moment)
+
+
+def answered(token: contextvars.Token) -> None:
+    _answer_by.reset(token)
+
+
+def time_left(seconds: float) -> float:
+    """`seconds`, or less when this request's answer must be out sooner (`answer_by`)."""
+    moment = _answer_by.get()
+    if moment is None:
+        return seconds
+    return max(0.0, min(seconds, moment - time.monotonic()))
+
+
+def within(seconds: float, work: Callable[[], T], database: pw.Database | None = None) -> T:
+    """`work()` (database reads or writes), or `DeadlinePassed` once `seconds` have passed
+    without its answer: for what a caller waits for on the phone (the routing checks, a
+    hand-off), which must answer within a bound whatever the database's network or locks do.
+
+    `work` runs beside the caller (a greenlet under gevent, else a thread), on a connection
+    of its own from `database` (default: the bound one) that it gives back once done, and
+    the caller waits for it at most `seconds` (less when the request's answer is due
+    sooner: `answer_by`). Past them `work` goes on until its own
+    guards end it (CONNECTION_GUARDS, a lock released): what it writes may still commit,
+    so the caller's answer says "safe to retry". Nothing is interrupted half-way, so no
+    connection is left in an unknown state. Inside a transaction or a held connection,
+    whose rows only this one sees, `work` runs here without a deadline. (Interrupting the
+    caller's own greenlet instead, with gevent's Timeout, costs less, but breaks whatever
+    it waits in: the pool's condition when every connection is in use, a 500.)"""
+    database = database if database is not None else db.obj
+    if database is None or database.in_transaction():
+        return work()
+    if isinstance(database, HoldsConnections) and database.holds_connection():
+        return work()
+    seconds = time_left(seconds)
+    if seconds <= 0:
+        raise DeadlinePassed("no time left for the database before the answer is due")
+    spawn = _spawner()
+    # In the caller's context: its log lines carry the request's id (plumbing/logs.py).
+    context = contextvars.copy_context()
+    if spawn is not None:
+        beside = spawn(context.run, _run_beside, work, database)
+        beside.join(seconds)
+        if not beside.ready():
+            raise DeadlinePassed(f"no answer within {seconds:g} s")
+        succeeded, value = beside.value
+    else:
+        outcome: list[tuple[bool, Any]] = []
+
+        def run() -> None:
+            outcome.append(context.run(_run_beside, work, database))
+
+        thread = threading.Thread(target=run, name="database-deadline", daemon=True)
+        thread.start()
+        thread.join(seconds)
+        if not outcome:
+            raise DeadlinePassed(f"no answer within {seconds:g} s")
+        succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return cast(T, value)
+
+
 def release_connection() -> bool:
     """Hand this request's pooled connection back before it waits on something slow (a
     client's body, another service, a job); the next query takes one again (Peewee's
@@ -290,18 +408,25 @@ def is_postgresql(database: pw.Database | None = None) -> bool:
     return isinstance(database if database is not None else db.obj, pw.PostgresqlDatabase)
 
 
-def hot_prepared(name: str, sql: str, params: list | tuple) -> Any:
+def hot_prepared(name: str, sql: str, params: list | tuple, *, statement_timeout: float | None = None) -> Any:
     """`hot_sql`, planned once per connection on PostgreSQL (PREPARE, then EXECUTE).
 
     For a statement whose planning costs more than running it (a recursive CTE: 0.18 ms
     of planning for 0.05 ms of work, per request). Inside a transaction, on SQLite, and
     behind a pooler that does not keep a session's statements (PgBouncer in transaction
     mode: EXECUTE then fails), it runs as plain `hot_sql`; after a few such failures
-    this process stops trying."""
+    this process stops trying.
+
+    `statement_timeout` (seconds): the server ends the statement past it (a lock waited
+    on), set for that statement alone in the same round trip (outside a transaction, a
+    query of several statements is one transaction, whose SET LOCAL ends with it)."""
     global _prepare_failures
     database = db.obj
-    if not is_postgresql(database) or database.in_transaction() or _prepare_failures >= _PREPARE_GIVE_UP:
+    if not is_postgresql(database) or database.in_transaction():
         return hot_sql(sql, params)
+    bounded = f"SET LOCAL statement_timeout = {max(1, round(statement_timeout * 1000))}; " if statement_timeout else ""
+    if _prepare_failures >= _PREPARE_GIVE_UP:
+        return hot_sql(bounded + sql, params)
     conn = database.connection()
     names = _prepared.setdefault(conn, set())
     try:
@@ -309,7 +434,7 @@ def hot_prepared(name: str, sql: str, params: list | tuple) -> Any:
             numbered = iter(range(1, sql.count("%s") + 1))
             database.execute_sql(f"PREPARE {name} AS " + re.sub("%s", lambda _: f"${next(numbered)}", sql))
             names.add(name)
-        return database.execute_sql(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
+        return database.execute_sql(f"{bounded}EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
     except pw.DatabaseError as exc:
         if _pgcode(exc) not in _PREPARED_STATEMENT_ERRORS:
             raise  # a lost connection and the like: the caller's usual error path
@@ -320,4 +445,4 @@ def hot_prepared(name: str, sql: str, params: list | tuple) -> Any:
                 "prepared statements do not work on this connection (%s); not using them",
                 type(exc.__cause__ or exc).__name__,
             )
-        return hot_sql(sql, params)
+        return hot_sql(bounded + sql, params)

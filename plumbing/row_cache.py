@@ -10,21 +10,27 @@ that changes a token, a token's clinics or a clinic (migration 8: also office ho
 calendars and vacations), and the notification reaches this
 process's listening connection when that transaction commits.
 
-There is no listener thread to wait for: every lookup first drains that connection
-without blocking (a `poll` with no timeout), so a revocation is honoured by the first
-request that starts after its notification arrived, well under a millisecond after the
-commit on one machine (tests/test_row_cache.py measures it). A row read before a change
-but stored after its notification was drained is refused by the generation check. While
-the listening connection is down nothing is cached and every request asks the database;
-`ttl` bounds how long a row lives even if the connection died without a word.
+The listening connection is its counter thread's alone (`_serve`): it waits on the
+connection, and when a notification arrives it counts the changes (below) and empties the
+cache. A lookup never touches the database's network: it looks whether something arrived
+on that connection (a `select` with no timeout) or a count is due, and if so asks the
+counter thread and waits for its round at most `count_wait` (0.2 s). So a revocation is
+honoured by the first request that starts after its notification arrived, well under a
+millisecond after the commit on one machine (tests/test_row_cache.py measures it), and a
+count that does not come in time (a network lost without a word, the counter locked)
+makes the lookups answer from the last known state (below) at once until it comes, a
+change announced meanwhile emptying that state. A row read before a change but stored
+after its count is refused by the generation check. While the listening connection is
+down nothing is cached and every request asks the database; `ttl` bounds how long a row
+lives even if the connection died without a word.
 
 A pooler in transaction mode (PgBouncer) accepts LISTEN and never delivers a
 notification. So the same triggers also count every change in `cache_generation`
-(migration 10), and at most every `poll_every` seconds (1 s) a lookup reads that counter
+(migration 10), and every `poll_every` seconds (1 s) the counter thread reads that counter
 on the listening connection: behind such a pooler a change is honoured within a second
 of its commit, at the cost of one small query a second per process. A notification
-makes the next lookup read the counter at once, and the counter decides: a change
-reported both ways is acted on once (`_count_changes`). SQLite (the embedded
+makes the counter thread read the counter at once, and the counter decides: a change
+reported both ways is acted on once (`_count_changes`, `_apply_count`). SQLite (the embedded
 default) has no NOTIFY and gets no cache: its lookups are local.
 
 Through a database outage (`read`): a lookup whose database read fails because the
@@ -33,9 +39,12 @@ was confirmed current (listening, nothing announced since) at most `max_stale` s
 ago. So the routing checks and their token check go on answering while the database is
 down, as their rows cannot change then anyway; each such answer is counted
 (`clinic_last_known_answers_total`) and the outage is logged when it starts, while it
-lasts and when it ends. After a failed read the next reads skip the database for
-`PROBE_EVERY` seconds, so that a database that does not even refuse connections (a lost
-network) costs one request a second a connect timeout, not every request.
+lasts and when it ends. Every database read of a lookup waits at most `deadline`
+(ROUTING_DEADLINE_SECONDS; plumbing/database.py, `within`), and so does `guarded`, for a
+routing read no memory answers (`has-active-request`): past it, the database counts as
+unreachable. After a failed read the next reads skip the database for `PROBE_EVERY`
+seconds, so that a database that does not answer costs one request a second a deadline,
+not every request.
 """
 
 from __future__ import annotations
@@ -52,8 +61,10 @@ import peewee as pw
 import psycopg2
 
 from plumbing import metrics, pg_listen
-from plumbing.database import UNREACHABLE, is_postgresql
+from plumbing.database import UNREACHABLE, DeadlinePassed, is_postgresql, time_left, within
+from plumbing.descriptors import readable
 from plumbing.pg_listen import Listener
+from plumbing.wakeup import WakeUp
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +76,15 @@ OUTAGE_LOG_EVERY = 60.0  # seconds between the log lines of a lasting outage
 #: How old a last known state may be to answer from it while the database is unreachable
 #: (the default; create_app passes ROUTING_LAST_KNOWN_SECONDS).
 MAX_STALE = 600.0
+#: Seconds a lookup's database read may take before the lookup answers from the last known
+#: state (the default; create_app passes ROUTING_DEADLINE_SECONDS).
+DEADLINE = 0.6
+#: Seconds a lookup waits for the change count it asked the counter thread for.
+COUNT_WAIT = 0.2
 
 _caches: weakref.WeakSet[RowCache] = weakref.WeakSet()
 Row = TypeVar("Row", bound=tuple)
+T = TypeVar("T")
 
 
 def changed_here() -> None:
@@ -114,6 +131,8 @@ class RowCache:
         max_entries: int = 10_000,
         poll_every: float = 1.0,
         max_stale: float = MAX_STALE,
+        deadline: float = DEADLINE,
+        count_wait: float = COUNT_WAIT,
         clock: Callable[[], float] = time.monotonic,
         recorder: metrics.Recorder | None = None,
     ) -> None:
@@ -121,6 +140,8 @@ class RowCache:
         self.recorder = recorder  # the answers given from the last known state, counted
         self.ttl = ttl
         self.max_stale = max_stale
+        self.deadline = deadline
+        self._database: pw.Database | None = None
         self.poll_every = poll_every
         self._poll_at = 0.0
         self._counted: int | None = None  # the last cache_generation read
@@ -128,6 +149,17 @@ class RowCache:
         self.max_entries = max_entries
         self._clock = clock
         self._lock = threading.Lock()
+        # The counter thread (`_serve`) counts the changes; lookups ask it (`_ask`) and
+        # wait for its round (`_counted_cv`, `_rounds`) at most `count_wait` seconds.
+        self.count_wait = count_wait
+        self._counted_cv = threading.Condition(self._lock)
+        self._rounds = 0
+        self._counting = False
+        self._ask = WakeUp()  # replaced by each listening connection's own
+        self._ask.close()
+        self._announced = False  # a notification read, its count not applied yet
+        self._stalled = False  # a count asked for did not come in time
+        self._stalled_since = 0.0
         self._entries: dict[Hashable, tuple[float, tuple]] = {}
         self._generation = 0
         self._listener: Listener | None = None
@@ -162,7 +194,9 @@ class RowCache:
             keepalives_interval=5,
             keepalives_count=3,
         )
-        return cls(connect, **options)
+        made = cls(connect, **options)
+        made._database = database
+        return made
 
     @property
     def enabled(self) -> bool:
@@ -211,27 +245,47 @@ class RowCache:
             return cast(Row, cached)  # what `load` made for this key
         if self._connect is None:
             return load()
-        if self._skipping_database():
+        if self._stalled or self._skipping_database():
             known = self._last_known(key, lookup)
             if known is not None:
                 return cast(Row, known)
         try:
-            row = load()
-        except UNREACHABLE as exc:
-            self._unreachable(exc)
+            row = self._bounded(load)
+        except UNREACHABLE:
             known = self._last_known(key, lookup)
             if known is None:
                 raise
             return cast(Row, known)
-        self._reachable()
         if row is not None and (keep is None or keep(row)):
             self.put(key, row, generation)
         return row
 
+    def guarded(self, work: Callable[[], T]) -> T:
+        """`work()`, a database read on the routing path that no memory can answer
+        (`has-active-request`), within `deadline` seconds: `DeadlinePassed` past it, and
+        at once while the database is found unreachable (one read per `PROBE_EVERY` tries
+        it). Its failures and successes tell the lookups' reachability too."""
+        if self._connect is None:
+            return work()
+        if self._skipping_database():
+            raise DeadlinePassed("the database was unreachable a moment ago")
+        return self._bounded(work)
+
+    def _bounded(self, work: Callable[[], T]) -> T:
+        """`work()` within `deadline`; an unreachable database (or one past the deadline) noted."""
+        try:
+            done = within(self.deadline, work, self._database)
+        except UNREACHABLE as exc:
+            self._unreachable(exc)
+            raise
+        self._reachable()
+        return done
+
     @property
     def database_unreachable(self) -> bool:
-        """Whether the last database read of a lookup failed (the database unreachable)."""
-        return self._unreachable_since is not None
+        """Whether the last database read of a lookup failed (the database unreachable),
+        or the change count is late (its network lost, or the database stalled)."""
+        return self._unreachable_since is not None or self._stalled
 
     def last_known_age(self) -> float | None:
         """Seconds since this process's last known state was last confirmed current (None:
@@ -304,32 +358,98 @@ class RowCache:
             self._stale_answers = 0
 
     def _sync(self) -> bool:
-        """Apply the notifications that have arrived; False while not listening. Holds the lock."""
-        if self._listener is None or self._listener.inherited:
-            if self._listener is not None:  # forked: the socket is the parent's; neither use nor close it
-                self._inherited, self._listener = self._listener, None
+        """Whether the rows are current: listening, and every change announced or due to
+        be counted is counted. False while not listening, and while a count is late (the
+        database slow or its network lost: `read` then answers from the last known state).
+        Holds the lock; waits, releasing it, at most `count_wait` seconds for a count."""
+        listener = self._listener
+        if listener is None or listener.inherited:
+            if listener is not None:  # forked: the socket is the parent's; neither use nor close it
+                self._inherited, self._listener = listener, None
                 self._invalidate()
             self._start_listening()
             return False
-        try:
-            notified = self._listener.wait(0)  # without blocking; notices a lost connection too
-            if notified or self._clock() >= self._poll_at:
-                self._count_changes(notified=notified)
-        except pg_listen.LOST as exc:
-            log.warning(
-                "auth cache: listening connection lost (%s); reading tokens from the database", type(exc).__name__
-            )
-            if self._listener is not None and self._listener.notified_before_loss:
-                self._invalidate(changed=True)  # a change announced in the very read that failed
-            self._drop()
+        # Something on the connection: a notification (or the server's goodbye), unless the
+        # counter thread is counting, whose answer it then is (asking for another count on
+        # each answer would keep it counting for ever under load); a notification that
+        # comes with that answer is counted in the same round (`_count_changes`).
+        arrived = self._announced or (not self._counting and bool(readable([listener.conn], 0)))
+        if self._stalled:
+            if arrived:  # a change (or the server's goodbye) waits behind the late count
+                self._invalidate(changed=True)
             return False
+        if arrived or self._clock() >= self._poll_at:
+            # The counter thread counts; a lookup waits for a round that began after it asked.
+            wanted = self._rounds + (2 if self._counting else 1)
+            self._ask.set()
+            ends = time.monotonic() + time_left(self.count_wait)
+            while self._rounds < wanted and self._listener is listener:
+                left = ends - time.monotonic()
+                if left <= 0:
+                    self._stall(listener)
+                    return False
+                self._counted_cv.wait(left)
+            if self._listener is not listener or self._stalled:
+                return False
         self._confirmed[self._epoch] = self._clock()
         return True
 
-    def _count_changes(self, *, notified: bool) -> None:
-        """Invalidate when the change counter moved since the last count: on a
-        notification, and every `poll_every` seconds for the changes a pooler's swallowed
-        notifications would have announced. Holds the lock.
+    def _stall(self, listener: Listener) -> None:
+        """The count asked for did not come within `count_wait`: the database does not
+        answer its listening connection. Lookups answer from the last known state until a
+        count comes, and a change announced meanwhile empties that state. Holds the lock."""
+        if self._announced or readable([listener.conn], 0):
+            self._invalidate(changed=True)
+        if self._stalled:
+            return  # said by the lookup that found it late first
+        self._stalled = True
+        self._stalled_since = time.monotonic()
+        log.warning(
+            "auth cache: the change count did not come within %.2f s; answering from the last known state",
+            self.count_wait,
+        )
+
+    def _listening_on(self, listener: Listener) -> bool:
+        with self._lock:
+            return self._listener is listener
+
+    def _count_round(self, listener: Listener) -> bool:
+        """One round of the counter thread (`_serve`): count and apply; False once the
+        connection is lost or the cache stopped listening on it."""
+        with self._lock:
+            if self._listener is not listener:
+                return False
+            self._counting = True
+        try:
+            notified = listener.wait(0)  # notices a lost connection too
+            if notified:
+                with self._lock:
+                    self._announced = True
+            counted, notified = self._count_changes(listener, notified=notified)
+        except pg_listen.LOST as exc:
+            with self._lock:
+                if self._listener is listener:
+                    log.warning(
+                        "auth cache: listening connection lost (%s); reading tokens from the database",
+                        type(exc).__name__,
+                    )
+                    if self._announced or listener.notified_before_loss:
+                        self._invalidate(changed=True)  # a change announced in the very read that failed
+                    self._drop()
+                self._counting = False
+                self._counted_cv.notify_all()
+            return False
+        with self._lock:
+            self._counting = False
+            if self._listener is not listener:
+                return False
+            self._apply_count(counted, notified)
+            self._counted_cv.notify_all()
+        return True
+
+    def _count_changes(self, listener: Listener, *, notified: bool) -> tuple[int | None, bool]:
+        """The change counter (and whether a notification came with it): read on the
+        counter thread, without the lock.
 
         The counter decides, the notifications only say when to look: one change is
         acted on once, whichever of the two reports it first. A notification is sent to
@@ -338,14 +458,12 @@ class RowCache:
         command), so every notification read before the count is counted in it. Counting
         only on the poll, a change came twice: by its notification, and again by the next
         poll's moved counter."""
-        self._poll_at = self._clock() + self.poll_every
-        assert self._listener is not None
-        conn = self._listener.conn
+        conn = listener.conn
         try:
             counted = self._count(conn)
             # Notifications read with the answer were mostly sent before the query (counted),
             # but one sent just after it may have come in the same read: count again, which
-            # covers both. Those that come with the last count stay for the next lookup.
+            # covers both. Those that come with the last count stay for the next round.
             for _ in range(3):
                 if not conn.notifies:
                     break
@@ -353,16 +471,26 @@ class RowCache:
                 notified = True
                 counted = self._count(conn)
         except pg_listen.LOST:
-            if notified:  # a change was announced and the connection lost before its count
-                self._invalidate(changed=True)
+            listener.notified_before_loss = listener.notified_before_loss or notified
             raise
+        return counted, notified
+
+    def _apply_count(self, counted: int | None, notified: bool) -> None:
+        """Invalidate when the change counter moved since the last count. Holds the lock."""
         if counted != self._counted or (notified and counted is None):
-            self._invalidate(changed=notified or self._counted is not None)
+            self._invalidate(changed=notified or self._announced or self._counted is not None)
         elif self._recount:
             # The first count on a new listening connection, the same as the last one seen:
             # nothing changed while nobody listened, so the last known rows are current again.
             self._known = {key: (known, self._epoch) for key, (known, _) in self._known.items()}
         self._counted, self._recount = counted, False
+        self._announced = False
+        if self._stalled:
+            log.warning("auth cache: the change count came again after %.1f s", time.monotonic() - self._stalled_since)
+        self._stalled = False
+        self._rounds += 1
+        self._poll_at = self._clock() + self.poll_every
+        self._confirmed[self._epoch] = self._clock()
 
     @staticmethod
     def _count(conn: Any) -> int | None:
@@ -382,30 +510,32 @@ class RowCache:
         if self._connecting or self._clock() < self._retry_at:
             return
         self._connecting = True
-        threading.Thread(target=self._listen, name="auth-cache-listen", daemon=True).start()
+        threading.Thread(target=_listen, args=(weakref.ref(self),), name="auth-cache-listen", daemon=True).start()
 
-    def _listen(self) -> None:
-        assert self._connect is not None  # _listen runs only when there is one
-        try:
-            listener = Listener.open(self._connect, CHANNEL)
-        except (psycopg2.Error, OSError) as exc:
-            log.warning(
-                "auth cache: cannot listen for token changes (%s); retrying in %.0f s",
-                type(exc).__name__,
-                RECONNECT_EVERY,
-            )
-            with self._lock:
-                self._connecting = False
-                self._retry_at = self._clock() + RECONNECT_EVERY
-            return
+    def _listen_failed(self, exc: BaseException) -> None:
+        log.warning(
+            "auth cache: cannot listen for token changes (%s); retrying in %.0f s",
+            type(exc).__name__,
+            RECONNECT_EVERY,
+        )
+        with self._lock:
+            self._connecting = False
+            self._retry_at = self._clock() + RECONNECT_EVERY
+
+    def _listening(self, listener: Listener) -> WakeUp:
+        """Listen on `listener` from now on; the wake-up lookups ask the counter with."""
+        ask = WakeUp()
         with self._lock:
             self._listener, self._connecting = listener, False
+            self._ask = ask
             self._epoch += 1  # rows read from now on are confirmed by this connection
             referenced = {epoch for _, epoch in self._known.values()}
             self._confirmed = {epoch: at for epoch, at in self._confirmed.items() if epoch in referenced}
             self._recount = True
+            self._stalled = self._announced = False
             self._poll_at = 0.0  # count at once: whether anything changed while nobody listened
             self._invalidate()  # changes made while nobody listened may have been missed
+        return ask
 
     def invalidate(self) -> None:
         """Forget every row: they changed (this process wrote them)."""
@@ -422,14 +552,67 @@ class RowCache:
             self._confirmed = {self._epoch: self._confirmed[self._epoch]} if self._epoch in self._confirmed else {}
 
     def _drop(self) -> None:
-        listener, self._listener = self._listener, None
+        """Stop listening (the counter thread, woken, closes the connection: it may be
+        waiting on it). Holds the lock."""
+        self._listener = None
         self._retry_at = self._clock() + RECONNECT_EVERY
         self._epoch += 1  # the lost connection's rows keep the moment it last confirmed them
+        self._stalled = self._announced = False
         self._invalidate()
-        if listener is not None:
-            listener.close()
+        self._ask.set()
+        self._counted_cv.notify_all()
 
     def close(self) -> None:
         with self._lock:
             if self._listener is not None and not self._listener.inherited:
                 self._drop()
+
+
+def _listen(ref: weakref.ReferenceType[RowCache]) -> None:
+    """The counter thread: connect and LISTEN, then count (`_serve`) until the connection
+    is lost; a lost one is opened again by the next lookup after `RECONNECT_EVERY`
+    seconds. It holds its cache weakly, between rounds: a cache nobody uses any more (an
+    app a test built) is collected, and its thread then closes the connection and ends."""
+    cache = ref()
+    if cache is None or cache._connect is None:
+        return
+    connect = cache._connect
+    del cache
+    try:
+        listener = Listener.open(connect, CHANNEL)
+    except (psycopg2.Error, OSError) as exc:
+        cache = ref()
+        if cache is not None:
+            cache._listen_failed(exc)
+        return
+    cache = ref()
+    if cache is None:
+        listener.close()
+        return
+    ask = cache._listening(listener)
+    del cache
+    _serve(ref, listener, ask)
+
+
+def _serve(ref: weakref.ReferenceType[RowCache], listener: Listener, ask: WakeUp) -> None:
+    """The counter thread's loop: count the changes when a notification arrives, when a
+    lookup asks, and every `poll_every` seconds, and apply them (`_count_round`), until
+    the connection is lost or the cache stops listening on it or is gone. The only user
+    of the listening connection: a lookup never waits on the database's network, only
+    (at most `count_wait`) on this."""
+    try:
+        while True:
+            cache = ref()
+            if cache is None or not cache._listening_on(listener):
+                break
+            poll_every = cache.poll_every
+            del cache
+            readable([listener.conn, ask], poll_every)
+            ask.clear()
+            cache = ref()
+            if cache is None or not cache._count_round(listener):
+                break
+            del cache
+    finally:
+        listener.close()
+        ask.close()

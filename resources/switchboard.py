@@ -26,6 +26,7 @@ from web import schemas, validation
 
 class IsClinicOpened:
     scopes = {"POST": "read"}
+    answer_within = True  # its database uses end within ROUTING_DEADLINE_SECONDS (web.middleware.AnswerBy)
 
     def __init__(self, clock: Clock, cache: RowCache | None = None) -> None:
         self.clock = clock
@@ -43,6 +44,7 @@ class IsOnVacation:
     is not a UUID at all is still 400."""
 
     scopes = {"POST": "read"}
+    answer_within = True
 
     def __init__(self, clock: Clock, cache: RowCache | None = None) -> None:
         self.clock = clock
@@ -58,9 +60,16 @@ class IsOnVacation:
 class HasActiveRequest:
     """A `callFrom` that cannot be a phone number (withheld, `anonymous`, empty) matches no
     patient: the answer is by `patientId` when that is given too, else false. Neither field
-    sent is 400 (docs/design.md)."""
+    sent is 400 (docs/design.md).
+
+    The query is the one database use no memory can answer: it waits at most the cache's
+    deadline, and 503 (`Retry-After`) past it or while the database is unreachable."""
 
     scopes = {"POST": "read"}
+    answer_within = True
+
+    def __init__(self, cache: RowCache | None = None) -> None:
+        self.cache = cache
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         data = validation.body(req, schemas.ACTIVE_REQUEST_REQUEST)
@@ -68,7 +77,19 @@ class HasActiveRequest:
         phone = caller_phone(data.get("callFrom"), clinic.country)
         patient_id = uuid.UUID(data["patientId"]) if data.get("patientId") else None
         found = phone is not None or patient_id is not None
-        resp.media = {"hasActiveRequest": found and PatientRequest.open_for_caller(clinic, phone, patient_id)}
+        if not found:
+            resp.media = {"hasActiveRequest": False}
+            return
+
+        if self.cache is None:
+            resp.media = {"hasActiveRequest": PatientRequest.open_for_caller(clinic, phone, patient_id)}
+            return
+        deadline = self.cache.deadline  # the server ends the query then too: no backend left waiting on a lock
+
+        def ask() -> bool:
+            return PatientRequest.open_for_caller(clinic, phone, patient_id, timeout=deadline)
+
+        resp.media = {"hasActiveRequest": self.cache.guarded(ask)}
 
 
 def caller_phone(value: Any, country: str) -> str | None:

@@ -10,11 +10,19 @@ is quiet), and the others are written by whichever of them is promoted next. Eve
 request is still answered only after its own row is committed; a failed write fails
 exactly the requests whose rows it carried. The same statement writes each stored call's
 `call.receive` audit event (`Call.insert_rows`).
+
+With a `deadline` (HANDOFF_DEADLINE_SECONDS), a request waits at most that long for its
+row (a lost network, a lock on the table, a pool without a free connection): past it the
+request answers 503 "safe to retry". A row not yet written is taken out of the queue; one
+whose write is under way may still commit, and the retry then finds it stored (one call
+per CallSid). The write itself runs beside the request that leads it (`within`), so
+that request too answers on time.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,7 +30,11 @@ from datetime import datetime
 import peewee as pw
 
 from models import ApiToken, Call, Clinic, Origin
-from plumbing.database import release_connection
+from plumbing.database import DeadlinePassed, release_connection, within
+
+#: Seconds a batch's write is waited for at least, however little of its writer's own
+#: deadline is left (a request promoted to write as its time ran out).
+MIN_WRITE = 0.25
 
 
 @dataclass(eq=False)
@@ -38,8 +50,9 @@ class _Waiting:
 
 
 class GroupCommit:
-    def __init__(self, max_batch: int = 64) -> None:
+    def __init__(self, max_batch: int = 64, deadline: float | None = None) -> None:
         self.max_batch = max_batch
+        self.deadline = deadline  # seconds a request waits for its row; None: as long as it takes
         self._lock = threading.Lock()
         self._queue: list[_Waiting] = []
         self._writing = False
@@ -52,6 +65,7 @@ class GroupCommit:
         created it. Raises `models.CallSidConflict` when the CallSid belongs to another
         clinic."""
         me = _Waiting(Call.row_for(clinic, fields, token, now))
+        ends = None if self.deadline is None else time.monotonic() + self.deadline
         # Hand this request's pooled connection back before waiting on others: with
         # more requests in flight than pooled connections (gevent workers), waiting
         # requests holding them all would leave the writer none. Deadlock, until the
@@ -63,23 +77,40 @@ class GroupCommit:
             self._writing = True
         while True:
             if me.lead:
-                self._write_next()
+                self._write_next(ends)
             if me.done:
                 break
-            me.woken.wait()
+            if not me.woken.wait(None if ends is None else max(0.0, ends - time.monotonic())):
+                with self._lock:
+                    if me.done:
+                        break
+                    if me.lead:
+                        continue  # promoted as its time ran out: it writes (briefly) and hands the lead on
+                    if me in self._queue:
+                        self._queue.remove(me)  # never written: nothing of it to commit later
+                raise DeadlinePassed(f"the call was not stored within {self.deadline:g} s")
             me.woken.clear()
         if me.error is not None:
             raise me.error
         if me.stored:
             return Call(**me.row), True
-        return Call.stored(clinic, fields["call_sid"]), False
+        if ends is None:
+            return Call.stored(clinic, fields["call_sid"]), False
+        return within(max(MIN_WRITE, ends - time.monotonic()), lambda: Call.stored(clinic, fields["call_sid"])), False
 
-    def _write_next(self) -> None:
-        """Write one batch (this thread's own row among it), then hand the lead on."""
+    def _write_next(self, ends: float | None) -> None:
+        """Write one batch (this thread's own row among it), then hand the lead on; the
+        write waited for until `ends` (at least MIN_WRITE seconds), when it is not None."""
         with self._lock:
             batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
             self.writes += 1
-        stored, errors = _insert(batch)
+        if ends is None:
+            stored, errors = _insert(batch)
+        else:
+            try:
+                stored, errors = within(max(MIN_WRITE, ends - time.monotonic()), lambda: _insert(batch))
+            except DeadlinePassed as exc:  # still running: it may commit, and a retry finds it stored
+                stored, errors = set(), {w.row["id"]: exc for w in batch}
         with self._lock:
             successor = self._queue[0] if self._queue else None
             if successor is not None:

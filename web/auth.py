@@ -77,7 +77,12 @@ class TokenAuth:
                 self._touched[token.id] = as_utc(now)
             else:
                 try:
-                    self._touched[token.id] = ApiToken.touch(token.id, now, _TOUCH_EVERY)
+                    if self.cache is not None:  # within the routing path's deadline
+                        self._touched[token.id] = self.cache.guarded(
+                            lambda: ApiToken.touch(token.id, now, _TOUCH_EVERY)
+                        )
+                    else:
+                        self._touched[token.id] = ApiToken.touch(token.id, now, _TOUCH_EVERY)
                 except UNREACHABLE:
                     self._touched[token.id] = as_utc(now)
         req.context.clinic = clinic

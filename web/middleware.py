@@ -15,7 +15,7 @@ from typing import Any
 import falcon
 
 from config import Config
-from plumbing.database import UNREACHABLE, db, release_connection
+from plumbing.database import UNREACHABLE, answer_by, answered, db, release_connection
 from storage import Readable
 from web.errors import APIError, body_too_slow
 
@@ -51,6 +51,28 @@ class TakeTurns:
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         if self._yield is not None:
             self._yield(0)
+
+
+class AnswerBy:
+    """A resource that declares `answer_within` (seconds: the routing checks) has its
+    database uses bounded to end that long after its resource is found
+    (plumbing/database.py: `answer_by`, `within`): past it, each answers from memory or
+    503, and the check answers on time however many of them it makes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: object, params: dict) -> None:
+        if getattr(resource, "answer_within", False):
+            req.context.answer_by = answer_by(time.monotonic() + self.seconds)
+
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool
+    ) -> None:
+        token = getattr(req.context, "answer_by", None)
+        if token is not None:
+            req.context.answer_by = None
+            answered(token)
 
 
 class RetryAdvice:

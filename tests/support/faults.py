@@ -9,6 +9,8 @@
   own process, without stopping a server others use;
 - `gunicorn()`: the web process as the Procfile runs it (gevent workers), once every
   worker runs;
+- `packets_dropped(port)`: every packet to or from a loopback port dropped (iptables, root),
+  as a lost network drops them: what is sent is never acknowledged, nothing is refused;
 - `prepare_database()`: create, migrate, onboard one clinic and issue a token, through the
   operator CLI, exactly as an operator would.
 
@@ -27,6 +29,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +148,24 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def packets_dropped(port: int) -> Iterator[None]:
+    """Every packet to or from 127.0.0.1:`port` dropped, as a lost network drops them (a
+    port of the test's own, a `TcpProxy`'s: nobody else's packets are touched)."""
+    assert os.geteuid() == 0, "dropping packets takes root (iptables), as CI runs; bin/test --fast does without"
+    assert shutil.which("iptables"), "install iptables (apt): .ci/run does"
+    rules = [["INPUT", "-i", "lo", "-p", "tcp", side, str(port), "-j", "DROP"] for side in ("--dport", "--sport")]
+    added = []
+    try:
+        for rule in rules:
+            subprocess.run(["iptables", "-I", *rule], check=True, capture_output=True)
+            added.append(rule)
+        yield
+    finally:
+        for rule in added:
+            subprocess.run(["iptables", "-D", *rule], check=True, capture_output=True)
 
 
 class TcpProxy:
