@@ -264,6 +264,12 @@ def test_the_flagged_come_first_with_their_words_marked_in_the_escaped_transcrip
     assert "nejde o diagnózu" in flagged.text
     assert "Typ podle přepisu: Recept" in rows[2].text and "(recept, léky)" in rows[2].text
     assert "Typ podle přepisu: Zrušení" in rows[1].text
+    # Why a type was suggested: its words marked in the transcript too.
+    assert [m.text for m in rows[2].select("blockquote.transcript mark.type-word")] == ["recept", "léky"]
+    assert [m.text for m in rows[1].select("blockquote.transcript mark.type-word")] == ["Ruším", "termín"]
+    # An unflagged Czech message is said not to be a calm one; the flagged one needs no such note.
+    assert "to neznamená, že zpráva počká" in rows[2].select_one(".not-calm").text
+    assert rows[0].select_one(".not-calm") is None
     with db.connection_context():
         StaffUser.update(language="en").execute()
     english = app.get("/console/").html.select("li.row")
