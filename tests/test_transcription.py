@@ -659,7 +659,7 @@ _AFTER = """
 import json, sys
 from voicemail import transcription as tx
 model, warm, clip, *before = sys.argv[1:]
-engine = tx.Transcriber(tx.DEFAULT_BACKEND, model, 2)
+engine = tx.get_transcriber(tx.DEFAULT_BACKEND, model, 2)  # freed before the interpreter ends
 if warm == "warm":
     engine.warm_up()
 for path in before:
