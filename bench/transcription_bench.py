@@ -476,7 +476,7 @@ class Side:
             "--repeat",
             str(args.repeat),
         ]
-        env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(root), **settings.get("env", {}))
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(root), **settings.get("env", {})}
         self.name = name
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
         self.result: dict[str, Any] = dict(self._read(), side=name, rows=[], long=None)

@@ -490,6 +490,7 @@ def score(clips: list[dict[str, Any]], texts: dict[str, dict[str, Any]]) -> list
                         "intent": clip["intent"],
                         "right": (suggested or "other") in right,
                         "wrong": suggested is not None and suggested not in right,
+                        "voice": clip.get("voice") or "",
                         "urgent": clip["urgent"],
                         "flagged": urgent,
                         "kept": keywords(t["text"], t["language"], {}, readers_words()[1])[1],
@@ -563,6 +564,36 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def counts(rows: list[dict[str, Any]]) -> str:
+    """right / WRONG / no type, urgent flagged, calm flagged: as counts."""
+    urgent = [r for r in rows if r["urgent"]]
+    calm = [r for r in rows if not r["urgent"]]
+    right = sum(r["right"] and r["suggested"] is not None for r in rows)
+    none = sum(r["suggested"] is None for r in rows)
+    return (
+        f"{len(rows)} | {right} | {sum(r['wrong'] for r in rows)} | {none} | "
+        f"{sum(r['flagged'] for r in urgent)} of {len(urgent)} | {sum(r['flagged'] for r in calm)} of {len(calm)}"
+    )
+
+
+def breakdown(rows: list[dict[str, Any]], source: str) -> None:
+    """Per set, language, and then channel, voice and intent: the triage's counts on one
+    source's transcripts (a type counted right only when one was suggested)."""
+    mine = [r for r in rows if r["reader"] == "triage" and r["source"] == source]
+    for set_name in sorted({r["set"] for r in mine}):
+        for lang in LANGUAGES:
+            some = [r for r in mine if r["set"] == set_name and r["language"] == lang]
+            if not some:
+                continue
+            print(f"\n### {set_name}, {lang}, {source}'s transcripts, triage\n")
+            print("| by | value | messages | right type | WRONG type | no type | urgent flagged | calm flagged |")
+            print("|---|---|---:|---:|---:|---:|---:|---:|")
+            print(f"| all | | {counts(some)} |")
+            for by in ("channel", "voice", "intent"):
+                for value in sorted({r[by] for r in some}):
+                    print(f"| {by} | {value} | {counts([r for r in some if r[by] == value])} |")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", choices=["labelled", "heldout", "both"], default="both")
@@ -607,6 +638,9 @@ def main(argv: list[str]) -> int:
     texts = transcribe(clips, args)
     rows = score(clips, texts)
     summary = report(rows)
+    for source in ("project", "reference", "script"):
+        if any(r["source"] == source for r in rows):
+            breakdown(rows, source)
     wrongs = [
         r
         for r in rows

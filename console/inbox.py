@@ -113,13 +113,17 @@ def clinic_types(clinic: Clinic) -> list[RequestType]:
     return list(RequestType.select().where(RequestType.clinic == clinic).order_by(RequestType.name))
 
 
-def marked(text: str, spans: list[tuple[int, int]], css: str) -> Markup:
-    """The transcript escaped, the ranges marked (`<mark class="css">`)."""
+def marked(
+    text: str, spans: list[tuple[int, int]], css: str, also: tuple[list[tuple[int, int]], str] | None = None
+) -> Markup:
+    """The transcript escaped, the ranges marked (`<mark class="css">`), and `also`'s ranges
+    with its class (the words of the suggested type beside those of urgency)."""
     out, at = [], 0
-    for start, end in sorted(spans):
+    ranges = [(a, b, css) for a, b in spans] + ([(a, b, also[1]) for a, b in also[0]] if also else [])
+    for start, end, kind in sorted(ranges):
         if start < at or end > len(text):
-            continue  # not a range of this text (written for another transcript)
-        out += [escape(text[at:start]), Markup('<mark class="%s">') % css, escape(text[start:end]), Markup("</mark>")]
+            continue  # not a range of this text (written for another transcript), or one already marked
+        out += [escape(text[at:start]), Markup('<mark class="%s">') % kind, escape(text[start:end]), Markup("</mark>")]
         at = end
     out.append(escape(text[at:]))
     return Markup("").join(out)
@@ -219,9 +223,17 @@ def row(
         "machine_transcript": call.transcript if call and call.corrected_transcript else None,
         "corrected_by": call.corrected_by if call and call.corrected_transcript else None,
         "corrected": local_time(call.corrected_at, clinic, language) if call and call.corrected_at else None,
-        # The words that may mean urgency, marked; flagged until staff clear it.
+        # The words that may mean urgency, marked (flagged until staff clear it), and the
+        # words that suggested the type, so staff see why.
         "transcript_marked": (
-            marked(transcript, urgent_spans, "urgent" if request.urgent else "was-urgent") if transcript else None
+            marked(
+                transcript,
+                urgent_spans,
+                "urgent" if request.urgent else "was-urgent",
+                (type_spans, "type-word") if read and request.suggested_type_id else None,
+            )
+            if transcript
+            else None
         ),
         "urgent": request.urgent,
         "urgent_words": words_at(transcript, urgent_spans) if transcript else [],

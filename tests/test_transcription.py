@@ -620,6 +620,86 @@ def test_a_transcript_does_not_depend_on_what_the_worker_transcribed_before(base
     assert fresh.transcribe(message, "en").text == first
 
 
+@pytest.mark.engine
+def test_a_windows_no_speech_probability_is_its_own_audios(base: tx.Transcriber) -> None:
+    """whisper.cpp 1.8.5 read a window's no-speech probability (which decides whether the
+    window is dropped as silence, and whether a poor decoding falls back to sampling) from
+    the first row of its logits, which the prompt's decoding does not write: it held what
+    the context decoded one token at a time before, a language detection of other audio
+    or the last step of the previous call (bin/whisper-cpp-no-speech-at-start-of-transcript.patch).
+    Read through whisper.cpp's own getter: the same after anything."""
+    import ctypes
+
+    from voicemail.transcription import libwhisper
+
+    engine = base.engine
+    lib = libwhisper.library()
+    lib.whisper_full_get_segment_no_speech_prob.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.whisper_full_get_segment_no_speech_prob.restype = ctypes.c_float
+    ctx = libwhisper.context_pointer(engine.ctx)  # type: ignore[attr-defined]
+    message = tx.load_audio(str(AUDIO / "msg_appointment.mp3"))[: 6 * tx.SAMPLE_RATE]
+    noise = (0.05 * np.random.default_rng(0).standard_normal(3 * tx.SAMPLE_RATE)).astype(np.float32)
+
+    def no_speech() -> float:
+        assert engine.run(message, "en", tx.DEFAULT_DECODING, None, lambda: False).segments
+        return float(lib.whisper_full_get_segment_no_speech_prob(ctx, 0))
+
+    first = no_speech()  # after the warm-up's detection of a tone
+    engine.language_probabilities(noise)  # the start-of-transcript's logits of noise: no speech
+    after_noise = no_speech()
+    engine.run(tx.load_audio(str(AUDIO / "msg_fever.mp3")), "en", tx.DEFAULT_DECODING, None, lambda: False)
+    after_message = no_speech()
+    assert first == after_noise == after_message
+    assert 0.01 < first < 0.6, "a message read as a message, not the 0 of a row never written"
+
+
+# Transcribes CLIP in a fresh process after a warm-up (or none) and the predecessors, and
+# prints what a clinic gets of it.
+_AFTER = """
+import json, sys
+from voicemail import transcription as tx
+model, warm, clip, *before = sys.argv[1:]
+engine = tx.get_transcriber(tx.DEFAULT_BACKEND, model, 2)  # freed before the interpreter ends
+if warm == "warm":
+    engine.warm_up()
+for path in before:
+    engine.transcribe(path, ["cs", "en"], country="CZ")
+t = engine.transcribe(clip, ["cs", "en"], country="CZ")
+print(json.dumps([t.text, t.language, t.message, t.status, t.second_opinion, str(t.heard_number)]))
+"""
+
+
+@pytest.mark.engine
+def test_a_transcript_is_a_function_of_its_recording_and_the_settings_alone(base_path: str) -> None:
+    """The same recording, transcribed in fresh processes after a warm-up or none and after
+    different predecessors (a Czech message, an English one, babble whose speech played
+    backwards is tested, silence), gives byte-identical text, language, label and second
+    opinion: nothing of an earlier call reaches it."""
+    clip = str(voicemail_set.clip_path(_clip("cs", channel="noisy_mp3_8k")))
+    czech = str(voicemail_set.clip_path(_clip("cs", callback=True, channel="ulaw8k")))
+    babble = str(voicemail_set.FOLDER / "babble_4_voices_mp3_8k.mp3")
+    histories = [
+        ["none"],
+        ["warm"],
+        ["warm", czech],
+        ["none", babble, str(AUDIO / "msg_fever.mp3")],
+        ["warm", str(AUDIO / "msg_appointment.mp3"), babble],
+    ]
+    seen = []
+    for warm, *before in histories:
+        done = subprocess.run(
+            [sys.executable, "-c", _AFTER, base_path, warm, clip, *before],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen.append(done.stdout.strip().splitlines()[-1])
+    assert json.loads(seen[0])[0], "the message has words"
+    assert seen == [seen[0]] * len(histories)
+
+
 # ---------------------------------------------------------- process-level pieces
 
 

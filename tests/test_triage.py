@@ -29,10 +29,12 @@ from tests.support.documented import documented
 from tests.support.live_service import api
 from triage import clinic_words as triage
 from triage.reading import Vocabulary, read
-from triage.vocabulary import PRESETS, URGENCY
+from triage.vocabulary import OUTRANKS, PRESETS, URGENCY
 from voicemail.transcription import Transcript
 
-SHIPPED = Vocabulary(types={k: v for k, v in PRESETS.items()}, urgency=URGENCY)
+SHIPPED = Vocabulary(
+    types={k: v for k, v in PRESETS.items()}, urgency=URGENCY, outranks={k: list(v) for k, v in OUTRANKS.items()}
+)
 TYPES = [
     {"ecrfId": "RX", "name": "Recept", "transcriptWords": {"preset": "prescription"}},
     {"ecrfId": "APPT", "name": "Objednání", "transcriptWords": {"preset": "appointment"}},
@@ -62,6 +64,75 @@ def test_inflected_words_suggest_a_type_and_a_phrase_outweighs_its_words():
     assert suggested("Musím bohužel zrušit svůj termín na čtvrtek.") == "cancellation"
     assert suggested("I have to cancel my appointment on Thursday morning.", "en") == "cancellation"
     assert suggested("I need a new prescription for my asthma inhaler.", "en") == "prescription"
+
+
+def test_a_cancellation_outranks_the_appointment_words_it_always_holds():
+    # The cancelling verb misheard by a letter (found by its letters: half) still wins over
+    # the appointment it names ("termín", "kontrolu": two whole appointment words).
+    misheard = "Dobrý den, zítra v osm na kontrolu. Prosím zrušyt ten termín."
+    assert read(misheard, "cs", SHIPPED).type_id == "cancellation"
+    assert suggested("Prosím zrušte mi ten termín na kontrolu, jsem nemocný.") == "cancellation"
+    assert suggested("I can't make it to my appointment on Friday, my check up.", "en") == "cancellation"
+    # The words that named the appointment are marked as the cancellation's.
+    r = read("Musím zrušit objednání na očkování.", "cs", SHIPPED)
+    assert r.type_id == "cancellation" and r.scores == {"cancellation": 3.0}
+    # Without a cancelling word it is an appointment, and a clinic with no cancellation type
+    # reads the appointment words as they are.
+    assert suggested("Chtěl bych termín na kontrolu.") == "appointment"
+    plain = Vocabulary(types={k: v for k, v in PRESETS.items()}, urgency=URGENCY)
+    assert read(misheard, "cs", plain).type_id is None, "1.5 against 1: no lead without the rule"
+
+
+def test_the_clinics_types_outrank_by_their_presets(app, clinic_with_types):
+    with db.connection_context():
+        home = Clinic.by_slug("clinic-a")
+        words = triage.vocabulary_of(home.id)
+    assert words.outranks == {clinic_with_types["CANCEL"]: [clinic_with_types["APPT"]]}
+    assert triage.read_transcript(home.id, "Prosím zrušte mi ten termín na kontrolu.", "cs").type_id == uuid.UUID(
+        clinic_with_types["CANCEL"]
+    )
+
+
+def test_a_request_said_not_needed_or_already_settled_does_not_count():
+    assert suggested("Recept už mám, ale potřebuji se objednat na kontrolu.") == "appointment"
+    assert suggested("Nepotřebuji nový recept, jen se chci objednat.") == "appointment"
+    assert suggested("Výsledky už jsem dostala, děkuji. Potřebuji ještě recept na léky.") == "prescription"
+    assert suggested("Nepotřebuji recept.") is None, "nothing left to suggest"
+    assert suggested("Dobrý den, recept jsem už dostal, děkuji.") is None
+    assert suggested("I don't need a prescription any more, I'd like to book a check up.", "en") == "appointment"
+    assert suggested("I already got my results, thanks. Could I get a repeat prescription?", "en") == "prescription"
+    # Only in its own clause: a request after a stop still counts.
+    assert suggested("Nepotřebuji nic. Potřebuji recept.") == "prescription"
+    # Settled takes only the words as written or by their forms, never a misheard one.
+    assert suggested("Nepotrebuju recept.") is None
+    assert suggested("Nepotřebujou recept a léky.") == "prescription"
+
+
+def test_letters_match_only_long_specific_words_never_a_misheard_everyday_one():
+    # "prosím" misheard: one letter from "zrušit" (a cancellation) or "prášky" (a prescription)
+    # but as near to "prosím", which most messages hold: no word of a list.
+    assert read("prusim", "cs", SHIPPED).scores == {}
+    assert suggested("Dobrý den, prusim, chtěl bych termín na kontrolu.") == "appointment"
+    assert suggested("Dobrý den, prasim zavolejte mi.") is None
+    # Every one-letter slip of an everyday word that is no word of the dictionary (which
+    # would be read as that word) stays no list's word.
+    from triage import matching
+    from triage.vocabulary import EVERYDAY
+
+    slips = {
+        word[:i] + c + word[i + 1 :]
+        for word in (matching.fold(w) for w in EVERYDAY["cs"] if " " not in w)
+        for i in range(len(word))
+        for c in "abcdeghijklmnoprstuvyz"
+    }
+    unknown = [w for w in sorted(slips) if not matching.tokens(w, "cs")[0].known]
+    assert len(unknown) > 500
+    assert [w for w in unknown if read(w, "cs", SHIPPED).scores or urgent_words(w)] == []
+    # A word of five letters or fewer matches only as written or by its forms.
+    assert read("spadk", "cs", SHIPPED).urgent is False, "not 'spadl' by its letters"
+    # A long specific word still does, one letter off (two for long ones), counting half.
+    assert read("neschopemka", "cs", SHIPPED).scores == {"sick_note": 0.5}
+    assert read("zrušyt", "cs", SHIPPED).scores == {"cancellation": 0.5}
 
 
 def test_an_unsure_message_is_other():
@@ -193,6 +264,12 @@ def test_the_flagged_come_first_with_their_words_marked_in_the_escaped_transcrip
     assert cs("nejde o diagnózu") in flagged.text
     assert "Typ podle přepisu: Recept" in rows[2].text and "(recept, léky)" in rows[2].text
     assert "Typ podle přepisu: Zrušení" in rows[1].text
+    # Why a type was suggested: its words marked in the transcript too.
+    assert [m.text for m in rows[2].select("blockquote.transcript mark.type-word")] == ["recept", "léky"]
+    assert [m.text for m in rows[1].select("blockquote.transcript mark.type-word")] == ["Ruším", "termín"]
+    # An unflagged Czech message is said not to be a calm one; the flagged one needs no such note.
+    assert "to neznamená, že zpráva počká" in rows[2].select_one(".not-calm").text
+    assert rows[0].select_one(".not-calm") is None
     with db.connection_context():
         StaffUser.update(language="en").execute()
     english = app.get("/console/").html.select("li.row")

@@ -14,14 +14,19 @@ from triage import reading, vocabulary
 def vocabulary_of(clinic_id: uuid.UUID) -> reading.Vocabulary:
     """The clinic's words: each active request type's that has some, and its urgency words."""
     types = {}
+    presets: dict[str, list[str]] = {}
     for t in RequestType.select(RequestType.id, RequestType.transcript_words).where(
         (RequestType.clinic == clinic_id) & RequestType.active & RequestType.transcript_words.is_null(False)
     ):
-        words = vocabulary.type_words(json.loads(t.transcript_words or "null"))
+        setting = json.loads(t.transcript_words or "null")
+        words = vocabulary.type_words(setting)
         if any(words.values()):
             types[str(t.id)] = words
+            presets.setdefault((setting or {}).get("preset") or "", []).append(str(t.id))
     stored = Clinic.select(Clinic.urgency_words).where(Clinic.id == clinic_id).scalar()
-    return reading.Vocabulary(types, vocabulary.urgency_words(json.loads(stored) if stored else None))
+    return reading.Vocabulary(
+        types, vocabulary.urgency_words(json.loads(stored) if stored else None), vocabulary.outranks(presets)
+    )
 
 
 def read_transcript(clinic_id: uuid.UUID, text: str, language: str | None) -> Triage:

@@ -10,10 +10,13 @@ A transcript's word and a line's word are the same word when
 * the dictionary does not know it (a transcript of rough audio is full of non-words such as
   "brychá" for "břicha"): by its letters, without diacritics, the last letter of the
   line's word set aside for the ending (Czech inflects at the end), within one edit on
-  short words and two on long ones; a match found this way counts half (`FUZZY`).
+  words of up to eight letters and two on longer ones; a match found this way counts half
+  (`FUZZY`). Only for words long and specific enough: a line's word of fewer than
+  `MIN_FUZZY` letters matches only as written (or by a stem), and a transcript's word as
+  near to an everyday word (`vocabulary.EVERYDAY`: greetings, "please", numbers) as to the
+  line's is that everyday word misheard, never the line's.
 
-A language without a dictionary compares letters only. Words of four letters or fewer match
-only as written (or by a stem), never by letters.
+A language without a dictionary compares letters only.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from functools import lru_cache
 
 from rapidfuzz.distance import Levenshtein
 
-from triage.vocabulary import GAP
+from triage.vocabulary import EVERYDAY, GAP
 from voicemail.transcription.reliability import analyse
 
 FUZZY = 0.5  # what a word matched by its letters counts, against 1 for a word matched by its forms
-MIN_FUZZY = 5  # letters a word needs to be matched by its letters
+MIN_FUZZY = 6  # letters a word needs to be matched by its letters (the line's word and the transcript's)
+LONG_FUZZY = 9  # letters from which a line's word may be two edits off
 _TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 
 
@@ -92,6 +96,7 @@ class Word:
         letters = token.letters
         if len(letters) < MIN_FUZZY:
             return 0.0
+        everyday = _everyday_distance(letters)
         for form in self.forms:
             if len(form) < MIN_FUZZY:
                 continue
@@ -103,10 +108,21 @@ class Word:
                 continue
             if letters.startswith(root):
                 return 1.0  # another ending: an inflection the dictionary lacks
-            allowed = 1 if len(root) <= 6 else 2
-            if Levenshtein.distance(letters[: len(root)], root, score_cutoff=allowed) <= allowed:
+            allowed = 1 if len(form) < LONG_FUZZY else 2
+            distance = Levenshtein.distance(letters[: len(root)], root, score_cutoff=allowed)
+            if distance <= allowed and distance < everyday:
                 return FUZZY
         return 0.0
+
+
+_EVERYDAY = tuple(sorted({fold(w) for words in EVERYDAY.values() for line in words for w in line.split()}))
+
+
+@lru_cache(maxsize=50_000)
+def _everyday_distance(letters: str) -> int:
+    """Edits from the word to the nearest everyday word (of any language: a transcript's
+    language may be wrong), at most 3."""
+    return min((Levenshtein.distance(letters, w, score_cutoff=3) for w in _EVERYDAY), default=4)
 
 
 @dataclass(frozen=True)
@@ -198,6 +214,23 @@ def claim(matches: list[Match]) -> list[Match]:
         taken.update(m.indexes)
         kept.append(m)
     return sorted(kept, key=lambda m: m.indexes)
+
+
+_CLAUSE_STOP = re.compile(r"[.,;:!?…]|\s[-–—]\s")
+_BUT = frozenset({"ale", "avsak", "jenze", "but", "though", "however"})
+
+
+def clauses(text: str, toks: list[Token]) -> list[int]:
+    """The clause of each token, numbered from 0: a stop, comma or dash between two tokens,
+    or a "but" ("ale"), begins a new one."""
+    out: list[int] = []
+    n, last_end = 0, 0
+    for tok in toks:
+        if out and (_CLAUSE_STOP.search(text[last_end : tok.start]) or tok.letters in _BUT):
+            n += 1
+        out.append(n)
+        last_end = tok.end
+    return out
 
 
 def spans(toks: list[Token], indexes: Iterable[int]) -> list[tuple[int, int]]:

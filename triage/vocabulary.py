@@ -291,6 +291,135 @@ URGENCY: dict[str, list[str]] = {
     ],
 }
 
+# A request said not to be needed, or already settled ("recept už mám", "I don't need a
+# prescription"): a type's words in the same clause (between two stops or commas, or an
+# "ale"/"but") do not count for it. The service's, not a clinic's.
+SETTLED: dict[str, list[str]] = {
+    "cs": [
+        "nepotřebuji",
+        "nepotřebuju",
+        "nepotřebujeme",
+        "už mám",
+        "už máme",
+        "už jsem dostal",
+        "už jsem dostala",
+        "jsem už dostal",
+        "jsem už dostala",
+        "dostal jsem",
+        "dostala jsem",
+        "už jsem měl",
+        "už jsem měla",
+        "už nemusím",
+        "nemusím",
+        "už není potřeba",
+        "není potřeba",
+    ],
+    "en": [
+        "don't need",
+        "do not need",
+        "no longer need",
+        "not need",
+        "no need",
+        "already got",
+        "already have",
+        "already had",
+        "already received",
+        "got it already",
+    ],
+}
+
+# Words most messages hold (greetings, "please", "call me", numbers, "I would like"): a
+# transcript's word that the dictionary does not know and that is as near to one of them as
+# to a list's word is that everyday word misheard, never a type's or urgency's word found by
+# its letters. Chosen on the labelled set's scripts (the words in at least a tenth of its
+# messages, five letters or more, as the letter-level match needs), not on its transcripts.
+EVERYDAY: dict[str, list[str]] = {
+    "cs": [
+        "dobrý",
+        "dobrej",
+        "prosím",
+        "prosil",
+        "prosila",
+        "zavolejte",
+        "zavolat",
+        "zavoláte",
+        "číslo",
+        "čísle",
+        "jedna",
+        "čtyři",
+        "dvacet",
+        "třicet",
+        "čtyřicet",
+        "padesát",
+        "šedesát",
+        "sedmdesát",
+        "osmdesát",
+        "devadesát",
+        "devět",
+        "deset",
+        "děkuji",
+        "děkuju",
+        "chtěla",
+        "chtěl",
+        "chtěli",
+        "potřeboval",
+        "potřebovala",
+        "potřebuji",
+        "potřebuju",
+        "kvůli",
+        "zítra",
+        "shledanou",
+        "volám",
+        "volala",
+        "volal",
+        "haló",
+        "jmenuji",
+        "jmenuju",
+        "prosím vás",
+        "zpátky",
+        "telefon",
+        "ráno",
+        "odpoledne",
+        "pondělí",
+        "úterý",
+        "středa",
+        "čtvrtek",
+        "pátek",
+        "týden",
+    ],
+    "en": [
+        "hello",
+        "please",
+        "number",
+        "calling",
+        "morning",
+        "afternoon",
+        "thank",
+        "thanks",
+        "could",
+        "would",
+        "about",
+        "three",
+        "seven",
+        "eight",
+        "doctor",
+        "again",
+        "today",
+        "tomorrow",
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+    ],
+}
+
+# A type whose words, when found, take over the words of the types it outranks: a
+# cancellation always names the appointment it cancels ("zrušit termín na kontrolu"), and
+# its own verb, often misheard, must not lose to them. By preset (a clinic's types take
+# their preset's place).
+OUTRANKS: dict[str, tuple[str, ...]] = {"cancellation": ("appointment",)}
+
 CALM: dict[str, list[str]] = {
     "cs": [
         "nic naléhavého",
@@ -324,6 +453,18 @@ def type_words(setting: dict[str, Any] | None) -> dict[str, list[str]]:
     out = preset_words(setting.get("preset"))
     for language, words in (setting.get("words") or {}).items():
         out[language] = list(dict.fromkeys([*out.get(language, []), *words]))
+    return out
+
+
+def outranks(presets: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Which types outrank which (`OUTRANKS`), from the types of each preset (type ids by
+    preset name)."""
+    out: dict[str, list[str]] = {}
+    for higher, lower in OUTRANKS.items():
+        for type_id in presets.get(higher, []):
+            others = [t for name in lower for t in presets.get(name, [])]
+            if others:
+                out[type_id] = others
     return out
 
 
