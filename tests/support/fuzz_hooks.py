@@ -61,6 +61,7 @@ SEMANTIC_REFUSALS: dict[tuple[str, str], tuple[tuple[int, str, str], ...]] = {
     # value of a hand-off is stored (switchboard/handoff.py), and the routing checks answer.
     ("POST", f"{SWITCHBOARD}/recording-complete"): ((400, "VALIDATION_FAILED", "RecordingUrl: "),),
     ("POST", f"{CLINIC}/patients/search"): (_CURSOR,),
+    ("GET", f"{CLINIC}/events"): ((400, "VALIDATION_FAILED", "after: not a cursor of this log"),),
     ("POST", f"{CLINIC}/patients/import"): ((400, "VALIDATION_FAILED", "phone: not a phone number"),),
     ("POST", f"{CLINIC}/patientRequests/search"): (_CURSOR,),
     ("POST", f"{CLINIC}/patientRequests/create"): (
