@@ -23,9 +23,9 @@ def service(wsgi_app):
 
 
 def operations(document: dict) -> list[str]:
-    return [
-        op["operationId"] for item in document["paths"].values() for method, op in item.items() if method in METHODS
-    ]
+    """Every operation's id: the paths' and the webhooks' (Swagger UI renders both)."""
+    items = [*document["paths"].values(), *document.get("webhooks", {}).values()]
+    return [op["operationId"] for item in items for method, op in item.items() if method in METHODS]
 
 
 def test_docs_renders_every_operation_and_loads_nothing_from_elsewhere(service, browser, tmp_path):

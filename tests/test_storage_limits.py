@@ -156,6 +156,7 @@ def test_an_upload_over_the_cap_is_refused_by_each_backend(settings: dict[str, A
             assert refused.status_code == 400, refused.text
             assert refused.json() == {
                 "code": "VALIDATION_FAILED",
+                "param": "/fileHash",
                 "error": (
                     f"fileHash: the uploaded file has {CAP + 1} bytes; at most {CAP} bytes (0.015625 MiB) are "
                     "accepted. Upload a smaller file."
