@@ -672,18 +672,17 @@ print(json.dumps([t.text, t.language, t.message, t.status, t.second_opinion, str
 @pytest.mark.engine
 def test_a_transcript_is_a_function_of_its_recording_and_the_settings_alone(base_path: str) -> None:
     """The same recording, transcribed in fresh processes after a warm-up or none and after
-    different predecessors (a Czech message, an English one, babble whose speech played
-    backwards is tested, silence), gives byte-identical text, language, label and second
-    opinion: nothing of an earlier call reaches it."""
+    predecessors (babble, then an English message), gives byte-identical text, language,
+    label and second opinion: nothing of an earlier call reaches it."""
     clip = str(voicemail_set.clip_path(_clip("cs", channel="noisy_mp3_8k")))
-    czech = str(voicemail_set.clip_path(_clip("cs", callback=True, channel="ulaw8k")))
     babble = str(voicemail_set.FOLDER / "babble_4_voices_mp3_8k.mp3")
+    # Three processes, not more: each loads the model and decodes, and the suite runs this
+    # beside everything else. The warm-up's detection is what moved the probability most
+    # (test above); a message and babble before it are the calls a worker really has.
     histories = [
         ["none"],
         ["warm"],
-        ["warm", czech],
-        ["none", babble, str(AUDIO / "msg_fever.mp3")],
-        ["warm", str(AUDIO / "msg_appointment.mp3"), babble],
+        ["warm", babble, str(AUDIO / "msg_fever.mp3")],
     ]
     seen = []
     for warm, *before in histories:
