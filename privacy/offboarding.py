@@ -2,10 +2,11 @@
 (GDPR Art. 28(3)(g)): `manage.py offboard`. First one ZIP archive of everything the service
 holds for the clinic (every row of every table that is the clinic's, as JSON, and the signed
 documents' bytes), then the clinic erased everywhere: its rows in every table (the audit and
-read trails included), its stored objects, its staff accounts and API keys that served no other
-clinic, and the patients no other clinic of the organization knows. A patient another clinic
-still has keeps that clinic's record and requests. What stays: the backups, until they age
-out (docs/data-protection.md, "Backups"), and the operator's logs, which name ids only.
+read trails, the event log and the webhook endpoints included), its stored objects, its staff
+accounts and API keys that served no other clinic, and the patients no other clinic of the
+organization knows. A patient another clinic still has keeps that clinic's record and
+requests. What stays: the backups, until they age out (docs/data-protection.md, "Backups"),
+and the operator's logs, which name ids only.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from models import (
     AuditEvent,
     Calendar,
     Call,
+    ChangeEvent,
     Clinic,
     ExternalId,
     IdempotencyKey,
@@ -46,6 +48,7 @@ from models import (
     Tag,
     UploadLink,
     Vacation,
+    WebhookEndpoint,
 )
 from plumbing.clock import as_utc, iso_utc
 from plumbing.database import db
@@ -61,6 +64,8 @@ SECRET_COLUMNS = {
     "secret_hash",
     "platform_password_encrypted",
     "recording_link",
+    "secret_encrypted",
+    "previous_secret_encrypted",
 }
 
 
@@ -164,6 +169,8 @@ def archive_data(clinic: Clinic) -> dict[str, list[dict[str, Any]]]:
         "staff_membership": _rows(StaffMembership.select().where(StaffMembership.clinic == clinic.id)),
         "audit_event": _rows(AuditEvent.select().where(AuditEvent.clinic_id == clinic.id).order_by(AuditEvent.id)),
         "read_event": _rows(ReadEvent.select().where(ReadEvent.clinic_id == clinic.id).order_by(ReadEvent.id)),
+        "change_event": _rows(ChangeEvent.select().where(ChangeEvent.clinic_id == clinic.id).order_by(ChangeEvent.seq)),
+        "webhook_endpoint": _rows(WebhookEndpoint.select().where(WebhookEndpoint.clinic == clinic.id)),
     }
 
 
@@ -215,7 +222,11 @@ def erase_clinic(clinic: Clinic, actor: Actor, now: datetime, storage: Storage) 
         done.add("documents", MedicalRecord.delete().where(MedicalRecord.request.in_(requests)).execute())
         done.add("requests", PatientRequest.delete().where(PatientRequest.id.in_(requests)).execute())
         done.add("calls", Call.delete().where(Call.clinic == clinic.id).execute())
+        # The outbox's rows of the clinic, its webhooks' deliveries among them; its event log
+        # (the patients' erasures above wrote theirs into it) and its endpoints.
         done.add("outbox", Outbox.delete().where(Outbox.clinic_id == clinic.id).execute())
+        done.add("change_events", ChangeEvent.delete().where(ChangeEvent.clinic_id == clinic.id).execute())
+        done.add("webhook_endpoints", WebhookEndpoint.delete().where(WebhookEndpoint.clinic == clinic.id).execute())
         done.add("refused_handoffs", RefusedHandoff.delete().where(RefusedHandoff.clinic_id == clinic.id).execute())
         done.add("idempotency_keys", IdempotencyKey.delete().where(IdempotencyKey.token.in_(tokens)).execute())
         done.add("reads", ReadEvent.forget_clinic(clinic.id))

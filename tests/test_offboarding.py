@@ -17,12 +17,14 @@ import pytest
 from models import (
     ApiToken,
     Clinic,
+    Outbox,
     Patient,
     PatientRecord,
     PatientRequest,
     ReadEvent,
     StaffMembership,
     StaffUser,
+    WebhookEndpoint,
 )
 from plumbing.database import db
 from staff.passwords import hash_password
@@ -71,6 +73,13 @@ def test_offboarding_a_clinic_leaves_nothing_of_it_and_the_other_clinic_whole(ap
     from tests.support.people import lifecycle_organization
 
     load(lifecycle_organization())
+    with db.connection_context():  # a webhook endpoint: the events below make its deliveries
+        WebhookEndpoint.create(
+            clinic=Clinic.by_slug("clinic-a"),
+            url="https://hooks.example.com/a",
+            secret_encrypted="sealed-secret",
+            created_at=clock(),
+        )
     token_a = issue_token(["clinic-a"], ["read", "write"])
     person = seed(app, token_a, new_person(), clock())  # records in both clinics: a shared patient
     # A caller only clinic-a knows, by a voice message.
@@ -94,6 +103,7 @@ def test_offboarding_a_clinic_leaves_nothing_of_it_and_the_other_clinic_whole(ap
         a_id = str(a.id)
         a_requests = [str(r.id) for r in PatientRequest.select().where(PatientRequest.clinic == a.id)]
         assert ReadEvent.select().where(ReadEvent.clinic_id == a.id).count() == 1
+        assert Outbox.select().where((Outbox.topic == "webhook") & (Outbox.clinic_id == a.id)).count() > 0
     before_b = clinic_b_state()
     assert b_request in before_b["requests"]
 
@@ -111,11 +121,15 @@ def test_offboarding_a_clinic_leaves_nothing_of_it_and_the_other_clinic_whole(ap
     assert sorted(r["id"] for r in data["patient_request"]) == sorted(a_requests)
     assert not any("password_hash" in u or "secret_hash" in t for u in data["staff_user"] for t in data["api_token"])
     assert data["read_event"] and data["audit_event"]
+    assert {e["type"] for e in data["change_event"]} >= {"request.created"}
+    assert [e["url"] for e in data["webhook_endpoint"]] == ["https://hooks.example.com/a"]
+    assert "sealed-secret" not in json.dumps(data)
 
     # Nothing of clinic-a is left, in the database or the bucket.
     dump, bucket = database_dump(PG_URL), bucket_bytes()
     gone = [a_id, *a_requests, person.transcript, lonely.transcript, lonely.phone, "alena.only-a@example.cz"]
     assert [trace for trace in gone if trace in dump] == []
+    assert "sealed-secret" not in dump and "hooks.example.com" not in dump
     assert person.document_text.encode() not in bucket
     listing = [str(p.relative_to(STORAGE_DIR)) for p in STORAGE_DIR.rglob("*") if p.is_file()]
     assert [name for name in listing if any(r in name for r in a_requests)] == []
