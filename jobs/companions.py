@@ -1,9 +1,11 @@
 """Processes the worker starts end with it, even when it is killed with SIGKILL.
 
-`python manage.py worker` is one Procfile process, but it runs three: itself (the
-transcription worker, holding the warmed whisper model), RQ's scheduler (forked by RQ)
-and the playback worker (`PlaybackWorker`: a second RQ worker on the `recordings` and
-`outbox` queues only, so neither a doctor's play nor an e-mail waits behind a transcription). A parent killed with
+`python manage.py worker` is one Procfile process, but it runs more: itself (the
+transcription worker, holding the warmed whisper model), RQ's scheduler (forked by RQ),
+the playback worker (`PlaybackWorker`: a second RQ worker on the `recordings` and
+`outbox` queues only, so neither a doctor's play nor an e-mail waits behind a transcription)
+and WEBHOOK_WORKERS webhook workers (`PlaybackWorker` too, on the `webhooks` queue alone:
+`webhook_worker_argv`). A parent killed with
 SIGKILL cannot stop its children, so each child asks the kernel to send it SIGTERM when
 its parent dies (Linux `PR_SET_PDEATHSIG`), and watches for that death itself should the
 signal not come; on SIGTERM an RQ worker or scheduler finishes what it is doing, releases

@@ -386,28 +386,37 @@ def test_a_worker_started_while_redis_is_down_waits_and_works_once_redis_answers
 
 
 def test_a_worker_killed_with_sigkill_leaves_no_process_and_no_scheduler_lock_behind(stack):
-    """The scheduler RQ forks and the playback worker end with the worker, and the
-    scheduler's locks are released, so the next worker's scheduler takes over."""
+    """The scheduler RQ forks, the playback worker and the webhook workers end with the
+    worker, and the scheduler's locks are released, so the next worker's scheduler takes
+    over."""
     connection = stack["redis"].client()
     log = stack["dir"] / "worker-orphans.log"
-    proc = start_worker(stack["env"], log)
+    proc = start_worker({**stack["env"], "WEBHOOK_WORKERS": "2"}, log)
+
+    def children_registered() -> list[list[str]]:
+        family = _descendants(proc.pid)
+        return sorted(w.queue_names() for w in Worker.all(connection=connection) if w.pid in family)
+
     try:
-        # Both children running: the playback worker registered, the scheduler holds its locks.
+        # Every child running: the playback worker (plays and e-mails) and the two webhook
+        # workers registered, and the scheduler holds its locks.
         assert wait_until(
             lambda: (
-                len(_descendants(proc.pid)) >= 2
-                and connection.exists("rq:scheduler-lock:calls")
-                and sum(1 for w in Worker.all(connection=connection) if w.pid in _descendants(proc.pid)) == 1
+                connection.exists("rq:scheduler-lock:calls")
+                and children_registered() == [["recordings", "outbox"], ["webhooks"], ["webhooks"]]
             ),
             timeout=60,
-        ), log.read_text()[-3000:]
+        ), (children_registered(), log.read_text()[-3000:])
         family = _descendants(proc.pid)
+        assert len(family) >= 4, family  # the scheduler too
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         assert wait_until(lambda: all(_gone(pid) for pid in family), timeout=30), [
             pid for pid in family if not _gone(pid)
         ]
         assert wait_until(lambda: not connection.exists("rq:scheduler-lock:calls"), timeout=10)
+        # Each child said goodbye to RQ on its way out: no registration is left behind.
+        assert wait_until(lambda: not any(w.pid in family for w in Worker.all(connection=connection)), timeout=10)
     finally:
         stop(proc)
 

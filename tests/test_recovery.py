@@ -402,11 +402,15 @@ def voicemail_34s(tmp_path_factory) -> bytes:
 
 
 def test_with_redis_down_the_web_is_alive_and_ready_degraded_and_back_empty_clinic_workers_is_right(stack):
+    """`clinic_workers` counts every RQ worker process a worker command runs: itself, its
+    playback worker and its WEBHOOK_WORKERS webhook workers."""
     log = stack.workdir / "worker-redis.log"
-    worker = start_worker(stack.env, log)
+    worker = start_worker({**stack.env, "WEBHOOK_WORKERS": "2"}, log)
+    processes = 1 + 1 + 2
     try:
-        assert wait_until(lambda: stack.metric("clinic_workers") == 2, timeout=30, interval=0.2), (
-            "the worker and its playback worker"
+        assert wait_until(lambda: stack.metric("clinic_workers") == processes, timeout=60, interval=0.2), (
+            f"the worker, its playback worker and its 2 webhook workers: {stack.metric('clinic_workers')}",
+            log.read_text()[-3000:],
         )
         stack.redis.stop()
         assert requests.get(f"{stack.url}/livez", timeout=5).json() == {"status": "alive"}
@@ -417,11 +421,13 @@ def test_with_redis_down_the_web_is_alive_and_ready_degraded_and_back_empty_clin
         assert stack.hand_off("CA-redis-down", "/short.mp3") == 200  # stored: the outbox needs no Redis
         stack.redis.start()  # empty: no jobs, no worker registrations
         back = time.monotonic()
-        assert wait_until(lambda: stack.metric("clinic_workers") == 2, timeout=30, interval=0.2), log.read_text()[
-            -3000:
-        ]
+        assert wait_until(lambda: stack.metric("clinic_workers") == processes, timeout=30, interval=0.2), (
+            log.read_text()[-3000:]
+        )
         counted_in = time.monotonic() - back
-        assert wait_until(lambda: len(Worker.all(connection=stack.redis.client())) == 2, timeout=30, interval=0.2)
+        assert wait_until(
+            lambda: len(Worker.all(connection=stack.redis.client())) == processes, timeout=30, interval=0.2
+        )
         assert wait_until(lambda: stack.done("CA-redis-down"), timeout=60, interval=0.2), log.read_text()[-3000:]
         print(f"clinic_workers right {counted_in:.1f} s after Redis came back empty")
         assert requests.get(f"{stack.url}/readyz", timeout=10).json()["status"] == "ok"
