@@ -215,23 +215,29 @@ def _locked(query: Q, *of: type[pw.Model]) -> Q:
     return query
 
 
-def _call_requests(clinic: Clinic, cutoff: datetime, now: datetime, batch: int) -> tuple[Deleted, int]:
+def _resolved_before(clinic: Clinic, cutoff: datetime, batch: int, *, made_by_call: bool) -> list[PatientRequest]:
+    """Up to `batch` of the clinic's requests resolved before `cutoff` and holding no signed
+    document, made by a call or not, oldest first, locked for this transaction."""
     documents = MedicalRecord.select(MedicalRecord.id).where(MedicalRecord.request == PatientRequest.id)
-    with db.atomic():
-        rows = list(
-            _locked(
-                PatientRequest.select(PatientRequest.id, PatientRequest.call, PatientRequest.patient)
-                .where(
-                    (PatientRequest.clinic == clinic.id)
-                    & PatientRequest.call.is_null(False)
-                    & PatientRequest.done_at.is_null(False)
-                    & (PatientRequest.done_at < cutoff)
-                    & ~pw.fn.EXISTS(documents)
-                )
-                .order_by(PatientRequest.done_at)
-                .limit(batch)
+    return list(
+        _locked(
+            PatientRequest.select(PatientRequest.id, PatientRequest.call, PatientRequest.patient)
+            .where(
+                (PatientRequest.clinic == clinic.id)
+                & PatientRequest.call.is_null(not made_by_call)
+                & PatientRequest.done_at.is_null(False)
+                & (PatientRequest.done_at < cutoff)
+                & ~pw.fn.EXISTS(documents)
             )
+            .order_by(PatientRequest.done_at)
+            .limit(batch)
         )
+    )
+
+
+def _call_requests(clinic: Clinic, cutoff: datetime, now: datetime, batch: int) -> tuple[Deleted, int]:
+    with db.atomic():
+        rows = _resolved_before(clinic, cutoff, batch, made_by_call=True)
         if not rows:
             return Deleted(), 0
         deleted = delete_requests([r.id for r in rows], now)
@@ -330,22 +336,8 @@ def _documents(clinic: Clinic, cutoff: datetime, now: datetime, batch: int) -> t
 
 
 def _api_requests(clinic: Clinic, cutoff: datetime, now: datetime, batch: int) -> tuple[Deleted, int]:
-    documents = MedicalRecord.select(MedicalRecord.id).where(MedicalRecord.request == PatientRequest.id)
     with db.atomic():
-        rows = list(
-            _locked(
-                PatientRequest.select(PatientRequest.id)
-                .where(
-                    (PatientRequest.clinic == clinic.id)
-                    & PatientRequest.call.is_null()
-                    & PatientRequest.done_at.is_null(False)
-                    & (PatientRequest.done_at < cutoff)
-                    & ~pw.fn.EXISTS(documents)
-                )
-                .order_by(PatientRequest.done_at)
-                .limit(batch)
-            )
-        )
+        rows = _resolved_before(clinic, cutoff, batch, made_by_call=False)
         if not rows:
             return Deleted(), 0
         gone = delete_requests([r.id for r in rows], now)
