@@ -228,7 +228,29 @@ VARIANT_KEYS = {
     "country",
     "looks",
     "second_opinion",
+    "steer",
 }  # besides Decoding's fields
+
+
+def steering_prompts() -> dict[str, str]:
+    """The shipped words (every preset request type, the shipped urgency words) as the
+    `steer` variant's prompts: what a clinic that kept the presets would give."""
+    from triage import reading, steering, vocabulary
+
+    words = reading.Vocabulary(dict(vocabulary.PRESETS), dict(vocabulary.URGENCY))
+    return steering.prompts(words)
+
+
+def unsaid_clinic_words(text: str, script: str | None, language: str | None) -> list[str]:
+    """The steering prompt's words in `text` that `script` (what was said; None: nothing
+    was) does not hold, compared by their first letters (steering.STEM): a clinic word
+    the transcript gained."""
+    from triage import steering
+
+    prompt = steering_prompts().get(language or "", "")
+    stems = {w[: steering.STEM] for w in re.findall(r"\w+", prompt.casefold()) if len(w) >= 3}
+    said = {w[: steering.STEM] for w in re.findall(r"\w+", (script or "").casefold())}
+    return sorted({w for w in re.findall(r"\w+", text.casefold()) if w[: steering.STEM] in stems - said})
 
 
 def run_project(
@@ -254,6 +276,7 @@ def run_project(
     threads = int(variant.get("threads", threads))
     languages = variant["languages"].split(",") if "languages" in variant else languages
     country = variant.get("country", "CZ")  # null: no callback number read, so no second look
+    steer = steering_prompts() if variant.get("steer") else None
     if "looks" in variant:  # Decoding fields of the second and third looks at a number
         from voicemail.transcription import confirmation
 
@@ -284,7 +307,9 @@ def run_project(
 
     def one(label: dict[str, Any], times: int) -> dict[str, Any]:
         split.clear()
-        seconds, r = _timed(lambda: t.transcribe(label["path"], languages, decoding=decoding, country=country), times)
+        seconds, r = _timed(
+            lambda: t.transcribe(label["path"], languages, decoding=decoding, country=country, steer=steer), times
+        )
         return {
             "file": label["file"],
             "seconds": seconds,
@@ -834,6 +859,26 @@ def stage_table(labels: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dic
     return out
 
 
+def unsaid_table(labels: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per language of the labels (and "none" for clips without speech): transcripts that
+    hold a clinic word (the steering prompt's) that was not said, and which words."""
+    by_file = {r["file"]: r for r in rows}
+    out: dict[str, Any] = {}
+    for x in labels:
+        r = by_file.get(x["file"])
+        if r is None:
+            continue
+        key = x.get("language") if x["kind"] == "speech" else "none"
+        cell = out.setdefault(key or "none", {"clips": 0, "gained": 0, "words": []})
+        cell["clips"] += 1
+        language = x.get("language") or r.get("language")
+        words = unsaid_clinic_words(r.get("text") or "", x.get("text") if x["kind"] == "speech" else None, language)
+        if words:
+            cell["gained"] += 1
+            cell["words"] += words
+    return out
+
+
 def report(run: dict[str, Any]) -> None:
     s = run["settings"]
     names = list(run["sides"])
@@ -926,6 +971,17 @@ def report(run: dict[str, Any]) -> None:
                 )
             )
 
+    print("\nclinic words a transcript holds that its message did not say (the steering prompt's words):")
+    for name in names:
+        cells = run.get("unsaid", {}).get(name, {})
+        print(
+            f"  {name:9s} "
+            + "; ".join(
+                f"{key}: {c['gained']} of {c['clips']}"
+                + (f" ({', '.join(sorted(set(c['words']))[:8])})" if c["words"] else "")
+                for key, c in sorted(cells.items())
+            )
+        )
     for name in projects:
         c = run["confusion"][name]
         print(
@@ -1127,6 +1183,7 @@ def main(argv: list[str]) -> int:
             for side in sides
             if side != "reference"
         },
+        "unsaid": {side: unsaid_table(labels, sides[side]["rows"]) for side in sides},
         "clips": [
             dict(
                 label={k: v for k, v in x.items() if k != "path"},

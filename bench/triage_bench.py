@@ -4,8 +4,9 @@ wrong, and how many urgent messages are flagged, against plain keyword matching.
 Run from the repository root (faster-whisper, the reference engine, is a benchmark-only
 dependency: ``.venv/bin/pip install -r bench/requirements.txt``)::
 
-    .venv/bin/python bench/triage_bench.py [--set labelled|heldout|both] [--only SUBSTRING] [--every N] [--start N]
-        [--threads 1] [--model var/models/ggml-base.bin] [--no-reference] [--no-project]
+    .venv/bin/python bench/triage_bench.py [--set labelled|heldout|unseen|both|all] [--only SUBSTRING]
+        [--every N] [--start N] [--steer] [--threads 1] [--model var/models/ggml-base.bin]
+        [--no-reference] [--no-project]
         [--cache FILE ...] [--cached-only] [--json out.json]
 
 The sets:
@@ -18,6 +19,10 @@ The sets:
   set's voices and rendered on the set's channels by ``make_voicemails.py``'s own functions
   into ``var/bench/triage-heldout/`` (made once, kept). Needs the Debian packages that
   script names (festival and its Czech voices, espeak-ng, sox, lame).
+* **unseen**: ``bench/triage_unseen.py``, messages written for reporting alone, each in two
+  voices on two channels, into ``var/bench/triage-unseen/``. The labelled and held-out sets
+  have both been read while choosing words and rules; this one has not, so its figures are
+  the ones to quote (docs/transcription.md).
 
 Each clip is transcribed by the project's engine (``transcription.get_transcriber``, the
 languages ``--languages`` to detect among, as a clinic with those caller languages) and by
@@ -58,8 +63,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.triage_unseen import UNSEEN  # noqa: E402
+
 CACHE = ROOT / "var" / "bench" / "triage-transcripts.json"
-HELD_OUT_DIR = ROOT / "var" / "bench" / "triage-heldout"
+SET_DIRS = {"heldout": ROOT / "var" / "bench" / "triage-heldout", "unseen": ROOT / "var" / "bench" / "triage-unseen"}
 LANGUAGES = ("cs", "en")
 CHANNELS = ("ulaw8k", "mp3_8k", "noisy_mp3_8k")
 
@@ -285,21 +292,36 @@ def labelled(only: str | None, every: int, start: int = 0) -> list[dict[str, Any
     return clips[start :: max(every, 1)]
 
 
-def held_out(only: str | None, every: int) -> list[dict[str, Any]]:
-    """The held-out messages as clips: made once into HELD_OUT_DIR with the labelled set's
-    own functions (voices, levels, line, beep, channels), then read from there."""
-    labels_file = HELD_OUT_DIR / "labels.json"
+def held_out(only: str | None, every: int, name: str = "heldout") -> list[dict[str, Any]]:
+    """The held-out (or unseen) messages as clips: made once into their folder with the
+    labelled set's own functions (voices, levels, line, beep, channels), then read from there."""
+    folder = SET_DIRS[name]
+    labels_file = folder / "labels.json"
     if not labels_file.is_file():
-        _render_held_out()
+        _render(name)
     clips = [
-        dict(x, path=str(HELD_OUT_DIR / x["file"]), set="heldout")
+        dict(x, path=str(folder / x["file"]), set=name)
         for x in json.loads(labels_file.read_text(encoding="utf-8"))
         if not only or only in x["file"]
     ]
     return clips[:: max(every, 1)]
 
 
-def _render_held_out() -> None:
+def _takes(name: str, language: str, i: int, mv: Any) -> list[tuple[str, str]]:
+    """(voice, channel) of each rendering of a set's i-th message in `language`."""
+    if name == "heldout":  # one take: another voice than the labelled message at i
+        voices = mv.CZECH_MORE_VOICES if language == "cs" else mv.ENGLISH_MORE_VOICES
+        return [(voices[(i + 3) % len(voices)], CHANNELS[i % len(CHANNELS)])]
+    # unseen: two takes, a Festival voice and an espeak-ng one (the lists alternate), on two channels
+    if language == "cs":
+        first, second = mv.CZECH_MORE_VOICES[(i + 5) % 8], mv.CZECH_VOICES[(i + 2) % 8]
+    else:
+        first, second = mv.ENGLISH_MORE_VOICES[(i + 1) % 8], mv.ENGLISH_VOICES[(i + 2) % 5]
+    pair = mv.CHANNEL_PAIRS[i % len(mv.CHANNEL_PAIRS)]
+    return [(first, pair[0]), (second, pair[1])]
+
+
+def _render(name: str) -> None:
     import importlib.util
     import tempfile
 
@@ -307,47 +329,49 @@ def _render_held_out() -> None:
     assert spec and spec.loader
     mv = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mv)
-    HELD_OUT_DIR.mkdir(parents=True, exist_ok=True)
-    mv.OUT = HELD_OUT_DIR  # write() renders into OUT
+    folder = SET_DIRS[name]
+    messages = HELD_OUT if name == "heldout" else UNSEEN
+    folder.mkdir(parents=True, exist_ok=True)
+    mv.OUT = folder  # write() renders into OUT
     labels = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         crowd = [
             mv.synthesize(text, voice, tmp, 0.9)
             for (_, text, *_), voice in zip(
-                HELD_OUT["cs"][:4], ["espeak:cs+m1", "espeak:cs+f3", "festival:czech_machac", "espeak:cs+m5"]
+                messages["cs"][:4], ["espeak:cs+m1", "espeak:cs+f3", "festival:czech_machac", "espeak:cs+m5"]
             )
         ]
-        beds = mv.noise_beds(mv.seeded("heldout-beds"), crowd)
-        for language, voices in (("cs", mv.CZECH_MORE_VOICES), ("en", mv.ENGLISH_MORE_VOICES)):
-            for i, (key, text, intent, also, urgent) in enumerate(HELD_OUT[language]):
-                rng = mv.seeded(f"heldout_{language}_{key}")
-                voice = voices[(i + 3) % len(voices)]  # another voice than the labelled message at i
-                rate = float(rng.choice([0.9, 1.0, 1.0, 1.1]))
-                level = float(rng.choice([-29.0, -25.0, -22.0, -20.0, -17.0]))
-                sound = mv.at_level(mv.synthesize(text, voice, tmp, rate), level)
-                rec = mv.voicemail(sound, rng)
-                if rec["audio"].size < 8 * mv.RATE:
-                    rec = mv.voicemail(sound, rng, tail=6.0)
-                channel = CHANNELS[i % len(CHANNELS)]
-                stem = f"{language}_{key}_{mv.voice_tag(voice)}_{channel}"
-                out = mv.write(rec, channel, stem, tmp, mv.seeded(stem), beds, 10 ** (level / 20))
-                labels.append(
-                    {
-                        "file": out["file"],
-                        "kind": "speech",
-                        "language": language,
-                        "text": text,
-                        "key": key,
-                        "intent": intent,
-                        "also": list(also),
-                        "urgent": urgent,
-                        "voice": voice,
-                        "channel": channel,
-                        "duration": out["duration"],
-                    }
-                )
-    (HELD_OUT_DIR / "labels.json").write_text(json.dumps(labels, ensure_ascii=False, indent=1), encoding="utf-8")
+        beds = mv.noise_beds(mv.seeded(f"{name}-beds"), crowd)
+        for language in ("cs", "en"):
+            for i, (key, text, intent, also, urgent) in enumerate(messages[language]):
+                for voice, channel in _takes(name, language, i, mv):
+                    prefix = "heldout" if name == "heldout" else f"{name}_{mv.voice_tag(voice)}"
+                    rng = mv.seeded(f"{prefix}_{language}_{key}")
+                    rate = float(rng.choice([0.9, 1.0, 1.0, 1.1]))
+                    level = float(rng.choice([-29.0, -25.0, -22.0, -20.0, -17.0]))
+                    sound = mv.at_level(mv.synthesize(text, voice, tmp, rate), level)
+                    rec = mv.voicemail(sound, rng)
+                    if rec["audio"].size < 8 * mv.RATE:
+                        rec = mv.voicemail(sound, rng, tail=6.0)
+                    stem = f"{language}_{key}_{mv.voice_tag(voice)}_{channel}"
+                    out = mv.write(rec, channel, stem, tmp, mv.seeded(stem), beds, 10 ** (level / 20))
+                    labels.append(
+                        {
+                            "file": out["file"],
+                            "kind": "speech",
+                            "language": language,
+                            "text": text,
+                            "key": key,
+                            "intent": intent,
+                            "also": list(also),
+                            "urgent": urgent,
+                            "voice": voice,
+                            "channel": channel,
+                            "duration": out["duration"],
+                        }
+                    )
+    (folder / "labels.json").write_text(json.dumps(labels, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
 # ------------------------------------------------------------------ transcripts (cached)
@@ -362,19 +386,23 @@ def _clip_key(engine: str, clip: dict[str, Any]) -> str:
 def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, dict[str, str]]:
     """{clip file: {"project": text, "reference": text}}, from the cache or transcribed now."""
     cache: dict[str, Any] = {} if args.fresh else _load(args.caches)
-    engines = ([] if args.no_project else ["project"]) + ([] if args.no_reference else ["reference"])
+    engines = _engines(args)
     todo = {e: [c for c in clips if _clip_key(e, c) not in cache] for e in engines}
-    if todo.get("project"):
+    for side in ("project", "steered"):
+        if not todo.get(side):
+            continue
+        from bench.transcription_bench import steering_prompts
         from voicemail import transcription as tx
 
         engine = tx.get_transcriber("pywhispercpp", args.model, args.threads)
         engine.warm_up()
-        for n, clip in enumerate(todo["project"], 1):
+        steer = steering_prompts() if side == "steered" else None
+        for n, clip in enumerate(todo[side], 1):
             began = time.perf_counter()
-            t = engine.transcribe(clip["path"], args.languages.split(","), country="CZ")
-            cache[_clip_key("project", clip)] = {"text": t.text, "language": t.language}
+            t = engine.transcribe(clip["path"], args.languages.split(","), country="CZ", steer=steer)
+            cache[_clip_key(side, clip)] = {"text": t.text, "language": t.language}
             print(
-                f"project {n}/{len(todo['project'])} {clip['file']} {time.perf_counter() - began:.1f} s",
+                f"{side} {n}/{len(todo[side])} {clip['file']} {time.perf_counter() - began:.1f} s",
                 file=sys.stderr,
             )
             _save(cache, args.caches[0])
@@ -403,6 +431,16 @@ def transcribe(clips: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             row[e] = cache[_clip_key(e, clip)]
         out[clip["file"]] = row  # type: ignore[assignment]
     return out  # type: ignore[return-value]
+
+
+def _engines(args: argparse.Namespace) -> list[str]:
+    """The transcript sources asked for: the project's engine, the same with the clinic's
+    words as a prompt on a second decoding (``--steer``), the reference."""
+    return (
+        ([] if args.no_project else ["project"])
+        + (["steered"] if args.steer else [])
+        + ([] if args.no_reference else ["reference"])
+    )
 
 
 def _load(paths: list[Path]) -> dict[str, Any]:
@@ -549,7 +587,7 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         groups += [(f"{lang} all", lambda r, lang=lang: r["language"] == lang) for lang in LANGUAGES]
         groups += [("all", lambda r: True)]
         for name, member in groups:
-            for source in ("project", "reference", "script"):
+            for source in ("project", "steered", "reference", "script"):
                 for reader in ("triage", "keywords"):
                     some = [r for r in mine if member(r) and r["source"] == source and r["reader"] == reader]
                     if not some:
@@ -596,7 +634,7 @@ def breakdown(rows: list[dict[str, Any]], source: str) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=["labelled", "heldout", "both"], default="both")
+    parser.add_argument("--set", choices=["labelled", "heldout", "unseen", "both", "all"], default="both")
     parser.add_argument("--only", default=None, help="clips whose file name contains this")
     parser.add_argument("--every", type=int, default=1, help="every Nth clip")
     parser.add_argument("--start", type=int, default=0, help="with --every: from the Nth labelled clip (0-based)")
@@ -609,6 +647,11 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="the reference engine only (the readers compared "
         "on the same transcripts; the project's engine takes minutes a clip on a loaded machine)",
+    )
+    parser.add_argument(
+        "--steer",
+        action="store_true",
+        help="also the project's engine with the shipped words as a prompt on a second decoding of each message",
     )
     parser.add_argument("--fresh", action="store_true", help="transcribe again, the cache forgotten")
     parser.add_argument(
@@ -628,17 +671,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", default=None, metavar="OUT")
     args = parser.parse_args(argv)
     args.caches = args.caches or [CACHE]
-    clips = (held_out(args.only, args.every) if args.set in ("heldout", "both") else []) + (
-        labelled(args.only, args.every, args.start) if args.set in ("labelled", "both") else []
+    clips = (
+        (held_out(args.only, args.every) if args.set in ("heldout", "both", "all") else [])
+        + (held_out(args.only, args.every, "unseen") if args.set in ("unseen", "all") else [])
+        + (labelled(args.only, args.every, args.start) if args.set in ("labelled", "both", "all") else [])
     )
     if args.cached_only:
         cache = _load(args.caches)
-        engines = ([] if args.no_project else ["project"]) + ([] if args.no_reference else ["reference"])
+        engines = _engines(args)
         clips = [c for c in clips if all(_clip_key(e, c) in cache for e in engines)]
     texts = transcribe(clips, args)
     rows = score(clips, texts)
     summary = report(rows)
-    for source in ("project", "reference", "script"):
+    for source in ("project", "steered", "reference", "script"):
         if any(r["source"] == source for r in rows):
             breakdown(rows, source)
     wrongs = [

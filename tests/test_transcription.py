@@ -994,3 +994,37 @@ def _name_words(text: str) -> set[str]:
     """Capitalised words of the reference's first sentence but the first: the caller's name."""
     first = re.split(r"[.,]", text)[0:2]
     return {w.lower() for w in re.findall(r"\b[A-ZÁČĎÉĚÍŇÓŘŠŤÚŮÝŽ]\w+", " ".join(first))[1:]}
+
+
+# ----------------------------------------------- the clinic's words as a prompt (measured, off)
+
+
+def test_steering_prompts_hold_one_word_per_stem_and_no_joined_lines() -> None:
+    from triage import reading, steering, vocabulary
+
+    prompts = steering.prompts(reading.Vocabulary(dict(vocabulary.PRESETS), dict(vocabulary.URGENCY)))
+    assert set(prompts) == {"cs", "en"}
+    words = [w.strip(" .").casefold() for w in prompts["cs"].split(",")]
+    assert "recept" in words and "neschopenka" in words
+    assert len({w.split()[0][: steering.STEM] for w in words}) == len(words)  # one per stem
+    assert not any("+" in w for w in words)  # "horečka + dítě" is no phrase anyone says
+    assert len(words) <= steering.MAX_WORDS
+    assert steering.prompt(["a + b"]) is None
+
+
+@pytest.mark.parametrize("name", ["silence_digital.wav", "noise_white.mp3", "short_hello.mp3"])
+def test_audio_without_a_message_is_never_decoded_with_the_clinics_words(default: tx.Transcriber, name: str) -> None:
+    """On silence and noise a prompt is what whisper writes: the steering decoding runs on
+    speech the first pass took for a message, never on anything else."""
+    t = default.transcribe(str(AUDIO / name), "en", steer={"en": "Prescription, appointment, results, pain."})
+    assert not t.message and t.text == "" and "steer" not in t.stages
+
+
+def test_a_message_is_decoded_again_with_the_clinics_words_only_when_asked(default: tx.Transcriber) -> None:
+    path = str(AUDIO / "msg_refill.mp3")
+    plain = default.transcribe(path, "en")
+    steered = default.transcribe(path, "en", steer={"en": "Prescription, refill, inhaler, pharmacy."})
+    assert "steer" not in plain.stages and steered.stages.get("steer", 0) > 0
+    assert steered.message and steered.text
+    # Another language's prompt is not this call's: no second decoding.
+    assert "steer" not in default.transcribe(path, "en", steer={"cs": "Recept."}).stages

@@ -8,7 +8,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -155,6 +155,7 @@ class Transcriber:
         decoding: Decoding | None = None,
         max_seconds: float | None = None,
         country: str | None = None,
+        steer: Mapping[str, str] | None = None,
     ) -> Transcript:
         """Transcribe an mp3/wav file and decide (see module doc). `languages`: the one
         language, the clinic's languages to detect among, or None for any. `deadline`:
@@ -162,7 +163,9 @@ class Transcriber:
         same checkpoints, True stops it too (the worker stopping). `max_seconds`: a
         longer recording is not decoded; it is a message whose transcript failed
         (`too_long`), for the clinic to listen to. `country`: the clinic's, to read
-        the callback number in (`Transcript.heard_number`; None: not read)."""
+        the callback number in (`Transcript.heard_number`; None: not read). `steer`: per
+        language, a prompt for a second decoding of a message's speech, whose text is then
+        the transcript (triage/steering.py; measured and left off, docs/transcription.md)."""
         started = time.perf_counter()
         codes = self.resolve_languages(languages)
         stage = _Stages()
@@ -189,6 +192,7 @@ class Transcriber:
             started=started,
             country=country,
             stages=stage,
+            steer=steer,
         )
 
     def transcribe_audio(
@@ -202,6 +206,7 @@ class Transcriber:
         started: float | None = None,
         country: str | None = None,
         stages: _Stages | None = None,
+        steer: Mapping[str, str] | None = None,
     ) -> Transcript:
         """Transcribe 16 kHz mono float32 samples; `languages` as from `resolve_languages`."""
         started = time.perf_counter() if started is None else started
@@ -253,6 +258,14 @@ class Transcriber:
                 language_entropy=round(entropy(all_probs), 3),
             )
         t = self._summarise(replace(base, stages=stage.seconds), raw, language, probability, started)
+        prompt = (steer or {}).get(t.language or "")
+        if prompt and t.message and t.text and not t.aborted:
+            # Only speech the first pass took for a message: on silence, noise and babble a
+            # prompt is what whisper writes (docs/transcription.md).
+            with self._lock, stage("steer"):
+                steered = self._engine.run(span, t.language, decoding, prompt, abort)
+            if not steered.aborted and not steered.error:
+                t = self._summarise(replace(base, stages=stage.seconds), steered, language, probability, started)
         if country and t.message and t.text and not t.aborted:
             with stage("callback_number"):
                 heard = self._heard_number(t, country, span, runs, abort)
