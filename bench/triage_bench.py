@@ -491,9 +491,15 @@ def keywords(
 
 def readers() -> dict[str, Any]:
     from triage.reading import Vocabulary, read
-    from triage.vocabulary import PRESETS, URGENCY
+    from triage.vocabulary import PRESETS, URGENCY, outranks
 
-    words = Vocabulary(types={k: dict(v) for k, v in PRESETS.items()}, urgency=dict(URGENCY))
+    # As a clinic that kept the presets has them (triage/clinic_words.py): each preset a
+    # type, a cancellation outranking the appointment words it names.
+    words = Vocabulary(
+        types={k: dict(v) for k, v in PRESETS.items()},
+        urgency=dict(URGENCY),
+        outranks=outranks({k: [k] for k in PRESETS}),
+    )
 
     def triage(text: str, language: str | None) -> tuple[str | None, bool]:
         r = read(text, language, words)
