@@ -24,6 +24,7 @@ from console import pages
 from console.audit_actions import ACTIONS
 from console.audit_kinds import Named, Ref, Words
 from console.inbox import local_time, phone
+from console.patient_words import shown_name
 from console.rendering import N_
 from models import (
     ApiToken,
@@ -53,14 +54,14 @@ def _uuids(keys: Iterable[str]) -> list[uuid.UUID]:
     return found
 
 
-def _person(first: str, last: str, w: Words) -> str:
-    return f"{first} {last}".strip() or w._("unknown caller")
+def _person(patient: Patient, w: Words) -> str:
+    return shown_name(patient, w.language) or w._("unknown caller")
 
 
 def _request_words(request: PatientRequest, w: Words) -> str:
     kinds = {"voice_message": N_("Voice message"), "missed_call": N_("Missed call")}
     what = w._(kinds[request.kind]) if request.kind in kinds else request.title
-    return f"{what} – {_person(request.patient.first_name, request.patient.last_name, w)}"
+    return f"{what} – {_person(request.patient, w)}"
 
 
 def _api_tokens(keys: set[str], w: Words) -> dict[str, Named]:
@@ -93,7 +94,7 @@ def _patients(keys: set[str], w: Words) -> dict[str, Named]:
     named = {}
     for p in rows:
         shown = phone(p.phone, w.clinic)
-        words = f"{p.first_name} {p.last_name}".strip() or (shown["text"] if shown else "") or w._("unknown caller")
+        words = shown_name(p, w.language) or (shown["text"] if shown else "") or w._("unknown caller")
         named[str(p.id)] = Named(str(words))
     return named
 

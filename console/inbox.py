@@ -18,6 +18,7 @@ from babel import Locale, UnknownLocaleError
 from markupsafe import Markup, escape
 
 from console import pages
+from console.patient_words import shown_name
 from console.rendering import N_, Renderer, html, see_other
 from jobs.playback import RecordingPlayer
 from models import AuditEvent, Call, Clinic, Patient, PatientRequest, RequestType, StaffMembership, StaffUser
@@ -154,15 +155,6 @@ def local_time(value: datetime, clinic: Clinic, language: str) -> str:
     return catalogue.local_time(value, clinic.timezone, language)
 
 
-def shown_name(patient: Patient) -> str:
-    """A patient's name as the console shows it: "" for the clinic's unknown caller (whose
-    stored name is the service's marker, `Patient.UNKNOWN_CALLER`, English whatever the
-    reader's language): the page says "unknown caller" in the reader's words instead."""
-    if not patient.first_name and patient.last_name == Patient.UNKNOWN_CALLER:
-        return ""
-    return f"{patient.first_name} {patient.last_name}".strip()
-
-
 def language_name(code: str | None, language: str) -> str | None:
     """A detected language's name in the user's language ("cs" → "čeština" / "Czech")."""
     if not code:
@@ -194,7 +186,7 @@ def row(
     request made from a call; `types`: the clinic's request types (`clinic_types`)."""
     call: Call | None = request.call if request.call_id else None
     patient = request.patient
-    name = shown_name(patient)
+    name = shown_name(patient, language)
     if call is not None and recording is None:
         recording = PlayState("none")
     # What staff wrote down as really said comes first; the machine's text stays beside it.
