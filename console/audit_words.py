@@ -93,7 +93,7 @@ def _patients(keys: set[str], w: Words) -> dict[str, Named]:
     rows = Patient.select().where(Patient.id.in_(_uuids(keys)) & (Patient.organization == w.clinic.organization_id))
     named = {}
     for p in rows:
-        shown = phone(p.phone, w.clinic)
+        shown = phone(p.phone, w.clinic, w.language)
         words = shown_name(p, w.language) or (shown["text"] if shown else "") or w._("unknown caller")
         named[str(p.id)] = Named(str(words))
     return named
@@ -119,7 +119,7 @@ def _calls(keys: set[str], w: Words) -> dict[str, Named]:
     named = {str(r.call_id): Named(_request_words(r, w), pages.request(r.id)) for r in made}
     for call in Call.select(Call.id, Call.call_from).where(Call.id.in_(ids) & (Call.clinic == w.clinic)):
         if str(call.id) not in named:
-            shown = phone(call.call_from, w.clinic)
+            shown = phone(call.call_from, w.clinic, w.language)
             named[str(call.id)] = Named(w._("call from %(number)s", number=shown["text"] if shown else "–"))
     return named
 

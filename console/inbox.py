@@ -165,13 +165,13 @@ def language_name(code: str | None, language: str) -> str | None:
         return code
 
 
-def phone(number: str | None, clinic: Clinic) -> dict[str, str | None] | None:
-    """A number to show: `text` in the one display format, `tel` (E.164) for a link (None:
-    not a number to call)."""
+def phone(number: str | None, clinic: Clinic, language: str) -> dict[str, str | None] | None:
+    """A number to show: `text` in the one display format, set as the language sets it (in
+    Czech, never split at a line's end), `tel` (E.164) for a link (None: not a number to call)."""
     if not number:
         return None
     text, e164 = for_display(number, clinic.country)
-    return {"text": text, "tel": e164}
+    return {"text": catalogue.typeset(text, language), "tel": e164}
 
 
 def row(
@@ -203,10 +203,12 @@ def row(
         "created": as_utc(request.created_at).isoformat(),
         "time": local_time(request.created_at, clinic, language),
         "open": request.done_at is None,
-        "call_from": phone(call.call_from if call else patient.phone, clinic),
-        "callback": phone(call.callback_number, clinic) if call and call.callback_number != call.call_from else None,
+        "call_from": phone(call.call_from if call else patient.phone, clinic, language),
+        "callback": phone(call.callback_number, clinic, language)
+        if call and call.callback_number != call.call_from
+        else None,
         # Digits read but not confirmed as heard: shown as heard, never as a link to call.
-        "heard": phone(call.heard_number, clinic) if call and not call.callback_number else None,
+        "heard": phone(call.heard_number, clinic, language) if call and not call.callback_number else None,
         # A second before the number: the listener hears it whole.
         "heard_from": (
             max(0, math.floor(call.callback_number_at) - 1) if call and call.callback_number_at is not None else 0
