@@ -97,7 +97,8 @@ def error_table_page() -> str:
         "<title>Clinic integration service: error codes</title>\n</head>\n<body>\n<h1>Error codes</h1>\n"
         '<p>Every error is <code>{"error", "code"}</code> (a 400 about one field adds <code>param</code>). '
         'Act on the code, never on the message. The API reference: <a href="/docs">/docs</a>.</p>\n'
-        "<table>\n<thead><tr><th>status</th><th>code</th><th>cause</th><th>what the caller should do</th></tr></thead>\n"
+        "<table>\n<thead><tr><th>status</th><th>code</th><th>cause</th>"
+        "<th>what the caller should do</th></tr></thead>\n"
         f"<tbody>\n{rows}</tbody>\n</table>\n</body>\n</html>\n"
     )
 

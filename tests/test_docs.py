@@ -411,7 +411,7 @@ def error_table() -> str:
     from web.error_codes import ERROR_CODES, anchor
 
     return _TABLE_HEAD + "".join(
-        f"| {row.status if row.status is not None else 'other 4xx'} | <a id=\"{anchor(row.code)}\"></a>`{row.code}` "
+        f'| {row.status if row.status is not None else "other 4xx"} | <a id="{anchor(row.code)}"></a>`{row.code}` '
         f"| {row.cause} | {row.action} |\n"
         for row in ERROR_CODES
     )
