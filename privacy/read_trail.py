@@ -149,8 +149,8 @@ def _named(rows: list[ReadEvent]) -> list[Read]:
             reader_id=r.reader_id,
             kind=r.kind,
             patient_id=r.patient_id,
-            patient_name=_name(patients.get(r.patient_id)),
-            patient_marker=(p.marker if (p := patients.get(r.patient_id)) is not None else None),
+            patient_name=_name(p := patients.get(r.patient_id) if r.patient_id else None),
+            patient_marker=p.marker if p is not None else None,
             request_id=r.patient_request_id,
             address=r.address,
         )
