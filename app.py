@@ -144,6 +144,7 @@ def create_app(config: Config) -> falcon.App:
         ),
         (api_reference.PREFIX, api_reference.ApiReference()),
         (api_reference.PREFIX + "/assets/{name}", api_reference.ApiReferenceAsset()),
+        (api_reference.ErrorTable.PATH, api_reference.ErrorTable()),
         (pages.PREFIX, inbox.Inbox(renderer, config.clock, player)),
         (pages.ROWS, inbox.InboxRows(renderer, config.clock, player)),
         (pages.request(_REQUEST), request_page.RequestPage(renderer, LinkCache(storage), player, config.clock)),

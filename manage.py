@@ -26,7 +26,7 @@ python manage.py worker [QUEUE ...] [--no-warm-up]
 python manage.py requeue
 python manage.py storage purge [--grace-seconds N]
 python manage.py patient erase PATIENT_ID [--include-documents] [--yes]
-python manage.py patient copy PATIENT_ID --out FILE.zip
+python manage.py patient copy PATIENT_ID --out FILE.zip [--language cs|en]
 python manage.py retention show [--clinic SLUG ...]
 python manage.py retention set --clinic SLUG [--resolved-call-requests-days N|keep] [--calls-without-request-days N|keep] [--audit-details-days N|keep] [--signed-documents-days N|keep] [--resolved-api-requests-days N|keep] [--read-trail-days N|keep]
 python manage.py retention run

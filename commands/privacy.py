@@ -87,7 +87,9 @@ def cmd_patient_copy(config: Config, args: argparse.Namespace) -> int:
     partial = out.with_name(out.name + ".part")
     try:
         with open(partial, "wb") as target:
-            made = patient_copy.write_copy(wanted, target, make_storage(config), actor(), config.clock())
+            made = patient_copy.write_copy(
+                wanted, target, make_storage(config), actor(), config.clock(), language=args.language
+            )
     except NotFound:
         partial.unlink(missing_ok=True)
         print(f"error: no patient {wanted}", file=sys.stderr)
@@ -217,6 +219,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     copy = patient.add_parser("copy", help="write a patient's copy of their data (a ZIP archive)")
     copy.add_argument("patient_id")
     copy.add_argument("--out", required=True, metavar="FILE.zip")
+    copy.add_argument(
+        "--language", choices=("cs", "en"), default="cs", help="the language of the service's own words in it"
+    )
     copy.set_defaults(func=cmd_patient_copy, needs_secret=True)
 
     retention = sub.add_parser("retention", help="how long each clinic keeps personal data").add_subparsers(

@@ -82,7 +82,11 @@ def _moment(value: Any, w: Words) -> Named:
     text = str(value)
     try:
         if len(text) == 10:
-            return Named(format_date(datetime.fromisoformat(text).date(), "medium", locale=w.language))
+            return Named(
+                catalogue.typeset(
+                    format_date(datetime.fromisoformat(text).date(), "medium", locale=w.language), w.language
+                )
+            )
         return Named(local_time(datetime.fromisoformat(text), w.clinic, w.language))
     except ValueError:
         return Named(text)

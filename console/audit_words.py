@@ -24,6 +24,7 @@ from console import pages
 from console.audit_actions import ACTIONS
 from console.audit_kinds import Named, Ref, Words
 from console.inbox import local_time, phone
+from console.patient_words import shown_name
 from console.rendering import N_
 from models import (
     ApiToken,
@@ -53,14 +54,14 @@ def _uuids(keys: Iterable[str]) -> list[uuid.UUID]:
     return found
 
 
-def _person(first: str, last: str, w: Words) -> str:
-    return f"{first} {last}".strip() or w._("unknown caller")
+def _person(patient: Patient, w: Words) -> str:
+    return shown_name(patient, w.language) or w._("unknown caller")
 
 
 def _request_words(request: PatientRequest, w: Words) -> str:
     kinds = {"voice_message": N_("Voice message"), "missed_call": N_("Missed call")}
     what = w._(kinds[request.kind]) if request.kind in kinds else request.title
-    return f"{what} – {_person(request.patient.first_name, request.patient.last_name, w)}"
+    return f"{what} – {_person(request.patient, w)}"
 
 
 def _api_tokens(keys: set[str], w: Words) -> dict[str, Named]:
@@ -92,8 +93,8 @@ def _patients(keys: set[str], w: Words) -> dict[str, Named]:
     rows = Patient.select().where(Patient.id.in_(_uuids(keys)) & (Patient.organization == w.clinic.organization_id))
     named = {}
     for p in rows:
-        shown = phone(p.phone, w.clinic)
-        words = f"{p.first_name} {p.last_name}".strip() or (shown["text"] if shown else "") or w._("unknown caller")
+        shown = phone(p.phone, w.clinic, w.language)
+        words = shown_name(p, w.language) or (shown["text"] if shown else "") or w._("unknown caller")
         named[str(p.id)] = Named(str(words))
     return named
 
@@ -118,7 +119,7 @@ def _calls(keys: set[str], w: Words) -> dict[str, Named]:
     named = {str(r.call_id): Named(_request_words(r, w), pages.request(r.id)) for r in made}
     for call in Call.select(Call.id, Call.call_from).where(Call.id.in_(ids) & (Call.clinic == w.clinic)):
         if str(call.id) not in named:
-            shown = phone(call.call_from, w.clinic)
+            shown = phone(call.call_from, w.clinic, w.language)
             named[str(call.id)] = Named(w._("call from %(number)s", number=shown["text"] if shown else "–"))
     return named
 

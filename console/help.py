@@ -63,7 +63,8 @@ def _console_href(href: str) -> str | None:
 
 def _rewrite(tokens: list[Token], language: str) -> None:
     for previous, token in zip([None, *tokens], tokens, strict=False):
-        if token.type == "text":
+        if token.type in ("text", "code_inline"):
+            # A quoted example too („`24. 12. 2026`“): the console reads it back with either space.
             token.content = catalogue.typeset(token.content, language)
         elif (
             token.type == "softbreak"

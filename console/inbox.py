@@ -18,6 +18,7 @@ from babel import Locale, UnknownLocaleError
 from markupsafe import Markup, escape
 
 from console import pages
+from console.patient_words import shown_name
 from console.rendering import N_, Renderer, html, see_other
 from jobs.playback import RecordingPlayer
 from models import AuditEvent, Call, Clinic, Patient, PatientRequest, RequestType, StaffMembership, StaffUser
@@ -154,15 +155,6 @@ def local_time(value: datetime, clinic: Clinic, language: str) -> str:
     return catalogue.local_time(value, clinic.timezone, language)
 
 
-def shown_name(patient: Patient) -> str:
-    """A patient's name as the console shows it: "" for the clinic's unknown caller (whose
-    stored name is the service's marker, `Patient.UNKNOWN_CALLER`, English whatever the
-    reader's language): the page says "unknown caller" in the reader's words instead."""
-    if not patient.first_name and patient.last_name == Patient.UNKNOWN_CALLER:
-        return ""
-    return f"{patient.first_name} {patient.last_name}".strip()
-
-
 def language_name(code: str | None, language: str) -> str | None:
     """A detected language's name in the user's language ("cs" → "čeština" / "Czech")."""
     if not code:
@@ -173,13 +165,13 @@ def language_name(code: str | None, language: str) -> str | None:
         return code
 
 
-def phone(number: str | None, clinic: Clinic) -> dict[str, str | None] | None:
-    """A number to show: `text` in the one display format, `tel` (E.164) for a link (None:
-    not a number to call)."""
+def phone(number: str | None, clinic: Clinic, language: str) -> dict[str, str | None] | None:
+    """A number to show: `text` in the one display format, set as the language sets it (in
+    Czech, never split at a line's end), `tel` (E.164) for a link (None: not a number to call)."""
     if not number:
         return None
     text, e164 = for_display(number, clinic.country)
-    return {"text": text, "tel": e164}
+    return {"text": catalogue.typeset(text, language), "tel": e164}
 
 
 def row(
@@ -194,7 +186,7 @@ def row(
     request made from a call; `types`: the clinic's request types (`clinic_types`)."""
     call: Call | None = request.call if request.call_id else None
     patient = request.patient
-    name = shown_name(patient)
+    name = shown_name(patient, language)
     if call is not None and recording is None:
         recording = PlayState("none")
     # What staff wrote down as really said comes first; the machine's text stays beside it.
@@ -211,10 +203,12 @@ def row(
         "created": as_utc(request.created_at).isoformat(),
         "time": local_time(request.created_at, clinic, language),
         "open": request.done_at is None,
-        "call_from": phone(call.call_from if call else patient.phone, clinic),
-        "callback": phone(call.callback_number, clinic) if call and call.callback_number != call.call_from else None,
+        "call_from": phone(call.call_from if call else patient.phone, clinic, language),
+        "callback": phone(call.callback_number, clinic, language)
+        if call and call.callback_number != call.call_from
+        else None,
         # Digits read but not confirmed as heard: shown as heard, never as a link to call.
-        "heard": phone(call.heard_number, clinic) if call and not call.callback_number else None,
+        "heard": phone(call.heard_number, clinic, language) if call and not call.callback_number else None,
         # A second before the number: the listener hears it whole.
         "heard_from": (
             max(0, math.floor(call.callback_number_at) - 1) if call and call.callback_number_at is not None else 0

@@ -16,7 +16,8 @@ import redis
 
 from console import pages
 from console import reads as reads_page
-from console.inbox import local_time, shown_name
+from console.inbox import local_time
+from console.patient_words import shown_name
 from console.rendering import Renderer, html, see_other
 from models import Actor, Clinic
 from plumbing.clock import Clock
@@ -94,7 +95,7 @@ class PatientPage:
                 }
                 for r in facts["reads"]
             ]
-            facts["person_name"] = shown_name(plan.patient)
+            facts["person_name"] = shown_name(plan.patient, language)
         html(
             resp,
             self.renderer.render(
@@ -125,7 +126,9 @@ class PatientCopy:
         # Spooled to disk past a few megabytes: the signed documents may be large.
         archive = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115 (the answer's stream closes it)
         try:
-            patient_copy.write_copy(wanted, archive, self.storage, Actor.staff(user), self.clock(), clinic)
+            patient_copy.write_copy(
+                wanted, archive, self.storage, Actor.staff(user), self.clock(), clinic, language=user.language
+            )
         except NotFound:
             archive.close()
             raise falcon.HTTPNotFound() from None

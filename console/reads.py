@@ -12,6 +12,7 @@ import falcon
 from console import pages
 from console.audit import day_start
 from console.inbox import local_time
+from console.patient_words import marker_words
 from console.rendering import N_, Renderer, html
 from plumbing.clock import Clock
 from privacy import read_trail
@@ -71,7 +72,7 @@ class ReadsPage:
                     {
                         "at": local_time(r.at, clinic, language),
                         "kind": r.kind,
-                        "patient": r.patient_name,
+                        "patient": marker_words(r.patient_marker, language) if r.patient_marker else r.patient_name,
                         "patient_id": r.patient_id,
                         "request_id": r.request_id,
                         "address": r.address,

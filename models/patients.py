@@ -33,12 +33,36 @@ class Patient(BaseModel):
     class Meta:
         indexes = ((("organization", "phone"), False),)
 
+    # The service's own patients are stored under fixed English markers: an existing
+    # deployment's rows hold them and the API returns them as stored (docs/integrators say so).
+    # They are codes, not words for people: whoever shows one to a person shows the reader's
+    # words for it instead (`marker`; the console's are console/patient_words.py).
     #: The patient a request kept for its signed documents belongs to once its own patient
     #: was erased (privacy/erasure.py): one per organization, holding no personal data.
     ERASED_NAME = "Erased patient"
     #: The patient of a withheld number (one per clinic, patients/callers.py): the retention
     #: knows such a patient by it (privacy/retention.py).
     UNKNOWN_CALLER = "Unknown caller"
+    #: `marker`'s codes.
+    MARKER_ERASED = "erased-patient"
+    MARKER_UNKNOWN_CALLER = "unknown-caller"
+
+    @property
+    def marker(self) -> str | None:
+        """Which of the service's own patients this is (`MARKER_ERASED`,
+        `MARKER_UNKNOWN_CALLER`), None for a person. Known by the stored marker with no first
+        name and no number: a person someone named "Unknown caller" has a number or a first
+        name, or was imported so."""
+        if self.first_name or self.phone:
+            return None
+        return {self.ERASED_NAME: self.MARKER_ERASED, self.UNKNOWN_CALLER: self.MARKER_UNKNOWN_CALLER}.get(
+            self.last_name
+        )
+
+    @property
+    def person_name(self) -> str:
+        """The name as stored, "" for one of the service's own patients (`marker`)."""
+        return "" if self.marker else f"{self.first_name} {self.last_name}".strip()
 
     @staticmethod
     def erased_id(organization_id: uuid.UUID) -> uuid.UUID:
@@ -100,8 +124,16 @@ class PatientRecord(BaseModel):
         indexes = ((("patient", "clinic"), True), (("clinic",), False))
 
     #: The note on a record a call made (patients/callers.py): the retention knows such a
-    #: record by it (privacy/retention.py).
+    #: record by it (privacy/retention.py). A marker like `Patient.UNKNOWN_CALLER`: stored and
+    #: answered by the API as it is, shown to people in their words (`note_marker`).
     FROM_A_CALL = "Created from a phone call."
+    #: `note_marker`'s code.
+    MARKER_FROM_A_CALL = "from-a-call"
+
+    @property
+    def note_marker(self) -> str | None:
+        """`MARKER_FROM_A_CALL` when the note is the service's own, None for a note someone wrote."""
+        return self.MARKER_FROM_A_CALL if self.note == self.FROM_A_CALL else None
 
 
 class PatientRecordTag(BaseModel):

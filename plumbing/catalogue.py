@@ -26,14 +26,27 @@ _ONE_LETTER_WORD = re.compile(r"(?<![\w<)%])([vkszouaiVKSZOUAI]) ")
 #: A text that ends in a one-letter word (the space after it is the next text's, or a line break).
 ENDS_IN_ONE_LETTER_WORD = re.compile(r"(?<![\w<)%])[vkszouaiVKSZOUAI]$")
 NBSP = "\u00a0"
+#: A date's parts („25. 2. 2027“): a day's or a month's number and its dot, then the next part.
+_DATE_PART = re.compile(r"(?<![\w.])(\d{1,2}\.) (?=\d)")
+#: A number (or a placeholder standing for one) and its unit („12 MB“, „30 s“, „15 %“).
+UNITS = ("B", "kB", "MB", "GB", "TB", "ms", "s", "min", "h", "%", "Kč")
+_NUMBER_AND_UNIT = re.compile(r"(\d|%\(\w+\)[sd]) (" + "|".join(re.escape(u) for u in UNITS) + r")(?![\w%])")
+#: A phone number as the pages write it: „+420 601 123 456“ (any country's grouping), or a
+#: Czech number's three groups of three („601 123 456“).
+_PHONE = re.compile(r"\+\d{1,3}(?: \d{1,5}){1,5}(?!\d)|(?<![\d.,])\d{3} \d{3} \d{3}(?![\d,]?\d)")
 
 
 def typeset(text: str, language: str) -> str:
-    """`text` as the language sets it: in Czech, a non-breaking space after each one-letter
-    word (the catalogues' translations and the Czech guides go through here)."""
+    """`text` as the language sets it. In Czech a non-breaking space after each one-letter
+    word, between a date's parts, between a number and its unit and inside a phone number:
+    none of them is split at a line's end. The catalogues' translations, the Czech guides,
+    the times (`local_time`) and the phone numbers the console shows go through here."""
     if language != "cs":
         return text
-    return _ONE_LETTER_WORD.sub(lambda m: m.group(1) + NBSP, text)
+    text = _ONE_LETTER_WORD.sub(lambda m: m.group(1) + NBSP, text)
+    text = _DATE_PART.sub(lambda m: m.group(1) + NBSP, text)
+    text = _NUMBER_AND_UNIT.sub(lambda m: m.group(1) + NBSP + m.group(2), text)
+    return _PHONE.sub(lambda m: m.group().replace(" ", NBSP), text)
 
 
 def compiled(directory: Path, language: str) -> gettext.NullTranslations:
@@ -70,4 +83,5 @@ def local_time(value: datetime, timezone: str, language: str) -> str:
     """A stored (naive UTC) time in `timezone`, written the `language`'s way: the date in
     full, the time to the minute (babel's "medium" time shows seconds)."""
     local = as_utc(value).replace(tzinfo=ZoneInfo("UTC")).astimezone(ZoneInfo(timezone))
-    return f"{format_date(local, 'medium', locale=language)} {format_time(local, 'short', locale=language)}"
+    date = typeset(format_date(local, "medium", locale=language), language)
+    return f"{date} {format_time(local, 'short', locale=language)}"

@@ -26,6 +26,8 @@ from models import (
     Clinic,
     ExternalId,
     MedicalRecord,
+    Patient,
+    PatientRecord,
     PatientRecordTag,
     PatientRequest,
     PatientRequestTag,
@@ -106,7 +108,7 @@ FIELDS: dict[tuple[str, str], str] = {
 
 ARCHIVE_README = """Kopie údajů pacienta / A patient's copy of their data
 
-patient-data.json  vše, co služba o pacientovi uchovává (časy v časovém pásmu ordinace)
+patient-data.json  vše, co služba o pacientovi uchovává (časy v časovém pásmu kliniky)
                    everything the service holds about the patient (times in the clinic's time zone)
 transcripts/       přepisy hlasových zpráv / the voicemails' transcripts
 documents/         podepsané dokumenty / the signed documents
@@ -116,6 +118,24 @@ patient-data.json u každého hovoru jmenuje (calls[].recording).
 The service does not copy call recordings: the switchboard's platform keeps them, named
 for each call in patient-data.json (calls[].recording).
 """
+
+
+#: The service's own patients and notes (stored as English markers, models/patients.py) in the
+#: words of the copy's language: the patient reads the copy. The console's catalogue says the
+#: same (tests/test_patient_words.py holds the two together).
+MARKER_WORDS: dict[str, dict[str, str]] = {
+    "cs": {
+        Patient.MARKER_UNKNOWN_CALLER: "neznámý volající",
+        Patient.MARKER_ERASED: "vymazaný pacient",
+        PatientRecord.MARKER_FROM_A_CALL: "Založeno z telefonního hovoru.",
+    },
+    "en": {
+        Patient.MARKER_UNKNOWN_CALLER: "unknown caller",
+        Patient.MARKER_ERASED: "erased patient",
+        PatientRecord.MARKER_FROM_A_CALL: "Created from a phone call.",
+    },
+}
+COPY_LANGUAGES = tuple(MARKER_WORDS)  # the first is the default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,15 +153,18 @@ def write_copy(
     actor: Actor,
     now: datetime,
     clinic: Clinic | None = None,
+    language: str = COPY_LANGUAGES[0],
 ) -> CopyMade:
     """Write the archive of the person `patient_id` is (the survivor of a merge and the
     rows merged into it) to `out`; `clinic` scopes it as for an erasure (the console's
-    admin). `NotFound` for no such patient. Needs a database connection (the caller's)."""
+    admin); the service's own words in it (the markers) in `language`. `NotFound` for no
+    such patient. Needs a database connection (the caller's)."""
     p = plan(patient_id, clinic)
     clinics = {c.id: c for c in Clinic.select().where(Clinic.organization == p.organization.id)}
     home = clinics.get(clinic.id) if clinic is not None else None
     zone = _zone(home or (clinics[p.records[0].clinic_id] if p.records else next(iter(clinics.values()), None)))
-    document, files = _document(p, clinics, zone, now)
+    words = MARKER_WORDS.get(language, MARKER_WORDS[COPY_LANGUAGES[0]])
+    document, files = _document(p, clinics, zone, now, words)
     release_connection()  # the documents are read from storage: no pooled connection held meanwhile
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("README.txt", ARCHIVE_README)
@@ -184,7 +207,9 @@ def _at(moment: datetime | None, zone: ZoneInfo) -> str | None:
     return as_utc(moment).replace(tzinfo=ZoneInfo("UTC")).astimezone(zone).isoformat(timespec="seconds")
 
 
-def _document(p: Plan, clinics: dict[uuid.UUID, Clinic], zone: ZoneInfo, now: datetime) -> tuple[dict, _Files]:
+def _document(
+    p: Plan, clinics: dict[uuid.UUID, Clinic], zone: ZoneInfo, now: datetime, words: dict[str, str]
+) -> tuple[dict, _Files]:
     files = _Files()
 
     def zone_of(clinic_id: uuid.UUID) -> ZoneInfo:
@@ -290,7 +315,7 @@ def _document(p: Plan, clinics: dict[uuid.UUID, Clinic], zone: ZoneInfo, now: da
                 {
                     "id": str(x.id),
                     "firstName": x.first_name,
-                    "lastName": x.last_name,
+                    "lastName": words[x.marker] if x.marker else x.last_name,
                     "phone": x.phone,
                     "email": x.email,
                     "birthDate": x.birth_date.isoformat() if isinstance(x.birth_date, date) else x.birth_date,
@@ -303,7 +328,7 @@ def _document(p: Plan, clinics: dict[uuid.UUID, Clinic], zone: ZoneInfo, now: da
                 {
                     "clinic": clinic_name(r.clinic_id),
                     "status": r.status,
-                    "note": r.note,
+                    "note": words[r.note_marker] if r.note_marker else r.note,
                     "tags": sorted(record_tags.get(r.id, [])),
                     "externalIds": external.get((r.patient_id, r.clinic_id), []),
                     "createdAt": _at(r.created_at, zone_of(r.clinic_id)),

@@ -89,7 +89,8 @@ class Read:
     reader_id: uuid.UUID
     kind: str
     patient_id: uuid.UUID | None
-    patient_name: str
+    patient_name: str  # as stored (the CSV's); for one of the service's own patients, its marker too
+    patient_marker: str | None
     request_id: uuid.UUID | None
     address: str | None
 
@@ -130,8 +131,8 @@ def reads_of_patient(clinic_ids: list[uuid.UUID], patient_id: uuid.UUID, limit: 
 
 def _named(rows: list[ReadEvent]) -> list[Read]:
     patients = {
-        p.id: f"{p.first_name} {p.last_name}".strip()
-        for p in Patient.select(Patient.id, Patient.first_name, Patient.last_name).where(
+        p.id: p
+        for p in Patient.select(Patient.id, Patient.first_name, Patient.last_name, Patient.phone).where(
             Patient.id.in_(list({r.patient_id for r in rows if r.patient_id}))
         )
     }
@@ -148,12 +149,17 @@ def _named(rows: list[ReadEvent]) -> list[Read]:
             reader_id=r.reader_id,
             kind=r.kind,
             patient_id=r.patient_id,
-            patient_name=patients.get(r.patient_id, "") if r.patient_id else "",
+            patient_name=_name(p := patients.get(r.patient_id) if r.patient_id else None),
+            patient_marker=p.marker if p is not None else None,
             request_id=r.patient_request_id,
             address=r.address,
         )
         for r in rows
     ]
+
+
+def _name(patient: Patient | None) -> str:
+    return f"{patient.first_name} {patient.last_name}".strip() if patient is not None else ""
 
 
 CSV_HEADER = (

@@ -9,11 +9,14 @@ validator would be stopped by the browser, not only by the test that looks for i
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import falcon
+from markdown_it import MarkdownIt
 from swagger_ui_bundle import swagger_ui_path
 
+from web.error_codes import ERROR_CODES, TABLE_PATH, anchor
 from web.errors import APIError
 
 SWAGGER_UI = Path(__file__).resolve().parent.parent / "web" / "swagger-ui"
@@ -75,6 +78,44 @@ class ApiReference:
         resp.set_header("Content-Security-Policy", _POLICY)
         resp.cache_control = ["no-cache"]
         resp.text = _PAGE
+
+
+def error_table_page() -> str:
+    """The error table (web/error_codes.py) as a page: a row per code, its anchor the code's
+    (`anchor`), what the OpenAPI document links each code to. The cells are the table's own
+    Markdown (no HTML: the source is this service's, but escaped all the same)."""
+    md = MarkdownIt("commonmark", {"html": False})
+    rows = "".join(
+        f'<tr id="{anchor(row.code)}"><td>{row.status if row.status is not None else "other 4xx"}</td>'
+        f'<td><a href="#{anchor(row.code)}"><code>{html.escape(row.code)}</code></a></td>'
+        f"<td>{md.renderInline(row.cause)}</td><td>{md.renderInline(row.action)}</td></tr>\n"
+        for row in ERROR_CODES
+    )
+    return (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        "<title>Clinic integration service: error codes</title>\n</head>\n<body>\n<h1>Error codes</h1>\n"
+        '<p>Every error is <code>{"error", "code"}</code> (a 400 about one field adds <code>param</code>). '
+        'Act on the code, never on the message. The API reference: <a href="/docs">/docs</a>.</p>\n'
+        "<table>\n<thead><tr><th>status</th><th>code</th><th>cause</th>"
+        "<th>what the caller should do</th></tr></thead>\n"
+        f"<tbody>\n{rows}</tbody>\n</table>\n</body>\n</html>\n"
+    )
+
+
+class ErrorTable:
+    """GET /docs/errors: the error table, a row (an anchor) per code; no auth, like /docs."""
+
+    PATH = TABLE_PATH
+
+    def __init__(self) -> None:
+        self.page = error_table_page()
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.content_type = "text/html; charset=utf-8"
+        resp.set_header("Content-Security-Policy", _POLICY)
+        resp.cache_control = ["public", "max-age=3600"]
+        resp.text = self.page
 
 
 class ApiReferenceAsset:

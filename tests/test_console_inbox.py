@@ -35,7 +35,7 @@ def test_rows_show_voice_messages_and_missed_calls_in_czech(staff, app):
     assert "Přepis je nespolehlivý – poslechněte si nahrávku" in voice.text
     assert voice.select_one('a[href="tel:+420601123456"]') and voice.select_one('a[href="tel:+420777888999"]')
     assert voice.select_one("audio")["src"].endswith("/recording")
-    assert voice.select_one("time").text == "18. 11. 2026 11:00", "Prague time, the Czech way"
+    assert voice.select_one("time").text == cs("18. 11. 2026 11:00"), "Prague time, the Czech way"
     missed = rows[0]
     assert "neznámý volající" in missed.text and "Zavolat zpět" in missed.text
 

@@ -7,6 +7,9 @@ Czech staff guides (as the console's help renders them):
   three forms (1; 2-4; 0, 5 and more), each showing the number;
 - a one-letter preposition or conjunction (v, k, s, z, o, u, a, i) never ends a line: the
   space after it is a non-breaking one, put in by one filter (`plumbing.catalogue.typeset`);
+- nor do a date's parts („25. 2. 2027“), a number and its unit („12 MB“, „30 s“, „15 %“) or a
+  phone number's groups („+420 601 123 456“) part: the same filter binds them, in the
+  catalogues, the guides and the values the console's pages show (times, numbers);
 - one term per thing: the glossary (console/locale/cs/glossary.txt) names the console's
   terms and the words that must not stand for them.
 """
@@ -34,6 +37,14 @@ NUMBER = re.compile(r"%\((num|count|minutes|hours|days|seconds|n)\)[sd]")
 #: A number as a label's value: after ": " at the end of the text (a closing "." or ")" aside).
 LABEL_VALUE = re.compile(r": %\(\w+\)[sd][.)]?$")
 ONE_LETTER_THEN_SPACE = re.compile(r"(?<![\w<)%])[vkszouaiVKSZOUAI][ \n]")
+#: What must not part at a line's end either, with an ordinary space where it would.
+LOOSE = {
+    "a date's parts": re.compile(r"(?<![\w.])\d{1,2}\.[ \n]\d"),
+    "a number and its unit": re.compile(
+        r"(?:\d|%\(\w+\)[sd])[ \n](?:" + "|".join(re.escape(u) for u in catalogue.UNITS) + r")(?![\w%])"
+    ),
+    "a phone number": re.compile(r"\+\d{1,3}(?:\u00a0\d+)*[ \n]\d|(?<![\d.,])\d{3}[ \n]\d{3}[ \n]\d{3}(?![\d,]?\d)"),
+}
 
 
 def messages(locale: Path) -> list:
@@ -106,6 +117,43 @@ def test_no_one_letter_word_ends_a_line_in_czech():
     assert not loose, f"a one-letter word before an ordinary space: {loose[:10]}"
 
 
+def loose_numbers(texts: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    return [(what, where, m.group()) for where, text in texts for what, p in LOOSE.items() for m in p.finditer(text)]
+
+
+def test_no_date_unit_or_phone_number_is_split_in_czech():
+    loose = loose_numbers(czech_texts())
+    assert not loose, f"an ordinary space inside: {loose[:10]}"
+
+
+def test_the_pages_bind_the_dates_and_phone_numbers_they_show(staff, app):
+    """The values a page fills in (a request's time, the caller's and the callback number,
+    an audit event's time) are set as the catalogue is: rendered in Czech, none has an
+    ordinary space where it would part."""
+    from tests.support.console import login, make
+
+    voice = make(
+        "clinic-a",
+        "voice_message",
+        name=("Jana", "Dvořáková"),
+        transcript="Prosím o recept.",
+        status="reliable",
+        callback_number="+420777888999",
+    )
+    make("clinic-a", "missed_call", phone="+420602000000", minutes=1)
+    login(app, status=303)
+    pages = {
+        "inbox": app.get("/console/"),
+        "request": app.get(f"/console/requests/{voice.id}"),
+        "help": app.get("/console/help"),
+    }
+    texts = [(name, page.html.select_one("main").get_text()) for name, page in pages.items()]
+    assert any("\u00a0" in text and "+420" in text for _, text in texts), "the numbers were shown"
+    assert any(re.search(r"18\.\u00a011\.\u00a02026", text) for _, text in texts), "a time was shown"
+    loose = loose_numbers(texts)
+    assert not loose, f"an ordinary space inside: {loose[:10]}"
+
+
 def test_the_check_would_catch_one_and_the_filter_binds_them():
     """The sources keep ordinary spaces (the filter puts the non-breaking ones in), so the
     check above is not empty; the filter leaves HTML tags and English alone."""
@@ -114,6 +162,21 @@ def test_the_check_would_catch_one_and_the_filter_binds_them():
     assert catalogue.typeset("Zpráva v přepisu a s číslem", "cs") == "Zpráva v\u00a0přepisu a\u00a0s\u00a0číslem"
     assert catalogue.typeset('<a href="/x">k nahrávce</a>', "cs") == '<a href="/x">k\u00a0nahrávce</a>'
     assert catalogue.typeset("a message in a box", "en") == "a message in a box"
+    nb = "\u00a0"
+    assert (
+        catalogue.typeset("Od 25. 2. 2027 do 3. 3. 2027 8:00", "cs") == f"Od 25.{nb}2.{nb}2027 do 3.{nb}3.{nb}2027 8:00"
+    )
+    assert catalogue.typeset("soubor 12 MB, 30 s, 15 %, %(size)s kB", "cs") == (
+        f"soubor 12{nb}MB, 30{nb}s, 15{nb}%, %(size)s{nb}kB"
+    )
+    assert catalogue.typeset("Volejte +420 601 123 456 nebo 601 123 456.", "cs") == (
+        f"Volejte +420{nb}601{nb}123{nb}456 nebo 601{nb}123{nb}456."
+    )
+    assert catalogue.typeset("Call +420 601 123 456 on 25. 2. 2027", "en") == "Call +420 601 123 456 on 25. 2. 2027"
+    # And the check sees each with an ordinary space.
+    assert [bool(p.search(t)) for p, t in zip(LOOSE.values(), ("25. 2. 2027", "12 MB", "+420 601 123 456"))] == [
+        True
+    ] * 3
 
 
 # --- one term per thing ---------------------------------------------------------------------

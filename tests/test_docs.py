@@ -408,10 +408,11 @@ _TABLE_HEAD = "| status | code | cause | what the caller should do |\n|---|---|-
 
 def error_table() -> str:
     """The error table as web/error_codes.py has it, in Markdown."""
-    from web.error_codes import ERROR_CODES
+    from web.error_codes import ERROR_CODES, anchor
 
     return _TABLE_HEAD + "".join(
-        f"| {row.status if row.status is not None else 'other 4xx'} | `{row.code}` | {row.cause} | {row.action} |\n"
+        f'| {row.status if row.status is not None else "other 4xx"} | <a id="{anchor(row.code)}"></a>`{row.code}` '
+        f"| {row.cause} | {row.action} |\n"
         for row in ERROR_CODES
     )
 

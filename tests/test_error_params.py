@@ -120,3 +120,42 @@ def test_every_400_whose_message_names_a_field_carries_that_fields_param(app, co
         expected = "?" + named.group(1) if query else as_pointer(named.group(1))
         assert data.get("param") == expected, (answer.method, answer.path, data)
     assert seen >= 2
+
+
+# --- each code links to its row ---------------------------------------------------------------
+
+
+def test_every_code_has_a_row_with_its_anchor_and_the_openapi_links_each_code_to_it(app):
+    """The served error table has a row (an anchor) for every code of web/error_codes.py (the
+    codes the service raises, held to it by tests/test_docs.py), the integrators' table the
+    same anchors, and every code the OpenAPI document names in an error answer is a link to
+    its row: none named without one, none to a row that is not there."""
+    import re
+
+    from bs4 import BeautifulSoup
+
+    from tests.conftest import ROOT
+    from web.error_codes import ERROR_CODES, TABLE_PATH, anchor
+
+    page = app.get(TABLE_PATH)
+    assert page.content_type == "text/html"
+    rows = {tr["id"]: tr for tr in BeautifulSoup(page.text, "html.parser").select("tr[id]")}
+    assert set(rows) == {anchor(row.code) for row in ERROR_CODES}
+    assert all(row.code in rows[anchor(row.code)].text for row in ERROR_CODES)
+    readme = (ROOT / "docs" / "integrators" / "README.md").read_text("utf-8")
+    assert set(re.findall(r'<a id="(error-[a-z0-9-]+)"></a>', readme)) == set(rows)
+    document = app.get("/openapi.json").json
+    linked, bare = set(), []
+    for item in document["paths"].values():
+        for method, op in item.items():
+            if method == "parameters":
+                continue
+            for status, answer in op["responses"].items():
+                said = answer.get("description", "")
+                if not status.startswith(("4", "5")) or "Codes: " not in said:
+                    continue
+                codes = said.split("Codes: ", 1)[1]
+                linked |= set(re.findall(r"\]\(/docs/errors#([a-z0-9-]+)\)", codes))
+                bare += [c for c in re.findall(r"`([A-Z_]+)`(?!\])", codes)]
+    assert not bare, f"codes without a link to their row: {bare[:5]}"
+    assert len(linked) >= 20 and linked <= set(rows), sorted(linked - set(rows))

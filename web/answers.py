@@ -103,7 +103,8 @@ def _merge(*tables: Codes) -> Codes:
 
 def said(text: str, codes: tuple[str, ...]) -> str:
     """An error answer's description: what the status means here, then its codes."""
-    return f"{text} {CODES_SAY}{', '.join(f'`{code}`' for code in codes)}." if codes else text
+    named = ", ".join(f"[`{code}`]({error_codes.link(code)})" for code in codes)
+    return f"{text} {CODES_SAY}{named}." if codes else text
 
 
 def error_responses(

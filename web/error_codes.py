@@ -186,6 +186,21 @@ BY_CODE: dict[str, ErrorCode] = {row.code: row for row in ERROR_CODES}
 assert len(BY_CODE) == len(ERROR_CODES), "each code once"
 
 
+#: Where each code's row is: the error table the service serves (resources/api_reference.py),
+#: the same table as docs/integrators/README.md's, whose rows carry the same anchors.
+TABLE_PATH = "/docs/errors"
+
+
+def anchor(code: str) -> str:
+    """A code's row's anchor in either table ("VALIDATION_FAILED" → "error-validation-failed")."""
+    return "error-" + code.lower().replace("_", "-")
+
+
+def link(code: str) -> str:
+    """A code's row in the served table: what the OpenAPI document links each code to."""
+    return f"{TABLE_PATH}#{anchor(code)}"
+
+
 def codes_of(status: int) -> tuple[str, ...]:
     """The codes answered with `status`, in the table's order."""
     return tuple(row.code for row in ERROR_CODES if row.status == status)

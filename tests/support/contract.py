@@ -24,7 +24,8 @@ import pytest
 
 #: Where the API is; everything else (the console, /docs) is not the contract's.
 API_PREFIXES = ("/external/", "/storage/", "/openapi.json", "/healthz", "/metrics")
-_CODES = re.compile(r"Codes: ((?:`[A-Z_]+`(?:, )?)+)\.")
+#: "Codes: " and the codes, each a link to its row of the error table ([`CODE`](/docs/errors#...)).
+_CODES = re.compile(r"Codes: ((?:\[`[A-Z_]+`\]\([^)\s]+\)(?:, )?)+)\.")
 
 
 class Contract:

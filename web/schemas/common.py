@@ -43,7 +43,12 @@ ERROR = component(
     answer(
         {
             "error": {"type": "string", "description": "A message for people; may change."},
-            "code": {"type": "string", "description": "Stable, machine-readable (VALIDATION_FAILED, NOT_FOUND, ...)."},
+            "code": {
+                "type": "string",
+                "description": "Stable, machine-readable (VALIDATION_FAILED, NOT_FOUND, ...). Each code's row in "
+                "the error table (its cause and what to do): `/docs/errors#error-` and the code in lower case, "
+                "`-` for `_` ([`VALIDATION_FAILED`](/docs/errors#error-validation-failed)).",
+            },
             "param": {
                 "type": "string",
                 "description": "On a 400 about one field: the field, as a JSON Pointer (RFC 6901) into the "
