@@ -8,7 +8,10 @@ checks, the hand-off of a call, the signed-document flow (steps 1-7, the PDF's b
 compared after download), the imports (a failed item's field read from its error's
 `param`), the RateLimit-Policy and RateLimit fields of the counted writes (the requests
 left counting down), tags and a PATCH, and the request the hand-off made, with its call
-and the recording's redirect. The TypeScript code must pass
+and the recording's redirect. Then the writes' budget as the integrator sees it, read off
+the answers' headers: whole again once the `t` seconds it names have passed, counting down
+request by request, spent (the 429's error object carries `rateLimit`, the same numbers as
+its fields) and allowed again after `Retry-After`. The TypeScript code must pass
 `tsc --noEmit --strict`. Both print the same lines, checked here against the database.
 
 Then each client reads every answer the service can give (tests/support/provoke.py: every
@@ -124,6 +127,9 @@ def expected_lines(recording_sid: str, sha256: str) -> list[str]:
         "patch: tags=needs-callback done=true",
         f"call: sid={recording_sid} kind=missed_call transcriptStatus=null recording=available",
         "recording: 302 to the call's link=true",
+        "budget: writes whole again after t=true remaining=limit-1=true counting down=true",
+        "429: RATE_LIMITED policy=writes limit=600 remaining=0 reset>0=true as its fields=true Retry-After>0=true",
+        "after Retry-After: 400 VALIDATION_FAILED /phone counted=true",
     ]
 
 

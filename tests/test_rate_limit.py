@@ -71,8 +71,12 @@ def stored_calls() -> int:
 
 def assert_limited(answer: webtest.TestResponse) -> None:
     assert answer.status_int == 429
-    assert answer.json["code"] == "RATE_LIMITED" and set(answer.json) == {"error", "code"}, answer.json
+    assert answer.json["code"] == "RATE_LIMITED" and set(answer.json) == {"error", "code", "rateLimit"}, answer.json
     assert 1 <= int(answer.headers["Retry-After"]) <= 60, answer.headers
+    # The body's standing is the fields' numbers: a generated client reads it off the error object.
+    policy, left = answer.json["rateLimit"], answer.headers["RateLimit"]
+    assert answer.headers["RateLimit-Policy"] == f'"{policy["policy"]}";q={policy["limit"]};w={policy["window"]}'
+    assert left == f'"{policy["policy"]}";r={policy["remaining"]};t={policy["reset"]}' and policy["remaining"] == 0
 
 
 def test_hand_offs_over_the_limit_are_429_with_retry_after_and_not_stored(web, token):
@@ -205,6 +209,7 @@ def test_every_counted_answer_says_the_policy_and_the_requests_left_counting_dow
     limited = hand_off(web, token, "CA-count-3", status=429)
     assert_limited(limited)
     assert standing(limited) == ('"handoffs";q=3;w=60', '"handoffs";r=0;t=60')
+    assert limited.json["rateLimit"] == {"policy": "handoffs", "limit": 3, "window": 60, "remaining": 0, "reset": 60}
     # The document writes are their own budget, with their own policy.
     assert standing(import_patient(web, token, "EXT-1")) == ('"writes";q=2;w=60', '"writes";r=1;t=30')
     # Reads are not counted, and say nothing of a budget.

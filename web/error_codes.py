@@ -144,7 +144,8 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode(
         429,
         "RATE_LIMITED",
-        "The key's budget for this kind of write is spent (see Rate limits). Nothing was stored.",
+        "The key's budget for this kind of write is spent (see Rate limits); the body's `rateLimit` has its "
+        "numbers. Nothing was stored.",
         "Wait `Retry-After` seconds, then retry.",
     ),
     ErrorCode(

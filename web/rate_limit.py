@@ -6,7 +6,8 @@ request a resource serves with the `write` scope counts against its token's budg
 `recording-complete` against `RATE_LIMIT_HANDOFFS_PER_MINUTE` (the resource declares
 `rate_limit = "handoffs"`), every other write (patientRequests create, PATCH, attachment
 upload links and registration, patients import and import-bulk) against
-`RATE_LIMIT_WRITES_PER_MINUTE`. Over it: 429 `RATE_LIMITED` with `Retry-After`.
+`RATE_LIMIT_WRITES_PER_MINUTE`. Over it: 429 `RATE_LIMITED` with `Retry-After`, its body's
+`rateLimit` the same numbers as the fields below.
 
 Every answer to a counted request says where the token stands, in the IETF httpapi draft's
 fields (draft-ietf-httpapi-ratelimit-headers-10): `RateLimit-Policy: "writes";q=600;w=60`
@@ -94,6 +95,17 @@ class Standing:
             "RateLimit": f'"{self.budget}";r={self.remaining};t={self.reset}',
         }
 
+    def body(self) -> dict[str, Any]:
+        """The same numbers for a 429's body (`rateLimit`, web/schemas/common.py): a generated
+        client types the body, never the headers, so the error object it hands over carries them."""
+        return {
+            "policy": self.budget,
+            "limit": self.limit,
+            "window": self.window,
+            "remaining": self.remaining,
+            "reset": self.reset,
+        }
+
 
 class RateLimiter:
     """Budgets per token, counted in Redis; `limits` maps a budget's name to requests
@@ -169,4 +181,5 @@ class RateLimit:
                 "RATE_LIMITED",
                 f"This token's rate limit for {budget} is reached; retry after {standing.wait} s.",
                 headers={"Retry-After": str(standing.wait), **headers},
+                rateLimit=standing.body(),
             )

@@ -24,12 +24,28 @@ function must<T>(step: string, answer: { data?: T; error?: unknown }): T {
   return answer.data;
 }
 
-// The requests left, `r`, of a RateLimit field (`"writes";r=597;t=1`).
-function remaining(headers: Headers): number {
-  const part = (headers.get("RateLimit") ?? "").split(";").find((p) => p.startsWith("r="));
-  if (part === undefined) throw new Error("no RateLimit field");
-  return Number(part.slice(2));
+// Where the token stands on one budget, read off an answer's metadata (`answer.response.headers`:
+// openapi-fetch hands over the headers, not parsed): the RateLimit-Policy (`"writes";q=600;w=60`)
+// and RateLimit (`"writes";r=597;t=1`) fields of an answer to a counted write. The same shape as
+// a 429's `error.rateLimit`.
+type RateLimitStanding = components["schemas"]["RateLimitStanding"];
+function rateLimit(headers: Headers): RateLimitStanding {
+  const [policy, ...quota] = (headers.get("RateLimit-Policy") ?? "").split(";");
+  const [, ...left] = (headers.get("RateLimit") ?? "").split(";");
+  const n = new Map([...quota, ...left].map((part) => [part[0], Number(part.slice(2))]));
+  const at = (key: string): number => {
+    const value = n.get(key);
+    if (value === undefined) throw new Error(`no ${key} in the RateLimit fields`);
+    return value;
+  };
+  return { policy: policy.replaceAll('"', ""), limit: at("q"), window: at("w"), remaining: at("r"), reset: at("t") };
 }
+
+function remaining(headers: Headers): number {
+  return rateLimit(headers).remaining;
+}
+
+const sleep = (seconds: number) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
 
 function recordingLink(recording: RecordingState): string | null {
   return recording.state === "available" ? recording.url : null; // narrowed by the `state` discriminator
@@ -154,6 +170,35 @@ async function main(): Promise<void> {
   const played = await api.GET(`${CLINIC}/patientRequests/{requestId}/recording`, { params: inCall, redirect: "manual" });
   const location = played.response.headers.get("location");
   console.log(`recording: ${played.response.status} to the call's link=${location === recordingLink(call.recording)}`);
+
+  // --- the writes' budget: whole again, counting down, spent, and back ----------------
+  // A probe that is counted but writes nothing: an import whose phone is refused (400).
+  const probe = () => api.POST(`${CLINIC}/patients/import`, {
+    params: inClinic, body: { externalId: "GEN-TS-PROBE", firstName: "Petr", lastName: "Malý", phone: "not a phone" },
+  });
+  const waited = rateLimit((await probe()).response.headers).reset;
+  await sleep(waited); // the seconds the service says the whole quota takes to come back
+  const burst: RateLimitStanding[] = [];
+  for (let i = 0; i < 3; i++) burst.push(rateLimit((await probe()).response.headers));
+  console.log(`budget: ${burst[0].policy} whole again after t=${waited > 0} ` +
+    `remaining=limit-1=${burst[0].remaining === burst[0].limit - 1} ` +
+    `counting down=${burst[2].remaining < burst[1].remaining && burst[1].remaining < burst[0].remaining}`);
+  let refused = await probe();
+  for (let i = 0; i < 2 * burst[0].limit && refused.response.status !== 429; i++) refused = await probe();
+  const spent = refused.error?.rateLimit;
+  if (refused.response.status !== 429 || spent === undefined) {
+    throw new Error(`429: unexpected answer ${JSON.stringify(refused.error)}`);
+  }
+  const fields = rateLimit(refused.response.headers);
+  const asItsFields = JSON.stringify([spent.policy, spent.limit, spent.window, spent.remaining, spent.reset]) ===
+    JSON.stringify([fields.policy, fields.limit, fields.window, fields.remaining, fields.reset]);
+  const retryAfter = Number(refused.response.headers.get("Retry-After"));
+  console.log(`429: ${refused.error?.code} policy=${spent.policy} limit=${spent.limit} remaining=${spent.remaining} ` +
+    `reset>0=${spent.reset > 0} as its fields=${asItsFields} Retry-After>0=${retryAfter > 0}`);
+  await sleep(retryAfter);
+  const after = await probe();
+  console.log(`after Retry-After: ${after.response.status} ${after.error?.code} ${after.error?.param} ` +
+    `counted=${rateLimit(after.response.headers).limit > 0}`);
 }
 
 main().catch((error: unknown) => {

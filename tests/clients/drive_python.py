@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import NoReturn
 
 import httpx
@@ -50,6 +51,7 @@ from clinic_client.models import (
     ClinicOpened,
     CreatePatientRequestResponse200,
     CreateUploadLinkResponse200,
+    Error,
     GetPatientRequestResponse200,
     ImportPatientResponse200,
     ImportPatientsBulkResponse200,
@@ -63,6 +65,7 @@ from clinic_client.models import (
     PatientRequestSearchFilter,
     PatientSearch,
     PatientSearchFilter,
+    RateLimitStanding,
     RecordingAvailable,
     RecordingComplete,
     RegisterAttachmentResponse200,
@@ -78,9 +81,30 @@ from clinic_client.models import (
 )
 
 
+@dataclass(frozen=True)
+class Budget:
+    """Where the token stands on one budget, read off an answer's metadata: the generated
+    client hands over the headers (`.sync_detailed(...).headers`), not parsed."""
+
+    policy: str
+    limit: int
+    window: int
+    remaining: int
+    reset: int
+
+
+def rate_limit(headers: Mapping[str, str]) -> Budget:
+    """The RateLimit-Policy (`"writes";q=600;w=60`) and RateLimit (`"writes";r=597;t=1`)
+    fields of an answer to a counted write."""
+    policy, *quota = headers["RateLimit-Policy"].split(";")
+    _, *left = headers["RateLimit"].split(";")
+    n = {part[0]: int(part[2:]) for part in quota + left}
+    return Budget(policy.strip('"'), n["q"], n["w"], n["r"], n["t"])
+
+
 def remaining(headers: Mapping[str, str]) -> int:
-    """The requests left, `r`, of a RateLimit field (`"writes";r=597;t=1`)."""
-    return int(next(part[2:] for part in headers["RateLimit"].split(";") if part.startswith("r=")))
+    """The requests left, `r`, of a RateLimit field."""
+    return rate_limit(headers).remaining
 
 
 def fail(step: str, answer: object) -> NoReturn:
@@ -290,6 +314,45 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
     location = played.headers.get("location")
     linked = isinstance(recording, RecordingAvailable) and location == recording.url
     print(f"recording: {played.status_code} to the call's link={js(linked)}")
+
+    # --- the writes' budget: whole again, counting down, spent, and back -----------------
+    # A probe that is counted but writes nothing: an import whose phone is refused (400).
+    def probe() -> tuple[int, object, Mapping[str, str]]:
+        bad = PatientImport(external_id="GEN-PY-PROBE", first_name="Petr", last_name="Malý", phone="not a phone")
+        answer = import_patient.sync_detailed(clinic, client=api, body=bad)
+        return answer.status_code, answer.parsed, answer.headers
+
+    waited = rate_limit(probe()[2]).reset
+    time.sleep(waited)  # the seconds the service says the whole quota takes to come back
+    burst = [rate_limit(probe()[2]) for _ in range(3)]
+    print(
+        f"budget: {burst[0].policy} whole again after t={js(waited > 0)} remaining=limit-1={js(burst[0].remaining == burst[0].limit - 1)} "
+        f"counting down={js(burst[2].remaining < burst[1].remaining < burst[0].remaining)}"
+    )
+    for _ in range(2 * burst[0].limit):
+        status, refusal, headers = probe()
+        if status == 429:
+            break
+    if not isinstance(refusal, Error) or not isinstance(refusal.rate_limit, RateLimitStanding):
+        fail("429", refusal)
+    spent, fields = refusal.rate_limit, rate_limit(headers)
+    same = (spent.policy, spent.limit, spent.window, spent.remaining, spent.reset) == (
+        fields.policy,
+        fields.limit,
+        fields.window,
+        fields.remaining,
+        fields.reset,
+    )
+    retry_after = int(headers["Retry-After"])
+    print(
+        f"429: {refusal.code} policy={spent.policy} limit={spent.limit} remaining={spent.remaining} "
+        f"reset>0={js(spent.reset > 0)} as its fields={js(same)} Retry-After>0={js(retry_after > 0)}"
+    )
+    time.sleep(retry_after)
+    status, after, headers = probe()
+    if not isinstance(after, Error):
+        fail("after Retry-After", after)
+    print(f"after Retry-After: {status} {after.code} {after.param} counted={js(rate_limit(headers).limit > 0)}")
 
 
 if __name__ == "__main__":
