@@ -326,7 +326,8 @@ def main(base_url: str, token: str, clinic: str, pdf_path: str, call_sid: str, r
     time.sleep(waited)  # the seconds the service says the whole quota takes to come back
     burst = [rate_limit(probe()[2]) for _ in range(3)]
     print(
-        f"budget: {burst[0].policy} whole again after t={js(waited > 0)} remaining=limit-1={js(burst[0].remaining == burst[0].limit - 1)} "
+        f"budget: {burst[0].policy} whole again after t={js(waited > 0)} "
+        f"remaining=limit-1={js(burst[0].remaining == burst[0].limit - 1)} "
         f"counting down={js(burst[2].remaining < burst[1].remaining < burst[0].remaining)}"
     )
     for _ in range(2 * burst[0].limit):

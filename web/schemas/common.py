@@ -66,8 +66,9 @@ RATE_LIMIT_STANDING = component(
             "remaining": {"type": "integer", "description": "Requests left now: 0 on the 429."},
             "reset": {"type": "integer", "description": "Seconds until the whole quota is back."},
         },
-        description="In a 429 RATE_LIMITED: where the token stands on the spent rate-limit budget: the numbers of the RateLimit-Policy "
-        "(`q`, `w`) and RateLimit (`r`, `t`) fields, which every answer to a counted write carries.",
+        description="In a 429 RATE_LIMITED: where the token stands on the spent rate-limit budget: the "
+        "numbers of the RateLimit-Policy (`q`, `w`) and RateLimit (`r`, `t`) fields, which every answer to a "
+        "counted write carries.",
     ),
 )
 
