@@ -248,9 +248,12 @@ def unsaid_clinic_words(text: str, script: str | None, language: str | None) -> 
     from triage import steering
 
     prompt = steering_prompts().get(language or "", "")
-    stems = {w[: steering.STEM] for w in re.findall(r"\w+", prompt.casefold()) if len(w) >= 3}
+    # Words of four letters or more: "the", "see", "can" are no clinic's words.
+    stems = {w[: steering.STEM] for w in re.findall(r"\w+", prompt.casefold()) if len(w) >= 4}
     said = {w[: steering.STEM] for w in re.findall(r"\w+", (script or "").casefold())}
-    return sorted({w for w in re.findall(r"\w+", text.casefold()) if w[: steering.STEM] in stems - said})
+    return sorted(
+        {w for w in re.findall(r"\w+", text.casefold()) if len(w) >= 4 and w[: steering.STEM] in stems - said}
+    )
 
 
 def run_project(
