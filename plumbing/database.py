@@ -136,14 +136,14 @@ class CheckedPostgresqlPool(HoldsConnections, AnnouncesChanges, PooledPostgresql
     def _is_closed(self, conn: Any) -> bool:
         # Peewee's own check costs a `SELECT 1` round trip per check-out (a third of the
         # intake's database time); the socket check below needs none.
-        if conn.closed or conn.info.transaction_status == psycopg2.extensions.TRANSACTION_STATUS_UNKNOWN:
+        if conn.closed or conn.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_UNKNOWN:
             return True
         try:
             if readable([conn], 0):
                 return True
         except (OSError, ValueError, psycopg2.Error):
             return True
-        if conn.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+        if conn.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
             try:
                 conn.rollback()  # a request that left a transaction open
             except psycopg2.Error:
@@ -541,6 +541,7 @@ def is_postgresql(database: pw.Database | None = None) -> bool:
 
 
 _peewee_log = logging.getLogger("peewee")
+_peewee_errors: Any = vars(pw)["__exception_wrapper__"]  # Peewee's errors for the driver's (execute_sql's own)
 
 
 def _execute(database: pw.Database, sql: str, params: list | tuple) -> Any:
@@ -549,7 +550,7 @@ def _execute(database: pw.Database, sql: str, params: list | tuple) -> Any:
     path they cost more than the cursor's own work."""
     if database.query_hooks or _peewee_log.isEnabledFor(logging.DEBUG):
         return database.execute_sql(sql, params)
-    with pw.__exception_wrapper__:
+    with _peewee_errors:
         cursor = database.connection().cursor()
         cursor.execute(sql, params)
     return cursor

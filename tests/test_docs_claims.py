@@ -269,10 +269,8 @@ def test_the_switchboard_page_gives_the_bounds_the_service_keeps_and_timeouts_ab
     from tests import test_routing_deadlines
 
     text = (DOCS / "integrators" / "switchboard.md").read_text("utf-8")
-    rows = dict(
-        (name, (float(bound), float(timeout)))
-        for name, bound, timeout in re.findall(r"^\| (`[^|]+`) \| \*\*([\d.]+) s\*\* \|[^|]+\| ([\d.]+) s \|$", text, re.M)
-    )
+    row = re.compile(r"^\| (`[^|]+`) \| \*\*([\d.]+) s\*\* \|[^|]+\| ([\d.]+) s \|$", re.M)
+    rows = {name: (float(bound), float(timeout)) for name, bound, timeout in row.findall(text)}
     checks = rows["`is-clinic-opened`, `is-on-vacation`"], rows["`has-active-request`"]
     handoff = rows["`recording-complete`"]
     assert {bound for bound, _ in checks} == {test_routing_deadlines.CHECK_BOUND}
