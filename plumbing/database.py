@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import heapq
 import logging
 import re
 import threading
@@ -20,7 +21,7 @@ import peewee as pw
 import psycopg2
 import psycopg2.extensions
 from playhouse.db_url import parse as parse_db_url
-from playhouse.pool import PooledPostgresqlDatabase
+from playhouse.pool import PoolConnection, PooledPostgresqlDatabase
 
 from plumbing.descriptors import readable
 
@@ -135,19 +136,62 @@ class CheckedPostgresqlPool(HoldsConnections, AnnouncesChanges, PooledPostgresql
     def _is_closed(self, conn: Any) -> bool:
         # Peewee's own check costs a `SELECT 1` round trip per check-out (a third of the
         # intake's database time); the socket check below needs none.
-        if conn.closed or conn.info.transaction_status == psycopg2.extensions.TRANSACTION_STATUS_UNKNOWN:
+        if conn.closed or conn.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_UNKNOWN:
             return True
         try:
             if readable([conn], 0):
                 return True
         except (OSError, ValueError, psycopg2.Error):
             return True
-        if conn.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+        if conn.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
             try:
                 conn.rollback()  # a request that left a transaction open
             except psycopg2.Error:
                 return True
         return False
+
+    def take_idle(self) -> Any:
+        """An idle pooled connection checked out at once, or None when there is none or
+        the pool is busy (its lock held: another greenlet opening a connection, which may
+        take seconds on a lost network). Never waits, never connects: for `within`'s
+        quick path, whose caller then goes the bounded way instead."""
+        if not self._pool_lock.acquire(blocking=False):
+            return None
+        try:
+            while self._connections:
+                ts, _, conn = heapq.heappop(self._connections)
+                if self._is_closed(conn):
+                    continue
+                if self._stale_timeout and self._is_stale(ts):
+                    self._close_raw(conn)
+                    continue
+                self._in_use[self.conn_key(conn)] = PoolConnection(ts, conn, time.time())
+                return conn
+            return None
+        finally:
+            self._pool_lock.release()
+
+    def give_back(self, conn: Any) -> None:
+        """Return a connection `take_idle` handed out (a closed one is dropped at the next
+        check-out); while the pool is busy, a greenlet of its own returns it later."""
+        if self._pool_lock.acquire(blocking=False):
+            try:
+                in_use = self._in_use.pop(self.conn_key(conn), None)
+                if in_use is not None:
+                    if conn.closed or (self._stale_timeout and self._is_stale(in_use.timestamp)):
+                        self._close_raw(conn)
+                    else:
+                        self._heap_counter += 1
+                        heapq.heappush(self._connections, (in_use.timestamp, self._heap_counter, conn))
+                    self._pool_available.notify()
+            finally:
+                self._pool_lock.release()
+        else:
+            spawn = _spawner()
+            if spawn is not None:
+                spawn(self._close, conn)
+            else:
+                self._close(conn)
 
 
 M = TypeVar("M", bound=pw.Model)
@@ -167,9 +211,49 @@ def _cooperative_psycopg2() -> None:
     except ImportError:
         return
     if monkey.is_module_patched("socket"):
-        from psycogreen.gevent import patch_psycopg
+        psycopg2.extensions.set_wait_callback(_gevent_wait)
 
-        patch_psycopg()
+
+#: When a wait for the server's socket gives up (time.monotonic()), for `within`'s quick
+#: path; None: waits as long as the connection's own guards let it.
+_socket_wait_until: contextvars.ContextVar[float | None] = contextvars.ContextVar("socket_wait_until", default=None)
+
+
+_gevent_waits: list[Any] = []  # gevent.socket's wait_read, wait_write, at the first wait
+_POLL_OK, _POLL_READ, _POLL_WRITE = (
+    psycopg2.extensions.POLL_OK,
+    psycopg2.extensions.POLL_READ,
+    psycopg2.extensions.POLL_WRITE,
+)
+
+
+def _gevent_wait(conn: Any, timeout: float | None = None) -> None:
+    """psycogreen's wait callback (psycopg2 waits through gevent's hub), and a deadline:
+    past `_socket_wait_until` it raises `DeadlinePassed`, and psycopg2 then closes the
+    connection (whatever it was doing is ended by the server: its statement_timeout, or
+    the connection's guards), so the pool never hands it out again."""
+    if not _gevent_waits:
+        from gevent.socket import wait_read, wait_write
+
+        _gevent_waits.extend((wait_read, wait_write))
+    until = _socket_wait_until.get()
+    while True:
+        state = conn.poll()
+        if state == _POLL_OK:
+            return
+        if state == _POLL_READ:
+            wait = _gevent_waits[0]
+        elif state == _POLL_WRITE:
+            wait = _gevent_waits[1]
+        else:
+            raise psycopg2.OperationalError(f"Bad result from poll: {state!r}")
+        if until is None:
+            wait(conn.fileno(), timeout=timeout)
+            continue
+        left = until - time.monotonic()
+        if left <= 0:
+            raise DeadlinePassed("no answer from the database within the deadline")
+        wait(conn.fileno(), timeout=left, timeout_exc=DeadlinePassed("no answer from the database within the deadline"))
 
 
 #: Every PostgreSQL connection's guards (libpq's parameters), unless the URL sets its own.
@@ -298,7 +382,7 @@ def time_left(seconds: float) -> float:
     return max(0.0, min(seconds, moment - time.monotonic()))
 
 
-def within(seconds: float, work: Callable[[], T], database: pw.Database | None = None) -> T:
+def within(seconds: float, work: Callable[[], T], database: pw.Database | None = None, *, here: bool = False) -> T:
     """`work()` (database reads or writes), or `DeadlinePassed` once `seconds` have passed
     without its answer: for what a caller waits for on the phone (the routing checks, a
     hand-off), which must answer within a bound whatever the database's network or locks do.
@@ -312,7 +396,16 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
     connection is left in an unknown state. Inside a transaction or a held connection,
     whose rows only this one sees, `work` runs here without a deadline. (Interrupting the
     caller's own greenlet instead, with gevent's Timeout, costs less, but breaks whatever
-    it waits in: the pool's condition when every connection is in use, a 500.)"""
+    it waits in: the pool's condition when every connection is in use, a 500.)
+
+    `here` (reads on a routing check's path, plumbing/row_cache.py): when an idle pooled
+    connection can be had at once, `work` runs in the caller's greenlet on it, its waits
+    on the server bounded by the wait callback (`_gevent_wait`): past the deadline the
+    connection is closed, the server ends the statement (its statement_timeout) or the
+    connection's guards end it. That is the whole bound, as nothing else on that path
+    waits: no pool lock, no connect. It costs less than a greenlet beside (a third of
+    has-active-request's time went to the greenlet and the pool's check-out, measured).
+    Otherwise, the greenlet beside as above."""
     database = database if database is not None else db.obj
     if database is None or database.in_transaction():
         return work()
@@ -322,6 +415,10 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
     if seconds <= 0:
         raise DeadlinePassed("no time left for the database before the answer is due")
     spawn = _spawner()
+    if here and spawn is not None:
+        done = _here(seconds, work, database)
+        if done is not _NOT_HERE:
+            return cast(T, done)
     # In the caller's context: its log lines carry the request's id (plumbing/logs.py).
     context = contextvars.copy_context()
     if spawn is not None:
@@ -345,6 +442,41 @@ def within(seconds: float, work: Callable[[], T], database: pw.Database | None =
     if not succeeded:
         raise value
     return cast(T, value)
+
+
+_NOT_HERE = object()
+
+
+def _here(seconds: float, work: Callable[[], T], database: pw.Database) -> Any:
+    """`work()` in this greenlet on an idle pooled connection, its socket waits ending
+    within `seconds` (`within`'s quick path); `_NOT_HERE` when that cannot be had at once:
+    this greenlet holds a connection already, the models are bound elsewhere, the wait
+    callback is not ours, no idle connection."""
+    if (
+        not isinstance(database, CheckedPostgresqlPool)
+        or database is not db.obj
+        or not database.is_closed()
+        or psycopg2.extensions.get_wait_callback() is not _gevent_wait
+    ):
+        return _NOT_HERE
+    until = _socket_wait_until.set(time.monotonic() + seconds)
+    try:
+        conn = database.take_idle()  # its check may roll back what a request left open: bounded too
+        if conn is None:
+            return _NOT_HERE
+        database._state.set_connection(conn)
+        try:
+            return work()
+        except pw.OperationalError as exc:
+            original = getattr(exc, "orig", None) or exc.__context__
+            if isinstance(original, DeadlinePassed) and not isinstance(exc, DeadlinePassed):
+                raise original from None  # the wait callback's, as Peewee wrapped it
+            raise
+        finally:
+            database._state.reset()
+            database.give_back(conn)
+    finally:
+        _socket_wait_until.reset(until)
 
 
 def release_connection() -> bool:
@@ -408,6 +540,22 @@ def is_postgresql(database: pw.Database | None = None) -> bool:
     return isinstance(database if database is not None else db.obj, pw.PostgresqlDatabase)
 
 
+_peewee_log = logging.getLogger("peewee")
+_peewee_errors: Any = vars(pw)["__exception_wrapper__"]  # Peewee's errors for the driver's (execute_sql's own)
+
+
+def _execute(database: pw.Database, sql: str, params: list | tuple) -> Any:
+    """`database.execute_sql(sql, params)` (its errors Peewee's), without the layers around
+    each query when nothing uses them (no query hook, its log below DEBUG): on the hot
+    path they cost more than the cursor's own work."""
+    if database.query_hooks or _peewee_log.isEnabledFor(logging.DEBUG):
+        return database.execute_sql(sql, params)
+    with _peewee_errors:
+        cursor = database.connection().cursor()
+        cursor.execute(sql, params)
+    return cursor
+
+
 def hot_prepared(name: str, sql: str, params: list | tuple, *, statement_timeout: float | None = None) -> Any:
     """`hot_sql`, planned once per connection on PostgreSQL (PREPARE, then EXECUTE).
 
@@ -434,7 +582,7 @@ def hot_prepared(name: str, sql: str, params: list | tuple, *, statement_timeout
             numbered = iter(range(1, sql.count("%s") + 1))
             database.execute_sql(f"PREPARE {name} AS " + re.sub("%s", lambda _: f"${next(numbered)}", sql))
             names.add(name)
-        return database.execute_sql(f"{bounded}EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
+        return _execute(database, f"{bounded}EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
     except pw.DatabaseError as exc:
         if _pgcode(exc) not in _PREPARED_STATEMENT_ERRORS:
             raise  # a lost connection and the like: the caller's usual error path

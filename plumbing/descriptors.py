@@ -16,9 +16,20 @@ from __future__ import annotations
 import math
 import select
 from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 SELECT_LIMIT = 1024  # select's FD_SETSIZE: descriptors from this number on are refused
+
+
+def _unpatched_select() -> Any:
+    try:
+        from gevent import monkey
+    except ImportError:
+        return select.select
+    return monkey.get_original("select", "select")
+
+
+_instant_select = _unpatched_select()
 
 
 class HasFileno(Protocol):
@@ -34,7 +45,9 @@ def readable(objects: Sequence[T], timeout: float | None) -> list[T]:
     select reports it: the caller's next read says what happened."""
     fds = [obj.fileno() for obj in objects]
     if all(0 <= fd < SELECT_LIMIT for fd in fds):
-        ready = set(select.select(fds, [], [], timeout)[0])
+        # An instant check never waits, so it needs no cooperation: the system call itself
+        # (gevent's own select would make it anyway, and more around it).
+        ready = set((_instant_select if timeout == 0 else select.select)(fds, [], [], timeout)[0])
     else:
         poller = select.poll()
         for fd in fds:

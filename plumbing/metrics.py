@@ -218,6 +218,7 @@ class Recorder:
         self._flush_lock = threading.Lock()
         self._pending: dict[tuple[str, str], float] = {}
         self._warned_at = 0.0
+        self._request_fields: dict[tuple[str, str, int], tuple[str, str, str]] = {}
 
     def count(self, family: Family, values: tuple[str, ...], amount: float = 1.0) -> None:
         key = (family.key, _field(values))
@@ -239,9 +240,23 @@ class Recorder:
                 pending[(k, field)] = pending.get((k, field), 0.0) + amount
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
-        values = (route, method, str(status))
-        self.count(HTTP_REQUESTS, values)
-        self.observe(HTTP_DURATION, values, seconds)
+        """One answered request: `count` and `observe` at once, their fields made once per
+        route, method and status (every request of the web process comes here)."""
+        fields = self._request_fields.get((route, method, status))
+        if fields is None:
+            labels = _field((route, method, str(status)))
+            fields = (labels, labels + _PART + "count", labels + _PART + "sum")
+            if len(self._request_fields) < 4096:  # routes are templates: a few hundred at most
+                self._request_fields[(route, method, status)] = fields
+        labels, count, total = fields
+        buckets = HTTP_DURATION.buckets
+        index = bisect.bisect_left(buckets, seconds)
+        bucket = labels + _PART + (_le(buckets[index]) if index < len(buckets) else "le=+Inf")
+        pending, requests, duration = self._pending, HTTP_REQUESTS.key, HTTP_DURATION.key
+        with self._lock:
+            pending[(requests, labels)] = pending.get((requests, labels), 0.0) + 1.0
+            for field, amount in ((count, 1.0), (total, seconds), (bucket, 1.0)):
+                pending[(duration, field)] = pending.get((duration, field), 0.0) + amount
 
     def transcription(self, model: str, audio_seconds: float, elapsed_seconds: float) -> None:
         """One transcribed call (worker side; flushed with the job's metrics)."""

@@ -274,7 +274,7 @@ class RowCache:
     def _bounded(self, work: Callable[[], T]) -> T:
         """`work()` within `deadline`; an unreachable database (or one past the deadline) noted."""
         try:
-            done = within(self.deadline, work, self._database)
+            done = within(self.deadline, work, self._database, here=True)
         except UNREACHABLE as exc:
             self._unreachable(exc)
             raise

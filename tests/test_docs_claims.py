@@ -261,9 +261,21 @@ def test_the_user_agent_the_switchboard_page_names_is_the_services():
     assert f"`User-Agent: {USER_AGENT}`" in text
 
 
-def test_the_switchboard_page_says_how_long_has_active_request_may_wait_as_configured():
+def test_the_switchboard_page_gives_the_bounds_the_service_keeps_and_timeouts_above_them():
+    """The bounds are what the deadlines allow (config.py refuses a routing deadline that
+    would not fit in the check's bound) and what tests/test_routing_deadlines.py holds the
+    real processes to through each fault; each timeout advised is above its bound."""
     from config import Config
+    from tests import test_routing_deadlines
 
     text = (DOCS / "integrators" / "switchboard.md").read_text("utf-8")
-    waited = re.search(r"`DB_POOL_WAIT_SECONDS` \((\d+) by default\)", text)
-    assert waited is not None and float(waited.group(1)) == Config.db_pool_wait_seconds
+    row = re.compile(r"^\| (`[^|]+`) \| \*\*([\d.]+) s\*\* \|[^|]+\| ([\d.]+) s \|$", re.M)
+    rows = {name: (float(bound), float(timeout)) for name, bound, timeout in row.findall(text)}
+    checks = rows["`is-clinic-opened`, `is-on-vacation`"], rows["`has-active-request`"]
+    handoff = rows["`recording-complete`"]
+    assert {bound for bound, _ in checks} == {test_routing_deadlines.CHECK_BOUND}
+    assert handoff[0] == test_routing_deadlines.HANDOFF_BOUND
+    assert Config.routing_deadline_seconds < test_routing_deadlines.CHECK_BOUND
+    assert Config.handoff_deadline_seconds < test_routing_deadlines.HANDOFF_BOUND
+    assert all(timeout > bound for bound, timeout in (*checks, handoff)), rows
+    assert "**2 seconds**" in text and "give it 10 seconds" in text and handoff[1] == 10

@@ -1,5 +1,6 @@
 """Every answer the switchboard waits for comes within its bound, through a lost network to
-PostgreSQL and through a database stalled by a lock (real processes, real faults).
+PostgreSQL, through a database stalled by a lock and through Redis lost (real processes,
+real faults).
 
 The stack: a private PostgreSQL cluster behind a TCP proxy (tests/support/faults.py),
 gunicorn (`wsgi:app`, gevent, two workers) as the Procfile runs it, reaching the database
@@ -8,7 +9,11 @@ through the proxy. The faults:
 - a lost network: iptables drops every packet to and from the proxy's port for 20 s, so
   nothing the web processes send is acknowledged and nothing is refused;
 - a stalled database: one transaction holds ACCESS EXCLUSIVE locks on every table the
-  checks and the hand-off read or write, for 20 s.
+  checks and the hand-off read or write, for 20 s;
+- Redis lost: the private redis-server stopped (SIGSTOP) for 6 s, so connections are
+  accepted and nothing answers (the hand-off's rate limit is counted there; the routing
+  checks do not use it). Every answer is then 200: nothing the switchboard waits for
+  needs Redis.
 
 Throughout, switchboards (threads, a fresh connection per request) ask the three routing
 checks and hand calls off, retrying a hand-off answered 5xx as a switchboard does. Each
@@ -18,7 +23,8 @@ answer is timed: a routing check within 1 s, every one of them (`is-clinic-opene
 HANDOFF_BOUND. Afterwards a worker turns the calls into requests: every hand-off answered
 200 is one call and one request.
 
-Private servers, a proxy port of the test's own: no other test's packets or locks.
+Private servers (PostgreSQL and Redis), a proxy port of the test's own: no other test's
+packets, locks or Redis.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import pytest
 import requests
 
 from tests.support import bodies, log_audit
-from tests.support.faults import PostgresCluster, TcpProxy, gunicorn, packets_dropped, prepare_database
+from tests.support.faults import PostgresCluster, RedisServer, TcpProxy, gunicorn, packets_dropped, prepare_database
 from tests.support.https_server import HTTPSTestServer
 from tests.support.processes import start_worker
 from tests.support.processes import stop_process as stop
@@ -49,6 +55,7 @@ CHECKS = ("is-clinic-opened", "is-on-vacation", "has-active-request")
 CHECK_BOUND = 1.0  # seconds: every routing check (docs/integrators/switchboard.md)
 HANDOFF_BOUND = 5.0  # seconds: every hand-off (the same page)
 FAULT_SECONDS = 20
+REDIS_FAULT_SECONDS = 6  # the same path as for 20 s: the first wait on Redis gives up, the rest skip it
 WEB_PROCESSES = 2
 CALLER = {"callFrom": "+12025550143"}
 #: Every table a routing check or a hand-off reads or writes, and the change counter.
@@ -67,6 +74,7 @@ class Stack:
     url: str
     workdir: Path
     recordings: HTTPSTestServer
+    redis: RedisServer
 
     def path(self, check: str) -> str:
         return f"{self.url}/external/v1/clinics/{SLUG}/switchboard/{check}"
@@ -99,11 +107,14 @@ def stack(tmp_path_factory, https_ca, ca_bundle) -> Iterator[Stack]:
     cluster = PostgresCluster().init()
     cluster.start()
     proxy = TcpProxy(cluster.port).start()
+    private_redis = RedisServer(workdir).start()
     env = worker_env(
         ca_bundle,
         DATABASE_URL=proxy.url(cluster.url("clinic")),
+        REDIS_URL=private_redis.url,
         LOG_LEVEL="INFO",
-        RATE_LIMIT_HANDOFFS_PER_MINUTE="0",
+        # Counted on every hand-off (on Redis), never reached.
+        RATE_LIMIT_HANDOFFS_PER_MINUTE="100000",
         RECORDING_RETRY_DELAYS="1",
     )
     env.pop("PBX_RETRY_DELAYS", None)
@@ -115,12 +126,13 @@ def stack(tmp_path_factory, https_ca, ca_bundle) -> Iterator[Stack]:
         web, base_url = gunicorn(env, workdir / "web.log", workers=WEB_PROCESSES)
         try:
             with HTTPSTestServer(ca=https_ca) as recordings:  # no route: every recording 404, not fetched
-                yield Stack(cluster, proxy, env, token, base_url, workdir, recordings)
+                yield Stack(cluster, proxy, env, token, base_url, workdir, recordings, private_redis)
         finally:
             stop(web)
     finally:
         proxy.cut()
         cluster.destroy()
+        private_redis.stop()
 
 
 def warm(stack: Stack) -> dict[str, dict]:
@@ -209,16 +221,18 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
 
 
-def through(stack: Stack, label: str, fault) -> None:
-    """The switchboards through `fault` (a context manager lasting FAULT_SECONDS) and a few
-    seconds past it; every answer within its bound; every accepted call one request."""
+def through(stack: Stack, label: str, fault, seconds: float = FAULT_SECONDS, database: bool = True) -> None:
+    """The switchboards through `fault` (a context manager, held `seconds`) and a few
+    seconds past it; every answer within its bound; every accepted call one request.
+    `database`: the fault is the database's (has-active-request and hand-offs may answer
+    503); otherwise every answer is 200."""
     answers = warm(stack)
     with Switchboard(stack, label) as board:
         time.sleep(1)
         before = len(board.checks)
         with fault():
             faulted_at = time.monotonic()
-            time.sleep(FAULT_SECONDS)
+            time.sleep(seconds)
             during = len(board.checks)
         ended = time.monotonic()
         # Until has-active-request answers again and the retried hand-offs are all stored.
@@ -237,7 +251,7 @@ def through(stack: Stack, label: str, fault) -> None:
     slow = [(name, round(took, 2), status) for name, took, status, *_ in board.checks if took > CHECK_BOUND]
     assert not slow, f"routing checks answered after more than {CHECK_BOUND} s: {slow[:10]}"
     for name, _, status, body, headers in board.checks:
-        if name == "has-active-request":
+        if name == "has-active-request" and database:
             assert (status, body) == (200, answers[name]) or (status == 503 and headers["Retry-After"] == "2"), (
                 status,
                 body,
@@ -254,7 +268,11 @@ def through(stack: Stack, label: str, fault) -> None:
     )
     assert slowest <= HANDOFF_BOUND, [h for h in board.handoffs if h[2] > HANDOFF_BOUND][:10]
     assert all(isinstance(status, int) and status in (200, 503) for *_, status in board.handoffs), statuses
-    assert any(status == 503 for *_, status in board.handoffs), "no hand-off met the fault"
+    if database:
+        assert any(status == 503 for *_, status in board.handoffs), "no hand-off met the fault"
+    else:
+        assert statuses == ["200"], statuses
+        assert sum(1 for _, at, *_ in board.handoffs if faulted_at <= at < ended) >= 4, "too few hand-offs in the fault"
     # Every call answered 200 is one call and, once a worker ran it, one request.
     sids = sorted(board.accepted)
     stored = dict(stack.rows("SELECT call_sid, count(*) FROM call WHERE call_sid = ANY(%s) GROUP BY call_sid", sids))
@@ -301,3 +319,9 @@ def test_through_a_database_stalled_by_a_lock_every_check_answers_within_a_secon
     stack,
 ):
     through(stack, "locked", lambda: _Locked(stack))
+
+
+def test_through_redis_lost_every_check_and_hand_off_answers_200_within_its_bound_and_every_call_is_one_request(
+    stack,
+):
+    through(stack, "redis-lost", stack.redis.frozen, seconds=REDIS_FAULT_SECONDS, database=False)

@@ -25,6 +25,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -142,6 +143,18 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self.proc = None
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The server stopped (SIGSTOP) for the block, then resumed: Redis lost without a
+        word (its kernel still accepts connections and takes what is sent; nothing answers),
+        as a hung host or a partition looks to its clients."""
+        assert self.proc is not None, "not started"
+        self.proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.proc.send_signal(signal.SIGCONT)
 
     def __enter__(self) -> RedisServer:
         return self.start()
