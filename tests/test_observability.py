@@ -483,9 +483,12 @@ def test_clinic_workers_counts_the_workers_alive_now_even_after_redis_restarted_
             for worker in workers:
                 worker.register_birth()  # as work() starts it (its loop is not needed here)
             assert counted() == 2
+            before = connection.info("server")["run_id"]
             server.stop()
             server.start()  # the same port, empty
-            assert counted() == 0 and Worker.all(connection=connection) == []
+            # Another server process (a beat may already have put a worker back: asserting
+            # an empty count here raced with it on a loaded machine).
+            assert connection.info("server")["run_id"] != before
             started = time.monotonic()
             assert wait_until(lambda: counted() == 2, timeout=metrics.WORKER_BEAT_SECONDS + 5, interval=0.1)
             print(f"counted again {time.monotonic() - started:.1f} s after Redis's return")
