@@ -352,17 +352,32 @@ def test_keys_are_made_once_their_controls_name_them_and_the_audit_reads_in_word
     rows = table.locator("tbody tr")
     actions = rows.evaluate_all("rs => rs.map(r => r.dataset.action)")
     assert {"token.create", "token.rotate", "settings.calls.update", "staff.login"} <= set(actions)
+    # A date is bound by no-break spaces and wraps whole: "6. 12. 2026" on one line of its
+    # cell in a window where the table is tight, never "6. 12. 202" and "6".
+    page.set_viewport_size({"width": 820, "height": 800})  # just wider than the stacked layout
+    lines = table.locator("td.when").evaluate_all(
+        """cells => cells.map(c => {
+            const node = c.firstChild;
+            const m = node && node.textContent.match(/^\\d{1,2}\\.\\u00a0\\d{1,2}\\.\\u00a0\\d{4}/);
+            if (!m) return -1;
+            const range = document.createRange();
+            range.setStart(node, 0);
+            range.setEnd(node, m[0].length);
+            return range.getClientRects().length;
+        })"""
+    )
+    assert lines and set(lines) == {1}, lines
     calls = rows.nth(actions.index("settings.calls.update"))
     assert fields(calls) == {"Požadavky ze zmeškaných hovorů": "vypnuto", "Jazyky volajících": "čeština, slovenština"}
     assert calls.locator("td.who span").get_attribute("title") == ADMIN
     assert calls.locator("td.who").inner_text().strip() == "Adéla Správcová"
     created = rows.nth(actions.index("token.create"))
-    assert re.fullmatch(r"\d+\. \d+\. 20\d\d \d+:\d\d", fields(created)["Platnost do"])
+    assert re.fullmatch(r"\d+\.\u00a0\d+\.\u00a020\d\d \d+:\d\d", fields(created)["Platnost do"])
     assert fields(created)["Oprávnění"] == "čtení, zápis" and fields(created)["Kliniky"] == "Clinic-Cz"
     assert created.locator("td.subject a").inner_text() == "acc-provider-rw"
     rotated = fields(rows.nth(actions.index("token.rotate")))
     assert rotated["Nový klíč"] == "acc-provider-rw" and re.fullmatch(
-        r"\d+\. \d+\. 20\d\d \d+:\d\d", rotated["Starý klíč platí do"]
+        r"\d+\.\u00a0\d+\.\u00a020\d\d \d+:\d\d", rotated["Starý klíč platí do"]
     )
     shoot(page, "audit", "cs")
 
