@@ -34,7 +34,7 @@ LABELS = {
         "reliable": "Přepis je spolehlivý",
         "check": cs("Přepis může místy obsahovat chyby – ověřte si ho v nahrávce"),
         "unreliable": "Přepis je nespolehlivý – poslechněte si nahrávku",
-        "heard": "slyšeno jako +420 700 123 456 (nepotvrzeno)",
+        "heard": "slyšeno jako +420\u00a0700\u00a0123\u00a0456 (nepotvrzeno)",  # no-break spaces bind the groups
         "listen": "Poslechnout číslo",
     },
     "en": {

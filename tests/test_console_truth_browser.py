@@ -141,8 +141,8 @@ def test_a_recording_the_platform_deleted_is_said_in_words_with_the_transcript(
     assert said.inner_text().startswith(GONE["cs"]) and "smazala" in said.inner_text()
     assert row.locator("audio").count() == 0 and row.get_by_role("link", name="Poslechnout číslo").count() == 0
     assert row.locator("blockquote.transcript").inner_text() == TRANSCRIPT
-    assert row.locator("span.heard").inner_text() == "slyšeno jako +420 700 123 456 (nepotvrzeno)"
-    assert row.locator("a.phone").inner_text() == "+420 608 333 444"
+    assert row.locator("span.heard").inner_text() == "slyšeno jako +420\u00a0700\u00a0123\u00a0456 (nepotvrzeno)"
+    assert row.locator("a.phone").inner_text() == "+420\u00a0608\u00a0333\u00a0444"
     assert row.locator("a.phone").get_attribute("href") == "tel:+420608333444"
 
     # A note on the request (post/redirect/get; its history names Rita).
