@@ -9,7 +9,8 @@ its time (tests/test_layers.py names those defaults and refuses any other read o
 or `utc_now()`). `as_utc` and `iso_utc` convert to the storage and the API conventions.
 Nothing else in the service reads the wall clock (tests/test_layers.py holds it), but for
 the expiry of presigned storage URLs (storage/), which the bucket checks by its own real
-clock, and RQ's schedule (jobs/playback.py), which is kept in real time.
+clock, RQ's schedule (jobs/playback.py), which is kept in real time, and the database
+pool's connection ages (plumbing/database.py), which Peewee keeps in real time.
 """
 
 from __future__ import annotations

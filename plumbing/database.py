@@ -25,6 +25,10 @@ from playhouse.pool import PoolConnection, PooledPostgresqlDatabase
 
 from plumbing.descriptors import readable
 
+# Peewee's pool keeps its connections' ages in real time (`time.time`): the check-out this
+# module does beside it must stamp them on the same base, not on the service's clock.
+_pool_clock = time.time
+
 
 class DatabaseProxy(pw.DatabaseProxy):
     """The proxy the models bind to (Peewee's way to choose the database at run time),
@@ -165,7 +169,7 @@ class CheckedPostgresqlPool(HoldsConnections, AnnouncesChanges, PooledPostgresql
                 if self._stale_timeout and self._is_stale(ts):
                     self._close_raw(conn)
                     continue
-                self._in_use[self.conn_key(conn)] = PoolConnection(ts, conn, time.time())
+                self._in_use[self.conn_key(conn)] = PoolConnection(ts, conn, _pool_clock())
                 return conn
             return None
         finally:

@@ -44,8 +44,11 @@ AUDIO = ROOT / "tests" / "audio"
 LIMIT = 1200.0  # RECORDING_MAX_SECONDS by default: 20 minutes
 PEAK_MB = 600  # a decoding process's budget for a recording, whisper model included
 # A whole worker: base and tiny.en warmed (525 MB) plus the reliability label's Hunspell
-# dictionaries (libhunspell: about 36 MB; spylls took 280 and the worker to 822 MB).
-WORKER_PEAK_MB = 600
+# dictionaries (libhunspell: about 36 MB; spylls took 280 and the worker to 822 MB) and
+# the service's modules: 597 MB once started (measured with the webhooks, the read trail
+# and the notices in), within a recording's 2 MB of the 600 MB this bound was. The bound
+# keeps the worker's size in view; what a recording may add is RECORDING_MB.
+WORKER_PEAK_MB = 640
 RECORDING_MB = 75  # what a recording may add to a warmed worker
 SLUG = "length-clinic"
 PATH = f"/external/v1/clinics/{SLUG}/switchboard/recording-complete"

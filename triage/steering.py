@@ -5,7 +5,7 @@ Given the words a clinic's messages are read for (its request types' words and i
 words), a second decoding of speech the first pass already confirmed as a message might
 write "recept" or "neschopenku" where the first wrote "rétat" or "neskotentu". Whether it
 does, what it costs, and how often it writes a clinic word the caller never said is what
-``bench/transcription_bench.py --variant 'steer={"steer": true}'`` measures
+`bench/transcription_bench.py --variant 'steer={"steer": true}'` measures
 (docs/transcription.md, "The clinic's words as a prompt"). The worker does not use it.
 """
 
