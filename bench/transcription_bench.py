@@ -93,6 +93,7 @@ and read the load average printed with the results.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -232,6 +233,7 @@ VARIANT_KEYS = {
 }  # besides Decoding's fields
 
 
+@functools.cache
 def steering_prompts() -> dict[str, str]:
     """The shipped words (every preset request type, the shipped urgency words) as the
     `steer` variant's prompts: what a clinic that kept the presets would give."""
