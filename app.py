@@ -36,7 +36,7 @@ from jobs.playback import RecordingPlayer
 from models import MedicalRecord
 from plumbing import clock, logs, metrics, strict_json
 from plumbing.database import bind_database
-from plumbing.row_cache import RowCache
+from plumbing.row_cache import REQUESTS_CHANNEL, RowCache
 from resources import api_reference, catalog, change_events, meta, patient_requests, patients, switchboard
 from resources.storage_objects import StoredObject
 from staff import passwords, sessions
@@ -100,6 +100,11 @@ def create_app(config: Config) -> falcon.App:
         deadline=config.routing_deadline_seconds,
         recorder=recorder,
     )
+    # The clinics' open requests by caller (has-active-request), kept current by their own
+    # NOTIFY channel; never answered from a last known state.
+    open_requests = RowCache.for_database(
+        database, channel=REQUESTS_CHANNEL, max_stale=0, deadline=config.routing_deadline_seconds
+    )
     storage = make_storage(config)
     player = RecordingPlayer(config, Queue(queueing.RECORDINGS, connection=queue_redis))
     limiter = RateLimiter(
@@ -121,7 +126,7 @@ def create_app(config: Config) -> falcon.App:
     routes = [
         (f"{sb}/is-clinic-opened", switchboard.IsClinicOpened(config.clock, cache)),
         (f"{sb}/is-on-vacation", switchboard.IsOnVacation(config.clock, cache)),
-        (f"{sb}/has-active-request", switchboard.HasActiveRequest(cache)),
+        (f"{sb}/has-active-request", switchboard.HasActiveRequest(cache, open_requests)),
         (f"{sb}/recording-complete", switchboard.RecordingComplete(config, calls, recorder)),
         (f"{clinic}/patientRequestTypes/search", catalog.RequestTypeSearch()),
         (f"{clinic}/tags", catalog.Tags()),

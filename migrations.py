@@ -43,6 +43,7 @@ The steps, by number (a new one gets the next number after the last):
 | 51 | notices | the outbox the workers deliver (e-mail first), who is told of urgent messages, refused keys |
 | 52 | webhooks | the event log, webhook endpoints, a request's and a patient's last change and its place |
 | 53 | read_trail | the append-only read trail (no UPDATE), its period per clinic, corrected transcripts |
+| 54 | open_requests_cache | NOTIFY and a change counter of their own for the open requests' callers (has-active-request from memory) |
 
 The gaps: 19 was never used. 23 to 49 were never used either: the API keys' rules were first
 numbered 50, clear of the numbers the branches beside them were taking, and were renumbered 16
@@ -66,9 +67,9 @@ from plumbing.database import db, is_postgresql
 Migration = Callable[[pw.Database, SchemaMigrator], None]
 _ADVISORY_LOCK_KEY = 7_341_002  # arbitrary, constant for this application
 FROZEN = Path(__file__).resolve().parent / "frozen_schema"
-# The NOTIFY channels the frozen triggers announce on (migrations 5, 6, 8 and 10): the row
+# The NOTIFY channels the frozen triggers announce on (migrations 5, 6, 8, 10 and 54): the row
 # cache and the call relay listen under the same names (tests/test_schema_drift.py).
-CHANNELS = ("auth_changed", "call_pending")
+CHANNELS = ("auth_changed", "call_pending", "requests_changed")
 
 
 class _FrozenRequestType(pw.Model):
@@ -324,6 +325,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
             _add_column("call", "corrected_by", pw.CharField(max_length=254, null=True)),
         ),
     ),
+    (54, "open_requests_cache", _frozen("0054_open_requests_cache")),
 ]
 
 

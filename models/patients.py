@@ -11,6 +11,7 @@ import peewee as pw
 from models.base import BaseModel
 from models.clinics import Clinic, Organization, Tag
 from plumbing.clock import utc_now
+from plumbing.row_cache import REQUESTS_CHANNEL, Watched
 
 
 class Patient(BaseModel):
@@ -31,6 +32,11 @@ class Patient(BaseModel):
     change_position = pw.BigIntegerField(null=True, unique=True)
 
     class Meta:
+        # A number changed or a merge changes who has an open request (has-active-request's
+        # memory, models/requests.py `OpenCallers`); a new patient has no request yet.
+        row_cache = Watched(
+            columns=frozenset({"phone", "merged_into", "organization"}), inserts=False, channel=REQUESTS_CHANNEL
+        )
         indexes = ((("organization", "phone"), False),)
 
     # The service's own patients are stored under fixed English markers: an existing

@@ -16,6 +16,7 @@ from models.patients import Patient
 from models.tokens import ApiToken
 from plumbing.clock import utc_now
 from plumbing.database import hot_prepared
+from plumbing.row_cache import REQUESTS_CHANNEL, Watched
 
 
 class PatientRequest(BaseModel):
@@ -59,6 +60,9 @@ class PatientRequest(BaseModel):
     change_position = pw.BigIntegerField(null=True, unique=True)
 
     class Meta:
+        # A request made, resolved or moved changes what has-active-request answers from
+        # memory (`OpenCallers`); its other columns do not.
+        row_cache = Watched(columns=frozenset({"done_at", "patient", "clinic"}), channel=REQUESTS_CHANNEL)
         indexes = (
             (("clinic", "patient", "done_at"), False),
             (("clinic", "created_at"), False),
@@ -88,6 +92,40 @@ class PatientRequest(BaseModel):
                 ),
                 statement_timeout=timeout,
             ).fetchone()[0]
+        )
+
+    @classmethod
+    def open_callers(cls, clinic: Clinic, *, keep: int, timeout: float | None = None) -> OpenCallers | None:
+        """Who has an open request of the clinic, as `open_for_caller` asks it: the phone
+        numbers (in the clinic's organization) and the ids of the patients that have one or
+        were merged into one that has (along the whole chain), in one round trip; None when
+        there are more than `keep` such patients. Ended by the server past `timeout`
+        seconds when given."""
+        rows = hot_prepared(
+            "open_callers",
+            _OPEN_CALLERS_SQL,
+            (cls.clinic.db_value(clinic.id), keep + 1),
+            statement_timeout=timeout,
+        ).fetchall()
+        if len(rows) > keep:
+            return None
+        organization = str(clinic.organization_id)
+        phones = frozenset(phone for _, phone, org in rows if phone and str(org) == organization)
+        return OpenCallers(phones, frozenset(uuid.UUID(str(id_)) for id_, _, _ in rows))
+
+
+@dataclass(frozen=True)
+class OpenCallers:
+    """A clinic's open requests by caller (`PatientRequest.open_callers`): what
+    `has-active-request` answers from memory while no request or patient changed."""
+
+    phones: frozenset[str]
+    patient_ids: frozenset[uuid.UUID]
+
+    def has(self, phone: str | None, patient_id: uuid.UUID | None) -> bool:
+        """`PatientRequest.open_for_caller`'s answer."""
+        return (phone is not None and phone in self.phones) or (
+            patient_id is not None and patient_id in self.patient_ids
         )
 
 
@@ -132,6 +170,17 @@ WITH RECURSIVE chain(id) AS (
 )
 SELECT EXISTS (SELECT 1 FROM "patient_request" r WHERE r."clinic_id" = %s AND r."done_at" IS NULL
                AND r."patient_id" IN (SELECT "id" FROM chain))
+"""
+
+# The same chains walked backwards: from the patients with an open request of the clinic to
+# every patient merged into one of them. A caller is among them exactly when the forward walk
+# of `_OPEN_FOR_CALLER_SQL` from that caller meets an open request.
+_OPEN_CALLERS_SQL = """
+WITH RECURSIVE reach(id) AS (
+    SELECT "patient_id" FROM "patient_request" WHERE "clinic_id" = %s AND "done_at" IS NULL
+    UNION SELECT p."id" FROM "patient" p JOIN reach ON p."merged_into_id" = reach."id"
+)
+SELECT p."id", p."phone", p."organization_id" FROM "patient" p WHERE p."id" IN (SELECT "id" FROM reach) LIMIT %s
 """
 
 

@@ -69,7 +69,12 @@ from plumbing.wakeup import WakeUp
 log = logging.getLogger(__name__)
 
 CHANNEL = "auth_changed"
-GENERATION_SQL = "SELECT n FROM cache_generation WHERE id = 1"
+#: The open requests' callers (`has-active-request`): their own channel and counter row
+#: (migration 54), so that a request made or resolved leaves the token rows cached.
+REQUESTS_CHANNEL = "requests_changed"
+#: Each channel's row in `cache_generation`.
+GENERATIONS = {CHANNEL: 1, REQUESTS_CHANNEL: 2}
+GENERATION_SQL = "SELECT n FROM cache_generation WHERE id = %s"
 RECONNECT_EVERY = 5.0  # seconds between attempts to re-establish the listening connection
 PROBE_EVERY = 1.0  # seconds between database reads while it is unreachable
 OUTAGE_LOG_EVERY = 60.0  # seconds between the log lines of a lasting outage
@@ -87,12 +92,18 @@ Row = TypeVar("Row", bound=tuple)
 T = TypeVar("T")
 
 
-def changed_here() -> None:
-    """Forget every cached row in this process at once: for a change this process just
-    committed, whose notification may still be on its way to the listening connection.
-    Writes through the models call it themselves (`Watched`)."""
+def changed_here(channel: str = CHANNEL) -> None:
+    """Forget every row cached in this process from `channel`'s tables at once: for a
+    change this process just committed, whose notification may still be on its way to the
+    listening connection. Writes through the models call it themselves (`Watched`)."""
+    counter = GENERATIONS[channel]
     for cache in list(_caches):
-        cache.invalidate()
+        if cache._counter == counter:  # it caches rows of those tables
+            cache.invalidate()
+
+
+def requests_changed_here() -> None:
+    changed_here(REQUESTS_CHANNEL)
 
 
 @dataclass(frozen=True)
@@ -104,22 +115,26 @@ class Watched:
     it; no writer has to remember to.
 
     `columns`: an UPDATE matters only when it sets one of these (None: any UPDATE);
-    `inserts`: whether an INSERT matters (a new token is not cached yet: it does not)."""
+    `inserts`: whether an INSERT matters (a new token is not cached yet: it does not);
+    `channel`: the caches it changes (those of `channel`'s tables)."""
 
     columns: frozenset[str] | None = None
     inserts: bool = True
+    channel: str = CHANNEL
 
     def hook_for(self, query: object) -> Callable[[], None] | None:
-        """`changed_here` when `query` (an INSERT, UPDATE or DELETE of the model) matters."""
+        """`changed_here` of the channel when `query` (an INSERT, UPDATE or DELETE of the
+        model) matters."""
+        hook = changed_here if self.channel == CHANNEL else requests_changed_here
         if isinstance(query, pw.Insert):
-            return changed_here if self.inserts else None
+            return hook if self.inserts else None
         if isinstance(query, pw.Update):
             if self.columns is not None:
                 written = {getattr(field, "name", str(field)) for field in getattr(query, "_update", {})}
                 if not written & self.columns:
                     return None
-            return changed_here
-        return changed_here if isinstance(query, pw.Delete) else None
+            return hook
+        return hook if isinstance(query, pw.Delete) else None
 
 
 class RowCache:
@@ -135,8 +150,13 @@ class RowCache:
         count_wait: float = COUNT_WAIT,
         clock: Callable[[], float] = time.monotonic,
         recorder: metrics.Recorder | None = None,
+        channel: str = CHANNEL,
+        counter: int | None = None,
     ) -> None:
         self._connect = connect
+        self.channel = channel  # what it listens on
+        self._counter = GENERATIONS[channel] if counter is None else counter  # its row in cache_generation
+        self._name = "auth cache" if channel == CHANNEL else f"{channel} cache"
         self.recorder = recorder  # the answers given from the last known state, counted
         self.ttl = ttl
         self.max_stale = max_stale
@@ -188,7 +208,7 @@ class RowCache:
         # a connection that died silently, `ttl` covers the rest.
         connect = pg_listen.connector(
             cast(pw.PostgresqlDatabase, database),  # is_postgresql said so
-            application_name="auth-cache listener",
+            application_name="auth-cache listener" if options.get("channel", CHANNEL) == CHANNEL else "requests-cache listener",
             keepalives=1,
             keepalives_idle=10,
             keepalives_interval=5,
@@ -259,6 +279,18 @@ class RowCache:
         if row is not None and (keep is None or keep(row)):
             self.put(key, row, generation)
         return row
+
+    def current(self, key: Hashable, load: Callable[[], T]) -> T:
+        """The value for `key` as the database has it now: from memory while nothing was
+        announced since it was read, else `load()` (a database read) within `deadline`,
+        then kept. Never the last known state: like `guarded`, `DeadlinePassed` past the
+        deadline, and at once while the database is found unreachable."""
+        cached, generation = self.get(key)
+        if cached is not None:
+            return cast(T, cached[0])  # what `load` made for this key
+        value = self.guarded(load)
+        self.put(key, (value,), generation)
+        return value
 
     def guarded(self, work: Callable[[], T]) -> T:
         """`work()`, a database read on the routing path that no memory can answer
@@ -405,7 +437,8 @@ class RowCache:
         self._stalled = True
         self._stalled_since = time.monotonic()
         log.warning(
-            "auth cache: the change count did not come within %.2f s; answering from the last known state",
+            "%s: the change count did not come within %.2f s; answering from the last known state",
+            self._name,
             self.count_wait,
         )
 
@@ -430,7 +463,8 @@ class RowCache:
             with self._lock:
                 if self._listener is listener:
                     log.warning(
-                        "auth cache: listening connection lost (%s); reading tokens from the database",
+                        "%s: listening connection lost (%s); reading rows from the database",
+                        self._name,
                         type(exc).__name__,
                     )
                     if self._announced or listener.notified_before_loss:
@@ -486,16 +520,17 @@ class RowCache:
         self._counted, self._recount = counted, False
         self._announced = False
         if self._stalled:
-            log.warning("auth cache: the change count came again after %.1f s", time.monotonic() - self._stalled_since)
+            log.warning(
+                "%s: the change count came again after %.1f s", self._name, time.monotonic() - self._stalled_since
+            )
         self._stalled = False
         self._rounds += 1
         self._poll_at = self._clock() + self.poll_every
         self._confirmed[self._epoch] = self._clock()
 
-    @staticmethod
-    def _count(conn: Any) -> int | None:
+    def _count(self, conn: Any) -> int | None:
         with conn.cursor() as cur:
-            cur.execute(GENERATION_SQL)
+            cur.execute(GENERATION_SQL, (self._counter,))
             row = cur.fetchone()
         return row[0] if row else None
 
@@ -514,7 +549,8 @@ class RowCache:
 
     def _listen_failed(self, exc: BaseException) -> None:
         log.warning(
-            "auth cache: cannot listen for token changes (%s); retrying in %.0f s",
+            "%s: cannot listen for changes (%s); retrying in %.0f s",
+            self._name,
             type(exc).__name__,
             RECONNECT_EVERY,
         )
@@ -576,10 +612,10 @@ def _listen(ref: weakref.ReferenceType[RowCache]) -> None:
     cache = ref()
     if cache is None or cache._connect is None:
         return
-    connect = cache._connect
+    connect, channel = cache._connect, cache.channel
     del cache
     try:
-        listener = Listener.open(connect, CHANNEL)
+        listener = Listener.open(connect, channel)
     except (psycopg2.Error, OSError) as exc:
         cache = ref()
         if cache is not None:

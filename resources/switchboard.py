@@ -62,14 +62,19 @@ class HasActiveRequest:
     patient: the answer is by `patientId` when that is given too, else false. Neither field
     sent is 400 (docs/design.md).
 
-    The query is the one database use no memory can answer: it waits at most the cache's
-    deadline, and 503 (`Retry-After`) past it or while the database is unreachable."""
+    The answer comes from the clinic's open requests by caller (`OpenCallers`), held in
+    memory while no request or patient changed (`open_requests`, a row cache on its own
+    channel: each change announced by NOTIFY and counted, plumbing/row_cache.py), read again
+    after a change. Never from a last known state: a read past the cache's deadline, or
+    while the database is unreachable, is 503 (`Retry-After`). A clinic with more open
+    callers than `OPEN_CALLERS_KEPT` is asked about the one caller each time."""
 
     scopes = {"POST": "read"}
     answer_within = True
 
-    def __init__(self, cache: RowCache | None = None) -> None:
+    def __init__(self, cache: RowCache | None = None, open_requests: RowCache | None = None) -> None:
         self.cache = cache
+        self.open_requests = open_requests
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, clinic_slug: str) -> None:
         data = validation.body(req, schemas.ACTIVE_REQUEST_REQUEST)
@@ -81,15 +86,30 @@ class HasActiveRequest:
             resp.media = {"hasActiveRequest": False}
             return
 
-        if self.cache is None:
+        cache, open_requests = self.cache, self.open_requests
+        if cache is None:
             resp.media = {"hasActiveRequest": PatientRequest.open_for_caller(clinic, phone, patient_id)}
             return
-        deadline = self.cache.deadline  # the server ends the query then too: no backend left waiting on a lock
+        deadline = cache.deadline  # the server ends the query then too: no backend left waiting on a lock
+        if open_requests is not None and open_requests.enabled:
+            callers = open_requests.current(
+                clinic.id, lambda: PatientRequest.open_callers(clinic, keep=OPEN_CALLERS_KEPT, timeout=deadline)
+            )
+            if callers is not None:
+                resp.media = {"hasActiveRequest": callers.has(phone, patient_id)}
+                return
 
         def ask() -> bool:
             return PatientRequest.open_for_caller(clinic, phone, patient_id, timeout=deadline)
 
-        resp.media = {"hasActiveRequest": self.cache.guarded(ask)}
+        resp.media = {"hasActiveRequest": cache.guarded(ask)}
+
+
+#: The most open callers (patients with an open request, and those merged into them) of a
+#: clinic that `has-active-request` holds in memory: a set of this size is read again after
+#: each change in a few milliseconds and holds about a megabyte; a clinic with more is asked
+#: about the one caller each time.
+OPEN_CALLERS_KEPT = 10_000
 
 
 def caller_phone(value: Any, country: str) -> str | None:

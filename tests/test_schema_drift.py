@@ -139,12 +139,12 @@ def sqlite_schema(path: Path) -> list[tuple]:
 
 
 def test_the_migrations_name_the_channels_the_service_listens_on():
-    """The frozen triggers NOTIFY on the channels the row cache and the call relay listen on."""
+    """The frozen triggers NOTIFY on the channels the row caches and the call relay listen on."""
     import migrations
     from models import Call
     from plumbing import row_cache
 
-    assert migrations.CHANNELS == (row_cache.CHANNEL, Call.NEW_CALL_CHANNEL)
+    assert migrations.CHANNELS == (row_cache.CHANNEL, Call.NEW_CALL_CHANNEL, row_cache.REQUESTS_CHANNEL)
     frozen = "".join(path.read_text("utf-8") for path in migrations.FROZEN.glob("*.postgresql.sql"))
     for channel in migrations.CHANNELS:
         assert f"pg_notify('{channel}', '')" in frozen, channel

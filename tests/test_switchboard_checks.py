@@ -542,8 +542,8 @@ def _written(e164: str, form: str) -> str:
 def test_fast_paths_agree_with_the_database_on_random_clinics(
     two_clinics, tz, country, hours, calendars, vacations, wanted, minutes, patients, caller
 ):
-    """The cached schedule and the one-query active-request check against the plain
-    ORM reading of the same rows: office hours, calendars, vacations, holidays, time
+    """The cached schedule, the one-query active-request check and the open callers held
+    in memory against the plain ORM reading of the same rows: office hours, calendars, vacations, holidays, time
     zones, merge chains (cycles included) and caller number formats."""
     now = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=minutes, microseconds=minutes % 7)
     with db.connection_context(), db.atomic():
@@ -600,9 +600,10 @@ def test_fast_paths_agree_with_the_database_on_random_clinics(
         plain_ids = (Patient.ids_with_phone(home.organization_id, phone) if phone else []) + (
             [patient_id] if patient_id else []
         )
-        assert PatientRequest.open_for_caller(home, phone, patient_id) == _plain_open_for(
-            home, Patient.with_survivors(plain_ids)
-        )
+        plain = _plain_open_for(home, Patient.with_survivors(plain_ids))
+        assert PatientRequest.open_for_caller(home, phone, patient_id) == plain
+        held = PatientRequest.open_callers(home, keep=1000)  # has-active-request's memory
+        assert held is not None and held.has(phone, patient_id) == plain
 
 
 def _plain_on_vacation(home: Clinic, calendars: list[Calendar], now: datetime) -> bool:

@@ -32,10 +32,10 @@ def app_cache(app) -> RowCache:
     return next(m.cache for m in app.app._unprepared_middleware if isinstance(getattr(m, "cache", None), RowCache))
 
 
-def counted_changes() -> int:
-    """The change counter the triggers keep (migration 10), as the database has it now."""
+def counted_changes(channel: str = row_cache.CHANNEL) -> int:
+    """The change counter the triggers keep (migrations 10 and 54), as the database has it now."""
     with other_connection() as cur:
-        cur.execute(row_cache.GENERATION_SQL)
+        cur.execute(row_cache.GENERATION_SQL, (row_cache.GENERATIONS[channel],))
         return cur.fetchone()[0]
 
 
