@@ -342,3 +342,26 @@ def test_without_notifications_a_request_change_is_seen_within_a_poll(app, setup
         assert deaf.get("key")[0] is None
     finally:
         deaf.close()
+
+
+def test_a_long_transaction_of_requests_holds_no_other_writer_back(app, setup):
+    """The count is taken as a transaction commits: one that resolved a request and goes
+    on (a retention run, an erasure) does not hold the worker's next request back, nor can
+    two writers deadlock on the counter."""
+    insert = (
+        "INSERT INTO patient_request (id, clinic_id, patient_id, kind, title, clinic_note, user_note, created_at,"
+        " urgent) VALUES (gen_random_uuid(), %(clinic-a)s, %(jana)s, 'standard', 't', '', '', now(), false)"
+    )
+    with other_connection() as cur:
+        cur.execute(insert, setup)
+    before = counted_changes(row_cache.REQUESTS_CHANNEL)
+    with other_connection() as long_one, other_connection() as worker:
+        long_one.execute("BEGIN")
+        long_one.execute("UPDATE patient_request SET done_at = now()")
+        worker.execute("SET lock_timeout = '2s'")
+        worker.execute(insert, setup)  # committed at once: no wait on the long transaction's count
+        worker.execute("UPDATE patient SET phone = '+420602999999' WHERE id = %(jana-old)s", setup)
+        assert counted_changes(row_cache.REQUESTS_CHANNEL) == before + 2, "one count per committed transaction"
+        long_one.execute("UPDATE patient_request SET clinic_id = %(clinic-b)s WHERE done_at IS NOT NULL", setup)
+        long_one.execute("COMMIT")
+    assert counted_changes(row_cache.REQUESTS_CHANNEL) == before + 3, "the long one counted once, as it committed"

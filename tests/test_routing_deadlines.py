@@ -141,8 +141,11 @@ def warm(stack: Stack) -> dict[str, dict]:
     def listening() -> bool:
         for check in CHECKS:
             assert stack.post(check, CALLER)[0] == 200
-        sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'auth-cache listener'"
-        return stack.rows(sql)[0][0] >= WEB_PROCESSES
+        sql = (
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name IN ('auth-cache listener', 'requests-cache listener')"
+        )
+        return stack.rows(sql)[0][0] >= 2 * WEB_PROCESSES  # each: its keys and schedules, its open requests
 
     assert wait_until(listening, timeout=30, interval=0.05), "a web process never started listening"
     answers = {}
