@@ -1,6 +1,13 @@
 """Per-process cache of token authorization rows (and of clinics' routing schedules,
 schedules.py), kept current by PostgreSQL NOTIFY.
 
+A second cache of the same kind holds the clinics' open requests by caller
+(`has-active-request`, resources/switchboard.py) on a channel and a counter row of its own
+(`REQUESTS_CHANNEL`, migration 54): requests are made and resolved all day, and their
+changes must not empty the token rows. Its triggers count as a transaction commits, once
+per transaction (deferred), so the counter's row lock never makes one writer of requests
+wait for another's long transaction. What follows holds for both.
+
 Every authenticated request needs its token, its clinic and whether the one covers the
 other. Asking PostgreSQL each time cost a round trip per request, which under load took
 more CPU, in the web process and in the database together, than the rest of a call

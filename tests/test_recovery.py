@@ -188,11 +188,8 @@ def warm(stack: Stack) -> None:
     def listening() -> bool:
         for check in CHECKS:
             assert post_json(stack.path(check), stack.token, {})[0] == 200
-        sql = (
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE application_name IN ('auth-cache listener', 'requests-cache listener')"
-        )
-        return stack.rows(sql)[0][0] >= 2 * WEB_PROCESSES  # each: its keys and schedules, its open requests
+        sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'auth-cache listener'"
+        return stack.rows(sql)[0][0] >= WEB_PROCESSES
 
     assert wait_until(listening, timeout=30, interval=0.05), "a web process never started listening"
     for _ in range(40):
