@@ -43,7 +43,7 @@ The steps, by number (a new one gets the next number after the last):
 | 51 | notices | the outbox the workers deliver (e-mail first), who is told of urgent messages, refused keys |
 | 52 | webhooks | the event log, webhook endpoints, a request's and a patient's last change and its place |
 | 53 | read_trail | the append-only read trail (no UPDATE), its period per clinic, corrected transcripts |
-| 54 | open_requests_cache | NOTIFY and a change counter of their own for the open requests' callers (has-active-request from memory) |
+| 54 | open_requests_cache | NOTIFY and a change counter of their own for the open requests by caller |
 
 The gaps: 19 was never used. 23 to 49 were never used either: the API keys' rules were first
 numbered 50, clear of the numbers the branches beside them were taking, and were renumbered 16

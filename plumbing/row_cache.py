@@ -215,7 +215,9 @@ class RowCache:
         # a connection that died silently, `ttl` covers the rest.
         connect = pg_listen.connector(
             cast(pw.PostgresqlDatabase, database),  # is_postgresql said so
-            application_name="auth-cache listener" if options.get("channel", CHANNEL) == CHANNEL else "requests-cache listener",
+            application_name="auth-cache listener"
+            if options.get("channel", CHANNEL) == CHANNEL
+            else "requests-cache listener",
             keepalives=1,
             keepalives_idle=10,
             keepalives_interval=5,

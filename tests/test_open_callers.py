@@ -56,8 +56,8 @@ def setup(app) -> dict[str, str]:
     with other_connection() as cur:
         cur.execute("SELECT slug, id FROM clinic")
         ids = {slug: str(id_) for slug, id_ in cur.fetchall()}
-        cur.execute("SELECT first_name, phone, id FROM patient")
-        for first, phone, id_ in cur.fetchall():
+        cur.execute("SELECT first_name, id FROM patient")
+        for first, id_ in cur.fetchall():
             ids[{"Jana": "jana", "Petr": "petr"}.get(first, "jana-old")] = str(id_)
     return ids
 
@@ -173,7 +173,11 @@ def test_a_request_made_by_another_process_counts_from_the_first_check_after_its
         ("resolved", "UPDATE patient_request SET done_at = now()", {CALLER: False, MERGED: False}),
         ("deleted", "DELETE FROM patient_request", {CALLER: False, MERGED: False}),
         ("her number changed", "UPDATE patient SET phone = '+420602999999' WHERE id = %(jana)s", {CALLER: False}),
-        ("the old record unmerged", "UPDATE patient SET merged_into_id = NULL WHERE id = %(jana-old)s", {MERGED: False}),
+        (
+            "the old record unmerged",
+            "UPDATE patient SET merged_into_id = NULL WHERE id = %(jana-old)s",
+            {MERGED: False},
+        ),
         (
             "the request moved to the old record",
             "UPDATE patient_request SET patient_id = %(jana-old)s",

@@ -319,7 +319,11 @@ def test_last_used_is_written_once_a_minute_though_the_row_is_cached(app, clinic
 def deaf_cache(app, fake_clock):
     """A cache whose LISTEN is accepted and never hears anything, as behind such a pooler."""
     made = RowCache.for_database(
-        db.obj, ttl=60, clock=fake_clock, channel="nothing_is_ever_sent_here", counter=row_cache.GENERATIONS[row_cache.CHANNEL]
+        db.obj,
+        ttl=60,
+        clock=fake_clock,
+        channel="nothing_is_ever_sent_here",
+        counter=row_cache.GENERATIONS[row_cache.CHANNEL],
     )
     deadline = time.monotonic() + 10
     while made.get("warm-up")[1] < 0:
