@@ -83,7 +83,8 @@ CHURNED = "has-active (churn)"
 CHURN_PER_SECOND = 10
 
 # The baseline: one pooled SELECT and a small JSON answer, gevent-cooperative psycopg2
-# (psycogreen, as the service), the pool a gevent queue of 4 connections.
+# (psycogreen; the service has a wait callback of its own of the same kind), the pool a gevent
+# queue of 4 connections.
 BASELINE_APP = """
 import falcon, psycopg2
 from gevent.queue import Queue
