@@ -5,12 +5,14 @@ Run from the repository root (faster-whisper is a benchmark-only dependency)::
     .venv/bin/pip install -r bench/requirements.txt
     .venv/bin/python bench/transcription_bench.py [--model var/models/ggml-base.bin] [--languages cs,en]
         [--threads 2] [--decoding '{"beam_size": 1}'] [--variant 'q8={"model": "var/models/ggml-base-q8_0.bin"}']
-        [--only SUBSTRING] [--every N] [--no-reference] [--repeat N] [--long 600] [--json out.json]
+        [--only PATTERN] [--every N] [--no-reference] [--repeat N] [--long 600] [--json out.json]
 
 The set: the labelled voicemails of ``tests/audio/voicemails`` (``tests/voicemail_set.py``):
 Czech and English messages on three telephone channels (``ulaw8k``, ``mp3_8k``,
 ``noisy_mp3_8k``), and recordings without a message (``empty``, ``unintelligible``).
-``--only SUBSTRING`` keeps the files whose name contains it, ``--every N`` every Nth of them.
+``--only PATTERN`` keeps the files whose name matches it (a regular expression searched in the
+name, so a plain substring works: ``--only noisy``; ``--only '(?<!noisy)_mp3_8k'`` is the clean
+MP3 channel alone), ``--every N`` every Nth of them.
 
 Each side runs in its own child process, loaded and warmed up one after the other; then
 the parent hands the clips to the sides **interleaved**, one clip to each side in turn (who
@@ -132,7 +134,7 @@ def prepare(only: str | None, every: int, long_seconds: float | None, workdir: P
     """The clips to run (labels with absolute paths) and the long voicemail, if asked."""
     from tests import voicemail_set as vs
 
-    labels = [dict(x, path=str(vs.clip_path(x))) for x in vs.load_labels() if not only or only in x["file"]]
+    labels = [dict(x, path=str(vs.clip_path(x))) for x in vs.load_labels() if not only or re.search(only, x["file"])]
     labels = labels[:: max(every, 1)]
     long_label = None
     if long_seconds:
@@ -1035,7 +1037,7 @@ def main(argv: list[str]) -> int:
         help="one more project side, interleaved with the others: Decoding fields and "
         "model, threads, flash_attn, languages, country, looks, second_opinion, env, root, python (repeatable)",
     )
-    parser.add_argument("--only", default="", help="only the files whose name contains this")
+    parser.add_argument("--only", default="", help="only the files whose name matches this regular expression")
     parser.add_argument("--every", type=int, default=1, help="every Nth clip of those")
     parser.add_argument("--no-reference", action="store_true", help="skip faster-whisper")
     parser.add_argument("--repeat", type=int, default=1, help="best of N runs per clip for the timing")
