@@ -399,14 +399,16 @@ def test_a_worker_killed_with_sigkill_leaves_no_process_and_no_scheduler_lock_be
 
     try:
         # Every child running: the playback worker (plays and e-mails) and the two webhook
-        # workers registered, and the scheduler holds its locks.
+        # workers registered, and the scheduler holds its locks and runs (RQ takes the locks
+        # before it starts the scheduler's process: a moment with the locks and no process).
         assert wait_until(
             lambda: (
                 connection.exists("rq:scheduler-lock:calls")
                 and children_registered() == [["recordings", "outbox"], ["webhooks"], ["webhooks"]]
+                and len(_descendants(proc.pid)) >= 4
             ),
             timeout=60,
-        ), (children_registered(), log.read_text()[-3000:])
+        ), (children_registered(), _descendants(proc.pid), log.read_text()[-3000:])
         family = _descendants(proc.pid)
         assert len(family) >= 4, family  # the scheduler too
         proc.send_signal(signal.SIGKILL)
