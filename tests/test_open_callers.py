@@ -29,6 +29,11 @@ from tests.support.row_caches import app_cache, counted_changes, other_connectio
 
 CALLER = "+420601123456"
 MERGED = "+420777000111"
+#: An open request of Jana's at clinic A, as another process writes it (parameters: `setup`).
+OPEN_FOR_JANA = (
+    "INSERT INTO patient_request (id, clinic_id, patient_id, kind, title, clinic_note, user_note, created_at,"
+    " urgent) VALUES (gen_random_uuid(), %(clinic-a)s, %(jana)s, 'standard', 't', '', '', now(), false)"
+)
 
 
 @pytest.fixture
@@ -191,8 +196,7 @@ def test_a_change_by_another_process_is_answered_from_the_first_check_after_its_
 ):
     with other_connection() as cur:
         cur.execute(
-            "INSERT INTO patient_request (id, clinic_id, patient_id, kind, title, clinic_note, user_note, created_at,"
-            " urgent) VALUES (gen_random_uuid(), %(clinic-a)s, %(jana)s, 'standard', 't', '', '', now(), false)",
+            OPEN_FOR_JANA,
             setup,
         )
     token = issue_token(["clinic-a"], ["read"])
@@ -209,8 +213,7 @@ def test_changes_that_cannot_turn_an_answer_keep_it_in_memory(app, setup, reads)
     the memory: they change often and never an answer."""
     with other_connection() as cur:
         cur.execute(
-            "INSERT INTO patient_request (id, clinic_id, patient_id, kind, title, clinic_note, user_note, created_at,"
-            " urgent) VALUES (gen_random_uuid(), %(clinic-a)s, %(jana)s, 'standard', 't', '', '', now(), false)",
+            OPEN_FOR_JANA,
             setup,
         )
     token = issue_token(["clinic-a"], ["read"])
@@ -305,8 +308,7 @@ def test_a_clinic_with_more_open_callers_than_kept_is_asked_about_each_caller(ap
     monkeypatch.setattr(switchboard, "OPEN_CALLERS_KEPT", 1)
     with other_connection() as cur:
         cur.execute(
-            "INSERT INTO patient_request (id, clinic_id, patient_id, kind, title, clinic_note, user_note, created_at,"
-            " urgent) VALUES (gen_random_uuid(), %(clinic-a)s, %(jana)s, 'standard', 't', '', '', now(), false)",
+            OPEN_FOR_JANA,
             setup,
         )
     token = issue_token(["clinic-a"], ["read"])
